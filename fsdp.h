@@ -1,0 +1,217 @@
+/* ============================================================================
+ * fsdp.h — the table of contents of fsdp.c
+ *
+ * Read this first. It names every idea the implementation is built from, in
+ * the order fsdp.c introduces them:
+ *
+ *   Config       what to train (model size, strategy, optimizer, data)
+ *   Ledger       every byte a rank allocates, booked by category
+ *   Comm         the collectives, counted and recorded in one place
+ *   Model        the module tree and its parameter tensors
+ *   Unit         a group of modules sharded, gathered and freed together
+ *   Trainer      one rank's whole training state, built from the above
+ *
+ * Vocabulary (used everywhere, in code and in output):
+ *   unit            a group of modules whose parameters are sharded, gathered
+ *                   and freed together (PyTorch: an FSDP instance)
+ *   flat parameter  a unit's parameters laid end to end in one buffer
+ *   shard           the contiguous slice of a flat parameter a rank owns
+ *   full state      the gathered, unsharded flat parameter (or gradient)
+ *   padding         zeros appended so the flat parameter divides by N
+ *   strategy        full_shard (ZeRO-3), shard_grad_op (ZeRO-2),
+ *                   no_shard (DDP): PyTorch's ShardingStrategy names
+ * ========================================================================== */
+#ifndef FSDP_H
+#define FSDP_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+/* ----------------------------------------------------------------------------
+ * Configuration: everything the command line can set.
+ * ------------------------------------------------------------------------- */
+
+typedef enum {
+    STRATEGY_FULL_SHARD,    /* ZeRO-3: shard params, grads, optimizer state  */
+    STRATEGY_SHARD_GRAD_OP, /* ZeRO-2: keep full params from forward to backward */
+    STRATEGY_NO_SHARD,      /* DDP: everything replicated, grads all-reduced */
+} Strategy;
+
+typedef enum {
+    COLLECTIVES_RING, /* our own ring over point-to-point (fsdp.c, section 3) */
+    COLLECTIVES_MPI,  /* Open MPI's built-in non-blocking collectives         */
+} CollectivesImpl;
+
+typedef struct {
+    /* model shape (the --model preset, then overrides) */
+    int vocab;     /* V: bytes, always 256                                   */
+    int embed_dim; /* C: width of one byte's embedding                      */
+    int context;   /* T: how many previous bytes the model sees             */
+    int width;     /* D: width of the residual stream                       */
+    int depth;     /* L: number of residual MLP blocks                      */
+    /* FSDP */
+    long min_params;     /* auto-wrap threshold, size_based_auto_wrap_policy  */
+    Strategy strategy;
+    CollectivesImpl collectives;
+    /* optimizer: torch.optim.AdamW */
+    float lr, beta1, beta2, eps, weight_decay;
+    /* training */
+    int steps;           /* optimizer steps                                   */
+    int batch;           /* global batch (samples), split across ranks        */
+    uint64_t seed;
+    int log_every;       /* print one line every this many steps              */
+    const char *data_path; /* NULL: the embedded synthetic corpus            */
+    const char *model_name;
+    int compare;         /* --compare: run no_shard, then the sharded strategy */
+} Config;
+
+/* Fills cfg from argv. Returns 0 on success; on bad input writes a message
+ * (what is wrong and what to do) into err and returns 2, the exit code every
+ * rank then uses. Returns 1 with err empty when --help was asked for. */
+int config_parse(Config *cfg, int argc, char **argv, char *err, size_t errlen);
+void config_usage(FILE *out);
+
+/* ----------------------------------------------------------------------------
+ * The memory ledger: one per rank. Every buffer of the training state is
+ * allocated through it under a category, so the final table can say where
+ * each byte went, and the DDP-vs-FSDP lab can compare them.
+ * ------------------------------------------------------------------------- */
+
+typedef enum {
+    MEM_PARAM_SHARD,  /* this rank's shard of every flat parameter          */
+    MEM_GRAD_SHARD,   /* this rank's shard of every flat gradient           */
+    MEM_OPTIM_STATE,  /* AdamW exp_avg and exp_avg_sq for the shard         */
+    MEM_FULL_PARAMS,  /* gathered full state of units being computed        */
+    MEM_FULL_GRADS,   /* full-size gradient of a unit before reduce-scatter */
+    MEM_ACTIVATIONS,  /* saved activations and their gradients              */
+    MEM_COMM_BUFFERS, /* staging buffers the collectives need               */
+    MEM_NUM_CATEGORIES
+} MemCategory;
+
+typedef struct {
+    void *ptr;
+    size_t bytes;
+    MemCategory cat;
+} LedgerEntry;
+
+typedef struct {
+    size_t current[MEM_NUM_CATEGORIES];
+    size_t peak[MEM_NUM_CATEGORIES];
+    size_t current_total, peak_total;
+    LedgerEntry *entries; /* live allocations, so a free knows its size     */
+    int n_entries, cap_entries;
+} Ledger;
+
+extern const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES];
+
+/* ----------------------------------------------------------------------------
+ * Collectives. Each one starts, returns a handle, and is waited on; between
+ * the two a caller may compute (overlap). Every call is counted and recorded.
+ * ------------------------------------------------------------------------- */
+
+typedef enum {
+    COMM_ALL_GATHER,
+    COMM_REDUCE_SCATTER,
+    COMM_ALL_REDUCE,
+    COMM_NUM_KINDS
+} CommKind;
+
+extern const char *const COMM_KIND_NAMES[COMM_NUM_KINDS];
+
+typedef struct {
+    CommKind kind;
+    int unit;          /* unit index, -1 for the loss (not model state)      */
+    long count;        /* elements in the full buffer                        */
+    double t_start, t_end; /* MPI_Wtime() seconds                            */
+} CommEvent;
+
+typedef struct {
+    MPI_Comm comm;
+    int rank, world;
+    CollectivesImpl impl;
+    /* per kind: calls, and bytes this rank sent and received (ring volume) */
+    long calls[COMM_NUM_KINDS];
+    double bytes_sent[COMM_NUM_KINDS];
+    double bytes_recv[COMM_NUM_KINDS];
+    CommEvent *events;  /* every collective, in order                         */
+    int n_events, cap_events;
+} Comm;
+
+typedef struct {
+    MPI_Request req;   /* MPI_REQUEST_NULL once complete                     */
+    CommKind kind;
+    float *buf;        /* reduce-scatter / all-reduce: result to scale       */
+    long scale_count;  /* elements to divide by world for the mean           */
+    int event;         /* index into Comm.events                            */
+} CommHandle;
+
+/* ----------------------------------------------------------------------------
+ * The model: a tree of modules, each owning parameter tensors.
+ * ------------------------------------------------------------------------- */
+
+#define FSDP_MAX_NAME 48
+#define FSDP_MAX_CHILDREN 64
+
+typedef enum { INIT_NORMAL, INIT_UNIFORM, INIT_ONES, INIT_ZEROS } ParamInit;
+
+typedef struct {
+    char name[FSDP_MAX_NAME + 8]; /* PyTorch name, "blocks.0.fc1.weight"     */
+    int shape[2];             /* (out, in) for Linear weights; shape[1]=1 for vectors */
+    long numel;
+    int module;               /* owning module                              */
+    int unit;                 /* unit whose flat parameter holds it          */
+    long offset;              /* where it starts in that flat parameter     */
+    ParamInit init;           /* how its elements start (PyTorch defaults)  */
+    float init_bound;         /* INIT_UNIFORM: uniform(-bound, bound)       */
+    float *data;              /* view into the unit's full state, or NULL   */
+    float *grad;              /* view into the unit's full gradient, or NULL */
+} Param;
+
+typedef enum { MOD_CONTAINER, MOD_EMBEDDING, MOD_LINEAR, MOD_LAYERNORM } ModuleType;
+
+typedef struct {
+    char name[FSDP_MAX_NAME]; /* "" for the root                             */
+    ModuleType type;
+    int parent;
+    int children[FSDP_MAX_CHILDREN];
+    int n_children;
+    int params[2];            /* weight, bias (-1 if absent)                 */
+    int n_params;
+    int is_module_list;       /* nn.ModuleList: never wrapped, as in PyTorch */
+    int unit;                 /* the unit whose root this module is, or -1   */
+} Module;
+
+/* ----------------------------------------------------------------------------
+ * A unit: PyTorch's FSDP instance, owner of one flat parameter.
+ * ------------------------------------------------------------------------- */
+
+typedef struct {
+    int root_module;  /* the module that was wrapped                        */
+    long numel;       /* parameters in the unit                             */
+    long padded;      /* numel rounded up to a multiple of world            */
+    long shard;       /* padded / world: what each rank owns                */
+    int *params, n_params; /* its parameters, in model order: the flat layout */
+    float *shard_param;     /* (shard) this rank's slice of the parameters  */
+    float *shard_grad;      /* (shard) this rank's slice of the gradient    */
+    float *exp_avg;         /* (shard) AdamW first moment                   */
+    float *exp_avg_sq;      /* (shard) AdamW second moment                  */
+    float *full_param;      /* (padded) gathered full state, or NULL        */
+    float *full_grad;       /* (padded) full-size gradient, or NULL         */
+} Unit;
+
+typedef struct Trainer Trainer;
+
+/* Builds the model, wraps it into units, shards it over comm's ranks and
+ * initialises this rank's shards. Collective: every rank of comm calls it. */
+Trainer *trainer_create(const Config *cfg, MPI_Comm comm);
+/* One optimizer step on the global batch number `step`; returns the loss
+ * averaged over the global batch (the same value on every rank). */
+float trainer_step(Trainer *t, int step);
+/* Gathers every parameter, in model order, into out (rank 0 and others). */
+void trainer_gather_params(Trainer *t, float *out);
+long trainer_num_params(const Trainer *t);
+void trainer_destroy(Trainer *t);
+
+#endif /* FSDP_H */
