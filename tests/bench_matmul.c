@@ -1,0 +1,163 @@
+/* ============================================================================
+ * tests/bench_matmul.c — how fast are fsdp.c's Linear layers?
+ *
+ *   tests/bench_matmul          (one process; no mpirun needed)
+ *
+ * Almost all of a training step's arithmetic is in linear_forward and
+ * linear_backward (fsdp.c, section 4). This program times them on the exact
+ * shapes the `small` model runs, at the local batch of 4 ranks (16 samples
+ * each, the demo) and of 1 rank (64), and prints GFLOP/s:
+ *
+ *   forward   out = inp @ W^T + b                    2*B*I*O flops
+ *   backward  dinp += dout @ W, dW += dout^T @ inp   4*B*I*O flops
+ *             (dbias's B*O additions are left out, as is customary)
+ *
+ * Next to them, on the same shapes and in the same run, a reference: the
+ * textbook matmul, C = A @ B with three loops in i-j-k order, written below.
+ * It is what "a matmul in C" is before anyone thinks about the memory
+ * hierarchy or SIMD, so the ratio says what fsdp.c's loop order and eight
+ * partial sums (see `dot`) buy on this machine.
+ *
+ * fsdp.c is included, not linked, so the very code the trainer runs is timed
+ * with the same compiler flags. It is an MPI program, so MPI is initialised
+ * for MPI_Wtime, although nothing is sent.
+ * ========================================================================== */
+
+/* fsdp.c's main and the helpers only main uses are left out; the helpers are
+ * then unused here, which is not worth a warning. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#define FSDP_NO_MAIN
+#include "fsdp.c"
+#pragma GCC diagnostic pop
+
+typedef struct {
+    const char *name;
+    int I, O; /* in_features, out_features */
+} Shape;
+
+/* The Linear layers of the `small` preset: T*C = 16*16 = 256, D = 128,
+ * 4D = 512, V = 256. */
+static const Shape SHAPES[] = {
+    {"proj_in", 256, 128},
+    {"fc1", 128, 512},
+    {"fc2", 512, 128},
+    {"head", 128, 256},
+};
+enum { N_SHAPES = sizeof(SHAPES) / sizeof(SHAPES[0]) };
+static const int BATCHES[] = {16, 64};
+enum { N_BATCHES = sizeof(BATCHES) / sizeof(BATCHES[0]) };
+
+/* The reference: C (M, N) = A (M, K) @ B (K, N), all row-major, simplest
+ * i-j-k order. The inner loop walks B down a column, N floats apart, and
+ * one running sum cannot be vectorised without reordering the additions,
+ * which C compilers do not do on floats unless told to (-ffast-math). */
+static void naive_matmul(float *C, const float *A, const float *B, int M, int K, int N) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++) s += A[(long)i * K + k] * B[(long)k * N + j];
+            C[(long)i * N + j] = s;
+        }
+}
+
+/* Deterministic values in [-1, 1): the same generator fsdp.c uses. */
+static void fill(float *x, long n, uint64_t stream) {
+    for (long i = 0; i < n; i++) x[i] = 2.0f * rng_uniform(42, stream, 0, (uint64_t)i) - 1.0f;
+}
+
+static float *alloc_floats(long n) {
+    float *p = (float *)calloc((size_t)n, sizeof(float));
+    if (!p) FATAL("the machine is out of host memory", "cannot allocate %ld floats", n);
+    return p;
+}
+
+typedef enum { K_FORWARD, K_BACKWARD, K_NAIVE } Kernel;
+
+typedef struct {
+    int B, I, O;
+    float *inp, *w, *wt, *bias, *out, *dout, *dinp, *dw, *db, *ref;
+} Case;
+
+static void run_kernel(Case *c, Kernel k) {
+    switch (k) {
+    case K_FORWARD: linear_forward(c->out, c->inp, c->w, c->bias, c->B, c->I, c->O); break;
+    case K_BACKWARD: linear_backward(c->dinp, c->dw, c->db, c->dout, c->inp, c->w, c->B, c->I, c->O); break;
+    case K_NAIVE: naive_matmul(c->ref, c->inp, c->wt, c->B, c->I, c->O); break;
+    }
+}
+
+/* Seconds per call: repeats the call until ~0.1 s has passed (so the clock's
+ * resolution and one-off stalls do not matter), after one warm-up call that
+ * brings the operands into cache, as they are in a training step. */
+static double seconds_per_call(Case *c, Kernel k) {
+    run_kernel(c, k);
+    long calls = 0;
+    double t0 = now_seconds(), t = 0.0;
+    do {
+        for (int r = 0; r < 8; r++) run_kernel(c, k);
+        calls += 8;
+        t = now_seconds() - t0;
+    } while (t < 0.1);
+    return t / (double)calls;
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    printf("linear layers of the `small` model, one core, fp32 (GFLOP/s = 1e9 flop/s)\n"
+           "  forward 2*B*I*O flops, backward 4*B*I*O; naive = textbook i-j-k matmul (B,I)@(I,O) = 2*B*I*O\n\n");
+    printf("%-8s %4s %4s %4s | %9s %9s | %9s | %7s %7s | %s\n", "layer", "B", "I", "O", "fwd us", "fwd GF/s",
+           "naive GF/s", "fwd/nv", "bwd GF/s", "check");
+    double max_err = 0.0;
+    for (int bi = 0; bi < N_BATCHES; bi++) {
+        for (int si = 0; si < N_SHAPES; si++) {
+            Case c;
+            c.B = BATCHES[bi];
+            c.I = SHAPES[si].I;
+            c.O = SHAPES[si].O;
+            long BI = (long)c.B * c.I, BO = (long)c.B * c.O, OI = (long)c.O * c.I;
+            c.inp = alloc_floats(BI);
+            c.w = alloc_floats(OI);
+            c.wt = alloc_floats(OI);
+            c.bias = alloc_floats(c.O);
+            c.out = alloc_floats(BO);
+            c.dout = alloc_floats(BO);
+            c.dinp = alloc_floats(BI);
+            c.dw = alloc_floats(OI);
+            c.db = alloc_floats(c.O);
+            c.ref = alloc_floats(BO);
+            fill(c.inp, BI, 1);
+            fill(c.w, OI, 2);
+            fill(c.dout, BO, 3);
+            /* The naive matmul takes the weight as (I, O), the textbook
+             * layout; nn.Linear stores (O, I). Same numbers, transposed. */
+            for (int o = 0; o < c.O; o++)
+                for (int i = 0; i < c.I; i++) c.wt[(long)i * c.O + o] = c.w[(long)o * c.I + i];
+
+            /* Check before timing: forward with a zero bias must match the
+             * reference up to rounding (the two sum in different orders). */
+            run_kernel(&c, K_FORWARD);
+            run_kernel(&c, K_NAIVE);
+            for (long j = 0; j < BO; j++) {
+                double e = fabs((double)c.out[j] - c.ref[j]) / (1.0 + fabs(c.ref[j]));
+                if (e > max_err) max_err = e;
+            }
+
+            double flops = 2.0 * c.B * c.I * c.O;
+            double t_fwd = seconds_per_call(&c, K_FORWARD);
+            double t_naive = seconds_per_call(&c, K_NAIVE);
+            /* Backward accumulates (+=) into dinp, dW and db, as in the
+             * trainer, so repeated calls just keep adding: fine for timing. */
+            double t_bwd = seconds_per_call(&c, K_BACKWARD);
+            double gf_fwd = flops / t_fwd / 1e9, gf_naive = flops / t_naive / 1e9, gf_bwd = 2.0 * flops / t_bwd / 1e9;
+            printf("%-8s %4d %4d %4d | %9.1f %9.2f | %9.2f | %7.2f %7.2f | %s\n", SHAPES[si].name, c.B, c.I, c.O, 1e6 * t_fwd,
+                   gf_fwd, gf_naive, gf_fwd / gf_naive, gf_bwd, max_err < 1e-4 ? "ok" : "MISMATCH");
+
+            free(c.inp); free(c.w); free(c.wt); free(c.bias); free(c.out);
+            free(c.dout); free(c.dinp); free(c.dw); free(c.db); free(c.ref);
+        }
+    }
+    printf("\nforward vs naive: largest relative difference %.2e (summation order only)\n", max_err);
+    MPI_Finalize();
+    return max_err < 1e-4 ? 0 : 1;
+}

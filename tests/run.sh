@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# tests/run.sh — every test of fsdp.c; `make test` runs it.
+#
+# Each test is a command that exits 0 on success and prints what it
+# compared. The last line is "N passed, N failed" (", N skipped" when a
+# test could not run here, e.g. no CUDA compiler: never counted as passed).
+set -u
+cd "$(dirname "$0")/.."
+MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+TINY="--model tiny --steps 8 --batch 12"
+passed=0 failed=0 skipped=0
+failed_names=()
+
+run() { # run NAME COMMAND...
+  local name=$1; shift
+  local log; log=$(mktemp)
+  local start=$SECONDS
+  timeout 300 "$@" >"$log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then
+    passed=$((passed + 1)); echo "PASS  $name ($((SECONDS - start)) s)"
+  elif [ $rc -eq 77 ]; then
+    skipped=$((skipped + 1)); echo "SKIP  $name"
+  else
+    failed=$((failed + 1)); failed_names+=("$name"); echo "FAIL  $name (exit $rc)"
+  fi
+  sed 's/^/      /' "$log"
+  rm -f "$log"
+}
+
+# -- one process: layers, AdamW, auto-wrap, shards -----------------------------
+run "gradients, AdamW, auto-wrap, padding and shards" tests/test_units
+
+# -- N ranks == 1 rank ------------------------------------------------------------
+for n in 2 3 4; do
+  run "equivalence full_shard N=$n" $MPIRUN -np $n tests/test_distributed equivalence full_shard ring $TINY
+done
+# Units smaller than N: with --width 1 and --min-params 1 each LayerNorm is a
+# unit of 2 elements, so on 3 or 4 ranks some shards are all padding (and the
+# root unit has no parameters at all). Width 1, not 2: a LayerNorm over 2
+# elements has a mathematically zero input gradient that fp32 computes as
+# rounding noise, and Adam's g/sqrt(v) blows that noise up to a real step,
+# differently on every world size. Over 1 element the gradient is exactly 0.
+for n in 3 4; do
+  run "equivalence full_shard N=$n, units smaller than N" $MPIRUN -np $n tests/test_distributed equivalence full_shard ring $TINY --width 1 --min-params 1
+done
+for n in 2 4; do
+  run "equivalence no_shard (DDP) N=$n" $MPIRUN -np $n tests/test_distributed equivalence no_shard ring $TINY
+done
+run "equivalence shard_grad_op N=3" $MPIRUN -np 3 tests/test_distributed equivalence shard_grad_op ring $TINY
+run "equivalence full_shard N=4, Open MPI collectives" $MPIRUN -np 4 tests/test_distributed equivalence full_shard mpi $TINY
+run "equivalence no_shard N=3, Open MPI collectives" $MPIRUN -np 3 tests/test_distributed equivalence no_shard mpi $TINY
+
+# -- memory and traffic -------------------------------------------------------------
+run "memory N=4" $MPIRUN -np 4 tests/test_distributed memory $TINY
+run "memory N=3, units smaller than N" $MPIRUN -np 3 tests/test_distributed memory $TINY --width 1 --min-params 1
+run "traffic full_shard N=3" $MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY
+run "traffic shard_grad_op N=2" $MPIRUN -np 2 tests/test_distributed traffic shard_grad_op $TINY
+run "traffic no_shard N=4" $MPIRUN -np 4 tests/test_distributed traffic no_shard $TINY
+
+# -- the command line ------------------------------------------------------------------
+run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh
+run "demo: --compare trains and prints the table" bash tests/test_demo.sh
+
+# -- the CUDA build ------------------------------------------------------------------------
+gpu_build() {
+  command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
+  make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu" && test -x fsdp-gpu
+}
+run "make gpu compiles fsdp.c as CUDA C++" gpu_build
+
+echo
+[ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"
+if [ $skipped -gt 0 ]; then echo "$passed passed, $failed failed, $skipped skipped"; else echo "$passed passed, $failed failed"; fi
+[ $failed -eq 0 ]

@@ -1,0 +1,276 @@
+/* tests/test_distributed.c — N ranks against 1 rank, memory, and traffic.
+ *
+ * Run under mpirun; every rank takes part, rank 0 reports:
+ *   mpirun -np N tests/test_distributed equivalence STRATEGY IMPL [fsdp flags]
+ *   mpirun -np N tests/test_distributed memory [fsdp flags]
+ *   mpirun -np N tests/test_distributed traffic STRATEGY [fsdp flags]
+ *
+ * The 1-rank reference runs in the same processes on MPI_COMM_SELF: each
+ * rank trains it alone, so the comparison needs no files and no second run.
+ * Exit code 0 when every check passes, 1 otherwise (on every rank).
+ */
+#define FSDP_NO_MAIN
+#include "fsdp.c"
+
+static int failures = 0;
+
+static void check(int ok, const char *what, const char *fmt, ...) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (!ok) failures++;
+    if (rank != 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  %s %-40s ", ok ? "ok  " : "FAIL", what);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+/* ---- counting what really crosses the wire -------------------------------
+ * The MPI profiling interface lets a program define MPI_Sendrecv itself and
+ * reach the library through PMPI_Sendrecv. Our ring collectives move every
+ * byte through MPI_Sendrecv, so this counter sees the real traffic,
+ * independently of the counting in comm_record. */
+static double wire_bytes_sent = 0.0;
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, int recvcount,
+                 MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status) {
+    int size = 0;
+    MPI_Type_size(sendtype, &size);
+    wire_bytes_sent += (double)sendcount * size;
+    return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status);
+}
+
+/* Builds a Config from "fsdp flags" (argv tail) plus forced options. */
+static void make_config(Config *cfg, int argc, char **argv, const char *strategy, const char *impl) {
+    char *args[64];
+    int n = 0;
+    args[n++] = (char *)"test";
+    for (int i = 0; i < argc && n < 58; i++) args[n++] = argv[i];
+    if (strategy) { args[n++] = (char *)"--strategy"; args[n++] = (char *)strategy; }
+    if (impl) { args[n++] = (char *)"--collectives"; args[n++] = (char *)impl; }
+    char err[512];
+    if (config_parse(cfg, n, args, err, sizeof(err)) != 0) {
+        fprintf(stderr, "test_distributed: bad flags: %s\n", err);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+/* Every rank's shard of every unit's flat gradient, joined in model order:
+ * the averaged gradient the optimizer just used. */
+static void gather_grads(Trainer *t, float *out) {
+    Model *m = &t->model;
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        float *full = (float *)calloc((size_t)u->padded + 1, sizeof(float));
+        if (is_sharded(t)) MPI_Allgather(u->shard_grad, (int)u->shard, MPI_FLOAT, full, (int)u->shard, MPI_FLOAT, t->comm.comm);
+        else memcpy(full, u->shard_grad, (size_t)u->padded * sizeof(float));
+        long pos = 0;
+        for (int i = 0; i < m->n_params; i++) {
+            if (m->params[i].unit == ui) memcpy(out + pos, full + m->params[i].offset, (size_t)m->params[i].numel * sizeof(float));
+            pos += m->params[i].numel;
+        }
+        free(full);
+    }
+}
+
+static double max_abs_diff(const float *a, const float *b, long n, double *scale) {
+    double worst = 0.0, big = 0.0;
+    for (long i = 0; i < n; i++) {
+        worst = fmax(worst, fabs((double)a[i] - b[i]));
+        big = fmax(big, fabs((double)b[i]));
+    }
+    *scale = big;
+    return worst;
+}
+
+/* ---- equivalence -------------------------------------------------------------
+ * The N-rank run and the 1-rank run do the same arithmetic except for the
+ * order in which per-sample gradient contributions are summed: one rank
+ * sums all B samples inside linear_backward; N ranks each sum B/N, and the
+ * collective adds the N partial sums. fp32 addition is not associative, so
+ * the results differ by rounding: relative ~1e-6 for the gradients. The
+ * forward pass of one sample is identical bit for bit (fixed summation
+ * order), so the first step's loss must agree to the last few ulps.
+ * Tolerances:
+ *   - gradients after step 1: max |dg| <= 1e-5 * max |g|. A reduction-order
+ *     difference is ~1e-7 relative per addition, times a few dozen
+ *     additions; a wrong mean (sum over N instead of average) or a missing
+ *     rank is off by a factor of at least 1/N, orders of magnitude beyond.
+ *   - losses every step: |dloss| <= 1e-5. Loss ~ 5, one ulp ~5e-7; the
+ *     tiny parameter differences below feed through.
+ *   - parameters after K steps: max |dp| <= 1e-5. Adam divides by sqrt(v),
+ *     so an element whose gradient is near zero can turn a 1e-7 rounding
+ *     difference into a larger step difference; in practice the worst
+ *     element differs by ~1e-7 after 8 steps, so 1e-5 leaves two orders of
+ *     margin. A real bug (a wrong shard offset, a missed unit, a stale
+ *     gradient) moves parameters by ~lr = 3e-3 per step, far above it. */
+static void test_equivalence(int argc, char **argv, const char *strategy, const char *impl) {
+    Config cfg, ref_cfg;
+    make_config(&cfg, argc, argv, strategy, impl);
+    make_config(&ref_cfg, argc, argv, "no_shard", "ring");
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    Trainer *ref = trainer_create(&ref_cfg, MPI_COMM_SELF);
+    int N = t->comm.world;
+    long P = trainer_num_params(t);
+    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
+    float *init = (float *)malloc((size_t)P * sizeof(float));
+    trainer_gather_params(ref, init);
+    double worst_loss = 0.0;
+    int steps = cfg.steps;
+    for (int s = 0; s < steps; s++) {
+        float ln = trainer_step(t, s), l1 = trainer_step(ref, s);
+        worst_loss = fmax(worst_loss, fabs((double)ln - l1));
+        if (s == 0) {
+            double scale;
+            gather_grads(t, a);
+            gather_grads(ref, b);
+            double d = max_abs_diff(a, b, P, &scale);
+            check(d <= 1e-5 * scale, "gradients after step 1", "max |dg| %.2e, max |g| %.2e (tol 1e-5 * max|g|)", d, scale);
+            check(fabs((double)ln - l1) <= 1e-5, "loss at step 1", "%d ranks %.7f, 1 rank %.7f", N, ln, l1);
+        }
+    }
+    check(worst_loss <= 1e-5, "losses, every step", "max |dloss| %.2e over %d steps (tol 1e-5)", worst_loss, steps);
+    double scale;
+    trainer_gather_params(t, a);
+    trainer_gather_params(ref, b);
+    double d = max_abs_diff(a, b, P, &scale);
+    check(d <= 1e-5, "parameters after the last step", "max |dp| %.2e over %ld parameters (tol 1e-5)", d, P);
+    /* control: training moved the parameters far beyond the tolerance, so
+     * "equal" above is not "both untouched" */
+    double moved = max_abs_diff(b, init, P, &scale);
+    check(moved > 100 * 1e-5, "(control) training moved parameters", "max |p - p0| %.2e; %d units, unit 0 shard %ld", moved, t->n_units, t->units[0].shard);
+    free(init);
+    free(a);
+    free(b);
+    trainer_destroy(t);
+    trainer_destroy(ref);
+}
+
+/* ---- memory ---------------------------------------------------------------------
+ * DDP and full_shard on the same ranks, two steps each, ledgers compared:
+ *   - parameters, gradients, optimizer state: FSDP <= DDP/N + one unit's
+ *     padding (in bytes, for the state tensors in that category);
+ *   - full params: the root unit stays gathered through the whole step
+ *     (PyTorch does not reshard the root after forward), and one other unit
+ *     is gathered at a time: root + largest other unit. Full grads likewise.
+ *   - shard_grad_op keeps every unit's full state from its forward to its
+ *     backward: the whole model. */
+static double peak_of(Trainer *t, MemCategory k) {
+    double mine = (double)t->ledger.peak[k], worst = 0.0;
+    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, t->comm.comm);
+    return worst;
+}
+
+static void test_memory(int argc, char **argv) {
+    Config ddp_cfg, fsdp_cfg, zero2_cfg;
+    make_config(&ddp_cfg, argc, argv, "no_shard", NULL);
+    make_config(&fsdp_cfg, argc, argv, "full_shard", NULL);
+    make_config(&zero2_cfg, argc, argv, "shard_grad_op", NULL);
+    Trainer *ddp = trainer_create(&ddp_cfg, MPI_COMM_WORLD);
+    Trainer *fsdp = trainer_create(&fsdp_cfg, MPI_COMM_WORLD);
+    Trainer *zero2 = trainer_create(&zero2_cfg, MPI_COMM_WORLD);
+    for (int s = 0; s < 2; s++) {
+        trainer_step(ddp, s);
+        trainer_step(fsdp, s);
+        trainer_step(zero2, s);
+    }
+    int N = fsdp->comm.world;
+    long max_pad = 0, largest_other = 0, all_units = 0;
+    for (int u = 0; u < fsdp->n_units; u++) {
+        max_pad = fmax(max_pad, fsdp->units[u].padded - fsdp->units[u].numel);
+        if (u > 0) largest_other = fmax(largest_other, fsdp->units[u].padded);
+        all_units += fsdp->units[u].padded;
+    }
+    const double total = (double)trainer_num_params(fsdp) * sizeof(float);
+    const int tensors[3] = {1, 1, 2}; /* params, grads, exp_avg + exp_avg_sq */
+    for (int k = MEM_PARAM_SHARD; k <= MEM_OPTIM_STATE; k++) {
+        double d = peak_of(ddp, (MemCategory)k), f = peak_of(fsdp, (MemCategory)k);
+        double bound = d / N + tensors[k] * max_pad * sizeof(float);
+        char what[64];
+        snprintf(what, sizeof(what), "%s: full_shard <= ddp/N + padding", MEM_CATEGORY_NAMES[k]);
+        check(f <= bound && d >= tensors[k] * total, what, "%.0f <= %.0f (ddp %.0f, N %d)", f, bound, d, N);
+    }
+    double root_plus = (double)(fsdp->units[0].padded + largest_other) * sizeof(float);
+    double fp = peak_of(fsdp, MEM_FULL_PARAMS), fg = peak_of(fsdp, MEM_FULL_GRADS);
+    check(fp == root_plus, "full params: root + largest unit", "%.0f == %.0f bytes", fp, root_plus);
+    check(fg == root_plus, "full grads: root + largest unit", "%.0f == %.0f bytes", fg, root_plus);
+    double zp = peak_of(zero2, MEM_FULL_PARAMS);
+    check(zp == (double)all_units * sizeof(float), "shard_grad_op full params: all units", "%.0f == %.0f bytes", zp, (double)all_units * sizeof(float));
+    check(peak_of(ddp, MEM_FULL_PARAMS) == 0.0, "no_shard: no separate full state", "%.0f bytes", peak_of(ddp, MEM_FULL_PARAMS));
+    trainer_destroy(ddp);
+    trainer_destroy(fsdp);
+    trainer_destroy(zero2);
+}
+
+/* ---- traffic ------------------------------------------------------------------
+ * Per step, per rank, in bytes, with S_u = unit u's shard (padded_u / N):
+ *   full_shard:    all-gather  (N-1) S_u * 4 for each unit, twice (forward
+ *                  and backward) except the root, once (kept gathered);
+ *                  reduce-scatter (N-1) S_u * 4 once per unit
+ *   shard_grad_op: all-gather once per unit, reduce-scatter once
+ *   no_shard:      all-reduce 2 (N-1) S_u * 4 once per unit
+ * plus the loss: an all-gather of one float per rank, (N-1) * 4.
+ * Checked three ways: the counters against this formula, and the bytes that
+ * really went through MPI_Sendrecv (the ring) against the counters. */
+static void test_traffic(int argc, char **argv, const char *strategy) {
+    Config cfg;
+    make_config(&cfg, argc, argv, strategy, "ring");
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    int N = t->comm.world, steps = cfg.steps;
+    double expect[COMM_NUM_KINDS] = {0, 0, 0};
+    long expect_calls[COMM_NUM_KINDS] = {1, 0, 0}; /* the loss all-gather */
+    expect[COMM_ALL_GATHER] = (N - 1) * 4.0;
+    for (int u = 0; u < t->n_units; u++) {
+        double one = (double)(N - 1) * (t->units[u].padded / N) * sizeof(float);
+        if (cfg.strategy == STRATEGY_NO_SHARD) {
+            expect[COMM_ALL_REDUCE] += 2 * one;
+            expect_calls[COMM_ALL_REDUCE]++;
+            continue;
+        }
+        int gathers = (cfg.strategy == STRATEGY_FULL_SHARD && u > 0) ? 2 : 1;
+        expect[COMM_ALL_GATHER] += gathers * one;
+        expect[COMM_REDUCE_SCATTER] += one;
+        expect_calls[COMM_ALL_GATHER] += gathers;
+        expect_calls[COMM_REDUCE_SCATTER]++;
+    }
+    wire_bytes_sent = 0.0;
+    for (int s = 0; s < steps; s++) trainer_step(t, s);
+    double counted = 0.0;
+    for (int k = 0; k < COMM_NUM_KINDS; k++) {
+        char what[64];
+        snprintf(what, sizeof(what), "%s bytes/step (%s)", COMM_KIND_NAMES[k], strategy);
+        check(t->comm.bytes_sent[k] == expect[k] * steps && t->comm.calls[k] == expect_calls[k] * steps, what,
+              "counted %.0f in %ld calls, formula %.0f in %ld calls", t->comm.bytes_sent[k] / steps, t->comm.calls[k] / steps, expect[k], expect_calls[k]);
+        counted += t->comm.bytes_sent[k];
+    }
+    check(wire_bytes_sent == counted, "bytes through MPI_Sendrecv == counted", "%.0f == %.0f (rank 0, %d steps)", wire_bytes_sent, counted, steps);
+    trainer_destroy(t);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "equivalence") && argc >= 4) {
+        if (rank == 0) printf("equivalence: %s (%s) on %d ranks == 1 rank\n", argv[2], argv[3], world);
+        test_equivalence(argc - 4, argv + 4, argv[2], argv[3]);
+    } else if (!strcmp(mode, "memory")) {
+        if (rank == 0) printf("memory: no_shard vs full_shard vs shard_grad_op on %d ranks\n", world);
+        test_memory(argc - 2, argv + 2);
+    } else if (!strcmp(mode, "traffic") && argc >= 3) {
+        if (rank == 0) printf("traffic: %s on %d ranks\n", argv[2], world);
+        test_traffic(argc - 3, argv + 3, argv[2]);
+    } else {
+        if (rank == 0) fprintf(stderr, "usage: test_distributed equivalence STRATEGY IMPL | memory | traffic STRATEGY  [fsdp flags]\n");
+        MPI_Finalize();
+        return 2;
+    }
+    int any = 0;
+    MPI_Allreduce(&failures, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) printf("%s\n", any ? "FAILED" : "all checks passed");
+    MPI_Finalize();
+    return any ? 1 : 0;
+}

@@ -1,0 +1,342 @@
+/* tests/test_units.c — the pieces of fsdp.c, one at a time, on one process.
+ *
+ *   gradients   every layer's backward against central finite differences,
+ *               and the whole model's backward the same way
+ *   adamw       three steps against values computed by hand
+ *   autowrap    unit assignment for several thresholds, edge cases included
+ *   shards      padding and shard ranges for N = 1..64, and that the shards
+ *               of all ranks put together are the 1-rank flat parameter
+ *
+ * Every check prints what it compared; the exit code is the number of
+ * failed checks (0 = all passed). Run: ./tests/test_units
+ */
+#define FSDP_NO_MAIN
+#include "fsdp.c"
+
+static int failures = 0;
+
+static void check(int ok, const char *what, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("  %s %-44s ", ok ? "ok  " : "FAIL", what);
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    if (!ok) failures++;
+}
+
+/* ---- finite differences ------------------------------------------------------ */
+
+/* Deterministic test inputs in [-1, 1). */
+static void fill(float *x, long n, uint64_t key) {
+    for (long i = 0; i < n; i++) x[i] = 2.0f * rng_uniform(99, key, 0, (uint64_t)i) - 1.0f;
+}
+
+/* A layer under test: reads the inputs, writes the output. The scalar we
+ * differentiate is L = sum(out * r) for a fixed random r, so dL/dout = r. */
+typedef struct {
+    float *in[4];    /* tensors we perturb (inputs and parameters)       */
+    float *grad[4];  /* analytic gradients of L w.r.t. each               */
+    long n[4];
+    const char *name[4];
+    int n_in;
+    float *out, *r;
+    long n_out;
+    void (*forward)(void *ctx);
+    void *ctx;
+} GradCase;
+
+static double loss_of(GradCase *g) {
+    g->forward(g->ctx);
+    double L = 0.0;
+    for (long i = 0; i < g->n_out; i++) L += (double)g->out[i] * g->r[i];
+    return L;
+}
+
+/* Compares analytic and numeric gradients on every element: the worst
+ * |analytic - numeric| / (|numeric| + 1e-2). With h = 1e-3 in fp32 the
+ * numeric side is good to a few 1e-4 on O(1) values, so 1e-2 leaves a wide
+ * margin while a wrong formula (a sign, a missing term) is off by O(1). */
+static void gradcheck(GradCase *g, const char *layer) {
+    const float h = 1e-3f;
+    for (int k = 0; k < g->n_in; k++) {
+        double worst = 0.0;
+        for (long i = 0; i < g->n[k]; i++) {
+            float keep = g->in[k][i];
+            g->in[k][i] = keep + h;
+            double lp = loss_of(g);
+            g->in[k][i] = keep - h;
+            double lm = loss_of(g);
+            g->in[k][i] = keep;
+            double numeric = (lp - lm) / (2.0 * h);
+            double err = fabs(g->grad[k][i] - numeric) / (fabs(numeric) + 1e-2);
+            if (err > worst) worst = err;
+        }
+        char what[96];
+        snprintf(what, sizeof(what), "%s d%s", layer, g->name[k]);
+        check(worst < 1e-2, what, "max rel err %.2e over %ld elements (tol 1e-2)", worst, g->n[k]);
+    }
+}
+
+enum { GB = 3, GI = 5, GO = 4 };
+
+typedef struct { float *out, *in, *w, *b; } LinearCtx;
+static void linear_case(void *c) { LinearCtx *x = (LinearCtx *)c; linear_forward(x->out, x->in, x->w, x->b, GB, GI, GO); }
+
+static void test_linear(void) {
+    float in[GB * GI], w[GO * GI], b[GO], out[GB * GO], r[GB * GO];
+    float din[GB * GI] = {0}, dw[GO * GI] = {0}, db[GO] = {0};
+    fill(in, GB * GI, 1); fill(w, GO * GI, 2); fill(b, GO, 3); fill(r, GB * GO, 4);
+    linear_backward(din, dw, db, r, in, w, GB, GI, GO);
+    LinearCtx ctx = {out, in, w, b};
+    GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GO * GI, GO}, {"input", "weight", "bias"}, 3, out, r, GB * GO, linear_case, &ctx};
+    gradcheck(&g, "linear");
+}
+
+typedef struct { float *out, *mean, *rstd, *in, *w, *b; } NormCtx;
+static void norm_case(void *c) { NormCtx *x = (NormCtx *)c; layernorm_forward(x->out, x->mean, x->rstd, x->in, x->w, x->b, GB, GI); }
+
+static void test_layernorm(void) {
+    float in[GB * GI], w[GI], b[GI], out[GB * GI], r[GB * GI], mean[GB], rstd[GB];
+    float din[GB * GI] = {0}, dw[GI] = {0}, db[GI] = {0};
+    fill(in, GB * GI, 5); fill(w, GI, 6); fill(b, GI, 7); fill(r, GB * GI, 8);
+    NormCtx ctx = {out, mean, rstd, in, w, b};
+    norm_case(&ctx); /* saves mean and rstd for the backward */
+    layernorm_backward(din, dw, db, r, in, w, mean, rstd, GB, GI);
+    GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GI, GI}, {"input", "weight", "bias"}, 3, out, r, GB * GI, norm_case, &ctx};
+    gradcheck(&g, "layernorm");
+}
+
+typedef struct { float *out, *in; } GeluCtx;
+static void gelu_case(void *c) { GeluCtx *x = (GeluCtx *)c; gelu_forward(x->out, x->in, GB * GI); }
+
+static void test_gelu(void) {
+    float in[GB * GI], out[GB * GI], r[GB * GI], din[GB * GI] = {0};
+    fill(in, GB * GI, 9); fill(r, GB * GI, 10);
+    for (int i = 0; i < GB * GI; i++) in[i] *= 3.0f; /* cover the curved part */
+    gelu_backward(din, r, in, GB * GI);
+    GeluCtx ctx = {out, in};
+    GradCase g = {{in}, {din}, {GB * GI}, {"input"}, 1, out, r, GB * GI, gelu_case, &ctx};
+    gradcheck(&g, "gelu");
+}
+
+enum { EV = 6, ET = 3, EC = 2 };
+typedef struct { float *out, *w; const unsigned char *tok; } EmbCtx;
+static void emb_case(void *c) { EmbCtx *x = (EmbCtx *)c; embedding_forward(x->out, x->tok, x->w, GB, ET, EC); }
+
+static void test_embedding(void) {
+    const unsigned char tok[GB * ET] = {0, 5, 2, 2, 2, 1, 4, 0, 5}; /* repeats: gradients must add */
+    float w[EV * EC], out[GB * ET * EC], r[GB * ET * EC], dw[EV * EC] = {0};
+    fill(w, EV * EC, 11); fill(r, GB * ET * EC, 12);
+    embedding_backward(dw, r, tok, GB, ET, EC);
+    EmbCtx ctx = {out, w, tok};
+    GradCase g = {{w}, {dw}, {EV * EC}, {"weight"}, 1, out, r, GB * ET * EC, emb_case, &ctx};
+    gradcheck(&g, "embedding");
+}
+
+/* Cross-entropy's output is the loss itself: r = 1 on a one-element output. */
+typedef struct { float *loss, *probs, *logits; const int *targets; } CeCtx;
+static void ce_case(void *c) { CeCtx *x = (CeCtx *)c; x->loss[0] = crossentropy_forward(x->probs, x->logits, x->targets, GB, GO); }
+
+static void test_crossentropy(void) {
+    const int targets[GB] = {1, 3, 0};
+    float logits[GB * GO], probs[GB * GO], dlogits[GB * GO] = {0}, loss[1], r[1] = {1.0f};
+    fill(logits, GB * GO, 13);
+    CeCtx ctx = {loss, probs, logits, targets};
+    ce_case(&ctx);
+    crossentropy_backward(dlogits, probs, targets, 1.0f / GB, GB, GO);
+    GradCase g = {{logits}, {dlogits}, {GB * GO}, {"logits"}, 1, loss, r, 1, ce_case, &ctx};
+    gradcheck(&g, "crossentropy");
+}
+
+/* The whole model, through the trainer on one rank with no_shard: the
+ * backward pass, with every hook, against finite differences of the loss.
+ * A few elements of every parameter tensor are probed. The loss is an
+ * average of O(1) terms, so its gradients are small; we compare the probed
+ * vector as a whole: |g_num - g| / |g| < 2e-2. */
+static void test_model_gradients(void) {
+    Config cfg;
+    char err[256];
+    char *argv[] = {(char *)"t", (char *)"--model", (char *)"tiny", (char *)"--strategy", (char *)"no_shard", (char *)"--batch", (char *)"4"};
+    if (config_parse(&cfg, 7, argv, err, sizeof(err)) != 0) { check(0, "model config", "%s", err); return; }
+    Trainer *t = trainer_create(&cfg, MPI_COMM_SELF);
+    sampler_local_batch(&t->corpus, cfg.seed, 0, cfg.batch, 0, 1, cfg.context, t->act.tokens, t->act.targets);
+    model_forward(t);
+    model_backward(t);
+    const float h = 1e-2f;
+    for (int pi = 0; pi < t->model.n_params; pi++) {
+        Param *p = &t->model.params[pi];
+        double diff2 = 0.0, norm2 = 0.0;
+        int probes = 0;
+        for (long e = 0; e < p->numel && probes < 6; e += 1 + p->numel / 6, probes++) {
+            /* embedding rows of bytes not in the batch have zero gradient; probe the used ones */
+            long idx = (p->module == t->model.embed) ? (long)t->act.tokens[probes] * cfg.embed_dim + probes % cfg.embed_dim : e;
+            float keep = p->data[idx];
+            p->data[idx] = keep + h;
+            double lp = model_forward(t);
+            p->data[idx] = keep - h;
+            double lm = model_forward(t);
+            p->data[idx] = keep;
+            double numeric = (lp - lm) / (2.0 * h);
+            diff2 += (numeric - p->grad[idx]) * (numeric - p->grad[idx]);
+            norm2 += (double)p->grad[idx] * p->grad[idx];
+        }
+        double rel = sqrt(diff2) / (sqrt(norm2) + 1e-6);
+        char what[96];
+        snprintf(what, sizeof(what), "model d%s", p->name);
+        check(rel < 2e-2, what, "rel err %.2e over %d probes, |g| %.2e (tol 2e-2)", rel, probes, sqrt(norm2));
+    }
+    trainer_destroy(t);
+}
+
+/* ---- AdamW ------------------------------------------------------------------------ */
+
+/* lr 0.1, betas (0.9, 0.999), eps 1e-8, weight decay 0.01, p0 = 1, grads
+ * 0.5, -0.25, 1.0. By hand, step 1:
+ *   p = 1 * (1 - 0.1*0.01) = 0.999;  m = 0.05;  v = 0.00025
+ *   bias corrections 0.1 and 0.001: denom = sqrt(0.00025)/sqrt(0.001) + 1e-8
+ *   = 0.5 + 1e-8;  p = 0.999 - (0.1/0.1) * 0.05/0.50000001 = 0.899000002
+ * step 2: p = 0.898101; m = 0.02; v = 0.00031225; corrections 0.19 and
+ *   0.001999: denom = 0.0176706/0.0447102 = 0.395226; p -= 0.526316 *
+ *   0.0506040 -> 0.8714673
+ * step 3 likewise: m = 0.118, v = 0.00131194 -> 0.8047847 */
+static void test_adamw(void) {
+    const float grads[3] = {0.5f, -0.25f, 1.0f};
+    const double expect[3] = {0.899000002, 0.8714673, 0.8047847};
+    float p = 1.0f, m = 0.0f, v = 0.0f;
+    for (int t = 1; t <= 3; t++) {
+        float bc1 = 1.0f - powf(0.9f, (float)t), bc2_sqrt = sqrtf(1.0f - powf(0.999f, (float)t));
+        adamw_update_one(&p, &m, &v, grads[t - 1], 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, bc1, bc2_sqrt);
+        char what[64];
+        snprintf(what, sizeof(what), "adamw step %d", t);
+        /* fp32 arithmetic on values near 1: 1e-6 is a few ulps of headroom */
+        check(fabs(p - expect[t - 1]) < 1e-6, what, "p = %.7f, by hand %.7f", p, expect[t - 1]);
+    }
+}
+
+/* ---- auto-wrap ---------------------------------------------------------------- */
+
+/* The tiny model (C=4, T=8, D=16, L=2) has, by hand:
+ *   embed 256*4 = 1024; proj_in 32*16+16 = 528;
+ *   per block: norm 2*16 = 32, fc1 16*64+64 = 1088, fc2 64*16+16 = 1040 -> 2160;
+ *   norm_f 32; head 16*256+256 = 4352; total 10256. */
+typedef struct {
+    long min_params;
+    int n_units;
+    const char *roots[12]; /* unit root modules in pre-order ("" = the root) */
+    long numel[12];
+} WrapCase;
+
+static void test_autowrap(void) {
+    const WrapCase cases[] = {
+        /* exactly one block: each block and the head (4352 >= 2160) wrap */
+        {2160, 4, {"", "blocks.0", "blocks.1", "head"}, {1024 + 528 + 32, 2160, 2160, 4352}},
+        /* one above: no block reaches it; blocks is a ModuleList and never wraps */
+        {2161, 2, {"", "head"}, {1024 + 528 + 2 * 2160 + 32, 4352}},
+        /* exactly the head */
+        {4352, 2, {"", "head"}, {5904, 4352}},
+        /* 1: every module with parameters wraps; containers are left with
+         * 0 and the root with no parameters at all */
+        {1, 11, {"", "embed", "proj_in", "blocks.0.norm", "blocks.0.fc1", "blocks.0.fc2", "blocks.1.norm", "blocks.1.fc1", "blocks.1.fc2", "norm_f", "head"},
+         {0, 1024, 528, 32, 1088, 1040, 32, 1088, 1040, 32, 4352}},
+        /* above the whole model: the root takes everything */
+        {10257, 1, {""}, {10256}},
+    };
+    Config cfg;
+    char err[256];
+    char *argv[] = {(char *)"t", (char *)"--model", (char *)"tiny"};
+    config_parse(&cfg, 3, argv, err, sizeof(err));
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        Model m;
+        model_build(&m, &cfg);
+        int n_units = autowrap(&m, cases[c].min_params);
+        Unit *units = (Unit *)calloc((size_t)n_units, sizeof(Unit));
+        units_layout(units, n_units, &m, 1, STRATEGY_FULL_SHARD);
+        int ok = (n_units == cases[c].n_units) && m.total_numel == 10256;
+        char got[512] = "";
+        size_t used = 0;
+        for (int u = 0; u < n_units && used < sizeof(got); u++) {
+            const char *name = m.modules[units[u].root_module].name;
+            used += (size_t)snprintf(got + used, sizeof(got) - used, "%s%s=%ld", u ? " " : "", u ? name : "(root)", units[u].numel);
+            if (u < cases[c].n_units) ok &= !strcmp(name, cases[c].roots[u]) && units[u].numel == cases[c].numel[u];
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "autowrap min_params=%ld", cases[c].min_params);
+        check(ok, what, "%d units: %s", n_units, got);
+        for (int u = 0; u < n_units; u++) free(units[u].params);
+        free(units);
+        model_free(&m);
+    }
+}
+
+/* ---- padding and shards ---------------------------------------------------------- */
+
+/* For each N: padded = ceil(numel/N)*N, shard = padded/N, and the shards of
+ * ranks 0..N-1 laid side by side are the 1-rank flat parameter followed by
+ * zeros. N = 64 makes the 32-element norm units smaller than N, so ranks
+ * 32..63 own nothing but padding. */
+static void test_shards(void) {
+    Config cfg;
+    char err[256];
+    char *argv[] = {(char *)"t", (char *)"--model", (char *)"tiny"};
+    config_parse(&cfg, 3, argv, err, sizeof(err));
+    const int worlds[] = {1, 2, 3, 5, 7, 64};
+    Model m;
+    model_build(&m, &cfg);
+    int n_units = autowrap(&m, 1);
+    Unit *ref = (Unit *)calloc((size_t)n_units, sizeof(Unit));
+    units_layout(ref, n_units, &m, 1, STRATEGY_FULL_SHARD);
+    for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++) {
+        int N = worlds[w];
+        Unit *units = (Unit *)calloc((size_t)n_units, sizeof(Unit));
+        units_layout(units, n_units, &m, N, STRATEGY_FULL_SHARD);
+        int ok = 1;
+        long all_padding_ranks = 0;
+        for (int u = 0; u < n_units; u++) {
+            Unit *x = &units[u];
+            ok &= x->padded == ceil_div(x->numel, N) * N && x->shard * N == x->padded && x->padded - x->numel < N;
+            float *one = (float *)calloc((size_t)ref[u].numel + 1, sizeof(float));
+            ref[u].shard_param = one;
+            unit_init_shard(&ref[u], &m, 0, cfg.seed);
+            float *joined = (float *)calloc((size_t)x->padded + 1, sizeof(float));
+            for (int r = 0; r < N; r++) {
+                x->shard_param = joined + (long)r * x->shard;
+                unit_init_shard(x, &m, r, cfg.seed);
+                if ((long)r * x->shard >= x->numel) all_padding_ranks++;
+            }
+            ok &= memcmp(one, joined, (size_t)x->numel * sizeof(float)) == 0;
+            for (long i = x->numel; i < x->padded; i++) ok &= joined[i] == 0.0f;
+            free(one);
+            free(joined);
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "shards N=%d", N);
+        check(ok, what, "padding < N, shard*N == padded, shards == 1-rank flat (%ld all-padding shards)", all_padding_ranks);
+        for (int u = 0; u < n_units; u++) free(units[u].params);
+        free(units);
+    }
+    for (int u = 0; u < n_units; u++) free(ref[u].params);
+    free(ref);
+    model_free(&m);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    printf("layer gradients vs finite differences\n");
+    test_linear();
+    test_layernorm();
+    test_gelu();
+    test_embedding();
+    test_crossentropy();
+    printf("model gradients vs finite differences (tiny, 1 rank)\n");
+    test_model_gradients();
+    printf("AdamW\n");
+    test_adamw();
+    printf("auto-wrap\n");
+    test_autowrap();
+    printf("padding and shards\n");
+    test_shards();
+    printf("%d check(s) failed\n", failures);
+    MPI_Finalize();
+    return failures ? 1 : 0;
+}
