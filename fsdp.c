@@ -31,8 +31,9 @@
  *
  * The same file compiles as CUDA C++ (nvcc -x cu fsdp.c): see `make gpu`.
  * ========================================================================== */
-#define _POSIX_C_SOURCE 200809L /* fileno, for fstat on the --data file */
+#define _POSIX_C_SOURCE 200809L /* open, fstat, fdopen for the --data file */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -41,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fsdp.h"
 
@@ -1041,15 +1043,24 @@ static void corpus_synthetic(Corpus *c, uint64_t seed) {
 
 /* Reads a whole file. Returns 0, or 2 with a message in err. */
 static int corpus_load_file(Corpus *c, const char *path, int context, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    /* O_NONBLOCK: opening a named pipe would otherwise wait for a writer
+     * forever; we refuse anything but a regular file before reading. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
         snprintf(err, errlen, "--data %s: cannot open it (%s). Give the path of a readable file, or leave out --data to use the embedded corpus.", path, strerror(errno));
         return 2;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(f);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
         snprintf(err, errlen, "--data %s: not a regular file. Give the path of a text file.", path);
+        return 2;
+    }
+    fcntl(fd, F_SETFL, 0); /* back to blocking reads */
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        snprintf(err, errlen, "--data %s: cannot read it (%s).", path, strerror(errno));
         return 2;
     }
     if (st.st_size < context + 1) {
@@ -1386,6 +1397,8 @@ static int parse_long(const char *flag, const char *s, long lo, long hi, long *o
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
+    if (errno == ERANGE)
+        return usage_error(err, errlen, "%s: %s is out of range. Give an integer between %ld and %ld.", flag, s, lo, hi);
     if (errno || end == s || *end != '\0')
         return usage_error(err, errlen, "%s: '%s' is not a whole number. Give an integer between %ld and %ld.", flag, s, lo, hi);
     if (v < lo || v > hi)
@@ -1485,11 +1498,20 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         else return usage_error(err, errlen, "--collectives: unknown implementation '%s'. Choose ring or mpi.", val);
         return 0;
     }
-    return usage_error(err, errlen, "unknown option '%s'. See --help for the options.", flag);
+    return usage_error(err, errlen, "this is a bug in fsdp.c: option '%s' is listed but not handled.", flag);
 }
 
 static int flag_takes_no_value(const char *flag) {
     return !strcmp(flag, "--help") || !strcmp(flag, "-h") || !strcmp(flag, "--compare");
+}
+
+static int flag_takes_value(const char *flag) {
+    static const char *const flags[] = {"--model", "--depth", "--width", "--context", "--embed-dim", "--min-params",
+                                        "--strategy", "--collectives", "--steps", "--batch", "--lr", "--beta1",
+                                        "--beta2", "--eps", "--weight-decay", "--seed", "--data", "--log-every"};
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (!strcmp(flag, flags[i])) return 1;
+    return 0;
 }
 
 /* Splits argv into (flag, value) pairs, accepting "--flag value" and
@@ -1506,6 +1528,8 @@ static int config_each_option(Config *c, int argc, char **argv, int only_model, 
             arg = buf;
             val = eq + 1;
         }
+        if (!flag_takes_no_value(arg) && !flag_takes_value(arg))
+            return usage_error(err, errlen, "unknown option '%s'. See --help for the options.", arg);
         if (flag_takes_no_value(arg)) {
             if (val) return usage_error(err, errlen, "%s takes no value.", arg);
             if (!strcmp(arg, "--compare")) c->compare = 1;

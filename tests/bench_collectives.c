@@ -178,7 +178,7 @@ static double time_op(Bench *b, Op op, int warmup, int iters, long *bad) {
 /* memcpy of `bytes` on rank 0 while the other ranks sleep; GB/s of bytes
  * copied (each byte is read once and written once), valid on rank 0. */
 static double memcpy_gbps(Bench *b, long bytes, int iters) {
-    double best = 0.0;
+    double gbps = 0.0;
     barrier_sleeping(b->world);
     if (b->rank == 0) {
         double *dt = (double *)calloc((size_t)iters, sizeof(double));
@@ -193,17 +193,17 @@ static double memcpy_gbps(Bench *b, long bytes, int iters) {
         volatile float sink = b->full[bytes / (long)sizeof(float) - 1];
         (void)sink;
         qsort(dt, (size_t)iters, sizeof(double), cmp_double);
-        best = (double)bytes / dt[iters / 2] / 1e9;
+        gbps = (double)bytes / dt[iters / 2] / 1e9;
         free(dt);
     }
     barrier_sleeping(b->world);
-    return best;
+    return gbps;
 }
 
 /* Enough iterations for a stable median, few enough that the 32 MiB case
  * stays well under a second per op on an oversubscribed laptop. */
 static int iterations_for(long bytes) {
-    long it = (64L << 20) / bytes;
+    long it = (128L << 20) / bytes;
     return (int)(it < 10 ? 10 : it > 100 ? 100 : it);
 }
 

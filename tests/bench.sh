@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# tests/bench.sh — speed figures side by side with references (make bench)
+#
+#   (a) training throughput: 1 rank, DDP and FSDP on 2 and 4 ranks
+#   (b) collectives: our ring against Open MPI's built-ins, on 2 and 4 ranks
+#   (c) the Linear layers against a textbook matmul, on one core
+#
+# Every figure is printed next to the one it should be read against, from the
+# same run on the same machine: absolute numbers from a laptop say little,
+# ratios say a lot. `make bench` builds the binaries first; run from anywhere.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+
+# The Makefile exports these; set them here too so the script runs by hand
+# (as root in a container, and without the single-copy warning).
+export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+# MPIRUN is a command with options; split it into words once.
+read -r -a MPIRUN_CMD <<< "${MPIRUN:-mpirun -q --oversubscribe}"
+
+for bin in ./fsdp tests/bench_collectives tests/bench_matmul; do
+    if [[ ! -x $bin ]]; then
+        echo "error: $bin is not built." >&2
+        echo "HINT: run 'make bench', which builds it and then runs this script." >&2
+        exit 1
+    fi
+done
+
+cores=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo "?")
+cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //' || true)
+ompi=$(mpirun --version 2>/dev/null | head -n1 || true)
+
+echo "=================================================================="
+echo "fsdp.c benchmarks"
+echo "=================================================================="
+echo "machine: ${cores} cores${cpu:+, $cpu}${ompi:+; $ompi}"
+if [[ $cores =~ ^[0-9]+$ ]] && (( cores < 4 )); then
+    echo "NOTE: $cores cores, so 4 ranks are oversubscribed: ranks take turns on the cores,"
+    echo "      and a rank waiting in a collective competes with those computing. On this"
+    echo "      machine more ranks cannot mean more speed; the figures show what communication"
+    echo "      and sharding cost, not how FSDP scales on N real GPUs."
+fi
+echo "Other programs running at the same time make any of these numbers noisier."
+
+# ---- (a) training throughput ------------------------------------------------
+# One fixed job for every configuration: the same model, global batch and
+# steps, so ms/step and tok/s compare directly. tok/s is for the global
+# batch (all ranks together). The timing fsdp prints covers every step,
+# the slower first one included.
+TRAIN_ARGS=(--model small --steps 30 --log-every 1000)
+REPEATS=3 # best of 3 runs: the fastest is the one least disturbed by the OS
+
+# Runs fsdp REPEATS times; prints "ms_per_step tok_per_s" of the fastest run.
+train() {
+    local np=$1; shift
+    local best_ms="" best_tok="" out line ms tok
+    for ((r = 0; r < REPEATS; r++)); do
+        if ! out=$("${MPIRUN_CMD[@]}" -np "$np" ./fsdp "${TRAIN_ARGS[@]}" "$@" 2>&1); then
+            echo "error: mpirun -np $np ./fsdp ${TRAIN_ARGS[*]} $* failed:" >&2
+            echo "$out" | tail -n 20 >&2
+            exit 1
+        fi
+        # the line: "30 steps in 0.89 s: 29.71 ms/step, 2154 tok/s (...)"
+        line=$(echo "$out" | grep -E '^[0-9]+ steps in [0-9.]+ s: ' | tail -n1 || true)
+        if [[ -z $line ]]; then
+            echo "error: no 'N steps in X s: Y ms/step, Z tok/s' line in fsdp's output:" >&2
+            echo "$out" | tail -n 20 >&2
+            exit 1
+        fi
+        ms=$(echo "$line" | sed -E 's/.*: ([0-9.]+) ms\/step.*/\1/')
+        tok=$(echo "$line" | sed -E 's/.*, ([0-9.]+) tok\/s.*/\1/')
+        if [[ -z $best_ms ]] || awk -v a="$ms" -v b="$best_ms" 'BEGIN { exit !(a < b) }'; then
+            best_ms=$ms
+            best_tok=$tok
+        fi
+    done
+    echo "$best_ms $best_tok"
+}
+
+echo
+echo "------------------------------------------------------------------"
+echo "(a) training throughput: ./fsdp ${TRAIN_ARGS[*]}"
+echo "    global batch 64 on every row; best of $REPEATS runs"
+echo "------------------------------------------------------------------"
+printf "%-26s %5s %-11s %9s %9s %10s\n" "config" "ranks" "collectives" "ms/step" "tok/s" "vs 1 rank"
+
+base_tok=""
+row() { # label ranks collectives fsdp-args...
+    local label=$1 np=$2 coll=$3; shift 3
+    local res ms tok
+    res=$(train "$np" --collectives "$coll" "$@")
+    read -r ms tok <<< "$res"
+    [[ -n $base_tok ]] || base_tok=$tok
+    printf "%-26s %5s %-11s %9s %9s %9sx\n" "$label" "$np" "$coll" "$ms" "$tok" \
+        "$(awk -v a="$tok" -v b="$base_tok" 'BEGIN { printf "%.2f", a / b }')"
+}
+row "1 rank (no_shard)"         1 ring --strategy no_shard
+row "DDP (no_shard)"            2 ring --strategy ddp
+row "DDP (no_shard)"            4 ring --strategy ddp
+row "FSDP (full_shard)"         2 ring --strategy full_shard
+row "FSDP (full_shard)"         4 ring --strategy full_shard
+row "FSDP (full_shard)"         4 mpi  --strategy full_shard
+echo "(1 rank communicates nothing: with one rank there is nothing to gather or reduce)"
+
+# ---- (b) collectives -----------------------------------------------------------
+for np in 2 4; do
+    echo
+    echo "------------------------------------------------------------------"
+    echo "(b) collectives: mpirun -np $np tests/bench_collectives"
+    echo "------------------------------------------------------------------"
+    "${MPIRUN_CMD[@]}" -np "$np" tests/bench_collectives
+done
+
+# ---- (c) the Linear layers -----------------------------------------------------
+echo
+echo "------------------------------------------------------------------"
+echo "(c) matmul: tests/bench_matmul"
+echo "------------------------------------------------------------------"
+tests/bench_matmul

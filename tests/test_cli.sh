@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# tests/test_cli.sh: the command line rejects bad input cleanly.
+#
+# Every bad input must, under `$MPIRUN -np 2 ./fsdp ...`:
+#   - exit with code 2 (not 0, not 1, not a signal, not a hang: each run is
+#     under `timeout`, so a hang is a FAIL, not a stuck suite);
+#   - print a clear message: a fragment we name must appear (grep -F) in the
+#     combined stdout+stderr;
+#   - print it once: "error:" occurs exactly once (only rank 0 prints);
+#   - leave no fsdp process behind (pgrep -x fsdp).
+# Positive controls (--help, -h, tiny runs) must exit 0 with no "error:", so
+# a broken binary that rejects everything cannot pass.
+#
+# Prints one line per case (PASS/FAIL, the args, what it saw); exits 0 only
+# if every case passes. Cases run CLI_JOBS at a time (default 4): mpirun
+# takes 1-2 s to report a rank's non-zero exit, mostly asleep, so running
+# them in parallel keeps the suite well under a minute on 2 cores.
+#
+# Usage: bash tests/test_cli.sh        (after `make fsdp`; make exports MPIRUN)
+
+set -u
+cd "$(dirname "$0")/.." || exit 1
+
+MPIRUN="${MPIRUN:-mpirun -q --oversubscribe}"
+FSDP=./fsdp
+NP=2
+CASE_TIMEOUT=60     # seconds per run
+FIFO_TIMEOUT=15     # the named-pipe case: an error exit takes ~2 s; more is a hang
+JOBS="${CLI_JOBS:-4}"
+export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+
+if [ ! -x "$FSDP" ]; then
+    echo "FAIL  $FSDP is not built; run: make fsdp"
+    exit 1
+fi
+
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/fsdp_cli.XXXXXX")" || exit 1
+cleanup() {
+    # A rank stuck opening the named pipe is released by opening it here.
+    if [ -p "$TMP/fifo" ]; then exec 9<>"$TMP/fifo"; exec 9>&-; fi
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- data files ----------------------------------------------------------------
+: >"$TMP/empty"
+printf '01234567' >"$TMP/short8"        # tiny has --context 8: one sample needs 9 bytes
+printf '012345678' >"$TMP/ok9"          # exactly --context + 1 bytes: accepted
+mkdir "$TMP/dir"
+mkfifo "$TMP/fifo"
+MISSING="$TMP/no_such_file"
+
+# ---- leftover processes -------------------------------------------------------
+# Other jobs (make test, a demo in another shell) may run ./fsdp at the same
+# time, so `pgrep -x fsdp` alone would blame them on us. Each case launches
+# mpirun with FSDP_CLI_CASE=<this shell's pid>-<case number> in its
+# environment; the ranks inherit it, and we count only fsdp processes
+# carrying our tag (zombies have no environ and are not running).
+TAG="$$"
+our_fsdp() { # $1: exact tag, or a prefix ending in '-' (any of our cases)
+    local p e
+    for p in $(pgrep -x fsdp); do
+        e="$( { tr '\0' '\n' <"/proc/$p/environ"; } 2>/dev/null)" || continue
+        case "$1" in
+            *-) grep -q "^FSDP_CLI_CASE=$1" <<<"$e" && printf '%s ' "$p" ;;
+            *)  grep -qx "FSDP_CLI_CASE=$1" <<<"$e" && printf '%s ' "$p" ;;
+        esac
+    done
+}
+# our_fsdp_after TAG: the same, after giving the ranks of a finished (or
+# killed) mpirun up to 3 s to exit.
+our_fsdp_after() {
+    local left i
+    for i in $(seq 1 15); do
+        left="$(our_fsdp "$1")"
+        [ -n "$left" ] || return 0
+        sleep 0.2
+    done
+    printf '%s' "$left"
+}
+
+# ---- one case ------------------------------------------------------------------
+# run_case N EXPECTED_RC FRAGMENT LIMIT ARGS...
+# Writes the report line to $TMP/N.line and "ok" to $TMP/N.ok on a pass.
+run_case() {
+    local n="$1" want="$2" frag="$3" limit="$4"
+    shift 4
+    local shown out rc t0 t1 errs seen why="" left
+    shown="$(printf '%q ' "$@")"
+    shown="${shown% }"
+    [ -n "$shown" ] || shown="(no args)"
+    t0=$(date +%s.%N)
+    # shellcheck disable=SC2086  # MPIRUN is a command line: split it
+    out="$(FSDP_CLI_CASE="$TAG-$n" timeout -k 5 "$limit" $MPIRUN -np "$NP" "$FSDP" "$@" 2>&1)"
+    rc=$?
+    t1=$(date +%s.%N)
+    left="$(our_fsdp_after "$TAG-$n")"
+
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then why+="; timed out after ${limit}s (hang), exit $rc"
+    elif [ "$rc" != "$want" ]; then
+        why+="; exit $rc, expected $want"
+        [ "$rc" -gt 128 ] && why+=" (killed by signal $((rc - 128)))"
+    fi
+    if ! grep -qF -- "$frag" <<<"$out"; then why+="; no '$frag' in the output"; fi
+    errs=$(grep -oF 'error:' <<<"$out" | wc -l)
+    if [ "$want" = 0 ] && [ "$errs" != 0 ]; then why+="; 'error:' printed $errs times, expected none"; fi
+    if [ "$want" != 0 ] && [ "$errs" != 1 ]; then why+="; 'error:' printed $errs times, expected once"; fi
+    if [ -n "$left" ]; then
+        why+="; fsdp left running: pids ${left% }"
+        # shellcheck disable=SC2086  # a list of pids
+        kill -9 $left 2>/dev/null # ours (tagged), so the suite leaves nothing behind
+    fi
+
+    # what it saw: the error line, else the fragment's line, else the first line
+    seen="$(grep -m1 -F 'error:' <<<"$out")"
+    [ -n "$seen" ] || seen="$(grep -m1 -F -- "$frag" <<<"$out")"
+    [ -n "$seen" ] || seen="$(head -n1 <<<"$out")"
+    [ -n "$seen" ] || seen="(no output)"
+    [ "${#seen}" -le 160 ] || seen="${seen:0:157}..."
+    local secs
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    if [ -z "$why" ]; then
+        printf 'PASS  %s  [exit %s, %ss] %s\n' "$shown" "$rc" "$secs" "$seen" >"$TMP/$n.line"
+        echo ok >"$TMP/$n.ok"
+    else
+        printf 'FAIL  %s  [exit %s, %ss] %s\n      why: %s\n' "$shown" "$rc" "$secs" "$seen" "${why#; }" >"$TMP/$n.line"
+    fi
+}
+
+N=0
+spawn() { # spawn EXPECTED_RC FRAGMENT LIMIT ARGS...
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+    N=$((N + 1))
+    run_case "$N" "$@" &
+}
+bad() { spawn 2 "$1" "$CASE_TIMEOUT" "${@:2}"; }  # bad FRAGMENT ARGS...
+good() { spawn 0 "$1" "$CASE_TIMEOUT" "${@:2}"; } # good FRAGMENT ARGS...
+
+START=$SECONDS
+
+# The slowest case first: a named pipe is not a regular file; reading it must
+# not block (a hang shows up as a timeout here).
+spawn 2 "not a regular file" "$FIFO_TIMEOUT" --data "$TMP/fifo"
+
+# ---- positive controls ---------------------------------------------------------
+good "usage:" --help
+good "usage:" -h
+good "2 steps in" --model tiny --steps 2 --batch 4
+good "data: $TMP/ok9, 9 bytes" --model=tiny --steps=2 --batch=4 --data="$TMP/ok9"
+
+# ---- unknown flags, stray arguments --------------------------------------------
+bad "unknown option '--bogus'" --bogus 3
+bad "unknown option '--bogus'" --bogus=3
+bad "unknown option '--bogus'" --bogus            # last on the line: not "needs a value"
+bad "unexpected argument 'foo'" foo
+bad "unexpected argument 'foo'" --model tiny --steps 2 foo
+bad "unexpected argument '-x'" -x
+
+# ---- flags missing their value -------------------------------------------------
+bad "--steps needs a value" --steps
+bad "--data needs a value" --model tiny --data
+bad "--lr needs a value" --steps 2 --lr
+
+# ---- --flag=value form ---------------------------------------------------------
+bad "--steps: 'abc' is not a whole number" --steps=abc
+bad "--steps: '' is not a whole number" --steps=
+bad "unknown model 'huge'" --model=huge
+bad "--depth: 65 is out of range" --depth=65
+bad "--help takes no value" --help=x
+bad "--compare takes no value" --compare=yes
+
+# ---- not numbers ---------------------------------------------------------------
+bad "--steps: 'abc' is not a whole number" --steps abc
+bad "--steps: '1.5' is not a whole number" --steps 1.5
+bad "--seed: 'x' is not a whole number" --seed x
+bad "--lr: 'x' is not a number" --lr x
+bad "--lr: 'nan' is not a number" --lr nan
+bad "--eps: 'inf' is not a number" --eps inf
+bad "between 1 and 100000000" --steps 99999999999999999999
+
+# ---- out of range: zero, negative, too large -----------------------------------
+bad "--steps: 0 is out of range" --steps 0
+bad "--steps: -1 is out of range" --steps -1
+bad "--batch: -4 is out of range" --batch -4
+bad "--batch: 0 is out of range" --batch 0
+bad "--depth: 0 is out of range" --depth 0
+bad "--depth: 65 is out of range" --depth 65
+bad "--width: 0 is out of range" --width 0
+bad "--width: 8193 is out of range" --width 8193
+bad "--context: 0 is out of range" --context 0
+bad "--embed-dim: 0 is out of range" --embed-dim 0
+bad "--lr: 0 is out of range" --lr 0
+bad "--lr: -0.1 is out of range" --lr -0.1
+bad "--beta1: 1 is out of range" --beta1 1
+bad "--beta2: 1 is out of range" --beta2 1
+bad "--eps: 0 is out of range" --eps 0
+bad "--weight-decay: -1 is out of range" --weight-decay -1
+bad "--log-every: 0 is out of range" --log-every 0
+bad "--seed: -1 is out of range" --seed -1
+bad "more than this simulator handles" --width 8192 --depth 64
+
+# ---- unknown names -------------------------------------------------------------
+bad "--model: unknown model 'huge'" --model huge
+bad "--strategy: unknown strategy 'zero3'" --strategy zero3
+bad "--collectives: unknown implementation 'nccl'" --collectives nccl
+
+# ---- auto-wrap threshold -------------------------------------------------------
+bad "--min-params: 0 is out of range" --min-params 0
+bad "--min-params 10257 is larger than the whole model (10256 parameters)" --model tiny --min-params 10257
+
+# ---- the world size ------------------------------------------------------------
+bad "--batch 3 does not divide by 2 ranks" --model tiny --batch 3
+bad "--batch 1 does not divide by 2 ranks" --model tiny --batch 1
+
+# ---- --data --------------------------------------------------------------------
+bad "--data $MISSING: cannot open it" --data "$MISSING"
+bad "--data $TMP/empty: has 0 bytes" --data "$TMP/empty"
+bad "--data $TMP/dir: not a regular file" --data "$TMP/dir"
+bad "has 8 bytes, but one sample needs --context + 1 = 9" --model tiny --data "$TMP/short8"
+bad "has 9 bytes, but one sample needs --context + 1 = 101" --model tiny --context 100 --data "$TMP/ok9"
+bad "--data: the file name is empty" --data ""
+
+wait
+
+# ---- report --------------------------------------------------------------------
+pass=0 fail=0
+for i in $(seq 1 "$N"); do
+    if [ -f "$TMP/$i.line" ]; then cat "$TMP/$i.line"; else printf 'FAIL  case %s: no result\n' "$i"; fi
+    if [ -f "$TMP/$i.ok" ]; then pass=$((pass + 1)); else fail=$((fail + 1)); fi
+done
+
+left="$(our_fsdp_after "$TAG-")"
+if [ -n "$left" ]; then
+    echo "FAIL  after all cases: fsdp processes of this suite still running: ${left% }"
+    # shellcheck disable=SC2086  # a list of pids
+    kill -9 $left 2>/dev/null
+    fail=$((fail + 1))
+else
+    echo "PASS  after all cases: no fsdp process of this suite left running (pgrep -x fsdp)"
+    pass=$((pass + 1))
+fi
+
+echo "test_cli: $pass passed, $fail failed ($((SECONDS - START)) s, $JOBS at a time)"
+[ "$fail" = 0 ]
