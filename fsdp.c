@@ -388,15 +388,19 @@ FSDP_HD static inline float gelu_grad(float x) {
 
 /* ---- layers ---------------------------------------------------------------- */
 
-/* A dot product with eight independent partial sums: the compiler turns it
- * into one SIMD register of accumulators, and the summation order is fixed,
- * so a sample's forward pass gives the same bits on any rank. */
+/* A dot product with sixteen independent partial sums, added pairwise at
+ * the end. The compiler keeps them in SIMD registers (one AVX-512 register,
+ * two AVX2 ones); a plain `s += a[i] * b[i]` loop cannot be vectorised
+ * without changing the result, which C forbids. The order is fixed by the
+ * source, so a sample's forward pass gives the same bits on any rank. */
 static float dot(const float *a, const float *b, int n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float acc[16] = {0};
     int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++) acc[k] += a[i + k] * b[i + k];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++) acc[k] += a[i + k] * b[i + k];
+    for (int w = 8; w >= 1; w /= 2) /* pairwise: a fixed order, cheap in SIMD */
+        for (int k = 0; k < w; k++) acc[k] += acc[k + w];
+    float s = acc[0];
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }

@@ -44,8 +44,9 @@
 #include <time.h>   /* nanosleep */
 #include <unistd.h> /* sysconf: the core count for the header */
 
-/* Full-buffer sizes: from latency-bound (64 KiB) to bandwidth-bound (32 MiB,
- * about the gathered state of a `large` model block). */
+/* Full-buffer sizes, from latency-bound to bandwidth-bound. For scale, one
+ * block's flat parameter is 0.5 MiB in `small`, 2 MiB in `medium` and 8 MiB
+ * in `large`; 32 MiB is past every cache. */
 static const long SIZES_BYTES[] = {64L << 10, 1L << 20, 8L << 20, 32L << 20};
 enum { N_SIZES = sizeof(SIZES_BYTES) / sizeof(SIZES_BYTES[0]) };
 

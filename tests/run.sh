@@ -6,6 +6,9 @@
 # test could not run here, e.g. no CUDA compiler: never counted as passed).
 set -u
 cd "$(dirname "$0")/.."
+# the Makefile exports these; repeated so the script also runs on its own
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
 MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
 TINY="--model tiny --steps 8 --batch 12"
 passed=0 failed=0 skipped=0
@@ -67,7 +70,8 @@ gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
   make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu" && test -x fsdp-gpu
 }
-run "make gpu compiles fsdp.c as CUDA C++" gpu_build
+export -f gpu_build
+run "make gpu compiles fsdp.c as CUDA C++" bash -c gpu_build
 
 echo
 [ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"
