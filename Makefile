@@ -4,6 +4,7 @@
 #   make test    every test; ends with "N passed, N failed"
 #   make bench   speed figures side by side with references
 #   make gpu     fsdp.c compiled as CUDA C++ with nvcc (no GPU needed to build)
+#   make sanitize  the tests under AddressSanitizer and UBSan
 #
 # Open MPI is installed on demand (Debian/Ubuntu apt-get, macOS Homebrew).
 
@@ -30,7 +31,7 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
 TEST_BINS := tests/test_units tests/test_distributed
 
-.PHONY: all run test bench gpu clean mpi
+.PHONY: all run test bench gpu clean mpi sanitize
 
 all: fsdp
 
@@ -72,6 +73,14 @@ bench: fsdp tests/bench_collectives tests/bench_matmul
 gpu: fsdp-gpu
 fsdp-gpu: fsdp.c fsdp.h | mpi
 	$(NVCC) -x cu -O2 -std=c++17 $(MPI_CFLAGS) fsdp.c -o $@ $(MPI_LIBS) -lnccl -lcublas -lm
+
+# ---- the whole suite under AddressSanitizer + UBSan (rebuilds, then cleans) --
+# Leak checking is off: Open MPI keeps allocations alive until exit by design.
+SAN_FLAGS := -O1 -g -std=c11 -Wall -Wextra -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+sanitize:
+	rm -f fsdp $(TEST_BINS)
+	ASAN_OPTIONS=detect_leaks=0 $(MAKE) test CFLAGS="$(SAN_FLAGS)" NATIVE=
+	rm -f fsdp $(TEST_BINS)
 
 clean:
 	rm -f fsdp fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul
