@@ -134,8 +134,25 @@ const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES] = {
     "full grads", "activations", "comm buffers",
 };
 
-static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size) {
+/* A simulated GPU has a fixed amount of memory. Crossing it fails the way
+ * CUDA does: which rank, what it tried to allocate and for what, the budget,
+ * and what is already allocated by category. Every other rank would wait
+ * forever in its next collective, so the whole job stops (MPI_Abort). */
+static void ledger_out_of_memory(const Ledger *l, MemCategory cat, size_t bytes, const char *what) {
+    fprintf(stderr, "[rank %d] simulated CUDA out of memory: tried to allocate %.2f MiB of %s for %s.\n"
+                    "[rank %d] budget %.2f MiB per rank (--vram); %.2f MiB already allocated:\n",
+            l->rank, bytes / 1048576.0, MEM_CATEGORY_NAMES[cat], what, l->rank, l->budget / 1048576.0, l->current_total / 1048576.0);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+        fprintf(stderr, "[rank %d]   %-13s %10.2f MiB\n", l->rank, MEM_CATEGORY_NAMES[k], l->current[k] / 1048576.0);
+    fprintf(stderr, "HINT: shard more (--strategy full_shard, more ranks), shrink the model or the batch, or raise --vram.\n");
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+/* `what` names the owner (a unit, "activations", ...) for that report. */
+static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size, const char *what) {
     size_t bytes = count * elem_size;
+    if (l->budget && l->current_total + bytes > l->budget) ledger_out_of_memory(l, cat, bytes, what);
     void *p = calloc(count ? count : 1, elem_size); /* zeroed: padding must be 0 */
     if (!p) FATAL("the machine is out of host memory; try a smaller --model", "cannot allocate %zu bytes (%s)", bytes, MEM_CATEGORY_NAMES[cat]);
     if (l->n_entries == l->cap_entries) {
@@ -308,7 +325,7 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
     if (c->impl == COLLECTIVES_MPI) {
         mpiCheck(MPI_Ireduce_scatter_block(full, shard, (int)S, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
     } else {
-        float *tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float));
+        float *tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring reduce-scatter");
         ring_reduce_scatter(c, full, S, tmp);
         ledger_free(l, tmp);
         memcpy(shard, full + (long)c->rank * S, (size_t)S * sizeof(float));
@@ -333,7 +350,7 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
         mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
     } else {
         long S = count / c->world;
-        float *tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float));
+        float *tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
         ring_reduce_scatter(c, buf, S, tmp);
         ledger_free(l, tmp);
         ring_all_gather(c, buf, S);
@@ -816,11 +833,18 @@ struct Trainer {
 
 static int is_sharded(const Trainer *t) { return t->cfg.strategy != STRATEGY_NO_SHARD; }
 
+/* "unit 2 (blocks.1)": how reports name a unit */
+static const char *unit_name(Trainer *t, int ui) {
+    static char name[FSDP_MAX_NAME + 48];
+    snprintf(name, sizeof(name), "unit %d (%s)", ui, ui == 0 ? "root" : t->model.modules[t->units[ui].root_module].name);
+    return name;
+}
+
 /* Gather a unit's full state: allocate the full flat parameter, all-gather
  * the N shards into it, and point the unit's parameters into it. */
 static void unit_all_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
-    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float));
+    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), unit_name(t, ui));
     CommHandle h = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui);
     comm_wait(&t->comm, &h);
     unit_set_views(u, &t->model);
@@ -877,7 +901,7 @@ static void unit_pre_backward(Trainer *t, int ui) {
         return;
     }
     if (u->full_param == NULL) unit_all_gather(t, ui);
-    u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded, sizeof(float));
+    u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded, sizeof(float), unit_name(t, ui));
     unit_set_views(u, &t->model);
 }
 
@@ -1109,9 +1133,9 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int gl
 
 static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
     long L = c->depth, D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
-#define ACT(count) (float *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(count), sizeof(float))
-    a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1);
-    a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int));
+#define ACT(count) (float *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(count), sizeof(float), "activations")
+    a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
+    a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
     a->x_emb = ACT(B * T * C);
     a->h = ACT((L + 1) * B * D);
     a->ln = ACT(L * B * D);
@@ -1248,7 +1272,7 @@ static void model_backward(Trainer *t) {
  * the same bits. It travels as an all-gather of one float per rank. */
 static float global_mean_loss(Trainer *t, float local_loss) {
     int N = t->comm.world;
-    float *all = (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float));
+    float *all = (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float), "the loss all-gather");
     CommHandle h = comm_all_gather_start(&t->comm, all, &local_loss, 1, -1);
     comm_wait(&t->comm, &h);
     double sum = 0.0;
@@ -1271,6 +1295,8 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     if (!t) FATAL("the machine is out of host memory", "cannot allocate the trainer");
     t->cfg = *cfg;
     comm_init(&t->comm, comm, cfg->collectives);
+    t->ledger.budget = cfg->vram;
+    t->ledger.rank = t->comm.rank;
     t->local_batch = cfg->batch / t->comm.world;
     model_build(&t->model, cfg);
     t->n_units = autowrap(&t->model, cfg->min_params);
@@ -1279,10 +1305,11 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     units_layout(t->units, t->n_units, &t->model, t->comm.world, cfg->strategy);
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        u->shard_param = (float *)ledger_alloc(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard, sizeof(float));
-        u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard, sizeof(float));
-        u->exp_avg = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float));
-        u->exp_avg_sq = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float));
+        const char *name = unit_name(t, ui);
+        u->shard_param = (float *)ledger_alloc(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard, sizeof(float), name);
+        u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard, sizeof(float), name);
+        u->exp_avg = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float), name);
+        u->exp_avg_sq = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float), name);
         unit_init_shard(u, &t->model, t->comm.rank, cfg->seed);
         if (!is_sharded(t)) { /* DDP: the "shard" is the whole flat parameter */
             u->full_param = u->shard_param;
@@ -1310,7 +1337,7 @@ void trainer_gather_params(Trainer *t, float *out) {
         Unit *u = &t->units[ui];
         float *full = u->shard_param;
         if (is_sharded(t)) {
-            full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float));
+            full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), unit_name(t, ui));
             CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
             comm_wait(&t->comm, &h);
         }
@@ -1376,6 +1403,9 @@ void config_usage(FILE *out) {
         "                                                                (default ring)\n"
         "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
         "                        and print memory and traffic side by side\n"
+        "simulator\n"
+        "  --vram SIZE           simulated GPU memory per rank, e.g. 512M or 2G; going over\n"
+        "                        it fails like CUDA's out-of-memory   (default unlimited)\n"
         "training\n"
         "  --steps N             optimizer steps                         (default 200)\n"
         "  --batch N             global batch, split evenly over ranks   (default 64)\n"
@@ -1428,6 +1458,30 @@ static int parse_float(const char *flag, const char *s, double lo, int lo_open, 
     if (v < lo || (lo_open && v == lo) || v > hi)
         return usage_error(err, errlen, "%s: %g is out of range. Give a value %s %g and <= %g.", flag, v, lo_open ? ">" : ">=", lo, hi);
     *out = (float)v;
+    return 0;
+}
+
+/* "512M", "2G", "1048576", "64KiB": bytes, with binary suffixes as GPU
+ * memory is quoted (K = 1024). */
+static int parse_size(const char *flag, const char *s, size_t *out, char *err, size_t errlen) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    double unit = 1.0;
+    if (end != s) {
+        switch (*end) {
+        case 'K': case 'k': unit = 1024.0; end++; break;
+        case 'M': case 'm': unit = 1048576.0; end++; break;
+        case 'G': case 'g': unit = 1073741824.0; end++; break;
+        case 'T': case 't': unit = 1099511627776.0; end++; break;
+        }
+        if (unit > 1.0 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
+    }
+    if (errno || end == s || *end != '\0' || !isfinite(v))
+        return usage_error(err, errlen, "%s: '%s' is not a size. Give bytes with an optional K, M, G or T suffix, e.g. %s 512M.", flag, s, flag);
+    if (v * unit < 1.0 || v * unit > 1125899906842624.0)
+        return usage_error(err, errlen, "%s: '%s' is out of range. Give a size between 1 byte and 1P, e.g. %s 512M.", flag, s, flag);
+    *out = (size_t)(v * unit);
     return 0;
 }
 
@@ -1484,6 +1538,7 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         c->seed = (uint64_t)lv;
         return rc;
     }
+    if (!strcmp(flag, "--vram")) return parse_size(flag, val, &c->vram, err, errlen);
     if (!strcmp(flag, "--data")) {
         if (!*val) return usage_error(err, errlen, "--data: the file name is empty. Give the path of a text file.");
         c->data_path = val;
@@ -1512,7 +1567,8 @@ static int flag_takes_no_value(const char *flag) {
 static int flag_takes_value(const char *flag) {
     static const char *const flags[] = {"--model", "--depth", "--width", "--context", "--embed-dim", "--min-params",
                                         "--strategy", "--collectives", "--steps", "--batch", "--lr", "--beta1",
-                                        "--beta2", "--eps", "--weight-decay", "--seed", "--data", "--log-every"};
+                                        "--beta2", "--eps", "--weight-decay", "--seed", "--data", "--log-every",
+                                        "--vram"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -1598,6 +1654,7 @@ static void print_header(const Trainer *t) {
     printf("strategy %s on %d rank%s | global batch %d (%d per rank) | collectives %s | auto-wrap min_params %ld\n",
            strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch, t->local_batch,
            c->collectives == COLLECTIVES_RING ? "ring" : "mpi", c->min_params);
+    if (c->vram) printf("simulated VRAM: %.2f MiB per rank (--vram)\n", mib((double)c->vram));
     if (t->corpus.entropy_floor >= 0)
         printf("data: embedded synthetic corpus, %ld bytes; entropy floor %.3f nats/byte (uniform guess: ln 256 = %.3f)\n",
                t->corpus.len, t->corpus.entropy_floor, log(256.0));

@@ -65,6 +65,7 @@ typedef struct {
     const char *data_path; /* NULL: the embedded synthetic corpus            */
     const char *model_name;
     int compare;         /* --compare: run no_shard, then the sharded strategy */
+    size_t vram;         /* --vram: simulated memory per rank in bytes; 0: unlimited */
 } Config;
 
 /* Fills cfg from argv. Returns 0 on success; on bad input writes a message
@@ -102,6 +103,8 @@ typedef struct {
     size_t current_total, peak_total;
     LedgerEntry *entries; /* live allocations, so a free knows its size     */
     int n_entries, cap_entries;
+    size_t budget;        /* simulated VRAM per rank (--vram); 0: unlimited */
+    int rank;             /* for the out-of-memory report                   */
 } Ledger;
 
 extern const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES];

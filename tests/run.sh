@@ -64,6 +64,7 @@ run "traffic no_shard N=4" $MPIRUN -np 4 tests/test_distributed traffic no_shard
 # -- the command line ------------------------------------------------------------------
 run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh
 run "demo: --compare trains and prints the table" bash tests/test_demo.sh
+run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
 
 # -- the CUDA build ------------------------------------------------------------------------
 gpu_build() {

@@ -211,6 +211,12 @@ bad "--collectives: unknown implementation 'nccl'" --collectives nccl
 bad "--min-params: 0 is out of range" --min-params 0
 bad "--min-params 10257 is larger than the whole model (10256 parameters)" --model tiny --min-params 10257
 
+# ---- simulated VRAM ---------------------------------------------------------------
+bad "--vram: 'abc' is not a size" --vram abc
+bad "--vram: '12X' is not a size" --vram 12X
+bad "--vram: '0' is out of range" --vram 0
+bad "--vram: '-1M' is out of range" --vram -1M
+
 # ---- the world size ------------------------------------------------------------
 bad "--batch 3 does not divide by 2 ranks" --model tiny --batch 3
 bad "--batch 1 does not divide by 2 ranks" --model tiny --batch 1

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Simulated VRAM (--vram): at one budget, the `large` model (18M parameters)
+# does not fit under DDP, which needs parameters + gradients + two AdamW
+# moments = 16 bytes x 18M = 288 MiB per rank, while full_shard on 4 ranks
+# needs a quarter of that plus the gathered root and largest unit (~97 MiB).
+# DDP must fail like CUDA does (rank, size, category, unit, budget, what is
+# allocated by category) with a non-zero exit; FSDP must train.
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+ARGS="--model large --vram 160M --steps 2 --batch 16 --log-every 1"
+fail=0
+
+ddp=$(timeout 120 $MPIRUN -np 4 ./fsdp $ARGS --strategy ddp 2>&1); rc=$?
+echo "$ddp" | grep -A9 "out of memory" | head -10
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && echo "ok: ddp exits $rc" || { echo "FAIL: ddp exit code $rc"; fail=1; }
+for frag in "simulated CUDA out of memory: tried to allocate" "budget 160.00 MiB per rank" "optimizer" "HINT:"; do
+  echo "$ddp" | grep -qF "$frag" && echo "ok: ddp says '$frag'" || { echo "FAIL: ddp output lacks '$frag'"; fail=1; }
+done
+
+fsdp=$(timeout 300 $MPIRUN -np 4 ./fsdp $ARGS --strategy full_shard 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "ok: full_shard on 4 ranks trains at the same budget" || { echo "FAIL: full_shard exit $rc"; echo "$fsdp" | tail -15; fail=1; }
+peak=$(echo "$fsdp" | awk '/total \(peak of the sum\)/ {m = $6; for (i = 6; i <= NF; i++) if ($i > m) m = $i; print m}')
+awk -v p="$peak" 'BEGIN {exit !(p != "" && p <= 160)}' && echo "ok: full_shard peak $peak MiB <= 160 MiB" || { echo "FAIL: full_shard peak '$peak'"; fail=1; }
+exit $fail
