@@ -50,12 +50,15 @@ mpi:
 	  echo "      macOS: brew install open-mpi), then run make again."; exit 1; \
 	fi
 
-fsdp: fsdp.c fsdp.h | mpi
-	$(CC) $(CFLAGS) $(NATIVE) fsdp.c -o $@ $(LDLIBS)
+SIM_SRC := sim/net.c
+SIM_DEPS := $(SIM_SRC) sim/sim.h
+
+fsdp: fsdp.c fsdp.h $(SIM_DEPS) | mpi
+	$(CC) $(CFLAGS) $(NATIVE) fsdp.c $(SIM_SRC) -o $@ $(LDLIBS)
 
 # Test programs #include fsdp.c, so main's helpers are unused there.
-tests/%: tests/%.c fsdp.c fsdp.h | mpi
-	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -I. $< -o $@ $(LDLIBS)
+tests/%: tests/%.c fsdp.c fsdp.h $(SIM_DEPS) | mpi
+	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)
 
 # ---- the demo --------------------------------------------------------------
 run: fsdp
@@ -71,8 +74,8 @@ bench: fsdp tests/bench_collectives tests/bench_matmul
 
 # ---- the CUDA build: the same file, compiled as CUDA C++ ---------------------
 gpu: fsdp-gpu
-fsdp-gpu: fsdp.c fsdp.h | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(MPI_CFLAGS) fsdp.c -o $@ $(MPI_LIBS) -lnccl -lcublas -lm
+fsdp-gpu: fsdp.c fsdp.h $(SIM_DEPS) | mpi
+	$(NVCC) -x cu -O2 -std=c++17 $(MPI_CFLAGS) fsdp.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm
 
 # ---- the whole suite under AddressSanitizer + UBSan (rebuilds, then cleans) --
 # Leak checking is off: Open MPI keeps allocations alive until exit by design.

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "fsdp.h"
+#include "sim/sim.h"
 
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
@@ -226,10 +227,11 @@ static void ledger_release_all(Ledger *l) {
 
 const char *const COMM_KIND_NAMES[COMM_NUM_KINDS] = {"all_gather", "reduce_scatter", "all_reduce"};
 
-static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl) {
+static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const NetModel *net) {
     memset(c, 0, sizeof(*c));
     c->comm = mpi_comm;
     c->impl = impl;
+    c->net = net;
     mpiCheck(MPI_Comm_rank(mpi_comm, &c->rank));
     mpiCheck(MPI_Comm_size(mpi_comm, &c->world));
 }
@@ -253,6 +255,8 @@ static int comm_record(Comm *c, CommKind kind, int unit, long count) {
     e->count = count;
     e->t_start = now_seconds();
     e->t_end = e->t_start;
+    e->sim_seconds = net_collective_seconds(c->net, kind, c->world, (double)count * sizeof(float));
+    c->sim_seconds[kind] += e->sim_seconds;
     return c->n_events++;
 }
 
@@ -1294,7 +1298,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     Trainer *t = (Trainer *)calloc(1, sizeof(Trainer));
     if (!t) FATAL("the machine is out of host memory", "cannot allocate the trainer");
     t->cfg = *cfg;
-    comm_init(&t->comm, comm, cfg->collectives);
+    comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"));
     t->ledger.budget = cfg->vram;
     t->ledger.rank = t->comm.rank;
     t->local_batch = cfg->batch / t->comm.world;
@@ -1406,6 +1410,8 @@ void config_usage(FILE *out) {
         "simulator\n"
         "  --vram SIZE           simulated GPU memory per rank, e.g. 512M or 2G; going over\n"
         "                        it fails like CUDA's out-of-memory   (default unlimited)\n"
+        "  --net NAME            price every collective on a modelled interconnect:\n"
+        "                        nvlink | pcie | ib | ethernet | none (default none)\n"
         "training\n"
         "  --steps N             optimizer steps                         (default 200)\n"
         "  --batch N             global batch, split evenly over ranks   (default 64)\n"
@@ -1539,6 +1545,11 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return rc;
     }
     if (!strcmp(flag, "--vram")) return parse_size(flag, val, &c->vram, err, errlen);
+    if (!strcmp(flag, "--net")) {
+        if (!net_model_find(val)) return usage_error(err, errlen, "--net: unknown network '%s'. Choose %s.", val, net_model_names());
+        c->net = val;
+        return 0;
+    }
     if (!strcmp(flag, "--data")) {
         if (!*val) return usage_error(err, errlen, "--data: the file name is empty. Give the path of a text file.");
         c->data_path = val;
@@ -1568,7 +1579,7 @@ static int flag_takes_value(const char *flag) {
     static const char *const flags[] = {"--model", "--depth", "--width", "--context", "--embed-dim", "--min-params",
                                         "--strategy", "--collectives", "--steps", "--batch", "--lr", "--beta1",
                                         "--beta2", "--eps", "--weight-decay", "--seed", "--data", "--log-every",
-                                        "--vram"};
+                                        "--vram", "--net"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -1736,6 +1747,24 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
     printf("  (all_gather includes the loss: one float per rank per step)\n");
 }
 
+/* Where a step's time went on rank 0, and what the collectives would cost
+ * on the --net interconnect instead of the simulator's shared memory. */
+static void print_step_breakdown(const Trainer *t, double seconds) {
+    int steps = t->cfg.steps;
+    double comm = 0.0;
+    for (int i = 0; i < t->comm.n_events; i++) comm += t->comm.events[i].t_end - t->comm.events[i].t_start;
+    double compute = seconds - comm;
+    printf("per step on rank 0: compute %.2f ms + collectives %.2f ms (simulator wall clock)\n", 1e3 * compute / steps, 1e3 * comm / steps);
+    const NetModel *net = t->comm.net;
+    if (!net || net->bandwidth <= 0.0) return;
+    double sim = 0.0;
+    for (int k = 0; k < COMM_NUM_KINDS; k++) sim += t->comm.sim_seconds[k];
+    printf("on %s (%s): collectives %.3f ms per step (all_gather %.3f, reduce_scatter %.3f, all_reduce %.3f)\n", net->name, net->source,
+           1e3 * sim / steps, 1e3 * t->comm.sim_seconds[COMM_ALL_GATHER] / steps, 1e3 * t->comm.sim_seconds[COMM_REDUCE_SCATTER] / steps,
+           1e3 * t->comm.sim_seconds[COMM_ALL_REDUCE] / steps);
+    printf("  nothing overlaps compute yet, so a step would take %.2f ms: compute + all of that\n", 1e3 * (compute + sim) / steps);
+}
+
 /* Trains with cfg on comm; rank 0 prints as it goes. */
 static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table) {
     RunSummary s;
@@ -1772,6 +1801,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         for (int k = 0; k < COMM_NUM_KINDS; k++) s.calls[k] = t->comm.calls[k] / cfg->steps;
         printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n", cfg->steps, s.seconds,
                1e3 * s.seconds / cfg->steps, (double)cfg->batch * cfg->steps / s.seconds);
+        print_step_breakdown(t, s.seconds);
         if (rank_table) print_rank_table(t, peaks, sent);
     }
     free(peaks);

@@ -66,6 +66,7 @@ typedef struct {
     const char *model_name;
     int compare;         /* --compare: run no_shard, then the sharded strategy */
     size_t vram;         /* --vram: simulated memory per rank in bytes; 0: unlimited */
+    const char *net;     /* --net: network cost model preset (sim/net.c)  */
 } Config;
 
 /* Fills cfg from argv. Returns 0 on success; on bad input writes a message
@@ -128,6 +129,7 @@ typedef struct {
     int unit;          /* unit index, -1 for the loss (not model state)      */
     long count;        /* elements in the full buffer                        */
     double t_start, t_end; /* MPI_Wtime() seconds                            */
+    double sim_seconds;    /* its duration on the --net interconnect          */
 } CommEvent;
 
 typedef struct {
@@ -138,6 +140,8 @@ typedef struct {
     long calls[COMM_NUM_KINDS];
     double bytes_sent[COMM_NUM_KINDS];
     double bytes_recv[COMM_NUM_KINDS];
+    double sim_seconds[COMM_NUM_KINDS]; /* priced by the --net model          */
+    const struct NetModel *net;
     CommEvent *events;  /* every collective, in order                         */
     int n_events, cap_events;
 } Comm;

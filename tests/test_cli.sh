@@ -216,6 +216,7 @@ bad "--vram: 'abc' is not a size" --vram abc
 bad "--vram: '12X' is not a size" --vram 12X
 bad "--vram: '0' is out of range" --vram 0
 bad "--vram: '-1M' is out of range" --vram -1M
+bad "--net: unknown network 'infiniband'. Choose nvlink, pcie, ib, ethernet or none." --net infiniband
 
 # ---- the world size ------------------------------------------------------------
 bad "--batch 3 does not divide by 2 ranks" --model tiny --batch 3

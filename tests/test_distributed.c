@@ -211,24 +211,32 @@ static void test_memory(int argc, char **argv) {
  *   shard_grad_op: all-gather once per unit, reduce-scatter once
  *   no_shard:      all-reduce 2 (N-1) S_u * 4 once per unit
  * plus the loss: an all-gather of one float per rank, (N-1) * 4.
- * Checked three ways: the counters against this formula, and the bytes that
- * really went through MPI_Sendrecv (the ring) against the counters. */
+ * Checked three ways: the counters against this formula, the bytes that
+ * really went through MPI_Sendrecv (the ring) against the counters, and the
+ * cost model's price of every recorded event against its formula. */
 static void test_traffic(int argc, char **argv, const char *strategy) {
     Config cfg;
     make_config(&cfg, argc, argv, strategy, "ring");
+    cfg.net = "ethernet"; /* every event is also priced by the cost model */
     Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
     int N = t->comm.world, steps = cfg.steps;
-    double expect[COMM_NUM_KINDS] = {0, 0, 0};
+    const NetModel *net = net_model_find("ethernet");
+    double expect[COMM_NUM_KINDS] = {0, 0, 0}, expect_sim[COMM_NUM_KINDS] = {0, 0, 0};
+    expect_sim[COMM_ALL_GATHER] = net_collective_seconds(net, COMM_ALL_GATHER, N, N * 4.0); /* the loss */
     long expect_calls[COMM_NUM_KINDS] = {1, 0, 0}; /* the loss all-gather */
     expect[COMM_ALL_GATHER] = (N - 1) * 4.0;
     for (int u = 0; u < t->n_units; u++) {
         double one = (double)(N - 1) * (t->units[u].padded / N) * sizeof(float);
+        double full_bytes = (double)t->units[u].padded * sizeof(float);
         if (cfg.strategy == STRATEGY_NO_SHARD) {
+            expect_sim[COMM_ALL_REDUCE] += net_collective_seconds(net, COMM_ALL_REDUCE, N, full_bytes);
             expect[COMM_ALL_REDUCE] += 2 * one;
             expect_calls[COMM_ALL_REDUCE]++;
             continue;
         }
         int gathers = (cfg.strategy == STRATEGY_FULL_SHARD && u > 0) ? 2 : 1;
+        expect_sim[COMM_ALL_GATHER] += gathers * net_collective_seconds(net, COMM_ALL_GATHER, N, full_bytes);
+        expect_sim[COMM_REDUCE_SCATTER] += net_collective_seconds(net, COMM_REDUCE_SCATTER, N, full_bytes);
         expect[COMM_ALL_GATHER] += gathers * one;
         expect[COMM_REDUCE_SCATTER] += one;
         expect_calls[COMM_ALL_GATHER] += gathers;
@@ -243,6 +251,12 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
         check(t->comm.bytes_sent[k] == expect[k] * steps && t->comm.calls[k] == expect_calls[k] * steps, what,
               "counted %.0f in %ld calls, formula %.0f in %ld calls", t->comm.bytes_sent[k] / steps, t->comm.calls[k] / steps, expect[k], expect_calls[k]);
         counted += t->comm.bytes_sent[k];
+    }
+    for (int k = 0; k < COMM_NUM_KINDS; k++) {
+        char what[64];
+        snprintf(what, sizeof(what), "%s simulated on ethernet", COMM_KIND_NAMES[k]);
+        double got = t->comm.sim_seconds[k] / steps;
+        check(fabs(got - expect_sim[k]) <= 1e-9 * (1.0 + expect_sim[k]), what, "%.3f us/step, formula %.3f us", 1e6 * got, 1e6 * expect_sim[k]);
     }
     check(wire_bytes_sent == counted, "bytes through MPI_Sendrecv == counted", "%.0f == %.0f (rank 0, %d steps)", wire_bytes_sent, counted, steps);
     trainer_destroy(t);

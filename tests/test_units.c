@@ -320,6 +320,31 @@ static void test_shards(void) {
     model_free(&m);
 }
 
+/* ---- the network cost model (sim/net.c) -------------------------------------
+ * By hand, ethernet (alpha 30 us, 3.125 GB/s), 4 ranks, a 1 MiB buffer:
+ *   all-gather = 3 * 30 us + 3/4 * 1048576 B / 3.125e9 B/s
+ *              = 90 us + 251.66 us = 341.66 us;  all-reduce twice: 683.32 us.
+ * nvlink (3 us, 450 GB/s), 8 ranks, 64 MiB: 21 us + 7/8 * 67108864 / 450e9
+ *              = 21 us + 130.49 us = 151.49 us. One rank moves nothing. */
+static void test_net_model(void) {
+    const struct { const char *net; int kind, world; double bytes, expect_us; } cases[] = {
+        {"ethernet", COMM_ALL_GATHER, 4, 1048576.0, 341.66},
+        {"ethernet", COMM_REDUCE_SCATTER, 4, 1048576.0, 341.66},
+        {"ethernet", COMM_ALL_REDUCE, 4, 1048576.0, 683.32},
+        {"nvlink", COMM_ALL_GATHER, 8, 67108864.0, 151.49},
+        {"nvlink", COMM_ALL_GATHER, 1, 67108864.0, 0.0},
+        {"none", COMM_ALL_REDUCE, 4, 1048576.0, 0.0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const NetModel *net = net_model_find(cases[i].net);
+        double us = net ? 1e6 * net_collective_seconds(net, cases[i].kind, cases[i].world, cases[i].bytes) : -1.0;
+        char what[80];
+        snprintf(what, sizeof(what), "net %s %s N=%d", cases[i].net, COMM_KIND_NAMES[cases[i].kind], cases[i].world);
+        check(fabs(us - cases[i].expect_us) < 0.01, what, "%.2f us, by hand %.2f us", us, cases[i].expect_us);
+    }
+    check(net_model_find("carrier-pigeon") == NULL, "net: unknown name is refused", "net_model_find returns NULL");
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     printf("layer gradients vs finite differences\n");
@@ -336,6 +361,8 @@ int main(int argc, char **argv) {
     test_autowrap();
     printf("padding and shards\n");
     test_shards();
+    printf("network cost model\n");
+    test_net_model();
     printf("%d check(s) failed\n", failures);
     MPI_Finalize();
     return failures ? 1 : 0;
