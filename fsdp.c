@@ -550,11 +550,10 @@ typedef struct {
     int *block, *block_norm, *block_fc1, *block_fc2; /* (L) each */
 } Model;
 
-static int model_add_module(Model *m, const char *name, ModuleType type, int parent) {
+static int model_add_module(Model *m, const char *name, int parent) {
     Module *mod = &m->modules[m->n_modules];
     memset(mod, 0, sizeof(*mod));
     snprintf(mod->name, sizeof(mod->name), "%s", name);
-    mod->type = type;
     mod->parent = parent;
     mod->unit = -1;
     mod->params[0] = mod->params[1] = -1;
@@ -584,14 +583,14 @@ static void model_add_param(Model *m, int module, const char *suffix, int rows, 
 /* nn.Linear(in, out): weight (out, in) and bias (out), both initialised
  * uniform(-1/sqrt(in), 1/sqrt(in)) as PyTorch does. */
 static int model_add_linear(Model *m, const char *name, int parent, int in, int out) {
-    int id = model_add_module(m, name, MOD_LINEAR, parent);
+    int id = model_add_module(m, name, parent);
     float bound = 1.0f / sqrtf((float)in);
     model_add_param(m, id, "weight", out, in, INIT_UNIFORM, bound);
     model_add_param(m, id, "bias", out, 1, INIT_UNIFORM, bound);
     return id;
 }
 static int model_add_layernorm(Model *m, const char *name, int parent, int dim) {
-    int id = model_add_module(m, name, MOD_LAYERNORM, parent);
+    int id = model_add_module(m, name, parent);
     model_add_param(m, id, "weight", dim, 1, INIT_ONES, 0.0f);
     model_add_param(m, id, "bias", dim, 1, INIT_ZEROS, 0.0f);
     return id;
@@ -612,15 +611,15 @@ static void model_build(Model *m, const Config *cfg) {
     m->block_fc1 = m->block + 2 * L;
     m->block_fc2 = m->block + 3 * L;
 
-    m->root = model_add_module(m, "", MOD_CONTAINER, -1);
-    m->embed = model_add_module(m, "embed", MOD_EMBEDDING, m->root);
+    m->root = model_add_module(m, "", -1);
+    m->embed = model_add_module(m, "embed", m->root);
     model_add_param(m, m->embed, "weight", cfg->vocab, cfg->embed_dim, INIT_NORMAL, 0.0f);
     m->proj_in = model_add_linear(m, "proj_in", m->root, cfg->context * cfg->embed_dim, D);
-    m->blocks = model_add_module(m, "blocks", MOD_CONTAINER, m->root);
+    m->blocks = model_add_module(m, "blocks", m->root);
     m->modules[m->blocks].is_module_list = 1;
     for (int i = 0; i < L; i++) {
         snprintf(name, sizeof(name), "blocks.%d", i);
-        m->block[i] = model_add_module(m, name, MOD_CONTAINER, m->blocks);
+        m->block[i] = model_add_module(m, name, m->blocks);
         snprintf(name, sizeof(name), "blocks.%d.norm", i);
         m->block_norm[i] = model_add_layernorm(m, name, m->block[i], D);
         snprintf(name, sizeof(name), "blocks.%d.fc1", i);
@@ -738,8 +737,12 @@ static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy
         units[u].padded = ceil_div(units[u].numel, world) * world;
         units[u].shard = strategy == STRATEGY_NO_SHARD ? units[u].padded : units[u].padded / world;
     }
-    for (int i = 0; i < m->n_modules; i++)
-        if (m->modules[i].unit >= 0) units[m->modules[i].unit].root_module = i;
+    for (int i = 0; i < m->n_modules; i++) {
+        int u = m->modules[i].unit;
+        if (u < 0) continue;
+        units[u].root_module = i;
+        snprintf(units[u].name, sizeof(units[u].name), "unit %d (%.*s)", u, FSDP_MAX_NAME, u == 0 ? "root" : m->modules[i].name);
+    }
 }
 
 /* The initial value of element i of parameter p: PyTorch's default
@@ -837,18 +840,11 @@ struct Trainer {
 
 static int is_sharded(const Trainer *t) { return t->cfg.strategy != STRATEGY_NO_SHARD; }
 
-/* "unit 2 (blocks.1)": how reports name a unit */
-static const char *unit_name(Trainer *t, int ui) {
-    static char name[FSDP_MAX_NAME + 48];
-    snprintf(name, sizeof(name), "unit %d (%s)", ui, ui == 0 ? "root" : t->model.modules[t->units[ui].root_module].name);
-    return name;
-}
-
 /* Gather a unit's full state: allocate the full flat parameter, all-gather
  * the N shards into it, and point the unit's parameters into it. */
 static void unit_all_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
-    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), unit_name(t, ui));
+    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), t->units[ui].name);
     CommHandle h = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui);
     comm_wait(&t->comm, &h);
     unit_set_views(u, &t->model);
@@ -905,7 +901,7 @@ static void unit_pre_backward(Trainer *t, int ui) {
         return;
     }
     if (u->full_param == NULL) unit_all_gather(t, ui);
-    u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded, sizeof(float), unit_name(t, ui));
+    u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded, sizeof(float), t->units[ui].name);
     unit_set_views(u, &t->model);
 }
 
@@ -1033,7 +1029,7 @@ static void chain_build(WordChain *ch, uint64_t seed) {
  * the average bytes per word, space included. Words are distinct and
  * space-separated, so the bytes determine the words and nothing is lost. */
 static double chain_entropy_per_byte(const WordChain *ch) {
-    static double P[CORPUS_WORDS][CORPUS_WORDS];
+    double P[CORPUS_WORDS][CORPUS_WORDS]; /* P[w][v]: chance that v follows w */
     double pi[CORPUS_WORDS], nxt[CORPUS_WORDS];
     memset(P, 0, sizeof(P));
     for (int w = 0; w < CORPUS_WORDS; w++)
@@ -1309,7 +1305,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     units_layout(t->units, t->n_units, &t->model, t->comm.world, cfg->strategy);
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        const char *name = unit_name(t, ui);
+        const char *name = t->units[ui].name;
         u->shard_param = (float *)ledger_alloc(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard, sizeof(float), name);
         u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard, sizeof(float), name);
         u->exp_avg = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float), name);
@@ -1341,7 +1337,7 @@ void trainer_gather_params(Trainer *t, float *out) {
         Unit *u = &t->units[ui];
         float *full = u->shard_param;
         if (is_sharded(t)) {
-            full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), unit_name(t, ui));
+            full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), t->units[ui].name);
             CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
             comm_wait(&t->comm, &h);
         }
@@ -1588,8 +1584,8 @@ static int flag_takes_value(const char *flag) {
 /* Splits argv into (flag, value) pairs, accepting "--flag value" and
  * "--flag=value", and hands each to `apply`. */
 static int config_each_option(Config *c, int argc, char **argv, int only_model, char *err, size_t errlen) {
-    static char buf[256];
     for (int i = 1; i < argc; i++) {
+        char buf[256]; /* the flag part of "--flag=value" */
         const char *arg = argv[i], *val = NULL;
         if (strncmp(arg, "--", 2) != 0 && strcmp(arg, "-h") != 0)
             return usage_error(err, errlen, "unexpected argument '%s'. Options start with --; see --help.", arg);

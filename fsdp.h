@@ -176,11 +176,8 @@ typedef struct {
     float *grad;              /* view into the unit's full gradient, or NULL */
 } Param;
 
-typedef enum { MOD_CONTAINER, MOD_EMBEDDING, MOD_LINEAR, MOD_LAYERNORM } ModuleType;
-
 typedef struct {
     char name[FSDP_MAX_NAME]; /* "" for the root                             */
-    ModuleType type;
     int parent;
     int children[FSDP_MAX_CHILDREN];
     int n_children;
@@ -195,6 +192,7 @@ typedef struct {
  * ------------------------------------------------------------------------- */
 
 typedef struct {
+    char name[FSDP_MAX_NAME + 32]; /* "unit 2 (blocks.1)", for reports      */
     int root_module;  /* the module that was wrapped                        */
     long numel;       /* parameters in the unit                             */
     long padded;      /* numel rounded up to a multiple of world            */
