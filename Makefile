@@ -50,7 +50,7 @@ mpi:
 	  echo "      macOS: brew install open-mpi), then run make again."; exit 1; \
 	fi
 
-SIM_SRC := sim/net.c
+SIM_SRC := sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c
 SIM_DEPS := $(SIM_SRC) sim/sim.h
 
 fsdp: fsdp.c fsdp.h $(SIM_DEPS) | mpi

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fsdp.h"
@@ -169,6 +170,7 @@ static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_
     l->current_total += bytes;
     if (l->current[cat] > l->peak[cat]) l->peak[cat] = l->current[cat];
     if (l->current_total > l->peak_total) l->peak_total = l->current_total;
+    sim_on_memory(l->sim, l);
     return p;
 }
 
@@ -180,6 +182,7 @@ static void ledger_free(Ledger *l, void *p) {
         l->current_total -= l->entries[i].bytes;
         l->entries[i] = l->entries[--l->n_entries];
         free(p);
+        sim_on_memory(l->sim, l);
         return;
     }
     FATAL("this is a bug in fsdp.c: every buffer must come from ledger_alloc", "freeing a pointer the ledger does not know");
@@ -236,8 +239,11 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
     mpiCheck(MPI_Comm_size(mpi_comm, &c->world));
 }
 
-/* The one place that counts: returns the index of the recorded event. */
+/* The one place every collective passes through: it tells the instruments
+ * (which may check, picture or, in a fault test, skip it; then it returns
+ * -1), counts the bytes and records the event. Returns the event's index. */
 static int comm_record(Comm *c, CommKind kind, int unit, long count) {
+    if (sim_on_collective(c->sim, c, kind, unit, count)) return -1;
     long chunk = count / c->world;
     double steps = (kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (c->world - 1);
     double bytes = steps * (double)chunk * sizeof(float);
@@ -256,6 +262,7 @@ static int comm_record(Comm *c, CommKind kind, int unit, long count) {
     e->t_start = now_seconds();
     e->t_end = e->t_start;
     e->sim_seconds = net_collective_seconds(c->net, kind, c->world, (double)count * sizeof(float));
+    e->step = c->step;
     c->sim_seconds[kind] += e->sim_seconds;
     return c->n_events++;
 }
@@ -307,6 +314,7 @@ static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard
     h.req = MPI_REQUEST_NULL;
     h.kind = COMM_ALL_GATHER;
     h.event = comm_record(c, COMM_ALL_GATHER, unit, S * c->world);
+    if (h.event < 0) return h;
     if (c->impl == COLLECTIVES_MPI) {
         mpiCheck(MPI_Iallgather(shard, (int)S, MPI_FLOAT, full, (int)S, MPI_FLOAT, c->comm, &h.req));
     } else {
@@ -326,6 +334,7 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
     h.buf = shard;
     h.scale_count = S;
     h.event = comm_record(c, COMM_REDUCE_SCATTER, unit, S * c->world);
+    if (h.event < 0) return h;
     if (c->impl == COLLECTIVES_MPI) {
         mpiCheck(MPI_Ireduce_scatter_block(full, shard, (int)S, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
     } else {
@@ -350,6 +359,7 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
     h.buf = buf;
     h.scale_count = count;
     h.event = comm_record(c, COMM_ALL_REDUCE, unit, count);
+    if (h.event < 0) return h;
     if (c->impl == COLLECTIVES_MPI) {
         mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
     } else {
@@ -365,6 +375,7 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
 /* Completes a collective: waits for the transfer, turns sums into means,
  * and stamps the event's end time. */
 static void comm_wait(Comm *c, CommHandle *h) {
+    if (h->event < 0) return; /* skipped by the fault switch */
     mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));
     if (h->kind != COMM_ALL_GATHER) scale(h->buf, h->scale_count, 1.0f / (float)c->world);
     c->events[h->event].t_end = now_seconds();
@@ -827,6 +838,7 @@ struct Trainer {
     Corpus corpus;
     int local_batch;   /* B = global batch / N                                */
     int adam_step;     /* AdamW's t, for bias correction                      */
+    Sim sim;           /* the simulator's instruments (sim/), told by hooks   */
 };
 
 /* ============================================================================
@@ -855,6 +867,7 @@ static void unit_free_full_params(Trainer *t, int ui) {
     ledger_free(&t->ledger, u->full_param);
     u->full_param = NULL;
     unit_set_views(u, &t->model);
+    sim_on_free(&t->sim, ui);
 }
 
 /* ------------------------------------------------------------------------
@@ -868,6 +881,7 @@ static void unit_free_full_params(Trainer *t, int ui) {
  * --------------------------------------------------------------------- */
 static void unit_pre_forward(Trainer *t, int ui) {
     if (is_sharded(t) && t->units[ui].full_param == NULL) unit_all_gather(t, ui);
+    sim_span_begin(&t->sim, ui, PHASE_FORWARD);
 }
 
 /* ------------------------------------------------------------------------
@@ -882,6 +896,7 @@ static void unit_pre_forward(Trainer *t, int ui) {
  * state until that unit's backward, trading memory for one all-gather less.
  * --------------------------------------------------------------------- */
 static void unit_post_forward(Trainer *t, int ui) {
+    sim_span_end(&t->sim, ui, PHASE_FORWARD);
     if (t->cfg.strategy == STRATEGY_FULL_SHARD && ui != 0) unit_free_full_params(t, ui);
 }
 
@@ -898,11 +913,12 @@ static void unit_pre_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     if (!is_sharded(t)) {
         memset(u->shard_grad, 0, (size_t)u->padded * sizeof(float));
-        return;
+    } else {
+        if (u->full_param == NULL) unit_all_gather(t, ui);
+        u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded, sizeof(float), t->units[ui].name);
+        unit_set_views(u, &t->model);
     }
-    if (u->full_param == NULL) unit_all_gather(t, ui);
-    u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded, sizeof(float), t->units[ui].name);
-    unit_set_views(u, &t->model);
+    sim_span_begin(&t->sim, ui, PHASE_BACKWARD);
 }
 
 /* ------------------------------------------------------------------------
@@ -920,6 +936,7 @@ static void unit_pre_backward(Trainer *t, int ui) {
  * --------------------------------------------------------------------- */
 static void unit_post_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
+    sim_span_end(&t->sim, ui, PHASE_BACKWARD);
     if (!is_sharded(t)) {
         CommHandle h = comm_all_reduce_start(&t->comm, u->shard_grad, u->padded, ui, &t->ledger);
         comm_wait(&t->comm, &h);
@@ -970,6 +987,7 @@ FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float 
 
 static void adamw_step(Trainer *t) {
     const Config *c = &t->cfg;
+    sim_span_begin(&t->sim, -1, PHASE_OPTIMIZER);
     t->adam_step++;
     float bc1 = 1.0f - powf(c->beta1, (float)t->adam_step);
     float bc2_sqrt = sqrtf(1.0f - powf(c->beta2, (float)t->adam_step));
@@ -978,6 +996,7 @@ static void adamw_step(Trainer *t) {
         for (long i = 0; i < u->shard; i++)
             adamw_update_one(&u->shard_param[i], &u->exp_avg[i], &u->exp_avg_sq[i], u->shard_grad[i], c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, bc1, bc2_sqrt);
     }
+    sim_span_end(&t->sim, -1, PHASE_OPTIMIZER);
 }
 
 /* ============================================================================
@@ -1283,6 +1302,8 @@ static float global_mean_loss(Trainer *t, float local_loss) {
 
 float trainer_step(Trainer *t, int step) {
     const Config *c = &t->cfg;
+    t->comm.step = step;
+    sim_on_step(&t->sim, step);
     sampler_local_batch(&t->corpus, c->seed, step, c->batch, t->comm.rank, t->comm.world, c->context, t->act.tokens, t->act.targets);
     float loss = model_forward(t);
     model_backward(t);
@@ -1303,6 +1324,14 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->units = (Unit *)calloc((size_t)t->n_units, sizeof(Unit));
     if (!t->units) FATAL("the machine is out of host memory", "cannot allocate the units");
     units_layout(t->units, t->n_units, &t->model, t->comm.world, cfg->strategy);
+    char err[512];
+    if (sim_init(&t->sim, &t->cfg, &t->ledger, t->units, t->n_units, comm, err, sizeof(err)) != 0) {
+        if (t->comm.rank == 0) fprintf(stderr, "error: %s\n", err);
+        MPI_Finalize();
+        exit(2);
+    }
+    t->comm.sim = &t->sim;
+    t->ledger.sim = &t->sim;
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         const char *name = t->units[ui].name;
@@ -1319,7 +1348,6 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     }
     activations_alloc(&t->act, &t->ledger, cfg, t->local_batch);
     if (cfg->data_path) {
-        char err[512];
         if (corpus_load_file(&t->corpus, cfg->data_path, cfg->context, err, sizeof(err)) != 0) FATAL("the file changed since the command line was checked", "%s", err);
     } else {
         corpus_synthetic(&t->corpus, cfg->seed);
@@ -1358,7 +1386,9 @@ void trainer_destroy(Trainer *t) {
     free(t->corpus.bytes);
     model_free(&t->model);
     comm_release(&t->comm);
+    t->ledger.sim = NULL; /* releasing is not an event worth recording */
     ledger_release_all(&t->ledger);
+    sim_release(&t->sim);
     free(t);
 }
 
@@ -1408,6 +1438,16 @@ void config_usage(FILE *out) {
         "                        it fails like CUDA's out-of-memory   (default unlimited)\n"
         "  --net NAME            price every collective on a modelled interconnect:\n"
         "                        nvlink | pcie | ib | ethernet | none (default none)\n"
+        "  --trace FILE          write a trace for ui.perfetto.dev / chrome://tracing; with\n"
+        "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
+        "  --trace-clock CLOCK   real (this machine) | sim (collectives timed by --net)\n"
+        "  --view                live terminal view of memory per rank and traffic\n"
+        "  --step                stop before every collective and picture it; keys:\n"
+        "                        n next, c continue to the next step, q quit\n"
+        "  --step=auto           the same pictures without stopping\n"
+        "  --check-collectives   ranks compare each collective before calling it and stop\n"
+        "                        with a report on a mismatch, instead of hanging\n"
+        "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
         "training\n"
         "  --steps N             optimizer steps                         (default 200)\n"
         "  --batch N             global batch, split evenly over ranks   (default 64)\n"
@@ -1541,6 +1581,17 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return rc;
     }
     if (!strcmp(flag, "--vram")) return parse_size(flag, val, &c->vram, err, errlen);
+    if (!strcmp(flag, "--trace")) {
+        if (!*val) return usage_error(err, errlen, "--trace: the file name is empty. Give a path such as run.json.");
+        c->trace_path = val;
+        return 0;
+    }
+    if (!strcmp(flag, "--trace-clock")) {
+        if (!strcmp(val, "real")) c->trace_clock_sim = 0;
+        else if (!strcmp(val, "sim")) c->trace_clock_sim = 1;
+        else return usage_error(err, errlen, "--trace-clock: unknown clock '%s'. Choose real (this machine's) or sim (collectives timed by --net).", val);
+        return 0;
+    }
     if (!strcmp(flag, "--net")) {
         if (!net_model_find(val)) return usage_error(err, errlen, "--net: unknown network '%s'. Choose %s.", val, net_model_names());
         c->net = val;
@@ -1567,15 +1618,37 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
     return usage_error(err, errlen, "this is a bug in fsdp.c: option '%s' is listed but not handled.", flag);
 }
 
+/* Switches: options that stand alone. --step alone waits for keys;
+ * --step=auto is the one switch that takes a value. */
 static int flag_takes_no_value(const char *flag) {
-    return !strcmp(flag, "--help") || !strcmp(flag, "-h") || !strcmp(flag, "--compare");
+    static const char *const flags[] = {"--help", "-h", "--compare", "--check-collectives", "--step", "--view", "--wait-for-debugger"};
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (!strcmp(flag, flags[i])) return 1;
+    return 0;
+}
+
+/* Sets a switch; returns 0, 1 for --help, or 2 with a message. */
+static int config_switch(Config *c, const char *flag, const char *val, char *err, size_t errlen) {
+    if (!strcmp(flag, "--step")) {
+        if (val && strcmp(val, "auto") != 0)
+            return usage_error(err, errlen, "--step=%s: the only value is auto (--step waits for keys; --step=auto does not).", val);
+        c->step_mode = val ? 2 : 1;
+        return 0;
+    }
+    if (val) return usage_error(err, errlen, "%s takes no value.", flag);
+    if (!strcmp(flag, "--compare")) c->compare = 1;
+    else if (!strcmp(flag, "--check-collectives")) c->check_collectives = 1;
+    else if (!strcmp(flag, "--view")) c->view = 1;
+    else if (!strcmp(flag, "--wait-for-debugger")) c->wait_for_debugger = 1;
+    else return 1; /* --help, -h */
+    return 0;
 }
 
 static int flag_takes_value(const char *flag) {
     static const char *const flags[] = {"--model", "--depth", "--width", "--context", "--embed-dim", "--min-params",
                                         "--strategy", "--collectives", "--steps", "--batch", "--lr", "--beta1",
                                         "--beta2", "--eps", "--weight-decay", "--seed", "--data", "--log-every",
-                                        "--vram", "--net"};
+                                        "--vram", "--net", "--trace", "--trace-clock"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -1598,9 +1671,8 @@ static int config_each_option(Config *c, int argc, char **argv, int only_model, 
         if (!flag_takes_no_value(arg) && !flag_takes_value(arg))
             return usage_error(err, errlen, "unknown option '%s'. See --help for the options.", arg);
         if (flag_takes_no_value(arg)) {
-            if (val) return usage_error(err, errlen, "%s takes no value.", arg);
-            if (!strcmp(arg, "--compare")) c->compare = 1;
-            else if (!only_model) return 1; /* --help */
+            int rc = config_switch(c, arg, val, err, errlen);
+            if (rc == 2 || (rc == 1 && !only_model)) return rc;
             continue;
         }
         if (!val) {
@@ -1629,6 +1701,8 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->min_params > total)
         return usage_error(err, errlen, "--min-params %ld is larger than the whole model (%ld parameters): no module could become a unit. Use a value between 1 and %ld.", c->min_params, total, total);
+    if (c->trace_clock_sim && (!c->net || !strcmp(c->net, "none")))
+        return usage_error(err, errlen, "--trace-clock sim times the collectives with a network model, but none is chosen. Add --net nvlink, pcie, ib or ethernet.");
     return 0;
 }
 
@@ -1641,7 +1715,7 @@ static int config_check_world(const Config *c, int world, char *err, size_t errl
     return 0;
 }
 
-static const char *strategy_name(Strategy s) {
+const char *strategy_name(Strategy s) {
     switch (s) {
     case STRATEGY_FULL_SHARD: return "full_shard";
     case STRATEGY_SHARD_GRAD_OP: return "shard_grad_op";
@@ -1761,6 +1835,44 @@ static void print_step_breakdown(const Trainer *t, double seconds) {
     printf("  nothing overlaps compute yet, so a step would take %.2f ms: compute + all of that\n", 1e3 * (compute + sim) / steps);
 }
 
+/* --compare writes two traces: "run.json" -> "run.no_shard.json". */
+static void trace_path_for(char *out, size_t len, const char *path, Strategy strategy) {
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    if (!dot || (slash && dot < slash)) dot = path + strlen(path);
+    snprintf(out, len, "%.*s.%s%s", (int)(dot - path), path, strategy_name(strategy), dot);
+}
+
+/* Whether `path` can be written, before any training is spent: opened for
+ * appending (so nothing existing is lost) and removed again if new. */
+static int check_writable(const char *flag, const char *path, char *err, size_t errlen) {
+    struct stat st;
+    int existed = stat(path, &st) == 0;
+    FILE *f = fopen(path, "a");
+    if (!f) return usage_error(err, errlen, "%s %s: cannot write there (%s). Give a path in a writable directory.", flag, path, strerror(errno));
+    fclose(f);
+    if (!existed) remove(path);
+    return 0;
+}
+
+/* --wait-for-debugger: each rank prints its PID and spins until a debugger
+ * sets `attached` (the variable is local so no global state exists for it):
+ *   gdb -p PID -ex 'frame function debugger_wait' -ex 'set var attached = 1' -ex continue
+ * sim/gdb-ranks.sh opens one such gdb per rank in tmux panes. */
+static void debugger_wait(MPI_Comm comm) {
+    volatile int attached = 0;
+    int rank = 0;
+    char host[256] = "?";
+    MPI_Comm_rank(comm, &rank);
+    gethostname(host, sizeof(host));
+    printf("rank %d: pid %ld on %s waiting for a debugger\n", rank, (long)getpid(), host);
+    fflush(stdout);
+    while (!attached) {
+        struct timespec pause = {0, 100 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    MPI_Barrier(comm);
+}
+
 /* Trains with cfg on comm; rank 0 prints as it goes. */
 static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table) {
     RunSummary s;
@@ -1776,7 +1888,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         double ts = now_seconds();
         loss = trainer_step(t, step);
         double dt = now_seconds() - ts;
-        if (root && (step % cfg->log_every == 0 || step == cfg->steps - 1))
+        if (root && !t->sim.view_in_place && (step % cfg->log_every == 0 || step == cfg->steps - 1))
             printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB (peak %.3f)\n", step + 1, cfg->steps,
                    loss, dt * 1e3, cfg->batch / dt, mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total));
     }
@@ -1785,6 +1897,15 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     s.steps = cfg->steps;
     s.world = t->comm.world;
     s.batch = cfg->batch;
+    if (cfg->trace_path) {
+        SimRunSummary run = {s.seconds, s.final_loss, s.steps};
+        char err[512];
+        if (sim_trace_write(&t->sim, &t->comm, &run, cfg->trace_path, cfg->trace_clock_sim, err, sizeof(err)) != 0) {
+            if (root) fprintf(stderr, "error: %s\n", err);
+        } else if (root) {
+            printf("trace written to %s (%s clock): open it at https://ui.perfetto.dev or chrome://tracing\n", cfg->trace_path, cfg->trace_clock_sim ? "simulated" : "real");
+        }
+    }
     double *peaks = (double *)calloc((size_t)s.world * (MEM_NUM_CATEGORIES + 1), sizeof(double));
     double *sent = (double *)calloc((size_t)s.world * COMM_NUM_KINDS, sizeof(double));
     gather_stats(t, peaks, sent);
@@ -1871,15 +1992,29 @@ int main(int argc, char **argv) {
     char err[1024];
     int rc = config_parse(&cfg, argc, argv, err, sizeof(err));
     if (rc == 0) rc = config_check_world(&cfg, world, err, sizeof(err));
-    if (rc == 0 && cfg.data_path) { /* rank 0 reads the file; all agree on the verdict */
-        if (rank == 0) {
+    /* Files: rank 0 checks them; all ranks agree on its verdict. */
+    char trace_ddp[1024] = "", trace_sharded[1024] = "";
+    Config ddp = cfg, fsdp = cfg;
+    ddp.strategy = STRATEGY_NO_SHARD;
+    if (fsdp.strategy == STRATEGY_NO_SHARD) fsdp.strategy = STRATEGY_FULL_SHARD;
+    if (rc == 0 && cfg.trace_path && cfg.compare) {
+        trace_path_for(trace_ddp, sizeof(trace_ddp), cfg.trace_path, ddp.strategy);
+        trace_path_for(trace_sharded, sizeof(trace_sharded), cfg.trace_path, fsdp.strategy);
+        ddp.trace_path = trace_ddp;
+        fsdp.trace_path = trace_sharded;
+    }
+    if (rc == 0 && rank == 0) {
+        if (cfg.data_path) {
             Corpus probe;
             memset(&probe, 0, sizeof(probe));
             rc = corpus_load_file(&probe, cfg.data_path, cfg.context, err, sizeof(err));
             free(probe.bytes);
         }
-        MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (rc == 0 && cfg.trace_path && !cfg.compare) rc = check_writable("--trace", cfg.trace_path, err, sizeof(err));
+        if (rc == 0 && cfg.trace_path && cfg.compare) rc = check_writable("--trace", trace_ddp, err, sizeof(err));
+        if (rc == 0 && cfg.trace_path && cfg.compare) rc = check_writable("--trace", trace_sharded, err, sizeof(err));
     }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rc == 1) {
         if (rank == 0) config_usage(stdout);
         return finish(0);
@@ -1891,13 +2026,11 @@ int main(int argc, char **argv) {
 #ifdef __CUDACC__
     if (gpu_not_ready(rank)) return finish(1);
 #endif
+    if (cfg.wait_for_debugger) debugger_wait(MPI_COMM_WORLD);
     if (!cfg.compare) {
         run_training(&cfg, MPI_COMM_WORLD, 1);
         return finish(0);
     }
-    Config ddp = cfg, fsdp = cfg;
-    ddp.strategy = STRATEGY_NO_SHARD;
-    if (fsdp.strategy == STRATEGY_NO_SHARD) fsdp.strategy = STRATEGY_FULL_SHARD;
     RunSummary a = run_training(&ddp, MPI_COMM_WORLD, 0);
     if (rank == 0) printf("\n");
     RunSummary b = run_training(&fsdp, MPI_COMM_WORLD, 0);

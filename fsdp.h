@@ -67,6 +67,13 @@ typedef struct {
     int compare;         /* --compare: run no_shard, then the sharded strategy */
     size_t vram;         /* --vram: simulated memory per rank in bytes; 0: unlimited */
     const char *net;     /* --net: network cost model preset (sim/net.c)  */
+    /* the simulator's instruments (sim/) */
+    const char *trace_path; /* --trace: Chrome/Perfetto trace of the run   */
+    int trace_clock_sim; /* --trace-clock sim: collectives timed by --net */
+    int check_collectives; /* --check-collectives                         */
+    int step_mode;       /* --step: 1 wait for keys, 2 =auto (StepMode)   */
+    int view;            /* --view: live terminal dashboard on rank 0     */
+    int wait_for_debugger; /* --wait-for-debugger                         */
 } Config;
 
 /* Fills cfg from argv. Returns 0 on success; on bad input writes a message
@@ -74,6 +81,7 @@ typedef struct {
  * rank then uses. Returns 1 with err empty when --help was asked for. */
 int config_parse(Config *cfg, int argc, char **argv, char *err, size_t errlen);
 void config_usage(FILE *out);
+const char *strategy_name(Strategy s);
 
 /* ----------------------------------------------------------------------------
  * The memory ledger: one per rank. Every buffer of the training state is
@@ -106,6 +114,7 @@ typedef struct {
     int n_entries, cap_entries;
     size_t budget;        /* simulated VRAM per rank (--vram); 0: unlimited */
     int rank;             /* for the out-of-memory report                   */
+    struct Sim *sim;      /* the instruments, told of every change          */
 } Ledger;
 
 extern const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES];
@@ -130,6 +139,7 @@ typedef struct {
     long count;        /* elements in the full buffer                        */
     double t_start, t_end; /* MPI_Wtime() seconds                            */
     double sim_seconds;    /* its duration on the --net interconnect          */
+    int step;              /* the training step it belongs to                 */
 } CommEvent;
 
 typedef struct {
@@ -142,6 +152,8 @@ typedef struct {
     double bytes_recv[COMM_NUM_KINDS];
     double sim_seconds[COMM_NUM_KINDS]; /* priced by the --net model          */
     const struct NetModel *net;
+    struct Sim *sim;    /* the instruments, told of every collective          */
+    int step;           /* the training step now running                      */
     CommEvent *events;  /* every collective, in order                         */
     int n_events, cap_events;
 } Comm;

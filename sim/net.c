@@ -44,8 +44,8 @@ const NetModel *net_model_find(const char *name) {
 
 const char *net_model_names(void) { return "nvlink, pcie, ib, ethernet or none"; }
 
-double net_collective_seconds(const NetModel *net, int kind, int world, double bytes) {
+double net_collective_seconds(const NetModel *net, CommKind kind, int world, double bytes) {
     if (!net || net->bandwidth <= 0.0 || world < 2) return 0.0;
     double one = (world - 1) * net->alpha + (double)(world - 1) / world * bytes / net->bandwidth;
-    return kind == 2 ? 2.0 * one : one;
+    return kind == COMM_ALL_REDUCE ? 2.0 * one : one;
 }

@@ -1,9 +1,24 @@
 /* sim/sim.h — the simulator's instruments, as fsdp.c sees them.
  *
- * fsdp.c is the algorithm; everything that only exists to show or to price
- * it lives in sim/. fsdp.c calls these through one-line hooks. */
+ * fsdp.c is the algorithm; everything that exists only to show it, price it
+ * or check it lives in sim/. fsdp.c calls these through one-line hooks:
+ *
+ *   sim_on_collective   every collective, before it starts (comm_record):
+ *                       the collective checker, --step pictures, --view
+ *   sim_span_begin/end  a unit's forward or backward, the optimizer step
+ *   sim_on_free         a unit's full state is freed
+ *   sim_on_memory       the ledger changed (memory counters over time)
+ *   sim_trace_write     at the end: the merged trace file for Perfetto
+ *
+ *   net.c      the network cost model (--net)
+ *   record.c   the recorder behind --trace, and the trace writer
+ *   check.c    the collective checker (--check-collectives)
+ *   show.c     --step pictures and the --view terminal dashboard
+ */
 #ifndef FSDP_SIM_H
 #define FSDP_SIM_H
+
+#include "../fsdp.h"
 
 /* ---- network cost model (sim/net.c) ------------------------------------------
  * An alpha-beta model of one link per rank in a ring: alpha is the latency of
@@ -18,12 +33,96 @@ typedef struct NetModel {
 
 /* The preset called `name`, or NULL if there is none. */
 const NetModel *net_model_find(const char *name);
-/* Comma-separated preset names, for messages. */
+/* The preset names, for messages. */
 const char *net_model_names(void);
 /* Simulated seconds of one ring collective over `world` ranks on a full
  * buffer of `bytes`: all-gather and reduce-scatter cost
- * (N-1)*alpha + (N-1)/N * bytes / bandwidth; all-reduce twice that.
- * kind: 0 all-gather, 1 reduce-scatter, 2 all-reduce (CommKind's order). */
-double net_collective_seconds(const NetModel *net, int kind, int world, double bytes);
+ * (N-1)*alpha + (N-1)/N * bytes / bandwidth; all-reduce twice that. */
+double net_collective_seconds(const NetModel *net, CommKind kind, int world, double bytes);
+
+/* ---- the instruments' state, one per trainer ------------------------------------ */
+
+typedef enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER } SimPhase;
+
+typedef struct {
+    int unit;            /* -1 for the optimizer step                     */
+    SimPhase phase;
+    int step;
+    double t_start, t_end; /* MPI_Wtime() seconds; t_end < 0 while open    */
+} SimSpan;
+
+typedef struct {
+    double t;
+    int unit, step;
+} SimFree;
+
+typedef struct {
+    double t;
+    size_t bytes[MEM_NUM_CATEGORIES];
+} SimMemSample;
+
+typedef enum { STEP_OFF, STEP_INTERACTIVE, STEP_AUTO } StepMode;
+
+typedef struct Sim {
+    /* what is switched on */
+    int record;          /* --trace: keep spans, frees and memory samples */
+    int check;           /* --check-collectives                           */
+    StepMode step_mode;  /* --step, --step=auto                           */
+    int view;            /* --view                                        */
+    /* what the instruments read (owned by the trainer) */
+    const Config *cfg;
+    const Ledger *ledger;
+    const Unit *units;
+    int n_units;
+    /* the recorder */
+    SimSpan *spans;
+    int n_spans, cap_spans;
+    SimFree *frees;
+    int n_frees, cap_frees;
+    SimMemSample *mem;
+    int n_mem, cap_mem;
+    double t0;           /* the common time origin (after a barrier)       */
+    int step;            /* the training step now running                  */
+    long seq;            /* collectives so far on this rank                */
+    /* --step / --view */
+    int tty;             /* rank 0's terminal for --step keys, or -1       */
+    int view_in_place;   /* --view on a terminal: redraw; else plain lines */
+    int view_last_step;  /* plain --view lines: one per step               */
+    int cur_unit;        /* the unit computing now (for --view)            */
+    SimPhase cur_phase;
+    int skip_to_next_step; /* 'c' pressed: no stops until the next step    */
+    double last_draw;    /* --view redraw throttle                         */
+    /* test-only fault injection: FSDP_FAULT=skip:RANK:SEQ or alter:RANK:SEQ */
+    int fault_alter, fault_rank;
+    long fault_seq;
+} Sim;
+
+/* Sets up the instruments for a trainer; collective over comm. Returns 0,
+ * or 2 with a message in err (e.g. --step without a terminal). */
+int sim_init(Sim *s, const Config *cfg, const Ledger *l, const Unit *units, int n_units, MPI_Comm comm, char *err, size_t errlen);
+void sim_release(Sim *s);
+
+/* Called by comm_record before every collective. Returns 1 if the test-only
+ * fault switch says this rank should skip this collective. */
+int sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count);
+void sim_on_step(Sim *s, int step);
+
+/* sim/check.c */
+void check_collective(Sim *s, const Comm *c, long seq, CommKind kind, int unit, long count);
+/* sim/show.c */
+int show_open_terminal(Sim *s, char *err, size_t errlen);
+void show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count);
+void sim_span_begin(Sim *s, int unit, SimPhase phase);
+void sim_span_end(Sim *s, int unit, SimPhase phase);
+void sim_on_free(Sim *s, int unit);
+void sim_on_memory(Sim *s, const Ledger *l);
+
+/* Writes the trace of this run, merged over all ranks of comm, to path
+ * (rank 0 writes). clock_sim: lay the timeline out on the --net clock. */
+typedef struct {
+    double seconds, final_loss;
+    int steps;
+} SimRunSummary;
+int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const char *path, int clock_sim, char *err, size_t errlen);
 
 #endif

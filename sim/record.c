@@ -1,0 +1,308 @@
+/* sim/record.c — the recorder behind --trace, and the trace writer.
+ *
+ * While training, each rank keeps what happened to it: compute spans (a
+ * unit's forward or backward, the optimizer step), the moments a unit's
+ * full state is freed, and its ledger after every allocation and free. The
+ * collectives are already recorded by fsdp.c's comm_record. At the end every
+ * rank turns its own record into Chrome Trace Event Format text, rank 0
+ * gathers the pieces and writes one file that Perfetto (ui.perfetto.dev) or
+ * chrome://tracing open: one process per rank, a "compute" and a
+ * "communication" track in each, and a stacked memory counter.
+ *
+ * Two clocks. "real" is the wall clock of this machine. "sim" replays the
+ * same timeline with every collective lasting what the --net model says it
+ * would on a real interconnect; compute keeps its measured length. Since
+ * collectives do not overlap compute here, this is a monotone re-timing:
+ * every timestamp moves by (simulated - real) time of the collectives
+ * before it.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+/* ---- growing arrays ------------------------------------------------------------- */
+
+static void *grow(void *p, int *cap, int n, size_t elem) {
+    if (n < *cap) return p;
+    *cap = *cap ? 2 * *cap : 256;
+    p = realloc(p, (size_t)*cap * elem);
+    if (!p) {
+        fprintf(stderr, "error: out of host memory while recording the trace\nHINT: record fewer --steps\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return p;
+}
+
+void sim_span_begin(Sim *s, int unit, SimPhase phase) {
+    if (!s) return;
+    s->cur_unit = unit; /* what --view shows as computing */
+    s->cur_phase = phase;
+    if (!s->record) return;
+    s->spans = (SimSpan *)grow(s->spans, &s->cap_spans, s->n_spans, sizeof(SimSpan));
+    SimSpan *sp = &s->spans[s->n_spans++];
+    sp->unit = unit;
+    sp->phase = phase;
+    sp->step = s->step;
+    sp->t_start = MPI_Wtime();
+    sp->t_end = -1.0;
+}
+
+/* Spans nest (the root unit's forward encloses the others), so the span to
+ * close is the most recent open one of this unit and phase. */
+void sim_span_end(Sim *s, int unit, SimPhase phase) {
+    if (!s || !s->record) return;
+    for (int i = s->n_spans - 1; i >= 0; i--) {
+        SimSpan *sp = &s->spans[i];
+        if (sp->unit == unit && sp->phase == phase && sp->t_end < 0) {
+            sp->t_end = MPI_Wtime();
+            return;
+        }
+    }
+}
+
+void sim_on_free(Sim *s, int unit) {
+    if (!s || !s->record) return;
+    s->frees = (SimFree *)grow(s->frees, &s->cap_frees, s->n_frees, sizeof(SimFree));
+    SimFree *f = &s->frees[s->n_frees++];
+    f->t = MPI_Wtime();
+    f->unit = unit;
+    f->step = s->step;
+}
+
+void sim_on_memory(Sim *s, const Ledger *l) {
+    if (!s || !s->record) return;
+    s->mem = (SimMemSample *)grow(s->mem, &s->cap_mem, s->n_mem, sizeof(SimMemSample));
+    SimMemSample *m = &s->mem[s->n_mem++];
+    m->t = MPI_Wtime();
+    memcpy(m->bytes, l->current, sizeof(m->bytes));
+}
+
+/* ---- text that grows ----------------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} Text;
+
+static void text_printf(Text *t, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int need = vsnprintf(t->p ? t->p + t->n : NULL, t->p ? t->cap - t->n : 0, fmt, ap);
+        va_end(ap);
+        if (t->p && (size_t)need < t->cap - t->n) {
+            t->n += (size_t)need;
+            return;
+        }
+        t->cap = 2 * (t->cap + (size_t)need + 1024);
+        t->p = (char *)realloc(t->p, t->cap);
+        if (!t->p) {
+            fprintf(stderr, "error: out of host memory while writing the trace\nHINT: record fewer --steps\n");
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+}
+
+/* ---- the two clocks ------------------------------------------------------------ */
+
+typedef struct {
+    const Comm *c;
+    double *real_before, *sim_before; /* (n_events + 1) prefix sums         */
+    int sim;
+    double t0;
+} Clock;
+
+static void clock_init(Clock *k, const Comm *c, int sim, double t0) {
+    k->c = c;
+    k->sim = sim;
+    k->t0 = t0;
+    k->real_before = (double *)calloc((size_t)c->n_events + 1, sizeof(double));
+    k->sim_before = (double *)calloc((size_t)c->n_events + 1, sizeof(double));
+    for (int i = 0; i < c->n_events; i++) {
+        k->real_before[i + 1] = k->real_before[i] + (c->events[i].t_end - c->events[i].t_start);
+        k->sim_before[i + 1] = k->sim_before[i] + c->events[i].sim_seconds;
+    }
+}
+
+static void clock_free(Clock *k) {
+    free(k->real_before);
+    free(k->sim_before);
+}
+
+/* Microseconds since the common origin, on the chosen clock. */
+static double clock_us(const Clock *k, double t) {
+    if (k->sim) {
+        const CommEvent *e = k->c->events;
+        int lo = 0, hi = k->c->n_events; /* first event starting after t */
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (e[mid].t_start <= t) lo = mid + 1; else hi = mid;
+        }
+        int i = lo - 1; /* the last collective that started at or before t */
+        if (i >= 0) {
+            double real = e[i].t_end - e[i].t_start;
+            if (t >= e[i].t_end) {
+                t = t - k->real_before[i + 1] + k->sim_before[i + 1];
+            } else {
+                double frac = real > 0 ? (t - e[i].t_start) / real : 0.0;
+                t = e[i].t_start - k->real_before[i] + k->sim_before[i] + frac * e[i].sim_seconds;
+            }
+        }
+    }
+    return (t - k->t0) * 1e6;
+}
+
+/* ---- one rank's events --------------------------------------------------------- */
+
+static const char *PHASE_NAMES[] = {"forward", "backward", "optimizer"};
+
+static const char *unit_label(const Sim *s, int unit) {
+    return unit >= 0 && unit < s->n_units ? s->units[unit].name : "the loss";
+}
+
+static void rank_events(Text *t, const Sim *s, const Comm *c, const Clock *k) {
+    int r = c->rank;
+    text_printf(t, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
+    text_printf(t, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}},\n", r, r);
+    text_printf(t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"compute\"}},\n", r);
+    text_printf(t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":2,\"args\":{\"name\":\"communication\"}}", r);
+    for (int i = 0; i < s->n_spans; i++) {
+        const SimSpan *sp = &s->spans[i];
+        if (sp->t_end < 0) continue;
+        double ts = clock_us(k, sp->t_start), te = clock_us(k, sp->t_end);
+        text_printf(t, ",\n{\"ph\":\"X\",\"cat\":\"compute\",\"name\":\"%s %s\",\"pid\":%d,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,"
+                       "\"args\":{\"unit\":%d,\"phase\":\"%s\",\"step\":%d}}",
+                    PHASE_NAMES[sp->phase], sp->unit >= 0 ? unit_label(s, sp->unit) : "step", r, ts, te - ts, sp->unit, PHASE_NAMES[sp->phase], sp->step);
+    }
+    for (int i = 0; i < c->n_events; i++) {
+        const CommEvent *e = &c->events[i];
+        double ts = clock_us(k, e->t_start), te = clock_us(k, e->t_end);
+        long chunk = e->count / c->world;
+        double bytes = (e->kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (c->world - 1) * (double)chunk * sizeof(float);
+        text_printf(t, ",\n{\"ph\":\"X\",\"cat\":\"comm\",\"name\":\"%s %s\",\"pid\":%d,\"tid\":2,\"ts\":%.3f,\"dur\":%.3f,"
+                       "\"args\":{\"kind\":\"%s\",\"unit\":%d,\"count\":%ld,\"bytes\":%.0f,\"sim_us\":%.3f,\"step\":%d}}",
+                    COMM_KIND_NAMES[e->kind], unit_label(s, e->unit), r, ts, te - ts, COMM_KIND_NAMES[e->kind], e->unit, e->count, bytes,
+                    e->sim_seconds * 1e6, e->step);
+    }
+    for (int i = 0; i < s->n_frees; i++) {
+        const SimFree *f = &s->frees[i];
+        text_printf(t, ",\n{\"ph\":\"i\",\"s\":\"t\",\"name\":\"free full state %s\",\"pid\":%d,\"tid\":1,\"ts\":%.3f,\"args\":{\"unit\":%d,\"step\":%d}}",
+                    unit_label(s, f->unit), r, clock_us(k, f->t), f->unit, f->step);
+    }
+    for (int i = 0; i < s->n_mem; i++) {
+        const SimMemSample *m = &s->mem[i];
+        text_printf(t, ",\n{\"ph\":\"C\",\"name\":\"memory\",\"pid\":%d,\"ts\":%.3f,\"args\":{", r, clock_us(k, m->t));
+        for (int cat = 0; cat < MEM_NUM_CATEGORIES; cat++)
+            text_printf(t, "%s\"%s\":%zu", cat ? "," : "", MEM_CATEGORY_NAMES[cat], m->bytes[cat]);
+        text_printf(t, "}}");
+    }
+}
+
+/* ---- the whole file ------------------------------------------------------------ */
+
+static void per_rank_array(Text *t, const double *v, int world) {
+    text_printf(t, "[");
+    for (int r = 0; r < world; r++) text_printf(t, "%s%.0f", r ? "," : "", v[r]);
+    text_printf(t, "]");
+}
+
+/* otherData.fsdp: what the run was and its per-rank totals, so a reader
+ * (sim/report.py) need not re-derive them from the events. */
+static void run_header(Text *t, const Sim *s, const Comm *c, const SimRunSummary *run, int clock_sim, const double *stats) {
+    const Config *cfg = s->cfg;
+    int N = c->world, n = MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS;
+    text_printf(t, "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"fsdp\":{\"version\":1,\"world\":%d,\"strategy\":\"%s\",\"model\":\"%s\","
+                   "\"steps\":%d,\"clock\":\"%s\",\"net\":\"%s\",\"vram\":%zu,\"seconds\":%.6f,\"final_loss\":%.6f,\n\"categories\":[",
+                N, strategy_name(cfg->strategy), cfg->model_name ? cfg->model_name : "custom", run->steps, clock_sim ? "sim" : "real",
+                cfg->net ? cfg->net : "none", cfg->vram, run->seconds, run->final_loss);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) text_printf(t, "%s\"%s\"", k ? "," : "", MEM_CATEGORY_NAMES[k]);
+    text_printf(t, "],\n\"units\":[");
+    for (int u = 0; u < s->n_units; u++)
+        text_printf(t, "%s{\"index\":%d,\"name\":\"%s\",\"numel\":%ld,\"padded\":%ld,\"shard\":%ld}", u ? "," : "", u, s->units[u].name,
+                    s->units[u].numel, s->units[u].padded, s->units[u].shard);
+    double *col = (double *)malloc((size_t)N * sizeof(double));
+    text_printf(t, "],\n\"peak\":{");
+    for (int k = 0; k <= MEM_NUM_CATEGORIES; k++) {
+        for (int r = 0; r < N; r++) col[r] = stats[(long)r * n + k];
+        text_printf(t, "%s\"%s\":", k ? "," : "", k < MEM_NUM_CATEGORIES ? MEM_CATEGORY_NAMES[k] : "total");
+        per_rank_array(t, col, N);
+    }
+    text_printf(t, "},\n\"bytes_sent\":{");
+    for (int k = 0; k < COMM_NUM_KINDS; k++) {
+        for (int r = 0; r < N; r++) col[r] = stats[(long)r * n + MEM_NUM_CATEGORIES + 1 + k];
+        text_printf(t, "%s\"%s\":", k ? "," : "", COMM_KIND_NAMES[k]);
+        per_rank_array(t, col, N);
+    }
+    text_printf(t, "}}},\n\"traceEvents\":[\n");
+    free(col);
+}
+
+int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const char *path, int clock_sim, char *err, size_t errlen) {
+    /* 1. every rank: its own events as text, and its totals */
+    Text mine = {NULL, 0, 0};
+    Clock k;
+    clock_init(&k, c, clock_sim, s->t0);
+    rank_events(&mine, s, c, &k);
+    clock_free(&k);
+    int n = MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS;
+    double my_stats[MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS];
+    for (int cat = 0; cat < MEM_NUM_CATEGORIES; cat++) my_stats[cat] = (double)s->ledger->peak[cat];
+    my_stats[MEM_NUM_CATEGORIES] = (double)s->ledger->peak_total;
+    for (int kind = 0; kind < COMM_NUM_KINDS; kind++) my_stats[MEM_NUM_CATEGORIES + 1 + kind] = c->bytes_sent[kind];
+
+    /* 2. rank 0 gathers them (instrument traffic, not counted as training's) */
+    int N = c->world, len = (int)mine.n;
+    int *lens = NULL, *offsets = NULL;
+    char *all = NULL;
+    double *stats = NULL;
+    if (c->rank == 0) {
+        lens = (int *)calloc((size_t)N, sizeof(int));
+        offsets = (int *)calloc((size_t)N, sizeof(int));
+        stats = (double *)calloc((size_t)N * n, sizeof(double));
+    }
+    MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, c->comm);
+    MPI_Gather(my_stats, n, MPI_DOUBLE, stats, n, MPI_DOUBLE, 0, c->comm);
+    long total = 0;
+    if (c->rank == 0) {
+        for (int r = 0; r < N; r++) {
+            offsets[r] = (int)total;
+            total += lens[r];
+        }
+        all = (char *)malloc((size_t)total + 1);
+    }
+    MPI_Gatherv(mine.p, len, MPI_CHAR, all, lens, offsets, MPI_CHAR, 0, c->comm);
+    free(mine.p);
+
+    /* 3. rank 0 writes header, the ranks' events, and the closing brackets */
+    int rc = 0;
+    if (c->rank == 0) {
+        Text head = {NULL, 0, 0};
+        run_header(&head, s, c, run, clock_sim, stats);
+        FILE *f = fopen(path, "w");
+        if (!f) {
+            snprintf(err, errlen, "--trace %s: cannot write it", path);
+            rc = 2;
+        } else {
+            fwrite(head.p, 1, head.n, f);
+            for (int r = 0; r < N; r++) {
+                if (r) fputs(",\n", f);
+                fwrite(all + offsets[r], 1, (size_t)lens[r], f);
+            }
+            fputs("\n]}\n", f);
+            if (fclose(f) != 0) {
+                snprintf(err, errlen, "--trace %s: writing failed (disk full?)", path);
+                rc = 2;
+            }
+        }
+        free(head.p);
+    }
+    free(lens);
+    free(offsets);
+    free(all);
+    free(stats);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, c->comm);
+    return rc;
+}

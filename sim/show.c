@@ -1,0 +1,196 @@
+/* sim/show.c — pictures of the collectives (--step) and the live terminal
+ * view (--view). Rank 0 draws; every other rank only takes part in the small
+ * gathers that bring its memory figures to rank 0 (instrument traffic, not
+ * counted as training's).
+ *
+ * --step stops every rank before each collective and shows what is about to
+ * move: which slice of the unit each rank holds before and after, and every
+ * rank's memory. Keys (read from the terminal mpirun was started in):
+ *   n / Enter   next collective
+ *   c           continue to the next training step
+ *   q           quit (every rank exits 0)
+ * --step=auto draws the same pictures without waiting: for logs and tests.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "sim.h"
+
+static double mib(double b) { return b / 1048576.0; }
+
+/* Rank 0 needs a terminal for --step keys (mpirun gives the ranks no
+ * terminal on stdin, but they can open the one mpirun runs in) and to draw
+ * --view in place. */
+int show_open_terminal(Sim *s, char *err, size_t errlen) {
+    if (s->view) s->view_in_place = isatty(STDOUT_FILENO);
+    if (s->step_mode != STEP_INTERACTIVE) return 0;
+    s->tty = open("/dev/tty", O_RDWR | O_NOCTTY);
+    if (s->tty < 0) {
+        snprintf(err, errlen, "--step waits for keys, but there is no terminal to read them from. Run it from a terminal, or use --step=auto to print the same pictures without waiting.");
+        return 2;
+    }
+    return 0;
+}
+
+/* One key from the terminal, without waiting for Enter. */
+static int read_key(int fd) {
+    struct termios old, raw;
+    int have = tcgetattr(fd, &old) == 0;
+    if (have) {
+        raw = old;
+        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+        raw.c_cc[VMIN] = 1;
+        raw.c_cc[VTIME] = 0;
+        tcsetattr(fd, TCSANOW, &raw);
+    }
+    unsigned char ch = 'q';
+    if (read(fd, &ch, 1) != 1) ch = 'q';
+    if (have) tcsetattr(fd, TCSANOW, &old);
+    return ch;
+}
+
+/* Every rank's ledger, now: rank 0 receives (N, categories) in bytes. */
+static double *gather_memory(const Sim *s, const Comm *c) {
+    double mine[MEM_NUM_CATEGORIES];
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) mine[k] = (double)s->ledger->current[k];
+    double *all = c->rank == 0 ? (double *)malloc((size_t)c->world * MEM_NUM_CATEGORIES * sizeof(double)) : NULL;
+    MPI_Gather(mine, MEM_NUM_CATEGORIES, MPI_DOUBLE, all, MEM_NUM_CATEGORIES, MPI_DOUBLE, 0, c->comm);
+    return all;
+}
+
+static const char *unit_label(const Sim *s, int unit) { return unit >= 0 && unit < s->n_units ? s->units[unit].name : "the loss"; }
+
+/* One row of the picture: N slices of the unit's flat buffer.
+ *   3   rank 3's shard of the parameters
+ *   +   this rank's own partial gradient (its part of the batch)
+ *   S   the sum over all ranks, divided by N: the averaged gradient
+ *   .   not held */
+static void picture_row(char *out, int N, int rank, CommKind kind, int after) {
+    int n = 0;
+    int shown = N <= 16 ? N : 16;
+    out[n++] = '[';
+    for (int j = 0; j < shown; j++) {
+        char ch = '.';
+        if (kind == COMM_ALL_GATHER) ch = (after || j == rank) ? (char)(j < 10 ? '0' + j : 'a' + j - 10) : '.';
+        else if (kind == COMM_REDUCE_SCATTER) ch = !after ? '+' : (j == rank ? 'S' : '.');
+        else ch = after ? 'S' : '+';
+        if (j) out[n++] = ' ';
+        out[n++] = ch;
+    }
+    if (shown < N) n += sprintf(out + n, " ...");
+    out[n++] = ']';
+    out[n] = '\0';
+}
+
+static void draw_step_picture(const Sim *s, const Comm *c, CommKind kind, int unit, long count, const double *mem) {
+    int N = c->world;
+    long S = count / N;
+    double moved = (kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (N - 1) * (double)S * 4.0;
+    printf("\n---- step %d, collective #%ld: %s of %s ----\n", s->step, s->seq - 1, COMM_KIND_NAMES[kind], unit_label(s, unit));
+    printf("%ld elements = %d slices of %ld; each rank sends %.1f KiB and receives %.1f KiB\n", count, N, S, moved / 1024, moved / 1024);
+    if (kind == COMM_ALL_GATHER) printf("each rank holds its own shard; afterwards every rank holds the full state\n");
+    if (kind == COMM_REDUCE_SCATTER) printf("each rank holds a full gradient of its own batch (+); afterwards rank r holds slice r averaged over all ranks (S)\n");
+    if (kind == COMM_ALL_REDUCE) printf("each rank holds a full gradient of its own batch (+); afterwards every rank holds all of it averaged (S)\n");
+    printf("          %-*s     %-*s   memory now (MiB): total = params + grads + optimizer + full params + full grads + other\n", 2 * (N <= 16 ? N : 16) + 5,
+           "before", 2 * (N <= 16 ? N : 16) + 5, "after");
+    for (int r = 0; r < N; r++) {
+        char before[64], after[64];
+        picture_row(before, N, r, kind, 0);
+        picture_row(after, N, r, kind, 1);
+        const double *m = mem + (long)r * MEM_NUM_CATEGORIES;
+        double total = 0.0;
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) total += m[k];
+        printf("  rank %-3d %-*s ->  %-*s  %7.3f = %.3f + %.3f + %.3f + %.3f + %.3f + %.3f\n", r, 2 * (N <= 16 ? N : 16) + 5, before,
+               2 * (N <= 16 ? N : 16) + 5, after, mib(total), mib(m[MEM_PARAM_SHARD]), mib(m[MEM_GRAD_SHARD]), mib(m[MEM_OPTIM_STATE]),
+               mib(m[MEM_FULL_PARAMS]), mib(m[MEM_FULL_GRADS]), mib(m[MEM_ACTIVATIONS] + m[MEM_COMM_BUFFERS]));
+    }
+    fflush(stdout);
+}
+
+/* ---- --view ------------------------------------------------------------------------ */
+
+static const char BAR_CHARS[MEM_NUM_CATEGORIES] = {'P', 'G', 'O', 'F', 'f', 'a', 'c'};
+
+static void draw_view(Sim *s, const Comm *c, CommKind kind, int unit, long count, const double *mem) {
+    int N = c->world;
+    double scale = (double)s->cfg->vram, sent = 0.0;
+    for (int r = 0; r < N; r++) {
+        double total = 0.0;
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) total += mem[(long)r * MEM_NUM_CATEGORIES + k];
+        if (!s->cfg->vram && total > scale) scale = total;
+    }
+    for (int k = 0; k < COMM_NUM_KINDS; k++) sent += c->bytes_sent[k];
+    if (!s->view_in_place) { /* not a terminal: one plain line per step */
+        if (s->step == s->view_last_step) return;
+        s->view_last_step = s->step;
+        printf("view: step %d | rank 0 sent %.2f MiB so far | memory MiB per rank:", s->step + 1, mib(sent));
+        for (int r = 0; r < N; r++) {
+            double total = 0.0;
+            for (int k = 0; k < MEM_NUM_CATEGORIES; k++) total += mem[(long)r * MEM_NUM_CATEGORIES + k];
+            printf(" %.2f", mib(total));
+        }
+        printf("\n");
+        fflush(stdout);
+        return;
+    }
+    double now = MPI_Wtime();
+    if (now - s->last_draw < 0.05 && s->step_mode == STEP_OFF) return; /* ~20 frames a second is plenty */
+    s->last_draw = now;
+    printf("\033[H\033[J"); /* home, clear: redraw in place */
+    printf("fsdp.c live view: %s on %d ranks, step %d of %d\n\n", strategy_name(s->cfg->strategy), N, s->step + 1, s->cfg->steps);
+    printf("computing:  %s %s\n", s->cur_unit >= 0 ? (s->cur_phase == PHASE_FORWARD ? "forward" : s->cur_phase == PHASE_BACKWARD ? "backward" : "optimizer") : "-",
+           s->cur_unit >= 0 ? unit_label(s, s->cur_unit) : "");
+    printf("in flight:  %s of %s, %ld elements\n", COMM_KIND_NAMES[kind], unit_label(s, unit), count);
+    printf("traffic so far (rank 0 sent): all_gather %.2f MiB, reduce_scatter %.2f MiB, all_reduce %.2f MiB\n\n", mib(c->bytes_sent[COMM_ALL_GATHER]),
+           mib(c->bytes_sent[COMM_REDUCE_SCATTER]), mib(c->bytes_sent[COMM_ALL_REDUCE]));
+    printf("memory per rank, bar = %s %.1f MiB\n", s->cfg->vram ? "budget" : "largest rank,", mib(scale));
+    const int width = 50;
+    for (int r = 0; r < N; r++) {
+        char bar[64];
+        int n = 0;
+        double total = 0.0;
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) {
+            double v = mem[(long)r * MEM_NUM_CATEGORIES + k];
+            total += v;
+            int cells = scale > 0 ? (int)(v / scale * width + 0.5) : 0;
+            for (int i = 0; i < cells && n < width; i++) bar[n++] = BAR_CHARS[k];
+        }
+        while (n < width) bar[n++] = ' ';
+        bar[n] = '\0';
+        printf("  rank %-3d |%s| %8.3f MiB\n", r, bar, mib(total));
+    }
+    printf("  P params  G grads  O optimizer  F full params  f full grads  a activations  c comm buffers\n");
+    fflush(stdout);
+}
+
+void show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) {
+    int stop = s->step_mode != STEP_OFF && !s->skip_to_next_step;
+    if (!stop && !s->view) return;
+    double *mem = gather_memory(s, c);
+    int key = 'n';
+    if (c->rank == 0) {
+        if (s->view) draw_view(s, c, kind, unit, count, mem);
+        if (stop) draw_step_picture(s, c, kind, unit, count, mem);
+        if (stop && s->step_mode == STEP_INTERACTIVE) {
+            printf("[n]ext collective, [c]ontinue to the next step, [q]uit > ");
+            fflush(stdout);
+            key = read_key(s->tty);
+            printf("%c\n", key == '\n' ? 'n' : key);
+        }
+    }
+    free(mem);
+    if (s->step_mode != STEP_INTERACTIVE || !stop) return;
+    MPI_Bcast(&key, 1, MPI_INT, 0, c->comm); /* every rank follows rank 0's key */
+    if (key == 'c') s->skip_to_next_step = 1;
+    if (key == 'q') {
+        if (c->rank == 0) printf("stopped at your request before %s of %s\n", COMM_KIND_NAMES[kind], unit_label(s, unit));
+        fflush(stdout);
+        MPI_Finalize();
+        exit(0);
+    }
+}

@@ -1,0 +1,75 @@
+/* sim/sim.c — switching the instruments on, and the hook every collective
+ * passes through. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+/* FSDP_FAULT=skip:RANK:SEQ or alter:RANK:SEQ makes rank RANK skip (or call
+ * with a different size) its collective number SEQ. It exists only so the
+ * tests can prove that --check-collectives catches a mismatch; it is
+ * deliberately not a command-line option. */
+static void fault_parse(Sim *s) {
+    s->fault_rank = -1;
+    const char *f = getenv("FSDP_FAULT");
+    if (!f) return;
+    char what[16];
+    int rank = -1;
+    long seq = -1;
+    if (sscanf(f, "%15[a-z]:%d:%ld", what, &rank, &seq) == 3 && (!strcmp(what, "skip") || !strcmp(what, "alter"))) {
+        s->fault_alter = !strcmp(what, "alter");
+        s->fault_rank = rank;
+        s->fault_seq = seq;
+    }
+}
+
+int sim_init(Sim *s, const Config *cfg, const Ledger *l, const Unit *units, int n_units, MPI_Comm comm, char *err, size_t errlen) {
+    memset(s, 0, sizeof(*s));
+    s->cfg = cfg;
+    s->ledger = l;
+    s->units = units;
+    s->n_units = n_units;
+    s->record = cfg->trace_path != NULL;
+    s->check = cfg->check_collectives;
+    s->step_mode = (StepMode)cfg->step_mode;
+    s->view = cfg->view;
+    s->tty = -1;
+    s->cur_unit = -1;
+    s->view_last_step = -1;
+    fault_parse(s);
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    int rc = 0;
+    if (rank == 0 && (s->step_mode == STEP_INTERACTIVE || s->view)) rc = show_open_terminal(s, err, errlen);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
+    MPI_Barrier(comm); /* a common time origin for the trace */
+    s->t0 = MPI_Wtime();
+    return rc;
+}
+
+void sim_release(Sim *s) {
+    free(s->spans);
+    free(s->frees);
+    free(s->mem);
+    memset(s, 0, sizeof(*s));
+}
+
+void sim_on_step(Sim *s, int step) {
+    if (!s) return;
+    if (step != s->step) s->skip_to_next_step = 0;
+    s->step = step;
+}
+
+int sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) {
+    if (!s) return 0;
+    long seq = s->seq++;
+    if (c->rank == s->fault_rank && seq == s->fault_seq) {
+        fprintf(stderr, "[rank %d] FSDP_FAULT: %s collective #%ld (%s)\n", c->rank, s->fault_alter ? "altering" : "skipping", seq, COMM_KIND_NAMES[kind]);
+        if (!s->fault_alter) return 1;
+        count += c->world; /* the size this rank would wrongly call with */
+    }
+    if (s->check) check_collective(s, c, seq, kind, unit, count);
+    if (s->step_mode != STEP_OFF || s->view) show_collective(s, c, kind, unit, count);
+    return 0;
+}
