@@ -9,7 +9,7 @@
 # Open MPI is installed on demand (Debian/Ubuntu apt-get, macOS Homebrew).
 
 CC      := mpicc
-CFLAGS  ?= -O3 -std=c11 -Wall -Wextra -Werror=implicit-function-declaration
+CFLAGS  ?= -O3 -g -std=c11 -Wall -Wextra -Werror=implicit-function-declaration
 NATIVE  ?= -march=native
 LDLIBS  := -lm
 NP      ?= 4
@@ -57,6 +57,11 @@ fsdp: fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) fsdp.c $(SIM_SRC) -o $@ $(LDLIBS)
 
 # Test programs #include fsdp.c, so main's helpers are unused there.
+# For gdb: no optimisation, so every variable and argument can be printed
+# (sim/gdb-ranks.sh and tests/test_debugger.sh use it).
+fsdp-debug: fsdp.c fsdp.h $(SIM_DEPS) | mpi
+	$(CC) -O0 -g -std=c11 -Wall -Wextra fsdp.c $(SIM_SRC) -o $@ $(LDLIBS)
+
 tests/%: tests/%.c fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)
 
@@ -65,7 +70,7 @@ run: fsdp
 	$(MPIRUN) -np $(NP) ./fsdp --compare
 
 # ---- tests -------------------------------------------------------------------
-test: fsdp $(TEST_BINS)
+test: fsdp fsdp-debug $(TEST_BINS)
 	@bash tests/run.sh
 
 # ---- benchmarks ----------------------------------------------------------------
@@ -86,4 +91,4 @@ sanitize:
 	rm -f fsdp $(TEST_BINS)
 
 clean:
-	rm -f fsdp fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul
+	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul

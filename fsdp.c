@@ -1759,7 +1759,7 @@ static void print_unit_table(const Trainer *t) {
             const char *short_name = strlen(mod->name) > prefix ? mod->name + prefix : "(itself)";
             used += (size_t)snprintf(mods + used, sizeof(mods) - used, "%s%s", used ? "," : "", short_name);
         }
-        char both[300];
+        char both[FSDP_MAX_NAME + 8 + 256];
         snprintf(both, sizeof(both), "%s: %s", label, u->numel ? mods : "(no parameters)");
         if (strlen(both) > 34) strcpy(both + 31, "...");
         printf("%4d %-34s %10ld %10ld %10ld %14ld\n", ui, both, u->numel, u->padded, u->shard, u->shard * 4L * (long)sizeof(float));

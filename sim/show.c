@@ -5,10 +5,12 @@
  *
  * --step stops every rank before each collective and shows what is about to
  * move: which slice of the unit each rank holds before and after, and every
- * rank's memory. Keys (read from the terminal mpirun was started in):
- *   n / Enter   next collective
+ * rank's memory. Then rank 0 reads a line: mpirun forwards what you type in
+ * its terminal to rank 0's standard input, one line at a time (the ranks run
+ * in the background of that terminal, so they cannot read single keys):
+ *   Enter, n    next collective
  *   c           continue to the next training step
- *   q           quit (every rank exits 0)
+ *   q           quit (every rank exits 0); so does the end of the input
  * --step=auto draws the same pictures without waiting: for logs and tests.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -16,42 +18,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <termios.h>
 #include <unistd.h>
 
 #include "sim.h"
 
 static double mib(double b) { return b / 1048576.0; }
 
-/* Rank 0 needs a terminal for --step keys (mpirun gives the ranks no
- * terminal on stdin, but they can open the one mpirun runs in) and to draw
- * --view in place. */
+/* Is someone watching? Open MPI gives the ranks' standard output a
+ * pseudo-terminal whether or not mpirun has one, so isatty() cannot tell.
+ * But the ranks share mpirun's session: if mpirun was started from a
+ * terminal, /dev/tty opens. That decides both whether --step may wait for
+ * keys and whether --view redraws in place. */
 int show_open_terminal(Sim *s, char *err, size_t errlen) {
-    if (s->view) s->view_in_place = isatty(STDOUT_FILENO);
-    if (s->step_mode != STEP_INTERACTIVE) return 0;
-    s->tty = open("/dev/tty", O_RDWR | O_NOCTTY);
-    if (s->tty < 0) {
-        snprintf(err, errlen, "--step waits for keys, but there is no terminal to read them from. Run it from a terminal, or use --step=auto to print the same pictures without waiting.");
+    int fd = open("/dev/tty", O_RDONLY | O_NOCTTY);
+    int terminal = fd >= 0;
+    if (fd >= 0) close(fd);
+    if (s->view) s->view_in_place = terminal;
+    if (s->step_mode == STEP_INTERACTIVE && !terminal) {
+        snprintf(err, errlen, "--step waits for keys, but it is not running in a terminal. Run it from a terminal, or use --step=auto to print the same pictures without waiting.");
         return 2;
     }
     return 0;
 }
 
-/* One key from the terminal, without waiting for Enter. */
-static int read_key(int fd) {
-    struct termios old, raw;
-    int have = tcgetattr(fd, &old) == 0;
-    if (have) {
-        raw = old;
-        raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
-        raw.c_cc[VMIN] = 1;
-        raw.c_cc[VTIME] = 0;
-        tcsetattr(fd, TCSANOW, &raw);
-    }
-    unsigned char ch = 'q';
-    if (read(fd, &ch, 1) != 1) ch = 'q';
-    if (have) tcsetattr(fd, TCSANOW, &old);
-    return ch;
+/* The first character of the next line typed ('n' for an empty line, 'q'
+ * at the end of the input). */
+static int read_key(void) {
+    char line[64];
+    if (!fgets(line, sizeof(line), stdin)) return 'q';
+    for (char *p = line; *p; p++)
+        if (*p != ' ' && *p != '\t') return *p == '\n' ? 'n' : *p;
+    return 'n';
 }
 
 /* Every rank's ledger, now: rank 0 receives (N, categories) in bytes. */
@@ -177,10 +174,9 @@ void show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count)
         if (s->view) draw_view(s, c, kind, unit, count, mem);
         if (stop) draw_step_picture(s, c, kind, unit, count, mem);
         if (stop && s->step_mode == STEP_INTERACTIVE) {
-            printf("[n]ext collective, [c]ontinue to the next step, [q]uit > ");
+            printf("Enter/n: next collective, c: continue to the next step, q: quit > ");
             fflush(stdout);
-            key = read_key(s->tty);
-            printf("%c\n", key == '\n' ? 'n' : key);
+            key = read_key();
         }
     }
     free(mem);

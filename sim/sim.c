@@ -34,7 +34,6 @@ int sim_init(Sim *s, const Config *cfg, const Ledger *l, const Unit *units, int 
     s->check = cfg->check_collectives;
     s->step_mode = (StepMode)cfg->step_mode;
     s->view = cfg->view;
-    s->tty = -1;
     s->cur_unit = -1;
     s->view_last_step = -1;
     fault_parse(s);

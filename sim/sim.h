@@ -85,7 +85,6 @@ typedef struct Sim {
     int step;            /* the training step now running                  */
     long seq;            /* collectives so far on this rank                */
     /* --step / --view */
-    int tty;             /* rank 0's terminal for --step keys, or -1       */
     int view_in_place;   /* --view on a terminal: redraw; else plain lines */
     int view_last_step;  /* plain --view lines: one per step               */
     int cur_unit;        /* the unit computing now (for --view)            */

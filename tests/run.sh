@@ -66,6 +66,13 @@ run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh
 run "demo: --compare trains and prints the table" bash tests/test_demo.sh
 run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
 
+# -- the simulator's instruments ---------------------------------------------------------
+run "trace file: JSON, a process per rank, bytes add up to the table" bash tests/test_trace.sh
+run "--step: every collective pictured in order; keys in a terminal" bash tests/test_step.sh
+run "--view: live dashboard in a terminal, plain lines otherwise" bash tests/test_view.sh
+run "--check-collectives catches a skipped and an altered collective" bash tests/test_checker.sh
+run "--wait-for-debugger: gdb attaches to every rank, breaks in comm_record" bash tests/test_debugger.sh
+
 # -- the CUDA build ------------------------------------------------------------------------
 gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }

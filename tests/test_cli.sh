@@ -218,6 +218,16 @@ bad "--vram: '0' is out of range" --vram 0
 bad "--vram: '-1M' is out of range" --vram -1M
 bad "--net: unknown network 'infiniband'. Choose nvlink, pcie, ib, ethernet or none." --net infiniband
 
+# ---- the instruments ----------------------------------------------------------
+bad "--trace /nonexistent-dir/run.json: cannot write there" --model tiny --trace /nonexistent-dir/run.json
+bad "--trace /nonexistent-dir/run.no_shard.json: cannot write there" --model tiny --compare --trace /nonexistent-dir/run.json
+bad "--trace: the file name is empty" --trace ""
+bad "--trace-clock: unknown clock 'wall'" --trace-clock wall
+bad "--trace-clock sim times the collectives with a network model, but none is chosen" --trace /tmp/x.json --trace-clock sim
+bad "--step=slow: the only value is auto" --step=slow
+bad "--view takes no value" --view=yes
+bad "--check-collectives takes no value" --check-collectives=1
+
 # ---- the world size ------------------------------------------------------------
 bad "--batch 3 does not divide by 2 ranks" --model tiny --batch 3
 bad "--batch 1 does not divide by 2 ranks" --model tiny --batch 1

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# --step: (1) --step=auto on a 2-rank tiny run pictures every collective, in
+# the order rank 0 really called them (checked against the run's own trace);
+# (2) --step with no terminal to read keys from is refused with exit 2;
+# (3) in a real terminal (tmux), a 4-rank session stops before each
+# collective, shows the all-gather picture, follows n / c / q.
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+dir=$(mktemp -d); trap 'rm -rf "$dir"; tmux kill-session -t fsdp-step-test 2>/dev/null' EXIT
+fail=0
+ok() { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+# (1) every collective, in order
+timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 4 --step=auto --trace "$dir/t.json" >"$dir/auto.txt" 2>&1 || bad "--step=auto run failed"
+grep -o 'collective #[0-9]*: [a-z_]* of .* ----' "$dir/auto.txt" | sed 's/ ----$//; s/collective #[0-9]*: //' >"$dir/pictured.txt"
+python3 -c "
+import json, sys
+ev = sorted((e for e in json.load(open('$dir/t.json'))['traceEvents'] if e.get('cat') == 'comm' and e['pid'] == 0), key=lambda e: e['ts'])
+for e in ev: print(e['name'].replace(' ', ' of ', 1))
+" >"$dir/called.txt"
+n=$(wc -l <"$dir/called.txt")
+if [ "$n" -gt 10 ] && cmp -s "$dir/pictured.txt" "$dir/called.txt"; then ok "--step=auto pictured all $n collectives in the order rank 0 called them"
+else bad "pictured vs called:"; diff "$dir/pictured.txt" "$dir/called.txt" | head; fi
+grep -q '\[0 \.\] *->  \[0 1\]' "$dir/auto.txt" && grep -q '\[+ +\] *->  \[S \.\]' "$dir/auto.txt" \
+  && ok "all-gather and reduce-scatter pictures show who holds which slice" || bad "slice pictures missing"
+
+# (2) no terminal: setsid starts it in a new session without one
+out=$(setsid timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --steps 1 --batch 4 --step </dev/null 2>&1); rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "use --step=auto" && ok "--step without a terminal: exit 2, points to --step=auto" || bad "--step without terminal: rc $rc: $out"
+
+# (3) a real terminal
+if ! command -v tmux >/dev/null; then echo "tmux not installed: cannot drive a terminal session"; exit $([ $fail -eq 0 ] && echo 77 || echo 1); fi
+screen() { tmux capture-pane -p -t fsdp-step-test -S -200; }
+wait_for() { for _ in $(seq 1 100); do screen | grep -q "$1" && return 0; sleep 0.1; done; return 1; }
+tmux new-session -d -s fsdp-step-test -x 200 -y 50 "$MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 8 --step; echo EXIT=\$?; sleep 30"
+wait_for "collective #0: all_gather of unit 0 (root)" && wait_for "Enter/n: next collective" && ok "stops before collective #0 (all-gather of the root unit) and asks for a key" || { bad "no first stop"; screen | tail -20; }
+screen | grep -q "rank 3 *\[\. \. \. 3\] *->  \[0 1 2 3\]" && ok "4-rank all-gather picture" || bad "no 4-rank picture"
+tmux send-keys -t fsdp-step-test n Enter
+wait_for "collective #1: all_gather of unit 1 (blocks.0)" && ok "n: next collective (#1, all-gather of blocks.0)" || bad "n did not advance"
+tmux send-keys -t fsdp-step-test c Enter
+wait_for "step 1, collective #12: all_gather of unit 0 (root)" && ok "c: continued to the next step's first collective" || { bad "c did not continue"; screen | tail -5; }
+screen | grep -q "step 0, collective #5:" && bad "c still stopped inside step 0" || ok "c skipped the rest of step 0"
+tmux send-keys -t fsdp-step-test q Enter
+wait_for "EXIT=0" && wait_for "stopped at your request" && ok "q: every rank stopped, exit 0" || { bad "q did not quit cleanly"; screen | tail -5; }
+exit $fail

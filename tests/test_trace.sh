@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# --trace: the file parses as JSON, has one process per rank with compute and
+# communication tracks and memory counters, and its collective events add up,
+# rank by rank and kind by kind, to the bytes the final table prints. The
+# simulated clock gives every collective exactly its --net duration, and
+# --compare writes one trace per strategy.
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+command -v python3 >/dev/null || { echo "python3 not installed: no JSON parser to check the trace with"; exit 77; }
+dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
+fail=0
+timeout 120 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 8 --trace "$dir/run.json" >"$dir/out.txt" 2>&1 || { echo "FAIL: run"; cat "$dir/out.txt"; exit 1; }
+timeout 120 $MPIRUN -np 3 ./fsdp --model tiny --steps 2 --batch 6 --trace "$dir/sim.json" --trace-clock sim --net ethernet >/dev/null 2>&1 || { echo "FAIL: sim-clock run"; fail=1; }
+timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 4 --compare --trace "$dir/cmp.json" >/dev/null 2>&1 || { echo "FAIL: compare run"; fail=1; }
+python3 - "$dir" <<'PY' || fail=1
+import json, re, sys
+d = sys.argv[1]
+bad = 0
+def check(ok, what):
+    global bad
+    print(("ok: " if ok else "FAIL: ") + what)
+    bad += not ok
+
+t = json.load(open(f"{d}/run.json"))
+ev, meta = t["traceEvents"], t["otherData"]["fsdp"]
+procs = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e["name"] == "process_name"}
+check(procs == {r: f"rank {r}" for r in range(4)}, f"one process per rank: {sorted(procs.values())}")
+threads = {(e["pid"], e["args"]["name"]) for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+check(all((r, n) in threads for r in range(4) for n in ("compute", "communication")), "compute and communication tracks on every rank")
+comm = [e for e in ev if e.get("cat") == "comm"]
+check(all(e["ph"] == "X" and {"kind", "unit", "count", "bytes"} <= e["args"].keys() for e in comm), f"{len(comm)} collectives as complete events with kind, unit, count, bytes")
+spans = [e for e in ev if e.get("cat") == "compute"]
+phases = {e["args"]["phase"] for e in spans}
+check(phases == {"forward", "backward", "optimizer"}, f"compute spans: {sorted(phases)}")
+mem = [e for e in ev if e.get("ph") == "C" and e["name"] == "memory"]
+check(len(mem) > 0 and set(mem[0]["args"]) == set(meta["categories"]), f"{len(mem)} memory counter samples with every ledger category")
+check(any(e.get("ph") == "i" for e in ev), "instant events where a unit's full state is freed")
+# bytes per rank and kind: events vs otherData vs the printed table
+out = open(f"{d}/out.txt").read()
+for kind in ("all_gather", "reduce_scatter", "all_reduce"):
+    row = re.search(rf"^\s+{kind} \(\d+ calls\)\s+(.*)$", out, re.M)
+    printed = [float(x) for x in row.group(1).split()]
+    for r in range(4):
+        from_events = sum(e["args"]["bytes"] for e in comm if e["pid"] == r and e["args"]["kind"] == kind)
+        ok = from_events == meta["bytes_sent"][kind][r] and abs(from_events / 2**20 - printed[r]) < 0.0005
+        if not ok or r == 0:
+            check(ok, f"{kind} rank {r}: events {from_events:.0f} B = header {meta['bytes_sent'][kind][r]:.0f} B = table {printed[r]} MiB")
+
+s = json.load(open(f"{d}/sim.json"))
+sc = [e for e in s["traceEvents"] if e.get("cat") == "comm"]
+worst = max(abs(e["dur"] - e["args"]["sim_us"]) for e in sc)
+check(s["otherData"]["fsdp"]["clock"] == "sim" and worst < 0.01, f"sim clock: every collective lasts its --net time (worst diff {worst:.4f} us)")
+for strat in ("no_shard", "full_shard"):
+    c = json.load(open(f"{d}/cmp.{strat}.json"))
+    check(c["otherData"]["fsdp"]["strategy"] == strat, f"--compare wrote cmp.{strat}.json")
+sys.exit(1 if bad else 0)
+PY
+exit $fail
