@@ -612,6 +612,8 @@ def build_page(traces, out_path):
     if two:
         parts.append(compare_section(traces[0], traces[1], timings[0], timings[1], traffics[0], traffics[1]))
     # memory
+    xtoggle = ('<div class="toggle" role="group"><span class="muted">time axis </span><button class="x-own on">each its own</button>'
+               '<button class="x-shared">shared by A and B</button></div>') if two else ""
     mem_grid = "".join('<div class="col"><h4>%s: %s</h4><div class="chart memcol" id="mem-%d"></div></div>'
                        % (t.label, E(t.strategy), i) for i, t in enumerate(traces))
     parts.append('<section id="memory"><h2>1. Memory per rank over time</h2><div class="lead"><p>Each chart is one rank\'s '
@@ -619,12 +621,12 @@ def build_page(traces, out_path):
                  '<i>gradients</i> and <i>optimizer</i> are what a rank keeps between steps; under full_shard they are '
                  '1/N of the model. <i>full params</i> and <i>full grads</i> are a unit\'s gathered (unsharded) state: '
                  'they rise when a unit is all-gathered and fall when it is freed, one unit at a time. '
-                 'Every chart has the same scale%s. Hover for the values at a moment.</p></div>'
-                 '<div class="bar"><div class="legend" id="mem-legend"></div><div class="toggle" role="group">'
+                 'All charts share one memory scale%s, so heights compare directly. Hover for the values at a moment.</p></div>'
+                 '<div class="bar"><div class="legend" id="mem-legend"></div><div class="toggle" role="group"><span class="muted">show </span>'
                  '<button id="view-window" class="on">timeline window</button><button id="view-run">whole run</button>'
-                 '</div></div><div class="cols n%d">%s</div>'
+                 '</div>%s</div><div class="cols n%d">%s</div>'
                  '<details><summary>peak memory per rank (the ledger\'s own peaks)</summary><div class="cols n%d">%s</div></details>'
-                 '</section>' % (", with the --vram budget as a dashed red line" if vram else "", len(traces), mem_grid,
+                 '</section>' % (", with the --vram budget as a dashed red line" if vram else "", xtoggle, len(traces), mem_grid,
                                  len(traces), "".join("<div>%s</div>" % peak_table(t) for t in traces)))
     # timeline
     tls = "".join('<h4>%s: %s</h4><div class="chart" id="tl-%d"></div><p class="note" id="tl-note-%d"></p>'
@@ -634,8 +636,8 @@ def build_page(traces, out_path):
                  'drawn below it; F = forward, B = backward, the number is the unit) and a <i>communication</i> lane '
                  'with its collectives. Small red ticks mark the moment a unit\'s full state is freed. '
                  'Collectives are blocking here, so compute waits for them. Hover over any box for details.</p></div>'
-                 '<div class="legend" id="tl-legend"></div>%s</section>'
-                 % (" on the same scale for both traces" if two else "", tls))
+                 '<div class="bar"><div class="legend" id="tl-legend"></div>%s</div>%s</section>'
+                 % (" (with the toggle, on one scale for both traces)" if two else "", xtoggle, tls))
     # traffic
     parts.append('<section id="traffic"><h2>3. Traffic per unit</h2><div class="lead"><p>Bytes each rank sends per step '
                  '(it receives as many), by unit and collective: the ring volume, (N-1)/N of a buffer for an '
@@ -713,8 +715,9 @@ table.num tr.sub th { background: #f9fafb; color: var(--muted); font-weight: 600
 .legend { display: flex; flex-wrap: wrap; gap: 4px 14px; font-size: 12.5px; margin: 6px 0; }
 .legend span { white-space: nowrap; }
 .toggle button { font: inherit; font-size: 12.5px; border: 1px solid #cbd5e1; background: #fff; padding: 3px 10px; cursor: pointer; }
-.toggle button:first-child { border-radius: 5px 0 0 5px; }
-.toggle button:last-child { border-radius: 0 5px 5px 0; border-left: 0; }
+.toggle { white-space: nowrap; }
+.toggle button:first-of-type { border-radius: 5px 0 0 5px; }
+.toggle button:last-of-type { border-radius: 0 5px 5px 0; border-left: 0; }
 .toggle button.on { background: #1f2937; color: #fff; border-color: #1f2937; }
 details { margin: 8px 0; }
 summary { cursor: pointer; color: #374151; font-size: 13px; }
@@ -747,7 +750,7 @@ PAGE = """<!DOCTYPE html>
 JS = r"""
 (function () {
 'use strict';
-var errors = [], drawn = 0, D;
+var errors = [], drawn = {}, D, state = {view: 'window', shared: false};
 var CAT = ['var(--cat0)', 'var(--cat1)', 'var(--cat2)', 'var(--cat3)', 'var(--cat4)', 'var(--cat5)', 'var(--cat6)'];
 var CATHEX = ['#4e79a7', '#f28e2b', '#e15759', '#76b7b2', '#59a14f', '#edc948', '#b07aa1'];
 var KIND = ['#17a2b8', '#d62728', '#8c564b'];
@@ -840,7 +843,7 @@ function render(id, fn) {
   try {
     fn(el);
     if (!el.querySelector('svg')) throw new Error('nothing was drawn');
-    drawn++;
+    drawn[id] = 1;
   } catch (e) {
     errors.push(id + ': ' + (e && e.message ? e.message : e));
     el.innerHTML = '<p class="err">This chart failed to draw: ' + esc(e && e.message ? e.message : e) + '</p>';
@@ -851,7 +854,7 @@ function render(id, fn) {
 function memChart(tr, rank, view, W, H) {
   var s = tr.mem[view][rank], cats = D.cats;
   var m = {l: 54, r: 30, t: 20, b: 22}, iw = W - m.l - m.r, ih = H - m.t - m.b;
-  var xmax = D.xmax[view] || 1, ymax = D.mem_ymax * 1.08 || 1;
+  var xmax = xmaxOf(tr, view), ymax = D.mem_ymax * 1.08 || 1;
   var vram = tr.vram > 0 && D.vram_on_scale ? tr.vram : 0;
   if (vram) ymax = Math.max(ymax, vram * 1.06);
   var X = function (t) { return m.l + t / xmax * iw; };
@@ -922,6 +925,11 @@ function memChart(tr, rank, view, W, H) {
   }};
 }
 
+// The time axis: each trace its own, or one shared by both (the toggle).
+function xmaxOf(tr, view) {
+  return (state.shared ? D.xmax[view] : tr.mem[view + '_end']) || 1;
+}
+
 function drawMemory(view) {
   D.traces.forEach(function (tr, ti) {
     render('mem-' + ti, function (el) {
@@ -943,7 +951,7 @@ function drawTimeline(el, tr) {
   var rankH = rows * rowH + freeH + commH;
   var m = {l: 118, r: 12, t: 34, b: 26}, iw = W - m.l - m.r;
   var H = m.t + N * (rankH + rankGap) - rankGap + m.b;
-  var xmax = D.xmax.window || 1;
+  var xmax = xmaxOf(tr, 'window');
   var X = function (t) { return m.l + t / xmax * iw; };
   var o = [svgOpen(W, H, 'timeline of ' + tr.strategy)];
   tl.steps.forEach(function (st, i) {
@@ -1108,19 +1116,27 @@ function main() {
   legend('tl-legend', [['forward', PHASE[0]], ['backward', PHASE[1]], ['optimizer step', PHASE[2]]].concat(D.kinds.map(function (k, i) { return [k, KIND[i]]; })).concat([['free full state', '#b91c1c']]));
   legend('traffic-legend', D.kinds.map(function (k, i) { return [k, KIND[i]]; }));
   if (D.traces.length === 2) drawCompare();
-  drawMemory('window');
-  D.traces.forEach(function (tr, i) { render('tl-' + i, function (el) { drawTimeline(el, tr); }); });
   render('traffic-chart', drawTraffic);
   var bw = document.getElementById('view-window'), br = document.getElementById('view-run');
-  function pick(view) {
-    bw.className = view === 'window' ? 'on' : '';
-    br.className = view === 'run' ? 'on' : '';
-    drawn -= D.traces.length;
-    drawMemory(view);
+  var so = document.querySelectorAll('.x-own'), ss = document.querySelectorAll('.x-shared');
+  function redraw() {
+    bw.className = state.view === 'window' ? 'on' : '';
+    br.className = state.view === 'run' ? 'on' : '';
+    for (var i = 0; i < so.length; i++) { so[i].className = 'x-own' + (state.shared ? '' : ' on'); ss[i].className = 'x-shared' + (state.shared ? ' on' : ''); }
+    drawMemory(state.view);
+    D.traces.forEach(function (tr, i) { render('tl-' + i, function (el) { drawTimeline(el, tr); }); });
+    finish();
   }
-  bw.addEventListener('click', function () { pick('window'); });
-  br.addEventListener('click', function () { pick('run'); });
-  if (location.hash === '#run') pick('run');
+  bw.addEventListener('click', function () { state.view = 'window'; redraw(); });
+  br.addEventListener('click', function () { state.view = 'run'; redraw(); });
+  for (var i = 0; i < so.length; i++) {
+    so[i].addEventListener('click', function () { state.shared = false; redraw(); });
+    ss[i].addEventListener('click', function () { state.shared = true; redraw(); });
+  }
+  var hash = location.hash.replace('#', '').split(',');
+  state.view = hash.indexOf('run') >= 0 ? 'run' : 'window';
+  state.shared = hash.indexOf('shared') >= 0;
+  redraw();
 }
 
 function finish() {
@@ -1132,7 +1148,7 @@ function finish() {
     box.textContent = 'Some charts could not be drawn: ' + errors.join('; ');
   } else {
     var ok = document.createElement('div');
-    ok.id = 'render-ok'; ok.hidden = true; ok.setAttribute('data-charts', String(drawn));
+    ok.id = 'render-ok'; ok.hidden = true; ok.setAttribute('data-charts', String(Object.keys(drawn).length));
     document.body.appendChild(ok);
   }
 }
