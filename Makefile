@@ -66,8 +66,16 @@ tests/%: tests/%.c fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)
 
 # ---- the demo --------------------------------------------------------------
+# Ends with two traces (Perfetto) and an HTML report of both runs in out/.
 run: fsdp
-	$(MPIRUN) -np $(NP) ./fsdp --compare
+	@mkdir -p out
+	$(MPIRUN) -np $(NP) ./fsdp --compare --net nvlink --trace out/trace.json
+	@if command -v python3 >/dev/null 2>&1; then \
+	  python3 sim/report.py out/trace.no_shard.json out/trace.full_shard.json -o out/report.html && \
+	  echo && echo "report: open file://$(CURDIR)/out/report.html in a browser (one file, works offline)"; \
+	else echo "python3 not found: install it (apt-get install python3) for the HTML report"; fi
+	@echo "traces: out/trace.no_shard.json and out/trace.full_shard.json; drop them on https://ui.perfetto.dev or chrome://tracing"
+	@echo "        (one process per rank; compute and communication tracks; memory counters)"
 
 # ---- tests -------------------------------------------------------------------
 test: fsdp fsdp-debug $(TEST_BINS)

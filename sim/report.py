@@ -18,6 +18,16 @@ The page shows, per trace:
 and with two traces, the two side by side: peak memory per category,
 traffic per kind and step time.
 
+`fsdp --compare --trace FILE.json` writes the pair to compare as
+FILE.no_shard.json and FILE.full_shard.json:
+
+    mpirun -np 4 ./fsdp --compare --trace run.json
+    python3 sim/report.py run.no_shard.json run.full_shard.json -o report.html
+
+Long runs stay readable: the timeline shows the first few steps, the memory
+charts can show that window or the whole run (thinned, peaks kept), and the
+traffic tables count every step; the page says what it left out.
+
 Python 3 standard library only. Bad input (a missing file, not JSON, a
 truncated file, JSON that is not an fsdp trace, two traces of different world
 sizes, an unwritable output) prints one line on stderr and exits with 2.
@@ -80,7 +90,7 @@ def read_json(path):
     except json.JSONDecodeError as e:
         if e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string"):
             raise InputError("%s: truncated JSON: the file ends in the middle of the data "
-                             "(line %d); was the run that wrote it interrupted?" % (path, text.count("\n") + 1))
+                             "(after %d bytes); was the run that wrote it interrupted?" % (path, len(raw)))
         if e.msg == "Extra data":
             raise InputError("%s: not JSON: extra data after the end at line %d, column %d"
                              % (path, e.lineno, e.colno))
@@ -109,8 +119,8 @@ def integer(x, default=None):
 
 def header_of(path, doc):
     if not isinstance(doc, dict):
-        raise InputError("%s: not an fsdp trace: the JSON is a %s, not an object with traceEvents"
-                         % (path, type(doc).__name__.replace("dict", "object").replace("list", "array")))
+        raise InputError("%s: not an fsdp trace: the JSON is %s, not an object with traceEvents"
+                         % (path, {"list": "an array", "str": "a string", "int": "a number", "float": "a number", "bool": "true or false", "NoneType": "null"}.get(type(doc).__name__, "not an object")))
     if not isinstance(doc.get("traceEvents"), list):
         raise InputError("%s: not an fsdp trace: no traceEvents array (is it a file written by fsdp --trace?)" % path)
     other = doc.get("otherData")
@@ -168,7 +178,7 @@ class Trace:
 
     # -- events ---------------------------------------------------------------
     def parse_events(self, events):
-        N, ncat = self.world, len(self.cats)
+        N = self.world
         self.compute = [[] for _ in range(N)]   # (ts, dur, phase, unit, step)
         self.comm = [[] for _ in range(N)]      # (ts, dur, kind, unit, count, bytes, sim_us, step)
         self.frees = [[] for _ in range(N)]     # (ts, unit, step)
@@ -345,22 +355,27 @@ class Trace:
         return self.units.get(unit, {}).get("name", "unit %d" % unit)
 
     def timing(self):
-        """Mean per step over ranks, from the events: busy = the union of
-        compute spans and collectives; collectives; the rest is waiting."""
-        bounds = self.step_bounds()
-        if not bounds:
-            return None
-        wall = sum(b - a for a, b in bounds.values()) / len(bounds) / 1000.0
-        comm_sum = busy_sum = sim_sum = 0.0
+        """Per step, mean over ranks and steps, from the events: a rank's
+        step lasts from its first event of the step to its last; busy is the
+        union of its compute spans and collectives; compute is busy less the
+        collectives; other (waiting between hooks, bookkeeping) the rest."""
+        per = {}
         for r in range(self.world):
-            ivs = [(e[0], e[0] + e[1]) for e in self.compute[r] + self.comm[r]]
-            busy_sum += union_length(ivs)
-            comm_sum += sum(e[1] for e in self.comm[r])
-            sim_sum += sum(e[6] for e in self.comm[r])
-        n = float(self.world * len(bounds))
-        comm, busy = comm_sum / n / 1000.0, busy_sum / n / 1000.0
+            for e in self.compute[r] + self.comm[r]:
+                per.setdefault((r, e[-1]), []).append(e)
+        if not per:
+            return None
+        wall = busy = comm = sim = 0.0
+        for evs in per.values():
+            wall += max(e[0] + e[1] for e in evs) - min(e[0] for e in evs)
+            busy += union_length([(e[0], e[0] + e[1]) for e in evs])
+            comms = [e for e in evs if len(e) == 8]
+            comm += sum(e[1] for e in comms)
+            sim += sum(e[6] for e in comms)
+        n = 1000.0 * len(per)
+        wall, busy, comm = wall / n, busy / n, comm / n
         return {"wall": wall, "comm": comm, "compute": max(0.0, busy - comm),
-                "other": max(0.0, wall - busy), "sim_comm": sim_sum / n / 1000.0,
+                "other": max(0.0, wall - busy), "sim_comm": sim / n,
                 "writer": self.seconds * 1000.0 / self.steps if self.seconds else None}
 
 
@@ -411,8 +426,8 @@ def fmt_bytes(b):
         return "%d B" % round(b)
     for unit, div in (("KiB", 1024.0), ("MiB", 1024.0 ** 2), ("GiB", 1024.0 ** 3)):
         if abs(b) < 1024 * div or unit == "GiB":
-            v = b / div
-            return ("%.3g" % v if v < 100 else "%.0f" % v) + " " + unit
+            v = b / div  # the same digits as the page's script (f3)
+            return ("%.0f" % v if v >= 100 else "%.1f" % v if v >= 10 else "%.2f" % v) + " " + unit
 
 
 def fmt_mib(b):
@@ -449,8 +464,8 @@ def run_card(t, timing):
                    "sim": "sim: collectives last what the %s model says" % E(t.net)}.get(t.clock, E(t.clock))),
         ("network model", E(t.net) if t.net != "none" else "none"),
         ("--vram budget", fmt_bytes(t.vram) + " per rank" if t.vram > 0 else "unlimited"),
-        ("time per step", fmt_ms(timing["writer"]) if timing and timing["writer"] else
-         (fmt_ms(timing["wall"]) if timing else "n/a")),
+        ("time per step", "%s (the run's %.3g s / %d steps)" % (fmt_ms(timing["writer"]), t.seconds, t.steps)
+         if timing and timing["writer"] else (fmt_ms(timing["wall"]) if timing else "n/a")),
         ("peak memory", "%s MiB per rank (max over ranks)" % fmt_mib(max(t.peak_total or [0]))),
         ("final loss", "%.4f" % t.final_loss if t.final_loss is not None else "n/a"),
     ]
@@ -477,11 +492,11 @@ def traffic_table(t, tr):
     rows = []
     for row in tr["rows"]:
         cells = "".join("<td>%s</td>" % (fmt_bytes(b) if b else '<span class=muted>0</span>') for b in row["bytes"])
-        calls = " + ".join("%g" % c for c in row["calls"] if c)
+        calls = " + ".join("%g %s" % (c, k) for c, k in zip(row["calls"], ("AG", "RS", "AR")) if c)
         rows.append("<tr><th>%s</th><td>%s</td>%s<td><b>%s</b></td><td>%s</td></tr>"
                     % (E(row["name"]), "%d" % row["numel"], cells, fmt_bytes(sum(row["bytes"])), calls))
     tot = "".join("<td><b>%s</b></td>" % fmt_bytes(b) for b in tr["total"])
-    calls = " + ".join("%g" % c for c in tr["calls"] if c)
+    calls = " + ".join("%g %s" % (c, k) for c, k in zip(tr["calls"], ("AG", "RS", "AR")) if c)
     rows.append("<tr class=total><th>total</th><td></td>%s<td><b>%s</b></td><td>%s</td></tr>"
                 % (tot, fmt_bytes(sum(tr["total"])), calls))
     if tr["check"] is True:
@@ -557,7 +572,7 @@ def compare_section(a, b, ta, tb, fa, fb):
                "".join('<p class="warn">Note: %s.</p>' % w for w in warn), table))
 
 
-def build_page(traces, out_path):
+def build_page(traces):
     two = len(traces) == 2
     data = {"traces": [], "cats": traces[0].cats, "kinds": KINDS, "phases": PHASES}
     timings, traffics, notes = [], [], []
@@ -574,17 +589,17 @@ def build_page(traces, out_path):
         run_end = max(run_end, (t.t1 - t.t0) / 1000.0)
         ymax = max([ymax] + list(t.peak_total) + [sum(v) for r in run_mem for v in r["v"]])
         if steps and len(steps) < t.steps_seen:
-            notes.append("%s: the timeline and the memory charts' first view show steps %d to %d of %d; "
-                         "the whole-run memory view and the traffic tables cover every step."
-                         % (t.label, steps[0], steps[-1], t.steps_seen))
+            notes.append((t.label, "the timeline and the memory charts' first view show steps %d to %d of %d; "
+                          "the whole-run memory view and the traffic tables cover every step."
+                          % (steps[0], steps[-1], t.steps_seen)))
         n_mem = max((len(m) for m in t.mem), default=0)
         if n_mem > MEM_RUN_POINTS:
-            notes.append("%s: the whole-run memory view keeps %d of up to %d samples per rank (each time slice's "
-                         "lowest and highest total, so peaks are kept)." % (t.label, MEM_RUN_POINTS, n_mem))
+            notes.append((t.label, "the whole-run memory view keeps about %d of up to %d samples per rank (each time "
+                          "slice's lowest and highest total, so peaks are kept)." % (MEM_RUN_POINTS, n_mem)))
         if t.skipped:
-            notes.append("%s: %d malformed events were skipped." % (t.label, t.skipped))
+            notes.append((t.label, "%d malformed events were skipped." % t.skipped))
         if t.version not in (None, 1):
-            notes.append("%s: trace format version %s; this report knows version 1." % (t.label, E(str(t.version))))
+            notes.append((t.label, "trace format version %s; this report knows version 1." % E(str(t.version))))
         data["traces"].append({
             "label": t.label, "file": t.name, "strategy": t.strategy, "model": t.model, "world": t.world,
             "steps": t.steps, "clock": t.clock, "net": t.net, "vram": t.vram,
@@ -627,7 +642,7 @@ def build_page(traces, out_path):
                  '</div>%s</div><div class="cols n%d">%s</div>'
                  '<details><summary>peak memory per rank (the ledger\'s own peaks)</summary><div class="cols n%d">%s</div></details>'
                  '</section>' % (", with the --vram budget as a dashed red line" if vram else "", xtoggle, len(traces), mem_grid,
-                                 len(traces), "".join("<div>%s</div>" % peak_table(t) for t in traces)))
+                                 len(traces), "".join('<div class="scroll">%s</div>' % peak_table(t) for t in traces)))
     # timeline
     tls = "".join('<h4>%s: %s</h4><div class="chart" id="tl-%d"></div><p class="note" id="tl-note-%d"></p>'
                   % (t.label, E(t.strategy), i, i) for i, t in enumerate(traces))
@@ -637,16 +652,21 @@ def build_page(traces, out_path):
                  'with its collectives. Small red ticks mark the moment a unit\'s full state is freed. '
                  'Collectives are blocking here, so compute waits for them. Hover over any box for details.</p></div>'
                  '<div class="bar"><div class="legend" id="tl-legend"></div>%s</div>%s</section>'
-                 % (" (with the toggle, on one scale for both traces)" if two else "", xtoggle, tls))
+                 % ("; the toggle puts both traces on one time axis" if two else "", xtoggle, tls))
     # traffic
     parts.append('<section id="traffic"><h2>3. Traffic per unit</h2><div class="lead"><p>Bytes each rank sends per step '
                  '(it receives as many), by unit and collective: the ring volume, (N-1)/N of a buffer for an '
                  'all-gather or a reduce-scatter and twice that for an all-reduce. DDP all-reduces each unit\'s '
-                 'gradient once; FSDP all-gathers each unit for forward and again for backward (the root unit only '
-                 'once: it stays gathered) and reduce-scatters its gradient.</p></div>'
+                 'gradient once; full_shard all-gathers each unit for forward and again for backward (the root unit only '
+                 'once: it stays gathered) and reduce-scatters its gradient; shard_grad_op gathers each unit once '
+                 'and keeps it from forward to backward.</p></div>'
                  '<div class="legend" id="traffic-legend"></div><div class="chart" id="traffic-chart"></div>'
-                 '<div class="cols n%d">%s</div></section>'
-                 % (len(traces), "".join("<div>%s</div>" % traffic_table(t, f) for t, f in zip(traces, traffics))))
+                 '%s</section>'
+                 % "".join('<div class="scroll">%s</div>' % traffic_table(t, f) for t, f in zip(traces, traffics)))
+    merged = {}
+    for label, msg in notes:
+        merged.setdefault(msg, []).append(label)
+    notes = ["%s: %s" % (" and ".join(labels), msg) for msg, labels in merged.items()]
     notes.append("Generated by <code>sim/report.py</code> from %s. Times are microseconds in the trace, shown in ms. "
                  "To zoom into every event, open the trace file itself in Perfetto (ui.perfetto.dev) or chrome://tracing."
                  % " and ".join("<code>%s</code>" % E(t.name) for t in traces))
@@ -690,7 +710,8 @@ table.kv th { text-align: left; font-weight: 500; color: var(--muted); padding: 
 table.kv td { padding: 2px 0; }
 table.num { border-collapse: collapse; font-size: 12.5px; background: #fff; margin: 8px 0; border: 1px solid var(--line); }
 table.num caption { text-align: left; font-weight: 600; padding: 4px 0; }
-table.num th, table.num td { padding: 3px 10px; border-bottom: 1px solid #f0f1f3; }
+table.num th, table.num td { padding: 3px 8px; border-bottom: 1px solid #f0f1f3; }
+.scroll { overflow-x: auto; }
 table.num td { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 table.num th { text-align: left; font-weight: 500; white-space: nowrap; }
 table.num thead th { background: #f3f4f6; font-weight: 600; text-align: right; }
@@ -698,10 +719,10 @@ table.num thead th:first-child { text-align: left; }
 table.num tr.total th, table.num tr.total td { border-top: 1px solid #cbd5e1; }
 table.num tr.sub th { background: #f9fafb; color: var(--muted); font-weight: 600; }
 .sw { display: inline-block; width: 10px; height: 10px; border-radius: 2px; background: var(--c); margin-right: 6px; vertical-align: -1px; }
-.grid2 { display: grid; grid-template-columns: 1fr 1fr; gap: 24px; }
+.grid2 { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 24px; }
 .cols { display: grid; gap: 20px; }
 .cols.n1 { grid-template-columns: 1fr; }
-.cols.n2 { grid-template-columns: 1fr 1fr; }
+.cols.n2 { grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); }
 .chart { background: #fff; border: 1px solid var(--line); border-radius: 6px; padding: 6px; min-height: 40px; overflow: hidden; }
 .chart svg { display: block; }
 .chart svg text { font-size: 11px; fill: #374151; }
@@ -1137,6 +1158,31 @@ function main() {
   state.view = hash.indexOf('run') >= 0 ? 'run' : 'window';
   state.shared = hash.indexOf('shared') >= 0;
   redraw();
+  if (hash.indexOf('selftest') >= 0) selfTest();
+}
+
+// #selftest (tests/test_report.sh): hover over a timeline box and a memory
+// chart with synthetic mouse events, and check the tooltip says the right thing.
+function selfTest() {
+  var seen = [];
+  function hover(el, want) {
+    if (!el) throw new Error('selftest: nothing to hover for "' + want + '"');
+    var b = el.getBoundingClientRect();
+    el.dispatchEvent(new MouseEvent('mousemove', {bubbles: true, clientX: b.left + b.width / 2, clientY: b.top + b.height / 2}));
+    if (tip.hidden || tip.textContent.indexOf(want) < 0) throw new Error('selftest: hovering showed "' + tip.textContent + '", not "' + want + '"');
+    seen.push(want);
+    hideTip();
+  }
+  try {
+    hover(document.querySelector('#tl-0 rect[data-tip*="all_"]'), 'this rank sent');
+    hover(document.querySelector('#tl-0 rect[data-tip*="step"]'), 'duration');
+    hover(document.querySelector('#mem-0 rect.hover'), 'total: ');
+    hover(document.querySelector('#traffic-chart rect[data-tip]'), 'unit');
+    document.body.setAttribute('data-selftest', 'ok: ' + seen.length + ' tooltips');
+  } catch (e) {
+    errors.push(e.message);
+  }
+  finish();
 }
 
 function finish() {
@@ -1161,8 +1207,15 @@ finish();
 
 # ---------------------------------------------------------------------------
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2, like every other bad input
+        print("%s: %s (usage: python3 sim/report.py TRACE.json [TRACE2.json] -o report.html)"
+              % (PROG, message), file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="sim/report.py",
         description="One self-contained HTML report from one or two fsdp --trace files "
                     "(two: shown side by side, e.g. no_shard (DDP) against full_shard (FSDP)).")
@@ -1173,11 +1226,14 @@ def main(argv=None):
     try:
         if len(a.traces) > 2:
             raise InputError("give one or two trace files, not %d" % len(a.traces))
+        for path in a.traces:
+            if os.path.exists(a.output) and os.path.exists(path) and os.path.samefile(path, a.output):
+                raise InputError("%s: is an input trace; refusing to overwrite it with the report (-o)" % a.output)
         traces = [load_trace(path, label) for path, label in zip(a.traces, "AB")]
         if len(traces) == 2 and traces[0].world != traces[1].world:
             raise InputError("cannot compare: %s has %d ranks, %s has %d"
                              % (traces[0].path, traces[0].world, traces[1].path, traces[1].world))
-        page = build_page(traces, a.output)
+        page = build_page(traces)
         try:
             with open(a.output, "w", encoding="utf-8") as f:
                 f.write(page)

@@ -121,9 +121,10 @@ def check_dom(path):
     except OSError as e:
         print("dom %s: cannot read it: %s" % (path, e))
         return 1
+    dom = re.sub(r"(?is)<script\b.*?</script>", "", dom)  # the page, not its source
     err = re.search(r'<div id="render-error"[^>]*>([^<]*)', dom)
     ok = re.search(r'<div id="render-ok"[^>]*data-charts="(\d+)"', dom)
-    svgs = dom.count("<svg")
+    svgs, tips = dom.count("<svg"), dom.count("data-tip=")
     if err:
         print("dom %s: the page reported an error: %s" % (path, err.group(1)[:300]))
         return 1
@@ -131,9 +132,13 @@ def check_dom(path):
         print("dom %s: no render-ok marker: the page's script did not finish (%d svg)" % (path, svgs))
         return 1
     n = int(ok.group(1))
-    print("dom %s: render-ok, %d charts drawn, %d svg elements, no error marker" % (path, n, svgs))
+    print("dom %s: render-ok, %d charts drawn, %d svg elements, %d with hover details, no error marker"
+          % (path, n, svgs, tips))
     if n < 1 or svgs < n:
         print("  fewer drawings than charts")
+        return 1
+    if tips < 1:
+        print("  no element has hover details (data-tip)")
         return 1
     return 0
 

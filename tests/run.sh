@@ -72,6 +72,7 @@ run "--step: every collective pictured in order; keys in a terminal" bash tests/
 run "--view: live dashboard in a terminal, plain lines otherwise" bash tests/test_view.sh
 run "--check-collectives catches a skipped and an altered collective" bash tests/test_checker.sh
 run "--wait-for-debugger: gdb attaches to every rank, breaks in comm_record" bash tests/test_debugger.sh
+run "HTML report of traces (sim/report.py), rendered in headless Chromium" bash tests/test_report.sh
 
 # -- the CUDA build ------------------------------------------------------------------------
 gpu_build() {

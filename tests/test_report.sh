@@ -26,8 +26,8 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 passed=0 failed=0
 
-ok() { passed=$((passed + 1)); echo "ok    $*"; }
-bad() { failed=$((failed + 1)); echo "FAIL  $*"; }
+ok() { passed=$((passed + 1)); local m="$*"; echo "ok    ${m//$tmp\//}"; }
+bad() { failed=$((failed + 1)); local m="$*"; echo "FAIL  ${m//$tmp\//}"; }
 show() { sed 's/^/        /' "$1" | head -n "${2:-15}"; }
 
 # -- fixtures ------------------------------------------------------------------
@@ -54,6 +54,20 @@ report_ok "one trace" "$tmp/one.html" "$tmp/fsdp.json"
 report_ok "two traces, DDP vs FSDP" "$tmp/two.html" "$tmp/ddp.json" "$tmp/fsdp.json"
 report_ok "12 steps, events in random order, --vram, sim clock" "$tmp/zero2.html" "$tmp/zero2.json"
 pages=("$tmp/one.html" "$tmp/two.html" "$tmp/zero2.html")
+
+# what the comparison says: full_shard on 4 ranks holds 1/4 of DDP's
+# parameters, gradients and optimizer state, and sends 1.44x the bytes
+if grep -q 'holds <b>0.25×</b> the parameters, gradients and optimizer state of A (no_shard)' "$tmp/two.html" &&
+   grep -q 'sends 4.93 MiB per step against 3.42 MiB for A (1.44×)' "$tmp/two.html"; then
+  ok "two.html says: B (full_shard) holds 0.25x A's (no_shard) state per rank and sends 1.44x the bytes"
+else
+  bad "two.html lacks the 0.25x memory / 1.44x traffic comparison"
+fi
+if grep -q "show steps 0 to 2 of 12" "$tmp/zero2.html"; then
+  ok "zero2.html: a 12-step run draws the first 3 steps on the timeline, and says so"
+else
+  bad "zero2.html does not say that it limits the timeline to the first steps"
+fi
 
 # real traces, once fsdp has --trace
 if [ -x ./fsdp ] && ./fsdp --help 2>&1 | grep -q -- '--trace'; then
@@ -106,6 +120,10 @@ expect_2 "JSON, not a trace" "$tmp/other.json: not an fsdp trace: no traceEvents
 expect_2 "a Chrome trace, not fsdp's" "$tmp/chrome.json: not an fsdp trace: no otherData.fsdp" "$tmp/chrome.json" -o "$tmp/x.html"
 expect_2 "different world sizes" "cannot compare: $tmp/fsdp.json has 4 ranks, $tmp/fsdp2.json has 2" "$tmp/fsdp.json" "$tmp/fsdp2.json" -o "$tmp/x.html"
 expect_2 "second file bad" "$tmp/hello.txt: not JSON" "$tmp/fsdp.json" "$tmp/hello.txt" -o "$tmp/x.html"
+expect_2 "no trace given" "the following arguments are required: TRACE.json" -o "$tmp/x.html"
+cp "$tmp/fsdp.json" "$tmp/keep.json"
+expect_2 "output would overwrite the input" "$tmp/keep.json: is an input trace; refusing to overwrite it" "$tmp/keep.json" -o "$tmp/keep.json"
+cmp -s "$tmp/fsdp.json" "$tmp/keep.json" && ok "the input trace is left as it was" || bad "the input trace was changed"
 expect_2 "three traces" "give one or two trace files, not 3" "$tmp/ddp.json" "$tmp/fsdp.json" "$tmp/fsdp.json" -o "$tmp/x.html"
 expect_2 "output in a missing directory" "$tmp/no/such/dir/r.html: cannot write the report" "$tmp/fsdp.json" -o "$tmp/no/such/dir/r.html"
 expect_2 "output is a directory" "$tmp: cannot write the report" "$tmp/fsdp.json" -o "$tmp"
@@ -126,7 +144,7 @@ chrome() { # chrome LOG ARGS... : one fresh headless browser
   local log=$1 profile; shift
   profile=$(mktemp -d "$tmp/profile.XXXXXX")
   timeout 90 "$CHROME" --headless --no-sandbox --disable-gpu --no-first-run --disable-background-networking \
-    --disable-component-update --disable-sync --disable-extensions --hide-scrollbars \
+    --disable-component-update --disable-sync --disable-extensions --disable-dev-shm-usage --hide-scrollbars \
     --user-data-dir="$profile" --enable-logging=stderr --v=0 "$@" 2>"$log"
   local rc=$?
   rm -rf "$profile"
@@ -143,13 +161,19 @@ rendered() { # rendered URL  (prints what it saw; returns 0 or 1)
   return 0
 }
 
+version=$("$CHROME" --version 2>/dev/null | head -1 | awk '{print $1, $2}')
 for page in "${pages[@]}"; do
   name=$(basename "$page")
-  if rendered "file://$page" >"$tmp/r.log" 2>&1; then ok "$name renders in $($CHROME --version 2>/dev/null | head -1 | cut -c1-40): $(tail -1 "$tmp/r.log")"
+  if rendered "file://$page" >"$tmp/r.log" 2>&1; then ok "$name renders in $version: $(tail -1 "$tmp/r.log")"
   else bad "$name does not render cleanly"; show "$tmp/r.log"; fi
 done
-if rendered "file://$tmp/two.html#run" >"$tmp/r.log" 2>&1; then ok "two.html, whole-run memory view (#run) renders: $(tail -1 "$tmp/r.log")"
-else bad "two.html#run does not render cleanly"; show "$tmp/r.log"; fi
+if rendered "file://$tmp/two.html#run,shared" >"$tmp/r.log" 2>&1; then ok "two.html with the toggles flipped (whole run, shared time axis) renders: $(tail -1 "$tmp/r.log")"
+else bad "two.html#run,shared does not render cleanly"; show "$tmp/r.log"; fi
+if rendered "file://$tmp/two.html#selftest" >"$tmp/r.log" 2>&1 && grep -q 'data-selftest="ok' "$tmp/dom.html"; then
+  ok "hover tooltips: synthetic mouse events over a collective, a compute span, a memory chart and a traffic bar show their details ($(grep -o 'data-selftest="[^"]*"' "$tmp/dom.html"))"
+else
+  bad "hover tooltips do not work"; show "$tmp/r.log"
+fi
 
 # the checks catch broken pages: a runtime error in one chart, a syntax error
 $PY - "$tmp/two.html" "$tmp/broken_runtime.html" "$tmp/broken_syntax.html" <<'EOF'
