@@ -6,11 +6,7 @@
 # table of all ranks, and all exit with code 4 well before the timeout.
 # A run without a fault must pass the checker untouched.
 set -u
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+source "$(dirname "$0")/lib.sh"
 
 out=$(timeout 60 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 8 --check-collectives 2>&1); rc=$?
 [ $rc -eq 0 ] && ! echo "$out" | grep -q mismatch && ok "no fault: the checker lets a correct run through" || bad "clean run: rc $rc"

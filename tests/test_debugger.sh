@@ -5,15 +5,13 @@
 # releases the rank, checks it stopped before an all-gather of the root unit,
 # and detaches. The run must then finish normally.
 set -u
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+source "$(dirname "$0")/lib.sh"
 command -v gdb >/dev/null || { echo "gdb not installed: cannot test the recipe"; exit 77; }
 log=$(mktemp); dir=$(mktemp -d)
 timeout 120 $MPIRUN -np 2 ./fsdp-debug --model tiny --steps 2 --batch 4 --wait-for-debugger >"$log" 2>&1 &
 job=$!
 for _ in $(seq 1 100); do [ "$(grep -c 'waiting for a debugger' "$log")" -ge 2 ] && break; sleep 0.1; done
 mapfile -t pids < <(grep 'waiting for a debugger' "$log" | awk '{print $4}')
-fail=0
 [ "${#pids[@]}" -eq 2 ] && echo "ok: both ranks printed their PID and wait" || { echo "FAIL: PIDs: ${pids[*]}"; cat "$log"; kill $job; exit 1; }
 sleep 0.5
 grep -q "step" "$log" && { echo "FAIL: ranks trained before the debugger released them"; fail=1; } || echo "ok: no rank trained before the debugger attached"

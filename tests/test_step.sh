@@ -5,12 +5,8 @@
 # (3) in a real terminal (tmux), a 4-rank session stops before each
 # collective, shows the all-gather picture, follows n / c / q.
 set -u
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+source "$(dirname "$0")/lib.sh"
 dir=$(mktemp -d); trap 'rm -rf "$dir"; tmux kill-session -t fsdp-step-test 2>/dev/null' EXIT
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
 
 # (1) every collective, in order
 timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 4 --step=auto --trace "$dir/t.json" >"$dir/auto.txt" 2>&1 || bad "--step=auto run failed"

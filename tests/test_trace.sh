@@ -5,11 +5,9 @@
 # simulated clock gives every collective exactly its --net duration, and
 # --compare writes one trace per strategy.
 set -u
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+source "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || { echo "python3 not installed: no JSON parser to check the trace with"; exit 77; }
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
-fail=0
 timeout 120 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 8 --trace "$dir/run.json" >"$dir/out.txt" 2>&1 || { echo "FAIL: run"; cat "$dir/out.txt"; exit 1; }
 timeout 120 $MPIRUN -np 3 ./fsdp --model tiny --steps 2 --batch 6 --trace "$dir/sim.json" --trace-clock sim --net ethernet >/dev/null 2>&1 || { echo "FAIL: sim-clock run"; fail=1; }
 timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 4 --compare --trace "$dir/cmp.json" >/dev/null 2>&1 || { echo "FAIL: compare run"; fail=1; }

@@ -3,11 +3,7 @@
 # bars per rank by category, what is computing, the collective in flight,
 # traffic so far. Without a terminal it falls back to one plain line a step.
 set -u
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
-fail=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+source "$(dirname "$0")/lib.sh"
 
 out=$(setsid timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --steps 3 --batch 4 --view </dev/null 2>&1); rc=$?
 lines=$(echo "$out" | grep -c "^view: step [0-9]* | rank 0 sent")

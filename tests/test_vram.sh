@@ -6,10 +6,8 @@
 # DDP must fail like CUDA does (rank, size, category, unit, budget, what is
 # allocated by category) with a non-zero exit; FSDP must train.
 set -u
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+source "$(dirname "$0")/lib.sh"
 ARGS="--model large --vram 160M --steps 2 --batch 16 --log-every 1"
-fail=0
 
 ddp=$(timeout 120 $MPIRUN -np 4 ./fsdp $ARGS --strategy ddp 2>&1); rc=$?
 echo "$ddp" | grep -A9 "out of memory" | head -10
