@@ -29,7 +29,7 @@ CUDA_HOME ?= /usr/local/cuda
 MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
-TEST_BINS := tests/test_units tests/test_distributed
+TEST_BINS := tests/test_units tests/test_distributed tests/st_diff
 
 .PHONY: all run test bench gpu clean mpi sanitize
 
@@ -50,8 +50,10 @@ mpi:
 	  echo "      macOS: brew install open-mpi), then run make again."; exit 1; \
 	fi
 
-SIM_SRC := sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c
-SIM_DEPS := $(SIM_SRC) sim/sim.h
+# fsdp.c and the files it is built with: the byte formats of checkpoints
+# (formats.c) and the simulator's instruments (sim/).
+SIM_SRC := formats.c sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c
+SIM_DEPS := $(SIM_SRC) formats.h sim/sim.h
 
 fsdp: fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) fsdp.c $(SIM_SRC) -o $@ $(LDLIBS)
@@ -61,6 +63,10 @@ fsdp: fsdp.c fsdp.h $(SIM_DEPS) | mpi
 # (sim/gdb-ranks.sh and tests/test_debugger.sh use it).
 fsdp-debug: fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(CC) -O0 -g -std=c11 -Wall -Wextra fsdp.c $(SIM_SRC) -o $@ $(LDLIBS)
+
+# Stand-alone tools over formats.c alone.
+tests/st_diff: tests/st_diff.c formats.c formats.h
+	$(CC) $(CFLAGS) -I. tests/st_diff.c formats.c -o $@ $(LDLIBS)
 
 tests/%: tests/%.c fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)

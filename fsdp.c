@@ -9,8 +9,8 @@
  *   2. the memory ledger             8. sharded AdamW
  *   3. collectives                   9. data
  *   4. the model                    10. the trainer: one step, end to end
- *   5. auto-wrap                    11. command line and main
- *   6. flat parameters and shards
+ *   5. auto-wrap                    11. checkpoints
+ *   6. flat parameters and shards   12. command line and main
  *
  * The idea in one paragraph. Data parallel training keeps a full copy of the
  * model, its gradients and its optimizer state on every GPU (DDP). FSDP
@@ -32,6 +32,7 @@
  * The same file compiles as CUDA C++ (nvcc -x cu fsdp.c): see `make gpu`.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fdopen for the --data file */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -46,6 +47,7 @@
 #include <unistd.h>
 
 #include "fsdp.h"
+#include "formats.h"
 #include "sim/sim.h"
 
 #ifdef __CUDACC__
@@ -89,6 +91,22 @@ static void mpi_check(int err, const char *file, int line) {
     fsdp_fatal(file, line, "an MPI call failed; check that every rank runs the same command", "MPI: %s", msg);
 }
 #define mpiCheck(call) mpi_check((call), __FILE__, __LINE__)
+
+/* Bad input is not a bug: it gets a message saying what is wrong and what
+ * to do, written into err, and the exit code 2 that every rank then uses. */
+static int usage_error(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return 2;
+}
+
+/* Every rank has agreed on a failure: all leave together, cleanly. */
+static void exit_all(int code) {
+    MPI_Finalize();
+    exit(code);
+}
 
 static double now_seconds(void) { return MPI_Wtime(); }
 
@@ -1327,8 +1345,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     char err[512];
     if (sim_init(&t->sim, &t->cfg, &t->ledger, t->units, t->n_units, comm, err, sizeof(err)) != 0) {
         if (t->comm.rank == 0) fprintf(stderr, "error: %s\n", err);
-        MPI_Finalize();
-        exit(2);
+        exit_all(2);
     }
     t->comm.sim = &t->sim;
     t->ledger.sim = &t->sim;
@@ -1393,7 +1410,575 @@ void trainer_destroy(Trainer *t) {
 }
 
 /* ============================================================================
- * 11. Command line and main
+ * 11. Checkpoints
+ *
+ * A sharded checkpoint is what FSDP makes natural: every rank writes its own
+ * shards (parameters and AdamW's two moments) to its own file, and nobody
+ * ever holds the whole model. One small text file, meta.txt, says how to put
+ * the pieces back together: the model's shape, every parameter's name, shape
+ * and offset in its unit's flat parameter, the world size, and a CRC-32 per
+ * shard file. The byte formats live in formats.c; this section is about who
+ * writes and reads what.
+ *
+ *   DIR/step-00000100/meta.txt            written last, by rank 0
+ *   DIR/step-00000100/shard-00000.bin     rank 0: for each unit, its shard of
+ *   DIR/step-00000100/shard-00001.bin       parameters, exp_avg, exp_avg_sq
+ *   ...
+ *
+ * Crash safety: a save goes to DIR/.tmp-step-N, every file is flushed to
+ * disk (fsync), and only then is the directory renamed to DIR/step-N in
+ * one atomic step. A crash during a save leaves a .tmp directory the loader
+ * ignores; the previous step-N directory is untouched. The two newest
+ * checkpoints are kept.
+ *
+ * Resharding: the flat layout of a unit does not depend on N, only its
+ * padding does. So a rank of a new world size M can compute, for every
+ * element of its new shard, where it sits in the old flat parameter, which
+ * old rank's file holds it and at which byte, and read just those ranges.
+ * Parameters are matched by name, so even a different --min-params (other
+ * units) loads. Any N to any M.
+ * ========================================================================== */
+
+/* Errors while reading or writing files are seen by some ranks and not
+ * others. All ranks agree on the outcome, and the lowest failing rank
+ * prints its message, so the user reads one clear line. Returns 0 or 2. */
+static int ckpt_agree(Trainer *t, int rc, const char *err) {
+    int mine = rc ? t->comm.rank : t->comm.world, first = 0;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, t->comm.comm);
+    if (first == t->comm.world) return 0;
+    if (first == t->comm.rank) {
+        fprintf(stderr, "error: %s\n", err);
+        fflush(stderr);
+    }
+    return 2;
+}
+
+static int ckpt_writes_file(const Trainer *t) { return is_sharded(t) || t->comm.rank == 0; }
+
+/* The metadata of this trainer's layout (files filled in by the caller). */
+static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
+    const Config *c = &t->cfg;
+    memset(m, 0, sizeof(*m));
+    m->version = 1;
+    m->world = t->comm.world;
+    snprintf(m->strategy, sizeof(m->strategy), "%s", strategy_name(c->strategy));
+    m->vocab = c->vocab;
+    m->embed_dim = c->embed_dim;
+    m->context = c->context;
+    m->width = c->width;
+    m->depth = c->depth;
+    m->min_params = c->min_params;
+    m->seed = c->seed;
+    m->step = next_step;
+    m->adam_step = t->adam_step;
+    m->n_units = t->n_units;
+    m->units = (MetaUnit *)calloc((size_t)t->n_units, sizeof(MetaUnit));
+    for (int u = 0; u < t->n_units; u++) {
+        m->units[u].numel = t->units[u].numel;
+        m->units[u].padded = t->units[u].padded;
+        m->units[u].shard = t->units[u].shard;
+    }
+    m->n_params = t->model.n_params;
+    m->params = (MetaParam *)calloc((size_t)m->n_params, sizeof(MetaParam));
+    for (int i = 0; i < m->n_params; i++) {
+        const Param *p = &t->model.params[i];
+        snprintf(m->params[i].name, sizeof(m->params[i].name), "%s", p->name);
+        m->params[i].unit = p->unit;
+        m->params[i].offset = p->offset;
+        m->params[i].shape[0] = p->shape[0];
+        m->params[i].shape[1] = p->shape[1];
+        m->params[i].numel = p->numel;
+    }
+    m->n_files = is_sharded(t) ? t->comm.world : 1;
+    m->files = (MetaFile *)calloc((size_t)m->n_files, sizeof(MetaFile));
+}
+
+/* Writes this rank's shard file: for each unit, its shard of parameters,
+ * exp_avg and exp_avg_sq. Returns 0 or 2; reports bytes and CRC-32. */
+static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64_t *bytes, uint32_t *crc, char *err, size_t errlen) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        snprintf(err, errlen, "checkpoint %s: cannot create it (%s)", path, strerror(errno));
+        return 2;
+    }
+    *bytes = 0;
+    *crc = 0;
+    int ok = 1;
+    for (int ui = 0; ui < t->n_units && ok; ui++) {
+        Unit *u = &t->units[ui];
+        const float *tensors[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
+        for (int k = 0; k < 3 && ok; k++) {
+            size_t n = (size_t)u->shard * sizeof(float);
+            ok = fwrite(tensors[k], 1, n, f) == n;
+            *crc = crc32_update(*crc, tensors[k], n);
+            *bytes += n;
+            /* test-only: die half way through this save, like a node crash */
+            if (ui == t->n_units / 2 && k == 0) sim_fault_kill_during_save(&t->sim, t->comm.rank, next_step);
+        }
+    }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) snprintf(err, errlen, "checkpoint %s: writing failed (%s)", path, strerror(errno));
+    return ok ? 0 : 2;
+}
+
+static int ckpt_write_text(const char *path, const char *text, size_t len, char *err, size_t errlen) {
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f) ok = (fclose(f) == 0) && ok;
+    if (!ok) snprintf(err, errlen, "checkpoint %s: writing failed (%s)", path, strerror(errno));
+    return ok ? 0 : 2;
+}
+
+/* A directory's entries must reach the disk too, or a rename may be lost. */
+static void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[2048];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        remove(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* The step numbers of the complete checkpoints in dir, newest first. */
+static int ckpt_list(const char *dir, long *steps, int max) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < max) {
+        long step = -1;
+        char meta[2048];
+        struct stat st;
+        if (sscanf(e->d_name, "step-%ld", &step) != 1 || step < 0) continue;
+        snprintf(meta, sizeof(meta), "%s/%s/meta.txt", dir, e->d_name);
+        if (stat(meta, &st) == 0) steps[n++] = step;
+    }
+    closedir(d);
+    for (int i = 1; i < n; i++) /* insertion sort, newest first */
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            long x = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = x;
+        }
+    return n;
+}
+
+enum { CKPT_KEEP = 2 };
+
+/* ------------------------------------------------------------------------
+ * Save a sharded checkpoint after `next_step` steps.
+ *
+ * Every rank writes only its own shards: the same 1/N of the model it holds,
+ * so a save moves no data between ranks at all. Rank 0 then gathers the N
+ * checksums (a few bytes each), writes meta.txt, and renames the directory
+ * into place. With no_shard every rank holds the same replica; rank 0
+ * writes the one file.
+ * --------------------------------------------------------------------- */
+static int ckpt_save(Trainer *t, long next_step) {
+    char err[8192] = "", tmp[1536], final_dir[1536], path[2048];
+    const char *dir = t->cfg.save_dir;
+    snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld", dir, next_step);
+    snprintf(final_dir, sizeof(final_dir), "%s/step-%08ld", dir, next_step);
+    int rc = 0;
+    if (t->comm.rank == 0) {
+        remove_dir(tmp); /* left by a crashed save of the same step */
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST) rc = 2;
+        if (rc == 0 && mkdir(tmp, 0755) != 0) rc = 2;
+        if (rc) snprintf(err, sizeof(err), "checkpoint: cannot create %s (%s)", tmp, strerror(errno));
+    }
+    if (ckpt_agree(t, rc, err)) return 2;
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    if (ckpt_writes_file(t)) {
+        snprintf(path, sizeof(path), "%s/shard-%05d.bin", tmp, t->comm.rank);
+        rc = ckpt_write_shard(t, path, next_step, &bytes, &crc, err, sizeof(err));
+    }
+    if (ckpt_agree(t, rc, err)) return 2;
+    /* checksums to rank 0: bookkeeping, not training traffic */
+    unsigned long long my[2] = {bytes, crc}, *all = NULL;
+    if (t->comm.rank == 0) all = (unsigned long long *)calloc((size_t)t->comm.world * 2, sizeof(unsigned long long));
+    MPI_Gather(my, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
+    if (t->comm.rank == 0) {
+        CkptMeta m;
+        ckpt_meta_of(t, &m, next_step);
+        for (int f = 0; f < m.n_files; f++) {
+            snprintf(m.files[f].name, sizeof(m.files[f].name), "shard-%05d.bin", f);
+            m.files[f].bytes = all[2 * f];
+            m.files[f].crc = (uint32_t)all[2 * f + 1];
+        }
+        size_t len = 0;
+        char *text = meta_format(&m, &len);
+        snprintf(path, sizeof(path), "%s/meta.txt", tmp);
+        rc = text ? ckpt_write_text(path, text, len, err, sizeof(err)) : 2;
+        free(text);
+        meta_free(&m);
+        fsync_dir(tmp);
+        if (rc == 0) {
+            remove_dir(final_dir); /* an older save of this very step */
+            if (rename(tmp, final_dir) != 0) {
+                snprintf(err, sizeof(err), "checkpoint: cannot rename %s to %s (%s)", tmp, final_dir, strerror(errno));
+                rc = 2;
+            }
+            fsync_dir(dir);
+        }
+        long steps[64];
+        int n = rc == 0 ? ckpt_list(dir, steps, 64) : 0;
+        for (int i = CKPT_KEEP; i < n; i++) { /* keep the newest few */
+            snprintf(path, sizeof(path), "%s/step-%08ld", dir, steps[i]);
+            remove_dir(path);
+        }
+        free(all);
+    }
+    return ckpt_agree(t, rc, err);
+}
+
+/* ---- reading -------------------------------------------------------------------- */
+
+/* Reads a whole (small) file into memory: meta.txt. */
+static char *read_small_file(const char *path, size_t *len, size_t max) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = (char *)malloc(max + 1);
+    *len = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (buf && *len > max) { /* larger than any real metadata */
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Where to load from: DIR itself if it holds meta.txt, else its newest
+ * complete step-N subdirectory. */
+static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, size_t errlen) {
+    struct stat st;
+    char meta[2048];
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return usage_error(err, errlen, "--resume %s: no such directory. Give the --save-dir of an earlier run.", dir);
+    snprintf(meta, sizeof(meta), "%s/meta.txt", dir);
+    if (stat(meta, &st) == 0) {
+        snprintf(out, outlen, "%s", dir);
+        return 0;
+    }
+    long steps[64];
+    if (ckpt_list(dir, steps, 64) == 0)
+        return usage_error(err, errlen, "--resume %s: no complete checkpoint in it (no step-N/meta.txt). A save that crashed leaves only a .tmp-step-N directory, which is never loaded.", dir);
+    snprintf(out, outlen, "%s/step-%08ld", dir, steps[0]);
+    return 0;
+}
+
+/* The checkpoint must be of this model: same shape, and every parameter of
+ * ours present under its name with the same shape. */
+static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map, char *err, size_t errlen) {
+    const Config *c = &t->cfg;
+    if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context || m->width != c->width || m->depth != c->depth)
+        return usage_error(err, errlen, "%s: the checkpoint is of a different model (embed_dim %d context %d width %d depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same --model and overrides.",
+                           path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context, c->width, c->depth);
+    for (int i = 0; i < t->model.n_params; i++) {
+        const Param *p = &t->model.params[i];
+        map[i] = -1;
+        for (int j = 0; j < m->n_params && map[i] < 0; j++)
+            if (!strcmp(m->params[j].name, p->name)) map[i] = j;
+        if (map[i] < 0) return usage_error(err, errlen, "%s: parameter %s is missing from the checkpoint.", path, p->name);
+        const MetaParam *q = &m->params[map[i]];
+        if (q->shape[0] != p->shape[0] || q->shape[1] != p->shape[1])
+            return usage_error(err, errlen, "%s: %s has shape (%d, %d) in the checkpoint but (%d, %d) here.", path, p->name, q->shape[0], q->shape[1], p->shape[0], p->shape[1]);
+    }
+    return 0;
+}
+
+/* Verifies size and CRC-32 of the shard files, each by one rank (file f by
+ * rank f mod N), so the whole checkpoint is read once, spread over ranks. */
+static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, char *err, size_t errlen) {
+    int rc = 0;
+    char path[2048];
+    unsigned char *buf = (unsigned char *)malloc(1 << 20);
+    for (int f = t->comm.rank; f < m->n_files && rc == 0; f += t->comm.world) {
+        snprintf(path, sizeof(path), "%s/%s", dir, m->files[f].name);
+        FILE *fp = fopen(path, "rb");
+        if (!fp) {
+            rc = usage_error(err, errlen, "%s: missing or unreadable (%s).", path, strerror(errno));
+            break;
+        }
+        uint64_t total = 0;
+        uint32_t crc = 0;
+        size_t got;
+        while ((got = fread(buf, 1, 1 << 20, fp)) > 0) {
+            crc = crc32_update(crc, buf, got);
+            total += got;
+        }
+        fclose(fp);
+        if (total != m->files[f].bytes)
+            rc = usage_error(err, errlen, "%s: %llu bytes, but meta.txt says %llu: the file is truncated or was replaced. Use another checkpoint.", path, (unsigned long long)total, (unsigned long long)m->files[f].bytes);
+        else if (crc != m->files[f].crc)
+            rc = usage_error(err, errlen, "%s: checksum mismatch (crc32 %08x, meta.txt says %08x): the file is corrupted. Use another checkpoint.", path, crc, m->files[f].crc);
+    }
+    free(buf);
+    return rc;
+}
+
+/* Reads elements [a, b) of old unit `ou`'s flat tensor k (0 parameters,
+ * 1 exp_avg, 2 exp_avg_sq) into dst, from whichever old files hold them. */
+static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, long a, long b, float *dst, char *err, size_t errlen) {
+    long S = m->units[ou].shard;
+    long base = 0; /* where unit ou starts in each file, in floats */
+    for (int v = 0; v < ou; v++) base += 3 * m->units[v].shard;
+    while (a < b) {
+        int file = (int)(a / S);
+        long in_shard = a % S, run = S - in_shard < b - a ? S - in_shard : b - a;
+        char path[2048];
+        snprintf(path, sizeof(path), "%s/%s", dir, m->files[file].name);
+        FILE *fp = fopen(path, "rb");
+        int ok = fp && fseeko(fp, (off_t)((base + (long)k * S + in_shard) * (long)sizeof(float)), SEEK_SET) == 0 &&
+                 fread(dst, sizeof(float), (size_t)run, fp) == (size_t)run;
+        if (fp) fclose(fp);
+        if (!ok) return usage_error(err, errlen, "%s: cannot read %ld values at element %ld of unit %d.", path, run, in_shard, ou);
+        a += run;
+        dst += run;
+    }
+    return 0;
+}
+
+/* Fills this rank's shards from the checkpoint: for every parameter, the
+ * part of it that falls in our new shard, from wherever it was. */
+static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, const int *map, char *err, size_t errlen) {
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        long lo = (u->shard == u->padded) ? 0 : (long)t->comm.rank * u->shard, hi = lo + u->shard;
+        float *dst[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
+        for (int j = 0; j < u->n_params; j++) {
+            const Param *p = &t->model.params[u->params[j]];
+            const MetaParam *q = &m->params[map[u->params[j]]];
+            long a = p->offset > lo ? p->offset : lo;
+            long b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+            if (a >= b) continue;
+            /* element e of p: our flat position offset + e, theirs q->offset + e */
+            for (int k = 0; k < 3; k++)
+                if (ckpt_read_range(dir, m, q->unit, k, q->offset + (a - p->offset), q->offset + (b - p->offset), dst[k] + (a - lo), err, errlen)) return 2;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Resume from DIR (or its newest complete checkpoint) on any world size.
+ * Rank 0 reads meta.txt and sends its bytes to every rank, so all ranks
+ * judge the same text; then the shard files are verified (each file by one
+ * rank) and every rank reads the byte ranges of its new shards. Returns 0
+ * and the step to continue from, or 2 (the message already printed).
+ * --------------------------------------------------------------------- */
+static int ckpt_load(Trainer *t, const char *from, long *next_step) {
+    char err[8192] = "", dir[1536], path[2048];
+    int rc = 0;
+    long len = 0;
+    char *text = NULL;
+    if (t->comm.rank == 0) {
+        rc = ckpt_locate(from, dir, sizeof(dir), err, sizeof(err));
+        snprintf(path, sizeof(path), "%s/meta.txt", dir);
+        size_t n = 0;
+        if (rc == 0 && (text = read_small_file(path, &n, 64 << 20)) == NULL) rc = usage_error(err, sizeof(err), "%s: cannot read it (or it is absurdly large).", path);
+        len = (long)n;
+    }
+    if (ckpt_agree(t, rc, err)) return 2;
+    MPI_Bcast(dir, (int)sizeof(dir), MPI_CHAR, 0, t->comm.comm);
+    MPI_Bcast(&len, 1, MPI_LONG, 0, t->comm.comm);
+    if (t->comm.rank != 0) text = (char *)malloc((size_t)len + 1);
+    MPI_Bcast(text, (int)len, MPI_CHAR, 0, t->comm.comm);
+    snprintf(path, sizeof(path), "%s/meta.txt", dir);
+    CkptMeta m;
+    memset(&m, 0, sizeof(m));
+    int *map = (int *)calloc((size_t)t->model.n_params, sizeof(int));
+    char why[768] = "";
+    if (meta_parse(text, (size_t)len, &m, why, sizeof(why)) != 0) rc = usage_error(err, sizeof(err), "%s: %s", path, why);
+    free(text);
+    if (rc == 0) rc = ckpt_check_model(t, &m, path, map, err, sizeof(err));
+    rc = ckpt_agree(t, rc, err); /* the same verdict on every rank so far */
+    if (rc == 0) rc = ckpt_agree(t, ckpt_verify_files(t, dir, &m, err, sizeof(err)), err);
+    if (rc == 0) rc = ckpt_agree(t, ckpt_load_shards(t, dir, &m, map, err, sizeof(err)), err);
+    if (rc == 0) {
+        t->adam_step = (int)m.adam_step;
+        *next_step = m.step;
+        if (t->comm.rank == 0)
+            printf("resumed from %s: step %ld, written by %d rank%s with %s, loaded on %d\n", dir, m.step, m.world, m.world > 1 ? "s" : "", m.strategy, t->comm.world);
+    }
+    meta_free(&m);
+    free(map);
+    return rc;
+}
+
+/* ---- the full state as safetensors ----------------------------------------------- */
+
+/* 1-D for vectors (biases, norms), 2-D (out, in) for matrices: the shapes
+ * PyTorch's state_dict has. */
+static void st_tensor_of(const Param *p, StTensor *s) {
+    memset(s, 0, sizeof(*s));
+    snprintf(s->name, sizeof(s->name), "%s", p->name);
+    snprintf(s->dtype, sizeof(s->dtype), "F32");
+    s->ndim = p->shape[1] == 1 ? 1 : 2;
+    s->shape[0] = p->shape[0];
+    s->shape[1] = p->shape[1];
+}
+
+/* ------------------------------------------------------------------------
+ * Export the full parameters as one safetensors file.
+ *
+ * The one moment the whole model exists in one place: each unit's shards
+ * are all-gathered (as for a forward pass) and rank 0 writes the tensors
+ * under their PyTorch names, so safetensors.torch.load_file() and an
+ * equivalent nn.Module's load_state_dict() take it as it is. Written to a
+ * temporary name and renamed, like the checkpoints.
+ * --------------------------------------------------------------------- */
+static int trainer_export(Trainer *t, const char *path) {
+    char err[8192] = "", tmp[2048];
+    long P = trainer_num_params(t);
+    float *all = (float *)malloc((size_t)P * sizeof(float));
+    trainer_gather_params(t, all);
+    int rc = 0;
+    if (t->comm.rank == 0) {
+        int n = t->model.n_params;
+        StTensor *st = (StTensor *)calloc((size_t)n, sizeof(StTensor));
+        for (int i = 0; i < n; i++) st_tensor_of(&t->model.params[i], &st[i]);
+        size_t head_len = 0;
+        unsigned char *head = st_build_header(st, n, "\"format\":\"pt\",\"producer\":\"fsdp.c\"", &head_len);
+        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+        FILE *f = fopen(tmp, "wb");
+        int ok = head && f && fwrite(head, 1, head_len, f) == head_len && fwrite(all, sizeof(float), (size_t)P, f) == (size_t)P;
+        ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+        if (f) ok = (fclose(f) == 0) && ok;
+        ok = ok && rename(tmp, path) == 0;
+        if (!ok) {
+            snprintf(err, sizeof(err), "--export %s: writing failed (%s)", path, strerror(errno));
+            remove(tmp);
+            rc = 2;
+        } else {
+            printf("exported %ld parameters in %d tensors to %s (safetensors, F32, PyTorch names)\n", P, n, path);
+        }
+        free(head);
+        free(st);
+    }
+    free(all);
+    return ckpt_agree(t, rc, err);
+}
+
+/* Checks a safetensors header against our model: the same names, each
+ * F32 with our shape, and nothing else. */
+static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map, char *err, size_t errlen) {
+    if (h->n != t->model.n_params)
+        return usage_error(err, errlen, "--init-from %s: %d tensors, but the model has %d parameters. Export it from a run of the same model.", path, h->n, t->model.n_params);
+    for (int i = 0; i < t->model.n_params; i++) {
+        StTensor want;
+        st_tensor_of(&t->model.params[i], &want);
+        map[i] = -1;
+        for (int j = 0; j < h->n && map[i] < 0; j++)
+            if (!strcmp(h->tensors[j].name, want.name)) map[i] = j;
+        if (map[i] < 0) return usage_error(err, errlen, "--init-from %s: no tensor named %s.", path, want.name);
+        const StTensor *s = &h->tensors[map[i]];
+        if (strcmp(s->dtype, "F32") != 0) return usage_error(err, errlen, "--init-from %s: %s is %s; fsdp.c trains in F32.", path, s->name, s->dtype);
+        int same = s->ndim == want.ndim;
+        for (int d = 0; d < want.ndim && same; d++) same = s->shape[d] == want.shape[d];
+        if (!same) return usage_error(err, errlen, "--init-from %s: %s has the wrong shape (%d dims, first %ld); expected (%ld%s%ld).", path, s->name, s->ndim,
+                                      s->ndim ? s->shape[0] : 0L, want.shape[0], want.ndim == 2 ? ", " : "", want.ndim == 2 ? want.shape[1] : 0L);
+    }
+    return 0;
+}
+
+/* Reads rank 0's copy of a safetensors header: the 8-byte length, then the
+ * JSON. Returns the bytes (all ranks judge these same bytes). */
+static int st_read_header(const char *path, unsigned char **out, size_t *len, uint64_t *file_size, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0) {
+        if (f) fclose(f);
+        return usage_error(err, errlen, "--init-from %s: cannot open it (%s).", path, strerror(errno));
+    }
+    *file_size = (uint64_t)st.st_size;
+    unsigned char prefix[8];
+    size_t got = fread(prefix, 1, 8, f);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0 && got == 8; i--) n = (n << 8) | prefix[i];
+    if (got != 8 || n > *file_size - 8 || n > (100u << 20)) {
+        fclose(f);
+        return usage_error(err, errlen, "--init-from %s: not a safetensors file (its first 8 bytes do not give a header length that fits the file).", path);
+    }
+    *len = 8 + (size_t)n;
+    *out = (unsigned char *)malloc(*len);
+    memcpy(*out, prefix, 8);
+    int ok = fread(*out + 8, 1, (size_t)n, f) == (size_t)n;
+    fclose(f);
+    if (!ok) return usage_error(err, errlen, "--init-from %s: the header is cut short.", path);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Start from a safetensors file: every rank reads only the bytes of its
+ * own shards (the header says where each tensor is). AdamW starts fresh.
+ * --------------------------------------------------------------------- */
+static int trainer_init_from(Trainer *t, const char *path) {
+    char err[8192] = "", why[768] = "";
+    unsigned char *head = NULL;
+    size_t len = 0;
+    uint64_t file_size = 0;
+    int rc = 0;
+    if (t->comm.rank == 0) rc = st_read_header(path, &head, &len, &file_size, err, sizeof(err));
+    if (ckpt_agree(t, rc, err)) {
+        free(head);
+        return 2;
+    }
+    unsigned long long sizes[2] = {len, file_size};
+    MPI_Bcast(sizes, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
+    len = (size_t)sizes[0];
+    file_size = sizes[1];
+    if (t->comm.rank != 0) head = (unsigned char *)malloc(len);
+    MPI_Bcast(head, (int)len, MPI_UNSIGNED_CHAR, 0, t->comm.comm);
+    StHeader h;
+    memset(&h, 0, sizeof(h));
+    int *map = (int *)calloc((size_t)t->model.n_params, sizeof(int));
+    if (st_parse_header(head, len, file_size, &h, why, sizeof(why)) != 0) rc = usage_error(err, sizeof(err), "--init-from %s: %s", path, why);
+    free(head);
+    if (rc == 0) rc = st_check_model(t, &h, path, map, err, sizeof(err));
+    if (ckpt_agree(t, rc, err)) { /* every rank reached the same verdict */
+        st_free(&h);
+        free(map);
+        return 2;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) rc = usage_error(err, sizeof(err), "--init-from %s: cannot open it.", path);
+    for (int ui = 0; ui < t->n_units && rc == 0; ui++) {
+        Unit *u = &t->units[ui];
+        long lo = (u->shard == u->padded) ? 0 : (long)t->comm.rank * u->shard, hi = lo + u->shard;
+        for (int j = 0; j < u->n_params && rc == 0; j++) {
+            const Param *p = &t->model.params[u->params[j]];
+            long a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+            if (a >= b) continue;
+            off_t at = (off_t)(h.data_start + h.tensors[map[u->params[j]]].begin + (uint64_t)(a - p->offset) * sizeof(float));
+            if (fseeko(f, at, SEEK_SET) != 0 || fread(u->shard_param + (a - lo), sizeof(float), (size_t)(b - a), f) != (size_t)(b - a))
+                rc = usage_error(err, sizeof(err), "--init-from %s: cannot read %s.", path, p->name);
+        }
+    }
+    if (f) fclose(f);
+    st_free(&h);
+    free(map);
+    if (ckpt_agree(t, rc, err)) return 2;
+    if (t->comm.rank == 0) printf("initialised from %s\n", path);
+    return 0;
+}
+
+/* ============================================================================
+ * 12. Command line and main
  * ========================================================================== */
 
 typedef struct {
@@ -1448,6 +2033,13 @@ void config_usage(FILE *out) {
         "  --check-collectives   ranks compare each collective before calling it and stop\n"
         "                        with a report on a mismatch, instead of hanging\n"
         "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
+        "checkpoints\n"
+        "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
+        "  --save-every K        every K steps); the two newest are kept\n"
+        "  --resume DIR          continue from DIR's newest complete checkpoint, on any\n"
+        "                        number of ranks; --steps is the total to reach\n"
+        "  --export FILE         write the full parameters as safetensors at the end\n"
+        "  --init-from FILE      start from a safetensors file (fresh optimizer)\n"
         "training\n"
         "  --steps N             optimizer steps                         (default 200)\n"
         "  --batch N             global batch, split evenly over ranks   (default 64)\n"
@@ -1459,14 +2051,6 @@ void config_usage(FILE *out) {
         "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
         "  --log-every N         print a line every N steps              (default 20)\n"
         "  --help                this text\n");
-}
-
-static int usage_error(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return 2;
 }
 
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *err, size_t errlen) {
@@ -1581,6 +2165,14 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return rc;
     }
     if (!strcmp(flag, "--vram")) return parse_size(flag, val, &c->vram, err, errlen);
+    if (!strcmp(flag, "--save-every")) return parse_int(flag, val, 1, INT_MAX, &c->save_every, err, errlen);
+    const char **path = !strcmp(flag, "--save-dir") ? &c->save_dir : !strcmp(flag, "--resume") ? &c->resume_dir
+                      : !strcmp(flag, "--export") ? &c->export_path : !strcmp(flag, "--init-from") ? &c->init_from : NULL;
+    if (path) {
+        if (!*val) return usage_error(err, errlen, "%s: the path is empty.", flag);
+        *path = val;
+        return 0;
+    }
     if (!strcmp(flag, "--trace")) {
         if (!*val) return usage_error(err, errlen, "--trace: the file name is empty. Give a path such as run.json.");
         c->trace_path = val;
@@ -1648,7 +2240,8 @@ static int flag_takes_value(const char *flag) {
     static const char *const flags[] = {"--model", "--depth", "--width", "--context", "--embed-dim", "--min-params",
                                         "--strategy", "--collectives", "--steps", "--batch", "--lr", "--beta1",
                                         "--beta2", "--eps", "--weight-decay", "--seed", "--data", "--log-every",
-                                        "--vram", "--net", "--trace", "--trace-clock"};
+                                        "--vram", "--net", "--trace", "--trace-clock", "--save-dir", "--save-every",
+                                        "--resume", "--export", "--init-from"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -1701,6 +2294,12 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->min_params > total)
         return usage_error(err, errlen, "--min-params %ld is larger than the whole model (%ld parameters): no module could become a unit. Use a value between 1 and %ld.", c->min_params, total, total);
+    if (c->save_every && !c->save_dir)
+        return usage_error(err, errlen, "--save-every needs --save-dir: say where the checkpoints go.");
+    if (c->resume_dir && c->init_from)
+        return usage_error(err, errlen, "--resume and --init-from both say where training starts; give one. (--resume continues a run with its optimizer state; --init-from starts fresh from exported parameters.)");
+    if (c->compare && (c->save_dir || c->resume_dir || c->export_path || c->init_from))
+        return usage_error(err, errlen, "--compare runs two trainings; checkpoint options (--save-dir, --resume, --export, --init-from) apply to single runs only.");
     if (c->trace_clock_sim && (!c->net || !strcmp(c->net, "none")))
         return usage_error(err, errlen, "--trace-clock sim times the collectives with a network model, but none is chosen. Add --net nvlink, pcie, ib or ethernet.");
     return 0;
@@ -1819,8 +2418,7 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
 
 /* Where a step's time went on rank 0, and what the collectives would cost
  * on the --net interconnect instead of the simulator's shared memory. */
-static void print_step_breakdown(const Trainer *t, double seconds) {
-    int steps = t->cfg.steps;
+static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
     double comm = 0.0;
     for (int i = 0; i < t->comm.n_events; i++) comm += t->comm.events[i].t_end - t->comm.events[i].t_start;
     double compute = seconds - comm;
@@ -1860,6 +2458,19 @@ static int check_writable(const char *flag, const char *path, char *err, size_t 
     return 0;
 }
 
+/* --save-dir must be a directory we can write into (created if missing,
+ * its parent must exist), found out before any step is spent. */
+static int check_save_dir(const char *dir, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(dir, &st) != 0 && mkdir(dir, 0755) != 0)
+        return usage_error(err, errlen, "--save-dir %s: cannot create it (%s). Give a path in an existing, writable directory.", dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return usage_error(err, errlen, "--save-dir %s: exists and is not a directory.", dir);
+    if (access(dir, W_OK) != 0)
+        return usage_error(err, errlen, "--save-dir %s: not writable.", dir);
+    return 0;
+}
+
 /* --wait-for-debugger: each rank prints its PID and spins until a debugger
  * sets `attached` (the variable is local so no global state exists for it):
  *   gdb -p PID -ex 'frame function debugger_wait' -ex 'set var attached = 1' -ex continue
@@ -1889,18 +2500,27 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         print_header(t);
         print_unit_table(t);
     }
+    long first = 0; /* the step to start from: 0, or where a checkpoint left off */
+    if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
+    if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
+    if (root && first >= cfg->steps) printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first, cfg->steps);
     double t0 = now_seconds(), loss = 0.0;
-    for (int step = 0; step < cfg->steps; step++) {
+    for (int step = (int)first; step < cfg->steps; step++) {
         double ts = now_seconds();
         loss = trainer_step(t, step);
         double dt = now_seconds() - ts;
         if (root && !t->sim.view_in_place && (step % cfg->log_every == 0 || step == cfg->steps - 1))
             printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB (peak %.3f)\n", step + 1, cfg->steps,
                    loss, dt * 1e3, cfg->batch / dt, mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total));
+        int last = step == cfg->steps - 1;
+        if (cfg->save_dir && ((cfg->save_every && (step + 1) % cfg->save_every == 0) || last)) {
+            if (ckpt_save(t, step + 1)) exit_all(1);
+            if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);
+        }
     }
     s.seconds = now_seconds() - t0;
     s.final_loss = loss;
-    s.steps = cfg->steps;
+    s.steps = cfg->steps - (int)first;
     s.world = t->comm.world;
     s.batch = cfg->batch;
     if (cfg->trace_path) {
@@ -1915,20 +2535,21 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     double *peaks = (double *)calloc((size_t)s.world * (MEM_NUM_CATEGORIES + 1), sizeof(double));
     double *sent = (double *)calloc((size_t)s.world * COMM_NUM_KINDS, sizeof(double));
     gather_stats(t, peaks, sent);
-    if (root) {
+    if (root && s.steps > 0) {
         for (int r = 0; r < s.world; r++) {
             for (int k = 0; k < MEM_NUM_CATEGORIES; k++) s.peak[k] = fmax(s.peak[k], peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]);
             s.peak_total = fmax(s.peak_total, peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + MEM_NUM_CATEGORIES]);
-            for (int k = 0; k < COMM_NUM_KINDS; k++) s.bytes_sent[k] = fmax(s.bytes_sent[k], sent[(long)r * COMM_NUM_KINDS + k] / cfg->steps);
+            for (int k = 0; k < COMM_NUM_KINDS; k++) s.bytes_sent[k] = fmax(s.bytes_sent[k], sent[(long)r * COMM_NUM_KINDS + k] / s.steps);
         }
-        for (int k = 0; k < COMM_NUM_KINDS; k++) s.calls[k] = t->comm.calls[k] / cfg->steps;
-        printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n", cfg->steps, s.seconds,
-               1e3 * s.seconds / cfg->steps, (double)cfg->batch * cfg->steps / s.seconds);
-        print_step_breakdown(t, s.seconds);
+        for (int k = 0; k < COMM_NUM_KINDS; k++) s.calls[k] = t->comm.calls[k] / s.steps;
+        printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n", s.steps, s.seconds,
+               1e3 * s.seconds / s.steps, (double)cfg->batch * s.steps / s.seconds);
+        print_step_breakdown(t, s.seconds, s.steps);
         if (rank_table) print_rank_table(t, peaks, sent);
     }
     free(peaks);
     free(sent);
+    if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
     trainer_destroy(t);
     return s;
 }
@@ -2017,6 +2638,8 @@ int main(int argc, char **argv) {
             free(probe.bytes);
         }
         if (rc == 0 && cfg.trace_path && !cfg.compare) rc = check_writable("--trace", cfg.trace_path, err, sizeof(err));
+        if (rc == 0 && cfg.export_path) rc = check_writable("--export", cfg.export_path, err, sizeof(err));
+        if (rc == 0 && cfg.save_dir) rc = check_save_dir(cfg.save_dir, err, sizeof(err));
         if (rc == 0 && cfg.trace_path && cfg.compare) rc = check_writable("--trace", trace_ddp, err, sizeof(err));
         if (rc == 0 && cfg.trace_path && cfg.compare) rc = check_writable("--trace", trace_sharded, err, sizeof(err));
     }

@@ -74,6 +74,12 @@ typedef struct {
     int step_mode;       /* --step: 1 wait for keys, 2 =auto (StepMode)   */
     int view;            /* --view: live terminal dashboard on rank 0     */
     int wait_for_debugger; /* --wait-for-debugger                         */
+    /* checkpoints */
+    const char *save_dir;  /* --save-dir: sharded checkpoints go here      */
+    int save_every;        /* --save-every K steps (and at the end)        */
+    const char *resume_dir; /* --resume: continue from the newest complete one */
+    const char *export_path; /* --export: full state as safetensors at the end */
+    const char *init_from; /* --init-from: start from a safetensors file   */
 } Config;
 
 /* Fills cfg from argv. Returns 0 on success; on bad input writes a message

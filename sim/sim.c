@@ -1,5 +1,7 @@
 /* sim/sim.c — switching the instruments on, and the hook every collective
  * passes through. */
+#define _POSIX_C_SOURCE 200809L
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,16 +9,23 @@
 #include "sim.h"
 
 /* FSDP_FAULT=skip:RANK:SEQ or alter:RANK:SEQ makes rank RANK skip (or call
- * with a different size) its collective number SEQ. It exists only so the
- * tests can prove that --check-collectives catches a mismatch; it is
- * deliberately not a command-line option. */
+ * with a different size) its collective number SEQ; killsave:RANK:STEP
+ * kills rank RANK in the middle of writing the checkpoint of step STEP.
+ * They exist only so the tests can prove that --check-collectives catches a
+ * mismatch and that a crash during a save loses nothing; deliberately not
+ * command-line options. */
 static void fault_parse(Sim *s) {
     s->fault_rank = -1;
+    s->fault_kill_rank = -1;
     const char *f = getenv("FSDP_FAULT");
     if (!f) return;
     char what[16];
     int rank = -1;
     long seq = -1;
+    if (sscanf(f, "%15[a-z]:%d:%ld", what, &rank, &seq) == 3 && !strcmp(what, "killsave")) {
+        s->fault_kill_rank = rank;
+        s->fault_kill_step = seq;
+    }
     if (sscanf(f, "%15[a-z]:%d:%ld", what, &rank, &seq) == 3 && (!strcmp(what, "skip") || !strcmp(what, "alter"))) {
         s->fault_alter = !strcmp(what, "alter");
         s->fault_rank = rank;
@@ -52,6 +61,13 @@ void sim_release(Sim *s) {
     free(s->frees);
     free(s->mem);
     memset(s, 0, sizeof(*s));
+}
+
+void sim_fault_kill_during_save(const Sim *s, int rank, long step) {
+    if (!s || rank != s->fault_kill_rank || step != s->fault_kill_step) return;
+    fprintf(stderr, "[rank %d] FSDP_FAULT: killed in the middle of saving step %ld\n", rank, step);
+    fflush(stderr);
+    raise(SIGKILL);
 }
 
 void sim_on_step(Sim *s, int step) {

@@ -94,6 +94,8 @@ typedef struct Sim {
     /* test-only fault injection: FSDP_FAULT=skip:RANK:SEQ or alter:RANK:SEQ */
     int fault_alter, fault_rank;
     long fault_seq;
+    int fault_kill_rank;  /* FSDP_FAULT=killsave:RANK:STEP                  */
+    long fault_kill_step;
 } Sim;
 
 /* Sets up the instruments for a trainer; collective over comm. Returns 0,
@@ -105,6 +107,9 @@ void sim_release(Sim *s);
  * fault switch says this rank should skip this collective. */
 int sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count);
 void sim_on_step(Sim *s, int step);
+/* test-only: FSDP_FAULT=killsave:RANK:STEP kills that rank (SIGKILL) half
+ * way through writing the checkpoint of that step. */
+void sim_fault_kill_during_save(const Sim *s, int rank, long step);
 
 /* sim/check.c */
 void check_collective(Sim *s, const Comm *c, long seq, CommKind kind, int unit, long count);

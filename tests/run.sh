@@ -65,6 +65,8 @@ run "traffic no_shard N=4" $MPIRUN -np 4 tests/test_distributed traffic no_shard
 run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh
 run "demo: --compare trains and prints the table" bash tests/test_demo.sh
 run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
+run "checkpoints: resume bitwise, reshard 4->1,3,5,7 and 3->2, crash during a save, init-from" bash tests/test_checkpoint.sh
+run "bad checkpoints and safetensors files are refused, nothing overwritten" bash tests/test_checkpoint_bad.sh
 
 # -- the simulator's instruments ---------------------------------------------------------
 run "trace file: JSON, a process per rank, bytes add up to the table" bash tests/test_trace.sh

@@ -262,6 +262,47 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
     trainer_destroy(t);
 }
 
+/* ---- --init-from ---------------------------------------------------------------
+ * A trainer started from a safetensors file holds exactly its parameters:
+ * every rank read only its own shard ranges, and gathered back together
+ * they are the file's tensors, bit for bit, whatever the world size. */
+static void test_init_from(int argc, char **argv, const char *path) {
+    Config cfg;
+    make_config(&cfg, argc, argv, NULL, NULL);
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    int rc = trainer_init_from(t, path);
+    check(rc == 0, "trainer_init_from", "%s", path);
+    long P = trainer_num_params(t);
+    float *got = (float *)malloc((size_t)P * sizeof(float)), *want = (float *)malloc((size_t)P * sizeof(float));
+    trainer_gather_params(t, got);
+    FILE *f = fopen(path, "rb");
+    unsigned char *bytes = NULL;
+    long size = 0;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (size = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0) {
+        bytes = (unsigned char *)malloc((size_t)size);
+        if (fread(bytes, 1, (size_t)size, f) != (size_t)size) size = 0;
+    }
+    if (f) fclose(f);
+    StHeader h;
+    char err[256];
+    int parsed = size > 0 && st_parse_header(bytes, (size_t)size, (uint64_t)size, &h, err, sizeof(err)) == 0;
+    check(parsed, "the file parses", "%s", parsed ? path : err);
+    if (parsed) {
+        long pos = 0;
+        for (int i = 0; i < t->model.n_params; i++) { /* the file in model order */
+            for (int j = 0; j < h.n; j++)
+                if (!strcmp(h.tensors[j].name, t->model.params[i].name)) memcpy(want + pos, bytes + h.data_start + h.tensors[j].begin, (size_t)t->model.params[i].numel * sizeof(float));
+            pos += t->model.params[i].numel;
+        }
+        check(memcmp(got, want, (size_t)P * sizeof(float)) == 0, "parameters == the file's tensors", "%ld values, bitwise, %d ranks", P, t->comm.world);
+        st_free(&h);
+    }
+    free(bytes);
+    free(got);
+    free(want);
+    trainer_destroy(t);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank = 0, world = 1;
@@ -274,6 +315,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "memory")) {
         if (rank == 0) printf("memory: no_shard vs full_shard vs shard_grad_op on %d ranks\n", world);
         test_memory(argc - 2, argv + 2);
+    } else if (!strcmp(mode, "init-from") && argc >= 3) {
+        if (rank == 0) printf("init-from: %s on %d ranks\n", argv[2], world);
+        test_init_from(argc - 3, argv + 3, argv[2]);
     } else if (!strcmp(mode, "traffic") && argc >= 3) {
         if (rank == 0) printf("traffic: %s on %d ranks\n", argv[2], world);
         test_traffic(argc - 3, argv + 3, argv[2]);

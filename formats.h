@@ -1,0 +1,207 @@
+/* ============================================================================
+ * formats.h — the bytes of fsdp.c's files: checksums, safetensors, and the
+ * sharded checkpoint's metadata
+ *
+ * Three small, pure pieces (no MPI, no I/O: they turn bytes into structs and
+ * back), so each can be tested and fuzzed on its own:
+ *
+ *   crc32_update    CRC-32, to notice a shard file that changed on disk
+ *   st_*            safetensors, Hugging Face's file format for tensors:
+ *                   --export writes one, --init-from reads one
+ *   meta_*          meta.txt, the text file that says how the shard files of
+ *                   a sharded checkpoint fit together
+ *
+ * formats.c begins with a byte-by-byte tour of both file formats.
+ *
+ * Every parser here is strict: it accepts exactly the files the writers
+ * produce (and, for safetensors, what the reference library accepts), says
+ * in one line what is wrong with anything else, never reads past the bytes it
+ * is given, and never crashes, whatever the input. tests/fuzz_formats.c
+ * checks the last two claims with libFuzzer.
+ *
+ * Plain C11 that also compiles as C++ (nvcc -x cu, g++).
+ * ========================================================================== */
+#ifndef FORMATS_H
+#define FORMATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ----------------------------------------------------------------------------
+ * CRC-32: the zlib/PNG/Ethernet checksum (reflected polynomial 0xEDB88320).
+ * crc32_update(0, data, n) over a whole file equals Python's zlib.crc32(data)
+ * and `crc32 FILE` from the shell. Chainable, so a file can be checksummed
+ * piece by piece as it is written or read:
+ *   crc32_update(crc32_update(0, a, na), b, nb) == crc32 of a followed by b.
+ * ------------------------------------------------------------------------- */
+uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
+
+/* ----------------------------------------------------------------------------
+ * safetensors: an 8-byte little-endian u64 N, then N bytes of JSON header,
+ * then the raw tensor data (the data section, from byte 8 + N to the end).
+ *
+ *   {"__metadata__":{"format":"pt"},
+ *    "embed.weight":{"dtype":"F32","shape":[256,16],"data_offsets":[0,16384]},
+ *    ...}
+ *
+ * data_offsets are [begin, end) byte offsets counted from the start of the
+ * data section. "__metadata__" is optional and maps strings to strings.
+ *
+ * What st_parse_header accepts, exactly (anything else: return 2 and why):
+ *   - 8 <= the bytes given; 1 <= N <= 100,000,000 (the reference library's
+ *     limit) and 8 + N <= file_size;
+ *   - the header starts with '{' and is one JSON object, followed only by
+ *     JSON whitespace (the writer pads with spaces); the strings are valid
+ *     UTF-8, their escapes are JSON's (\" \\ \/ \b \f \n \r \t \uXXXX, with
+ *     surrogate pairs);
+ *   - each member is "__metadata__" (at most once, an object whose values are
+ *     all strings, keys distinct) or a tensor: a name of 1..ST_MAX_NAME-1
+ *     bytes without control characters, never seen before, whose value is an
+ *     object with exactly the keys "dtype", "shape" and "data_offsets";
+ *   - dtype one of BOOL U8 I8 F8_E5M2 F8_E4M3 (1 byte), I16 U16 F16 BF16
+ *     (2), I32 U32 F32 (4), I64 U64 F64 (8);
+ *   - shape an array of 0..ST_MAX_DIMS integers; data_offsets [begin, end];
+ *     integers are plain non-negative decimals up to 2^53 (no sign, fraction,
+ *     exponent or leading zero);
+ *   - begin <= end <= size of the data section, and end - begin is exactly
+ *     product(shape) * bytes per element;
+ *   - at most ST_MAX_TENSORS tensors;
+ *   - the tensors tile the data section: sorted by offset, the first begins
+ *     at 0, each begins where the previous ends (no overlap, no gap), and the
+ *     last ends at the end of the file. Gaps and trailing bytes are refused,
+ *     as the reference implementation refuses them, so every file we accept
+ *     is one Hugging Face's safetensors also loads.
+ *   The structure has three levels of nesting (header, tensor, shape), so the
+ *   parser is written for exactly that shape: deeper nesting is simply an
+ *   error where a string or integer was expected, never a deep recursion.
+ * ------------------------------------------------------------------------- */
+#define ST_MAX_NAME 96
+#define ST_MAX_DIMS 4
+#define ST_MAX_TENSORS 100000
+#define ST_MAX_HEADER 100000000u /* bytes of JSON, as in the reference library */
+
+typedef struct {
+    char name[ST_MAX_NAME];
+    char dtype[8];          /* "F32" etc. as read; the writer always writes F32 */
+    int ndim;
+    long shape[ST_MAX_DIMS];
+    uint64_t begin, end;    /* data_offsets */
+} StTensor;
+
+typedef struct {
+    StTensor *tensors;      /* in file order as they appear in the JSON */
+    int n;
+    uint64_t data_start;    /* 8 + N: where data_offsets count from */
+} StHeader;
+
+/* Builds the first part of a safetensors file for tensors laid out
+ * contiguously in the given order: fills every t[i].begin/end (begin of the
+ * first = 0) and sets t[i].dtype to "F32", and returns a malloc'd buffer
+ * holding the 8-byte length and the JSON header, padded with spaces so the
+ * data section starts at a multiple of 8 bytes (as the reference
+ * implementation does). *out_len receives its length (= data_start).
+ * metadata_json may be NULL or the inside of the __metadata__ object, e.g.
+ * "\"format\":\"pt\"", copied as it is (it must be valid JSON). Names are
+ * escaped as JSON needs. Returns NULL on allocation failure, or when a
+ * tensor's ndim is outside 0..ST_MAX_DIMS or a dimension is negative (a bug
+ * in the caller). */
+unsigned char *st_build_header(StTensor *t, int n, const char *metadata_json, size_t *out_len);
+
+/* Parses and validates the start of a safetensors file (the rules above).
+ * buf holds the first len bytes of the file; file_size is the size of the
+ * whole file. Returns
+ *   0  out filled (free it with st_free);
+ *   2  the file is not acceptable: a one-line message in err (the caller
+ *      prefixes the file name);
+ *   3  len < 8 + N: the header is not all in buf. out->data_start = 8 + N:
+ *      read that many bytes and call again. err says so too.
+ * On 2 and 3 out->tensors is NULL and out->n is 0, so st_free(out) is
+ * always safe. Never reads beyond buf[len). */
+int st_parse_header(const unsigned char *buf, size_t len, uint64_t file_size, StHeader *out, char *err, size_t errlen);
+void st_free(StHeader *h);
+
+/* ----------------------------------------------------------------------------
+ * meta.txt: the sharded checkpoint's metadata. Line-oriented text, readable
+ * with `cat`, comparable with `diff`. This exact layout, one line each, in
+ * this order (numbers are plain non-negative decimals; fields are separated
+ * by exactly one space; lines end with "\n"):
+ *
+ *   fsdp-checkpoint 1                                  magic and version
+ *   world 4                                            ranks that wrote it
+ *   strategy full_shard                                or shard_grad_op, no_shard
+ *   model vocab 256 embed_dim 16 context 16 width 128 depth 4
+ *   min_params 131968                                  the auto-wrap threshold
+ *   seed 1337
+ *   step 100                                           the next step to run
+ *   adam_step 100                                      AdamW's step count t
+ *   units 5                                            then one line per unit,
+ *   unit 0 numel 70272 padded 70272 shard 17568          indices 0, 1, 2, ...
+ *   ...
+ *   params 23                                          then one line per param
+ *   param embed.weight unit 0 offset 0 shape 256 16      (shape[1] = 1 for
+ *   param proj_in.bias unit 0 offset 20480 shape 128 1    vectors)
+ *   ...
+ *   files 4                                            then one line per file
+ *   file shard-00000.bin bytes 210816 crc32 1a2b3c4d     (8 lowercase hex)
+ *   ...
+ *   end                                                nothing after it but
+ *                                                      whitespace
+ * Rules meta_parse checks (line numbers in every message):
+ *   - every line above present, once, in this order; a missing "end" means
+ *     the file was cut short, and is refused;
+ *   - world, units, params and files in [1, 2^20]; model dims in [1, 2^20];
+ *     other numbers at most 2^53 (seed: any u64);
+ *   - units: numel >= 0 and padded = ceil(numel / world) * world (the padding
+ *     that makes a unit divide evenly); shard = padded / world for the
+ *     sharded strategies, shard = padded for no_shard;
+ *   - params: names of 1..META_MAX_NAME-1 characters from [A-Za-z0-9._-]
+ *     (not starting with '.', no ".."), all distinct; shape dims >= 1 and
+ *     numel = shape0 * shape1; the unit index in range; the params of each
+ *     unit tile its flat parameter exactly: sorted by offset, they start at
+ *     0, each starts where the previous ends (no overlap, no gap), and the
+ *     last ends at the unit's numel (fsdp.c lays parameters end to end);
+ *   - files: world of them for full_shard and shard_grad_op (file r written
+ *     by rank r), 1 for no_shard; names as for params, all distinct, so a
+ *     name can never leave the checkpoint directory ('/', "..");
+ *     bytes = sum over units of 3 * shard * 4 (for each unit in order: shard
+ *     floats of parameters, then exp_avg, then exp_avg_sq).
+ * ------------------------------------------------------------------------- */
+#define META_MAX_NAME 96
+#define META_MAX_COUNT (1 << 20)
+
+typedef struct { char name[META_MAX_NAME]; int unit; long offset; int shape[2]; long numel; } MetaParam;
+typedef struct { long numel, padded, shard; } MetaUnit;
+typedef struct { char name[META_MAX_NAME]; uint64_t bytes; uint32_t crc; } MetaFile;
+typedef struct {
+    int version, world;
+    char strategy[32];
+    int vocab, embed_dim, context, width, depth;
+    long min_params;
+    uint64_t seed;
+    long step, adam_step;
+    int n_units;  MetaUnit *units;
+    int n_params; MetaParam *params;
+    int n_files;  MetaFile *files;
+} CkptMeta;
+
+/* Returns a malloc'd NUL-terminated text of the metadata (length in *len),
+ * or NULL on allocation failure. Writes what it is given (params' numel is
+ * not written: meta_parse recomputes it from the shape); meta_parse is the
+ * one that judges it. */
+char *meta_format(const CkptMeta *m, size_t *len);
+
+/* Parses text (len bytes, not necessarily NUL-terminated). Returns 0, or 2
+ * with a one-line message in err: "line N: what is wrong". On 2 every array
+ * in out is NULL, so meta_free(out) is always safe. Never reads past len. */
+int meta_parse(const char *text, size_t len, CkptMeta *out, char *err, size_t errlen);
+void meta_free(CkptMeta *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FORMATS_H */
