@@ -29,9 +29,9 @@ CUDA_HOME ?= /usr/local/cuda
 MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
-TEST_BINS := tests/test_units tests/test_distributed tests/st_diff
+TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats
 
-.PHONY: all run test bench gpu clean mpi sanitize
+.PHONY: all run test bench gpu clean mpi sanitize fuzz
 
 all: fsdp
 
@@ -67,6 +67,12 @@ fsdp-debug: fsdp.c fsdp.h $(SIM_DEPS) | mpi
 # Stand-alone tools over formats.c alone.
 tests/st_diff: tests/st_diff.c formats.c formats.h
 	$(CC) $(CFLAGS) -I. tests/st_diff.c formats.c -o $@ $(LDLIBS)
+tests/test_formats: tests/test_formats.c formats.c formats.h
+	$(CC) $(CFLAGS) -I. tests/test_formats.c formats.c -o $@ $(LDLIBS)
+
+# Fuzz the checkpoint readers for longer than make test does (FUZZ_SECONDS).
+fuzz:
+	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),300) bash tests/test_fuzz.sh
 
 tests/%: tests/%.c fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)

@@ -20,13 +20,15 @@
  *
  * Two tensors, a (2 x 3 floats) and b (4 floats), with metadata:
  *
- *   offset 0   8 bytes  N = 136, as a little-endian u64: 88 00 00 00 00 00 00 00
- *   offset 8   N bytes  JSON, padded with spaces to a multiple of 8:
+ *   offset 0   8 bytes   N = 144, as a little-endian u64: 90 00 00 00 00 00 00 00
+ *   offset 8   144 bytes JSON (one line; wrapped here), 143 bytes and one
+ *                        space of padding, so that the data starts at a
+ *                        multiple of 8:
  *              {"__metadata__":{"format":"pt"},
  *               "a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},
  *               "b":{"dtype":"F32","shape":[4],"data_offsets":[24,40]}}
- *   offset 144 40 bytes the data section: a's 24 bytes, then b's 16, raw
- *              little-endian floats, row-major, nothing in between
+ *   offset 152 40 bytes  the data section: a's 24 bytes, then b's 16: raw
+ *                        little-endian floats, row-major, nothing between
  *
  * That is the whole format. A reader gets the length, reads the JSON, and
  * from then on can fetch any tensor with one seek: byte 8 + N + begin. So a
@@ -50,7 +52,7 @@
  *   ...
  *   unit 0 numel 70272 padded 70272 shard 17568
  *   ...
- *   file shard-00000.bin bytes 210816 crc32 1a2b3c4d
+ *   file shard-00000.bin bytes 1794432 crc32 1a2b3c4d
  *   end
  *
  * Why text: it is tiny next to the shards, and a person debugging a
@@ -519,9 +521,16 @@ static int st_check_tensor(Json *J, const StTensor *t, uint64_t data_len) {
     if (t->end > data_len)
         return json_fail(J, "tensor '%s': data_offsets end at %llu, beyond the data section (%llu bytes: file cut short?)", t->name, (unsigned long long)t->end,
                          (unsigned long long)data_len);
-    if (t->end - t->begin != need)
-        return json_fail(J, "tensor '%s': data_offsets [%llu,%llu] hold %llu bytes, but %d dims of %s need %llu", t->name, (unsigned long long)t->begin,
-                         (unsigned long long)t->end, (unsigned long long)(t->end - t->begin), t->ndim, t->dtype, (unsigned long long)need);
+    if (t->end - t->begin != need) {
+        char shape[96] = "[";
+        for (int d = 0; d < t->ndim; d++) {
+            size_t at = strlen(shape);
+            snprintf(shape + at, sizeof(shape) - at, "%s%ld", d ? "," : "", t->shape[d]);
+        }
+        strcat(shape, "]"); /* 4 dims of at most 16 digits: always fits */
+        return json_fail(J, "tensor '%s': data_offsets [%llu,%llu] hold %llu bytes, but shape %s of %s needs %llu", t->name, (unsigned long long)t->begin,
+                         (unsigned long long)t->end, (unsigned long long)(t->end - t->begin), shape, t->dtype, (unsigned long long)need);
+    }
     return 0;
 }
 
@@ -827,6 +836,7 @@ typedef struct {
     const char *field[META_MAX_FIELDS];
     size_t field_len[META_MAX_FIELDS];
     int n_fields;
+    int last_cut;             /* the current line is the text's last and has no "\n" */
     char *err;
     size_t errlen;
 } MetaReader;
@@ -840,6 +850,9 @@ static int meta_fail(MetaReader *R, const char *fmt, ...) {
     va_start(ap, fmt);
     fm_vfail(R->err, R->errlen, prefix, fmt, ap);
     va_end(ap);
+    /* a bad last line without its newline is most likely a cut-off file */
+    size_t n = R->err ? strlen(R->err) : 0;
+    if (R->last_cut && n + 1 < R->errlen) snprintf(R->err + n, R->errlen - n, " (the file ends inside this line: cut short?)");
     return 2;
 }
 
@@ -862,6 +875,7 @@ static int meta_next_line(MetaReader *R, const char *key) {
     const char *nl = (const char *)memchr(line, '\n', R->len - R->pos);
     size_t n = nl ? (size_t)(nl - line) : R->len - R->pos;
     R->pos += n + (nl ? 1 : 0);
+    R->last_cut = nl == NULL;
     if (n == 0) return meta_fail(R, "empty line where '%s' was expected", key);
     R->n_fields = 0;
     size_t start = 0;

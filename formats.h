@@ -140,19 +140,24 @@ void st_free(StHeader *h);
  *   adam_step 100                                      AdamW's step count t
  *   units 5                                            then one line per unit,
  *   unit 0 numel 70272 padded 70272 shard 17568          indices 0, 1, 2, ...
+ *   unit 1 numel 131968 padded 131968 shard 32992
  *   ...
- *   params 23                                          then one line per param
+ *   params 31                                          then one line per param
  *   param embed.weight unit 0 offset 0 shape 256 16      (shape[1] = 1 for
- *   param proj_in.bias unit 0 offset 20480 shape 128 1    vectors)
+ *   param proj_in.weight unit 0 offset 4096 shape 128 256  vectors)
+ *   param proj_in.bias unit 0 offset 36864 shape 128 1
+ *   param blocks.0.norm.weight unit 1 offset 0 shape 128 1
  *   ...
  *   files 4                                            then one line per file
- *   file shard-00000.bin bytes 210816 crc32 1a2b3c4d     (8 lowercase hex)
+ *   file shard-00000.bin bytes 1794432 crc32 1a2b3c4d    (8 lowercase hex)
  *   ...
  *   end                                                nothing after it but
  *                                                      whitespace
  * Rules meta_parse checks (line numbers in every message):
  *   - every line above present, once, in this order; a missing "end" means
- *     the file was cut short, and is refused;
+ *     the file was cut short, and is refused (only the newline after "end"
+ *     may be missing); CR, tabs, extra spaces, empty lines and bytes other
+ *     than printable ASCII are refused;
  *   - world, units, params and files in [1, 2^20]; model dims in [1, 2^20];
  *     other numbers at most 2^53 (seed: any u64);
  *   - units: numel >= 0 and padded = ceil(numel / world) * world (the padding

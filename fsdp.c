@@ -1491,6 +1491,7 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     }
     m->n_files = is_sharded(t) ? t->comm.world : 1;
     m->files = (MetaFile *)calloc((size_t)m->n_files, sizeof(MetaFile));
+    if (!m->units || !m->params || !m->files) FATAL("the machine is out of host memory", "cannot describe the checkpoint");
 }
 
 /* Writes this rank's shard file: for each unit, its shard of parameters,
@@ -1910,7 +1911,7 @@ static int st_read_header(const char *path, unsigned char **out, size_t *len, ui
     size_t got = fread(prefix, 1, 8, f);
     uint64_t n = 0;
     for (int i = 7; i >= 0 && got == 8; i--) n = (n << 8) | prefix[i];
-    if (got != 8 || n > *file_size - 8 || n > (100u << 20)) {
+    if (got != 8 || n > *file_size - 8 || n > ST_MAX_HEADER) {
         fclose(f);
         return usage_error(err, errlen, "--init-from %s: not a safetensors file (its first 8 bytes do not give a header length that fits the file).", path);
     }

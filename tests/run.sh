@@ -67,6 +67,10 @@ run "demo: --compare trains and prints the table" bash tests/test_demo.sh
 run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
 run "checkpoints: resume bitwise, reshard 4->1,3,5,7 and 3->2, crash during a save, init-from" bash tests/test_checkpoint.sh
 run "bad checkpoints and safetensors files are refused, nothing overwritten" bash tests/test_checkpoint_bad.sh
+run "formats: CRC-32, safetensors and meta.txt, every rule" tests/test_formats
+run "formats: interop with Hugging Face's safetensors (python3)" tests/test_formats --interop
+run "formats: fuzz the readers (libFuzzer + ASan + UBSan, 20 s)" bash tests/test_fuzz.sh
+run "export: a standard safetensors reader gets the right names and shapes" bash tests/test_export_py.sh
 
 # -- the simulator's instruments ---------------------------------------------------------
 run "trace file: JSON, a process per rank, bytes add up to the table" bash tests/test_trace.sh

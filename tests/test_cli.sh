@@ -228,6 +228,14 @@ bad "--step=slow: the only value is auto" --step=slow
 bad "--view takes no value" --view=yes
 bad "--check-collectives takes no value" --check-collectives=1
 
+# ---- checkpoints -----------------------------------------------------------------
+bad "--save-every needs --save-dir" --save-every 5
+bad "--save-every: 0 is out of range" --save-every 0 --save-dir /tmp
+bad "--export /nonexistent-dir/m.safetensors: cannot write there" --export /nonexistent-dir/m.safetensors
+bad "--save-dir /nonexistent-dir/x/y: cannot create it" --save-dir /nonexistent-dir/x/y
+bad "checkpoint options (--save-dir, --resume, --export, --init-from) apply to single runs only" --compare --export /tmp/m.st
+bad "--resume: the path is empty" --resume ''
+
 # ---- the world size ------------------------------------------------------------
 bad "--batch 3 does not divide by 2 ranks" --model tiny --batch 3
 bad "--batch 1 does not divide by 2 ranks" --model tiny --batch 1

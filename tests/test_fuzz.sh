@@ -84,4 +84,19 @@ if [ $rc -ne 0 ]; then
   exit 1
 fi
 echo "ok: ${SECONDS_TO_RUN}s of fuzzing found no crash, leak, undefined behaviour or broken promise"
+
+# Differential: every safetensors input of the corpus that st_parse_header
+# accepted must load in Hugging Face's library too (formats.h promises
+# that we are the stricter one).
+if python3 -c 'import safetensors' >/dev/null 2>&1; then
+  find "$corpus" "$work/seeds" -type f -print0 | xargs -0 "$work/test_formats" --accepted >"$work/accepted.txt"
+  if ! xargs python3 tests/fixtures/st_check.py accepts <"$work/accepted.txt" >"$work/diff.log" 2>&1; then
+    echo "FAIL: formats.c accepts files the reference library refuses:"
+    sed 's/^/  /' "$work/diff.log" | tail -20
+    exit 1
+  fi
+  echo "ok: $(tail -1 "$work/diff.log")"
+else
+  echo "not run: the check against the reference library (pip install safetensors numpy)"
+fi
 exit 0
