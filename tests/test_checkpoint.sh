@@ -26,6 +26,9 @@ train 4 "$d/r.log" --steps 10 --resume "$d/ck4/step-00000005" --export "$d/r.st"
 tests/st_diff "$d/a.st" "$d/r.st" && ok "resume on N=4 is bitwise identical to the uninterrupted run" || bad "resume N=4 differs"
 [ -n "$(losses "$d/a.log")" ] && [ "$(losses "$d/a.log")" = "$(losses "$d/r.log")" ] && ok "losses of steps 6-10 identical" || bad "losses differ: $(losses "$d/r.log")"
 
+train 1 "$d/x.log" --steps 10 --resume "$d/ck4" --export "$d/x.st"
+grep -q "nothing to train" "$d/x.log" && tests/st_diff "$d/a.st" "$d/x.st" >/dev/null && ok "export from a checkpoint (1 rank, no training): bitwise the run's own export" || bad "export from checkpoint"
+
 for m in 1 3 5 7; do
   train $m "$d/m$m.log" --steps 10 --resume "$d/ck4/step-00000005" --export "$d/m$m.st"
   tests/st_diff "$d/a.st" "$d/m$m.st" 1e-5 >"$d/diff" && ok "reshard N=4 -> M=$m: $(cat "$d/diff")" || bad "reshard 4 -> $m: $(cat "$d/diff")"
