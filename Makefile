@@ -90,7 +90,8 @@ run: fsdp
 	@echo "        (one process per rank; compute and communication tracks; memory counters)"
 
 # ---- tests -------------------------------------------------------------------
-test: fsdp fsdp-debug $(TEST_BINS)
+# The benchmarks are built too (not run), so a change cannot silently break them.
+test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul
 	@bash tests/run.sh
 
 # ---- benchmarks ----------------------------------------------------------------

@@ -218,8 +218,8 @@ int main(int argc, char **argv) {
     Bench b;
     memset(&b, 0, sizeof(b)); /* a zeroed Ledger is an empty ledger */
     b.world = MPI_COMM_WORLD;
-    comm_init(&b.ring, b.world, COLLECTIVES_RING);
-    comm_init(&b.nb, b.world, COLLECTIVES_MPI);
+    comm_init(&b.ring, b.world, COLLECTIVES_RING, NULL);
+    comm_init(&b.nb, b.world, COLLECTIVES_MPI, NULL);
     b.rank = b.ring.rank;
     b.N = b.ring.world;
     if (b.N < 2) {
