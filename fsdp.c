@@ -22,16 +22,23 @@
  * own shard, and AdamW updates only that shard. Memory for parameters,
  * gradients and optimizer state falls by N; the price is communication.
  *
+ * Two companions are built with it: formats.c (the byte formats of
+ * checkpoints: safetensors, meta.txt, CRC-32) and sim/ (the simulator's
+ * instruments: traces, --step pictures, --view, the collective checker, the
+ * network cost model), which this file calls through one-line hooks.
+ *
  * Build and run (the Makefile does this for you):
- *   mpicc -O2 -std=c11 fsdp.c -o fsdp -lm
+ *   mpicc -O2 -std=c11 fsdp.c formats.c sim/net.c sim/sim.c sim/record.c \
+ *         sim/check.c sim/show.c -o fsdp -lm
  *   mpirun -np 4 ./fsdp                         # FSDP, 4 simulated GPUs
  *   mpirun -np 4 ./fsdp --strategy ddp          # the DDP baseline
  *   mpirun -np 4 ./fsdp --compare               # both, side by side
+ *   mpirun -np 4 ./fsdp --model tiny --step     # stop before every collective
  *   ./fsdp --help
  *
- * The same file compiles as CUDA C++ (nvcc -x cu fsdp.c): see `make gpu`.
+ * The same file compiles as CUDA C++ (nvcc -x cu fsdp.c ...): see `make gpu`.
  * ========================================================================== */
-#define _POSIX_C_SOURCE 200809L /* open, fstat, fdopen for the --data file */
+#define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

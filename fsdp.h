@@ -11,6 +11,9 @@
  *   Unit         a group of modules sharded, gathered and freed together
  *   Trainer      one rank's whole training state, built from the above
  *
+ * Built with it: formats.h (checkpoint byte formats) and sim/sim.h (the
+ * simulator's instruments, called from fsdp.c through one-line hooks).
+ *
  * Vocabulary (used everywhere, in code and in output):
  *   unit            a group of modules whose parameters are sharded, gathered
  *                   and freed together (PyTorch: an FSDP instance)
