@@ -241,7 +241,9 @@ static void ledger_release_all(Ledger *l) {
  *         MPI_Ireduce_scatter_block, MPI_Iallreduce).
  *
  * Every collective is started (comm_*_start) and later waited on
- * (comm_wait), so a caller can compute in between. With `mpi` the transfer
+ * (comm_wait), so a caller can compute in between. (No call site does yet:
+ * the unit hooks wait at once; prefetching the next unit is the next step,
+ * and --net prints what it could save.) With `mpi` the transfer
  * may progress in the background; our ring runs to completion inside start
  * (blocking point-to-point), and its wait only finishes the bookkeeping.
  *
@@ -265,17 +267,28 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
 }
 
 /* The one place every collective passes through: it tells the instruments
- * (which may check, picture or, in a fault test, skip it; then it returns
- * -1), counts the bytes and records the event. Returns the event's index. */
-static int comm_record(Comm *c, CommKind kind, int unit, long count) {
-    if (sim_on_collective(c->sim, c, kind, unit, count)) return -1;
+ * (which may check it, picture it, or in a fault test skip it: then it
+ * returns 1 and nothing moves), counts the bytes and the simulated time,
+ * and, when a trace is being written, records the event. */
+static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long count) {
+    memset(h, 0, sizeof(*h));
+    h->req = MPI_REQUEST_NULL;
+    h->kind = kind;
+    h->event = -1;
+    h->skipped = sim_on_collective(c->sim, c, kind, unit, count);
+    if (h->skipped) return 1;
     long chunk = count / c->world;
     double steps = (kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (c->world - 1);
     double bytes = steps * (double)chunk * sizeof(float);
+    double sim_seconds = net_collective_seconds(c->net, kind, c->world, (double)count * sizeof(float));
     c->calls[kind]++;
     c->bytes_sent[kind] += bytes;
     c->bytes_recv[kind] += bytes;
+    c->sim_seconds[kind] += sim_seconds;
+    h->t_start = now_seconds();
+    if (!c->keep_events) return 0; /* a long run without --trace keeps totals only */
     if (c->n_events == c->cap_events) {
+        if (c->cap_events > INT_MAX / 4) FATAL("record fewer --steps with --trace", "the trace has too many events");
         c->cap_events = c->cap_events ? 2 * c->cap_events : 256;
         c->events = (CommEvent *)realloc(c->events, (size_t)c->cap_events * sizeof(CommEvent));
         if (!c->events) FATAL("the machine is out of host memory", "cannot grow the event record");
@@ -284,12 +297,12 @@ static int comm_record(Comm *c, CommKind kind, int unit, long count) {
     e->kind = kind;
     e->unit = unit;
     e->count = count;
-    e->t_start = now_seconds();
-    e->t_end = e->t_start;
-    e->sim_seconds = net_collective_seconds(c->net, kind, c->world, (double)count * sizeof(float));
+    e->t_start = h->t_start;
+    e->t_end = h->t_start;
+    e->sim_seconds = sim_seconds;
     e->step = c->step;
-    c->sim_seconds[kind] += e->sim_seconds;
-    return c->n_events++;
+    h->event = c->n_events++;
+    return 0;
 }
 
 static int ring_right(const Comm *c) { return (c->rank + 1) % c->world; }
@@ -335,11 +348,7 @@ static void scale(float *x, long n, float f) {
 /* all-gather: shard (S elements) from every rank -> full (N*S) on every rank */
 static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S, int unit) {
     CommHandle h;
-    memset(&h, 0, sizeof(h));
-    h.req = MPI_REQUEST_NULL;
-    h.kind = COMM_ALL_GATHER;
-    h.event = comm_record(c, COMM_ALL_GATHER, unit, S * c->world);
-    if (h.event < 0) return h;
+    if (comm_record(c, &h, COMM_ALL_GATHER, unit, S * c->world)) return h;
     if (c->impl == COLLECTIVES_MPI) {
         mpiCheck(MPI_Iallgather(shard, (int)S, MPI_FLOAT, full, (int)S, MPI_FLOAT, c->comm, &h.req));
     } else {
@@ -353,13 +362,9 @@ static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard
  * over ranks of chunk `rank`. The ring consumes `full` as its accumulator. */
 static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, long S, int unit, Ledger *l) {
     CommHandle h;
-    memset(&h, 0, sizeof(h));
-    h.req = MPI_REQUEST_NULL;
-    h.kind = COMM_REDUCE_SCATTER;
+    if (comm_record(c, &h, COMM_REDUCE_SCATTER, unit, S * c->world)) return h;
     h.buf = shard;
     h.scale_count = S;
-    h.event = comm_record(c, COMM_REDUCE_SCATTER, unit, S * c->world);
-    if (h.event < 0) return h;
     if (c->impl == COLLECTIVES_MPI) {
         mpiCheck(MPI_Ireduce_scatter_block(full, shard, (int)S, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
     } else {
@@ -378,13 +383,9 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
 static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int unit, Ledger *l) {
     if (count % c->world != 0) FATAL("this is a bug in fsdp.c: flat buffers are padded to a multiple of N", "all-reduce of %ld elements over %d ranks", count, c->world);
     CommHandle h;
-    memset(&h, 0, sizeof(h));
-    h.req = MPI_REQUEST_NULL;
-    h.kind = COMM_ALL_REDUCE;
+    if (comm_record(c, &h, COMM_ALL_REDUCE, unit, count)) return h;
     h.buf = buf;
     h.scale_count = count;
-    h.event = comm_record(c, COMM_ALL_REDUCE, unit, count);
-    if (h.event < 0) return h;
     if (c->impl == COLLECTIVES_MPI) {
         mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
     } else {
@@ -398,12 +399,14 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
 }
 
 /* Completes a collective: waits for the transfer, turns sums into means,
- * and stamps the event's end time. */
+ * and books the time it took. */
 static void comm_wait(Comm *c, CommHandle *h) {
-    if (h->event < 0) return; /* skipped by the fault switch */
+    if (h->skipped) return; /* by the test-only fault switch */
     mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));
     if (h->kind != COMM_ALL_GATHER) scale(h->buf, h->scale_count, 1.0f / (float)c->world);
-    c->events[h->event].t_end = now_seconds();
+    double end = now_seconds();
+    c->wall_seconds += end - h->t_start;
+    if (h->event >= 0) c->events[h->event].t_end = end;
 }
 
 static void comm_release(Comm *c) {
@@ -540,12 +543,12 @@ static void gelu_backward(float *dinp, const float *dout, const float *inp, long
 static void embedding_forward(float *out, const unsigned char *tokens, const float *weight, int B, int T, int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
-            memcpy(out + ((long)b * T + t) * C, weight + (long)tokens[b * T + t] * C, (size_t)C * sizeof(float));
+            memcpy(out + ((long)b * T + t) * C, weight + (long)tokens[(long)b * T + t] * C, (size_t)C * sizeof(float));
 }
 static void embedding_backward(float *dweight, const float *dout, const unsigned char *tokens, int B, int T, int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            float *dw = dweight + (long)tokens[b * T + t] * C;
+            float *dw = dweight + (long)tokens[(long)b * T + t] * C;
             const float *d = dout + ((long)b * T + t) * C;
             for (int c = 0; c < C; c++) dw[c] += d[c];
         }
@@ -1355,6 +1358,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         exit_all(2);
     }
     t->comm.sim = &t->sim;
+    t->comm.keep_events = cfg->trace_path != NULL; /* the trace needs every event */
     t->ledger.sim = &t->sim;
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
@@ -1561,31 +1565,72 @@ static void remove_dir(const char *dir) {
     rmdir(dir);
 }
 
-/* The step numbers of the complete checkpoints in dir, newest first. */
-static int ckpt_list(const char *dir, long *steps, int max) {
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < max) {
-        long step = -1;
-        char meta[2048];
-        struct stat st;
-        if (sscanf(e->d_name, "step-%ld", &step) != 1 || step < 0) continue;
-        snprintf(meta, sizeof(meta), "%s/%s/meta.txt", dir, e->d_name);
-        if (stat(meta, &st) == 0) steps[n++] = step;
+enum { CKPT_KEEP = 2 }; /* checkpoints kept in --save-dir */
+
+/* "step-00000100" -> 100; -1 for any other name (a .tmp-step-N, a copy
+ * named step-00000100.bak, ...). */
+static long ckpt_step_of(const char *name) {
+    if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13) return -1;
+    long step = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        step = 10 * step + (*p - '0');
     }
-    closedir(d);
-    for (int i = 1; i < n; i++) /* insertion sort, newest first */
-        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
-            long x = steps[j];
-            steps[j] = steps[j - 1];
-            steps[j - 1] = x;
-        }
-    return n;
+    return step;
 }
 
-enum { CKPT_KEEP = 2 };
+static int cmp_newest_first(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x < y) - (x > y);
+}
+
+/* The step numbers of the complete checkpoints in dir (a step-N directory
+ * with its meta.txt, written last), newest first; malloc'd, or NULL. */
+static long *ckpt_list(const char *dir, int *n) {
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    int cap = 64;
+    long *steps = (long *)malloc((size_t)cap * sizeof(long));
+    struct dirent *e;
+    while (steps && (e = readdir(d)) != NULL) {
+        long step = ckpt_step_of(e->d_name);
+        char meta[2048];
+        struct stat st;
+        snprintf(meta, sizeof(meta), "%s/%s/meta.txt", dir, e->d_name);
+        if (step < 0 || stat(meta, &st) != 0) continue;
+        if (*n == cap) steps = (long *)realloc(steps, (size_t)(cap *= 2) * sizeof(long));
+        if (steps) steps[(*n)++] = step;
+    }
+    closedir(d);
+    if (!steps) FATAL("the machine is out of host memory", "cannot list the checkpoints in %s", dir);
+    qsort(steps, (size_t)*n, sizeof(long), cmp_newest_first);
+    return steps;
+}
+
+/* After a save of step `saved`: keep it and the CKPT_KEEP - 1 newest before
+ * it, and sweep away .tmp directories that crashed saves left behind. */
+static void ckpt_prune(const char *dir, long saved) {
+    int n = 0, kept = 0;
+    long *steps = ckpt_list(dir, &n);
+    char path[2048];
+    for (int i = 0; i < n; i++) {
+        if (steps[i] > saved) continue; /* never happens: run_training refuses it */
+        if (kept++ < CKPT_KEEP) continue;
+        snprintf(path, sizeof(path), "%s/step-%08ld", dir, steps[i]);
+        remove_dir(path);
+    }
+    free(steps);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ".tmp-step-", 10) != 0) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        remove_dir(path);
+    }
+    if (d) closedir(d);
+}
+
 
 /* ------------------------------------------------------------------------
  * Save a sharded checkpoint after `next_step` steps.
@@ -1618,7 +1663,8 @@ static int ckpt_save(Trainer *t, long next_step) {
     if (ckpt_agree(t, rc, err)) return 2;
     /* checksums to rank 0: bookkeeping, not training traffic */
     unsigned long long my[2] = {bytes, crc}, *all = NULL;
-    if (t->comm.rank == 0) all = (unsigned long long *)calloc((size_t)t->comm.world * 2, sizeof(unsigned long long));
+    if (t->comm.rank == 0 && !(all = (unsigned long long *)calloc((size_t)t->comm.world * 2, sizeof(unsigned long long))))
+        FATAL("the machine is out of host memory", "cannot gather the checksums");
     MPI_Gather(my, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
     if (t->comm.rank == 0) {
         CkptMeta m;
@@ -1643,13 +1689,26 @@ static int ckpt_save(Trainer *t, long next_step) {
             }
             fsync_dir(dir);
         }
-        long steps[64];
-        int n = rc == 0 ? ckpt_list(dir, steps, 64) : 0;
-        for (int i = CKPT_KEEP; i < n; i++) { /* keep the newest few */
-            snprintf(path, sizeof(path), "%s/step-%08ld", dir, steps[i]);
-            remove_dir(path);
-        }
+        if (rc == 0) ckpt_prune(dir, next_step);
         free(all);
+    }
+    return ckpt_agree(t, rc, err);
+}
+
+/* A --save-dir holding checkpoints beyond where this run starts belongs to
+ * another run (or this one's future): saving next to them would mix two
+ * runs, and --resume would later pick the wrong one. Refuse before
+ * training rather than delete anything. */
+static int ckpt_check_save_dir(Trainer *t, long first) {
+    char err[4096] = "";
+    int rc = 0;
+    if (t->comm.rank == 0) {
+        int n = 0;
+        long *steps = ckpt_list(t->cfg.save_dir, &n);
+        if (n > 0 && steps[0] > first)
+            rc = usage_error(err, sizeof(err), "--save-dir %s already holds a checkpoint at step %ld, beyond this run's start (step %ld). Continue that run with --resume %s, or save elsewhere.",
+                             t->cfg.save_dir, steps[0], first, t->cfg.save_dir);
+        free(steps);
     }
     return ckpt_agree(t, rc, err);
 }
@@ -1659,14 +1718,14 @@ static int ckpt_save(Trainer *t, long next_step) {
 /* Reads a whole (small) file into memory: meta.txt. */
 static char *read_small_file(const char *path, size_t *len, size_t max) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = (char *)malloc(max + 1);
-    *len = buf ? fread(buf, 1, max + 1, f) : 0;
-    fclose(f);
-    if (buf && *len > max) { /* larger than any real metadata */
-        free(buf);
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0 || (size_t)st.st_size > max) { /* larger than any real metadata */
+        if (f) fclose(f);
         return NULL;
     }
+    char *buf = (char *)malloc((size_t)st.st_size + 1);
+    *len = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+    fclose(f);
     return buf;
 }
 
@@ -1682,10 +1741,14 @@ static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, siz
         snprintf(out, outlen, "%s", dir);
         return 0;
     }
-    long steps[64];
-    if (ckpt_list(dir, steps, 64) == 0)
+    int n = 0;
+    long *steps = ckpt_list(dir, &n);
+    if (n == 0) {
+        free(steps);
         return usage_error(err, errlen, "--resume %s: no complete checkpoint in it (no step-N/meta.txt). A save that crashed leaves only a .tmp-step-N directory, which is never loaded.", dir);
+    }
     snprintf(out, outlen, "%s/step-%08ld", dir, steps[0]);
+    free(steps);
     return 0;
 }
 
@@ -1696,6 +1759,10 @@ static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *pat
     if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context || m->width != c->width || m->depth != c->depth)
         return usage_error(err, errlen, "%s: the checkpoint is of a different model (embed_dim %d context %d width %d depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same --model and overrides.",
                            path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context, c->width, c->depth);
+    if (m->seed != c->seed)
+        return usage_error(err, errlen, "%s: the checkpoint was trained with --seed %llu, this run has --seed %llu: the batches would differ from the run being resumed. Use --seed %llu.",
+                           path, (unsigned long long)m->seed, (unsigned long long)c->seed, (unsigned long long)m->seed);
+    if (m->step > INT_MAX) return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path, m->step);
     for (int i = 0; i < t->model.n_params; i++) {
         const Param *p = &t->model.params[i];
         map[i] = -1;
@@ -1715,6 +1782,7 @@ static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, cha
     int rc = 0;
     char path[2048];
     unsigned char *buf = (unsigned char *)malloc(1 << 20);
+    if (!buf) FATAL("the machine is out of host memory", "cannot verify the checkpoint");
     for (int f = t->comm.rank; f < m->n_files && rc == 0; f += t->comm.world) {
         snprintf(path, sizeof(path), "%s/%s", dir, m->files[f].name);
         FILE *fp = fopen(path, "rb");
@@ -1790,14 +1858,14 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
  * and the step to continue from, or 2 (the message already printed).
  * --------------------------------------------------------------------- */
 static int ckpt_load(Trainer *t, const char *from, long *next_step) {
-    char err[8192] = "", dir[1536], path[2048];
+    char err[8192] = "", dir[1536] = "", path[2048];
     int rc = 0;
     long len = 0;
     char *text = NULL;
     if (t->comm.rank == 0) {
         rc = ckpt_locate(from, dir, sizeof(dir), err, sizeof(err));
-        snprintf(path, sizeof(path), "%s/meta.txt", dir);
         size_t n = 0;
+        snprintf(path, sizeof(path), "%s/meta.txt", dir);
         if (rc == 0 && (text = read_small_file(path, &n, 64 << 20)) == NULL) rc = usage_error(err, sizeof(err), "%s: cannot read it (or it is absurdly large).", path);
         len = (long)n;
     }
@@ -1805,11 +1873,13 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     MPI_Bcast(dir, (int)sizeof(dir), MPI_CHAR, 0, t->comm.comm);
     MPI_Bcast(&len, 1, MPI_LONG, 0, t->comm.comm);
     if (t->comm.rank != 0) text = (char *)malloc((size_t)len + 1);
+    if (!text) FATAL("the machine is out of host memory", "cannot hold meta.txt");
     MPI_Bcast(text, (int)len, MPI_CHAR, 0, t->comm.comm);
     snprintf(path, sizeof(path), "%s/meta.txt", dir);
     CkptMeta m;
     memset(&m, 0, sizeof(m));
     int *map = (int *)calloc((size_t)t->model.n_params, sizeof(int));
+    if (!map) FATAL("the machine is out of host memory", "cannot map the checkpoint");
     char why[768] = "";
     if (meta_parse(text, (size_t)len, &m, why, sizeof(why)) != 0) rc = usage_error(err, sizeof(err), "%s: %s", path, why);
     free(text);
@@ -1844,27 +1914,41 @@ static void st_tensor_of(const Param *p, StTensor *s) {
 /* ------------------------------------------------------------------------
  * Export the full parameters as one safetensors file.
  *
- * The one moment the whole model exists in one place: each unit's shards
- * are all-gathered (as for a forward pass) and rank 0 writes the tensors
- * under their PyTorch names, so safetensors.torch.load_file() and an
- * equivalent nn.Module's load_state_dict() take it as it is. Written to a
+ * Unit by unit, exactly as in a forward pass: all-gather the unit's full
+ * state, let rank 0 write its tensors, free it. So no rank ever holds more
+ * than one unit's full state, and rank 0 writes the tensors under their
+ * PyTorch names, so safetensors.torch.load_file() and an equivalent
+ * nn.Module's load_state_dict() take the file as it is. Written to a
  * temporary name and renamed, like the checkpoints.
  * --------------------------------------------------------------------- */
 static int trainer_export(Trainer *t, const char *path) {
     char err[8192] = "", tmp[2048];
-    long P = trainer_num_params(t);
-    float *all = (float *)malloc((size_t)P * sizeof(float));
-    trainer_gather_params(t, all);
+    int n = t->model.n_params, root = t->comm.rank == 0, ok = 1;
+    StTensor *st = (StTensor *)calloc((size_t)n, sizeof(StTensor));
+    if (!st) FATAL("the machine is out of host memory", "cannot describe the export");
+    for (int i = 0; i < n; i++) st_tensor_of(&t->model.params[i], &st[i]);
+    size_t head_len = 0;
+    unsigned char *head = st_build_header(st, n, "\"format\":\"pt\",\"producer\":\"fsdp.c\"", &head_len);
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE *f = root ? fopen(tmp, "wb") : NULL;
+    if (root) ok = head && f && fwrite(head, 1, head_len, f) == head_len;
+    for (int ui = 0; ui < t->n_units; ui++) { /* every rank takes part in each gather */
+        Unit *u = &t->units[ui];
+        float *full = u->shard_param;
+        if (is_sharded(t)) {
+            full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), u->name);
+            CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
+            comm_wait(&t->comm, &h);
+        }
+        for (int j = 0; j < u->n_params && root && ok; j++) { /* tensors sit at their header offsets */
+            const Param *p = &t->model.params[u->params[j]];
+            ok = fseeko(f, (off_t)(head_len + st[u->params[j]].begin), SEEK_SET) == 0 &&
+                 fwrite(full + p->offset, sizeof(float), (size_t)p->numel, f) == (size_t)p->numel;
+        }
+        if (full != u->shard_param) ledger_free(&t->ledger, full);
+    }
     int rc = 0;
-    if (t->comm.rank == 0) {
-        int n = t->model.n_params;
-        StTensor *st = (StTensor *)calloc((size_t)n, sizeof(StTensor));
-        for (int i = 0; i < n; i++) st_tensor_of(&t->model.params[i], &st[i]);
-        size_t head_len = 0;
-        unsigned char *head = st_build_header(st, n, "\"format\":\"pt\",\"producer\":\"fsdp.c\"", &head_len);
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        FILE *f = fopen(tmp, "wb");
-        int ok = head && f && fwrite(head, 1, head_len, f) == head_len && fwrite(all, sizeof(float), (size_t)P, f) == (size_t)P;
+    if (root) {
         ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
         if (f) ok = (fclose(f) == 0) && ok;
         ok = ok && rename(tmp, path) == 0;
@@ -1873,12 +1957,11 @@ static int trainer_export(Trainer *t, const char *path) {
             remove(tmp);
             rc = 2;
         } else {
-            printf("exported %ld parameters in %d tensors to %s (safetensors, F32, PyTorch names)\n", P, n, path);
+            printf("exported %ld parameters in %d tensors to %s (safetensors, F32, PyTorch names)\n", trainer_num_params(t), n, path);
         }
-        free(head);
-        free(st);
     }
-    free(all);
+    free(head);
+    free(st);
     return ckpt_agree(t, rc, err);
 }
 
@@ -1924,6 +2007,7 @@ static int st_read_header(const char *path, unsigned char **out, size_t *len, ui
     }
     *len = 8 + (size_t)n;
     *out = (unsigned char *)malloc(*len);
+    if (!*out) FATAL("the machine is out of host memory", "cannot hold the safetensors header");
     memcpy(*out, prefix, 8);
     int ok = fread(*out + 8, 1, (size_t)n, f) == (size_t)n;
     fclose(f);
@@ -1950,7 +2034,7 @@ static int trainer_init_from(Trainer *t, const char *path) {
     MPI_Bcast(sizes, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
     len = (size_t)sizes[0];
     file_size = sizes[1];
-    if (t->comm.rank != 0) head = (unsigned char *)malloc(len);
+    if (t->comm.rank != 0 && !(head = (unsigned char *)malloc(len))) FATAL("the machine is out of host memory", "cannot hold the safetensors header");
     MPI_Bcast(head, (int)len, MPI_UNSIGNED_CHAR, 0, t->comm.comm);
     StHeader h;
     memset(&h, 0, sizeof(h));
@@ -2301,7 +2385,7 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
         return usage_error(err, errlen, "the model would have %ld parameters, more than this simulator handles (2^30). Use a smaller --width, --depth or --context.", total);
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->min_params > total)
-        return usage_error(err, errlen, "--min-params %ld is larger than the whole model (%ld parameters): no module could become a unit. Use a value between 1 and %ld.", c->min_params, total, total);
+        return usage_error(err, errlen, "--min-params %ld is larger than the whole model (%ld parameters): nothing below the root could ever reach it, so the threshold says nothing. Use a value between 1 and %ld (%ld or near it wraps the whole model as one unit).", c->min_params, total, total, total);
     if (c->save_every && !c->save_dir)
         return usage_error(err, errlen, "--save-every needs --save-dir: say where the checkpoints go.");
     if (c->resume_dir && c->init_from)
@@ -2393,6 +2477,7 @@ static void gather_stats(Trainer *t, double *peaks, double *sent) {
     for (int k = 0; k < COMM_NUM_KINDS; k++) mine[MEM_NUM_CATEGORIES + 1 + k] = t->comm.bytes_sent[k];
     int n = MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS;
     double *all = (double *)malloc((size_t)n * t->comm.world * sizeof(double));
+    if (!all) FATAL("the machine is out of host memory", "cannot gather the statistics");
     mpiCheck(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, t->comm.comm));
     if (t->comm.rank == 0) {
         for (int r = 0; r < t->comm.world; r++) {
@@ -2427,8 +2512,7 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
 /* Where a step's time went on rank 0, and what the collectives would cost
  * on the --net interconnect instead of the simulator's shared memory. */
 static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
-    double comm = 0.0;
-    for (int i = 0; i < t->comm.n_events; i++) comm += t->comm.events[i].t_end - t->comm.events[i].t_start;
+    double comm = t->comm.wall_seconds;
     double compute = seconds - comm;
     printf("per step on rank 0: compute %.2f ms + collectives %.2f ms (simulator wall clock)\n", 1e3 * compute / steps, 1e3 * comm / steps);
     const NetModel *net = t->comm.net;
@@ -2511,6 +2595,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     long first = 0; /* the step to start from: 0, or where a checkpoint left off */
     if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
     if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
+    if (cfg->save_dir && ckpt_check_save_dir(t, first)) exit_all(2);
     if (root && first >= cfg->steps) printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first, cfg->steps);
     double t0 = now_seconds(), loss = 0.0;
     for (int step = (int)first; step < cfg->steps; step++) {

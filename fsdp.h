@@ -32,6 +32,10 @@
 #include <stdio.h>
 #include <stdint.h>
 
+#ifdef __cplusplus /* callable from C and from CUDA C++ objects alike */
+extern "C" {
+#endif
+
 /* ----------------------------------------------------------------------------
  * Configuration: everything the command line can set.
  * ------------------------------------------------------------------------- */
@@ -160,6 +164,8 @@ typedef struct {
     double bytes_sent[COMM_NUM_KINDS];
     double bytes_recv[COMM_NUM_KINDS];
     double sim_seconds[COMM_NUM_KINDS]; /* priced by the --net model          */
+    double wall_seconds; /* time spent in collectives on this machine         */
+    int keep_events;     /* record every event (for --trace), or totals only  */
     const struct NetModel *net;
     struct Sim *sim;    /* the instruments, told of every collective          */
     int step;           /* the training step now running                      */
@@ -169,10 +175,12 @@ typedef struct {
 
 typedef struct {
     MPI_Request req;   /* MPI_REQUEST_NULL once complete                     */
+    int skipped;       /* the test-only fault switch skipped it              */
+    double t_start;    /* when it started                                    */
     CommKind kind;
     float *buf;        /* reduce-scatter / all-reduce: result to scale       */
     long scale_count;  /* elements to divide by world for the mean           */
-    int event;         /* index into Comm.events                            */
+    int event;         /* index into Comm.events, or -1 when not recorded   */
 } CommHandle;
 
 /* ----------------------------------------------------------------------------
@@ -240,4 +248,7 @@ void trainer_gather_params(Trainer *t, float *out);
 long trainer_num_params(const Trainer *t);
 void trainer_destroy(Trainer *t);
 
+#ifdef __cplusplus
+}
+#endif
 #endif /* FSDP_H */

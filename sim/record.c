@@ -16,6 +16,7 @@
  * every timestamp moves by (simulated - real) time of the collectives
  * before it.
  */
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,7 +254,16 @@ int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const
     my_stats[MEM_NUM_CATEGORIES] = (double)s->ledger->peak_total;
     for (int kind = 0; kind < COMM_NUM_KINDS; kind++) my_stats[MEM_NUM_CATEGORIES + 1 + kind] = c->bytes_sent[kind];
 
-    /* 2. rank 0 gathers them (instrument traffic, not counted as training's) */
+    /* 2. rank 0 gathers them (instrument traffic, not counted as training's).
+     * MPI counts and offsets are ints: a trace over 2 GiB in all is
+     * refused, not corrupted. */
+    double size = (double)mine.n, total_size = 0.0;
+    MPI_Allreduce(&size, &total_size, 1, MPI_DOUBLE, MPI_SUM, c->comm);
+    if (total_size > (double)INT_MAX) {
+        free(mine.p);
+        snprintf(err, errlen, "--trace %s: the trace would exceed 2 GiB; record fewer --steps or ranks", path);
+        return 2;
+    }
     int N = c->world, len = (int)mine.n;
     int *lens = NULL, *offsets = NULL;
     char *all = NULL;

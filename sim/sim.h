@@ -20,6 +20,10 @@
 
 #include "../fsdp.h"
 
+#ifdef __cplusplus /* callable from C and from CUDA C++ objects alike */
+extern "C" {
+#endif
+
 /* ---- network cost model (sim/net.c) ------------------------------------------
  * An alpha-beta model of one link per rank in a ring: alpha is the latency of
  * one message, bandwidth the bytes per second one link carries in one
@@ -129,4 +133,7 @@ typedef struct {
 } SimRunSummary;
 int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const char *path, int clock_sim, char *err, size_t errlen);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

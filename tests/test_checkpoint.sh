@@ -49,6 +49,10 @@ FSDP_FAULT=killsave:1:10 timeout 300 $MPIRUN -np 4 ./fsdp $ARGS --steps 15 --sav
 train 4 "$d/k2.log" --steps 15 --resume "$d/ckk" --export "$d/k2.st"
 grep -q "resumed from $d/ckk/step-00000005" "$d/k2.log" && ok "--resume skipped the incomplete save and took step 5" || bad "wrong checkpoint resumed"
 tests/st_diff "$d/c.st" "$d/k2.st" && ok "resumed after the crash: bitwise the uninterrupted 15-step run" || bad "after-crash run differs"
+cp -r "$d/ckk/step-00000005" "$d/ckk/step-00000005.bak"
+train 4 "$d/k3.log" --steps 15 --resume "$d/ckk" --save-dir "$d/ckk" --save-every 5
+[ "$(ls -A "$d/ckk" | tr '\n' ' ')" = "step-00000005.bak step-00000010 step-00000015 " ] \
+  && ok "saving on: the two newest kept, step 5 pruned, the crashed .tmp swept, a look-alike name left alone" || bad "after pruning: $(ls -A "$d/ckk")"
 
 # the exported file seeds a run: --init-from gives back exactly those parameters, on any N
 for n in 1 3; do

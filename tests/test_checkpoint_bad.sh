@@ -56,6 +56,10 @@ PY
   refused "a header that lies about its offsets" "lie.st" 2 --init-from "$d/lie.st"
   refused "a tensor of another dtype" "f16.st" 2 --init-from "$d/f16.st"
 fi
+refused "a checkpoint of another seed" "trained with --seed 1337, this run has --seed 5" 2 --resume "$ck" --seed 5
+cp -r "$d/good" "$d/later"
+refused "--save-dir holding a later checkpoint (another run)" "already holds a checkpoint at step 4, beyond this run's start (step 0)" 2 --save-dir "$d/later"
+[ -f "$d/later/step-00000004/meta.txt" ] && ok "... and it deleted nothing there" || bad "the other run's checkpoint was touched"
 echo save >"$d/afile"; refused "--save-dir that is a file" "exists and is not a directory" 2 --save-dir "$d/afile"
 refused "--resume and --init-from together" "give one" 2 --resume "$ck" --init-from "$d/good.st"
 exit $fail

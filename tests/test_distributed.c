@@ -248,8 +248,8 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
     for (int k = 0; k < COMM_NUM_KINDS; k++) {
         char what[64];
         snprintf(what, sizeof(what), "%s bytes/step (%s)", COMM_KIND_NAMES[k], strategy);
-        check(t->comm.bytes_sent[k] == expect[k] * steps && t->comm.calls[k] == expect_calls[k] * steps, what,
-              "counted %.0f in %ld calls, formula %.0f in %ld calls", t->comm.bytes_sent[k] / steps, t->comm.calls[k] / steps, expect[k], expect_calls[k]);
+        check(t->comm.bytes_sent[k] == expect[k] * steps && t->comm.bytes_recv[k] == expect[k] * steps && t->comm.calls[k] == expect_calls[k] * steps, what,
+              "counted %.0f sent, %.0f received in %ld calls, formula %.0f in %ld calls", t->comm.bytes_sent[k] / steps, t->comm.bytes_recv[k] / steps, t->comm.calls[k] / steps, expect[k], expect_calls[k]);
         counted += t->comm.bytes_sent[k];
     }
     for (int k = 0; k < COMM_NUM_KINDS; k++) {
