@@ -320,6 +320,20 @@ static int json_unexpected(Json *J, const char *expected) {
     return json_fail(J, "expected %s, found byte 0x%02x", expected, c);
 }
 
+/* After an object's member: either ',' and another member, or the closing
+ * '}'. Leaves the next character in *c. */
+static int json_after_member(Json *J, int *c) {
+    *c = json_peek(J);
+    if (*c == ',') {
+        J->p++;
+        *c = json_peek(J);
+        if (*c == '}') return json_unexpected(J, "a key after ','");
+    } else if (*c != '}') {
+        return json_unexpected(J, "',' or '}'");
+    }
+    return 0;
+}
+
 static int json_expect(Json *J, int c, const char *expected) {
     if (json_peek(J) != c) return json_unexpected(J, expected);
     J->p++;
@@ -572,14 +586,7 @@ static int st_parse_tensor(Json *J, StTensor *t, uint64_t data_len) {
             t->begin = v[0];
             t->end = v[1];
         }
-        c = json_peek(J);
-        if (c == ',') {
-            J->p++;
-            c = json_peek(J);
-            if (c == '}') return json_unexpected(J, "a key after ','");
-        } else if (c != '}') {
-            return json_unexpected(J, "',' or '}'");
-        }
+        if (json_after_member(J, &c)) return 2;
     }
     J->p++;
     for (int i = 0; i < 3; i++)
@@ -624,14 +631,7 @@ static int st_parse_metadata(Json *J, KeyList *keys) {
         if (json_expect(J, ':', "':' after a key")) return 2;
         if (json_peek(J) != '"') return json_unexpected(J, "a string (__metadata__ values are strings)");
         if (json_string(J, NULL, 0, &vlen, &ctrl)) return 2;
-        c = json_peek(J);
-        if (c == ',') {
-            J->p++;
-            c = json_peek(J);
-            if (c == '}') return json_unexpected(J, "a key after ','");
-        } else if (c != '}') {
-            return json_unexpected(J, "',' or '}'");
-        }
+        if (json_after_member(J, &c)) return 2;
     }
     J->p++;
     return 0;
