@@ -29,7 +29,7 @@ CUDA_HOME ?= /usr/local/cuda
 MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
-TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats
+TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
 .PHONY: all run test bench gpu clean mpi sanitize fuzz
 
@@ -50,10 +50,10 @@ mpi:
 	  echo "      macOS: brew install open-mpi), then run make again."; exit 1; \
 	fi
 
-# fsdp.c and the files it is built with: the byte formats of checkpoints
-# (formats.c) and the simulator's instruments (sim/).
-SIM_SRC := formats.c sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c
-SIM_DEPS := $(SIM_SRC) formats.h sim/sim.h
+# fsdp.c and the files it is built with: safe file handling (files.c), the
+# byte formats of checkpoints (formats.c) and the simulator's instruments (sim/).
+SIM_SRC := files.c formats.c sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c
+SIM_DEPS := $(SIM_SRC) files.h formats.h sim/sim.h
 
 fsdp: fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) fsdp.c $(SIM_SRC) -o $@ $(LDLIBS)
@@ -69,6 +69,11 @@ tests/st_diff: tests/st_diff.c formats.c formats.h
 	$(CC) $(CFLAGS) -I. tests/st_diff.c formats.c -o $@ $(LDLIBS)
 tests/test_formats: tests/test_formats.c formats.c formats.h
 	$(CC) $(CFLAGS) -I. tests/test_formats.c formats.c -o $@ $(LDLIBS)
+
+# A test-only shim (LD_PRELOAD) that makes write, fsync or close of one
+# file fail, to prove a failed write is reported and leaves nothing behind.
+tests/failio.so: tests/failio.c
+	gcc -O2 -g -std=c11 -Wall -Wextra -shared -fPIC $< -o $@ -ldl
 
 # Fuzz the checkpoint readers for longer than make test does (FUZZ_SECONDS).
 fuzz:

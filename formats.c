@@ -13,8 +13,9 @@
  *   2. CRC-32
  *   3. safetensors: the writer
  *   4. safetensors: the reader (a small JSON parser)
- *   5. meta.txt: the writer
+ *   5. meta.txt: the writer, and the layout hash
  *   6. meta.txt: the reader
+ *   7. the shard file header
  *
  * ---- A safetensors file, byte by byte ---------------------------------------
  *
@@ -47,13 +48,16 @@
  *
  * ---- meta.txt ----------------------------------------------------------------
  *
- *   fsdp-checkpoint 1
+ *   fsdp-checkpoint 2
  *   world 4
+ *   ...
+ *   batch 64
+ *   data synthetic
  *   ...
  *   unit 0 numel 70272 padded 70272 shard 17568
  *   ...
- *   file shard-00000.bin bytes 1794432 crc32 1a2b3c4d
- *   end
+ *   file shard-00000.bin bytes 1794496 crc32 1a2b3c4d
+ *   end crc32 89abcdef
  *
  * Why text: it is tiny next to the shards, and a person debugging a
  * checkpoint can read it with `cat`, compare two with `diff`, and see at once
@@ -64,11 +68,45 @@
  * prefix of a valid file must not look valid. Every other line could be
  * missing; "end" proves nothing is.
  *
- * Why CRC-32 per shard file: a shard file is plain floats, and any bytes are
+ * Why a CRC-32 on the "end" line: the checksums of the shard files live in
+ * meta.txt, so they are only as good as meta.txt itself. Without a checksum
+ * of its own, an edited step, a shard's crc32 "fixed" by hand to match a
+ * damaged file, or a flipped digit in a seed would all parse, and the run
+ * would resume from something nobody wrote. With it, the checkpoint checks
+ * itself from the top: meta.txt by its last line, each shard file by its
+ * line in meta.txt, and each shard's header (below) against both. The crc32
+ * is checked after everything else, so a file with a real mistake in it
+ * (say, a gap between two params) is told about that mistake, and the
+ * checksum speaks only when each line is plausible but the whole is not what
+ * was written.
+ *
+ * ---- A shard file, byte by byte ---------------------------------------------
+ *
+ * Rank 1 of 4, at step 100 (the layout hash 0x1122334455667788, say):
+ *
+ *   offset 0   8 bytes   "FSDPSHRD"              46 53 44 50 53 48 52 44
+ *   offset 8   4 bytes   version 1, u32 LE       01 00 00 00
+ *   offset 12  4 bytes   rank 1                  01 00 00 00
+ *   offset 16  4 bytes   world 4                 04 00 00 00
+ *   offset 20  4 bytes   zero                    00 00 00 00
+ *   offset 24  8 bytes   step 100, u64 LE        64 00 00 00 00 00 00 00
+ *   offset 32  8 bytes   layout, u64 LE          88 77 66 55 44 33 22 11
+ *   offset 40  24 bytes  zero
+ *   offset 64            the floats: for each unit in order, its shard of
+ *                        parameters, then of exp_avg, then of exp_avg_sq
+ *
+ * Why CRC-32 per shard file: the floats are plain floats, and any bytes are
  * valid floats. A file truncated and padded, overwritten by another run, or
  * bit-flipped on disk would load without complaint and train on garbage. The
  * checksum, written next to the size, catches all of those in one pass over
- * the file before anything is loaded.
+ * the file before anything is loaded. Why a header as well: a checksum says
+ * the bytes are the ones that were written, not whose they are. Rank 2's
+ * file copied over rank 1's, or a shard kept from an earlier step or from a
+ * model with another layout, each has a right checksum for itself; the
+ * header names its rank, world, step and layout, so the loader can refuse it
+ * by name. The layout is a hash (meta_layout_hash) of every line of meta.txt
+ * that says where a number lives, so "same size, different layout" (two
+ * params with their offsets swapped) is told apart too.
  * ========================================================================== */
 #include <limits.h>
 #include <stdarg.h>
@@ -775,42 +813,117 @@ void st_free(StHeader *h) {
 }
 
 /* ============================================================================
- * 5. meta.txt: the writer
+ * 5. meta.txt: the writer, and the layout hash
+ *
+ * meta.txt is written line by line through one function, meta_write_lines,
+ * for two uses: meta_format keeps every line (in a TextBuf), and
+ * meta_layout_hash folds the layout lines (those marked MW_LAYOUT) into a
+ * hash and keeps nothing. So the hash is over exactly the bytes meta_format
+ * writes for those lines, by construction, and the two cannot drift apart.
  * ========================================================================== */
+
+/* 64-bit FNV-1a: for each byte, xor it in, then multiply by the prime. Not a
+ * cryptographic hash (anyone can build a collision on purpose); it is there
+ * to tell layouts apart that differ by accident, and any change to a byte
+ * changes it. Short, and easy to recompute in any language (see formats.h). */
+#define FNV_OFFSET 0xcbf29ce484222325ull
+#define FNV_PRIME 0x100000001b3ull
+
+static uint64_t fnv1a_update(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * FNV_PRIME;
+    return h;
+}
+
+/* The longest line meta_format can write, with room to spare: a param line
+ * is at most 6 + 95 + 6 + 11 + 8 + 20 + 7 + 11 + 1 + 11 + 1 = 177 bytes. */
+#define META_MAX_LINE 320
+
+enum { MW_OTHER = 0, MW_LAYOUT = 1 };
+
+typedef struct {
+    TextBuf *text;   /* every line is appended here, when not NULL          */
+    uint64_t layout; /* FNV-1a of the MW_LAYOUT lines so far                */
+    int failed;      /* a line did not fit in META_MAX_LINE (a bad struct)  */
+} MetaWriter;
+
+/* One line, formatted into a local buffer (so the hash needs no memory),
+ * then hashed if it is a layout line and kept if there is a text. */
+static void mw_line(MetaWriter *W, int kind, const char *fmt, ...) FM_PRINTF(3, 4);
+static void mw_line(MetaWriter *W, int kind, const char *fmt, ...) {
+    char line[META_MAX_LINE];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line)) {
+        W->failed = 1;
+        n = n < 0 ? 0 : (int)sizeof(line) - 1; /* hash what fits; the text gives up */
+    }
+    if (kind == MW_LAYOUT) W->layout = fnv1a_update(W->layout, line, (size_t)n);
+    if (W->text) tb_bytes(W->text, line, (size_t)n);
+}
+
+/* Every line of meta.txt but "end", in order. Without a text (the hash),
+ * it stops after the params: the file lines are not part of the layout, and
+ * the hash must not need them (a writer hashes before it has the files). */
+static void meta_write_lines(const CkptMeta *m, MetaWriter *W) {
+    mw_line(W, MW_OTHER, "fsdp-checkpoint %d\n", META_VERSION);
+    mw_line(W, MW_LAYOUT, "world %d\n", m->world);
+    mw_line(W, MW_LAYOUT, "strategy %s\n", m->strategy);
+    mw_line(W, MW_LAYOUT, "model vocab %d embed_dim %d context %d width %d depth %d\n", m->vocab,
+            m->embed_dim, m->context, m->width, m->depth);
+    mw_line(W, MW_LAYOUT, "min_params %ld\n", m->min_params);
+    mw_line(W, MW_OTHER, "seed %llu\n", (unsigned long long)m->seed);
+    mw_line(W, MW_OTHER, "batch %d\n", m->batch);
+    if (m->data_is_file)
+        mw_line(W, MW_OTHER, "data file bytes %llu crc32 %08x\n", (unsigned long long)m->data_bytes,
+                (unsigned)m->data_crc);
+    else
+        mw_line(W, MW_OTHER, "data synthetic\n");
+    mw_line(W, MW_OTHER, "step %ld\n", m->step);
+    mw_line(W, MW_OTHER, "adam_step %ld\n", m->adam_step);
+    mw_line(W, MW_LAYOUT, "units %d\n", m->n_units);
+    for (int i = 0; i < m->n_units; i++) {
+        const MetaUnit *u = &m->units[i];
+        mw_line(W, MW_LAYOUT, "unit %d numel %ld padded %ld shard %ld\n", i, u->numel, u->padded,
+                u->shard);
+    }
+    mw_line(W, MW_LAYOUT, "params %d\n", m->n_params);
+    for (int i = 0; i < m->n_params; i++) {
+        const MetaParam *p = &m->params[i];
+        mw_line(W, MW_LAYOUT, "param %s unit %d offset %ld shape %d %d\n", p->name, p->unit,
+                p->offset, p->shape[0], p->shape[1]);
+    }
+    if (!W->text) return;
+    mw_line(W, MW_OTHER, "files %d\n", m->n_files);
+    for (int i = 0; i < m->n_files; i++) {
+        const MetaFile *f = &m->files[i];
+        mw_line(W, MW_OTHER, "file %s bytes %llu crc32 %08x\n", f->name,
+                (unsigned long long)f->bytes, (unsigned)f->crc);
+    }
+}
 
 char *meta_format(const CkptMeta *m, size_t *len) {
     TextBuf b;
     memset(&b, 0, sizeof(b));
-    tb_printf(&b, "fsdp-checkpoint %d\n", m->version);
-    tb_printf(&b, "world %d\n", m->world);
-    tb_printf(&b, "strategy %s\n", m->strategy);
-    tb_printf(&b, "model vocab %d embed_dim %d context %d width %d depth %d\n", m->vocab, m->embed_dim, m->context, m->width, m->depth);
-    tb_printf(&b, "min_params %ld\n", m->min_params);
-    tb_printf(&b, "seed %llu\n", (unsigned long long)m->seed);
-    tb_printf(&b, "step %ld\n", m->step);
-    tb_printf(&b, "adam_step %ld\n", m->adam_step);
-    tb_printf(&b, "units %d\n", m->n_units);
-    for (int i = 0; i < m->n_units; i++) {
-        const MetaUnit *u = &m->units[i];
-        tb_printf(&b, "unit %d numel %ld padded %ld shard %ld\n", i, u->numel, u->padded, u->shard);
-    }
-    tb_printf(&b, "params %d\n", m->n_params);
-    for (int i = 0; i < m->n_params; i++) {
-        const MetaParam *p = &m->params[i];
-        tb_printf(&b, "param %s unit %d offset %ld shape %d %d\n", p->name, p->unit, p->offset, p->shape[0], p->shape[1]);
-    }
-    tb_printf(&b, "files %d\n", m->n_files);
-    for (int i = 0; i < m->n_files; i++) {
-        const MetaFile *f = &m->files[i];
-        tb_printf(&b, "file %s bytes %llu crc32 %08x\n", f->name, (unsigned long long)f->bytes, (unsigned)f->crc);
-    }
-    tb_printf(&b, "end\n");
-    if (b.failed) {
+    MetaWriter W = {&b, FNV_OFFSET, 0};
+    meta_write_lines(m, &W);
+    /* the checksum of everything above, as meta_parse will compute it */
+    if (!b.failed && !W.failed)
+        tb_printf(&b, "end crc32 %08x\n", (unsigned)crc32_update(0, b.data, b.len));
+    if (b.failed || W.failed) {
         free(b.data);
         return NULL;
     }
     *len = b.len;
     return b.data;
+}
+
+uint64_t meta_layout_hash(const CkptMeta *m) {
+    MetaWriter W = {NULL, FNV_OFFSET, 0};
+    meta_write_lines(m, &W);
+    return W.layout;
 }
 
 /* ============================================================================
@@ -857,13 +970,23 @@ static int meta_fail(MetaReader *R, const char *fmt, ...) {
 }
 
 /* The keys in the order the file has them; used to explain a wrong key. */
-static const char *const META_KEYS[] = {"fsdp-checkpoint", "world", "strategy", "model", "min_params", "seed", "step", "adam_step",
+static const char *const META_KEYS[] = {"fsdp-checkpoint", "world", "strategy", "model",
+                                        "min_params", "seed", "batch", "data", "step", "adam_step",
                                         "units", "unit", "params", "param", "files", "file", "end"};
 
 static int meta_key_index(const char *s, size_t n) {
     for (int i = 0; i < (int)(sizeof(META_KEYS) / sizeof(META_KEYS[0])); i++)
         if (strlen(META_KEYS[i]) == n && !memcmp(META_KEYS[i], s, n)) return i;
     return -1;
+}
+
+/* A key that is repeated as many times as the count before it says ("unit"
+ * after "units", and so on). By name, so adding a key elsewhere in
+ * META_KEYS cannot silently change which ones these are. */
+static int meta_key_is_repeated(int index) {
+    if (index < 0) return 0;
+    const char *k = META_KEYS[index];
+    return !strcmp(k, "unit") || !strcmp(k, "param") || !strcmp(k, "file");
 }
 
 /* Splits the next line into fields, and checks that it starts with the key
@@ -895,11 +1018,14 @@ static int meta_next_line(MetaReader *R, const char *key) {
     int gl = (int)R->field_len[0];
     if (strlen(key) == (size_t)gl && !memcmp(key, got, (size_t)gl)) return 0;
     int want = meta_key_index(key, strlen(key)), have = meta_key_index(got, (size_t)gl);
-    if (R->line_no == 1) return meta_fail(R, "not an fsdp.c checkpoint metadata file (it must start with 'fsdp-checkpoint 1')");
+    if (R->line_no == 1)
+        return meta_fail(
+            R, "not an fsdp.c checkpoint metadata file (it must start with 'fsdp-checkpoint %d')",
+            META_VERSION);
     if (have < 0) return meta_fail(R, "expected '%s', found the unknown key '%.*s'", key, gl > 40 ? 40 : gl, got);
     /* "unit" follows "units" (and so on): a count that disagrees with the
      * lines after it shows as the next key too early, or the last one again */
-    int repeated = have == 9 || have == 11 || have == 13, counted = want == 9 || want == 11 || want == 13;
+    int repeated = meta_key_is_repeated(have), counted = meta_key_is_repeated(want);
     if (repeated && have == want - 1) return meta_fail(R, "expected '%s', found '%.*s' (more '%.*s' lines than '%.*ss' says)", key, gl, got, gl, got, gl, got);
     if (counted && have == want + 1) return meta_fail(R, "expected '%s', found '%.*s' (fewer '%s' lines than '%ss' says)", key, gl, got, key, key);
     if (have < want) return meta_fail(R, "expected '%s', found '%.*s' (a duplicate, or out of order)", key, gl, got);
@@ -1023,10 +1149,51 @@ static void *meta_grow(void *arr, int i, int *cap, size_t elem) {
 
 static int meta_is_sharded(const CkptMeta *m) { return strcmp(m->strategy, "no_shard") != 0; }
 
-/* fsdp-checkpoint 1 ... adam_step: the scalars. */
-static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
+/* Is field i of the current line exactly word? */
+static int meta_field_is(const MetaReader *R, int i, const char *word) {
+    return i < R->n_fields && R->field_len[i] == strlen(word) &&
+           !memcmp(R->field[i], word, R->field_len[i]);
+}
+
+/* "fsdp-checkpoint 2". Version 1 has its own message: it is what every
+ * checkpoint written before version 2 says, and it cannot be upgraded (it has
+ * no batch, no data, and nothing to check it against). */
+static int meta_parse_version(MetaReader *R, CkptMeta *m) {
     if (meta_next_line(R, "fsdp-checkpoint") || meta_fields(R, "fsdp-checkpoint %d", &m->version)) return 2;
-    if (m->version != 1) return meta_fail(R, "version %d; this fsdp.c reads version 1", m->version);
+    if (m->version == 1)
+        return meta_fail(
+            R,
+            "version 1 was written by an older fsdp.c, before checkpoints carried their own "
+            "checksums; this fsdp.c reads version %d only: train again to re-create it",
+            META_VERSION);
+    if (m->version != META_VERSION)
+        return meta_fail(R, "version %d; this fsdp.c reads version %d only", m->version,
+                         META_VERSION);
+    return 0;
+}
+
+/* "data synthetic" or "data file bytes N crc32 XXXXXXXX": the second word
+ * says which, and so which pattern the line must match. */
+static int meta_parse_data(MetaReader *R, CkptMeta *m) {
+    if (meta_next_line(R, "data")) return 2;
+    if (meta_field_is(R, 1, "synthetic")) return meta_fields(R, "data synthetic");
+    if (!meta_field_is(R, 1, "file")) {
+        int fl = R->n_fields < 2 ? 0 : (int)(R->field_len[1] > 40 ? 40 : R->field_len[1]);
+        return meta_fail(
+            R, "data '%.*s': expected 'data synthetic' or 'data file bytes N crc32 XXXXXXXX'", fl,
+            R->n_fields < 2 ? "" : R->field[1]);
+    }
+    long bytes;
+    if (meta_fields(R, "data file bytes %L crc32 %X", &bytes, &m->data_crc)) return 2;
+    if (bytes < 1) return meta_fail(R, "data file bytes 0: training data cannot be an empty file");
+    m->data_is_file = 1;
+    m->data_bytes = (uint64_t)bytes;
+    return 0;
+}
+
+/* fsdp-checkpoint 2 ... adam_step: the scalars. */
+static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
+    if (meta_parse_version(R, m)) return 2;
     if (meta_next_line(R, "world") || meta_fields(R, "world %d", &m->world) || meta_range(R, "world", m->world, 1, META_MAX_COUNT)) return 2;
     if (meta_next_line(R, "strategy") || meta_fields(R, "strategy %W", m->strategy)) return 2;
     if (strcmp(m->strategy, "full_shard") && strcmp(m->strategy, "shard_grad_op") && strcmp(m->strategy, "no_shard"))
@@ -1040,8 +1207,16 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
         return 2;
     if (meta_next_line(R, "min_params") || meta_fields(R, "min_params %L", &m->min_params)) return 2;
     if (meta_next_line(R, "seed") || meta_fields(R, "seed %U", &m->seed)) return 2;
+    if (meta_next_line(R, "batch") || meta_fields(R, "batch %d", &m->batch) ||
+        meta_range(R, "batch", m->batch, 1, META_MAX_COUNT))
+        return 2;
+    if (meta_parse_data(R, m)) return 2;
     if (meta_next_line(R, "step") || meta_fields(R, "step %L", &m->step)) return 2;
     if (meta_next_line(R, "adam_step") || meta_fields(R, "adam_step %L", &m->adam_step)) return 2;
+    /* AdamW's t counts the optimizer steps taken, at most one per step */
+    if (m->adam_step > m->step)
+        return meta_fail(R, "adam_step %ld is more than step %ld: adam_step must be <= step",
+                         m->adam_step, m->step);
     return 0;
 }
 
@@ -1154,7 +1329,7 @@ static int cmp_file_name(const void *a, const void *b) {
 }
 
 /* files N (world of them if sharded, else 1), then N file lines, each as
- * long as the shards of every unit, three times over. */
+ * long as the header and the shards of every unit, three times over. */
 static int meta_parse_files(MetaReader *R, CkptMeta *m) {
     int n, cap = 0, want = meta_is_sharded(m) ? m->world : 1;
     if (meta_next_line(R, "files") || meta_fields(R, "files %d", &n) || meta_range(R, "files", n, 1, META_MAX_COUNT)) return 2;
@@ -1162,7 +1337,7 @@ static int meta_parse_files(MetaReader *R, CkptMeta *m) {
         return meta_fail(R, "files %d, but %s on %d ranks writes %d (%s)", n, m->strategy, m->world, want, meta_is_sharded(m) ? "one per rank" : "rank 0's only");
     /* shard <= 2^53 + 2^20, so 12 * shard < 2^57; the sum of 2^20 of them could
      * still overflow, so stop at 2^63 (no real file is that large) */
-    uint64_t bytes = 0;
+    uint64_t bytes = SHARD_HEADER_BYTES;
     for (int u = 0; u < m->n_units; u++) {
         bytes += 3 * 4 * (uint64_t)m->units[u].shard;
         if (bytes > ((uint64_t)1 << 63)) return meta_fail(R, "the units' shards add up to more bytes than a file can hold");
@@ -1171,8 +1346,11 @@ static int meta_parse_files(MetaReader *R, CkptMeta *m) {
         MetaFile f;
         if (meta_next_line(R, "file") || meta_fields(R, "file %N bytes %U crc32 %X", f.name, &f.bytes, &f.crc)) return 2;
         if (f.bytes != bytes)
-            return meta_fail(R, "file '%s': bytes %llu, but the units' shards take %llu (3 * 4 * sum of shard)", f.name, (unsigned long long)f.bytes,
-                             (unsigned long long)bytes);
+            return meta_fail(R,
+                             "file '%s': bytes %llu, but a shard file takes %llu (a %d-byte "
+                             "header, then 3 * 4 * sum of shard)",
+                             f.name, (unsigned long long)f.bytes, (unsigned long long)bytes,
+                             SHARD_HEADER_BYTES);
         void *grown = meta_grow(m->files, i, &cap, sizeof(MetaFile));
         if (!grown) return meta_fail(R, "out of memory");
         m->files = (MetaFile *)grown;
@@ -1196,6 +1374,22 @@ static int meta_parse_files(MetaReader *R, CkptMeta *m) {
     return rc;
 }
 
+/* Last of all: the crc32 the "end" line (line end_line) gives against the
+ * end_at bytes above it. Last, so that every other mistake gets its own
+ * message; what is left for this one is a file whose every line is
+ * plausible, but which is not what fsdp.c wrote. */
+static int meta_check_crc(MetaReader *R, size_t end_at, int end_line, uint32_t said) {
+    uint32_t crc = crc32_update(0, R->text, end_at);
+    if (crc == said) return 0;
+    R->line_no = end_line;
+    R->last_cut = 0; /* the line is whole: its crc32 is wrong, not cut off */
+    return meta_fail(
+        R,
+        "crc32 of the lines above is %08x, but 'end' says %08x: meta.txt was edited or damaged. "
+        "Use another checkpoint, or train again",
+        (unsigned)crc, (unsigned)said);
+}
+
 int meta_parse(const char *text, size_t len, CkptMeta *out, char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     if (err && errlen) err[0] = '\0';
@@ -1209,13 +1403,17 @@ int meta_parse(const char *text, size_t len, CkptMeta *out, char *err, size_t er
     if (!rc) rc = meta_parse_units(&R, out);
     if (!rc) rc = meta_parse_params(&R, out);
     if (!rc) rc = meta_parse_files(&R, out);
-    if (!rc && !(rc = meta_next_line(&R, "end"))) rc = meta_fields(&R, "end");
+    size_t end_at = R.pos; /* where the "end" line starts: the crc32 covers what is before it */
+    int end_line = R.line_no + 1;
+    if (!rc && !(rc = meta_next_line(&R, "end")))
+        rc = meta_fields(&R, "end crc32 %X", &out->meta_crc);
     R.line_no++; /* the text after "end\n" starts on the next line */
     for (size_t i = R.pos; !rc && i < len; i++) {
         char c = text[i];
         if (c == '\n') R.line_no++;
         else if (c != ' ' && c != '\t' && c != '\r') rc = meta_fail(&R, "text after 'end' (only whitespace may follow it)");
     }
+    if (!rc) rc = meta_check_crc(&R, end_at, end_line, out->meta_crc);
     if (rc) meta_free(out);
     return rc;
 }
@@ -1229,4 +1427,78 @@ void meta_free(CkptMeta *m) {
     m->params = NULL;
     m->files = NULL;
     m->n_units = m->n_params = m->n_files = 0;
+}
+
+/* ============================================================================
+ * 7. The shard file header
+ *
+ * 64 bytes, every field written one byte at a time, least significant first,
+ * so the file is the same whatever the host's byte order and whatever the
+ * compiler does with struct padding (a struct written with fwrite would
+ * carry both). The layout is in formats.h and in the tour at the top.
+ * ========================================================================== */
+
+static void put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)((v >> (8 * i)) & 0xffu);
+}
+static void put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)((v >> (8 * i)) & 0xffu);
+}
+static uint32_t get_u32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint64_t get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* The reserved bytes: 20..23 and 40..63. */
+static int shard_byte_is_reserved(int i) { return (i >= 20 && i < 24) || i >= 40; }
+
+void shard_header_encode(const ShardHeader *h, unsigned char out[SHARD_HEADER_BYTES]) {
+    memset(out, 0, SHARD_HEADER_BYTES);
+    memcpy(out, SHARD_MAGIC, 8);
+    put_u32(out + 8, SHARD_HEADER_VERSION);
+    put_u32(out + 12, h->rank);
+    put_u32(out + 16, h->world);
+    put_u64(out + 24, h->step);
+    put_u64(out + 32, h->layout);
+}
+
+int shard_header_decode(const unsigned char *buf, size_t len, ShardHeader *h, char *err,
+                        size_t errlen) {
+    memset(h, 0, sizeof(*h));
+    if (err && errlen) err[0] = '\0';
+    if (len < SHARD_HEADER_BYTES)
+        return fm_fail(err, errlen,
+                       "%llu bytes: a shard file starts with a %d-byte header (cut short?)",
+                       (unsigned long long)len, SHARD_HEADER_BYTES);
+    if (memcmp(buf, SHARD_MAGIC, 8) != 0)
+        return fm_fail(err, errlen, "not an fsdp.c shard file (it must start with '%s')",
+                       SHARD_MAGIC);
+    uint32_t version = get_u32(buf + 8);
+    if (version != SHARD_HEADER_VERSION)
+        return fm_fail(err, errlen, "shard file version %lu; this fsdp.c reads version %d only",
+                       (unsigned long)version, SHARD_HEADER_VERSION);
+    for (int i = 0; i < SHARD_HEADER_BYTES; i++)
+        if (shard_byte_is_reserved(i) && buf[i] != 0)
+            return fm_fail(err, errlen,
+                           "header byte %d is 0x%02x, but bytes 20..23 and 40..63 are reserved "
+                           "and must be zero (damaged?)",
+                           i, buf[i]);
+    ShardHeader got;
+    got.rank = get_u32(buf + 12);
+    got.world = get_u32(buf + 16);
+    got.step = get_u64(buf + 24);
+    got.layout = get_u64(buf + 32);
+    if (got.world == 0)
+        return fm_fail(err, errlen, "world 0: a checkpoint is written by at least one rank");
+    if (got.rank >= got.world)
+        return fm_fail(err, errlen, "rank %lu of world %lu: the rank must be below the world size",
+                       (unsigned long)got.rank, (unsigned long)got.world);
+    *h = got;
+    return 0;
 }

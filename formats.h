@@ -1,17 +1,19 @@
 /* ============================================================================
  * formats.h — the bytes of fsdp.c's files: checksums, safetensors, and the
- * sharded checkpoint's metadata
+ * sharded checkpoint's metadata and shard file headers
  *
- * Three small, pure pieces (no MPI, no I/O: they turn bytes into structs and
+ * Four small, pure pieces (no MPI, no I/O: they turn bytes into structs and
  * back), so each can be tested and fuzzed on its own:
  *
- *   crc32_update    CRC-32, to notice a shard file that changed on disk
+ *   crc32_update    CRC-32, to notice a file that changed on disk
  *   st_*            safetensors, Hugging Face's file format for tensors:
  *                   --export writes one, --init-from reads one
  *   meta_*          meta.txt, the text file that says how the shard files of
  *                   a sharded checkpoint fit together
+ *   shard_header_*  the 64 bytes at the start of every shard file, which say
+ *                   whose shard it is (rank, world, step, layout)
  *
- * formats.c begins with a byte-by-byte tour of both file formats.
+ * formats.c begins with a byte-by-byte tour of the three file formats.
  *
  * Every parser here is strict: it accepts exactly the files the writers
  * produce (and, for safetensors, what the reference library accepts), says
@@ -130,12 +132,14 @@ void st_free(StHeader *h);
  * this order (numbers are plain non-negative decimals; fields are separated
  * by exactly one space; lines end with "\n"):
  *
- *   fsdp-checkpoint 1                                  magic and version
+ *   fsdp-checkpoint 2                                  magic and version
  *   world 4                                            ranks that wrote it
  *   strategy full_shard                                or shard_grad_op, no_shard
  *   model vocab 256 embed_dim 16 context 16 width 128 depth 4
  *   min_params 131968                                  the auto-wrap threshold
  *   seed 1337
+ *   batch 64                                           the global batch
+ *   data synthetic                                     the training data (*)
  *   step 100                                           the next step to run
  *   adam_step 100                                      AdamW's step count t
  *   units 5                                            then one line per unit,
@@ -149,17 +153,26 @@ void st_free(StHeader *h);
  *   param blocks.0.norm.weight unit 1 offset 0 shape 128 1
  *   ...
  *   files 4                                            then one line per file
- *   file shard-00000.bin bytes 1794432 crc32 1a2b3c4d    (8 lowercase hex)
+ *   file shard-00000.bin bytes 1794496 crc32 1a2b3c4d    (8 lowercase hex)
  *   ...
- *   end                                                nothing after it but
- *                                                      whitespace
+ *   end crc32 89abcdef                                 CRC-32 of every byte
+ *                                                      before this line
+ *
+ *   (*) "data synthetic" for the corpus built into fsdp.c, or for --data FILE
+ *       "data file bytes 123456 crc32 1a2b3c4d": that file's size and CRC-32,
+ *       so a resumed run can tell that it is given the same data.
+ *
  * Rules meta_parse checks (line numbers in every message):
  *   - every line above present, once, in this order; a missing "end" means
  *     the file was cut short, and is refused (only the newline after "end"
  *     may be missing); CR, tabs, extra spaces, empty lines and bytes other
  *     than printable ASCII are refused;
- *   - world, units, params and files in [1, 2^20]; model dims in [1, 2^20];
- *     other numbers at most 2^53 (seed: any u64);
+ *   - the version is 2 (META_VERSION). Version 1, written by older fsdp.c,
+ *     had no "batch", "data" or end checksum and is refused with a message
+ *     that says to train again;
+ *   - world, units, params, files and batch in [1, 2^20]; model dims in
+ *     [1, 2^20]; data's bytes in [1, 2^53]; other numbers at most 2^53
+ *     (seed: any u64); adam_step <= step (AdamW steps once per step at most);
  *   - units: numel >= 0 and padded = ceil(numel / world) * world (the padding
  *     that makes a unit divide evenly); shard = padded / world for the
  *     sharded strategies, shard = padded for no_shard;
@@ -172,9 +185,16 @@ void st_free(StHeader *h);
  *   - files: world of them for full_shard and shard_grad_op (file r written
  *     by rank r), 1 for no_shard; names as for params, all distinct, so a
  *     name can never leave the checkpoint directory ('/', "..");
- *     bytes = sum over units of 3 * shard * 4 (for each unit in order: shard
- *     floats of parameters, then exp_avg, then exp_avg_sq).
+ *     bytes = SHARD_HEADER_BYTES + sum over units of 3 * shard * 4 (the
+ *     header, then for each unit in order: shard floats of parameters, then
+ *     exp_avg, then exp_avg_sq);
+ *   - last of all, once the structure is right: the crc32 on the "end" line
+ *     equals crc32_update(0, text, bytes before the "end" line). So a file
+ *     edited by hand, or damaged, is refused even when every line of it is
+ *     plausible (a changed step, seed or crc of a shard), and a structural
+ *     mistake still gets its own message rather than "crc32 mismatch".
  * ------------------------------------------------------------------------- */
+#define META_VERSION 2
 #define META_MAX_NAME 96
 #define META_MAX_COUNT (1 << 20)
 
@@ -182,21 +202,29 @@ typedef struct { char name[META_MAX_NAME]; int unit; long offset; int shape[2]; 
 typedef struct { long numel, padded, shard; } MetaUnit;
 typedef struct { char name[META_MAX_NAME]; uint64_t bytes; uint32_t crc; } MetaFile;
 typedef struct {
-    int version, world;
+    int version, world;       /* meta_format writes META_VERSION, whatever version says */
     char strategy[32];
     int vocab, embed_dim, context, width, depth;
     long min_params;
     uint64_t seed;
+    int batch;                /* the global batch, in sequences              */
+    int data_is_file;         /* 0: "data synthetic"; 1: "data file bytes ..." */
+    uint64_t data_bytes;      /* the --data file's size and CRC-32 (0 when    */
+    uint32_t data_crc;        /*   synthetic)                                 */
     long step, adam_step;
     int n_units;  MetaUnit *units;
     int n_params; MetaParam *params;
     int n_files;  MetaFile *files;
+    uint32_t meta_crc;        /* what the "end" line says (meta_parse fills it;
+                                 meta_format computes it and ignores this) */
 } CkptMeta;
 
 /* Returns a malloc'd NUL-terminated text of the metadata (length in *len),
  * or NULL on allocation failure. Writes what it is given (params' numel is
- * not written: meta_parse recomputes it from the shape); meta_parse is the
- * one that judges it. */
+ * not written: meta_parse recomputes it from the shape), except the version,
+ * always META_VERSION, and the end line's crc32, which it computes over the
+ * text it wrote; meta_parse is the one that judges it. data_bytes and
+ * data_crc are written only when data_is_file is nonzero. */
 char *meta_format(const CkptMeta *m, size_t *len);
 
 /* Parses text (len bytes, not necessarily NUL-terminated). Returns 0, or 2
@@ -204,6 +232,70 @@ char *meta_format(const CkptMeta *m, size_t *len);
  * in out is NULL, so meta_free(out) is always safe. Never reads past len. */
 int meta_parse(const char *text, size_t len, CkptMeta *out, char *err, size_t errlen);
 void meta_free(CkptMeta *m);
+
+/* The layout hash: a 64-bit fingerprint of everything that says where each
+ * number of the model lives in the shard files, and nothing else. It is
+ * 64-bit FNV-1a (offset basis 0xcbf29ce484222325, prime 0x100000001b3) over
+ * the bytes of these lines, exactly as meta_format writes them (each with its
+ * "\n"), in this order:
+ *
+ *   world, strategy, model, min_params, units, every unit, params, every param
+ *
+ * so it covers world, strategy, the model's dims, min_params, each unit's
+ * numel padded shard, and each param's name unit offset shape0 shape1, in
+ * order; and not the version, seed, batch, data, step, adam_step, files or
+ * the end crc32 (two checkpoints of one run have the same layout hash). To
+ * recompute it from a meta.txt by hand:
+ *   grep -E '^(world|strategy|model|min_params|units?|params?) ' meta.txt |
+ *     python3 -c 'import sys, functools; print("%016x" % functools.reduce(
+ *       lambda h, b: (h ^ b) * 0x100000001b3 % 2**64, sys.stdin.buffer.read(),
+ *       0xcbf29ce484222325))'
+ * Needs no memory (the lines are hashed one at a time), so it cannot fail. */
+uint64_t meta_layout_hash(const CkptMeta *m);
+
+/* ----------------------------------------------------------------------------
+ * Shard files: every shard file starts with this fixed 64-byte header, then
+ * the floats (for each unit in order: shard floats of parameters, exp_avg,
+ * exp_avg_sq). All fields little-endian, whatever the host:
+ *
+ *   bytes  0..7   magic "FSDPSHRD"
+ *   bytes  8..11  u32 version, SHARD_HEADER_VERSION (1)
+ *   bytes 12..15  u32 rank: the rank that wrote it = its index in meta.txt's
+ *                 file list
+ *   bytes 16..19  u32 world: the ranks that wrote the checkpoint
+ *   bytes 20..23  zero
+ *   bytes 24..31  u64 step: meta.txt's step
+ *   bytes 32..39  u64 layout: meta_layout_hash() of the checkpoint's meta.txt
+ *   bytes 40..63  zero (room for later versions)
+ *
+ * meta.txt's crc32 of a file says the bytes did not change since they were
+ * written; the header says whose bytes they are: a shard file copied in from
+ * another rank, another step or another model is refused by name, even with
+ * a meta.txt written to match it.
+ * ------------------------------------------------------------------------- */
+#define SHARD_HEADER_BYTES 64
+#define SHARD_HEADER_VERSION 1
+#define SHARD_MAGIC "FSDPSHRD" /* 8 bytes, no NUL in the file */
+
+typedef struct {
+    uint32_t rank;   /* the rank that wrote it = its index in meta.txt's file list */
+    uint32_t world;  /* ranks that wrote the checkpoint */
+    uint64_t step;   /* meta.txt's step */
+    uint64_t layout; /* meta_layout_hash() of the checkpoint it belongs to */
+} ShardHeader;
+
+/* Writes the 64 header bytes for h (the reserved bytes zero). */
+void shard_header_encode(const ShardHeader *h, unsigned char out[SHARD_HEADER_BYTES]);
+
+/* Reads a header from the first len bytes of a shard file (len may be more
+ * than 64: the floats that follow are not looked at). Returns 0 with h
+ * filled, or 2 with a one-line message in err (and h zeroed) when len < 64
+ * (cut short), the magic is wrong (not an fsdp.c shard file), the version is
+ * not SHARD_HEADER_VERSION, a reserved byte is not zero, world is 0 or rank
+ * >= world. Whether rank, world, step and layout are the expected ones is
+ * the caller's to check: the header cannot know. Never reads past len. */
+int shard_header_decode(const unsigned char *buf, size_t len, ShardHeader *h, char *err,
+                        size_t errlen);
 
 #ifdef __cplusplus
 }

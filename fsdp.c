@@ -49,11 +49,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "fsdp.h"
+#include "files.h"
 #include "formats.h"
 #include "sim/sim.h"
 
@@ -119,6 +121,19 @@ static double now_seconds(void) { return MPI_Wtime(); }
 
 static long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
+/* A size in the unit that shows it: "512 B", "1.00 KiB", "160.00 MiB". */
+static const char *human_bytes(double bytes, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 5) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
+    else snprintf(buf, len, "%.2f %s", bytes, units[u]);
+    return buf;
+}
+
 /* Counter-based random numbers. A value depends only on (seed, stream, a, b),
  * never on what was drawn before, so every rank can compute any element of
  * the model or the data on its own and get the value any other world size
@@ -163,15 +178,44 @@ const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES] = {
 
 /* A simulated GPU has a fixed amount of memory. Crossing it fails the way
  * CUDA does: which rank, what it tried to allocate and for what, the budget,
- * and what is already allocated by category. Every other rank would wait
- * forever in its next collective, so the whole job stops (MPI_Abort). */
-static void ledger_out_of_memory(const Ledger *l, MemCategory cat, size_t bytes, const char *what) {
-    fprintf(stderr, "[rank %d] simulated CUDA out of memory: tried to allocate %.2f MiB of %s for %s.\n"
-                    "[rank %d] budget %.2f MiB per rank (--vram); %.2f MiB already allocated:\n",
-            l->rank, bytes / 1048576.0, MEM_CATEGORY_NAMES[cat], what, l->rank, l->budget / 1048576.0, l->current_total / 1048576.0);
-    for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
-        fprintf(stderr, "[rank %d]   %-13s %10.2f MiB\n", l->rank, MEM_CATEGORY_NAMES[k], l->current[k] / 1048576.0);
-    fprintf(stderr, "HINT: shard more (--strategy full_shard, more ranks), shrink the model or the batch, or raise --vram.\n");
+ * and what is already allocated by category. */
+static char *ledger_oom_report(const Ledger *l, MemCategory cat, size_t bytes, const char *what) {
+    char *r = (char *)malloc(4096), a[32], b[32], c[32];
+    if (!r) return NULL;
+    int n = snprintf(r, 4096, "[rank %d] simulated CUDA out of memory: tried to allocate %s of %s for %s.\n"
+                              "[rank %d] budget %s per rank (--vram); %s already allocated:\n",
+                     l->rank, human_bytes((double)bytes, a, sizeof(a)), MEM_CATEGORY_NAMES[cat], what, l->rank,
+                     human_bytes((double)l->budget, b, sizeof(b)), human_bytes((double)l->current_total, c, sizeof(c)));
+    for (int k = 0; k < MEM_NUM_CATEGORIES && n < 4000; k++)
+        n += snprintf(r + n, (size_t)(4096 - n), "[rank %d]   %-13s %12s\n", l->rank, MEM_CATEGORY_NAMES[k],
+                      human_bytes((double)l->current[k], a, sizeof(a)));
+    snprintf(r + n, (size_t)(4096 - n), "HINT: shard more (--strategy full_shard, more ranks), shrink the model or the "
+                                        "batch, or raise --vram.\n");
+    return r;
+}
+
+/* While the trainer is being built every rank allocates the same things in
+ * the same order, so a budget too small shows on all ranks at once. Then
+ * the first failure is only noted (the allocation goes ahead in host
+ * memory) and ledger_agree_fits() decides together: one report, from the
+ * lowest rank that failed, and exit 3 everywhere.
+ *
+ * During training a rank that runs out cannot wait for the others: they
+ * may already sit in a collective that needs it. So it stops the job
+ * (MPI_Abort). Every rank usually fails at the same allocation, so to print
+ * the report once a rank first waits a moment per rank number: the lowest
+ * failing rank reports first, and its MPI_Abort takes the others down
+ * before they print the same lines again. */
+static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const char *what) {
+    char *report = ledger_oom_report(l, cat, bytes, what);
+    if (l->defer_oom) {
+        if (!l->oom_report) l->oom_report = report;
+        else free(report);
+        return;
+    }
+    struct timespec pause = {0, 400 * 1000 * 1000};
+    for (int r = 0; r < l->rank && r < 8; r++) nanosleep(&pause, NULL);
+    fputs(report ? report : "simulated CUDA out of memory\n", stderr);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 3);
 }
@@ -213,9 +257,28 @@ static void ledger_free(Ledger *l, void *p) {
     FATAL("this is a bug in fsdp.c: every buffer must come from ledger_alloc", "freeing a pointer the ledger does not know");
 }
 
+/* The end of the trainer's setup (see ledger_out_of_memory): did the
+ * budget hold on every rank? If not, the lowest rank that ran out reports
+ * and every rank exits 3. */
+static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
+    int world = 1, mine, first;
+    MPI_Comm_size(comm, &world);
+    mine = l->oom_report ? l->rank : world;
+    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    l->defer_oom = 0;
+    if (first == world) return;
+    if (first == l->rank) {
+        fputs(l->oom_report, stderr);
+        fflush(stderr);
+    }
+    MPI_Finalize();
+    exit(3);
+}
+
 static void ledger_release_all(Ledger *l) {
     for (int i = 0; i < l->n_entries; i++) free(l->entries[i].ptr);
     free(l->entries);
+    free(l->oom_report);
     memset(l, 0, sizeof(*l));
 }
 
@@ -798,15 +861,27 @@ static float param_init_value(const Param *p, int param_index, long i, uint64_t 
     return 0.0f;
 }
 
+/* Where rank's shard starts in the unit's flat parameter: rank * shard, or
+ * 0 when every rank holds it all (no_shard). The shard is [lo, lo + shard). */
+static long shard_begin(const Unit *u, int rank) {
+    return u->shard == u->padded ? 0 : (long)rank * u->shard;
+}
+
+/* The part [a, b) of the flat parameter that parameter p and the shard
+ * [lo, hi) share; 0 if they share nothing. */
+static int param_in_shard(const Param *p, long lo, long hi, long *a, long *b) {
+    *a = p->offset > lo ? p->offset : lo;
+    *b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    return *a < *b;
+}
+
 /* Fills this rank's shard: only the elements of [lo, lo + shard) are ever
  * computed here, so no rank materialises the whole model to initialise it. */
 static void unit_init_shard(Unit *u, const Model *m, int rank, uint64_t seed) {
-    long lo = (u->shard == u->padded) ? 0 : (long)rank * u->shard;
-    long hi = lo + u->shard;
+    long lo = shard_begin(u, rank), hi = lo + u->shard, a, b;
     for (int k = 0; k < u->n_params; k++) {
         const Param *p = &m->params[u->params[k]];
-        long a = p->offset > lo ? p->offset : lo;
-        long b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+        if (!param_in_shard(p, lo, hi, &a, &b)) continue;
         for (long e = a; e < b; e++) u->shard_param[e - lo] = param_init_value(p, u->params[k], e - p->offset, seed);
     }
 }
@@ -833,6 +908,7 @@ typedef struct {
     unsigned char *bytes;
     long len;
     double entropy_floor; /* nats per byte the source cannot go below; <0: unknown */
+    int mapped;           /* bytes is a read-only map of the --data file     */
 } Corpus;
 
 /* What the forward pass saves for the backward pass, and the gradient
@@ -866,6 +942,8 @@ struct Trainer {
     Corpus corpus;
     int local_batch;   /* B = global batch / N                                */
     int adam_step;     /* AdamW's t, for bias correction                      */
+    uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
+    int data_crc_known;
     Sim sim;           /* the simulator's instruments (sim/), told by hooks   */
 };
 
@@ -1116,45 +1194,43 @@ static void corpus_synthetic(Corpus *c, uint64_t seed) {
     c->entropy_floor = chain_entropy_per_byte(&ch);
 }
 
-/* Reads a whole file. Returns 0, or 2 with a message in err. */
+/* --data FILE: the file is mapped read-only, not copied. The pages belong
+ * to the operating system's page cache, so the ranks on one machine share
+ * one copy (4 ranks on a 2 GiB file hold 2 GiB, not 8), and only the pages
+ * the sampler touches are ever read from the disk. The file must not change
+ * while training (a shorter file would fault on its vanished pages).
+ * Returns 0, or 2 with a message in err. */
 static int corpus_load_file(Corpus *c, const char *path, int context, char *err, size_t errlen) {
-    /* O_NONBLOCK: opening a named pipe would otherwise wait for a writer
-     * forever; we refuse anything but a regular file before reading. */
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
-    if (fd < 0) {
-        snprintf(err, errlen, "--data %s: cannot open it (%s). Give the path of a readable file, or leave out --data to use the embedded corpus.", path, strerror(errno));
-        return 2;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    uint64_t size = 0;
+    char why[1024];
+    int fd = file_open_input("--data", path, &size, why, sizeof(why));
+    if (fd < 0) return usage_error(err, errlen, "%s Leave out --data to use the embedded corpus.", why);
+    if (size < (uint64_t)context + 1) {
         close(fd);
-        snprintf(err, errlen, "--data %s: not a regular file. Give the path of a text file.", path);
-        return 2;
+        return usage_error(err, errlen, "--data %s: has %llu bytes, but one sample needs --context + 1 = %d. Give a "
+                           "larger file or a smaller --context.", path, (unsigned long long)size, context + 1);
     }
-    fcntl(fd, F_SETFL, 0); /* back to blocking reads */
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
+    if (size > (uint64_t)LONG_MAX / 2) {
         close(fd);
-        snprintf(err, errlen, "--data %s: cannot read it (%s).", path, strerror(errno));
-        return 2;
+        return usage_error(err, errlen, "--data %s: %llu bytes is more than this program indexes.", path,
+                           (unsigned long long)size);
     }
-    if (st.st_size < context + 1) {
-        fclose(f);
-        snprintf(err, errlen, "--data %s: has %lld bytes, but one sample needs --context + 1 = %d. Give a larger file or a smaller --context.", path, (long long)st.st_size, context + 1);
-        return 2;
-    }
-    c->len = (long)st.st_size;
-    c->bytes = (unsigned char *)malloc((size_t)c->len);
-    size_t got = c->bytes ? fread(c->bytes, 1, (size_t)c->len, f) : 0;
-    fclose(f);
-    if (got != (size_t)c->len) {
-        free(c->bytes);
-        c->bytes = NULL;
-        snprintf(err, errlen, "--data %s: could not read all %ld bytes. Check the file.", path, c->len);
-        return 2;
-    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd); /* the mapping keeps the file open */
+    if (p == MAP_FAILED)
+        return usage_error(err, errlen, "--data %s: cannot map its %llu bytes into memory (mmap: %s).", path,
+                           (unsigned long long)size, strerror(errno));
+    c->bytes = (unsigned char *)p;
+    c->len = (long)size;
+    c->mapped = 1;
     c->entropy_floor = -1.0;
     return 0;
+}
+
+static void corpus_release(Corpus *c) {
+    if (c->mapped) munmap(c->bytes, (size_t)c->len);
+    else free(c->bytes);
+    c->bytes = NULL;
 }
 
 /* This rank's share of the global batch of `step`: samples j = rank,
@@ -1346,6 +1422,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"));
     t->ledger.budget = cfg->vram;
     t->ledger.rank = t->comm.rank;
+    t->ledger.defer_oom = 1; /* until ledger_agree_fits, below */
     t->local_batch = cfg->batch / t->comm.world;
     model_build(&t->model, cfg);
     t->n_units = autowrap(&t->model, cfg->min_params);
@@ -1375,6 +1452,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         }
     }
     activations_alloc(&t->act, &t->ledger, cfg, t->local_batch);
+    ledger_agree_fits(&t->ledger, comm);
     if (cfg->data_path) {
         if (corpus_load_file(&t->corpus, cfg->data_path, cfg->context, err, sizeof(err)) != 0) FATAL("the file changed since the command line was checked", "%s", err);
     } else {
@@ -1411,7 +1489,7 @@ void trainer_destroy(Trainer *t) {
     if (!t) return;
     for (int ui = 0; ui < t->n_units; ui++) free(t->units[ui].params);
     free(t->units);
-    free(t->corpus.bytes);
+    corpus_release(&t->corpus);
     model_free(&t->model);
     comm_release(&t->comm);
     t->ledger.sim = NULL; /* releasing is not an event worth recording */
@@ -1432,9 +1510,16 @@ void trainer_destroy(Trainer *t) {
  * writes and reads what.
  *
  *   DIR/step-00000100/meta.txt            written last, by rank 0
- *   DIR/step-00000100/shard-00000.bin     rank 0: for each unit, its shard of
- *   DIR/step-00000100/shard-00001.bin       parameters, exp_avg, exp_avg_sq
- *   ...
+ *   DIR/step-00000100/shard-00000.bin     rank 0: a header (whose shard this
+ *   DIR/step-00000100/shard-00001.bin       is), then for each unit its shard
+ *   ...                                     of parameters, exp_avg, exp_avg_sq
+ *
+ * A checkpoint checks itself: meta.txt ends with a CRC-32 of its own lines,
+ * each shard file has a CRC-32 in meta.txt and a header naming its rank,
+ * world size, step and a hash of the layout meta.txt describes, and meta.txt
+ * records the seed, batch and data the run drew its batches from. So an
+ * edited meta.txt, shard files swapped or brought in from elsewhere, or a
+ * resume on other data is refused with what is wrong, not trained on.
  *
  * Crash safety: a save goes to DIR/.tmp-step-N, every file is flushed to
  * disk (fsync), and only then is the directory renamed to DIR/step-N in
@@ -1466,11 +1551,20 @@ static int ckpt_agree(Trainer *t, int rc, const char *err) {
 
 static int ckpt_writes_file(const Trainer *t) { return is_sharded(t) || t->comm.rank == 0; }
 
-/* The metadata of this trainer's layout (files filled in by the caller). */
+/* The CRC-32 of the --data file, so that a checkpoint can say which data it
+ * was trained on. Computed once, when a checkpoint first needs it. */
+static uint32_t trainer_data_crc(Trainer *t) {
+    if (!t->data_crc_known) t->data_crc = crc32_update(0, t->corpus.bytes, (size_t)t->corpus.len);
+    t->data_crc_known = 1;
+    return t->data_crc;
+}
+
+/* The metadata of this trainer's layout (files and data filled in by the
+ * caller). Every rank can build it: the shard files carry its layout hash. */
 static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     const Config *c = &t->cfg;
     memset(m, 0, sizeof(*m));
-    m->version = 1;
+    m->version = 2;
     m->world = t->comm.world;
     snprintf(m->strategy, sizeof(m->strategy), "%s", strategy_name(c->strategy));
     m->vocab = c->vocab;
@@ -1480,18 +1574,19 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     m->depth = c->depth;
     m->min_params = c->min_params;
     m->seed = c->seed;
+    m->batch = c->batch;
     m->step = next_step;
     m->adam_step = t->adam_step;
     m->n_units = t->n_units;
     m->units = (MetaUnit *)calloc((size_t)t->n_units, sizeof(MetaUnit));
-    for (int u = 0; u < t->n_units; u++) {
+    for (int u = 0; m->units && u < t->n_units; u++) {
         m->units[u].numel = t->units[u].numel;
         m->units[u].padded = t->units[u].padded;
         m->units[u].shard = t->units[u].shard;
     }
     m->n_params = t->model.n_params;
     m->params = (MetaParam *)calloc((size_t)m->n_params, sizeof(MetaParam));
-    for (int i = 0; i < m->n_params; i++) {
+    for (int i = 0; m->params && i < m->n_params; i++) {
         const Param *p = &t->model.params[i];
         snprintf(m->params[i].name, sizeof(m->params[i].name), "%s", p->name);
         m->params[i].unit = p->unit;
@@ -1505,64 +1600,72 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     if (!m->units || !m->params || !m->files) FATAL("the machine is out of host memory", "cannot describe the checkpoint");
 }
 
-/* Writes this rank's shard file: for each unit, its shard of parameters,
- * exp_avg and exp_avg_sq. Returns 0 or 2; reports bytes and CRC-32. */
-static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64_t *bytes, uint32_t *crc, char *err, size_t errlen) {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        snprintf(err, errlen, "checkpoint %s: cannot create it (%s)", path, strerror(errno));
-        return 2;
-    }
-    *bytes = 0;
-    *crc = 0;
-    int ok = 1;
-    for (int ui = 0; ui < t->n_units && ok; ui++) {
+/* Writes this rank's shard file: a header saying whose shard it is (rank,
+ * world size, step, and a hash of the layout of meta.txt), then for each
+ * unit its shard of parameters, exp_avg and exp_avg_sq. So a shard file
+ * that was renamed, swapped with another or copied from another checkpoint
+ * is recognised on load. Returns 0 or 2; reports bytes and CRC-32. */
+static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64_t layout, uint64_t *bytes,
+                            uint32_t *crc, char *err, size_t errlen) {
+    OutFile f;
+    if (out_create(&f, "checkpoint", path, err, errlen)) return 2;
+    ShardHeader h = {(uint32_t)t->comm.rank, (uint32_t)t->comm.world, (uint64_t)next_step, layout};
+    unsigned char head[SHARD_HEADER_BYTES];
+    shard_header_encode(&h, head);
+    out_write(&f, head, sizeof(head));
+    *crc = crc32_update(0, head, sizeof(head));
+    *bytes = sizeof(head);
+    for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         const float *tensors[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
-        for (int k = 0; k < 3 && ok; k++) {
+        for (int k = 0; k < 3; k++) {
             size_t n = (size_t)u->shard * sizeof(float);
-            ok = fwrite(tensors[k], 1, n, f) == n;
+            out_write(&f, tensors[k], n);
             *crc = crc32_update(*crc, tensors[k], n);
             *bytes += n;
             /* test-only: die half way through this save, like a node crash */
             if (ui == t->n_units / 2 && k == 0) sim_fault_kill_during_save(&t->sim, t->comm.rank, next_step);
         }
     }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) snprintf(err, errlen, "checkpoint %s: writing failed (%s)", path, strerror(errno));
-    return ok ? 0 : 2;
+    return out_commit(&f, err, errlen) ? 2 : 0;
 }
 
 static int ckpt_write_text(const char *path, const char *text, size_t len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(text, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    if (f) ok = (fclose(f) == 0) && ok;
-    if (!ok) snprintf(err, errlen, "checkpoint %s: writing failed (%s)", path, strerror(errno));
-    return ok ? 0 : 2;
+    OutFile f;
+    if (out_create(&f, "checkpoint", path, err, errlen)) return 2;
+    out_write(&f, text, len);
+    return out_commit(&f, err, errlen) ? 2 : 0;
 }
 
-/* A directory's entries must reach the disk too, or a rename may be lost. */
-static void fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
+/* The names of the files a checkpoint directory holds: meta.txt and
+ * shard-NNNNN.bin (five or more digits). */
+static int ckpt_is_own_file(const char *name) {
+    size_t n = strlen(name);
+    if (!strcmp(name, "meta.txt")) return 1;
+    if (n < 15 || strncmp(name, "shard-", 6) != 0 || strcmp(name + n - 4, ".bin") != 0) return 0;
+    for (size_t i = 6; i < n - 4; i++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return 1;
+}
+
+/* Removes a checkpoint directory that fsdp.c wrote, and nothing else: the
+ * directory itself must be a directory (a symbolic link is never followed),
+ * only its checkpoint files are deleted, and only if they are regular
+ * files. Anything else in it (a note the user put there) keeps it. */
+static void ckpt_remove_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
     }
-}
-
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
     struct dirent *e;
-    char path[2048];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        remove(path);
-    }
-    closedir(d);
-    rmdir(dir);
+    struct stat st;
+    while ((e = readdir(d)) != NULL)
+        if (ckpt_is_own_file(e->d_name) && fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+            unlinkat(fd, e->d_name, 0);
+    closedir(d); /* closes fd too */
+    rmdir(dir);  /* fails, harmlessly, if anything else is left in it */
 }
 
 enum { CKPT_KEEP = 2 }; /* checkpoints kept in --save-dir */
@@ -1618,7 +1721,7 @@ static void ckpt_prune(const char *dir, long saved) {
         if (steps[i] > saved) continue; /* never happens: run_training refuses it */
         if (kept++ < CKPT_KEEP) continue;
         snprintf(path, sizeof(path), "%s/step-%08ld", dir, steps[i]);
-        remove_dir(path);
+        ckpt_remove_dir(path);
     }
     free(steps);
     DIR *d = opendir(dir);
@@ -1626,7 +1729,7 @@ static void ckpt_prune(const char *dir, long saved) {
     while (d && (e = readdir(d)) != NULL) {
         if (strncmp(e->d_name, ".tmp-step-", 10) != 0) continue;
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        remove_dir(path);
+        ckpt_remove_dir(path);
     }
     if (d) closedir(d);
 }
@@ -1648,50 +1751,59 @@ static int ckpt_save(Trainer *t, long next_step) {
     snprintf(final_dir, sizeof(final_dir), "%s/step-%08ld", dir, next_step);
     int rc = 0;
     if (t->comm.rank == 0) {
-        remove_dir(tmp); /* left by a crashed save of the same step */
+        ckpt_remove_dir(tmp); /* left by a crashed save of the same step */
         if (mkdir(dir, 0755) != 0 && errno != EEXIST) rc = 2;
         if (rc == 0 && mkdir(tmp, 0755) != 0) rc = 2;
         if (rc) snprintf(err, sizeof(err), "checkpoint: cannot create %s (%s)", tmp, strerror(errno));
     }
     if (ckpt_agree(t, rc, err)) return 2;
-    uint64_t bytes = 0;
+    CkptMeta m;
+    ckpt_meta_of(t, &m, next_step);
+    uint64_t bytes = 0, layout = meta_layout_hash(&m);
     uint32_t crc = 0;
     if (ckpt_writes_file(t)) {
         snprintf(path, sizeof(path), "%s/shard-%05d.bin", tmp, t->comm.rank);
-        rc = ckpt_write_shard(t, path, next_step, &bytes, &crc, err, sizeof(err));
+        rc = ckpt_write_shard(t, path, next_step, layout, &bytes, &crc, err, sizeof(err));
     }
-    if (ckpt_agree(t, rc, err)) return 2;
+    if (ckpt_agree(t, rc, err)) {
+        if (t->comm.rank == 0) ckpt_remove_dir(tmp); /* what the other ranks wrote */
+        meta_free(&m);
+        return 2;
+    }
     /* checksums to rank 0: bookkeeping, not training traffic */
     unsigned long long my[2] = {bytes, crc}, *all = NULL;
     if (t->comm.rank == 0 && !(all = (unsigned long long *)calloc((size_t)t->comm.world * 2, sizeof(unsigned long long))))
         FATAL("the machine is out of host memory", "cannot gather the checksums");
     MPI_Gather(my, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
     if (t->comm.rank == 0) {
-        CkptMeta m;
-        ckpt_meta_of(t, &m, next_step);
         for (int f = 0; f < m.n_files; f++) {
             snprintf(m.files[f].name, sizeof(m.files[f].name), "shard-%05d.bin", f);
             m.files[f].bytes = all[2 * f];
             m.files[f].crc = (uint32_t)all[2 * f + 1];
+        }
+        m.data_is_file = t->cfg.data_path != NULL; /* which data: --resume checks it is the same */
+        if (m.data_is_file) {
+            m.data_bytes = (uint64_t)t->corpus.len;
+            m.data_crc = trainer_data_crc(t);
         }
         size_t len = 0;
         char *text = meta_format(&m, &len);
         snprintf(path, sizeof(path), "%s/meta.txt", tmp);
         rc = text ? ckpt_write_text(path, text, len, err, sizeof(err)) : 2;
         free(text);
-        meta_free(&m);
-        fsync_dir(tmp);
+        file_sync_dir(tmp);
         if (rc == 0) {
-            remove_dir(final_dir); /* an older save of this very step */
+            ckpt_remove_dir(final_dir); /* an older save of this very step */
             if (rename(tmp, final_dir) != 0) {
                 snprintf(err, sizeof(err), "checkpoint: cannot rename %s to %s (%s)", tmp, final_dir, strerror(errno));
                 rc = 2;
             }
-            fsync_dir(dir);
+            file_sync_dir(dir);
         }
         if (rc == 0) ckpt_prune(dir, next_step);
         free(all);
     }
+    meta_free(&m);
     return ckpt_agree(t, rc, err);
 }
 
@@ -1715,29 +1827,18 @@ static int ckpt_check_save_dir(Trainer *t, long first) {
 
 /* ---- reading -------------------------------------------------------------------- */
 
-/* Reads a whole (small) file into memory: meta.txt. */
-static char *read_small_file(const char *path, size_t *len, size_t max) {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0 || (size_t)st.st_size > max) { /* larger than any real metadata */
-        if (f) fclose(f);
-        return NULL;
-    }
-    char *buf = (char *)malloc((size_t)st.st_size + 1);
-    *len = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
-    fclose(f);
-    return buf;
-}
-
 /* Where to load from: DIR itself if it holds meta.txt, else its newest
  * complete step-N subdirectory. */
 static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, size_t errlen) {
     struct stat st;
     char meta[2048];
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (stat(dir, &st) != 0)
         return usage_error(err, errlen, "--resume %s: no such directory. Give the --save-dir of an earlier run.", dir);
+    if (!S_ISDIR(st.st_mode))
+        return usage_error(err, errlen, "--resume %s: is %s, not a directory. Give the --save-dir of an earlier run, "
+                           "or one of its step-N directories.", dir, file_kind(dir));
     snprintf(meta, sizeof(meta), "%s/meta.txt", dir);
-    if (stat(meta, &st) == 0) {
+    if (lstat(meta, &st) == 0) { /* whatever it is: reading it will say what is wrong */
         snprintf(out, outlen, "%s", dir);
         return 0;
     }
@@ -1745,10 +1846,39 @@ static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, siz
     long *steps = ckpt_list(dir, &n);
     if (n == 0) {
         free(steps);
-        return usage_error(err, errlen, "--resume %s: no complete checkpoint in it (no step-N/meta.txt). A save that crashed leaves only a .tmp-step-N directory, which is never loaded.", dir);
+        return usage_error(err, errlen, "--resume %s: no complete checkpoint in it (no step-N/meta.txt). A save that "
+                           "crashed leaves only a .tmp-step-N directory, which is never loaded.", dir);
     }
     snprintf(out, outlen, "%s/step-%08ld", dir, steps[0]);
     free(steps);
+    return 0;
+}
+
+/* The run being resumed must see the batches it would have seen: the same
+ * seed, global batch and data (the sampler draws from all three). */
+static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char *err, size_t errlen) {
+    const Config *c = &t->cfg;
+    if (m->seed != c->seed)
+        return usage_error(err, errlen, "%s: the checkpoint was trained with --seed %llu, this run has --seed %llu: the "
+                           "batches would differ from the run being resumed. Use --seed %llu.", path,
+                           (unsigned long long)m->seed, (unsigned long long)c->seed, (unsigned long long)m->seed);
+    if (m->batch != c->batch)
+        return usage_error(err, errlen, "%s: the checkpoint was trained with --batch %d, this run has --batch %d: the "
+                           "batches would differ from the run being resumed. Use --batch %d.", path, m->batch, c->batch,
+                           m->batch);
+    if (!m->data_is_file && c->data_path)
+        return usage_error(err, errlen, "%s: the checkpoint was trained on the embedded corpus, this run has --data %s. "
+                           "Leave out --data to continue that run.", path, c->data_path);
+    if (m->data_is_file && !c->data_path)
+        return usage_error(err, errlen, "%s: the checkpoint was trained on a --data file (%llu bytes, crc32 %08x), this "
+                           "run on the embedded corpus. Give the same --data file.", path,
+                           (unsigned long long)m->data_bytes, (unsigned)m->data_crc);
+    if (m->data_is_file && t->comm.rank == 0 && /* one rank reads the whole file */
+        ((uint64_t)t->corpus.len != m->data_bytes || trainer_data_crc(t) != m->data_crc))
+        return usage_error(err, errlen, "%s: the checkpoint was trained on a --data file of %llu bytes (crc32 %08x); "
+                           "--data %s has %ld bytes (crc32 %08x): other data. Give the file it was trained on.", path,
+                           (unsigned long long)m->data_bytes, (unsigned)m->data_crc, c->data_path, t->corpus.len,
+                           (unsigned)trainer_data_crc(t));
     return 0;
 }
 
@@ -1756,12 +1886,12 @@ static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, siz
  * ours present under its name with the same shape. */
 static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map, char *err, size_t errlen) {
     const Config *c = &t->cfg;
-    if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context || m->width != c->width || m->depth != c->depth)
-        return usage_error(err, errlen, "%s: the checkpoint is of a different model (embed_dim %d context %d width %d depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same --model and overrides.",
-                           path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context, c->width, c->depth);
-    if (m->seed != c->seed)
-        return usage_error(err, errlen, "%s: the checkpoint was trained with --seed %llu, this run has --seed %llu: the batches would differ from the run being resumed. Use --seed %llu.",
-                           path, (unsigned long long)m->seed, (unsigned long long)c->seed, (unsigned long long)m->seed);
+    if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context || m->width != c->width ||
+        m->depth != c->depth)
+        return usage_error(err, errlen, "%s: the checkpoint is of a different model (embed_dim %d context %d width %d "
+                           "depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same --model and "
+                           "overrides.", path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context,
+                           c->width, c->depth);
     if (m->step > INT_MAX) return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path, m->step);
     for (int i = 0; i < t->model.n_params; i++) {
         const Param *p = &t->model.params[i];
@@ -1771,37 +1901,81 @@ static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *pat
         if (map[i] < 0) return usage_error(err, errlen, "%s: parameter %s is missing from the checkpoint.", path, p->name);
         const MetaParam *q = &m->params[map[i]];
         if (q->shape[0] != p->shape[0] || q->shape[1] != p->shape[1])
-            return usage_error(err, errlen, "%s: %s has shape (%d, %d) in the checkpoint but (%d, %d) here.", path, p->name, q->shape[0], q->shape[1], p->shape[0], p->shape[1]);
+            return usage_error(err, errlen, "%s: %s has shape (%d, %d) in the checkpoint but (%d, %d) here.", path,
+                               p->name, q->shape[0], q->shape[1], p->shape[0], p->shape[1]);
     }
     return 0;
 }
 
-/* Verifies size and CRC-32 of the shard files, each by one rank (file f by
- * rank f mod N), so the whole checkpoint is read once, spread over ranks. */
+/* meta.txt's step is the directory's: step-00000010/meta.txt says step 10.
+ * (A checkpoint copied to a directory of another name is still loaded.) */
+static int ckpt_check_step(const char *dir, const CkptMeta *m, const char *path, char *err, size_t errlen) {
+    const char *slash = strrchr(dir, '/');
+    long named = ckpt_step_of(slash ? slash + 1 : dir);
+    if (named >= 0 && named != m->step)
+        return usage_error(err, errlen, "%s: says step %ld, but its directory is step %ld: the checkpoint was edited. "
+                           "Use another checkpoint.", path, m->step, named);
+    return 0;
+}
+
+/* Whose shard is this file? Its header must name the rank of its place in
+ * meta.txt's list, the checkpoint's world size and step, and the layout
+ * meta.txt describes: a shard file swapped with another, or brought in from
+ * another checkpoint, is refused here rather than trained on. */
+static int ckpt_check_shard_header(int fd, int f, const CkptMeta *m, uint64_t layout, const char *path, char *err,
+                                   size_t errlen) {
+    unsigned char head[SHARD_HEADER_BYTES];
+    ShardHeader h;
+    char why[256];
+    if (file_read_at(fd, head, sizeof(head), 0) != 0)
+        return usage_error(err, errlen, "%s: cannot read its header.", path);
+    if (shard_header_decode(head, sizeof(head), &h, why, sizeof(why)) != 0)
+        return usage_error(err, errlen, "%s: %s. Use another checkpoint.", path, why);
+    if ((int)h.rank != f || (int)h.world != m->world)
+        return usage_error(err, errlen, "%s: holds rank %u of %u's shard, but meta.txt lists it as rank %d of %d's: "
+                           "shard files were swapped or copied. Use another checkpoint.", path, (unsigned)h.rank,
+                           (unsigned)h.world, f, m->world);
+    if ((long)h.step != m->step)
+        return usage_error(err, errlen, "%s: was written at step %llu, but meta.txt says step %ld: it belongs to another "
+                           "checkpoint. Use another checkpoint.", path, (unsigned long long)h.step, m->step);
+    if (h.layout != layout)
+        return usage_error(err, errlen, "%s: was written for another layout than meta.txt describes (layout hash "
+                           "%016llx, meta.txt gives %016llx): meta.txt was edited. Use another checkpoint.", path,
+                           (unsigned long long)h.layout, (unsigned long long)layout);
+    return 0;
+}
+
+/* Every shard file must be the one meta.txt lists: the right size, the
+ * right CRC-32, and a header saying it is that rank's shard of this
+ * checkpoint. Each file is checked by one rank (file f by rank f mod N). */
 static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, char *err, size_t errlen) {
     int rc = 0;
-    char path[2048];
+    char path[2048], why[1024];
+    uint64_t layout = meta_layout_hash(m);
     unsigned char *buf = (unsigned char *)malloc(1 << 20);
     if (!buf) FATAL("the machine is out of host memory", "cannot verify the checkpoint");
     for (int f = t->comm.rank; f < m->n_files && rc == 0; f += t->comm.world) {
         snprintf(path, sizeof(path), "%s/%s", dir, m->files[f].name);
-        FILE *fp = fopen(path, "rb");
-        if (!fp) {
-            rc = usage_error(err, errlen, "%s: missing or unreadable (%s).", path, strerror(errno));
+        uint64_t size = 0, want = m->files[f].bytes;
+        int fd = file_open_input("checkpoint", path, &size, why, sizeof(why));
+        if (fd < 0) {
+            rc = usage_error(err, errlen, "%s", why);
             break;
         }
-        uint64_t total = 0;
         uint32_t crc = 0;
-        size_t got;
-        while ((got = fread(buf, 1, 1 << 20, fp)) > 0) {
-            crc = crc32_update(crc, buf, got);
-            total += got;
+        for (uint64_t at = 0; size == want && at < size && rc == 0; at += 1 << 20) {
+            size_t n = size - at < (1 << 20) ? (size_t)(size - at) : (size_t)1 << 20;
+            if (file_read_at(fd, buf, n, at) != 0) rc = usage_error(err, errlen, "%s: cannot read it.", path);
+            crc = crc32_update(crc, buf, n);
         }
-        fclose(fp);
-        if (total != m->files[f].bytes)
-            rc = usage_error(err, errlen, "%s: %llu bytes, but meta.txt says %llu: the file is truncated or was replaced. Use another checkpoint.", path, (unsigned long long)total, (unsigned long long)m->files[f].bytes);
-        else if (crc != m->files[f].crc)
-            rc = usage_error(err, errlen, "%s: checksum mismatch (crc32 %08x, meta.txt says %08x): the file is corrupted. Use another checkpoint.", path, crc, m->files[f].crc);
+        if (rc == 0 && size != want)
+            rc = usage_error(err, errlen, "%s: %llu bytes, but meta.txt says %llu: the file is truncated or was replaced. "
+                             "Use another checkpoint.", path, (unsigned long long)size, (unsigned long long)want);
+        else if (rc == 0 && crc != m->files[f].crc)
+            rc = usage_error(err, errlen, "%s: checksum mismatch (crc32 %08x, meta.txt says %08x): the file is "
+                             "corrupted. Use another checkpoint.", path, crc, m->files[f].crc);
+        if (rc == 0) rc = ckpt_check_shard_header(fd, f, m, layout, path, err, errlen);
+        close(fd);
     }
     free(buf);
     return rc;
@@ -1809,20 +1983,23 @@ static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, cha
 
 /* Reads elements [a, b) of old unit `ou`'s flat tensor k (0 parameters,
  * 1 exp_avg, 2 exp_avg_sq) into dst, from whichever old files hold them. */
-static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, long a, long b, float *dst, char *err, size_t errlen) {
+static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, long a, long b, float *dst, char *err,
+                           size_t errlen) {
     long S = m->units[ou].shard;
-    long base = 0; /* where unit ou starts in each file, in floats */
+    long base = 0; /* where unit ou starts in each file, in floats after the header */
     for (int v = 0; v < ou; v++) base += 3 * m->units[v].shard;
     while (a < b) {
         int file = (int)(a / S);
         long in_shard = a % S, run = S - in_shard < b - a ? S - in_shard : b - a;
-        char path[2048];
+        char path[2048], why[1024];
+        uint64_t size = 0, at = SHARD_HEADER_BYTES + (uint64_t)(base + (long)k * S + in_shard) * sizeof(float);
         snprintf(path, sizeof(path), "%s/%s", dir, m->files[file].name);
-        FILE *fp = fopen(path, "rb");
-        int ok = fp && fseeko(fp, (off_t)((base + (long)k * S + in_shard) * (long)sizeof(float)), SEEK_SET) == 0 &&
-                 fread(dst, sizeof(float), (size_t)run, fp) == (size_t)run;
-        if (fp) fclose(fp);
-        if (!ok) return usage_error(err, errlen, "%s: cannot read %ld values at element %ld of unit %d.", path, run, in_shard, ou);
+        int fd = file_open_input("checkpoint", path, &size, why, sizeof(why));
+        if (fd < 0) return usage_error(err, errlen, "%s", why);
+        int ok = file_read_at(fd, dst, (size_t)run * sizeof(float), at) == 0;
+        close(fd);
+        if (!ok) return usage_error(err, errlen, "%s: cannot read %ld values at element %ld of unit %d.", path, run,
+                                    in_shard, ou);
         a += run;
         dst += run;
     }
@@ -1834,17 +2011,44 @@ static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, lo
 static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, const int *map, char *err, size_t errlen) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        long lo = (u->shard == u->padded) ? 0 : (long)t->comm.rank * u->shard, hi = lo + u->shard;
+        long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
         float *dst[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
         for (int j = 0; j < u->n_params; j++) {
             const Param *p = &t->model.params[u->params[j]];
             const MetaParam *q = &m->params[map[u->params[j]]];
-            long a = p->offset > lo ? p->offset : lo;
-            long b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-            if (a >= b) continue;
+            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
             /* element e of p: our flat position offset + e, theirs q->offset + e */
             for (int k = 0; k < 3; k++)
-                if (ckpt_read_range(dir, m, q->unit, k, q->offset + (a - p->offset), q->offset + (b - p->offset), dst[k] + (a - lo), err, errlen)) return 2;
+                if (ckpt_read_range(dir, m, q->unit, k, q->offset + (a - p->offset), q->offset + (b - p->offset),
+                                    dst[k] + (a - lo), err, errlen))
+                    return 2;
+        }
+    }
+    return 0;
+}
+
+/* The first value in this rank's shards of tensor k (0 parameters,
+ * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
+ * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
+ * [3, 17] is nan", in out; returns 0 when every value is a number. */
+static int shard_first_nonfinite(const Trainer *t, int k, char *out, size_t outlen) {
+    static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
+    for (int ui = 0; ui < t->n_units; ui++) {
+        const Unit *u = &t->units[ui];
+        const float *x = k == 0 ? u->shard_param : k == 1 ? u->exp_avg : u->exp_avg_sq;
+        long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
+        for (int j = 0; j < u->n_params; j++) {
+            const Param *p = &t->model.params[u->params[j]];
+            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
+            for (long e = a; e < b; e++) {
+                float v = x[e - lo];
+                if (isfinite(v) && (k != 2 || v >= 0.0f)) continue;
+                long i = e - p->offset;
+                if (p->shape[1] == 1) snprintf(out, outlen, "%s%s[%ld] is %g", what[k], p->name, i, (double)v);
+                else snprintf(out, outlen, "%s%s[%ld, %ld] is %g", what[k], p->name, i / p->shape[1], i % p->shape[1],
+                              (double)v);
+                return 1;
+            }
         }
     }
     return 0;
@@ -1853,9 +2057,10 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
 /* ------------------------------------------------------------------------
  * Resume from DIR (or its newest complete checkpoint) on any world size.
  * Rank 0 reads meta.txt and sends its bytes to every rank, so all ranks
- * judge the same text; then the shard files are verified (each file by one
- * rank) and every rank reads the byte ranges of its new shards. Returns 0
- * and the step to continue from, or 2 (the message already printed).
+ * judge the same text; meta_parse checks its own checksum, the shard files
+ * are verified (each file by one rank), and every rank reads the byte
+ * ranges of its new shards. Returns 0 and the step to continue from, or 2
+ * (the message already printed).
  * --------------------------------------------------------------------- */
 static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     char err[8192] = "", dir[1536] = "", path[2048];
@@ -1866,7 +2071,7 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
         rc = ckpt_locate(from, dir, sizeof(dir), err, sizeof(err));
         size_t n = 0;
         snprintf(path, sizeof(path), "%s/meta.txt", dir);
-        if (rc == 0 && (text = read_small_file(path, &n, 64 << 20)) == NULL) rc = usage_error(err, sizeof(err), "%s: cannot read it (or it is absurdly large).", path);
+        if (rc == 0 && (text = file_read_small("checkpoint", path, 64 << 20, &n, err, sizeof(err))) == NULL) rc = 2;
         len = (long)n;
     }
     if (ckpt_agree(t, rc, err)) return 2;
@@ -1883,15 +2088,24 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     char why[768] = "";
     if (meta_parse(text, (size_t)len, &m, why, sizeof(why)) != 0) rc = usage_error(err, sizeof(err), "%s: %s", path, why);
     free(text);
+    if (rc == 0) rc = ckpt_check_step(dir, &m, path, err, sizeof(err));
     if (rc == 0) rc = ckpt_check_model(t, &m, path, map, err, sizeof(err));
+    if (rc == 0) rc = ckpt_check_data(t, &m, path, err, sizeof(err));
     rc = ckpt_agree(t, rc, err); /* the same verdict on every rank so far */
     if (rc == 0) rc = ckpt_agree(t, ckpt_verify_files(t, dir, &m, err, sizeof(err)), err);
     if (rc == 0) rc = ckpt_agree(t, ckpt_load_shards(t, dir, &m, map, err, sizeof(err)), err);
+    for (int k = 0; k < 3 && rc == 0; k++) { /* a CRC cannot tell whether the numbers were numbers */
+        if (shard_first_nonfinite(t, k, why, sizeof(why)))
+            rc = usage_error(err, sizeof(err), "%s: %s. A checkpoint of a run that diverged cannot be trained on; use "
+                             "an earlier one.", path, why);
+        rc = ckpt_agree(t, rc, err);
+    }
     if (rc == 0) {
         t->adam_step = (int)m.adam_step;
         *next_step = m.step;
         if (t->comm.rank == 0)
-            printf("resumed from %s: step %ld, written by %d rank%s with %s, loaded on %d\n", dir, m.step, m.world, m.world > 1 ? "s" : "", m.strategy, t->comm.world);
+            printf("resumed from %s: step %ld, written by %d rank%s with %s, loaded on %d\n", dir, m.step, m.world,
+                   m.world > 1 ? "s" : "", m.strategy, t->comm.world);
     }
     meta_free(&m);
     free(map);
@@ -1918,20 +2132,21 @@ static void st_tensor_of(const Param *p, StTensor *s) {
  * state, let rank 0 write its tensors, free it. So no rank ever holds more
  * than one unit's full state, and rank 0 writes the tensors under their
  * PyTorch names, so safetensors.torch.load_file() and an equivalent
- * nn.Module's load_state_dict() take the file as it is. Written to a
- * temporary name and renamed, like the checkpoints.
+ * nn.Module's load_state_dict() take the file as it is. Written beside the
+ * path and renamed into place (files.c), like the checkpoints.
  * --------------------------------------------------------------------- */
 static int trainer_export(Trainer *t, const char *path) {
-    char err[8192] = "", tmp[2048];
-    int n = t->model.n_params, root = t->comm.rank == 0, ok = 1;
+    char err[8192] = "";
+    int n = t->model.n_params, root = t->comm.rank == 0, rc = 0;
     StTensor *st = (StTensor *)calloc((size_t)n, sizeof(StTensor));
     if (!st) FATAL("the machine is out of host memory", "cannot describe the export");
     for (int i = 0; i < n; i++) st_tensor_of(&t->model.params[i], &st[i]);
     size_t head_len = 0;
     unsigned char *head = st_build_header(st, n, "\"format\":\"pt\",\"producer\":\"fsdp.c\"", &head_len);
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    FILE *f = root ? fopen(tmp, "wb") : NULL;
-    if (root) ok = head && f && fwrite(head, 1, head_len, f) == head_len;
+    if (!head) FATAL("the machine is out of host memory", "cannot build the safetensors header");
+    OutFile f;
+    memset(&f, 0, sizeof(f));
+    if (root && (rc = out_open(&f, "--export", path, err, sizeof(err))) == 0) out_write(&f, head, head_len);
     for (int ui = 0; ui < t->n_units; ui++) { /* every rank takes part in each gather */
         Unit *u = &t->units[ui];
         float *full = u->shard_param;
@@ -1940,26 +2155,16 @@ static int trainer_export(Trainer *t, const char *path) {
             CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
             comm_wait(&t->comm, &h);
         }
-        for (int j = 0; j < u->n_params && root && ok; j++) { /* tensors sit at their header offsets */
+        for (int j = 0; j < u->n_params && root && rc == 0; j++) { /* tensors sit at their header offsets */
             const Param *p = &t->model.params[u->params[j]];
-            ok = fseeko(f, (off_t)(head_len + st[u->params[j]].begin), SEEK_SET) == 0 &&
-                 fwrite(full + p->offset, sizeof(float), (size_t)p->numel, f) == (size_t)p->numel;
+            out_write_at(&f, full + p->offset, (size_t)p->numel * sizeof(float), head_len + st[u->params[j]].begin);
         }
         if (full != u->shard_param) ledger_free(&t->ledger, full);
     }
-    int rc = 0;
-    if (root) {
-        ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
-        if (f) ok = (fclose(f) == 0) && ok;
-        ok = ok && rename(tmp, path) == 0;
-        if (!ok) {
-            snprintf(err, sizeof(err), "--export %s: writing failed (%s)", path, strerror(errno));
-            remove(tmp);
-            rc = 2;
-        } else {
-            printf("exported %ld parameters in %d tensors to %s (safetensors, F32, PyTorch names)\n", trainer_num_params(t), n, path);
-        }
-    }
+    if (root && rc == 0) rc = out_commit(&f, err, sizeof(err));
+    if (root && rc == 0)
+        printf("exported %ld parameters in %d tensors to %s (safetensors, F32, PyTorch names)\n", trainer_num_params(t), n,
+               path);
     free(head);
     free(st);
     return ckpt_agree(t, rc, err);
@@ -1969,7 +2174,8 @@ static int trainer_export(Trainer *t, const char *path) {
  * F32 with our shape, and nothing else. */
 static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map, char *err, size_t errlen) {
     if (h->n != t->model.n_params)
-        return usage_error(err, errlen, "--init-from %s: %d tensors, but the model has %d parameters. Export it from a run of the same model.", path, h->n, t->model.n_params);
+        return usage_error(err, errlen, "--init-from %s: %d tensors, but the model has %d parameters. Export it from a "
+                           "run of the same model.", path, h->n, t->model.n_params);
     for (int i = 0; i < t->model.n_params; i++) {
         StTensor want;
         st_tensor_of(&t->model.params[i], &want);
@@ -1978,46 +2184,68 @@ static int st_check_model(const Trainer *t, const StHeader *h, const char *path,
             if (!strcmp(h->tensors[j].name, want.name)) map[i] = j;
         if (map[i] < 0) return usage_error(err, errlen, "--init-from %s: no tensor named %s.", path, want.name);
         const StTensor *s = &h->tensors[map[i]];
-        if (strcmp(s->dtype, "F32") != 0) return usage_error(err, errlen, "--init-from %s: %s is %s; fsdp.c trains in F32.", path, s->name, s->dtype);
+        if (strcmp(s->dtype, "F32") != 0)
+            return usage_error(err, errlen, "--init-from %s: %s is %s; fsdp.c trains in F32.", path, s->name, s->dtype);
         int same = s->ndim == want.ndim;
         for (int d = 0; d < want.ndim && same; d++) same = s->shape[d] == want.shape[d];
-        if (!same) return usage_error(err, errlen, "--init-from %s: %s has the wrong shape (%d dims, first %ld); expected (%ld%s%ld).", path, s->name, s->ndim,
-                                      s->ndim ? s->shape[0] : 0L, want.shape[0], want.ndim == 2 ? ", " : "", want.ndim == 2 ? want.shape[1] : 0L);
+        if (!same)
+            return usage_error(err, errlen, "--init-from %s: %s has the wrong shape (%d dims, first %ld); expected "
+                               "(%ld%s%ld).", path, s->name, s->ndim, s->ndim ? s->shape[0] : 0L, want.shape[0],
+                               want.ndim == 2 ? ", " : "", want.ndim == 2 ? want.shape[1] : 0L);
     }
     return 0;
 }
 
 /* Reads rank 0's copy of a safetensors header: the 8-byte length, then the
  * JSON. Returns the bytes (all ranks judge these same bytes). */
-static int st_read_header(const char *path, unsigned char **out, size_t *len, uint64_t *file_size, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0) {
-        if (f) fclose(f);
-        return usage_error(err, errlen, "--init-from %s: cannot open it (%s).", path, strerror(errno));
-    }
-    *file_size = (uint64_t)st.st_size;
+static int st_read_header(const char *path, unsigned char **out, size_t *len, uint64_t *file_size, char *err,
+                          size_t errlen) {
+    int fd = file_open_input("--init-from", path, file_size, err, errlen);
+    if (fd < 0) return 2;
     unsigned char prefix[8];
-    size_t got = fread(prefix, 1, 8, f);
     uint64_t n = 0;
-    for (int i = 7; i >= 0 && got == 8; i--) n = (n << 8) | prefix[i];
-    if (got != 8 || n > *file_size - 8 || n > ST_MAX_HEADER) {
-        fclose(f);
-        return usage_error(err, errlen, "--init-from %s: not a safetensors file (its first 8 bytes do not give a header length that fits the file).", path);
+    int got = *file_size >= 8 && file_read_at(fd, prefix, 8, 0) == 0;
+    for (int i = 7; i >= 0 && got; i--) n = (n << 8) | prefix[i];
+    if (!got || n > *file_size - 8 || n > ST_MAX_HEADER) {
+        close(fd);
+        return usage_error(err, errlen, "--init-from %s: not a safetensors file (%llu bytes; its first 8 bytes do not "
+                           "give a header length that fits the file).", path, (unsigned long long)*file_size);
     }
     *len = 8 + (size_t)n;
     *out = (unsigned char *)malloc(*len);
     if (!*out) FATAL("the machine is out of host memory", "cannot hold the safetensors header");
     memcpy(*out, prefix, 8);
-    int ok = fread(*out + 8, 1, (size_t)n, f) == (size_t)n;
-    fclose(f);
+    int ok = file_read_at(fd, *out + 8, (size_t)n, 8) == 0;
+    close(fd);
     if (!ok) return usage_error(err, errlen, "--init-from %s: the header is cut short.", path);
     return 0;
 }
 
+/* Reads this rank's shard of every parameter from the safetensors file
+ * (the header says where each tensor is). Returns 0 or 2. */
+static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const char *path, char *err, size_t errlen) {
+    uint64_t size = 0;
+    int rc = 0, fd = file_open_input("--init-from", path, &size, err, errlen);
+    if (fd < 0) return 2;
+    for (int ui = 0; ui < t->n_units && rc == 0; ui++) {
+        Unit *u = &t->units[ui];
+        long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
+        for (int j = 0; j < u->n_params && rc == 0; j++) {
+            const Param *p = &t->model.params[u->params[j]];
+            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
+            uint64_t at = h->data_start + h->tensors[map[u->params[j]]].begin + (uint64_t)(a - p->offset) * sizeof(float);
+            if (file_read_at(fd, u->shard_param + (a - lo), (size_t)(b - a) * sizeof(float), at) != 0)
+                rc = usage_error(err, errlen, "--init-from %s: cannot read %s (the file changed?).", path, p->name);
+        }
+    }
+    close(fd);
+    return rc;
+}
+
 /* ------------------------------------------------------------------------
  * Start from a safetensors file: every rank reads only the bytes of its
- * own shards (the header says where each tensor is). AdamW starts fresh.
+ * own shards. AdamW starts fresh. A value that is not a number (NaN, Inf)
+ * is refused by name: training on it would give NaN at every step.
  * --------------------------------------------------------------------- */
 static int trainer_init_from(Trainer *t, const char *path) {
     char err[8192] = "", why[768] = "";
@@ -2034,39 +2262,30 @@ static int trainer_init_from(Trainer *t, const char *path) {
     MPI_Bcast(sizes, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
     len = (size_t)sizes[0];
     file_size = sizes[1];
-    if (t->comm.rank != 0 && !(head = (unsigned char *)malloc(len))) FATAL("the machine is out of host memory", "cannot hold the safetensors header");
+    if (t->comm.rank != 0 && !(head = (unsigned char *)malloc(len)))
+        FATAL("the machine is out of host memory", "cannot hold the safetensors header");
     MPI_Bcast(head, (int)len, MPI_UNSIGNED_CHAR, 0, t->comm.comm);
     StHeader h;
     memset(&h, 0, sizeof(h));
     int *map = (int *)calloc((size_t)t->model.n_params, sizeof(int));
-    if (st_parse_header(head, len, file_size, &h, why, sizeof(why)) != 0) rc = usage_error(err, sizeof(err), "--init-from %s: %s", path, why);
+    if (!map) FATAL("the machine is out of host memory", "cannot map the safetensors file");
+    if (st_parse_header(head, len, file_size, &h, why, sizeof(why)) != 0)
+        rc = usage_error(err, sizeof(err), "--init-from %s: %s", path, why);
     free(head);
     if (rc == 0) rc = st_check_model(t, &h, path, map, err, sizeof(err));
-    if (ckpt_agree(t, rc, err)) { /* every rank reached the same verdict */
-        st_free(&h);
-        free(map);
-        return 2;
+    rc = ckpt_agree(t, rc, err); /* every rank reached the same verdict */
+    if (rc == 0) rc = ckpt_agree(t, st_read_shards(t, &h, map, path, err, sizeof(err)), err);
+    if (rc == 0) {
+        int bad = 0;
+        if (shard_first_nonfinite(t, 0, why, sizeof(why)))
+            bad = usage_error(err, sizeof(err), "--init-from %s: %s; training on it would give NaN at every step. "
+                              "Export from a run that did not diverge.", path, why);
+        rc = ckpt_agree(t, bad, err);
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) rc = usage_error(err, sizeof(err), "--init-from %s: cannot open it.", path);
-    for (int ui = 0; ui < t->n_units && rc == 0; ui++) {
-        Unit *u = &t->units[ui];
-        long lo = (u->shard == u->padded) ? 0 : (long)t->comm.rank * u->shard, hi = lo + u->shard;
-        for (int j = 0; j < u->n_params && rc == 0; j++) {
-            const Param *p = &t->model.params[u->params[j]];
-            long a = p->offset > lo ? p->offset : lo, b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-            if (a >= b) continue;
-            off_t at = (off_t)(h.data_start + h.tensors[map[u->params[j]]].begin + (uint64_t)(a - p->offset) * sizeof(float));
-            if (fseeko(f, at, SEEK_SET) != 0 || fread(u->shard_param + (a - lo), sizeof(float), (size_t)(b - a), f) != (size_t)(b - a))
-                rc = usage_error(err, sizeof(err), "--init-from %s: cannot read %s.", path, p->name);
-        }
-    }
-    if (f) fclose(f);
     st_free(&h);
     free(map);
-    if (ckpt_agree(t, rc, err)) return 2;
-    if (t->comm.rank == 0) printf("initialised from %s\n", path);
-    return 0;
+    if (rc == 0 && t->comm.rank == 0) printf("initialised from %s\n", path);
+    return rc;
 }
 
 /* ============================================================================
@@ -2111,8 +2330,9 @@ void config_usage(FILE *out) {
         "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
         "                        and print memory and traffic side by side\n"
         "simulator\n"
-        "  --vram SIZE           simulated GPU memory per rank, e.g. 512M or 2G; going over\n"
-        "                        it fails like CUDA's out-of-memory   (default unlimited)\n"
+        "  --vram SIZE           simulated GPU memory per rank, e.g. 512M or 2G (K M G T P);\n"
+        "                        going over it fails like CUDA's out-of-memory\n"
+        "                                                                (default unlimited)\n"
         "  --net NAME            price every collective on a modelled interconnect:\n"
         "                        nvlink | pcie | ib | ethernet | none (default none)\n"
         "  --trace FILE          write a trace for ui.perfetto.dev / chrome://tracing; with\n"
@@ -2142,7 +2362,12 @@ void config_usage(FILE *out) {
         "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
         "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
         "  --log-every N         print a line every N steps              (default 20)\n"
-        "  --help                this text\n");
+        "  --help                this text\n"
+        "\n"
+        "exit codes (the same on every rank)\n"
+        "  0 trained   1 a file could not be written, or an internal error   2 bad input\n"
+        "  3 simulated out of memory (--vram)   4 the ranks' collectives disagree\n"
+        "  5 the loss became NaN or infinite (training diverged)\n");
 }
 
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *err, size_t errlen) {
@@ -2174,7 +2399,8 @@ static int parse_float(const char *flag, const char *s, double lo, int lo_open, 
     if (errno || end == s || *end != '\0' || !isfinite(v))
         return usage_error(err, errlen, "%s: '%s' is not a number. Give a value like 0.001.", flag, s);
     if (v < lo || (lo_open && v == lo) || v > hi)
-        return usage_error(err, errlen, "%s: %g is out of range. Give a value %s %g and <= %g.", flag, v, lo_open ? ">" : ">=", lo, hi);
+        return usage_error(err, errlen, "%s: %s is out of range. Give a value %s %g and <= %g.", flag, s,
+                           lo_open ? ">" : ">=", lo, hi); /* s, not v: %g would print 0.99999999999 as 1 */
     *out = (float)v;
     return 0;
 }
@@ -2192,11 +2418,12 @@ static int parse_size(const char *flag, const char *s, size_t *out, char *err, s
         case 'M': case 'm': unit = 1048576.0; end++; break;
         case 'G': case 'g': unit = 1073741824.0; end++; break;
         case 'T': case 't': unit = 1099511627776.0; end++; break;
+        case 'P': case 'p': unit = 1125899906842624.0; end++; break;
         }
         if (unit > 1.0 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
     }
     if (errno || end == s || *end != '\0' || !isfinite(v))
-        return usage_error(err, errlen, "%s: '%s' is not a size. Give bytes with an optional K, M, G or T suffix, e.g. %s 512M.", flag, s, flag);
+        return usage_error(err, errlen, "%s: '%s' is not a size. Give bytes with an optional K, M, G, T or P suffix, e.g. %s 512M.", flag, s, flag);
     if (v * unit < 1.0 || v * unit > 1125899906842624.0)
         return usage_error(err, errlen, "%s: '%s' is out of range. Give a size between 1 byte and 1P, e.g. %s 512M.", flag, s, flag);
     *out = (size_t)(v * unit);
@@ -2538,15 +2765,26 @@ static void trace_path_for(char *out, size_t len, const char *path, Strategy str
     snprintf(out, len, "%.*s.%s%s", (int)(dot - path), path, strategy_name(strategy), dot);
 }
 
-/* Whether `path` can be written, before any training is spent: opened for
- * appending (so nothing existing is lost) and removed again if new. */
-static int check_writable(const char *flag, const char *path, char *err, size_t errlen) {
-    struct stat st;
-    int existed = stat(path, &st) == 0;
-    FILE *f = fopen(path, "a");
-    if (!f) return usage_error(err, errlen, "%s %s: cannot write there (%s). Give a path in a writable directory.", flag, path, strerror(errno));
-    fclose(f);
-    if (!existed) remove(path);
+/* Every file an option names, and whether the run writes it. */
+typedef struct {
+    const char *flag, *path;
+    int output;
+} NamedFile;
+
+/* Two options naming one file would lose one of them: two outputs keep only
+ * the last written, and an output over an input destroys what the run (or
+ * the next) reads. Found before any step is spent. Returns 0 or 2. */
+static int check_distinct_files(const NamedFile *f, int n, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            if (!f[i].path || !f[j].path || (!f[i].output && !f[j].output) || !file_same(f[i].path, f[j].path)) continue;
+            if (f[i].output && f[j].output)
+                return usage_error(err, errlen, "%s %s and %s %s name the same file, so one output would replace the "
+                                   "other. Give each output its own path.", f[i].flag, f[i].path, f[j].flag, f[j].path);
+            const NamedFile *out = f[i].output ? &f[i] : &f[j], *in = f[i].output ? &f[j] : &f[i];
+            return usage_error(err, errlen, "%s %s would replace %s %s, which this run reads. Give the output another "
+                               "path.", out->flag, out->path, in->flag, in->path);
+        }
     return 0;
 }
 
@@ -2582,6 +2820,20 @@ static void debugger_wait(MPI_Comm comm) {
     MPI_Barrier(comm);
 }
 
+/* The loss is the same number on every rank (global_mean_loss), so every
+ * rank sees it leave the numbers at the same step and stops there, before
+ * a checkpoint of NaN parameters could be saved: exit 5. */
+static void stop_diverged(const Config *cfg, int root, int step, double loss) {
+    if (root) {
+        fflush(stdout);
+        fprintf(stderr, "error: the loss is %g at step %d: training diverged, and every step after this one would "
+                        "train on NaN.\nHINT: lower --lr (it is %g; the default is 0.003). Gradient clipping "
+                        "(PyTorch's clip_grad_norm_) is the other usual cure.\n", loss, step + 1, (double)cfg->lr);
+        fflush(stderr);
+    }
+    exit_all(5);
+}
+
 /* Trains with cfg on comm; rank 0 prints as it goes. */
 static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table) {
     RunSummary s;
@@ -2602,6 +2854,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         double ts = now_seconds();
         loss = trainer_step(t, step);
         double dt = now_seconds() - ts;
+        if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
         if (root && !t->sim.view_in_place && (step % cfg->log_every == 0 || step == cfg->steps - 1))
             printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB (peak %.3f)\n", step + 1, cfg->steps,
                    loss, dt * 1e3, cfg->batch / dt, mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total));
@@ -2618,9 +2871,10 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     s.batch = cfg->batch;
     if (cfg->trace_path) {
         SimRunSummary run = {s.seconds, s.final_loss, s.steps};
-        char err[512];
+        char err[4096];
         if (sim_trace_write(&t->sim, &t->comm, &run, cfg->trace_path, cfg->trace_clock_sim, err, sizeof(err)) != 0) {
             if (root) fprintf(stderr, "error: %s\n", err);
+            exit_all(1); /* every rank: the verdict was broadcast */
         } else if (root) {
             printf("trace written to %s (%s clock): open it at https://ui.perfetto.dev or chrome://tracing\n", cfg->trace_path, cfg->trace_clock_sim ? "simulated" : "real");
         }
@@ -2709,7 +2963,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     Config cfg;
-    char err[1024];
+    char err[4096];
     int rc = config_parse(&cfg, argc, argv, err, sizeof(err));
     if (rc == 0) rc = config_check_world(&cfg, world, err, sizeof(err));
     /* Files: rank 0 checks them; all ranks agree on its verdict. */
@@ -2728,13 +2982,19 @@ int main(int argc, char **argv) {
             Corpus probe;
             memset(&probe, 0, sizeof(probe));
             rc = corpus_load_file(&probe, cfg.data_path, cfg.context, err, sizeof(err));
-            free(probe.bytes);
+            corpus_release(&probe);
         }
-        if (rc == 0 && cfg.trace_path && !cfg.compare) rc = check_writable("--trace", cfg.trace_path, err, sizeof(err));
-        if (rc == 0 && cfg.export_path) rc = check_writable("--export", cfg.export_path, err, sizeof(err));
+        NamedFile files[] = {{"--trace", cfg.compare ? NULL : cfg.trace_path, 1},
+                             {"--trace", cfg.compare && cfg.trace_path ? trace_ddp : NULL, 1},
+                             {"--trace", cfg.compare && cfg.trace_path ? trace_sharded : NULL, 1},
+                             {"--export", cfg.export_path, 1},
+                             {"--data", cfg.data_path, 0},
+                             {"--init-from", cfg.init_from, 0}};
+        int n_files = (int)(sizeof(files) / sizeof(files[0]));
+        for (int i = 0; i < n_files && rc == 0; i++)
+            if (files[i].output && files[i].path) rc = file_check_output(files[i].flag, files[i].path, err, sizeof(err));
+        if (rc == 0) rc = check_distinct_files(files, n_files, err, sizeof(err));
         if (rc == 0 && cfg.save_dir) rc = check_save_dir(cfg.save_dir, err, sizeof(err));
-        if (rc == 0 && cfg.trace_path && cfg.compare) rc = check_writable("--trace", trace_ddp, err, sizeof(err));
-        if (rc == 0 && cfg.trace_path && cfg.compare) rc = check_writable("--trace", trace_sharded, err, sizeof(err));
     }
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rc == 1) {

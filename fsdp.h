@@ -127,6 +127,8 @@ typedef struct {
     int n_entries, cap_entries;
     size_t budget;        /* simulated VRAM per rank (--vram); 0: unlimited */
     int rank;             /* for the out-of-memory report                   */
+    int defer_oom;        /* setup: note an overrun, decide together later  */
+    char *oom_report;     /* the first overrun's report, while deferred     */
     struct Sim *sim;      /* the instruments, told of every change          */
 } Ledger;
 

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "sim.h"
+#include "../files.h"
 
 /* ---- growing arrays ------------------------------------------------------------- */
 
@@ -215,10 +216,12 @@ static void per_rank_array(Text *t, const double *v, int world) {
 static void run_header(Text *t, const Sim *s, const Comm *c, const SimRunSummary *run, int clock_sim, const double *stats) {
     const Config *cfg = s->cfg;
     int N = c->world, n = MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS;
+    char loss[32] = "null"; /* a run with no step to take (a resume at its end) has no loss */
+    if (run->steps > 0) snprintf(loss, sizeof(loss), "%.6f", run->final_loss);
     text_printf(t, "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"fsdp\":{\"version\":1,\"world\":%d,\"strategy\":\"%s\",\"model\":\"%s\","
-                   "\"steps\":%d,\"clock\":\"%s\",\"net\":\"%s\",\"vram\":%zu,\"seconds\":%.6f,\"final_loss\":%.6f,\n\"categories\":[",
+                   "\"steps\":%d,\"clock\":\"%s\",\"net\":\"%s\",\"vram\":%zu,\"seconds\":%.6f,\"final_loss\":%s,\n\"categories\":[",
                 N, strategy_name(cfg->strategy), cfg->model_name ? cfg->model_name : "custom", run->steps, clock_sim ? "sim" : "real",
-                cfg->net ? cfg->net : "none", cfg->vram, run->seconds, run->final_loss);
+                cfg->net ? cfg->net : "none", cfg->vram, run->seconds, loss);
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) text_printf(t, "%s\"%s\"", k ? "," : "", MEM_CATEGORY_NAMES[k]);
     text_printf(t, "],\n\"units\":[");
     for (int u = 0; u < s->n_units; u++)
@@ -291,21 +294,16 @@ int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const
     if (c->rank == 0) {
         Text head = {NULL, 0, 0};
         run_header(&head, s, c, run, clock_sim, stats);
-        FILE *f = fopen(path, "w");
-        if (!f) {
-            snprintf(err, errlen, "--trace %s: cannot write it", path);
-            rc = 2;
-        } else {
-            fwrite(head.p, 1, head.n, f);
+        OutFile f; /* ../files.c: beside the path, then renamed into place */
+        rc = out_open(&f, "--trace", path, err, errlen);
+        if (rc == 0) {
+            out_write(&f, head.p, head.n);
             for (int r = 0; r < N; r++) {
-                if (r) fputs(",\n", f);
-                fwrite(all + offsets[r], 1, (size_t)lens[r], f);
+                if (r) out_write(&f, ",\n", 2);
+                out_write(&f, all + offsets[r], (size_t)lens[r]);
             }
-            fputs("\n]}\n", f);
-            if (fclose(f) != 0) {
-                snprintf(err, errlen, "--trace %s: writing failed (disk full?)", path);
-                rc = 2;
-            }
+            out_write(&f, "\n]}\n", 4);
+            rc = out_commit(&f, err, errlen);
         }
         free(head.p);
     }

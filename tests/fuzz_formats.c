@@ -1,16 +1,25 @@
-/* tests/fuzz_formats.c — libFuzzer target for formats.c's two parsers.
+/* tests/fuzz_formats.c — libFuzzer target for formats.c's three parsers.
  *
  * Each input is tried as a whole safetensors file (file_size = its size),
  * as the start of a larger one (file_size > size, so offsets may point past
- * the bytes given and the "read more" answer, code 3, is reached), and as
- * meta.txt. Under AddressSanitizer any read past the input is a crash, and
- * leaks are reported at exit. Beyond "does not crash", it checks promises
- * the callers rely on, and aborts when one is broken:
+ * the bytes given and the "read more" answer, code 3, is reached), as
+ * meta.txt, and as the start of a shard file. Under AddressSanitizer any
+ * read past the input is a crash, and leaks are reported at exit. Beyond
+ * "does not crash", it checks promises the callers rely on, and aborts when
+ * one is broken:
  *   - every error message is one NUL-terminated line;
- *   - after a refusal, the output holds no arrays (st_free/meta_free safe);
+ *   - after a refusal, the output holds no arrays (st_free/meta_free safe),
+ *     and a refused shard header is all zeros;
  *   - whatever st_parse_header accepts lies inside the file and overlaps
  *     nothing; what meta_parse accepts, meta_format writes back byte for
- *     byte (so the writer and the reader agree on one format).
+ *     byte, its end line's crc32 included (so the writer and the reader
+ *     agree on one format); what shard_header_decode accepts,
+ *     shard_header_encode writes back as the same 64 bytes (no byte of the
+ *     header is ignored).
+ *
+ * meta.txt ends with a crc32 of the lines above it, which a mutation almost
+ * never gets right; meta_parse checks it last, so the fuzzer still reaches
+ * every structural check, and the seeds (valid files) reach acceptance.
  *
  * Build and run: tests/test_fuzz.sh. Without libFuzzer, -DFUZZ_STANDALONE
  * gives a main() that runs the target on the files named on the command
@@ -88,6 +97,25 @@ static void fuzz_meta(const uint8_t *data, size_t size) {
     meta_free(&m);
 }
 
+static void fuzz_shard_header(const uint8_t *data, size_t size) {
+    ShardHeader h;
+    char err[256];
+    memset(err, 'x', sizeof(err));
+    int rc = shard_header_decode(data, size, &h, err, sizeof(err));
+    promise(rc == 0 || rc == 2, "shard_header_decode returns 0 or 2");
+    if (rc != 0) {
+        check_message(err, sizeof(err));
+        promise(!h.rank && !h.world && !h.step && !h.layout, "a refused shard header is zeroed");
+        return;
+    }
+    promise(size >= SHARD_HEADER_BYTES && h.rank < h.world,
+            "an accepted header is whole, and rank < world");
+    unsigned char again[SHARD_HEADER_BYTES];
+    shard_header_encode(&h, again);
+    promise(memcmp(again, data, SHARD_HEADER_BYTES) == 0,
+            "shard_header_encode(shard_header_decode(x)) is x");
+}
+
 #ifdef __cplusplus
 extern "C"
 #endif
@@ -96,6 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_safetensors(data, size, (uint64_t)size + 4096);
     fuzz_safetensors(data, size, UINT64_MAX); /* file_size - 8 must not wrap */
     fuzz_meta(data, size);
+    fuzz_shard_header(data, size);
     return 0;
 }
 

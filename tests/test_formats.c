@@ -5,8 +5,15 @@
  *                of formats.h broken once, each refused with a message that
  *                names the problem; a file written by Hugging Face's own
  *                library (tests/fixtures/reference.safetensors)
- *   meta.txt     meta_format -> meta_parse, field by field; every prefix of
- *                a valid file refused; every rule broken once
+ *   meta.txt     meta_format -> meta_parse, field by field (both forms of
+ *                "data"); every prefix of a valid file refused; every
+ *                one-bit change refused; every rule broken once; the end
+ *                line's crc32 (an edit refused, the same edit with the crc32
+ *                recomputed accepted)
+ *   layout hash  meta_layout_hash: its definition (FNV-1a of the layout
+ *                lines), what changes it and what does not
+ *   shard header shard_header_encode -> shard_header_decode, byte by byte;
+ *                every refusal; no byte of the header ignored
  *   --interop    only: live interop with Hugging Face's library, both ways
  *                (tests/fixtures/st_check.py); needs python3 with
  *                safetensors and numpy, and exits 77 ("skipped") without
@@ -579,7 +586,7 @@ static int test_st_interop(const char *argv0) {
  * padding and shards by the strategy's rule. Free with meta_free. */
 static void sample_meta(CkptMeta *m, int world, const char *strategy, int depth) {
     memset(m, 0, sizeof(*m));
-    m->version = 1;
+    m->version = META_VERSION;
     m->world = world;
     snprintf(m->strategy, sizeof(m->strategy), "%s", strategy);
     m->vocab = 256;
@@ -589,6 +596,8 @@ static void sample_meta(CkptMeta *m, int world, const char *strategy, int depth)
     m->depth = depth; /* at most 4 */
     m->min_params = 131968;
     m->seed = 18446744073709551615ull; /* the largest u64: all 64 bits survive */
+    m->batch = 64;
+    m->data_is_file = 0; /* "data synthetic"; meta_round_trip tries the other form too */
     m->step = 100;
     m->adam_step = 100;
     int sharded = strcmp(strategy, "no_shard") != 0, D = m->width;
@@ -624,7 +633,7 @@ static void sample_meta(CkptMeta *m, int world, const char *strategy, int depth)
         p->offset = m->units[p->unit].numel;
         m->units[p->unit].numel += p->numel;
     }
-    uint64_t bytes = 0;
+    uint64_t bytes = SHARD_HEADER_BYTES;
     for (int u = 0; u < m->n_units; u++) {
         MetaUnit *x = &m->units[u];
         x->padded = (x->numel + world - 1) / world * world;
@@ -644,6 +653,8 @@ static int meta_equal(const CkptMeta *a, const CkptMeta *b) {
     int eq = a->version == b->version && a->world == b->world && !strcmp(a->strategy, b->strategy) && a->vocab == b->vocab && a->embed_dim == b->embed_dim &&
              a->context == b->context && a->width == b->width && a->depth == b->depth && a->min_params == b->min_params && a->seed == b->seed &&
              a->step == b->step && a->adam_step == b->adam_step && a->n_units == b->n_units && a->n_params == b->n_params && a->n_files == b->n_files;
+    eq = eq && a->batch == b->batch && a->data_is_file == b->data_is_file &&
+         a->data_bytes == b->data_bytes && a->data_crc == b->data_crc;
     for (int i = 0; eq && i < a->n_units; i++)
         eq = a->units[i].numel == b->units[i].numel && a->units[i].padded == b->units[i].padded && a->units[i].shard == b->units[i].shard;
     for (int i = 0; eq && i < a->n_params; i++) {
@@ -655,16 +666,36 @@ static int meta_equal(const CkptMeta *a, const CkptMeta *b) {
     return eq;
 }
 
-static void meta_round_trip(int world, const char *strategy) {
+/* The bytes of text before its "end" line (the end line's crc32 covers
+ * them), or 0 when there is no "\nend " in it. */
+static size_t before_end(const char *text) {
+    const char *at = strstr(text, "\nend ");
+    return at ? (size_t)(at - text) + 1 : 0;
+}
+
+static void meta_round_trip(int world, const char *strategy, int data_is_file) {
     CkptMeta m, back;
     sample_meta(&m, world, strategy, 2);
+    if (data_is_file) {
+        m.data_is_file = 1;
+        m.data_bytes = 123456;
+        m.data_crc = 0x0000beefu; /* leading zeros: written as 8 digits */
+    }
+    m.meta_crc = 0x12345678u; /* meta_format ignores it: it computes its own */
     size_t len = 0;
     char *text = meta_format(&m, &len);
     char err[512] = "", what[96];
     int rc = text ? meta_parse(text, len, &back, err, sizeof(err)) : -1;
-    snprintf(what, sizeof(what), "round trip, %s on %d ranks", strategy, world);
+    snprintf(what, sizeof(what), "round trip, %s on %d ranks, data %s", strategy, world,
+             data_is_file ? "file" : "synthetic");
     check(rc == 0 && meta_equal(&m, &back), what, "rc %d, %d units, %d params, %d files, %lu bytes %s", rc, back.n_units, back.n_params, back.n_files,
           (unsigned long)len, err);
+    if (rc == 0) {
+        uint32_t want = crc32_update(0, text, before_end(text));
+        snprintf(what, sizeof(what), "meta_crc = crc32 of the lines above 'end', %s", strategy);
+        check(back.meta_crc == want && back.version == META_VERSION, what, "%08x (want %08x)",
+              (unsigned)back.meta_crc, (unsigned)want);
+    }
     if (rc == 0) {
         size_t len2 = 0;
         char *again = meta_format(&back, &len2);
@@ -709,13 +740,70 @@ static void meta_edit_refuses(const char *what, const char *old, const char *new
     free(text);
 }
 
+/* Rewrites the crc32 on text's "end" line to match the lines above it, as
+ * someone who edits meta.txt and knows the format would. In place. */
+static void fix_crc(char *text) {
+    size_t at = before_end(text);
+    char *hex = at ? strstr(text + at, "crc32 ") : NULL;
+    if (!hex || strlen(hex) < 14) return; /* no end line to fix: the check that uses it fails */
+    char digits[9];
+    snprintf(digits, sizeof(digits), "%08x", (unsigned)crc32_update(0, text, at));
+    memcpy(hex + 6, digits, 8);
+}
+
+/* The same edit, with the crc32 fixed afterwards: accepted (so it was the
+ * crc32 alone that refused the edit), or refused with needle (a rule that
+ * holds whatever the crc32 says). needle NULL: must be accepted. */
+static void meta_edit_fixed(const char *what, const char *old, const char *new_text,
+                            const char *needle) {
+    char *text = sample_text();
+    char *edited = replace(text, old, new_text);
+    fix_crc(edited);
+    if (!strcmp(edited, text)) {
+        check(0, what, "test bug: '%s' not in the sample", old);
+    } else if (needle) {
+        meta_refuses(what, edited, needle);
+    } else {
+        CkptMeta m;
+        char err[512] = "";
+        int rc = meta_parse(edited, strlen(edited), &m, err, sizeof(err));
+        check(rc == 0, what, "rc %d %s", rc, err);
+        meta_free(&m);
+    }
+    free(edited);
+    free(text);
+}
+
+/* The sample's "end" line, "end crc32 xxxxxxxx\n", malloc'd. */
+static char *sample_end_line(void) {
+    char *text = sample_text();
+    size_t at = before_end(text);
+    char *line = (char *)malloc(strlen(text + at) + 1);
+    strcpy(line, text + at);
+    free(text);
+    return line;
+}
+
 static void test_meta(void) {
     printf("meta.txt: meta_format -> meta_parse\n");
-    meta_round_trip(4, "full_shard");
-    meta_round_trip(3, "shard_grad_op");
-    meta_round_trip(1, "full_shard");
-    meta_round_trip(4, "no_shard");
-    meta_round_trip(7, "full_shard"); /* units that do not divide by 7 */
+    meta_round_trip(4, "full_shard", 0);
+    meta_round_trip(4, "full_shard", 1);
+    meta_round_trip(3, "shard_grad_op", 1);
+    meta_round_trip(1, "full_shard", 0);
+    meta_round_trip(4, "no_shard", 1);
+    meta_round_trip(7, "full_shard", 0); /* units that do not divide by 7 */
+    {
+        CkptMeta m;
+        sample_meta(&m, 4, "full_shard", 2);
+        m.version = 1; /* meta_format writes META_VERSION whatever this says */
+        size_t len;
+        char *text = meta_format(&m, &len);
+        check(text && !strncmp(text, "fsdp-checkpoint 2\n", 18),
+              "meta_format writes version 2, whatever m->version says", "%.17s",
+              text ? text : "(NULL)");
+        free(text);
+        meta_free(&m);
+    }
 
     char *text = sample_text();
     size_t len = strlen(text);
@@ -751,10 +839,18 @@ static void test_meta(void) {
     free(more);
 
     printf("meta.txt: every rule broken once\n");
-    meta_edit_refuses("wrong magic", "fsdp-checkpoint 1\n", "fsdp-checkpoinT 1\n", "not an fsdp.c checkpoint");
+    meta_edit_refuses("wrong magic", "fsdp-checkpoint 2\n", "fsdp-checkpoinT 2\n",
+                      "not an fsdp.c checkpoint");
     meta_refuses("not a checkpoint at all", "{\"a\":1}\n", "not an fsdp.c checkpoint");
     meta_refuses("empty text", "", "cut short");
-    meta_edit_refuses("version 2", "fsdp-checkpoint 1\n", "fsdp-checkpoint 2\n", "version 2");
+    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 2\n", "fsdp-checkpoint 1\n",
+                      "line 1: version 1 was written by an older fsdp.c, before checkpoints "
+                      "carried their own checksums; "
+                      "this fsdp.c reads version 2 only: train again to re-create it");
+    meta_edit_refuses("version 3", "fsdp-checkpoint 2\n", "fsdp-checkpoint 3\n",
+                      "version 3; this fsdp.c reads version 2 only");
+    meta_edit_refuses("version 0", "fsdp-checkpoint 2\n", "fsdp-checkpoint 0\n",
+                      "version 0; this fsdp.c reads version 2 only");
     meta_edit_refuses("world 0", "world 4\n", "world 0\n", "out of range");
     meta_edit_refuses("units 0", "units 3\n", "units 0\n", "units 0 is out of range");
     meta_edit_refuses("params over 2^20", "params 19\n", "params 1048577\n", "out of range");
@@ -766,12 +862,18 @@ static void test_meta(void) {
     meta_edit_refuses("files 3 for full_shard on 4 ranks", "files 4\n", "files 3\n", "files 3, but full_shard on 4 ranks writes 4");
     meta_edit_refuses("a duplicate key (world twice)", "world 4\n", "world 4\nworld 4\n", "a duplicate, or out of order");
     meta_edit_refuses("a missing key (no seed line)", "seed 18446744073709551615\n", "", "a line is missing");
-    meta_edit_refuses("keys out of order (step before seed)", "seed 18446744073709551615\nstep 100\n", "step 100\nseed 18446744073709551615\n", "expected 'seed', found 'step'");
+    meta_edit_refuses("keys out of order (batch before seed)",
+                      "seed 18446744073709551615\nbatch 64\n",
+                      "batch 64\nseed 18446744073709551615\n", "expected 'seed', found 'batch'");
+    meta_edit_refuses("keys out of order (step before data)", "data synthetic\nstep 100\n",
+                      "step 100\ndata synthetic\n", "expected 'data', found 'step'");
     meta_edit_refuses("an unknown key", "min_params 131968\n", "min_params 131968\nlr 0.001\n", "unknown key 'lr'");
     meta_edit_refuses("an unknown strategy", "strategy full_shard\n", "strategy zero3\n", "unknown strategy 'zero3'");
     meta_edit_refuses("a strategy of 40 characters", "strategy full_shard\n", "strategy full_shard_full_shard_full_shard_full\n", "is too long");
     /* found by the fuzzer: the message read 40 bytes of a word at the very end */
-    meta_refuses("a 35-character word at the end of the text", "fsdp-checkpoint 1\nworld 2\nstrategy full_shard_full_shard_full_shard_", "is too long");
+    meta_refuses("a 35-character word at the end of the text",
+                 "fsdp-checkpoint 2\nworld 2\nstrategy full_shard_full_shard_full_shard_",
+                 "is too long");
     meta_edit_refuses("model dims 0", "width 128", "width 0", "width 0 is out of range");
     meta_edit_refuses("a model field renamed", "embed_dim 16", "embed 16", "expected 'embed_dim' as field 4");
     meta_edit_refuses("a model field missing", " depth 2\n", "\n", "(11 fields), found 9");
@@ -804,14 +906,36 @@ static void test_meta(void) {
     meta_edit_refuses("file name /etc/passwd", "file shard-00000.bin ", "file /etc/passwd ", "contains '/'");
     meta_edit_refuses("file name .hidden", "file shard-00000.bin ", "file .hidden ", "starts with '.'");
     meta_edit_refuses("file name with a backslash", "file shard-00000.bin ", "file a\\b ", "character other than");
-    meta_edit_refuses("two files with the same name", "file shard-00001.bin ", "file shard-00000.bin ", "line 35: file name 'shard-00000.bin' is listed twice (also on line 34)");
-    meta_edit_refuses("bytes not 3 * 4 * sum of shards", "bytes 1002624 crc32 1a2b3c4d", "bytes 1002620 crc32 1a2b3c4d", "bytes 1002620, but the units' shards take 1002624");
+    meta_edit_refuses("two files with the same name", "file shard-00001.bin ",
+                      "file shard-00000.bin ",
+                      "line 37: file name 'shard-00000.bin' is listed twice (also on line 36)");
+    meta_edit_refuses("bytes not 64 + 3 * 4 * sum of shards", "bytes 1002688 crc32 1a2b3c4d",
+                      "bytes 1002684 crc32 1a2b3c4d",
+                      "bytes 1002684, but a shard file takes 1002688 (a 64-byte header, then 3 * 4 "
+                      "* sum of shard)");
+    meta_edit_refuses("file bytes without the 64-byte header", "bytes 1002688 crc32 1a2b3c4d",
+                      "bytes 1002624 crc32 1a2b3c4d",
+                      "bytes 1002624, but a shard file takes 1002688");
     meta_edit_refuses("crc32 in upper case", "crc32 1a2b3c4d", "crc32 1A2B3C4D", "8 lowercase hex");
     meta_edit_refuses("crc32 with 7 digits", "crc32 1a2b3c4d", "crc32 1a2b3c4", "8 lowercase hex");
-    meta_edit_refuses("no end line", "end\n", "", "cut short");
-    meta_edit_refuses("end written twice", "end\n", "end\nend\n", "text after 'end'");
-    meta_edit_refuses("text after end", "end\n", "end\nmore\n", "text after 'end'");
-    meta_edit_refuses("end with a field", "end\n", "end now\n", "expected 'end' (1 field), found 2");
+    {
+        char *end = sample_end_line(), twice[64], after[64];
+        snprintf(twice, sizeof(twice), "%s%s", end, end);
+        snprintf(after, sizeof(after), "%smore\n", end);
+        meta_edit_refuses("no end line", end, "",
+                          "line 40: the file ends where 'end' was expected (cut short?)");
+        meta_edit_refuses("end written twice", end, twice, "line 41: text after 'end'");
+        meta_edit_refuses("text after end", end, after, "text after 'end'");
+        meta_edit_refuses("end without its crc32 (as version 1 wrote it)", end, "end\n",
+                          "expected 'end crc32 XXXXXXXX' (3 fields), found 1");
+        meta_edit_refuses("end with another word", "\nend crc32 ", "\nend crc 32",
+                          "expected 'crc32' as field 2");
+        meta_edit_refuses("end crc32 in upper case", end, "end crc32 ABCDEF01\n",
+                          "8 lowercase hex");
+        meta_edit_refuses("end crc32 with 9 digits", "\nend crc32 ", "\nend crc32 0",
+                          "8 lowercase hex");
+        free(end);
+    }
     {
         char *t = sample_text();
         size_t n = strlen(t);
@@ -831,6 +955,351 @@ static void test_meta(void) {
     free(text);
 }
 
+/* meta.txt version 2's additions: batch, data, adam_step <= step, and the
+ * crc32 on the "end" line. */
+static void test_meta_v2(void) {
+    printf("meta.txt: batch, data, adam_step\n");
+    meta_edit_refuses("no batch line", "batch 64\n", "",
+                      "line 7: expected 'batch', found 'data' (a line is missing before this one)");
+    meta_edit_refuses("no data line", "data synthetic\n", "",
+                      "line 8: expected 'data', found 'step' (a line is missing before this one)");
+    meta_edit_refuses("batch 0", "batch 64\n", "batch 0\n", "batch 0 is out of range [1, 1048576]");
+    meta_edit_refuses("batch over 2^20", "batch 64\n", "batch 1048577\n",
+                      "batch 1048577 is out of range");
+    meta_edit_refuses("batch negative", "batch 64\n", "batch -64\n",
+                      "not a non-negative decimal number");
+    meta_edit_refuses(
+        "data alone", "data synthetic\n", "data\n",
+        "line 8: data '': expected 'data synthetic' or 'data file bytes N crc32 XXXXXXXX'");
+    meta_edit_refuses("data of an unknown kind", "data synthetic\n", "data random\n",
+                      "data 'random': expected 'data synthetic' or");
+    meta_edit_refuses("data's kind in upper case", "data synthetic\n",
+                      "data File bytes 12 crc32 1a2b3c4d\n", "data 'File': expected");
+    meta_edit_refuses("data synthetic with more", "data synthetic\n", "data synthetic bytes 12\n",
+                      "expected 'data synthetic' (2 fields), found 4");
+    meta_edit_refuses("data file without its crc32", "data synthetic\n", "data file bytes 12\n",
+                      "expected 'data file bytes N crc32 XXXXXXXX' (6 fields), found 4");
+    meta_edit_refuses("data file with 'size' for 'bytes'", "data synthetic\n",
+                      "data file size 12 crc32 1a2b3c4d\n", "expected 'bytes' as field 3");
+    meta_edit_refuses("data file of 0 bytes", "data synthetic\n",
+                      "data file bytes 0 crc32 1a2b3c4d\n", "line 8: data file bytes 0:");
+    meta_edit_refuses("data file bytes over 2^53", "data synthetic\n",
+                      "data file bytes 9007199254740993 crc32 1a2b3c4d\n", "too large");
+    meta_edit_refuses("data file crc32 in upper case", "data synthetic\n",
+                      "data file bytes 12 crc32 1A2B3C4D\n", "8 lowercase hex");
+    meta_edit_refuses("data file crc32 of 7 digits", "data synthetic\n",
+                      "data file bytes 12 crc32 1a2b3c4\n", "8 lowercase hex");
+    meta_edit_fixed("data file bytes 12 crc32 ... (crc fixed): accepted", "data synthetic\n",
+                    "data file bytes 12 crc32 0000abcd\n", NULL);
+    meta_edit_fixed("data file bytes of exactly 2^53 (crc fixed): accepted", "data synthetic\n",
+                    "data file bytes 9007199254740992 crc32 ffffffff\n", NULL);
+    meta_edit_refuses("adam_step > step", "adam_step 100\n", "adam_step 101\n",
+                      "line 10: adam_step 101 is more than step 100: adam_step must be <= step");
+    meta_edit_fixed("adam_step > step (crc fixed): still refused", "adam_step 100\n",
+                    "adam_step 101\n", "adam_step must be <= step");
+    meta_edit_fixed("adam_step < step (crc fixed): accepted", "adam_step 100\n", "adam_step 7\n",
+                    NULL);
+    meta_edit_fixed("step 0, adam_step 0 (crc fixed): accepted", "step 100\nadam_step 100\n",
+                    "step 0\nadam_step 0\n", NULL);
+
+    printf("meta.txt: the crc32 on the end line\n");
+    char *end = sample_end_line();
+    meta_edit_refuses("an edited step, the crc32 left alone", "step 100\n", "step 101\n",
+                      "line 40: crc32 of the lines above is ");
+    meta_edit_refuses("... the message says what to do", "step 100\n", "step 101\n",
+                      ": meta.txt was edited or damaged. Use another checkpoint, or train again");
+    meta_edit_fixed("... the same edit with the crc32 fixed: accepted", "step 100\n", "step 101\n",
+                    NULL);
+    meta_edit_refuses("an edited seed", "seed 18446744073709551615\n",
+                      "seed 18446744073709551614\n", "meta.txt was edited or damaged");
+    meta_edit_refuses("an edited shard crc32", "crc32 1a2b3c4d", "crc32 1a2b3c4e",
+                      "meta.txt was edited or damaged");
+    meta_edit_refuses("a renamed param", "param head.bias ", "param head.bias2 ",
+                      "meta.txt was edited or damaged");
+    meta_edit_refuses("data synthetic swapped for a file", "data synthetic\n",
+                      "data file bytes 12 crc32 0000abcd\n", "meta.txt was edited or damaged");
+    {
+        char wrong[32];
+        snprintf(wrong, sizeof(wrong), "%.10s%08x\n", end,
+                 (unsigned)(strtoul(end + 10, NULL, 16) ^ 1u));
+        meta_edit_refuses("the end crc32 itself off by one bit", end, wrong,
+                          "line 40: crc32 of the lines above is ");
+    }
+    {
+        /* the crc32 is checked last: a structural mistake keeps its own message */
+        meta_edit_refuses("a gap between params (crc32 wrong too): the gap is named",
+                          "param proj_in.bias unit 0 offset 36864",
+                          "param proj_in.bias unit 0 offset 36865", "a gap");
+        char *text = sample_text(), *bad = replace(text, "step 100\n", "step 101\n");
+        size_t n = strlen(bad);
+        CkptMeta m;
+        char err[512] = "";
+        bad[n - 1] = '\0'; /* no newline after end: not a cut file, just a wrong crc32 */
+        int rc = meta_parse(bad, n - 1, &m, err, sizeof(err));
+        check(rc == 2 && strstr(err, "edited or damaged") && !strstr(err, "cut short"),
+              "wrong crc32, no final newline: not 'cut short'", "rc %d: %s", rc, err);
+        meta_free(&m);
+        free(bad);
+        free(text);
+    }
+    {
+        /* every one-bit change anywhere in the file is refused: most break a
+         * rule; the rest (a digit that is still a digit...) the crc32 catches */
+        char *text = sample_text();
+        size_t len = strlen(text);
+        char *copy = (char *)malloc(len);
+        int flips = 0, refused = 0, by_crc = 0;
+        for (size_t i = 0; i < len; i++)
+            for (int bit = 0; bit < 8; bit++) {
+                memcpy(copy, text, len);
+                copy[i] = (char)(copy[i] ^ (1 << bit));
+                CkptMeta m;
+                char err[512] = "";
+                int rc = meta_parse(copy, len, &m, err, sizeof(err));
+                meta_free(&m);
+                flips++;
+                refused += rc == 2;
+                by_crc += rc == 2 && strstr(err, "edited or damaged") != NULL;
+            }
+        check(refused == flips && by_crc > 0, "every one-bit change is refused",
+              "%d of %d (%d of them by the crc32 alone)", refused, flips, by_crc);
+        free(copy);
+        free(text);
+    }
+    free(end);
+}
+
+/* ============================================================================
+ * The layout hash
+ * ========================================================================== */
+
+/* FNV-1a, written again here from its definition, so the test does not
+ * trust formats.c's copy. */
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* formats.h's definition, from the text: the FNV-1a of the lines of meta.txt
+ * that start with world, strategy, model, min_params, units, unit, params or
+ * param (as the grep in formats.h picks them). */
+static uint64_t layout_hash_of_text(const char *text) {
+    const char *keys[8] = {"world ", "strategy ", "model ",  "min_params ",
+                           "units ", "unit ",     "params ", "param "};
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (const char *line = text; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t n = nl ? (size_t)(nl - line) + 1 : strlen(line);
+        for (int k = 0; k < 8; k++)
+            if (!strncmp(line, keys[k], strlen(keys[k]))) h = fnv1a(h, line, n);
+        line += n;
+    }
+    return h;
+}
+
+/* sample_meta with one change: the hash must differ (or not, when same). */
+static void hash_changes(const char *what, int same, void (*edit)(CkptMeta *)) {
+    CkptMeta a, b;
+    sample_meta(&a, 4, "full_shard", 2);
+    sample_meta(&b, 4, "full_shard", 2);
+    edit(&b);
+    uint64_t ha = meta_layout_hash(&a), hb = meta_layout_hash(&b);
+    check(same ? ha == hb : ha != hb, what, "%016llx %s %016llx", (unsigned long long)ha,
+          ha == hb ? "==" : "!=", (unsigned long long)hb);
+    meta_free(&a);
+    meta_free(&b);
+}
+
+static void edit_nothing(CkptMeta *m) { (void)m; }
+static void edit_step(CkptMeta *m) { m->step = 7, m->adam_step = 3; }
+static void edit_seed(CkptMeta *m) { m->seed = 1; }
+static void edit_batch_data(CkptMeta *m) {
+    m->batch = 8, m->data_is_file = 1, m->data_bytes = 9, m->data_crc = 10;
+}
+static void edit_files(CkptMeta *m) {
+    m->files[1].crc ^= 1;
+    m->files[2].bytes += 4;
+    snprintf(m->files[3].name, sizeof(m->files[3].name), "other.bin");
+    m->version = 7;
+    m->meta_crc = 99;
+}
+static void edit_no_files(CkptMeta *m) { /* the hash does not look at them */
+    free(m->files);
+    m->files = NULL;
+}
+static void edit_world(CkptMeta *m) { m->world = 2; }
+static void edit_strategy(CkptMeta *m) {
+    snprintf(m->strategy, sizeof(m->strategy), "shard_grad_op");
+}
+static void edit_vocab(CkptMeta *m) { m->vocab = 255; }
+static void edit_context(CkptMeta *m) { m->context = 32; }
+static void edit_min_params(CkptMeta *m) { m->min_params = 1; }
+static void edit_unit_shard(CkptMeta *m) { m->units[1].shard++; }
+static void edit_param_name(CkptMeta *m) { m->params[0].name[0] = 'E'; }
+static void edit_param_shape(CkptMeta *m) { /* transposed: the same numel */
+    m->params[0].shape[0] = 16, m->params[0].shape[1] = 256;
+}
+/* blocks.0.norm.weight and blocks.0.norm.bias: both 128 x 1, in unit 1 */
+static void edit_swap_offsets(CkptMeta *m) {
+    long t = m->params[3].offset;
+    m->params[3].offset = m->params[4].offset;
+    m->params[4].offset = t;
+}
+
+static void test_layout_hash(void) {
+    printf("layout hash\n");
+    check(fnv1a(0xcbf29ce484222325ull, "a", 1) == 0xaf63dc4c8601ec8cull,
+          "the test's FNV-1a: fnv1a64(\"a\") = af63dc4c8601ec8c", "%016llx",
+          (unsigned long long)fnv1a(0xcbf29ce484222325ull, "a", 1));
+    CkptMeta m;
+    sample_meta(&m, 4, "full_shard", 2);
+    size_t len;
+    char *text = meta_format(&m, &len);
+    uint64_t h = meta_layout_hash(&m), want = text ? layout_hash_of_text(text) : 0;
+    check(text && h == want, "= FNV-1a of meta.txt's layout lines (formats.h)",
+          "%016llx (want %016llx)", (unsigned long long)h, (unsigned long long)want);
+    free(text);
+    meta_free(&m);
+    hash_changes("equal for two equal layouts", 1, edit_nothing);
+    hash_changes("unaffected by files (none at all)", 1, edit_no_files);
+    hash_changes("unaffected by step and adam_step", 1, edit_step);
+    hash_changes("unaffected by seed", 1, edit_seed);
+    hash_changes("unaffected by batch and data", 1, edit_batch_data);
+    hash_changes("unaffected by files, version, meta_crc", 1, edit_files);
+    hash_changes("changed by world", 0, edit_world);
+    hash_changes("changed by strategy", 0, edit_strategy);
+    hash_changes("changed by vocab", 0, edit_vocab);
+    hash_changes("changed by context", 0, edit_context);
+    hash_changes("changed by min_params", 0, edit_min_params);
+    hash_changes("changed by a unit's shard", 0, edit_unit_shard);
+    hash_changes("changed by a param's name", 0, edit_param_name);
+    hash_changes("changed by a param transposed (same numel)", 0, edit_param_shape);
+    hash_changes("changed by two same-size params swapping offsets", 0, edit_swap_offsets);
+    {
+        /* ... which meta_parse cannot see: both layouts are valid */
+        CkptMeta s;
+        sample_meta(&s, 4, "full_shard", 2);
+        edit_swap_offsets(&s);
+        char *t = meta_format(&s, &len), err[512] = "";
+        CkptMeta back;
+        int rc = t ? meta_parse(t, len, &back, err, sizeof(err)) : -1;
+        check(rc == 0, "... and the swapped layout is itself valid meta.txt", "rc %d %s", rc, err);
+        meta_free(&back);
+        free(t);
+        meta_free(&s);
+    }
+}
+
+/* ============================================================================
+ * The shard file header
+ * ========================================================================== */
+
+static void shard_refuses(const char *what, const unsigned char *buf, size_t len,
+                          const char *needle) {
+    ShardHeader h;
+    char err[256] = "";
+    memset(&h, 0x55, sizeof(h));
+    int rc = shard_header_decode(buf, len, &h, err, sizeof(err));
+    check(rc == 2 && strstr(err, needle) && h.rank == 0 && h.world == 0 && h.step == 0 &&
+              h.layout == 0,
+          what, "rc %d: %s", rc, err);
+}
+
+static void test_shard_header(void) {
+    printf("shard file header\n");
+    ShardHeader h = {1, 4, 0x0102030405060708ull, 0x1122334455667788ull}, back;
+    unsigned char buf[SHARD_HEADER_BYTES + 8], want[SHARD_HEADER_BYTES];
+    memset(buf, 0xee, sizeof(buf)); /* encode must write all 64 bytes */
+    shard_header_encode(&h, buf);
+    memset(want, 0, sizeof(want));
+    memcpy(want, "FSDPSHRD", 8);
+    want[8] = 1;  /* version, little-endian */
+    want[12] = 1; /* rank */
+    want[16] = 4; /* world */
+    for (int i = 0; i < 8; i++) want[24 + i] = (unsigned char)(8 - i);          /* 08 07 .. 01 */
+    for (int i = 0; i < 8; i++) want[32 + i] = (unsigned char)(0x88 - 0x11 * i); /* 88 77 .. 11 */
+    int first_diff = -1;
+    for (int i = SHARD_HEADER_BYTES - 1; i >= 0; i--)
+        if (buf[i] != want[i]) first_diff = i;
+    check(first_diff < 0 && buf[SHARD_HEADER_BYTES] == 0xee,
+          "encode: the bytes of formats.h, little-endian",
+          first_diff < 0 ? "64 bytes, nothing after" : "byte %d differs", first_diff);
+    char err[256] = "";
+    int rc = shard_header_decode(buf, SHARD_HEADER_BYTES, &back, err, sizeof(err));
+    check(rc == 0 && back.rank == h.rank && back.world == h.world && back.step == h.step &&
+              back.layout == h.layout,
+          "decode(encode(h)) == h", "rc %d %s", rc, err);
+    ShardHeader big = {0xfffffffeu, 0xffffffffu, UINT64_MAX, UINT64_MAX};
+    shard_header_encode(&big, buf);
+    rc = shard_header_decode(buf, sizeof(buf), &back, err, sizeof(err));
+    check(rc == 0 && back.rank == big.rank && back.world == big.world && back.step == UINT64_MAX &&
+              back.layout == UINT64_MAX,
+          "the largest values survive; bytes after 64 are not looked at", "rc %d %s", rc, err);
+
+    shard_header_encode(&h, buf);
+    shard_refuses("63 bytes: cut short", buf, SHARD_HEADER_BYTES - 1,
+                  "63 bytes: a shard file starts with a 64-byte header (cut short?)");
+    shard_refuses("no bytes at all", buf, 0, "0 bytes");
+    unsigned char bad[SHARD_HEADER_BYTES];
+    memcpy(bad, buf, sizeof(bad));
+    bad[7] = 'd';
+    shard_refuses("wrong magic", bad, sizeof(bad), "not an fsdp.c shard file");
+    memset(bad, 0, sizeof(bad)); /* raw floats, as version 1 checkpoints' shard files began */
+    shard_refuses("a header-less shard file (floats)", bad, sizeof(bad),
+                  "not an fsdp.c shard file");
+    memcpy(bad, buf, sizeof(bad));
+    bad[8] = 2;
+    shard_refuses("version 2", bad, sizeof(bad),
+                  "shard file version 2; this fsdp.c reads version 1 only");
+    memcpy(bad, buf, sizeof(bad));
+    bad[11] = 1; /* version 0x01000001: a big-endian writer would get this wrong */
+    shard_refuses("version in the wrong byte order", bad, sizeof(bad), "version 16777217");
+    int reserved = 0, refused = 0;
+    for (int i = 0; i < SHARD_HEADER_BYTES; i++) {
+        if (!((i >= 20 && i < 24) || i >= 40)) continue;
+        memcpy(bad, buf, sizeof(bad));
+        bad[i] = 0x80;
+        char msg[256] = "", needle[32];
+        snprintf(needle, sizeof(needle), "header byte %d is 0x80", i);
+        reserved++;
+        refused += shard_header_decode(bad, sizeof(bad), &back, msg, sizeof(msg)) == 2 &&
+                   strstr(msg, needle) != NULL;
+    }
+    check(reserved == 28 && refused == reserved, "a nonzero reserved byte (20..23, 40..63)",
+          "%d of %d refused, each named", refused, reserved);
+    ShardHeader odd = {4, 4, 1, 1};
+    shard_header_encode(&odd, bad);
+    shard_refuses("rank 4 of world 4", bad, sizeof(bad),
+                  "rank 4 of world 4: the rank must be below the world size");
+    odd.rank = 0, odd.world = 0;
+    shard_header_encode(&odd, bad);
+    shard_refuses("world 0", bad, sizeof(bad), "world 0");
+    {
+        /* no byte is ignored: a change to any one bit is refused, or read as
+         * another header */
+        int flips = 0, seen = 0;
+        for (int i = 0; i < SHARD_HEADER_BYTES; i++)
+            for (int bit = 0; bit < 8; bit++) {
+                memcpy(bad, buf, sizeof(bad));
+                bad[i] = (unsigned char)(bad[i] ^ (1 << bit));
+                rc = shard_header_decode(bad, sizeof(bad), &back, err, sizeof(err));
+                flips++;
+                seen += rc == 2 || back.rank != h.rank || back.world != h.world ||
+                        back.step != h.step || back.layout != h.layout;
+            }
+        check(seen == flips, "every one-bit change is refused or read differently", "%d of %d",
+              seen, flips);
+    }
+    {
+        char small[8];
+        rc = shard_header_decode(buf, 3, &back, small, sizeof(small));
+        check(rc == 2 && strlen(small) == 7, "a small err buffer is filled and terminated",
+              "rc %d, \"%s\"", rc, small);
+        rc = shard_header_decode(buf, 3, &back, NULL, 0);
+        check(rc == 2, "err may be NULL with errlen 0", "rc %d", rc);
+    }
+}
+
 /* ============================================================================
  * Seeds for the fuzzer: valid files of both kinds
  * ========================================================================== */
@@ -842,6 +1311,11 @@ static int write_seeds(const char *dir) {
     for (int k = 0; k < 3; k++) { /* three metadata files */
         CkptMeta m;
         sample_meta(&m, k == 0 ? 4 : k == 1 ? 3 : 2, k == 0 ? "full_shard" : k == 1 ? "shard_grad_op" : "no_shard", k == 0 ? 2 : 1);
+        if (k == 1) { /* the other form of "data" */
+            m.data_is_file = 1;
+            m.data_bytes = 123456;
+            m.data_crc = 0x1a2b3c4du;
+        }
         size_t len;
         char *text = meta_format(&m, &len);
         snprintf(path, sizeof(path), "%s/meta-%d.txt", dir, k);
@@ -883,6 +1357,12 @@ static int write_seeds(const char *dir) {
     }
     bad += head == NULL;
     free(head);
+    /* a shard file: its header and a few floats' worth of bytes */
+    unsigned char shard[SHARD_HEADER_BYTES + 16] = {0};
+    ShardHeader sh = {1, 4, 100, 0x1122334455667788ull};
+    shard_header_encode(&sh, shard);
+    snprintf(path, sizeof(path), "%s/shard-0.bin", dir);
+    bad += write_file(path, shard, sizeof(shard)) != 0;
     if (bad) fprintf(stderr, "test_formats: could not write every seed into %s\n", dir);
     return bad ? 1 : 0;
 }
@@ -925,6 +1405,9 @@ int main(int argc, char **argv) {
         test_st_rejects();
         test_st_reference_fixture(argv[0]);
         test_meta();
+        test_meta_v2();
+        test_layout_hash();
+        test_shard_header();
     }
     printf("%d passed, %d failed\n", passes, failures);
     return failures > 76 ? 76 : failures; /* never 77, the suite's "skipped" */

@@ -6,12 +6,16 @@
  *   autowrap    unit assignment for several thresholds, edge cases included
  *   shards      padding and shard ranges for N = 1..64, and that the shards
  *               of all ranks put together are the 1-rank flat parameter
+ *   data        --data is mapped, not copied (ranks share the pages), and a
+ *               mapping that fails says so
  *
  * Every check prints what it compared; the exit code is the number of
  * failed checks (0 = all passed). Run: ./tests/test_units
  */
 #define FSDP_NO_MAIN
 #include "fsdp.c"
+
+#include <sys/resource.h>
 
 static int failures = 0;
 
@@ -345,6 +349,65 @@ static void test_net_model(void) {
     check(net_model_find("carrier-pigeon") == NULL, "net: unknown name is refused", "net_model_find returns NULL");
 }
 
+/* ---- --data: mapped, not copied ------------------------------------------------ */
+
+/* A field of /proc/self/status in KiB ("RssAnon", "VmSize"), or -1. */
+static long proc_status_kib(const char *field) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    while (f && fgets(line, sizeof(line), f))
+        if (!strncmp(line, field, n) && line[n] == ':') v = atol(line + n + 1);
+    if (f) fclose(f);
+    return v;
+}
+
+/* Loading a 64 MiB file must not copy it into this process's private
+ * memory (RssAnon): a copy per rank is what made a 2 GiB file cost 8 GiB on
+ * 4 ranks. The bytes must still be the file's. */
+static void test_data_mapped(void) {
+    enum { SIZE = 64 << 20 };
+    char path[] = "/tmp/fsdp-data-XXXXXX", err[1024] = "";
+    int fd = mkstemp(path);
+    unsigned char *chunk = (unsigned char *)malloc(1 << 20);
+    for (long i = 0; i < (1 << 20); i++) chunk[i] = (unsigned char)(i * 7 % 251);
+    int wrote = fd >= 0;
+    for (int k = 0; k < SIZE >> 20 && wrote; k++) wrote = write(fd, chunk, 1 << 20) == 1 << 20;
+    if (fd >= 0) close(fd);
+    long before = proc_status_kib("RssAnon");
+    Corpus c;
+    memset(&c, 0, sizeof(c));
+    int rc = wrote ? corpus_load_file(&c, path, 8, err, sizeof(err)) : -1;
+    long grown = proc_status_kib("RssAnon") - before;
+    int same = rc == 0 && c.len == SIZE;
+    for (long i = 0; same && i < SIZE; i += 4093) same = c.bytes[i] == chunk[i % (1 << 20)];
+    check(rc == 0 && same, "data: --data file loaded byte for byte", "rc %d, %ld bytes %s", rc, rc == 0 ? c.len : 0L,
+          same ? "equal to the file" : "DIFFER");
+    if (before < 0) printf("  skip data: no /proc/self/status here, so private memory cannot be measured\n");
+    else check(rc == 0 && c.mapped && grown < 4096, "data: --data is mapped, not copied",
+               "private memory grew %ld KiB for a %d MiB file (limit 4096 KiB)", grown, SIZE >> 20);
+    if (rc == 0) corpus_release(&c);
+#ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer needs address space of its own */
+    /* A mapping that cannot be made is reported as such (it used to say it
+     * "could not read all bytes"): leave 16 MiB of address space free. */
+    struct rlimit old, tight;
+    long vm = proc_status_kib("VmSize");
+    if (vm > 0 && getrlimit(RLIMIT_AS, &old) == 0) {
+        tight = old;
+        tight.rlim_cur = (rlim_t)vm * 1024 + (16 << 20);
+        setrlimit(RLIMIT_AS, &tight);
+        memset(&c, 0, sizeof(c));
+        rc = corpus_load_file(&c, path, 8, err, sizeof(err));
+        setrlimit(RLIMIT_AS, &old);
+        check(rc == 2 && strstr(err, "cannot map") != NULL, "data: a failed mapping says so", "rc %d: %s", rc, err);
+        if (rc == 0) corpus_release(&c);
+    }
+#endif
+    unlink(path);
+    free(chunk);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     printf("layer gradients vs finite differences\n");
@@ -363,6 +426,8 @@ int main(int argc, char **argv) {
     test_shards();
     printf("network cost model\n");
     test_net_model();
+    printf("data\n");
+    test_data_mapped();
     printf("%d check(s) failed\n", failures);
     MPI_Finalize();
     return failures ? 1 : 0;

@@ -1,0 +1,304 @@
+/* ============================================================================
+ * files.c — how fsdp.c touches the file system without harming it
+ *
+ * See files.h for the four promises. The two ideas worth knowing:
+ *
+ * Refuse before you open. open() itself can block (a named pipe waits for a
+ * writer) or succeed on something endless (/dev/zero, /dev/urandom), and a
+ * rename can replace a device node or a symbolic link with a plain file.
+ * So the kind of thing at a path is looked at first (stat or lstat), and
+ * only a regular file goes further.
+ *
+ * Write beside, then rename. rename(2) replaces a name atomically: a reader
+ * sees the old file or the new one, never half of one. So an output is
+ * written to PATH.tmp-XXXXXX, forced to the disk with fsync (a rename can
+ * reach the disk before the data it names), and renamed over PATH only when
+ * every byte is known to be there.
+ * ========================================================================== */
+#define _XOPEN_SOURCE 700 /* POSIX 2008 with realpath */
+#include "files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int files_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+#ifdef __GNUC__
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static int files_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static const char *kind_of_mode(mode_t m) {
+    if (S_ISREG(m)) return "a regular file";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a named pipe (FIFO)";
+    if (S_ISCHR(m)) return "a character device (like /dev/null or /dev/zero)";
+    if (S_ISBLK(m)) return "a block device (a disk)";
+    if (S_ISLNK(m)) return "a symbolic link";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+const char *file_kind(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return "nothing";
+    return kind_of_mode(st.st_mode);
+}
+
+/* The directory part of path ("." for a bare name), into out. */
+static void dir_of(const char *path, char *out, size_t outlen) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(out, outlen, ".");
+    else if (slash == path) snprintf(out, outlen, "/");
+    else snprintf(out, outlen, "%.*s", (int)(slash - path), path);
+}
+
+/* ---- inputs ------------------------------------------------------------------ */
+
+int file_open_input(const char *label, const char *path, uint64_t *size, char *err, size_t errlen) {
+    struct stat st, lst;
+    if (stat(path, &st) != 0)
+        return files_fail(err, errlen, -1, "%s %s: cannot open it (%s).", label, path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) {
+        int link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
+        return files_fail(err, errlen, -1, "%s %s: %s%s, not a regular file%s. Give the path of a file.", label, path,
+                          link ? "a symbolic link to " : "is ", kind_of_mode(st.st_mode),
+                          S_ISDIR(st.st_mode) ? "" : ": reading it could block or never end");
+    }
+    /* O_NONBLOCK: should the path have become a named pipe since the stat,
+     * the open still returns at once, and the fstat below refuses it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) return files_fail(err, errlen, -1, "%s %s: cannot open it (%s).", label, path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return files_fail(err, errlen, -1, "%s %s: changed while being opened; it is no longer a regular file.", label, path);
+    }
+    fcntl(fd, F_SETFL, 0); /* back to ordinary (blocking) reads of a regular file */
+    *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+int file_read_at(int fd, void *buf, size_t n, uint64_t offset) {
+    char *p = (char *)buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)offset);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = 0; /* the file ends before n bytes */
+            return -1;
+        }
+        p += got;
+        n -= (size_t)got;
+        offset += (uint64_t)got;
+    }
+    return 0;
+}
+
+char *file_read_small(const char *label, const char *path, size_t max, size_t *len, char *err, size_t errlen) {
+    uint64_t size = 0;
+    int fd = file_open_input(label, path, &size, err, errlen);
+    if (fd < 0) return NULL;
+    if (size > max) {
+        close(fd);
+        files_fail(err, errlen, 0, "%s %s: %llu bytes, more than any such file holds (at most %zu).", label, path,
+                   (unsigned long long)size, max);
+        return NULL;
+    }
+    char *buf = (char *)malloc((size_t)size + 1);
+    if (!buf) {
+        close(fd);
+        files_fail(err, errlen, 0, "%s %s: no memory to hold its %llu bytes.", label, path, (unsigned long long)size);
+        return NULL;
+    }
+    if (file_read_at(fd, buf, (size_t)size, 0) != 0) {
+        files_fail(err, errlen, 0, "%s %s: could not read its %llu bytes (%s).", label, path, (unsigned long long)size,
+                   errno ? strerror(errno) : "it became shorter while being read");
+        free(buf);
+        close(fd);
+        return NULL;
+    }
+    close(fd);
+    buf[size] = '\0';
+    *len = (size_t)size;
+    return buf;
+}
+
+/* ---- outputs ---------------------------------------------------------------- */
+
+int file_check_output(const char *label, const char *path, char *err, size_t errlen) {
+    struct stat st;
+    char dir[FILES_MAX_PATH];
+    if (!*path) return files_fail(err, errlen, 2, "%s: the path is empty.", label);
+    if (strlen(path) >= FILES_MAX_PATH - 16) return files_fail(err, errlen, 2, "%s: the path is too long.", label);
+    if (lstat(path, &st) == 0) {
+        if (S_ISLNK(st.st_mode))
+            return files_fail(err, errlen, 2,
+                              "%s %s: is a symbolic link. Outputs are written beside their path and renamed into "
+                              "place, which would replace the link itself. Give the path of its target instead.",
+                              label, path);
+        if (!S_ISREG(st.st_mode))
+            return files_fail(err, errlen, 2,
+                              "%s %s: is %s, not a regular file; fsdp.c replaces only regular files. "
+                              "Give the path of a new file, e.g. out/run.json.", label, path, kind_of_mode(st.st_mode));
+        if (access(path, W_OK) != 0)
+            return files_fail(err, errlen, 2, "%s %s: exists and is read-only. Give another path.", label, path);
+    } else if (errno != ENOENT) {
+        return files_fail(err, errlen, 2, "%s %s: cannot be reached (%s).", label, path, strerror(errno));
+    }
+    dir_of(path, dir, sizeof(dir));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return files_fail(err, errlen, 2, "%s %s: the directory %s does not exist. Create it first (mkdir -p %s).", label,
+                          path, dir, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return files_fail(err, errlen, 2, "%s %s: cannot write in the directory %s (%s). Give a path in a writable directory.",
+                          label, path, dir, strerror(errno));
+    return 0;
+}
+
+/* The canonical form of a path that may not exist yet: its directory
+ * resolved (symbolic links, "..", "."), then its last component. */
+static int canonical(const char *path, char *out, size_t outlen) {
+    char dir[FILES_MAX_PATH], *real = realpath(path, NULL);
+    if (real) {
+        snprintf(out, outlen, "%s", real);
+        free(real);
+        return 0;
+    }
+    dir_of(path, dir, sizeof(dir));
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (!(real = realpath(dir, NULL))) return -1;
+    snprintf(out, outlen, "%s/%s", real, base);
+    free(real);
+    return 0;
+}
+
+int file_same(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ca[FILES_MAX_PATH + 256], cb[FILES_MAX_PATH + 256];
+    if (canonical(a, ca, sizeof(ca)) != 0 || canonical(b, cb, sizeof(cb)) != 0) return strcmp(a, b) == 0;
+    return strcmp(ca, cb) == 0;
+}
+
+static void out_start(OutFile *o, const char *label, const char *path, int atomic) {
+    memset(o, 0, sizeof(*o));
+    o->fd = -1;
+    o->atomic = atomic;
+    snprintf(o->label, sizeof(o->label), "%s", label);
+    snprintf(o->path, sizeof(o->path), "%s", path);
+}
+
+int out_open(OutFile *o, const char *label, const char *path, char *err, size_t errlen) {
+    out_start(o, label, path, 1);
+    int rc = file_check_output(label, path, err, errlen);
+    if (rc) return rc;
+    snprintf(o->tmp, sizeof(o->tmp), "%s.tmp-XXXXXX", path);
+    o->fd = mkstemp(o->tmp); /* a new name no one else has: O_CREAT | O_EXCL */
+    if (o->fd < 0)
+        return files_fail(err, errlen, 2, "%s %s: cannot create a file beside it (%s).", label, path, strerror(errno));
+    o->created = 1;
+    mode_t mask = umask(0); /* mkstemp makes 0600; give the file the usual mode */
+    umask(mask);
+    fchmod(o->fd, 0666 & ~mask);
+    return 0;
+}
+
+int out_create(OutFile *o, const char *label, const char *path, char *err, size_t errlen) {
+    out_start(o, label, path, 0);
+    o->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (o->fd < 0) return files_fail(err, errlen, 2, "%s %s: cannot create it (%s).", label, path, strerror(errno));
+    o->created = 1;
+    return 0;
+}
+
+static void out_failed(OutFile *o, const char *what) {
+    if (o->failed) return; /* the first failure is the one to report */
+    o->failed = what;
+    o->err_no = errno ? errno : EIO;
+}
+
+void out_write_at(OutFile *o, const void *buf, size_t n, uint64_t offset) {
+    const char *p = (const char *)buf;
+    while (n > 0 && !o->failed) {
+        ssize_t put = pwrite(o->fd, p, n, (off_t)offset);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) { /* 0: the disk took nothing; retrying would spin */
+            if (put == 0) errno = ENOSPC;
+            out_failed(o, "write");
+            return;
+        }
+        p += put; /* a short write is not an error yet: write the rest */
+        n -= (size_t)put;
+        offset += (uint64_t)put;
+    }
+}
+
+void out_write(OutFile *o, const void *buf, size_t n) {
+    const char *p = (const char *)buf;
+    while (n > 0 && !o->failed) {
+        ssize_t put = write(o->fd, p, n);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) {
+            if (put == 0) errno = ENOSPC;
+            out_failed(o, "write");
+            return;
+        }
+        p += put;
+        n -= (size_t)put;
+    }
+}
+
+void file_sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    fsync(fd);
+    close(fd);
+}
+
+int out_commit(OutFile *o, char *err, size_t errlen) {
+    if (o->fd >= 0) {
+        if (!o->failed && fsync(o->fd) != 0) out_failed(o, "fsync");
+        if (close(o->fd) != 0) out_failed(o, "close"); /* NFS reports some errors only here */
+        o->fd = -1;
+    }
+    struct stat st;
+    if (!o->failed && o->atomic && lstat(o->path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        unlink(o->tmp);
+        return files_fail(err, errlen, 1, "%s %s: became %s while the run was writing it; it was left alone.", o->label,
+                          o->path, kind_of_mode(st.st_mode));
+    }
+    if (!o->failed && o->atomic && rename(o->tmp, o->path) != 0) out_failed(o, "rename");
+    if (o->failed) {
+        if (o->created) unlink(o->atomic ? o->tmp : o->path);
+        return files_fail(err, errlen, 1,
+                          "%s %s: writing failed (%s: %s); no partial file was left under that "
+                          "name. Check the free space (df -h) and try again.",
+                          o->label, o->path, o->failed, strerror(o->err_no));
+    }
+    if (o->atomic) {
+        char dir[FILES_MAX_PATH];
+        dir_of(o->path, dir, sizeof(dir));
+        file_sync_dir(dir);
+    }
+    return 0;
+}
+
+void out_abandon(OutFile *o) {
+    if (o->fd >= 0) close(o->fd);
+    o->fd = -1;
+    if (o->created) unlink(o->atomic ? o->tmp : o->path);
+    o->created = 0;
+}
