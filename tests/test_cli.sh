@@ -219,8 +219,8 @@ bad "--vram: '-1M' is out of range" --vram -1M
 bad "--net: unknown network 'infiniband'. Choose nvlink, pcie, ib, ethernet or none." --net infiniband
 
 # ---- the instruments ----------------------------------------------------------
-bad "--trace /nonexistent-dir/run.json: cannot write there" --model tiny --trace /nonexistent-dir/run.json
-bad "--trace /nonexistent-dir/run.no_shard.json: cannot write there" --model tiny --compare --trace /nonexistent-dir/run.json
+bad "--trace /nonexistent-dir/run.json: the directory /nonexistent-dir does not exist" --model tiny --trace /nonexistent-dir/run.json
+bad "--trace /nonexistent-dir/run.no_shard.json: the directory /nonexistent-dir does not exist" --model tiny --compare --trace /nonexistent-dir/run.json
 bad "--trace: the file name is empty" --trace ""
 bad "--trace-clock: unknown clock 'wall'" --trace-clock wall
 bad "--trace-clock sim times the collectives with a network model, but none is chosen" --trace /tmp/x.json --trace-clock sim
@@ -231,7 +231,7 @@ bad "--check-collectives takes no value" --check-collectives=1
 # ---- checkpoints -----------------------------------------------------------------
 bad "--save-every needs --save-dir" --save-every 5
 bad "--save-every: 0 is out of range" --save-every 0 --save-dir /tmp
-bad "--export /nonexistent-dir/m.safetensors: cannot write there" --export /nonexistent-dir/m.safetensors
+bad "--export /nonexistent-dir/m.safetensors: the directory /nonexistent-dir does not exist" --export /nonexistent-dir/m.safetensors
 bad "--save-dir /nonexistent-dir/x/y: cannot create it" --save-dir /nonexistent-dir/x/y
 bad "checkpoint options (--save-dir, --resume, --export, --init-from) apply to single runs only" --compare --export /tmp/m.st
 bad "--resume: the path is empty" --resume ''
@@ -243,7 +243,7 @@ bad "--batch 1 does not divide by 2 ranks" --model tiny --batch 1
 # ---- --data --------------------------------------------------------------------
 bad "--data $MISSING: cannot open it" --data "$MISSING"
 bad "--data $TMP/empty: has 0 bytes" --data "$TMP/empty"
-bad "--data $TMP/dir: not a regular file" --data "$TMP/dir"
+bad "--data $TMP/dir: is a directory, not a regular file" --data "$TMP/dir"
 bad "has 8 bytes, but one sample needs --context + 1 = 9" --model tiny --data "$TMP/short8"
 bad "has 9 bytes, but one sample needs --context + 1 = 101" --model tiny --context 100 --data "$TMP/ok9"
 bad "--data: the file name is empty" --data ""
