@@ -71,20 +71,26 @@ static void dir_of(const char *path, char *out, size_t outlen) {
 int file_open_input(const char *label, const char *path, uint64_t *size, char *err, size_t errlen) {
     struct stat st, lst;
     if (stat(path, &st) != 0)
-        return files_fail(err, errlen, -1, "%s %s: cannot open it (%s).", label, path, strerror(errno));
+        return files_fail(err, errlen, -1, "%s %s: cannot open it (%s).", label, path,
+                          strerror(errno));
     if (!S_ISREG(st.st_mode)) {
         int link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
-        return files_fail(err, errlen, -1, "%s %s: %s%s, not a regular file%s. Give the path of a file.", label, path,
-                          link ? "a symbolic link to " : "is ", kind_of_mode(st.st_mode),
+        return files_fail(err, errlen, -1,
+                          "%s %s: %s%s, not a regular file%s. Give the path of a file.", label,
+                          path, link ? "a symbolic link to " : "is ", kind_of_mode(st.st_mode),
                           S_ISDIR(st.st_mode) ? "" : ": reading it could block or never end");
     }
     /* O_NONBLOCK: should the path have become a named pipe since the stat,
      * the open still returns at once, and the fstat below refuses it. */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) return files_fail(err, errlen, -1, "%s %s: cannot open it (%s).", label, path, strerror(errno));
+    if (fd < 0)
+        return files_fail(err, errlen, -1, "%s %s: cannot open it (%s).", label, path,
+                          strerror(errno));
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return files_fail(err, errlen, -1, "%s %s: changed while being opened; it is no longer a regular file.", label, path);
+        return files_fail(err, errlen, -1,
+                          "%s %s: changed while being opened; it is no longer a regular file.",
+                          label, path);
     }
     fcntl(fd, F_SETFL, 0); /* back to ordinary (blocking) reads of a regular file */
     *size = (uint64_t)st.st_size;
@@ -107,24 +113,28 @@ int file_read_at(int fd, void *buf, size_t n, uint64_t offset) {
     return 0;
 }
 
-char *file_read_small(const char *label, const char *path, size_t max, size_t *len, char *err, size_t errlen) {
+char *file_read_small(const char *label, const char *path, size_t max, size_t *len, char *err,
+                      size_t errlen) {
     uint64_t size = 0;
     int fd = file_open_input(label, path, &size, err, errlen);
     if (fd < 0) return NULL;
     if (size > max) {
         close(fd);
-        files_fail(err, errlen, 0, "%s %s: %llu bytes, more than any such file holds (at most %zu).", label, path,
+        files_fail(err, errlen, 0,
+                   "%s %s: %llu bytes, more than any such file holds (at most %zu).", label, path,
                    (unsigned long long)size, max);
         return NULL;
     }
     char *buf = (char *)malloc((size_t)size + 1);
     if (!buf) {
         close(fd);
-        files_fail(err, errlen, 0, "%s %s: no memory to hold its %llu bytes.", label, path, (unsigned long long)size);
+        files_fail(err, errlen, 0, "%s %s: no memory to hold its %llu bytes.", label, path,
+                   (unsigned long long)size);
         return NULL;
     }
     if (file_read_at(fd, buf, (size_t)size, 0) != 0) {
-        files_fail(err, errlen, 0, "%s %s: could not read its %llu bytes (%s).", label, path, (unsigned long long)size,
+        files_fail(err, errlen, 0, "%s %s: could not read its %llu bytes (%s).", label, path,
+                   (unsigned long long)size,
                    errno ? strerror(errno) : "it became shorter while being read");
         free(buf);
         close(fd);
@@ -142,29 +152,38 @@ int file_check_output(const char *label, const char *path, char *err, size_t err
     struct stat st;
     char dir[FILES_MAX_PATH];
     if (!*path) return files_fail(err, errlen, 2, "%s: the path is empty.", label);
-    if (strlen(path) >= FILES_MAX_PATH - 16) return files_fail(err, errlen, 2, "%s: the path is too long.", label);
+    if (strlen(path) >= FILES_MAX_PATH - 16)
+        return files_fail(err, errlen, 2, "%s: the path is too long.", label);
     if (lstat(path, &st) == 0) {
         if (S_ISLNK(st.st_mode))
-            return files_fail(err, errlen, 2,
-                              "%s %s: is a symbolic link. Outputs are written beside their path and renamed into "
-                              "place, which would replace the link itself. Give the path of its target instead.",
-                              label, path);
+            return files_fail(
+                err, errlen, 2,
+                "%s %s: is a symbolic link. Outputs are written beside their path and renamed into "
+                "place, which would replace the link itself. Give the path of its target instead.",
+                label, path);
         if (!S_ISREG(st.st_mode))
-            return files_fail(err, errlen, 2,
-                              "%s %s: is %s, not a regular file; fsdp.c replaces only regular files. "
-                              "Give the path of a new file, e.g. out/run.json.", label, path, kind_of_mode(st.st_mode));
+            return files_fail(
+                err, errlen, 2,
+                "%s %s: is %s, not a regular file; fsdp.c replaces only regular files. "
+                "Give the path of a new file, e.g. out/run.json.",
+                label, path, kind_of_mode(st.st_mode));
         if (access(path, W_OK) != 0)
-            return files_fail(err, errlen, 2, "%s %s: exists and is read-only. Give another path.", label, path);
+            return files_fail(err, errlen, 2, "%s %s: exists and is read-only. Give another path.",
+                              label, path);
     } else if (errno != ENOENT) {
-        return files_fail(err, errlen, 2, "%s %s: cannot be reached (%s).", label, path, strerror(errno));
+        return files_fail(err, errlen, 2, "%s %s: cannot be reached (%s).", label, path,
+                          strerror(errno));
     }
     dir_of(path, dir, sizeof(dir));
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return files_fail(err, errlen, 2, "%s %s: the directory %s does not exist. Create it first (mkdir -p %s).", label,
-                          path, dir, dir);
+        return files_fail(err, errlen, 2,
+                          "%s %s: the directory %s does not exist. Create it first (mkdir -p %s).",
+                          label, path, dir, dir);
     if (access(dir, W_OK | X_OK) != 0)
-        return files_fail(err, errlen, 2, "%s %s: cannot write in the directory %s (%s). Give a path in a writable directory.",
-                          label, path, dir, strerror(errno));
+        return files_fail(
+            err, errlen, 2,
+            "%s %s: cannot write in the directory %s (%s). Give a path in a writable directory.",
+            label, path, dir, strerror(errno));
     return 0;
 }
 
@@ -187,9 +206,11 @@ static int canonical(const char *path, char *out, size_t outlen) {
 
 int file_same(const char *a, const char *b) {
     struct stat sa, sb;
-    if (stat(a, &sa) == 0 && stat(b, &sb) == 0) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
     char ca[FILES_MAX_PATH + 256], cb[FILES_MAX_PATH + 256];
-    if (canonical(a, ca, sizeof(ca)) != 0 || canonical(b, cb, sizeof(cb)) != 0) return strcmp(a, b) == 0;
+    if (canonical(a, ca, sizeof(ca)) != 0 || canonical(b, cb, sizeof(cb)) != 0)
+        return strcmp(a, b) == 0;
     return strcmp(ca, cb) == 0;
 }
 
@@ -208,7 +229,8 @@ int out_open(OutFile *o, const char *label, const char *path, char *err, size_t 
     snprintf(o->tmp, sizeof(o->tmp), "%s.tmp-XXXXXX", path);
     o->fd = mkstemp(o->tmp); /* a new name no one else has: O_CREAT | O_EXCL */
     if (o->fd < 0)
-        return files_fail(err, errlen, 2, "%s %s: cannot create a file beside it (%s).", label, path, strerror(errno));
+        return files_fail(err, errlen, 2, "%s %s: cannot create a file beside it (%s).", label,
+                          path, strerror(errno));
     o->created = 1;
     mode_t mask = umask(0); /* mkstemp makes 0600; give the file the usual mode */
     umask(mask);
@@ -219,7 +241,9 @@ int out_open(OutFile *o, const char *label, const char *path, char *err, size_t 
 int out_create(OutFile *o, const char *label, const char *path, char *err, size_t errlen) {
     out_start(o, label, path, 0);
     o->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (o->fd < 0) return files_fail(err, errlen, 2, "%s %s: cannot create it (%s).", label, path, strerror(errno));
+    if (o->fd < 0)
+        return files_fail(err, errlen, 2, "%s %s: cannot create it (%s).", label, path,
+                          strerror(errno));
     o->created = 1;
     return 0;
 }
@@ -277,8 +301,9 @@ int out_commit(OutFile *o, char *err, size_t errlen) {
     struct stat st;
     if (!o->failed && o->atomic && lstat(o->path, &st) == 0 && !S_ISREG(st.st_mode)) {
         unlink(o->tmp);
-        return files_fail(err, errlen, 1, "%s %s: became %s while the run was writing it; it was left alone.", o->label,
-                          o->path, kind_of_mode(st.st_mode));
+        return files_fail(err, errlen, 1,
+                          "%s %s: became %s while the run was writing it; it was left alone.",
+                          o->label, o->path, kind_of_mode(st.st_mode));
     }
     if (!o->failed && o->atomic && rename(o->tmp, o->path) != 0) out_failed(o, "rename");
     if (o->failed) {

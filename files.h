@@ -50,7 +50,8 @@ int file_read_at(int fd, void *buf, size_t n, uint64_t offset);
 
 /* Reads a whole regular file of at most max bytes into a malloc'd buffer
  * (NUL-terminated, length in *len). NULL with "LABEL PATH: why" in err. */
-char *file_read_small(const char *label, const char *path, size_t max, size_t *len, char *err, size_t errlen);
+char *file_read_small(const char *label, const char *path, size_t max, size_t *len, char *err,
+                      size_t errlen);
 
 /* What kind of thing is at path, in words ("a directory", "a named pipe
  * (FIFO)", ...), for messages; "a regular file" or "nothing" too. Does not
@@ -71,14 +72,14 @@ int file_same(const char *a, const char *b);
 /* An output being written. The first failure sticks: later writes do
  * nothing, and out_commit reports it. */
 typedef struct {
-    int fd;                       /* -1 when closed                          */
-    int atomic;                   /* written to tmp, renamed over path       */
-    int created;                  /* we made the file: ours to remove        */
-    char label[32];               /* "--export", "checkpoint", ...           */
-    char path[FILES_MAX_PATH];    /* the final name                          */
-    char tmp[FILES_MAX_PATH + 16];/* the temporary name (atomic only)        */
-    int err_no;                   /* errno of the first failure, or 0        */
-    const char *failed;           /* what failed first: "write", "fsync" ... */
+    int fd;                        /* -1 when closed                          */
+    int atomic;                    /* written to tmp, renamed over path       */
+    int created;                   /* we made the file: ours to remove        */
+    char label[32];                /* "--export", "checkpoint", ...           */
+    char path[FILES_MAX_PATH];     /* the final name                          */
+    char tmp[FILES_MAX_PATH + 16]; /* the temporary name (atomic only)        */
+    int err_no;                    /* errno of the first failure, or 0        */
+    const char *failed;            /* what failed first: "write", "fsync" ... */
 } OutFile;
 
 /* Starts the output PATH as a temporary file beside it (promise 2).

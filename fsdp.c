@@ -22,13 +22,15 @@
  * own shard, and AdamW updates only that shard. Memory for parameters,
  * gradients and optimizer state falls by N; the price is communication.
  *
- * Two companions are built with it: formats.c (the byte formats of
+ * Three companions are built with it: files.c (every file is read and
+ * written through it, so that no output replaces a device or a link and no
+ * input blocks on a named pipe), formats.c (the byte formats of
  * checkpoints: safetensors, meta.txt, CRC-32) and sim/ (the simulator's
  * instruments: traces, --step pictures, --view, the collective checker, the
  * network cost model), which this file calls through one-line hooks.
  *
  * Build and run (the Makefile does this for you):
- *   mpicc -O2 -std=c11 fsdp.c formats.c sim/net.c sim/sim.c sim/record.c \
+ *   mpicc -O2 -std=c11 fsdp.c files.c formats.c sim/net.c sim/sim.c sim/record.c \
  *         sim/check.c sim/show.c -o fsdp -lm
  *   mpirun -np 4 ./fsdp                         # FSDP, 4 simulated GPUs
  *   mpirun -np 4 ./fsdp --strategy ddp          # the DDP baseline
@@ -182,15 +184,18 @@ const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES] = {
 static char *ledger_oom_report(const Ledger *l, MemCategory cat, size_t bytes, const char *what) {
     char *r = (char *)malloc(4096), a[32], b[32], c[32];
     if (!r) return NULL;
-    int n = snprintf(r, 4096, "[rank %d] simulated CUDA out of memory: tried to allocate %s of %s for %s.\n"
-                              "[rank %d] budget %s per rank (--vram); %s already allocated:\n",
-                     l->rank, human_bytes((double)bytes, a, sizeof(a)), MEM_CATEGORY_NAMES[cat], what, l->rank,
-                     human_bytes((double)l->budget, b, sizeof(b)), human_bytes((double)l->current_total, c, sizeof(c)));
+    int n = snprintf(r, 4096,
+                     "[rank %d] simulated CUDA out of memory: tried to allocate %s of %s for %s.\n"
+                     "[rank %d] budget %s per rank (--vram); %s already allocated:\n",
+                     l->rank, human_bytes((double)bytes, a, sizeof(a)), MEM_CATEGORY_NAMES[cat],
+                     what, l->rank, human_bytes((double)l->budget, b, sizeof(b)),
+                     human_bytes((double)l->current_total, c, sizeof(c)));
     for (int k = 0; k < MEM_NUM_CATEGORIES && n < 4000; k++)
-        n += snprintf(r + n, (size_t)(4096 - n), "[rank %d]   %-13s %12s\n", l->rank, MEM_CATEGORY_NAMES[k],
-                      human_bytes((double)l->current[k], a, sizeof(a)));
-    snprintf(r + n, (size_t)(4096 - n), "HINT: shard more (--strategy full_shard, more ranks), shrink the model or the "
-                                        "batch, or raise --vram.\n");
+        n += snprintf(r + n, (size_t)(4096 - n), "[rank %d]   %-13s %12s\n", l->rank,
+                      MEM_CATEGORY_NAMES[k], human_bytes((double)l->current[k], a, sizeof(a)));
+    snprintf(r + n, (size_t)(4096 - n),
+             "HINT: shard more (--strategy full_shard, more ranks), shrink the model or the "
+             "batch, or raise --vram.\n");
     return r;
 }
 
@@ -1204,21 +1209,26 @@ static int corpus_load_file(Corpus *c, const char *path, int context, char *err,
     uint64_t size = 0;
     char why[1024];
     int fd = file_open_input("--data", path, &size, why, sizeof(why));
-    if (fd < 0) return usage_error(err, errlen, "%s Leave out --data to use the embedded corpus.", why);
+    if (fd < 0)
+        return usage_error(err, errlen, "%s Leave out --data to use the embedded corpus.", why);
     if (size < (uint64_t)context + 1) {
         close(fd);
-        return usage_error(err, errlen, "--data %s: has %llu bytes, but one sample needs --context + 1 = %d. Give a "
-                           "larger file or a smaller --context.", path, (unsigned long long)size, context + 1);
+        return usage_error(
+            err, errlen,
+            "--data %s: has %llu bytes, but one sample needs --context + 1 = %d. Give a "
+            "larger file or a smaller --context.",
+            path, (unsigned long long)size, context + 1);
     }
     if (size > (uint64_t)LONG_MAX / 2) {
         close(fd);
-        return usage_error(err, errlen, "--data %s: %llu bytes is more than this program indexes.", path,
-                           (unsigned long long)size);
+        return usage_error(err, errlen, "--data %s: %llu bytes is more than this program indexes.",
+                           path, (unsigned long long)size);
     }
     void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd); /* the mapping keeps the file open */
     if (p == MAP_FAILED)
-        return usage_error(err, errlen, "--data %s: cannot map its %llu bytes into memory (mmap: %s).", path,
+        return usage_error(err, errlen,
+                           "--data %s: cannot map its %llu bytes into memory (mmap: %s).", path,
                            (unsigned long long)size, strerror(errno));
     c->bytes = (unsigned char *)p;
     c->len = (long)size;
@@ -1605,8 +1615,8 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
  * unit its shard of parameters, exp_avg and exp_avg_sq. So a shard file
  * that was renamed, swapped with another or copied from another checkpoint
  * is recognised on load. Returns 0 or 2; reports bytes and CRC-32. */
-static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64_t layout, uint64_t *bytes,
-                            uint32_t *crc, char *err, size_t errlen) {
+static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64_t layout,
+                            uint64_t *bytes, uint32_t *crc, char *err, size_t errlen) {
     OutFile f;
     if (out_create(&f, "checkpoint", path, err, errlen)) return 2;
     ShardHeader h = {(uint32_t)t->comm.rank, (uint32_t)t->comm.world, (uint64_t)next_step, layout};
@@ -1662,7 +1672,8 @@ static void ckpt_remove_dir(const char *dir) {
     struct dirent *e;
     struct stat st;
     while ((e = readdir(d)) != NULL)
-        if (ckpt_is_own_file(e->d_name) && fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+        if (ckpt_is_own_file(e->d_name) && fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode))
             unlinkat(fd, e->d_name, 0);
     closedir(d); /* closes fd too */
     rmdir(dir);  /* fails, harmlessly, if anything else is left in it */
@@ -1835,8 +1846,11 @@ static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, siz
     if (stat(dir, &st) != 0)
         return usage_error(err, errlen, "--resume %s: no such directory. Give the --save-dir of an earlier run.", dir);
     if (!S_ISDIR(st.st_mode))
-        return usage_error(err, errlen, "--resume %s: is %s, not a directory. Give the --save-dir of an earlier run, "
-                           "or one of its step-N directories.", dir, file_kind(dir));
+        return usage_error(
+            err, errlen,
+            "--resume %s: is %s, not a directory. Give the --save-dir of an earlier run, "
+            "or one of its step-N directories.",
+            dir, file_kind(dir));
     snprintf(meta, sizeof(meta), "%s/meta.txt", dir);
     if (lstat(meta, &st) == 0) { /* whatever it is: reading it will say what is wrong */
         snprintf(out, outlen, "%s", dir);
@@ -1846,8 +1860,11 @@ static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, siz
     long *steps = ckpt_list(dir, &n);
     if (n == 0) {
         free(steps);
-        return usage_error(err, errlen, "--resume %s: no complete checkpoint in it (no step-N/meta.txt). A save that "
-                           "crashed leaves only a .tmp-step-N directory, which is never loaded.", dir);
+        return usage_error(
+            err, errlen,
+            "--resume %s: no complete checkpoint in it (no step-N/meta.txt). A save that "
+            "crashed leaves only a .tmp-step-N directory, which is never loaded.",
+            dir);
     }
     snprintf(out, outlen, "%s/step-%08ld", dir, steps[0]);
     free(steps);
@@ -1856,29 +1873,42 @@ static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, siz
 
 /* The run being resumed must see the batches it would have seen: the same
  * seed, global batch and data (the sampler draws from all three). */
-static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char *err, size_t errlen) {
+static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char *err,
+                           size_t errlen) {
     const Config *c = &t->cfg;
     if (m->seed != c->seed)
-        return usage_error(err, errlen, "%s: the checkpoint was trained with --seed %llu, this run has --seed %llu: the "
-                           "batches would differ from the run being resumed. Use --seed %llu.", path,
-                           (unsigned long long)m->seed, (unsigned long long)c->seed, (unsigned long long)m->seed);
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained with --seed %llu, this run has --seed %llu: the "
+            "batches would differ from the run being resumed. Use --seed %llu.",
+            path, (unsigned long long)m->seed, (unsigned long long)c->seed,
+            (unsigned long long)m->seed);
     if (m->batch != c->batch)
-        return usage_error(err, errlen, "%s: the checkpoint was trained with --batch %d, this run has --batch %d: the "
-                           "batches would differ from the run being resumed. Use --batch %d.", path, m->batch, c->batch,
-                           m->batch);
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained with --batch %d, this run has --batch %d: the "
+            "batches would differ from the run being resumed. Use --batch %d.",
+            path, m->batch, c->batch, m->batch);
     if (!m->data_is_file && c->data_path)
-        return usage_error(err, errlen, "%s: the checkpoint was trained on the embedded corpus, this run has --data %s. "
-                           "Leave out --data to continue that run.", path, c->data_path);
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained on the embedded corpus, this run has --data %s. "
+            "Leave out --data to continue that run.",
+            path, c->data_path);
     if (m->data_is_file && !c->data_path)
-        return usage_error(err, errlen, "%s: the checkpoint was trained on a --data file (%llu bytes, crc32 %08x), this "
-                           "run on the embedded corpus. Give the same --data file.", path,
-                           (unsigned long long)m->data_bytes, (unsigned)m->data_crc);
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained on a --data file (%llu bytes, crc32 %08x), this "
+            "run on the embedded corpus. Give the same --data file.",
+            path, (unsigned long long)m->data_bytes, (unsigned)m->data_crc);
     if (m->data_is_file && t->comm.rank == 0 && /* one rank reads the whole file */
         ((uint64_t)t->corpus.len != m->data_bytes || trainer_data_crc(t) != m->data_crc))
-        return usage_error(err, errlen, "%s: the checkpoint was trained on a --data file of %llu bytes (crc32 %08x); "
-                           "--data %s has %ld bytes (crc32 %08x): other data. Give the file it was trained on.", path,
-                           (unsigned long long)m->data_bytes, (unsigned)m->data_crc, c->data_path, t->corpus.len,
-                           (unsigned)trainer_data_crc(t));
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained on a --data file of %llu bytes (crc32 %08x); "
+            "--data %s has %ld bytes (crc32 %08x): other data. Give the file it was trained on.",
+            path, (unsigned long long)m->data_bytes, (unsigned)m->data_crc, c->data_path,
+            t->corpus.len, (unsigned)trainer_data_crc(t));
     return 0;
 }
 
@@ -1886,12 +1916,16 @@ static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char
  * ours present under its name with the same shape. */
 static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map, char *err, size_t errlen) {
     const Config *c = &t->cfg;
-    if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context || m->width != c->width ||
-        m->depth != c->depth)
-        return usage_error(err, errlen, "%s: the checkpoint is of a different model (embed_dim %d context %d width %d "
-                           "depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same --model and "
-                           "overrides.", path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context,
-                           c->width, c->depth);
+    if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context ||
+        m->width != c->width || m->depth != c->depth)
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint is of a different model (embed_dim %d context %d width %d "
+            "depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same "
+            "--model and "
+            "overrides.",
+            path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context, c->width,
+            c->depth);
     if (m->step > INT_MAX) return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path, m->step);
     for (int i = 0; i < t->model.n_params; i++) {
         const Param *p = &t->model.params[i];
@@ -1901,20 +1935,25 @@ static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *pat
         if (map[i] < 0) return usage_error(err, errlen, "%s: parameter %s is missing from the checkpoint.", path, p->name);
         const MetaParam *q = &m->params[map[i]];
         if (q->shape[0] != p->shape[0] || q->shape[1] != p->shape[1])
-            return usage_error(err, errlen, "%s: %s has shape (%d, %d) in the checkpoint but (%d, %d) here.", path,
-                               p->name, q->shape[0], q->shape[1], p->shape[0], p->shape[1]);
+            return usage_error(err, errlen,
+                               "%s: %s has shape (%d, %d) in the checkpoint but (%d, %d) here.",
+                               path, p->name, q->shape[0], q->shape[1], p->shape[0], p->shape[1]);
     }
     return 0;
 }
 
 /* meta.txt's step is the directory's: step-00000010/meta.txt says step 10.
  * (A checkpoint copied to a directory of another name is still loaded.) */
-static int ckpt_check_step(const char *dir, const CkptMeta *m, const char *path, char *err, size_t errlen) {
+static int ckpt_check_step(const char *dir, const CkptMeta *m, const char *path, char *err,
+                           size_t errlen) {
     const char *slash = strrchr(dir, '/');
     long named = ckpt_step_of(slash ? slash + 1 : dir);
     if (named >= 0 && named != m->step)
-        return usage_error(err, errlen, "%s: says step %ld, but its directory is step %ld: the checkpoint was edited. "
-                           "Use another checkpoint.", path, m->step, named);
+        return usage_error(
+            err, errlen,
+            "%s: says step %ld, but its directory is step %ld: the checkpoint was edited. "
+            "Use another checkpoint.",
+            path, m->step, named);
     return 0;
 }
 
@@ -1922,8 +1961,8 @@ static int ckpt_check_step(const char *dir, const CkptMeta *m, const char *path,
  * meta.txt's list, the checkpoint's world size and step, and the layout
  * meta.txt describes: a shard file swapped with another, or brought in from
  * another checkpoint, is refused here rather than trained on. */
-static int ckpt_check_shard_header(int fd, int f, const CkptMeta *m, uint64_t layout, const char *path, char *err,
-                                   size_t errlen) {
+static int ckpt_check_shard_header(int fd, int f, const CkptMeta *m, uint64_t layout,
+                                   const char *path, char *err, size_t errlen) {
     unsigned char head[SHARD_HEADER_BYTES];
     ShardHeader h;
     char why[256];
@@ -1932,16 +1971,23 @@ static int ckpt_check_shard_header(int fd, int f, const CkptMeta *m, uint64_t la
     if (shard_header_decode(head, sizeof(head), &h, why, sizeof(why)) != 0)
         return usage_error(err, errlen, "%s: %s. Use another checkpoint.", path, why);
     if ((int)h.rank != f || (int)h.world != m->world)
-        return usage_error(err, errlen, "%s: holds rank %u of %u's shard, but meta.txt lists it as rank %d of %d's: "
-                           "shard files were swapped or copied. Use another checkpoint.", path, (unsigned)h.rank,
-                           (unsigned)h.world, f, m->world);
+        return usage_error(
+            err, errlen,
+            "%s: holds rank %u of %u's shard, but meta.txt lists it as rank %d of %d's: "
+            "shard files were swapped or copied. Use another checkpoint.",
+            path, (unsigned)h.rank, (unsigned)h.world, f, m->world);
     if ((long)h.step != m->step)
-        return usage_error(err, errlen, "%s: was written at step %llu, but meta.txt says step %ld: it belongs to another "
-                           "checkpoint. Use another checkpoint.", path, (unsigned long long)h.step, m->step);
+        return usage_error(
+            err, errlen,
+            "%s: was written at step %llu, but meta.txt says step %ld: it belongs to another "
+            "checkpoint. Use another checkpoint.",
+            path, (unsigned long long)h.step, m->step);
     if (h.layout != layout)
-        return usage_error(err, errlen, "%s: was written for another layout than meta.txt describes (layout hash "
-                           "%016llx, meta.txt gives %016llx): meta.txt was edited. Use another checkpoint.", path,
-                           (unsigned long long)h.layout, (unsigned long long)layout);
+        return usage_error(
+            err, errlen,
+            "%s: was written for another layout than meta.txt describes (layout hash "
+            "%016llx, meta.txt gives %016llx): meta.txt was edited. Use another checkpoint.",
+            path, (unsigned long long)h.layout, (unsigned long long)layout);
     return 0;
 }
 
@@ -1965,15 +2011,21 @@ static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, cha
         uint32_t crc = 0;
         for (uint64_t at = 0; size == want && at < size && rc == 0; at += 1 << 20) {
             size_t n = size - at < (1 << 20) ? (size_t)(size - at) : (size_t)1 << 20;
-            if (file_read_at(fd, buf, n, at) != 0) rc = usage_error(err, errlen, "%s: cannot read it.", path);
+            if (file_read_at(fd, buf, n, at) != 0)
+                rc = usage_error(err, errlen, "%s: cannot read it.", path);
             crc = crc32_update(crc, buf, n);
         }
         if (rc == 0 && size != want)
-            rc = usage_error(err, errlen, "%s: %llu bytes, but meta.txt says %llu: the file is truncated or was replaced. "
-                             "Use another checkpoint.", path, (unsigned long long)size, (unsigned long long)want);
+            rc = usage_error(
+                err, errlen,
+                "%s: %llu bytes, but meta.txt says %llu: the file is truncated or was replaced. "
+                "Use another checkpoint.",
+                path, (unsigned long long)size, (unsigned long long)want);
         else if (rc == 0 && crc != m->files[f].crc)
-            rc = usage_error(err, errlen, "%s: checksum mismatch (crc32 %08x, meta.txt says %08x): the file is "
-                             "corrupted. Use another checkpoint.", path, crc, m->files[f].crc);
+            rc = usage_error(err, errlen,
+                             "%s: checksum mismatch (crc32 %08x, meta.txt says %08x): the file is "
+                             "corrupted. Use another checkpoint.",
+                             path, crc, m->files[f].crc);
         if (rc == 0) rc = ckpt_check_shard_header(fd, f, m, layout, path, err, errlen);
         close(fd);
     }
@@ -1983,8 +2035,8 @@ static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, cha
 
 /* Reads elements [a, b) of old unit `ou`'s flat tensor k (0 parameters,
  * 1 exp_avg, 2 exp_avg_sq) into dst, from whichever old files hold them. */
-static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, long a, long b, float *dst, char *err,
-                           size_t errlen) {
+static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, long a, long b,
+                           float *dst, char *err, size_t errlen) {
     long S = m->units[ou].shard;
     long base = 0; /* where unit ou starts in each file, in floats after the header */
     for (int v = 0; v < ou; v++) base += 3 * m->units[v].shard;
@@ -1992,14 +2044,16 @@ static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, lo
         int file = (int)(a / S);
         long in_shard = a % S, run = S - in_shard < b - a ? S - in_shard : b - a;
         char path[2048], why[1024];
-        uint64_t size = 0, at = SHARD_HEADER_BYTES + (uint64_t)(base + (long)k * S + in_shard) * sizeof(float);
+        uint64_t size = 0, at = SHARD_HEADER_BYTES +
+                                (uint64_t)(base + (long)k * S + in_shard) * sizeof(float);
         snprintf(path, sizeof(path), "%s/%s", dir, m->files[file].name);
         int fd = file_open_input("checkpoint", path, &size, why, sizeof(why));
         if (fd < 0) return usage_error(err, errlen, "%s", why);
         int ok = file_read_at(fd, dst, (size_t)run * sizeof(float), at) == 0;
         close(fd);
-        if (!ok) return usage_error(err, errlen, "%s: cannot read %ld values at element %ld of unit %d.", path, run,
-                                    in_shard, ou);
+        if (!ok)
+            return usage_error(err, errlen, "%s: cannot read %ld values at element %ld of unit %d.",
+                               path, run, in_shard, ou);
         a += run;
         dst += run;
     }
@@ -2019,8 +2073,8 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
             if (!param_in_shard(p, lo, hi, &a, &b)) continue;
             /* element e of p: our flat position offset + e, theirs q->offset + e */
             for (int k = 0; k < 3; k++)
-                if (ckpt_read_range(dir, m, q->unit, k, q->offset + (a - p->offset), q->offset + (b - p->offset),
-                                    dst[k] + (a - lo), err, errlen))
+                if (ckpt_read_range(dir, m, q->unit, k, q->offset + (a - p->offset),
+                                    q->offset + (b - p->offset), dst[k] + (a - lo), err, errlen))
                     return 2;
         }
     }
@@ -2044,9 +2098,11 @@ static int shard_first_nonfinite(const Trainer *t, int k, char *out, size_t outl
                 float v = x[e - lo];
                 if (isfinite(v) && (k != 2 || v >= 0.0f)) continue;
                 long i = e - p->offset;
-                if (p->shape[1] == 1) snprintf(out, outlen, "%s%s[%ld] is %g", what[k], p->name, i, (double)v);
-                else snprintf(out, outlen, "%s%s[%ld, %ld] is %g", what[k], p->name, i / p->shape[1], i % p->shape[1],
-                              (double)v);
+                if (p->shape[1] == 1)
+                    snprintf(out, outlen, "%s%s[%ld] is %g", what[k], p->name, i, (double)v);
+                else
+                    snprintf(out, outlen, "%s%s[%ld, %ld] is %g", what[k], p->name, i / p->shape[1],
+                             i % p->shape[1], (double)v);
                 return 1;
             }
         }
@@ -2071,7 +2127,9 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
         rc = ckpt_locate(from, dir, sizeof(dir), err, sizeof(err));
         size_t n = 0;
         snprintf(path, sizeof(path), "%s/meta.txt", dir);
-        if (rc == 0 && (text = file_read_small("checkpoint", path, 64 << 20, &n, err, sizeof(err))) == NULL) rc = 2;
+        if (rc == 0 &&
+            (text = file_read_small("checkpoint", path, 64 << 20, &n, err, sizeof(err))) == NULL)
+            rc = 2;
         len = (long)n;
     }
     if (ckpt_agree(t, rc, err)) return 2;
@@ -2094,18 +2152,22 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     rc = ckpt_agree(t, rc, err); /* the same verdict on every rank so far */
     if (rc == 0) rc = ckpt_agree(t, ckpt_verify_files(t, dir, &m, err, sizeof(err)), err);
     if (rc == 0) rc = ckpt_agree(t, ckpt_load_shards(t, dir, &m, map, err, sizeof(err)), err);
-    for (int k = 0; k < 3 && rc == 0; k++) { /* a CRC cannot tell whether the numbers were numbers */
+    for (int k = 0; k < 3 && rc == 0;
+         k++) { /* a CRC cannot tell whether the numbers were numbers */
         if (shard_first_nonfinite(t, k, why, sizeof(why)))
-            rc = usage_error(err, sizeof(err), "%s: %s. A checkpoint of a run that diverged cannot be trained on; use "
-                             "an earlier one.", path, why);
+            rc =
+                usage_error(err, sizeof(err),
+                            "%s: %s. A checkpoint of a run that diverged cannot be trained on; use "
+                            "an earlier one.",
+                            path, why);
         rc = ckpt_agree(t, rc, err);
     }
     if (rc == 0) {
         t->adam_step = (int)m.adam_step;
         *next_step = m.step;
         if (t->comm.rank == 0)
-            printf("resumed from %s: step %ld, written by %d rank%s with %s, loaded on %d\n", dir, m.step, m.world,
-                   m.world > 1 ? "s" : "", m.strategy, t->comm.world);
+            printf("resumed from %s: step %ld, written by %d rank%s with %s, loaded on %d\n", dir,
+                   m.step, m.world, m.world > 1 ? "s" : "", m.strategy, t->comm.world);
     }
     meta_free(&m);
     free(map);
@@ -2146,7 +2208,8 @@ static int trainer_export(Trainer *t, const char *path) {
     if (!head) FATAL("the machine is out of host memory", "cannot build the safetensors header");
     OutFile f;
     memset(&f, 0, sizeof(f));
-    if (root && (rc = out_open(&f, "--export", path, err, sizeof(err))) == 0) out_write(&f, head, head_len);
+    if (root && (rc = out_open(&f, "--export", path, err, sizeof(err))) == 0)
+        out_write(&f, head, head_len);
     for (int ui = 0; ui < t->n_units; ui++) { /* every rank takes part in each gather */
         Unit *u = &t->units[ui];
         float *full = u->shard_param;
@@ -2155,16 +2218,18 @@ static int trainer_export(Trainer *t, const char *path) {
             CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
             comm_wait(&t->comm, &h);
         }
-        for (int j = 0; j < u->n_params && root && rc == 0; j++) { /* tensors sit at their header offsets */
+        for (int j = 0; j < u->n_params && root && rc == 0;
+             j++) { /* tensors sit at their header offsets */
             const Param *p = &t->model.params[u->params[j]];
-            out_write_at(&f, full + p->offset, (size_t)p->numel * sizeof(float), head_len + st[u->params[j]].begin);
+            out_write_at(&f, full + p->offset, (size_t)p->numel * sizeof(float),
+                         head_len + st[u->params[j]].begin);
         }
         if (full != u->shard_param) ledger_free(&t->ledger, full);
     }
     if (root && rc == 0) rc = out_commit(&f, err, sizeof(err));
     if (root && rc == 0)
-        printf("exported %ld parameters in %d tensors to %s (safetensors, F32, PyTorch names)\n", trainer_num_params(t), n,
-               path);
+        printf("exported %ld parameters in %d tensors to %s (safetensors, F32, PyTorch names)\n",
+               trainer_num_params(t), n, path);
     free(head);
     free(st);
     return ckpt_agree(t, rc, err);
@@ -2174,8 +2239,11 @@ static int trainer_export(Trainer *t, const char *path) {
  * F32 with our shape, and nothing else. */
 static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map, char *err, size_t errlen) {
     if (h->n != t->model.n_params)
-        return usage_error(err, errlen, "--init-from %s: %d tensors, but the model has %d parameters. Export it from a "
-                           "run of the same model.", path, h->n, t->model.n_params);
+        return usage_error(
+            err, errlen,
+            "--init-from %s: %d tensors, but the model has %d parameters. Export it from a "
+            "run of the same model.",
+            path, h->n, t->model.n_params);
     for (int i = 0; i < t->model.n_params; i++) {
         StTensor want;
         st_tensor_of(&t->model.params[i], &want);
@@ -2185,21 +2253,25 @@ static int st_check_model(const Trainer *t, const StHeader *h, const char *path,
         if (map[i] < 0) return usage_error(err, errlen, "--init-from %s: no tensor named %s.", path, want.name);
         const StTensor *s = &h->tensors[map[i]];
         if (strcmp(s->dtype, "F32") != 0)
-            return usage_error(err, errlen, "--init-from %s: %s is %s; fsdp.c trains in F32.", path, s->name, s->dtype);
+            return usage_error(err, errlen, "--init-from %s: %s is %s; fsdp.c trains in F32.", path,
+                               s->name, s->dtype);
         int same = s->ndim == want.ndim;
         for (int d = 0; d < want.ndim && same; d++) same = s->shape[d] == want.shape[d];
         if (!same)
-            return usage_error(err, errlen, "--init-from %s: %s has the wrong shape (%d dims, first %ld); expected "
-                               "(%ld%s%ld).", path, s->name, s->ndim, s->ndim ? s->shape[0] : 0L, want.shape[0],
-                               want.ndim == 2 ? ", " : "", want.ndim == 2 ? want.shape[1] : 0L);
+            return usage_error(
+                err, errlen,
+                "--init-from %s: %s has the wrong shape (%d dims, first %ld); expected "
+                "(%ld%s%ld).",
+                path, s->name, s->ndim, s->ndim ? s->shape[0] : 0L, want.shape[0],
+                want.ndim == 2 ? ", " : "", want.ndim == 2 ? want.shape[1] : 0L);
     }
     return 0;
 }
 
 /* Reads rank 0's copy of a safetensors header: the 8-byte length, then the
  * JSON. Returns the bytes (all ranks judge these same bytes). */
-static int st_read_header(const char *path, unsigned char **out, size_t *len, uint64_t *file_size, char *err,
-                          size_t errlen) {
+static int st_read_header(const char *path, unsigned char **out, size_t *len, uint64_t *file_size,
+                          char *err, size_t errlen) {
     int fd = file_open_input("--init-from", path, file_size, err, errlen);
     if (fd < 0) return 2;
     unsigned char prefix[8];
@@ -2208,8 +2280,11 @@ static int st_read_header(const char *path, unsigned char **out, size_t *len, ui
     for (int i = 7; i >= 0 && got; i--) n = (n << 8) | prefix[i];
     if (!got || n > *file_size - 8 || n > ST_MAX_HEADER) {
         close(fd);
-        return usage_error(err, errlen, "--init-from %s: not a safetensors file (%llu bytes; its first 8 bytes do not "
-                           "give a header length that fits the file).", path, (unsigned long long)*file_size);
+        return usage_error(
+            err, errlen,
+            "--init-from %s: not a safetensors file (%llu bytes; its first 8 bytes do not "
+            "give a header length that fits the file).",
+            path, (unsigned long long)*file_size);
     }
     *len = 8 + (size_t)n;
     *out = (unsigned char *)malloc(*len);
@@ -2223,7 +2298,8 @@ static int st_read_header(const char *path, unsigned char **out, size_t *len, ui
 
 /* Reads this rank's shard of every parameter from the safetensors file
  * (the header says where each tensor is). Returns 0 or 2. */
-static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const char *path, char *err, size_t errlen) {
+static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const char *path,
+                          char *err, size_t errlen) {
     uint64_t size = 0;
     int rc = 0, fd = file_open_input("--init-from", path, &size, err, errlen);
     if (fd < 0) return 2;
@@ -2233,9 +2309,12 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
         for (int j = 0; j < u->n_params && rc == 0; j++) {
             const Param *p = &t->model.params[u->params[j]];
             if (!param_in_shard(p, lo, hi, &a, &b)) continue;
-            uint64_t at = h->data_start + h->tensors[map[u->params[j]]].begin + (uint64_t)(a - p->offset) * sizeof(float);
-            if (file_read_at(fd, u->shard_param + (a - lo), (size_t)(b - a) * sizeof(float), at) != 0)
-                rc = usage_error(err, errlen, "--init-from %s: cannot read %s (the file changed?).", path, p->name);
+            uint64_t at = h->data_start + h->tensors[map[u->params[j]]].begin +
+                          (uint64_t)(a - p->offset) * sizeof(float);
+            if (file_read_at(fd, u->shard_param + (a - lo), (size_t)(b - a) * sizeof(float), at) !=
+                0)
+                rc = usage_error(err, errlen, "--init-from %s: cannot read %s (the file changed?).",
+                                 path, p->name);
         }
     }
     close(fd);
@@ -2278,8 +2357,10 @@ static int trainer_init_from(Trainer *t, const char *path) {
     if (rc == 0) {
         int bad = 0;
         if (shard_first_nonfinite(t, 0, why, sizeof(why)))
-            bad = usage_error(err, sizeof(err), "--init-from %s: %s; training on it would give NaN at every step. "
-                              "Export from a run that did not diverge.", path, why);
+            bad = usage_error(err, sizeof(err),
+                              "--init-from %s: %s; training on it would give NaN at every step. "
+                              "Export from a run that did not diverge.",
+                              path, why);
         rc = ckpt_agree(t, bad, err);
     }
     st_free(&h);
@@ -2310,64 +2391,64 @@ enum { N_PRESETS = sizeof(MODEL_PRESETS) / sizeof(MODEL_PRESETS[0]) };
 
 void config_usage(FILE *out) {
     fprintf(out,
-        "usage: mpirun -np N ./fsdp [options]\n"
-        "\n"
-        "Trains a byte-level language model with FSDP on N ranks (one per simulated GPU).\n"
-        "\n"
-        "model\n"
-        "  --model NAME          tiny | small | medium | large          (default small)\n"
-        "  --depth L             residual MLP blocks, 1..64              (preset)\n"
-        "  --width D             residual stream width, 1..8192          (preset)\n"
-        "  --context T           bytes of context, 1..4096               (preset)\n"
-        "  --embed-dim C         width of a byte's embedding, 1..4096    (preset)\n"
-        "FSDP\n"
-        "  --strategy S          full_shard | shard_grad_op | no_shard (alias ddp)\n"
-        "                                                                (default full_shard)\n"
-        "  --min-params N        auto-wrap threshold: a module whose unclaimed parameters\n"
-        "                        reach N becomes a unit (default: one block's parameters)\n"
-        "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins)\n"
-        "                                                                (default ring)\n"
-        "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
-        "                        and print memory and traffic side by side\n"
-        "simulator\n"
-        "  --vram SIZE           simulated GPU memory per rank, e.g. 512M or 2G (K M G T P);\n"
-        "                        going over it fails like CUDA's out-of-memory\n"
-        "                                                                (default unlimited)\n"
-        "  --net NAME            price every collective on a modelled interconnect:\n"
-        "                        nvlink | pcie | ib | ethernet | none (default none)\n"
-        "  --trace FILE          write a trace for ui.perfetto.dev / chrome://tracing; with\n"
-        "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
-        "  --trace-clock CLOCK   real (this machine) | sim (collectives timed by --net)\n"
-        "  --view                live terminal view of memory per rank and traffic\n"
-        "  --step                stop before every collective and picture it; keys:\n"
-        "                        n next, c continue to the next step, q quit\n"
-        "  --step=auto           the same pictures without stopping\n"
-        "  --check-collectives   ranks compare each collective before calling it and stop\n"
-        "                        with a report on a mismatch, instead of hanging\n"
-        "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
-        "checkpoints\n"
-        "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
-        "  --save-every K        every K steps); the two newest are kept\n"
-        "  --resume DIR          continue from DIR's newest complete checkpoint, on any\n"
-        "                        number of ranks; --steps is the total to reach\n"
-        "  --export FILE         write the full parameters as safetensors at the end\n"
-        "  --init-from FILE      start from a safetensors file (fresh optimizer)\n"
-        "training\n"
-        "  --steps N             optimizer steps                         (default 200)\n"
-        "  --batch N             global batch, split evenly over ranks   (default 64)\n"
-        "  --lr X                AdamW learning rate                     (default 0.003)\n"
-        "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
-        "  --eps X               AdamW eps                               (default 1e-8)\n"
-        "  --weight-decay X      AdamW decoupled weight decay            (default 0.01)\n"
-        "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
-        "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
-        "  --log-every N         print a line every N steps              (default 20)\n"
-        "  --help                this text\n"
-        "\n"
-        "exit codes (the same on every rank)\n"
-        "  0 trained   1 a file could not be written, or an internal error   2 bad input\n"
-        "  3 simulated out of memory (--vram)   4 the ranks' collectives disagree\n"
-        "  5 the loss became NaN or infinite (training diverged)\n");
+            "usage: mpirun -np N ./fsdp [options]\n"
+            "\n"
+            "Trains a byte-level language model with FSDP on N ranks (one per simulated GPU).\n"
+            "\n"
+            "model\n"
+            "  --model NAME          tiny | small | medium | large          (default small)\n"
+            "  --depth L             residual MLP blocks, 1..64              (preset)\n"
+            "  --width D             residual stream width, 1..8192          (preset)\n"
+            "  --context T           bytes of context, 1..4096               (preset)\n"
+            "  --embed-dim C         width of a byte's embedding, 1..4096    (preset)\n"
+            "FSDP\n"
+            "  --strategy S          full_shard | shard_grad_op | no_shard (alias ddp)\n"
+            "                                                                (default full_shard)\n"
+            "  --min-params N        auto-wrap threshold: a module whose unclaimed parameters\n"
+            "                        reach N becomes a unit (default: one block's parameters)\n"
+            "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins)\n"
+            "                                                                (default ring)\n"
+            "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
+            "                        and print memory and traffic side by side\n"
+            "simulator\n"
+            "  --vram SIZE           simulated GPU memory per rank, e.g. 512M or 2G (K M G T P);\n"
+            "                        going over it fails like CUDA's out-of-memory\n"
+            "                                                                (default unlimited)\n"
+            "  --net NAME            price every collective on a modelled interconnect:\n"
+            "                        nvlink | pcie | ib | ethernet | none (default none)\n"
+            "  --trace FILE          write a trace for ui.perfetto.dev / chrome://tracing; with\n"
+            "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
+            "  --trace-clock CLOCK   real (this machine) | sim (collectives timed by --net)\n"
+            "  --view                live terminal view of memory per rank and traffic\n"
+            "  --step                stop before every collective and picture it; keys:\n"
+            "                        n next, c continue to the next step, q quit\n"
+            "  --step=auto           the same pictures without stopping\n"
+            "  --check-collectives   ranks compare each collective before calling it and stop\n"
+            "                        with a report on a mismatch, instead of hanging\n"
+            "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
+            "checkpoints\n"
+            "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
+            "  --save-every K        every K steps); the two newest are kept\n"
+            "  --resume DIR          continue from DIR's newest complete checkpoint, on any\n"
+            "                        number of ranks; --steps is the total to reach\n"
+            "  --export FILE         write the full parameters as safetensors at the end\n"
+            "  --init-from FILE      start from a safetensors file (fresh optimizer)\n"
+            "training\n"
+            "  --steps N             optimizer steps                         (default 200)\n"
+            "  --batch N             global batch, split evenly over ranks   (default 64)\n"
+            "  --lr X                AdamW learning rate                     (default 0.003)\n"
+            "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
+            "  --eps X               AdamW eps                               (default 1e-8)\n"
+            "  --weight-decay X      AdamW decoupled weight decay            (default 0.01)\n"
+            "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
+            "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
+            "  --log-every N         print a line every N steps              (default 20)\n"
+            "  --help                this text\n"
+            "\n"
+            "exit codes (the same on every rank)\n"
+            "  0 trained   1 a file could not be written, or an internal error   2 bad input\n"
+            "  3 simulated out of memory (--vram)   4 the ranks' collectives disagree\n"
+            "  5 the loss became NaN or infinite (training diverged)\n");
 }
 
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *err, size_t errlen) {
@@ -2399,8 +2480,9 @@ static int parse_float(const char *flag, const char *s, double lo, int lo_open, 
     if (errno || end == s || *end != '\0' || !isfinite(v))
         return usage_error(err, errlen, "%s: '%s' is not a number. Give a value like 0.001.", flag, s);
     if (v < lo || (lo_open && v == lo) || v > hi)
-        return usage_error(err, errlen, "%s: %s is out of range. Give a value %s %g and <= %g.", flag, s,
-                           lo_open ? ">" : ">=", lo, hi); /* s, not v: %g would print 0.99999999999 as 1 */
+        return usage_error(err, errlen, "%s: %s is out of range. Give a value %s %g and <= %g.",
+                           flag, s, lo_open ? ">" : ">=", lo,
+                           hi); /* s, not v: %g would print 0.99999999999 as 1 */
     *out = (float)v;
     return 0;
 }
@@ -2418,12 +2500,19 @@ static int parse_size(const char *flag, const char *s, size_t *out, char *err, s
         case 'M': case 'm': unit = 1048576.0; end++; break;
         case 'G': case 'g': unit = 1073741824.0; end++; break;
         case 'T': case 't': unit = 1099511627776.0; end++; break;
-        case 'P': case 'p': unit = 1125899906842624.0; end++; break;
+        case 'P':
+        case 'p':
+            unit = 1125899906842624.0;
+            end++;
+            break;
         }
         if (unit > 1.0 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
     }
     if (errno || end == s || *end != '\0' || !isfinite(v))
-        return usage_error(err, errlen, "%s: '%s' is not a size. Give bytes with an optional K, M, G, T or P suffix, e.g. %s 512M.", flag, s, flag);
+        return usage_error(err, errlen,
+                           "%s: '%s' is not a size. Give bytes with an optional K, M, G, T or P "
+                           "suffix, e.g. %s 512M.",
+                           flag, s, flag);
     if (v * unit < 1.0 || v * unit > 1125899906842624.0)
         return usage_error(err, errlen, "%s: '%s' is out of range. Give a size between 1 byte and 1P, e.g. %s 512M.", flag, s, flag);
     *out = (size_t)(v * unit);
@@ -2777,13 +2866,21 @@ typedef struct {
 static int check_distinct_files(const NamedFile *f, int n, char *err, size_t errlen) {
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
-            if (!f[i].path || !f[j].path || (!f[i].output && !f[j].output) || !file_same(f[i].path, f[j].path)) continue;
+            if (!f[i].path || !f[j].path || (!f[i].output && !f[j].output) ||
+                !file_same(f[i].path, f[j].path))
+                continue;
             if (f[i].output && f[j].output)
-                return usage_error(err, errlen, "%s %s and %s %s name the same file, so one output would replace the "
-                                   "other. Give each output its own path.", f[i].flag, f[i].path, f[j].flag, f[j].path);
+                return usage_error(
+                    err, errlen,
+                    "%s %s and %s %s name the same file, so one output would replace the "
+                    "other. Give each output its own path.",
+                    f[i].flag, f[i].path, f[j].flag, f[j].path);
             const NamedFile *out = f[i].output ? &f[i] : &f[j], *in = f[i].output ? &f[j] : &f[i];
-            return usage_error(err, errlen, "%s %s would replace %s %s, which this run reads. Give the output another "
-                               "path.", out->flag, out->path, in->flag, in->path);
+            return usage_error(
+                err, errlen,
+                "%s %s would replace %s %s, which this run reads. Give the output another "
+                "path.",
+                out->flag, out->path, in->flag, in->path);
         }
     return 0;
 }
@@ -2826,9 +2923,13 @@ static void debugger_wait(MPI_Comm comm) {
 static void stop_diverged(const Config *cfg, int root, int step, double loss) {
     if (root) {
         fflush(stdout);
-        fprintf(stderr, "error: the loss is %g at step %d: training diverged, and every step after this one would "
-                        "train on NaN.\nHINT: lower --lr (it is %g; the default is 0.003). Gradient clipping "
-                        "(PyTorch's clip_grad_norm_) is the other usual cure.\n", loss, step + 1, (double)cfg->lr);
+        fprintf(
+            stderr,
+            "error: the loss is %g at step %d: training diverged, and every step after this one "
+            "would "
+            "train on NaN.\nHINT: lower --lr (it is %g; the default is 0.003). Gradient clipping "
+            "(PyTorch's clip_grad_norm_) is the other usual cure.\n",
+            loss, step + 1, (double)cfg->lr);
         fflush(stderr);
     }
     exit_all(5);
@@ -2992,7 +3093,8 @@ int main(int argc, char **argv) {
                              {"--init-from", cfg.init_from, 0}};
         int n_files = (int)(sizeof(files) / sizeof(files[0]));
         for (int i = 0; i < n_files && rc == 0; i++)
-            if (files[i].output && files[i].path) rc = file_check_output(files[i].flag, files[i].path, err, sizeof(err));
+            if (files[i].output && files[i].path)
+                rc = file_check_output(files[i].flag, files[i].path, err, sizeof(err));
         if (rc == 0) rc = check_distinct_files(files, n_files, err, sizeof(err));
         if (rc == 0 && cfg.save_dir) rc = check_save_dir(cfg.save_dir, err, sizeof(err));
     }

@@ -11,7 +11,8 @@
  *   Unit         a group of modules sharded, gathered and freed together
  *   Trainer      one rank's whole training state, built from the above
  *
- * Built with it: formats.h (checkpoint byte formats) and sim/sim.h (the
+ * Built with it: files.h (safe reading and writing of files), formats.h
+ * (checkpoint byte formats) and sim/sim.h (the
  * simulator's instruments, called from fsdp.c through one-line hooks).
  *
  * Vocabulary (used everywhere, in code and in output):

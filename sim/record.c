@@ -218,10 +218,14 @@ static void run_header(Text *t, const Sim *s, const Comm *c, const SimRunSummary
     int N = c->world, n = MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS;
     char loss[32] = "null"; /* a run with no step to take (a resume at its end) has no loss */
     if (run->steps > 0) snprintf(loss, sizeof(loss), "%.6f", run->final_loss);
-    text_printf(t, "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"fsdp\":{\"version\":1,\"world\":%d,\"strategy\":\"%s\",\"model\":\"%s\","
-                   "\"steps\":%d,\"clock\":\"%s\",\"net\":\"%s\",\"vram\":%zu,\"seconds\":%.6f,\"final_loss\":%s,\n\"categories\":[",
-                N, strategy_name(cfg->strategy), cfg->model_name ? cfg->model_name : "custom", run->steps, clock_sim ? "sim" : "real",
-                cfg->net ? cfg->net : "none", cfg->vram, run->seconds, loss);
+    text_printf(t,
+                "{\"displayTimeUnit\":\"ms\",\n\"otherData\":{\"fsdp\":{\"version\":1,\"world\":%d,"
+                "\"strategy\":\"%s\",\"model\":\"%s\","
+                "\"steps\":%d,\"clock\":\"%s\",\"net\":\"%s\",\"vram\":%zu,\"seconds\":%.6f,"
+                "\"final_loss\":%s,\n\"categories\":[",
+                N, strategy_name(cfg->strategy), cfg->model_name ? cfg->model_name : "custom",
+                run->steps, clock_sim ? "sim" : "real", cfg->net ? cfg->net : "none", cfg->vram,
+                run->seconds, loss);
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) text_printf(t, "%s\"%s\"", k ? "," : "", MEM_CATEGORY_NAMES[k]);
     text_printf(t, "],\n\"units\":[");
     for (int u = 0; u < s->n_units; u++)

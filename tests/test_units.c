@@ -382,11 +382,13 @@ static void test_data_mapped(void) {
     long grown = proc_status_kib("RssAnon") - before;
     int same = rc == 0 && c.len == SIZE;
     for (long i = 0; same && i < SIZE; i += 4093) same = c.bytes[i] == chunk[i % (1 << 20)];
-    check(rc == 0 && same, "data: --data file loaded byte for byte", "rc %d, %ld bytes %s", rc, rc == 0 ? c.len : 0L,
-          same ? "equal to the file" : "DIFFER");
-    if (before < 0) printf("  skip data: no /proc/self/status here, so private memory cannot be measured\n");
-    else check(rc == 0 && c.mapped && grown < 4096, "data: --data is mapped, not copied",
-               "private memory grew %ld KiB for a %d MiB file (limit 4096 KiB)", grown, SIZE >> 20);
+    check(rc == 0 && same, "data: --data file loaded byte for byte", "rc %d, %ld bytes %s", rc,
+          rc == 0 ? c.len : 0L, same ? "equal to the file" : "DIFFER");
+    if (before < 0)
+        printf("  skip data: no /proc/self/status here, so private memory cannot be measured\n");
+    else
+        check(rc == 0 && c.mapped && grown < 4096, "data: --data is mapped, not copied",
+              "private memory grew %ld KiB for a %d MiB file (limit 4096 KiB)", grown, SIZE >> 20);
     if (rc == 0) corpus_release(&c);
 #ifndef __SANITIZE_ADDRESS__ /* AddressSanitizer needs address space of its own */
     /* A mapping that cannot be made is reported as such (it used to say it
@@ -400,7 +402,8 @@ static void test_data_mapped(void) {
         memset(&c, 0, sizeof(c));
         rc = corpus_load_file(&c, path, 8, err, sizeof(err));
         setrlimit(RLIMIT_AS, &old);
-        check(rc == 2 && strstr(err, "cannot map") != NULL, "data: a failed mapping says so", "rc %d: %s", rc, err);
+        check(rc == 2 && strstr(err, "cannot map") != NULL, "data: a failed mapping says so",
+              "rc %d: %s", rc, err);
         if (rc == 0) corpus_release(&c);
     }
 #endif
