@@ -142,15 +142,18 @@ inputs() {
   refused "--init-from a directory" "is a directory" 2 --steps 2 --init-from "$d/dir"
   refused "--data a link to /dev/zero" "a symbolic link to a character device" 2 --steps 2 --data "$d/zero"
   timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 2 --save-dir "$d/ck" >/dev/null 2>&1 || bad "could not make a checkpoint"
-  local ck="$d/ck/step-00000002" c kind
+  local ck="$d/ck/step-00000002" c kind why
   for c in fifo zero urandom; do
-    case $c in fifo) kind="a named pipe" ;; *) kind="a link to /dev/$c" ;; esac
+    case $c in
+      fifo) kind="a named pipe" why="is a named pipe (FIFO)" ;;
+      *) kind="a link to /dev/$c" why="a symbolic link to a character device" ;;
+    esac
     rm -rf "$d/m$c"; cp -r "$ck" "$d/m$c"; rm "$d/m$c/meta.txt"
     if [ $c = fifo ]; then mkfifo "$d/m$c/meta.txt"; else ln -s /dev/$c "$d/m$c/meta.txt"; fi
-    refused "meta.txt that is $kind" "meta.txt: " 2 --steps 4 --resume "$d/m$c"
+    refused "meta.txt that is $kind" "meta.txt: $why" 2 --steps 4 --resume "$d/m$c"
     rm -rf "$d/s$c"; cp -r "$ck" "$d/s$c"; rm "$d/s$c/shard-00001.bin"
     if [ $c = fifo ]; then mkfifo "$d/s$c/shard-00001.bin"; else ln -s /dev/$c "$d/s$c/shard-00001.bin"; fi
-    refused "a shard file that is $kind" "shard-00001.bin: " 2 --steps 4 --resume "$d/s$c"
+    refused "a shard file that is $kind" "shard-00001.bin: $why" 2 --steps 4 --resume "$d/s$c"
   done
   # --data is mapped, not copied: checked in tests/test_units (data_is_mapped)
 }
