@@ -54,7 +54,7 @@ static const char *kind_of_mode(mode_t m) {
 
 const char *file_kind(const char *path) {
     struct stat st;
-    if (lstat(path, &st) != 0) return "nothing";
+    if (stat(path, &st) != 0) return "nothing";
     return kind_of_mode(st.st_mode);
 }
 
@@ -76,7 +76,7 @@ int file_open_input(const char *label, const char *path, uint64_t *size, char *e
     if (!S_ISREG(st.st_mode)) {
         int link = lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode);
         return files_fail(err, errlen, -1,
-                          "%s %s: %s%s, not a regular file%s. Give the path of a file.", label,
+                          "%s %s: %s%s, not a regular file%s; only regular files are read.", label,
                           path, link ? "a symbolic link to " : "is ", kind_of_mode(st.st_mode),
                           S_ISDIR(st.st_mode) ? "" : ": reading it could block or never end");
     }
@@ -214,6 +214,15 @@ int file_same(const char *a, const char *b) {
     return strcmp(ca, cb) == 0;
 }
 
+int file_within(const char *path, const char *dir) {
+    char cp[FILES_MAX_PATH + 256], cd[FILES_MAX_PATH + 256];
+    if (canonical(path, cp, sizeof(cp)) != 0 || canonical(dir, cd, sizeof(cd)) != 0)
+        return strcmp(path, dir) == 0;
+    size_t n = strlen(cd);
+    if (n == 1) return 1; /* everything is inside "/" */
+    return strncmp(cp, cd, n) == 0 && (cp[n] == '\0' || cp[n] == '/');
+}
+
 static void out_start(OutFile *o, const char *label, const char *path, int atomic) {
     memset(o, 0, sizeof(*o));
     o->fd = -1;
@@ -232,9 +241,12 @@ int out_open(OutFile *o, const char *label, const char *path, char *err, size_t 
         return files_fail(err, errlen, 2, "%s %s: cannot create a file beside it (%s).", label,
                           path, strerror(errno));
     o->created = 1;
-    mode_t mask = umask(0); /* mkstemp makes 0600; give the file the usual mode */
+    /* mkstemp makes the file 0600: give it the mode of the file it replaces,
+     * or the usual mode of a new file */
+    struct stat st;
+    mode_t mask = umask(0);
     umask(mask);
-    fchmod(o->fd, 0666 & ~mask);
+    fchmod(o->fd, stat(path, &st) == 0 ? (st.st_mode & 07777) : (0666 & ~mask));
     return 0;
 }
 
@@ -285,11 +297,21 @@ void out_write(OutFile *o, const void *buf, size_t n) {
     }
 }
 
-void file_sync_dir(const char *dir) {
+int file_sync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;
-    fsync(fd);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int saved = errno;
     close(fd);
+    errno = saved;
+    return rc;
+}
+
+/* What to try after a failure: free space, or the disk itself. */
+static const char *out_hint(int err_no) {
+    return err_no == ENOSPC || err_no == EDQUOT || err_no == EFBIG
+               ? "Check the free space (df -h) and try again."
+               : "Check the disk and the path (dmesg may say more) and try again.";
 }
 
 int out_commit(OutFile *o, char *err, size_t errlen) {
@@ -301,6 +323,7 @@ int out_commit(OutFile *o, char *err, size_t errlen) {
     struct stat st;
     if (!o->failed && o->atomic && lstat(o->path, &st) == 0 && !S_ISREG(st.st_mode)) {
         unlink(o->tmp);
+        o->created = 0;
         return files_fail(err, errlen, 1,
                           "%s %s: became %s while the run was writing it; it was left alone.",
                           o->label, o->path, kind_of_mode(st.st_mode));
@@ -308,22 +331,19 @@ int out_commit(OutFile *o, char *err, size_t errlen) {
     if (!o->failed && o->atomic && rename(o->tmp, o->path) != 0) out_failed(o, "rename");
     if (o->failed) {
         if (o->created) unlink(o->atomic ? o->tmp : o->path);
+        o->created = 0;
         return files_fail(err, errlen, 1,
                           "%s %s: writing failed (%s: %s); no partial file was left under that "
-                          "name. Check the free space (df -h) and try again.",
-                          o->label, o->path, o->failed, strerror(o->err_no));
+                          "name. %s",
+                          o->label, o->path, o->failed, strerror(o->err_no), out_hint(o->err_no));
     }
-    if (o->atomic) {
-        char dir[FILES_MAX_PATH];
-        dir_of(o->path, dir, sizeof(dir));
-        file_sync_dir(dir);
-    }
+    o->created = 0; /* it is the user's file now */
+    char dir[FILES_MAX_PATH];
+    dir_of(o->path, dir, sizeof(dir));
+    if (o->atomic && file_sync_dir(dir) != 0)
+        return files_fail(err, errlen, 1,
+                          "%s %s: written, but the fsync of its directory failed (%s), so it may "
+                          "not survive a crash. %s",
+                          o->label, o->path, strerror(errno), out_hint(errno));
     return 0;
-}
-
-void out_abandon(OutFile *o) {
-    if (o->fd >= 0) close(o->fd);
-    o->fd = -1;
-    if (o->created) unlink(o->atomic ? o->tmp : o->path);
-    o->created = 0;
 }

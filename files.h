@@ -54,8 +54,8 @@ char *file_read_small(const char *label, const char *path, size_t max, size_t *l
                       size_t errlen);
 
 /* What kind of thing is at path, in words ("a directory", "a named pipe
- * (FIFO)", ...), for messages; "a regular file" or "nothing" too. Does not
- * follow a final symbolic link ("a symbolic link"). */
+ * (FIFO)", ...), for messages; "a regular file" or "nothing" too. Follows
+ * symbolic links. */
 const char *file_kind(const char *path);
 
 /* ---- outputs ---------------------------------------------------------------- */
@@ -68,6 +68,9 @@ int file_check_output(const char *label, const char *path, char *err, size_t err
 /* Whether two paths name the same file (or would, once created): the same
  * inode if both exist, else the same canonical path. */
 int file_same(const char *a, const char *b);
+/* Whether path is the directory dir or lies inside it, however either is
+ * spelled (symbolic links, "..", "."). */
+int file_within(const char *path, const char *dir);
 
 /* An output being written. The first failure sticks: later writes do
  * nothing, and out_commit reports it. */
@@ -96,11 +99,8 @@ void out_write_at(OutFile *o, const void *buf, size_t n, uint64_t offset);
  * left on device) ..." in err, and nothing left under the final name that
  * was not there before (the temporary file is removed). */
 int out_commit(OutFile *o, char *err, size_t errlen);
-/* Gives up on an output: closes it and removes what was written. */
-void out_abandon(OutFile *o);
-
 /* fsync of a directory: makes a rename or a new file in it durable. */
-void file_sync_dir(const char *dir);
+int file_sync_dir(const char *dir); /* 0, or -1 with errno */
 
 #ifdef __cplusplus
 }

@@ -201,9 +201,10 @@ static char *ledger_oom_report(const Ledger *l, MemCategory cat, size_t bytes, c
 
 /* While the trainer is being built every rank allocates the same things in
  * the same order, so a budget too small shows on all ranks at once. Then
- * the first failure is only noted (the allocation goes ahead in host
- * memory) and ledger_agree_fits() decides together: one report, from the
- * lowest rank that failed, and exit 3 everywhere.
+ * the first failure is only noted (that allocation goes ahead in host
+ * memory, untouched, and trainer_create builds nothing more) and
+ * ledger_agree_fits() decides together: one report, from the lowest rank
+ * that failed, and exit 3 everywhere.
  *
  * During training a rank that runs out cannot wait for the others: they
  * may already sit in a collective that needs it. So it stops the job
@@ -1454,6 +1455,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard, sizeof(float), name);
         u->exp_avg = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float), name);
         u->exp_avg_sq = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float), name);
+        if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
         unit_init_shard(u, &t->model, t->comm.rank, cfg->seed);
         if (!is_sharded(t)) { /* DDP: the "shard" is the whole flat parameter */
             u->full_param = u->shard_param;
@@ -1461,7 +1463,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
             unit_set_views(u, &t->model);
         }
     }
-    activations_alloc(&t->act, &t->ledger, cfg, t->local_batch);
+    if (!t->ledger.oom_report) activations_alloc(&t->act, &t->ledger, cfg, t->local_batch);
     ledger_agree_fits(&t->ledger, comm);
     if (cfg->data_path) {
         if (corpus_load_file(&t->corpus, cfg->data_path, cfg->context, err, sizeof(err)) != 0) FATAL("the file changed since the command line was checked", "%s", err);
@@ -1802,20 +1804,46 @@ static int ckpt_save(Trainer *t, long next_step) {
         snprintf(path, sizeof(path), "%s/meta.txt", tmp);
         rc = text ? ckpt_write_text(path, text, len, err, sizeof(err)) : 2;
         free(text);
-        file_sync_dir(tmp);
+        if (rc == 0 && file_sync_dir(tmp) != 0)
+            rc = usage_error(err, sizeof(err), "checkpoint %s: fsync of the directory failed (%s).",
+                             tmp, strerror(errno));
         if (rc == 0) {
             ckpt_remove_dir(final_dir); /* an older save of this very step */
-            if (rename(tmp, final_dir) != 0) {
-                snprintf(err, sizeof(err), "checkpoint: cannot rename %s to %s (%s)", tmp, final_dir, strerror(errno));
-                rc = 2;
-            }
-            file_sync_dir(dir);
+            if (rename(tmp, final_dir) != 0)
+                rc = usage_error(err, sizeof(err), "checkpoint: cannot rename %s to %s (%s)", tmp,
+                                 final_dir, strerror(errno));
+            else if (file_sync_dir(dir) != 0)
+                rc = usage_error(err, sizeof(err),
+                                 "checkpoint %s: fsync of the directory failed (%s).", dir,
+                                 strerror(errno));
         }
         if (rc == 0) ckpt_prune(dir, next_step);
+        else ckpt_remove_dir(tmp); /* a failed save leaves nothing behind */
         free(all);
     }
     meta_free(&m);
     return ckpt_agree(t, rc, err);
+}
+
+/* A save renames its directory to step-N: a step-N that is there and is
+ * not a directory (a file, a pipe) would make that rename fail after all
+ * the training. Refuse it before the first step. */
+static int ckpt_check_step_names(const char *dir, char *err, size_t errlen) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    struct stat st;
+    char path[2048];
+    int rc = 0;
+    while (d && rc == 0 && (e = readdir(d)) != NULL) {
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (ckpt_step_of(e->d_name) >= 0 && stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+            rc = usage_error(err, errlen,
+                             "--save-dir %s: %s is %s, where checkpoints are directories. Move it "
+                             "away, or save elsewhere.",
+                             dir, e->d_name, file_kind(path));
+    }
+    if (d) closedir(d);
+    return rc;
 }
 
 /* A --save-dir holding checkpoints beyond where this run starts belongs to
@@ -1832,6 +1860,7 @@ static int ckpt_check_save_dir(Trainer *t, long first) {
             rc = usage_error(err, sizeof(err), "--save-dir %s already holds a checkpoint at step %ld, beyond this run's start (step %ld). Continue that run with --resume %s, or save elsewhere.",
                              t->cfg.save_dir, steps[0], first, t->cfg.save_dir);
         free(steps);
+        if (rc == 0) rc = ckpt_check_step_names(t->cfg.save_dir, err, sizeof(err));
     }
     return ckpt_agree(t, rc, err);
 }
@@ -1946,8 +1975,12 @@ static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *pat
  * (A checkpoint copied to a directory of another name is still loaded.) */
 static int ckpt_check_step(const char *dir, const CkptMeta *m, const char *path, char *err,
                            size_t errlen) {
-    const char *slash = strrchr(dir, '/');
-    long named = ckpt_step_of(slash ? slash + 1 : dir);
+    char name[1536];
+    snprintf(name, sizeof(name), "%s", dir);
+    for (size_t n = strlen(name); n > 1 && name[n - 1] == '/'; n--)
+        name[n - 1] = '\0'; /* "step-4/" */
+    const char *slash = strrchr(name, '/');
+    long named = ckpt_step_of(slash ? slash + 1 : name);
     if (named >= 0 && named != m->step)
         return usage_error(
             err, errlen,
@@ -2012,7 +2045,8 @@ static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, cha
         for (uint64_t at = 0; size == want && at < size && rc == 0; at += 1 << 20) {
             size_t n = size - at < (1 << 20) ? (size_t)(size - at) : (size_t)1 << 20;
             if (file_read_at(fd, buf, n, at) != 0)
-                rc = usage_error(err, errlen, "%s: cannot read it.", path);
+                rc = usage_error(err, errlen, "%s: cannot read it (%s).", path,
+                                 errno ? strerror(errno) : "it became shorter");
             crc = crc32_update(crc, buf, n);
         }
         if (rc == 0 && size != want)
@@ -2549,10 +2583,26 @@ static int config_apply_preset(Config *c, const char *name, char *err, size_t er
     return usage_error(err, errlen, "--model: unknown model '%s'. Choose tiny, small, medium or large.", name);
 }
 
+enum { MAX_PATH_CHARS = 1000 }; /* room for "/step-N/shard-N.bin" in the path buffers */
+
+/* The options whose value is a path. */
+static int flag_takes_path(const char *flag) {
+    static const char *const flags[] = {"--save-dir",  "--resume", "--export",
+                                        "--init-from", "--trace",  "--data"};
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (!strcmp(flag, flags[i])) return 1;
+    return 0;
+}
+
 /* One option and its value; returns 0, or 2 with a message. */
 static int config_set(Config *c, const char *flag, const char *val, char *err, size_t errlen) {
     long lv = 0;
     int rc = 0;
+    if (flag_takes_path(flag) && strlen(val) > MAX_PATH_CHARS)
+        return usage_error(err, errlen,
+                           "%s: the path is %zu characters long; at most %d are handled. "
+                           "Use a shorter (relative) path.",
+                           flag, strlen(val), (int)MAX_PATH_CHARS);
     if (!strcmp(flag, "--model")) return 0; /* applied first, in config_parse */
     if (!strcmp(flag, "--depth")) return parse_int(flag, val, 1, 64, &c->depth, err, errlen);
     if (!strcmp(flag, "--width")) return parse_int(flag, val, 1, 8192, &c->width, err, errlen);
@@ -2742,7 +2792,10 @@ static void print_header(const Trainer *t) {
     printf("strategy %s on %d rank%s | global batch %d (%d per rank) | collectives %s | auto-wrap min_params %ld\n",
            strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch, t->local_batch,
            c->collectives == COLLECTIVES_RING ? "ring" : "mpi", c->min_params);
-    if (c->vram) printf("simulated VRAM: %.2f MiB per rank (--vram)\n", mib((double)c->vram));
+    char vram[32];
+    if (c->vram)
+        printf("simulated VRAM: %s per rank (--vram)\n",
+               human_bytes((double)c->vram, vram, sizeof(vram)));
     if (t->corpus.entropy_floor >= 0)
         printf("data: embedded synthetic corpus, %ld bytes; entropy floor %.3f nats/byte (uniform guess: ln 256 = %.3f)\n",
                t->corpus.len, t->corpus.entropy_floor, log(256.0));
@@ -2854,33 +2907,45 @@ static void trace_path_for(char *out, size_t len, const char *path, Strategy str
     snprintf(out, len, "%.*s.%s%s", (int)(dot - path), path, strategy_name(strategy), dot);
 }
 
-/* Every file an option names, and whether the run writes it. */
+/* Every file or directory an option names, and whether the run writes it. */
 typedef struct {
     const char *flag, *path;
     int output;
+    int dir; /* a checkpoint directory: what is inside it is the run's too */
 } NamedFile;
 
+/* Whether two named paths collide: the same file, or a file inside a
+ * checkpoint directory. Two directories never collide: --resume DIR
+ * --save-dir DIR is how a run continues. */
+static int files_collide(const NamedFile *a, const NamedFile *b) {
+    if (a->dir && b->dir) return 0;
+    if (a->dir) return file_within(b->path, a->path);
+    if (b->dir) return file_within(a->path, b->path);
+    return file_same(a->path, b->path);
+}
+
 /* Two options naming one file would lose one of them: two outputs keep only
- * the last written, and an output over an input destroys what the run (or
- * the next) reads. Found before any step is spent. Returns 0 or 2. */
+ * the last written, and an output over an input (or into a checkpoint
+ * directory) destroys what the run, or the next, reads. Found before any
+ * step is spent. Returns 0 or 2. */
 static int check_distinct_files(const NamedFile *f, int n, char *err, size_t errlen) {
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
             if (!f[i].path || !f[j].path || (!f[i].output && !f[j].output) ||
-                !file_same(f[i].path, f[j].path))
+                !files_collide(&f[i], &f[j]))
                 continue;
-            if (f[i].output && f[j].output)
-                return usage_error(
-                    err, errlen,
-                    "%s %s and %s %s name the same file, so one output would replace the "
-                    "other. Give each output its own path.",
-                    f[i].flag, f[i].path, f[j].flag, f[j].path);
-            const NamedFile *out = f[i].output ? &f[i] : &f[j], *in = f[i].output ? &f[j] : &f[i];
-            return usage_error(
-                err, errlen,
-                "%s %s would replace %s %s, which this run reads. Give the output another "
-                "path.",
-                out->flag, out->path, in->flag, in->path);
+            const NamedFile *out = f[i].output ? &f[i] : &f[j],
+                            *other = out == &f[i] ? &f[j] : &f[i];
+            if (other->output)
+                return usage_error(err, errlen,
+                                   "%s %s and %s %s name the same %s, so one output would replace "
+                                   "the other. Give each output its own path.",
+                                   f[i].flag, f[i].path, f[j].flag, f[j].path,
+                                   out->dir || other->dir ? "place" : "file");
+            return usage_error(err, errlen,
+                               "%s %s would replace %s %s, which this run reads. Give the output "
+                               "another path.",
+                               out->flag, out->path, other->flag, other->path);
         }
     return 0;
 }
@@ -2967,7 +3032,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     }
     s.seconds = now_seconds() - t0;
     s.final_loss = loss;
-    s.steps = cfg->steps - (int)first;
+    s.steps = cfg->steps > first ? cfg->steps - (int)first : 0;
     s.world = t->comm.world;
     s.batch = cfg->batch;
     if (cfg->trace_path) {
@@ -3085,15 +3150,18 @@ int main(int argc, char **argv) {
             rc = corpus_load_file(&probe, cfg.data_path, cfg.context, err, sizeof(err));
             corpus_release(&probe);
         }
-        NamedFile files[] = {{"--trace", cfg.compare ? NULL : cfg.trace_path, 1},
-                             {"--trace", cfg.compare && cfg.trace_path ? trace_ddp : NULL, 1},
-                             {"--trace", cfg.compare && cfg.trace_path ? trace_sharded : NULL, 1},
-                             {"--export", cfg.export_path, 1},
-                             {"--data", cfg.data_path, 0},
-                             {"--init-from", cfg.init_from, 0}};
+        NamedFile files[] = {
+            {"--trace", cfg.compare ? NULL : cfg.trace_path, 1, 0},
+            {"--trace", cfg.compare && cfg.trace_path ? trace_ddp : NULL, 1, 0},
+            {"--trace", cfg.compare && cfg.trace_path ? trace_sharded : NULL, 1, 0},
+            {"--export", cfg.export_path, 1, 0},
+            {"--save-dir", cfg.save_dir, 1, 1},
+            {"--data", cfg.data_path, 0, 0},
+            {"--init-from", cfg.init_from, 0, 0},
+            {"--resume", cfg.resume_dir, 0, 1}};
         int n_files = (int)(sizeof(files) / sizeof(files[0]));
         for (int i = 0; i < n_files && rc == 0; i++)
-            if (files[i].output && files[i].path)
+            if (files[i].output && !files[i].dir && files[i].path)
                 rc = file_check_output(files[i].flag, files[i].path, err, sizeof(err));
         if (rc == 0) rc = check_distinct_files(files, n_files, err, sizeof(err));
         if (rc == 0 && cfg.save_dir) rc = check_save_dir(cfg.save_dir, err, sizeof(err));

@@ -89,6 +89,8 @@ outputs() {
   refused "--compare --trace whose derived name is the --data file" "which this run reads" 2 --steps 2 --compare \
     --data "$d/t.no_shard.json" --trace "$d/t.json"
   [ -e "$d/same" ] && bad "a refused output was created" || ok "no refused output was created"
+  refused "--export into the --save-dir's own path" "name the same place" 2 --steps 2 --save-dir "$d/out" --export "$d/out"
+  [ -e "$d/out" ] && bad "the refused --save-dir was created" || ok "... and neither was created"
 
   # Checkpoint directories: rotation and crash sweeping delete only what
   # fsdp.c wrote. A step-N or .tmp-step-N that is a symbolic link to a
@@ -104,6 +106,13 @@ outputs() {
     || bad "rotation deleted files through a symbolic link: $(ls "$d/keep1" "$d/keep2")"
   [ -d "$d/ck/step-00000004" ] && [ -d "$d/ck/step-00000003" ] && [ ! -d "$d/ck/step-00000002" ] \
     && ok "... and rotation still keeps the two newest of its own" || bad "rotation: $(ls "$d/ck")"
+  local before; before=$(md5sum <"$d/ck/step-00000004/meta.txt")
+  refused "--export over a file of the checkpoint being resumed" "which this run reads" 2 --steps 5 \
+    --resume "$d/ck" --export "$d/ck/step-00000004/meta.txt"
+  [ "$(md5sum <"$d/ck/step-00000004/meta.txt")" = "$before" ] && ok "... and that meta.txt is untouched" || bad "meta.txt changed"
+  mkdir "$d/ck5"; echo "not a checkpoint" >"$d/ck5/step-00000002"
+  refused "--save-dir holding a step-N that is a file" "step-00000002 is a regular file, where checkpoints are directories" \
+    2 --steps 2 --save-dir "$d/ck5"
 }
 
 failures() {
@@ -130,8 +139,9 @@ failures() {
     bad "failed checkpoint write: exit $rc, left: $(ls -A "$d/ck")"; tail -3 <<<"$out"
   fi
   out=$(timeout 60 $MPIRUN -np 2 -x LD_PRELOAD="$FAILIO" -x FAILIO=fsync:meta.txt:EIO ./fsdp $T --steps 2 --save-dir "$d/ck2" 2>&1); rc=$?
-  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "meta.txt: writing failed (fsync" <<<"$out" && [ ! -d "$d/ck2/step-00000002" ] \
-    && ok "meta.txt that cannot be flushed: exit $rc, the checkpoint never appears" || { bad "meta.txt fsync: exit $rc"; tail -3 <<<"$out"; }
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "meta.txt: writing failed (fsync" <<<"$out" && [ -z "$(ls -A "$d/ck2")" ] \
+    && ok "meta.txt that cannot be flushed: exit $rc, no step-N and no .tmp-step-N left" \
+    || { bad "meta.txt fsync: exit $rc, left: $(ls -A "$d/ck2")"; tail -3 <<<"$out"; }
 }
 
 inputs() {
@@ -271,13 +281,20 @@ messages() {
     && ! grep -q "0.00 MiB" <<<"$out" && ok "--vram 1K on 4 ranks: exit 3, one report, in KiB: $(grep -m1 'tried' <<<"$out" | cut -c1-100)" \
     || { bad "--vram 1K: exit $rc, $(grep -c 'simulated CUDA out of memory' <<<"$out") reports"; head -12 <<<"$out"; }
   runs_ok "--vram 1P, the top of the range the message names" 2 --steps 2 --vram 1P
+  out=$(timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 1 --vram 200K 2>&1)
+  grep -q "simulated VRAM: 200.00 KiB per rank" <<<"$out" && ok "--vram 200K is shown as 200.00 KiB" \
+    || bad "--vram 200K shown as: $(grep 'simulated VRAM' <<<"$out")"
+  refused "a path of 1001 characters" "the path is 1001 characters long" 2 --export "$(printf 'a%.0s' $(seq 1001))"
   refused "--beta1 0.99999999999" "0.99999999999 is out of range" 2 --beta1 0.99999999999
   timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 2 --save-dir "$d/ck" >/dev/null 2>&1 || bad "could not make a checkpoint"
   cp -r "$d/ck/step-00000002" "$d/mdir"; rm "$d/mdir/meta.txt"; mkdir "$d/mdir/meta.txt"
   refused "meta.txt that is a directory" "meta.txt: is a directory" 2 --steps 4 --resume "$d/mdir"
   echo x >"$d/afile"
   refused "--resume of a file" "is a regular file, not a directory" 2 --steps 4 --resume "$d/afile"
-  out=$(timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 2 --resume "$d/ck" --trace "$d/t.json" 2>&1); rc=$?
+  cp -r "$d/ck/step-00000002" "$d/step-00000007"
+  refused "a step-N/ (trailing slash) whose meta.txt says another step" "says step 2, but its directory is step 7" 2 \
+    --steps 9 --resume "$d/step-00000007/"
+  out=$(timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 1 --resume "$d/ck" --trace "$d/t.json" 2>&1); rc=$?
   if [ $rc -eq 0 ] && python3 -c 'import json,sys; h=json.load(open(sys.argv[1]))["otherData"]["fsdp"]; sys.exit(not(h["final_loss"] is None and h["steps"]==0))' "$d/t.json"; then
     ok "a resume with nothing left to train: the trace says final_loss null, steps 0"
   else
