@@ -38,7 +38,9 @@ import html
 import json
 import math
 import os
+import stat
 import sys
+import tempfile
 
 PROG = "report.py"
 CATEGORIES = ["parameters", "gradients", "optimizer", "full params",
@@ -1207,6 +1209,52 @@ finish();
 
 # ---------------------------------------------------------------------------
 
+def check_output(path):
+    """Like fsdp.c's outputs (files.c): the report replaces only a regular
+    file, never a device, a named pipe, a directory or a symbolic link."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise InputError("%s: cannot write the report (no directory %s)" % (path, folder))
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise InputError("%s: cannot write the report (%s)" % (path, e.strerror or e))
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError("%s: cannot write the report (it is a symbolic link: give its target's path)" % path)
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise InputError("%s: cannot write the report (it is %s)" % (path, kind))
+
+
+def write_atomically(path, text):
+    """Writes beside path, flushes to disk, then renames into place, so a
+    failure (disk full) leaves the old file, or none, never half a page.
+    Returns None, or the OSError's message."""
+    folder = os.path.dirname(path) or "."
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".tmp-")
+    except OSError as e:
+        return e.strerror or str(e)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, stat.S_IMODE(os.stat(path).st_mode) if os.path.exists(path) else 0o666 & ~mask)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return e.strerror or str(e)
+    return None
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, like every other bad input
         print("%s: %s (usage: python3 sim/report.py TRACE.json [TRACE2.json] -o report.html)"
@@ -1229,16 +1277,17 @@ def main(argv=None):
         for path in a.traces:
             if os.path.exists(a.output) and os.path.exists(path) and os.path.samefile(path, a.output):
                 raise InputError("%s: is an input trace; refusing to overwrite it with the report (-o)" % a.output)
+        check_output(a.output)
         traces = [load_trace(path, label) for path, label in zip(a.traces, "AB")]
         if len(traces) == 2 and traces[0].world != traces[1].world:
             raise InputError("cannot compare: %s has %d ranks, %s has %d"
                              % (traces[0].path, traces[0].world, traces[1].path, traces[1].world))
         page = build_page(traces)
-        try:
-            with open(a.output, "w", encoding="utf-8") as f:
-                f.write(page)
-        except OSError as e:
-            raise InputError("%s: cannot write the report (%s)" % (a.output, e.strerror or e))
+        why = write_atomically(a.output, page)
+        if why:
+            print("%s: %s: writing failed (%s); no partial report was left under that name"
+                  % (PROG, a.output, why), file=sys.stderr)
+            return 1
     except InputError as e:
         print("%s: %s" % (PROG, e), file=sys.stderr)
         return 2

@@ -128,6 +128,18 @@ expect_2 "three traces" "give one or two trace files, not 3" "$tmp/ddp.json" "$t
 expect_2 "output in a missing directory" "$tmp/no/such/dir/r.html: cannot write the report" "$tmp/fsdp.json" -o "$tmp/no/such/dir/r.html"
 expect_2 "output is a directory" "$tmp: cannot write the report" "$tmp/fsdp.json" -o "$tmp"
 [ ! -e "$tmp/x.html" ] && ok "bad input leaves no output file behind" || bad "bad input wrote $tmp/x.html"
+# the report is an output like fsdp's own: never through a link, never into a
+# named pipe, and a failed write (tests/failio.so) leaves the old page
+echo "old page" >"$tmp/old.html"; ln -s "$tmp/old.html" "$tmp/link.html"; mkfifo "$tmp/pipe.html"
+expect_2 "output is a symbolic link" "it is a symbolic link" "$tmp/fsdp.json" -o "$tmp/link.html"
+[ -L "$tmp/link.html" ] && [ "$(cat "$tmp/old.html")" = "old page" ] && ok "the link and its target are untouched" || bad "the link changed"
+expect_2 "output is a named pipe" "it is not a regular file" "$tmp/fsdp.json" -o "$tmp/pipe.html"
+if [ -f tests/failio.so ]; then
+  LD_PRELOAD=$PWD/tests/failio.so FAILIO=fsync:old.html:EIO $REPORT "$tmp/fsdp.json" -o "$tmp/old.html" >/dev/null 2>"$tmp/err.log"; rc=$?
+  [ $rc -eq 1 ] && grep -q "writing failed" "$tmp/err.log" && [ "$(cat "$tmp/old.html")" = "old page" ] && [ -z "$(ls "$tmp" | grep tmp-)" ] \
+    && ok "a failed fsync: exit 1, the old page kept, no temporary left: $(cat "$tmp/err.log")" \
+    || { bad "failed fsync: exit $rc, page now $(head -c 20 "$tmp/old.html")"; cat "$tmp/err.log"; }
+fi
 
 # -- rendering in headless Chromium ---------------------------------------------------
 CHROME=""
