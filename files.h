@@ -75,13 +75,13 @@ int file_within(const char *path, const char *dir);
 /* An output being written. The first failure sticks: later writes do
  * nothing, and out_commit reports it. */
 typedef struct {
-    int fd;                        /* -1 when closed                          */
-    int atomic;                    /* written to tmp, renamed over path       */
-    int created;                   /* we made the file: ours to remove        */
-    char label[32];                /* "--export", "checkpoint", ...           */
-    char path[FILES_MAX_PATH];     /* the final name                          */
-    char tmp[FILES_MAX_PATH + 16]; /* the temporary name (atomic only)        */
-    int err_no;                    /* errno of the first failure, or 0        */
+    int fd;                        /* -1 when closed */
+    int atomic;                    /* written to tmp, renamed over path */
+    int created;                   /* we made the file: ours to remove */
+    char label[32];                /* "--export", "checkpoint", ... */
+    char path[FILES_MAX_PATH];     /* the final name */
+    char tmp[FILES_MAX_PATH + 16]; /* the temporary name (atomic only) */
+    int err_no;                    /* errno of the first failure, or 0 */
     const char *failed;            /* what failed first: "write", "fsync" ... */
 } OutFile;
 

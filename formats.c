@@ -133,7 +133,8 @@
  * quote bytes from the file, so any control character (ASCII, or a C1
  * control such as U+0085, which is a newline to some terminals) is replaced
  * with '?': whatever the input, the message stays one printable line. */
-static int fm_vfail(char *err, size_t errlen, const char *prefix, const char *fmt, va_list ap) FM_PRINTF(4, 0);
+static int fm_vfail(char *err, size_t errlen, const char *prefix, const char *fmt, va_list ap)
+    FM_PRINTF(4, 0);
 static int fm_vfail(char *err, size_t errlen, const char *prefix, const char *fmt, va_list ap) {
     if (!err || errlen == 0) return 2;
     size_t at = 0;
@@ -144,7 +145,8 @@ static int fm_vfail(char *err, size_t errlen, const char *prefix, const char *fm
     if (at < errlen) vsnprintf(err + at, errlen - at, fmt, ap);
     for (unsigned char *c = (unsigned char *)err; *c; c++) {
         if (*c < 0x20 || *c == 0x7f) *c = '?';
-        else if (*c == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f) c[0] = c[1] = '?'; /* UTF-8 of U+0080..U+009F */
+        else if (*c == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f)
+            c[0] = c[1] = '?'; /* UTF-8 of U+0080..U+009F */
     }
     return 2;
 }
@@ -296,7 +298,8 @@ unsigned char *st_build_header(StTensor *t, int n, const char *metadata_json, si
         tb_json_string(&b, t[i].name);
         tb_printf(&b, ":{\"dtype\":\"F32\",\"shape\":[");
         for (int d = 0; d < t[i].ndim; d++) tb_printf(&b, "%s%ld", d ? "," : "", t[i].shape[d]);
-        tb_printf(&b, "],\"data_offsets\":[%llu,%llu]}%s", (unsigned long long)t[i].begin, (unsigned long long)t[i].end, i + 1 < n ? "," : "");
+        tb_printf(&b, "],\"data_offsets\":[%llu,%llu]}%s", (unsigned long long)t[i].begin,
+                  (unsigned long long)t[i].end, i + 1 < n ? "," : "");
     }
     tb_bytes(&b, "}", 1);
     while (!b.failed && (b.len - 8) % 8 != 0) tb_bytes(&b, " ", 1); /* data at a multiple of 8 */
@@ -322,8 +325,8 @@ unsigned char *st_build_header(StTensor *t, int n, const char *metadata_json, si
 
 typedef struct {
     const unsigned char *file; /* buf: positions in messages count from here */
-    const unsigned char *p;    /* the cursor                                  */
-    const unsigned char *end;  /* one past the header's last byte             */
+    const unsigned char *p;    /* the cursor */
+    const unsigned char *end;  /* one past the header's last byte */
     char *err;
     size_t errlen;
 } Json;
@@ -341,7 +344,8 @@ static int json_fail(Json *J, const char *fmt, ...) {
 }
 
 static void json_skip_ws(Json *J) {
-    while (J->p < J->end && (*J->p == ' ' || *J->p == '\t' || *J->p == '\n' || *J->p == '\r')) J->p++;
+    while (J->p < J->end && (*J->p == ' ' || *J->p == '\t' || *J->p == '\n' || *J->p == '\r'))
+        J->p++;
 }
 
 /* The next significant byte, or -1 at the end of the header. */
@@ -353,7 +357,8 @@ static int json_peek(Json *J) {
 /* "expected X, found Y", where Y describes the byte at the cursor. */
 static int json_unexpected(Json *J, const char *expected) {
     int c = json_peek(J);
-    if (c < 0) return json_fail(J, "expected %s, found the end of the header (cut short?)", expected);
+    if (c < 0)
+        return json_fail(J, "expected %s, found the end of the header (cut short?)", expected);
     if (c >= 0x21 && c < 0x7f) return json_fail(J, "expected %s, found '%c'", expected, c);
     return json_fail(J, "expected %s, found byte 0x%02x", expected, c);
 }
@@ -384,11 +389,22 @@ static int utf8_decode(const unsigned char *p, const unsigned char *end, uint32_
     unsigned c = p[0];
     int n;
     uint32_t min;
-    if (c < 0x80) { *cp = c; return 1; }
-    else if (c >= 0xc2 && c <= 0xdf) { n = 2; min = 0x80; *cp = c & 0x1f; }
-    else if (c >= 0xe0 && c <= 0xef) { n = 3; min = 0x800; *cp = c & 0x0f; }
-    else if (c >= 0xf0 && c <= 0xf4) { n = 4; min = 0x10000; *cp = c & 0x07; }
-    else return 0;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+        n = 2;
+        min = 0x80;
+        *cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        n = 3;
+        min = 0x800;
+        *cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4;
+        min = 0x10000;
+        *cp = c & 0x07;
+    } else return 0;
     if (end - p < n) return 0;
     for (int i = 1; i < n; i++) {
         if ((p[i] & 0xc0) != 0x80) return 0;
@@ -399,7 +415,10 @@ static int utf8_decode(const unsigned char *p, const unsigned char *end, uint32_
 }
 
 static int utf8_encode(uint32_t cp, unsigned char *out) {
-    if (cp < 0x80) { out[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x80) {
+        out[0] = (unsigned char)cp;
+        return 1;
+    }
     if (cp < 0x800) {
         out[0] = (unsigned char)(0xc0 | (cp >> 6));
         out[1] = (unsigned char)(0x80 | (cp & 0x3f));
@@ -447,16 +466,20 @@ static int json_escape(Json *J, uint32_t *cp) {
         J->p += 2;
         return 0;
     }
-    if (c != 'u') return json_fail(J, "unknown escape '\\%c' in a string", c >= 0x21 && c < 0x7f ? c : '?');
+    if (c != 'u')
+        return json_fail(J, "unknown escape '\\%c' in a string", c >= 0x21 && c < 0x7f ? c : '?');
     J->p += 2;
     if (json_hex4(J, cp)) return 2;
-    if (*cp >= 0xdc00 && *cp <= 0xdfff) return json_fail(J, "\\u%04x is half of a surrogate pair, alone", (unsigned)*cp);
+    if (*cp >= 0xdc00 && *cp <= 0xdfff)
+        return json_fail(J, "\\u%04x is half of a surrogate pair, alone", (unsigned)*cp);
     if (*cp >= 0xd800 && *cp <= 0xdbff) {
         uint32_t low;
-        if (J->end - J->p < 2 || J->p[0] != '\\' || J->p[1] != 'u') return json_fail(J, "\\u%04x must be followed by a \\u low surrogate", (unsigned)*cp);
+        if (J->end - J->p < 2 || J->p[0] != '\\' || J->p[1] != 'u')
+            return json_fail(J, "\\u%04x must be followed by a \\u low surrogate", (unsigned)*cp);
         J->p += 2;
         if (json_hex4(J, &low)) return 2;
-        if (low < 0xdc00 || low > 0xdfff) return json_fail(J, "\\u%04x must be followed by a \\u low surrogate", (unsigned)*cp);
+        if (low < 0xdc00 || low > 0xdfff)
+            return json_fail(J, "\\u%04x must be followed by a \\u low surrogate", (unsigned)*cp);
         *cp = 0x10000 + ((*cp - 0xd800) << 10) + (low - 0xdc00);
     }
     return 0;
@@ -484,7 +507,8 @@ static int json_string(Json *J, char *out, size_t cap, size_t *len, int *ctrl) {
             if (json_escape(J, &cp)) return 2;
             nb = utf8_encode(cp, bytes);
         } else if (c < 0x20) {
-            return json_fail(J, "control byte 0x%02x inside a string (JSON requires it escaped)", c);
+            return json_fail(J, "control byte 0x%02x inside a string (JSON requires it escaped)",
+                             c);
         } else {
             nb = utf8_decode(J->p, J->end, &cp);
             if (nb == 0) return json_fail(J, "a string is not valid UTF-8");
@@ -511,14 +535,16 @@ static int json_uint(Json *J, const char *what, uint64_t *v) {
         snprintf(expected, sizeof(expected), "a non-negative integer in %s", what);
         return json_unexpected(J, expected);
     }
-    if (c == '0' && J->end - J->p > 1 && J->p[1] >= '0' && J->p[1] <= '9') return json_fail(J, "%s: leading zeros are not allowed", what);
+    if (c == '0' && J->end - J->p > 1 && J->p[1] >= '0' && J->p[1] <= '9')
+        return json_fail(J, "%s: leading zeros are not allowed", what);
     uint64_t x = 0;
     while (J->p < J->end && *J->p >= '0' && *J->p <= '9') {
         x = x * 10 + (uint64_t)(*J->p - '0'); /* x <= 2^53 here, so no overflow */
         if (x > FM_MAX_EXACT) return json_fail(J, "%s: number larger than 2^53", what);
         J->p++;
     }
-    if (J->p < J->end && (*J->p == '.' || *J->p == 'e' || *J->p == 'E')) return json_fail(J, "%s: fractions and exponents are not allowed, only integers", what);
+    if (J->p < J->end && (*J->p == '.' || *J->p == 'e' || *J->p == 'E'))
+        return json_fail(J, "%s: fractions and exponents are not allowed, only integers", what);
     *v = x;
     return 0;
 }
@@ -546,7 +572,9 @@ static int json_uint_array(Json *J, const char *what, uint64_t *vals, int max, i
 
 /* Element sizes of the dtypes safetensors defines with whole bytes. */
 static int st_dtype_bytes(const char *dtype) {
-    static const char *const names[] = {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16", "I32", "U32", "F32", "I64", "U64", "F64"};
+    static const char *const names[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3",
+                                        "I16",  "U16", "F16", "BF16",    "I32",
+                                        "U32",  "F32", "I64", "U64",     "F64"};
     static const int bytes[] = {1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 8, 8, 8};
     for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++)
         if (!strcmp(dtype, names[i])) return bytes[i];
@@ -557,7 +585,11 @@ static int st_dtype_bytes(const char *dtype) {
  * data section, and exactly the bytes its shape needs. */
 static int st_check_tensor(Json *J, const StTensor *t, uint64_t data_len) {
     int size = st_dtype_bytes(t->dtype);
-    if (!size) return json_fail(J, "tensor '%s': unknown dtype '%s' (known: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 I64 U64 F64)", t->name, t->dtype);
+    if (!size)
+        return json_fail(J,
+                         "tensor '%s': unknown dtype '%s' (known: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 "
+                         "U16 F16 BF16 I32 U32 F32 I64 U64 F64)",
+                         t->name, t->dtype);
     /* bytes = size * product(shape); a zero dimension means no elements,
      * however large the others, so look for one before multiplying */
     uint64_t need = (uint64_t)size;
@@ -565,14 +597,20 @@ static int st_check_tensor(Json *J, const StTensor *t, uint64_t data_len) {
     for (int d = 0; d < t->ndim; d++) empty |= t->shape[d] == 0;
     for (int d = 0; d < t->ndim && !empty; d++) {
         uint64_t dim = (uint64_t)t->shape[d];
-        if (need > UINT64_MAX / dim) return json_fail(J, "tensor '%s': its shape has more bytes than a file can hold", t->name);
+        if (need > UINT64_MAX / dim)
+            return json_fail(J, "tensor '%s': its shape has more bytes than a file can hold",
+                             t->name);
         need *= dim;
     }
     if (empty) need = 0;
-    if (t->begin > t->end) return json_fail(J, "tensor '%s': data_offsets [%llu,%llu] end before they begin", t->name, (unsigned long long)t->begin, (unsigned long long)t->end);
+    if (t->begin > t->end)
+        return json_fail(J, "tensor '%s': data_offsets [%llu,%llu] end before they begin", t->name,
+                         (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end > data_len)
-        return json_fail(J, "tensor '%s': data_offsets end at %llu, beyond the data section (%llu bytes: file cut short?)", t->name, (unsigned long long)t->end,
-                         (unsigned long long)data_len);
+        return json_fail(J,
+                         "tensor '%s': data_offsets end at %llu, beyond the data section (%llu "
+                         "bytes: file cut short?)",
+                         t->name, (unsigned long long)t->end, (unsigned long long)data_len);
     if (t->end - t->begin != need) {
         char shape[96] = "[";
         for (int d = 0; d < t->ndim; d++) {
@@ -580,8 +618,11 @@ static int st_check_tensor(Json *J, const StTensor *t, uint64_t data_len) {
             snprintf(shape + at, sizeof(shape) - at, "%s%ld", d ? "," : "", t->shape[d]);
         }
         strcat(shape, "]"); /* 4 dims of at most 16 digits: always fits */
-        return json_fail(J, "tensor '%s': data_offsets [%llu,%llu] hold %llu bytes, but shape %s of %s needs %llu", t->name, (unsigned long long)t->begin,
-                         (unsigned long long)t->end, (unsigned long long)(t->end - t->begin), shape, t->dtype, (unsigned long long)need);
+        return json_fail(
+            J,
+            "tensor '%s': data_offsets [%llu,%llu] hold %llu bytes, but shape %s of %s needs %llu",
+            t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
+            (unsigned long long)(t->end - t->begin), shape, t->dtype, (unsigned long long)need);
     }
     return 0;
 }
@@ -600,7 +641,10 @@ static int st_parse_tensor(Json *J, StTensor *t, uint64_t data_len) {
         if (json_string(J, key, sizeof(key), &klen, &ctrl)) return 2;
         for (int i = 0; i < 3; i++) /* by length too: "dtype\u0000" is not "dtype" */
             if (klen == strlen(keys[i]) && !strcmp(key, keys[i])) k = i;
-        if (k < 0) return json_fail(J, "tensor '%s': unknown key '%s' (only dtype, shape and data_offsets are allowed)", t->name, key);
+        if (k < 0)
+            return json_fail(
+                J, "tensor '%s': unknown key '%s' (only dtype, shape and data_offsets are allowed)",
+                t->name, key);
         if (seen[k]) return json_fail(J, "tensor '%s': %s given twice", t->name, keys[k]);
         seen[k] = 1;
         if (json_expect(J, ':', "':' after a key")) return 2;
@@ -610,17 +654,22 @@ static int st_parse_tensor(Json *J, StTensor *t, uint64_t data_len) {
             size_t dlen;
             if (json_peek(J) != '"') return json_unexpected(J, "a string (dtype)");
             if (json_string(J, t->dtype, sizeof(t->dtype), &dlen, &ctrl)) return 2;
-            if (dlen >= sizeof(t->dtype) || dlen != strlen(t->dtype)) snprintf(t->dtype, sizeof(t->dtype), "?"); /* too long, or a NUL inside: no known dtype */
+            if (dlen >= sizeof(t->dtype) || dlen != strlen(t->dtype))
+                snprintf(t->dtype, sizeof(t->dtype),
+                         "?"); /* too long, or a NUL inside: no known dtype */
         } else if (k == 1) {
             if (json_uint_array(J, "shape", v, ST_MAX_DIMS, &n)) return 2;
             t->ndim = n;
             for (int d = 0; d < n; d++) {
-                if (v[d] > (uint64_t)LONG_MAX) return json_fail(J, "tensor '%s': dimension %llu is too large", t->name, (unsigned long long)v[d]);
+                if (v[d] > (uint64_t)LONG_MAX)
+                    return json_fail(J, "tensor '%s': dimension %llu is too large", t->name,
+                                     (unsigned long long)v[d]);
                 t->shape[d] = (long)v[d];
             }
         } else {
             if (json_uint_array(J, "data_offsets", v, 2, &n)) return 2;
-            if (n != 2) return json_fail(J, "tensor '%s': data_offsets must be [begin, end]", t->name);
+            if (n != 2)
+                return json_fail(J, "tensor '%s': data_offsets must be [begin, end]", t->name);
             t->begin = v[0];
             t->end = v[1];
         }
@@ -634,11 +683,11 @@ static int st_parse_tensor(Json *J, StTensor *t, uint64_t data_len) {
 
 /* The keys of __metadata__, decoded, for the duplicate check. */
 typedef struct {
-    const char *s;   /* into KeyList.text                                   */
-    size_t len;      /* a key may hold a NUL (\u0000), so its length counts */
+    const char *s; /* into KeyList.text */
+    size_t len;    /* a key may hold a NUL (\u0000), so its length counts */
 } Key;
 typedef struct {
-    char *text;      /* every key, NUL-terminated, one after the other     */
+    char *text; /* every key, NUL-terminated, one after the other */
     size_t used, cap;
     Key *keys;
     int n, cap_n;
@@ -667,7 +716,8 @@ static int st_parse_metadata(Json *J, KeyList *keys) {
         keys->used += klen + 1;
         keys->n++;
         if (json_expect(J, ':', "':' after a key")) return 2;
-        if (json_peek(J) != '"') return json_unexpected(J, "a string (__metadata__ values are strings)");
+        if (json_peek(J) != '"')
+            return json_unexpected(J, "a string (__metadata__ values are strings)");
         if (json_string(J, NULL, 0, &vlen, &ctrl)) return 2;
         if (json_after_member(J, &c)) return 2;
     }
@@ -695,31 +745,42 @@ static int cmp_tensor_offsets(const void *a, const void *b) {
 /* Names are unique, and the tensors tile the data section: sorted by
  * offset, each starts where the previous ended, the first at 0, the last
  * at the end of the file. Sorting makes both O(n log n). */
-static int st_check_layout(const StHeader *h, uint64_t data_len, const KeyList *keys, char *err, size_t errlen) {
-    if (keys->n > 1) qsort(keys->keys, (size_t)keys->n, sizeof(Key), cmp_key); /* only the check needs them sorted */
+static int st_check_layout(const StHeader *h, uint64_t data_len, const KeyList *keys, char *err,
+                           size_t errlen) {
+    if (keys->n > 1)
+        qsort(keys->keys, (size_t)keys->n, sizeof(Key),
+              cmp_key); /* only the check needs them sorted */
     for (int i = 1; i < keys->n; i++)
-        if (!cmp_key(&keys->keys[i - 1], &keys->keys[i])) return fm_fail(err, errlen, "__metadata__ has the key '%.60s' twice", keys->keys[i].s);
+        if (!cmp_key(&keys->keys[i - 1], &keys->keys[i]))
+            return fm_fail(err, errlen, "__metadata__ has the key '%.60s' twice", keys->keys[i].s);
     const StTensor **s = (const StTensor **)malloc((size_t)(h->n ? h->n : 1) * sizeof(*s));
     if (!s) return fm_fail(err, errlen, "out of memory");
     for (int i = 0; i < h->n; i++) s[i] = &h->tensors[i];
     int rc = 0;
     qsort(s, (size_t)h->n, sizeof(*s), cmp_tensor_name);
     for (int i = 1; i < h->n && !rc; i++)
-        if (!strcmp(s[i - 1]->name, s[i]->name)) rc = fm_fail(err, errlen, "two tensors are named '%s'", s[i]->name);
+        if (!strcmp(s[i - 1]->name, s[i]->name))
+            rc = fm_fail(err, errlen, "two tensors are named '%s'", s[i]->name);
     qsort(s, (size_t)h->n, sizeof(*s), cmp_tensor_offsets);
     uint64_t at = 0; /* where the next tensor must begin */
     for (int i = 0; i < h->n && !rc; i++) {
         if (s[i]->begin < at)
-            rc = fm_fail(err, errlen, "tensors '%s' and '%s' overlap (bytes %llu..%llu of the data section)", s[i - 1]->name, s[i]->name,
-                         (unsigned long long)s[i]->begin, (unsigned long long)at);
+            rc = fm_fail(err, errlen,
+                         "tensors '%s' and '%s' overlap (bytes %llu..%llu of the data section)",
+                         s[i - 1]->name, s[i]->name, (unsigned long long)s[i]->begin,
+                         (unsigned long long)at);
         else if (s[i]->begin > at)
-            rc = fm_fail(err, errlen, "tensor '%s' begins at %llu, leaving a gap of unused bytes after %llu (safetensors data is contiguous)", s[i]->name,
-                         (unsigned long long)s[i]->begin, (unsigned long long)at);
+            rc = fm_fail(err, errlen,
+                         "tensor '%s' begins at %llu, leaving a gap of unused bytes after %llu "
+                         "(safetensors data is contiguous)",
+                         s[i]->name, (unsigned long long)s[i]->begin, (unsigned long long)at);
         at = s[i]->end;
     }
     if (!rc && at != data_len)
-        rc = fm_fail(err, errlen, "the tensors end at byte %llu of the data section, but it has %llu bytes (trailing bytes, or a wrong file)", (unsigned long long)at,
-                     (unsigned long long)data_len);
+        rc = fm_fail(err, errlen,
+                     "the tensors end at byte %llu of the data section, but it has %llu bytes "
+                     "(trailing bytes, or a wrong file)",
+                     (unsigned long long)at, (unsigned long long)data_len);
     free(s);
     return rc;
 }
@@ -727,7 +788,9 @@ static int st_check_layout(const StHeader *h, uint64_t data_len, const KeyList *
 /* The header's top level: {"name": {...}, "__metadata__": {...}, ...}. */
 static int st_parse_json(Json *J, StHeader *h, uint64_t data_len, KeyList *keys) {
     int cap = 0, seen_metadata = 0;
-    if (*J->p != '{') return json_fail(J, "the header does not start with '{': not a safetensors file"); /* N >= 1 */
+    if (*J->p != '{')
+        return json_fail(J,
+                         "the header does not start with '{': not a safetensors file"); /* N >= 1 */
     J->p++;
     int c = json_peek(J);
     while (c != '}') {
@@ -742,7 +805,10 @@ static int st_parse_json(Json *J, StHeader *h, uint64_t data_len, KeyList *keys)
             if (st_parse_metadata(J, keys)) return 2;
         } else {
             if (nlen == 0) return json_fail(J, "a tensor has an empty name");
-            if (nlen >= ST_MAX_NAME) return json_fail(J, "tensor name '%.40s...' is %lu bytes long; at most %d are supported", name, (unsigned long)nlen, ST_MAX_NAME - 1);
+            if (nlen >= ST_MAX_NAME)
+                return json_fail(
+                    J, "tensor name '%.40s...' is %lu bytes long; at most %d are supported", name,
+                    (unsigned long)nlen, ST_MAX_NAME - 1);
             if (ctrl) return json_fail(J, "tensor name '%s' contains a control character", name);
             if (h->n == ST_MAX_TENSORS) return json_fail(J, "more than %d tensors", ST_MAX_TENSORS);
             if (h->n == cap) {
@@ -766,25 +832,42 @@ static int st_parse_json(Json *J, StHeader *h, uint64_t data_len, KeyList *keys)
         }
     }
     J->p++;
-    if (json_peek(J) >= 0) return json_fail(J, "unexpected bytes after the header's closing '}' (only spaces may follow)");
+    if (json_peek(J) >= 0)
+        return json_fail(
+            J, "unexpected bytes after the header's closing '}' (only spaces may follow)");
     return 0;
 }
 
-int st_parse_header(const unsigned char *buf, size_t len, uint64_t file_size, StHeader *out, char *err, size_t errlen) {
+int st_parse_header(const unsigned char *buf, size_t len, uint64_t file_size, StHeader *out,
+                    char *err, size_t errlen) {
     memset(out, 0, sizeof(*out));
     if (err && errlen) err[0] = '\0';
-    if (len < 8) return fm_fail(err, errlen, "only %lu bytes given; a safetensors file starts with an 8-byte header length", (unsigned long)len);
-    if (file_size < 8) return fm_fail(err, errlen, "the file has %llu bytes, too few for safetensors (8-byte length, then the header)", (unsigned long long)file_size);
+    if (len < 8)
+        return fm_fail(
+            err, errlen,
+            "only %lu bytes given; a safetensors file starts with an 8-byte header length",
+            (unsigned long)len);
+    if (file_size < 8)
+        return fm_fail(
+            err, errlen,
+            "the file has %llu bytes, too few for safetensors (8-byte length, then the header)",
+            (unsigned long long)file_size);
     uint64_t N = 0;
     for (int i = 7; i >= 0; i--) N = (N << 8) | buf[i]; /* little-endian u64 */
     if (N == 0) return fm_fail(err, errlen, "the header length is 0: not a safetensors file");
     if (N > file_size - 8)
-        return fm_fail(err, errlen, "the header length %llu runs past the end of the %llu-byte file: cut short, or not a safetensors file", (unsigned long long)N,
-                       (unsigned long long)file_size);
-    if (N > ST_MAX_HEADER) return fm_fail(err, errlen, "the header length %llu is over the %u-byte limit: not a safetensors file?", (unsigned long long)N, ST_MAX_HEADER);
+        return fm_fail(err, errlen,
+                       "the header length %llu runs past the end of the %llu-byte file: cut short, "
+                       "or not a safetensors file",
+                       (unsigned long long)N, (unsigned long long)file_size);
+    if (N > ST_MAX_HEADER)
+        return fm_fail(err, errlen,
+                       "the header length %llu is over the %u-byte limit: not a safetensors file?",
+                       (unsigned long long)N, ST_MAX_HEADER);
     out->data_start = 8 + N;
     if (N > len - 8) {
-        fm_fail(err, errlen, "need the first %llu bytes of the file to read its header; %lu given", (unsigned long long)(8 + N), (unsigned long)len);
+        fm_fail(err, errlen, "need the first %llu bytes of the file to read its header; %lu given",
+                (unsigned long long)(8 + N), (unsigned long)len);
         return 3;
     }
     Json J;
@@ -797,7 +880,8 @@ int st_parse_header(const unsigned char *buf, size_t len, uint64_t file_size, St
     memset(&keys, 0, sizeof(keys));
     keys.cap = (size_t)N + 1; /* enough for every decoded metadata key */
     keys.text = (char *)malloc(keys.cap);
-    int rc = keys.text ? st_parse_json(&J, out, file_size - out->data_start, &keys) : fm_fail(err, errlen, "out of memory");
+    int rc = keys.text ? st_parse_json(&J, out, file_size - out->data_start, &keys)
+                       : fm_fail(err, errlen, "out of memory");
     if (rc == 0) rc = st_check_layout(out, file_size - out->data_start, &keys, err, errlen);
     free(keys.text);
     free(keys.keys);
@@ -842,9 +926,9 @@ static uint64_t fnv1a_update(uint64_t h, const void *data, size_t n) {
 enum { MW_OTHER = 0, MW_LAYOUT = 1 };
 
 typedef struct {
-    TextBuf *text;   /* every line is appended here, when not NULL          */
-    uint64_t layout; /* FNV-1a of the MW_LAYOUT lines so far                */
-    int failed;      /* a line did not fit in META_MAX_LINE (a bad struct)  */
+    TextBuf *text;   /* every line is appended here, when not NULL */
+    uint64_t layout; /* FNV-1a of the MW_LAYOUT lines so far */
+    int failed;      /* a line did not fit in META_MAX_LINE (a bad struct) */
 } MetaWriter;
 
 /* One line, formatted into a local buffer (so the hash needs no memory),
@@ -879,8 +963,7 @@ static void meta_write_lines(const CkptMeta *m, MetaWriter *W) {
     if (m->data_is_file)
         mw_line(W, MW_OTHER, "data file bytes %llu crc32 %08x\n", (unsigned long long)m->data_bytes,
                 (unsigned)m->data_crc);
-    else
-        mw_line(W, MW_OTHER, "data synthetic\n");
+    else mw_line(W, MW_OTHER, "data synthetic\n");
     mw_line(W, MW_OTHER, "step %ld\n", m->step);
     mw_line(W, MW_OTHER, "adam_step %ld\n", m->adam_step);
     mw_line(W, MW_LAYOUT, "units %d\n", m->n_units);
@@ -944,12 +1027,12 @@ uint64_t meta_layout_hash(const CkptMeta *m) {
 
 typedef struct {
     const char *text;
-    size_t len, pos;          /* the whole text; where the next line starts */
-    int line_no;              /* of the current line, from 1                */
+    size_t len, pos; /* the whole text; where the next line starts */
+    int line_no;     /* of the current line, from 1 */
     const char *field[META_MAX_FIELDS];
     size_t field_len[META_MAX_FIELDS];
     int n_fields;
-    int last_cut;             /* the current line is the text's last and has no "\n" */
+    int last_cut; /* the current line is the text's last and has no "\n" */
     char *err;
     size_t errlen;
 } MetaReader;
@@ -965,14 +1048,16 @@ static int meta_fail(MetaReader *R, const char *fmt, ...) {
     va_end(ap);
     /* a bad last line without its newline is most likely a cut-off file */
     size_t n = R->err ? strlen(R->err) : 0;
-    if (R->last_cut && n + 1 < R->errlen) snprintf(R->err + n, R->errlen - n, " (the file ends inside this line: cut short?)");
+    if (R->last_cut && n + 1 < R->errlen)
+        snprintf(R->err + n, R->errlen - n, " (the file ends inside this line: cut short?)");
     return 2;
 }
 
 /* The keys in the order the file has them; used to explain a wrong key. */
-static const char *const META_KEYS[] = {"fsdp-checkpoint", "world", "strategy", "model",
-                                        "min_params", "seed", "batch", "data", "step", "adam_step",
-                                        "units", "unit", "params", "param", "files", "file", "end"};
+static const char *const META_KEYS[] = {
+    "fsdp-checkpoint", "world", "strategy", "model",     "min_params", "seed",
+    "batch",           "data",  "step",     "adam_step", "units",      "unit",
+    "params",          "param", "files",    "file",      "end"};
 
 static int meta_key_index(const char *s, size_t n) {
     for (int i = 0; i < (int)(sizeof(META_KEYS) / sizeof(META_KEYS[0])); i++)
@@ -993,7 +1078,8 @@ static int meta_key_is_repeated(int index) {
  * we expect here. */
 static int meta_next_line(MetaReader *R, const char *key) {
     R->line_no++;
-    if (R->pos >= R->len) return meta_fail(R, "the file ends where '%s' was expected (cut short?)", key);
+    if (R->pos >= R->len)
+        return meta_fail(R, "the file ends where '%s' was expected (cut short?)", key);
     const char *line = R->text + R->pos;
     const char *nl = (const char *)memchr(line, '\n', R->len - R->pos);
     size_t n = nl ? (size_t)(nl - line) : R->len - R->pos;
@@ -1006,9 +1092,12 @@ static int meta_next_line(MetaReader *R, const char *key) {
         unsigned char c = i < n ? (unsigned char)line[i] : ' ';
         if (c == '\r') return meta_fail(R, "carriage return: lines must end with \\n alone");
         if (c == '\t') return meta_fail(R, "tab: fields are separated by exactly one space");
-        if (c != ' ' && (c < 0x21 || c > 0x7e)) return meta_fail(R, "byte 0x%02x is not printable ASCII", c);
+        if (c != ' ' && (c < 0x21 || c > 0x7e))
+            return meta_fail(R, "byte 0x%02x is not printable ASCII", c);
         if (c != ' ') continue;
-        if (i == start) return meta_fail(R, "extra space: fields are separated by exactly one space, with none at the ends");
+        if (i == start)
+            return meta_fail(
+                R, "extra space: fields are separated by exactly one space, with none at the ends");
         if (R->n_fields == META_MAX_FIELDS) return meta_fail(R, "too many fields");
         R->field[R->n_fields] = line + start;
         R->field_len[R->n_fields++] = i - start;
@@ -1022,24 +1111,39 @@ static int meta_next_line(MetaReader *R, const char *key) {
         return meta_fail(
             R, "not an fsdp.c checkpoint metadata file (it must start with 'fsdp-checkpoint %d')",
             META_VERSION);
-    if (have < 0) return meta_fail(R, "expected '%s', found the unknown key '%.*s'", key, gl > 40 ? 40 : gl, got);
+    if (have < 0)
+        return meta_fail(R, "expected '%s', found the unknown key '%.*s'", key, gl > 40 ? 40 : gl,
+                         got);
     /* "unit" follows "units" (and so on): a count that disagrees with the
      * lines after it shows as the next key too early, or the last one again */
     int repeated = meta_key_is_repeated(have), counted = meta_key_is_repeated(want);
-    if (repeated && have == want - 1) return meta_fail(R, "expected '%s', found '%.*s' (more '%.*s' lines than '%.*ss' says)", key, gl, got, gl, got, gl, got);
-    if (counted && have == want + 1) return meta_fail(R, "expected '%s', found '%.*s' (fewer '%s' lines than '%ss' says)", key, gl, got, key, key);
-    if (have < want) return meta_fail(R, "expected '%s', found '%.*s' (a duplicate, or out of order)", key, gl, got);
-    return meta_fail(R, "expected '%s', found '%.*s' (a line is missing before this one)", key, gl, got);
+    if (repeated && have == want - 1)
+        return meta_fail(R, "expected '%s', found '%.*s' (more '%.*s' lines than '%.*ss' says)",
+                         key, gl, got, gl, got, gl, got);
+    if (counted && have == want + 1)
+        return meta_fail(R, "expected '%s', found '%.*s' (fewer '%s' lines than '%ss' says)", key,
+                         gl, got, key, key);
+    if (have < want)
+        return meta_fail(R, "expected '%s', found '%.*s' (a duplicate, or out of order)", key, gl,
+                         got);
+    return meta_fail(R, "expected '%s', found '%.*s' (a line is missing before this one)", key, gl,
+                     got);
 }
 
 /* A decimal number of at most max, no sign, no leading zero. */
-static int meta_number(MetaReader *R, const char *label, const char *s, size_t n, uint64_t max, uint64_t *v) {
-    if (n > 1 && s[0] == '0') return meta_fail(R, "%s '%.*s': leading zeros are not allowed", label, (int)n, s);
+static int meta_number(MetaReader *R, const char *label, const char *s, size_t n, uint64_t max,
+                       uint64_t *v) {
+    if (n > 1 && s[0] == '0')
+        return meta_fail(R, "%s '%.*s': leading zeros are not allowed", label, (int)n, s);
     uint64_t x = 0;
     for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') return meta_fail(R, "%s '%.*s' is not a non-negative decimal number", label, (int)(n > 40 ? 40 : n), s);
+        if (s[i] < '0' || s[i] > '9')
+            return meta_fail(R, "%s '%.*s' is not a non-negative decimal number", label,
+                             (int)(n > 40 ? 40 : n), s);
         unsigned d = (unsigned)(s[i] - '0');
-        if (x > (max - d) / 10) return meta_fail(R, "%s '%.*s' is too large (at most %llu)", label, (int)(n > 40 ? 40 : n), s, (unsigned long long)max);
+        if (x > (max - d) / 10)
+            return meta_fail(R, "%s '%.*s' is too large (at most %llu)", label,
+                             (int)(n > 40 ? 40 : n), s, (unsigned long long)max);
         x = x * 10 + d;
     }
     *v = x;
@@ -1059,7 +1163,9 @@ static const char *meta_name_problem(const char *s, size_t n) {
     if (memchr(s, '/', n)) return "contains '/': names are relative to the checkpoint directory";
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-')) return "has a character other than A-Z a-z 0-9 . _ -";
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return "has a character other than A-Z a-z 0-9 . _ -";
     }
     return NULL;
 }
@@ -1076,12 +1182,19 @@ static int meta_fields(MetaReader *R, const char *pattern, ...) {
         const char *sp = strchr(p, ' ');
         word[n] = p;
         word_len[n] = sp ? (size_t)(sp - p) : strlen(p);
-        const char *show = word[n][0] != '%' ? NULL : word[n][1] == 'X' ? "XXXXXXXX" : word[n][1] == 'N' ? "NAME" : word[n][1] == 'W' ? "WORD" : "N";
+        const char *show = word[n][0] != '%'   ? NULL
+                           : word[n][1] == 'X' ? "XXXXXXXX"
+                           : word[n][1] == 'N' ? "NAME"
+                           : word[n][1] == 'W' ? "WORD"
+                                               : "N";
         size_t at = strlen(shape);
-        snprintf(shape + at, sizeof(shape) - at, "%s%.*s", n ? " " : "", show ? (int)strlen(show) : (int)word_len[n], show ? show : word[n]);
+        snprintf(shape + at, sizeof(shape) - at, "%s%.*s", n ? " " : "",
+                 show ? (int)strlen(show) : (int)word_len[n], show ? show : word[n]);
         p += word_len[n] + (sp ? 1 : 0);
     }
-    if (R->n_fields != n) return meta_fail(R, "expected '%s' (%d field%s), found %d", shape, n, n == 1 ? "" : "s", R->n_fields);
+    if (R->n_fields != n)
+        return meta_fail(R, "expected '%s' (%d field%s), found %d", shape, n, n == 1 ? "" : "s",
+                         R->n_fields);
     va_list ap;
     va_start(ap, pattern);
     int rc = 0;
@@ -1089,10 +1202,13 @@ static int meta_fields(MetaReader *R, const char *pattern, ...) {
     for (int i = 1; i < n && !rc; i++) {
         const char *f = R->field[i];
         size_t fl = R->field_len[i];
-        if (word[i - 1][0] != '%') snprintf(label, sizeof(label), "%.*s", (int)word_len[i - 1], word[i - 1]);
+        if (word[i - 1][0] != '%')
+            snprintf(label, sizeof(label), "%.*s", (int)word_len[i - 1], word[i - 1]);
         if (word[i][0] != '%') {
             if (fl != word_len[i] || memcmp(f, word[i], fl) != 0)
-                rc = meta_fail(R, "expected '%.*s' as field %d of '%s', found '%.*s'", (int)word_len[i], word[i], i + 1, shape, (int)(fl > 40 ? 40 : fl), f);
+                rc =
+                    meta_fail(R, "expected '%.*s' as field %d of '%s', found '%.*s'",
+                              (int)word_len[i], word[i], i + 1, shape, (int)(fl > 40 ? 40 : fl), f);
             continue;
         }
         uint64_t v = 0;
@@ -1102,7 +1218,10 @@ static int meta_fields(MetaReader *R, const char *pattern, ...) {
             if (!(rc = meta_number(R, label, f, fl, INT_MAX, &v))) *va_arg(ap, int *) = (int)v;
             break;
         case 'L':
-            if (!(rc = meta_number(R, label, f, fl, (uint64_t)LONG_MAX < FM_MAX_EXACT ? (uint64_t)LONG_MAX : FM_MAX_EXACT, &v))) *va_arg(ap, long *) = (long)v;
+            if (!(rc = meta_number(
+                      R, label, f, fl,
+                      (uint64_t)LONG_MAX < FM_MAX_EXACT ? (uint64_t)LONG_MAX : FM_MAX_EXACT, &v)))
+                *va_arg(ap, long *) = (long)v;
             break;
         case 'U':
             if (!(rc = meta_number(R, label, f, fl, UINT64_MAX, &v))) *va_arg(ap, uint64_t *) = v;
@@ -1113,16 +1232,21 @@ static int meta_fields(MetaReader *R, const char *pattern, ...) {
                 if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) rc = 1;
                 else v = (v << 4) | (uint64_t)(c <= '9' ? c - '0' : c - 'a' + 10);
             }
-            if (rc || fl != 8) rc = meta_fail(R, "%s '%.*s' is not 8 lowercase hex digits", label, (int)(fl > 40 ? 40 : fl), f);
+            if (rc || fl != 8)
+                rc = meta_fail(R, "%s '%.*s' is not 8 lowercase hex digits", label,
+                               (int)(fl > 40 ? 40 : fl), f);
             else *va_arg(ap, uint32_t *) = (uint32_t)v;
             break;
         case 'N':
             why = meta_name_problem(f, fl);
-            if (why) rc = meta_fail(R, "%s name '%.*s' %s", label, (int)(fl > 40 ? 40 : fl), f, why);
+            if (why)
+                rc = meta_fail(R, "%s name '%.*s' %s", label, (int)(fl > 40 ? 40 : fl), f, why);
             else snprintf(va_arg(ap, char *), META_MAX_NAME, "%.*s", (int)fl, f);
             break;
         default: /* 'W' */
-            if (fl >= 32) rc = meta_fail(R, "%s '%.*s...' is too long", label, 31, f); /* f is not NUL-terminated */
+            if (fl >= 32)
+                rc = meta_fail(R, "%s '%.*s...' is too long", label, 31,
+                               f); /* f is not NUL-terminated */
             else snprintf(va_arg(ap, char *), 32, "%.*s", (int)fl, f);
             break;
         }
@@ -1159,7 +1283,8 @@ static int meta_field_is(const MetaReader *R, int i, const char *word) {
  * checkpoint written before version 2 says, and it cannot be upgraded (it has
  * no batch, no data, and nothing to check it against). */
 static int meta_parse_version(MetaReader *R, CkptMeta *m) {
-    if (meta_next_line(R, "fsdp-checkpoint") || meta_fields(R, "fsdp-checkpoint %d", &m->version)) return 2;
+    if (meta_next_line(R, "fsdp-checkpoint") || meta_fields(R, "fsdp-checkpoint %d", &m->version))
+        return 2;
     if (m->version == 1)
         return meta_fail(
             R,
@@ -1194,18 +1319,26 @@ static int meta_parse_data(MetaReader *R, CkptMeta *m) {
 /* fsdp-checkpoint 2 ... adam_step: the scalars. */
 static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
     if (meta_parse_version(R, m)) return 2;
-    if (meta_next_line(R, "world") || meta_fields(R, "world %d", &m->world) || meta_range(R, "world", m->world, 1, META_MAX_COUNT)) return 2;
-    if (meta_next_line(R, "strategy") || meta_fields(R, "strategy %W", m->strategy)) return 2;
-    if (strcmp(m->strategy, "full_shard") && strcmp(m->strategy, "shard_grad_op") && strcmp(m->strategy, "no_shard"))
-        return meta_fail(R, "unknown strategy '%s' (full_shard, shard_grad_op or no_shard)", m->strategy);
-    if (meta_next_line(R, "model") ||
-        meta_fields(R, "model vocab %d embed_dim %d context %d width %d depth %d", &m->vocab, &m->embed_dim, &m->context, &m->width, &m->depth))
+    if (meta_next_line(R, "world") || meta_fields(R, "world %d", &m->world) ||
+        meta_range(R, "world", m->world, 1, META_MAX_COUNT))
         return 2;
-    if (meta_range(R, "vocab", m->vocab, 1, META_MAX_COUNT) || meta_range(R, "embed_dim", m->embed_dim, 1, META_MAX_COUNT) ||
-        meta_range(R, "context", m->context, 1, META_MAX_COUNT) || meta_range(R, "width", m->width, 1, META_MAX_COUNT) ||
+    if (meta_next_line(R, "strategy") || meta_fields(R, "strategy %W", m->strategy)) return 2;
+    if (strcmp(m->strategy, "full_shard") && strcmp(m->strategy, "shard_grad_op") &&
+        strcmp(m->strategy, "no_shard"))
+        return meta_fail(R, "unknown strategy '%s' (full_shard, shard_grad_op or no_shard)",
+                         m->strategy);
+    if (meta_next_line(R, "model") ||
+        meta_fields(R, "model vocab %d embed_dim %d context %d width %d depth %d", &m->vocab,
+                    &m->embed_dim, &m->context, &m->width, &m->depth))
+        return 2;
+    if (meta_range(R, "vocab", m->vocab, 1, META_MAX_COUNT) ||
+        meta_range(R, "embed_dim", m->embed_dim, 1, META_MAX_COUNT) ||
+        meta_range(R, "context", m->context, 1, META_MAX_COUNT) ||
+        meta_range(R, "width", m->width, 1, META_MAX_COUNT) ||
         meta_range(R, "depth", m->depth, 1, META_MAX_COUNT))
         return 2;
-    if (meta_next_line(R, "min_params") || meta_fields(R, "min_params %L", &m->min_params)) return 2;
+    if (meta_next_line(R, "min_params") || meta_fields(R, "min_params %L", &m->min_params))
+        return 2;
     if (meta_next_line(R, "seed") || meta_fields(R, "seed %U", &m->seed)) return 2;
     if (meta_next_line(R, "batch") || meta_fields(R, "batch %d", &m->batch) ||
         meta_range(R, "batch", m->batch, 1, META_MAX_COUNT))
@@ -1223,20 +1356,31 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
 /* units N, then N unit lines, each padded and sharded as fsdp.c does. */
 static int meta_parse_units(MetaReader *R, CkptMeta *m) {
     int n, cap = 0;
-    if (meta_next_line(R, "units") || meta_fields(R, "units %d", &n) || meta_range(R, "units", n, 1, META_MAX_COUNT)) return 2;
+    if (meta_next_line(R, "units") || meta_fields(R, "units %d", &n) ||
+        meta_range(R, "units", n, 1, META_MAX_COUNT))
+        return 2;
     for (int i = 0; i < n; i++) {
         MetaUnit u;
         int index;
-        if (meta_next_line(R, "unit") || meta_fields(R, "unit %d numel %L padded %L shard %L", &index, &u.numel, &u.padded, &u.shard)) return 2;
-        if (index != i) return meta_fail(R, "unit %d where unit %d was expected (units are listed in order from 0)", index, i);
+        if (meta_next_line(R, "unit") || meta_fields(R, "unit %d numel %L padded %L shard %L",
+                                                     &index, &u.numel, &u.padded, &u.shard))
+            return 2;
+        if (index != i)
+            return meta_fail(
+                R, "unit %d where unit %d was expected (units are listed in order from 0)", index,
+                i);
         uint64_t W = (uint64_t)m->world, numel = (uint64_t)u.numel;
         uint64_t padded = (numel + W - 1) / W * W, shard = meta_is_sharded(m) ? padded / W : padded;
         if ((uint64_t)u.padded != padded)
-            return meta_fail(R, "unit %d: padded %ld, but numel %ld on %d ranks pads to %llu (ceil(numel / world) * world)", i, u.padded, u.numel, m->world,
-                             (unsigned long long)padded);
+            return meta_fail(R,
+                             "unit %d: padded %ld, but numel %ld on %d ranks pads to %llu "
+                             "(ceil(numel / world) * world)",
+                             i, u.padded, u.numel, m->world, (unsigned long long)padded);
         if ((uint64_t)u.shard != shard)
-            return meta_fail(R, "unit %d: shard %ld, but %s on %d ranks gives %llu (%s)", i, u.shard, m->strategy, m->world, (unsigned long long)shard,
-                             meta_is_sharded(m) ? "padded / world" : "no_shard keeps all of padded");
+            return meta_fail(R, "unit %d: shard %ld, but %s on %d ranks gives %llu (%s)", i,
+                             u.shard, m->strategy, m->world, (unsigned long long)shard,
+                             meta_is_sharded(m) ? "padded / world"
+                                                : "no_shard keeps all of padded");
         void *p = meta_grow(m->units, i, &cap, sizeof(MetaUnit));
         if (!p) return meta_fail(R, "out of memory");
         m->units = (MetaUnit *)p;
@@ -1269,7 +1413,8 @@ static int meta_check_params(MetaReader *R, const CkptMeta *m, int first_line) {
         if (!strcmp(s[i - 1]->name, s[i]->name)) {
             long a = (long)(s[i - 1] - m->params), b = (long)(s[i] - m->params);
             R->line_no = first_line + (int)(a > b ? a : b);
-            rc = meta_fail(R, "param '%s' is listed twice (also on line %d)", s[i]->name, first_line + (int)(a < b ? a : b));
+            rc = meta_fail(R, "param '%s' is listed twice (also on line %d)", s[i]->name,
+                           first_line + (int)(a < b ? a : b));
         }
     qsort(s, (size_t)m->n_params, sizeof(*s), cmp_param_place);
     int k = 0;
@@ -1279,16 +1424,21 @@ static int meta_check_params(MetaReader *R, const CkptMeta *m, int first_line) {
         for (; k < m->n_params && s[k]->unit == u && !rc; k++) {
             R->line_no = first_line + (int)(s[k] - m->params);
             if (s[k]->offset < at)
-                rc = meta_fail(R, "param '%s' (offset %ld) overlaps param '%s' (line %d), which ends at %ld", s[k]->name, s[k]->offset, prev->name,
-                               first_line + (int)(prev - m->params), at);
+                rc = meta_fail(
+                    R, "param '%s' (offset %ld) overlaps param '%s' (line %d), which ends at %ld",
+                    s[k]->name, s[k]->offset, prev->name, first_line + (int)(prev - m->params), at);
             else if (s[k]->offset > at)
-                rc = meta_fail(R, "param '%s' starts at offset %ld, but the unit's params before it end at %ld: a gap", s[k]->name, s[k]->offset, at);
+                rc = meta_fail(R,
+                               "param '%s' starts at offset %ld, but the unit's params before it "
+                               "end at %ld: a gap",
+                               s[k]->name, s[k]->offset, at);
             at = s[k]->offset + s[k]->numel;
             prev = s[k];
         }
         if (!rc && at != m->units[u].numel) {
             R->line_no = first_line - 1 - m->n_units + u; /* the unit's own line */
-            rc = meta_fail(R, "unit %d has %ld elements, but its params cover only %ld", u, m->units[u].numel, at);
+            rc = meta_fail(R, "unit %d has %ld elements, but its params cover only %ld", u,
+                           m->units[u].numel, at);
         }
     }
     free(s);
@@ -1298,19 +1448,29 @@ static int meta_check_params(MetaReader *R, const CkptMeta *m, int first_line) {
 /* params N, then N param lines. */
 static int meta_parse_params(MetaReader *R, CkptMeta *m) {
     int n, cap = 0;
-    if (meta_next_line(R, "params") || meta_fields(R, "params %d", &n) || meta_range(R, "params", n, 1, META_MAX_COUNT)) return 2;
+    if (meta_next_line(R, "params") || meta_fields(R, "params %d", &n) ||
+        meta_range(R, "params", n, 1, META_MAX_COUNT))
+        return 2;
     int first_line = R->line_no + 1;
     for (int i = 0; i < n; i++) {
         MetaParam p;
         memset(&p, 0, sizeof(p));
-        if (meta_next_line(R, "param") || meta_fields(R, "param %N unit %d offset %L shape %d %d", p.name, &p.unit, &p.offset, &p.shape[0], &p.shape[1])) return 2;
-        if (p.shape[0] < 1 || p.shape[1] < 1) return meta_fail(R, "param '%s': shape %d %d has no elements (a vector is N 1)", p.name, p.shape[0], p.shape[1]);
-        if (p.unit >= m->n_units) return meta_fail(R, "param '%s': unit %d does not exist (there are %d)", p.name, p.unit, m->n_units);
+        if (meta_next_line(R, "param") ||
+            meta_fields(R, "param %N unit %d offset %L shape %d %d", p.name, &p.unit, &p.offset,
+                        &p.shape[0], &p.shape[1]))
+            return 2;
+        if (p.shape[0] < 1 || p.shape[1] < 1)
+            return meta_fail(R, "param '%s': shape %d %d has no elements (a vector is N 1)", p.name,
+                             p.shape[0], p.shape[1]);
+        if (p.unit >= m->n_units)
+            return meta_fail(R, "param '%s': unit %d does not exist (there are %d)", p.name, p.unit,
+                             m->n_units);
         const MetaUnit *u = &m->units[p.unit];
         uint64_t numel = (uint64_t)p.shape[0] * (uint64_t)p.shape[1]; /* < 2^62: no overflow */
         if (p.offset > u->numel || numel > (uint64_t)(u->numel - p.offset))
-            return meta_fail(R, "param '%s': offset %ld + %llu elements goes beyond unit %d, which has %ld", p.name, p.offset, (unsigned long long)numel, p.unit,
-                             u->numel);
+            return meta_fail(
+                R, "param '%s': offset %ld + %llu elements goes beyond unit %d, which has %ld",
+                p.name, p.offset, (unsigned long long)numel, p.unit, u->numel);
         p.numel = (long)numel; /* <= the unit's numel, so it fits */
         void *grown = meta_grow(m->params, i, &cap, sizeof(MetaParam));
         if (!grown) return meta_fail(R, "out of memory");
@@ -1332,19 +1492,25 @@ static int cmp_file_name(const void *a, const void *b) {
  * long as the header and the shards of every unit, three times over. */
 static int meta_parse_files(MetaReader *R, CkptMeta *m) {
     int n, cap = 0, want = meta_is_sharded(m) ? m->world : 1;
-    if (meta_next_line(R, "files") || meta_fields(R, "files %d", &n) || meta_range(R, "files", n, 1, META_MAX_COUNT)) return 2;
+    if (meta_next_line(R, "files") || meta_fields(R, "files %d", &n) ||
+        meta_range(R, "files", n, 1, META_MAX_COUNT))
+        return 2;
     if (n != want)
-        return meta_fail(R, "files %d, but %s on %d ranks writes %d (%s)", n, m->strategy, m->world, want, meta_is_sharded(m) ? "one per rank" : "rank 0's only");
+        return meta_fail(R, "files %d, but %s on %d ranks writes %d (%s)", n, m->strategy, m->world,
+                         want, meta_is_sharded(m) ? "one per rank" : "rank 0's only");
     /* shard <= 2^53 + 2^20, so 12 * shard < 2^57; the sum of 2^20 of them could
      * still overflow, so stop at 2^63 (no real file is that large) */
     uint64_t bytes = SHARD_HEADER_BYTES;
     for (int u = 0; u < m->n_units; u++) {
         bytes += 3 * 4 * (uint64_t)m->units[u].shard;
-        if (bytes > ((uint64_t)1 << 63)) return meta_fail(R, "the units' shards add up to more bytes than a file can hold");
+        if (bytes > ((uint64_t)1 << 63))
+            return meta_fail(R, "the units' shards add up to more bytes than a file can hold");
     }
     for (int i = 0; i < n; i++) {
         MetaFile f;
-        if (meta_next_line(R, "file") || meta_fields(R, "file %N bytes %U crc32 %X", f.name, &f.bytes, &f.crc)) return 2;
+        if (meta_next_line(R, "file") ||
+            meta_fields(R, "file %N bytes %U crc32 %X", f.name, &f.bytes, &f.crc))
+            return 2;
         if (f.bytes != bytes)
             return meta_fail(R,
                              "file '%s': bytes %llu, but a shard file takes %llu (a %d-byte "
@@ -1367,7 +1533,8 @@ static int meta_parse_files(MetaReader *R, CkptMeta *m) {
         if (!strcmp(s[i - 1]->name, s[i]->name)) {
             long a = (long)(s[i - 1] - m->files), b = (long)(s[i] - m->files);
             R->line_no = first_line + (int)(a > b ? a : b);
-            rc = meta_fail(R, "file name '%s' is listed twice (also on line %d)", s[i]->name, first_line + (int)(a < b ? a : b));
+            rc = meta_fail(R, "file name '%s' is listed twice (also on line %d)", s[i]->name,
+                           first_line + (int)(a < b ? a : b));
         }
     free(s);
     R->line_no = last_line;
@@ -1411,7 +1578,8 @@ int meta_parse(const char *text, size_t len, CkptMeta *out, char *err, size_t er
     for (size_t i = R.pos; !rc && i < len; i++) {
         char c = text[i];
         if (c == '\n') R.line_no++;
-        else if (c != ' ' && c != '\t' && c != '\r') rc = meta_fail(&R, "text after 'end' (only whitespace may follow it)");
+        else if (c != ' ' && c != '\t' && c != '\r')
+            rc = meta_fail(&R, "text after 'end' (only whitespace may follow it)");
     }
     if (!rc) rc = meta_check_crc(&R, end_at, end_line, out->meta_crc);
     if (rc) meta_free(out);

@@ -88,16 +88,16 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 
 typedef struct {
     char name[ST_MAX_NAME];
-    char dtype[8];          /* "F32" etc. as read; the writer always writes F32 */
+    char dtype[8]; /* "F32" etc. as read; the writer always writes F32 */
     int ndim;
     long shape[ST_MAX_DIMS];
-    uint64_t begin, end;    /* data_offsets */
+    uint64_t begin, end; /* data_offsets */
 } StTensor;
 
 typedef struct {
-    StTensor *tensors;      /* in file order as they appear in the JSON */
+    StTensor *tensors; /* in file order as they appear in the JSON */
     int n;
-    uint64_t data_start;    /* 8 + N: where data_offsets count from */
+    uint64_t data_start; /* 8 + N: where data_offsets count from */
 } StHeader;
 
 /* Builds the first part of a safetensors file for tensors laid out
@@ -123,7 +123,8 @@ unsigned char *st_build_header(StTensor *t, int n, const char *metadata_json, si
  *      read that many bytes and call again. err says so too.
  * On 2 and 3 out->tensors is NULL and out->n is 0, so st_free(out) is
  * always safe. Never reads beyond buf[len). */
-int st_parse_header(const unsigned char *buf, size_t len, uint64_t file_size, StHeader *out, char *err, size_t errlen);
+int st_parse_header(const unsigned char *buf, size_t len, uint64_t file_size, StHeader *out,
+                    char *err, size_t errlen);
 void st_free(StHeader *h);
 
 /* ----------------------------------------------------------------------------
@@ -198,24 +199,39 @@ void st_free(StHeader *h);
 #define META_MAX_NAME 96
 #define META_MAX_COUNT (1 << 20)
 
-typedef struct { char name[META_MAX_NAME]; int unit; long offset; int shape[2]; long numel; } MetaParam;
-typedef struct { long numel, padded, shard; } MetaUnit;
-typedef struct { char name[META_MAX_NAME]; uint64_t bytes; uint32_t crc; } MetaFile;
 typedef struct {
-    int version, world;       /* meta_format writes META_VERSION, whatever version says */
+    char name[META_MAX_NAME];
+    int unit;
+    long offset;
+    int shape[2];
+    long numel;
+} MetaParam;
+typedef struct {
+    long numel, padded, shard;
+} MetaUnit;
+typedef struct {
+    char name[META_MAX_NAME];
+    uint64_t bytes;
+    uint32_t crc;
+} MetaFile;
+typedef struct {
+    int version, world; /* meta_format writes META_VERSION, whatever version says */
     char strategy[32];
     int vocab, embed_dim, context, width, depth;
     long min_params;
     uint64_t seed;
-    int batch;                /* the global batch, in sequences              */
-    int data_is_file;         /* 0: "data synthetic"; 1: "data file bytes ..." */
-    uint64_t data_bytes;      /* the --data file's size and CRC-32 (0 when    */
-    uint32_t data_crc;        /*   synthetic)                                 */
+    int batch;           /* the global batch, in sequences */
+    int data_is_file;    /* 0: "data synthetic"; 1: "data file bytes ..." */
+    uint64_t data_bytes; /* the --data file's size and CRC-32 (0 when */
+    uint32_t data_crc;   /*   synthetic) */
     long step, adam_step;
-    int n_units;  MetaUnit *units;
-    int n_params; MetaParam *params;
-    int n_files;  MetaFile *files;
-    uint32_t meta_crc;        /* what the "end" line says (meta_parse fills it;
+    int n_units;
+    MetaUnit *units;
+    int n_params;
+    MetaParam *params;
+    int n_files;
+    MetaFile *files;
+    uint32_t meta_crc; /* what the "end" line says (meta_parse fills it;
                                  meta_format computes it and ignores this) */
 } CkptMeta;
 

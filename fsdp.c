@@ -99,7 +99,8 @@ static void mpi_check(int err, const char *file, int line) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(err, msg, &len);
-    fsdp_fatal(file, line, "an MPI call failed; check that every rank runs the same command", "MPI: %s", msg);
+    fsdp_fatal(file, line, "an MPI call failed; check that every rank runs the same command",
+               "MPI: %s", msg);
 }
 #define mpiCheck(call) mpi_check((call), __FILE__, __LINE__)
 
@@ -123,6 +124,8 @@ static double now_seconds(void) { return MPI_Wtime(); }
 
 static long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
+static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
 /* A size in the unit that shows it: "512 B", "1.00 KiB", "160.00 MiB". */
 static const char *human_bytes(double bytes, char *buf, size_t len) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -142,8 +145,10 @@ static const char *human_bytes(double bytes, char *buf, size_t len) {
  * would: the root of "N ranks compute what 1 rank computes". The mixer is
  * SplitMix64's finaliser. */
 static uint64_t mix64(uint64_t x) {
-    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27; x *= 0x94d049bb133111ebULL;
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
     x ^= x >> 31;
     return x;
 }
@@ -172,11 +177,6 @@ enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
  * and the DDP-vs-FSDP comparison read those peaks. In the simulator the bytes
  * live in host memory; the accounting is what a GPU would see.
  * ========================================================================== */
-
-const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES] = {
-    "parameters", "gradients", "optimizer", "full params",
-    "full grads", "activations", "comm buffers",
-};
 
 /* A simulated GPU has a fixed amount of memory. Crossing it fails the way
  * CUDA does: which rank, what it tried to allocate and for what, the budget,
@@ -227,14 +227,19 @@ static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const
 }
 
 /* `what` names the owner (a unit, "activations", ...) for that report. */
-static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size, const char *what) {
+static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size,
+                          const char *what) {
     size_t bytes = count * elem_size;
-    if (l->budget && l->current_total + bytes > l->budget) ledger_out_of_memory(l, cat, bytes, what);
+    if (l->budget && l->current_total + bytes > l->budget)
+        ledger_out_of_memory(l, cat, bytes, what);
     void *p = calloc(count ? count : 1, elem_size); /* zeroed: padding must be 0 */
-    if (!p) FATAL("the machine is out of host memory; try a smaller --model", "cannot allocate %zu bytes (%s)", bytes, MEM_CATEGORY_NAMES[cat]);
+    if (!p)
+        FATAL("the machine is out of host memory; try a smaller --model",
+              "cannot allocate %zu bytes (%s)", bytes, MEM_CATEGORY_NAMES[cat]);
     if (l->n_entries == l->cap_entries) {
         l->cap_entries = l->cap_entries ? 2 * l->cap_entries : 64;
-        l->entries = (LedgerEntry *)realloc(l->entries, (size_t)l->cap_entries * sizeof(LedgerEntry));
+        l->entries =
+            (LedgerEntry *)realloc(l->entries, (size_t)l->cap_entries * sizeof(LedgerEntry));
         if (!l->entries) FATAL("the machine is out of host memory", "cannot grow the ledger");
     }
     l->entries[l->n_entries].ptr = p;
@@ -260,7 +265,8 @@ static void ledger_free(Ledger *l, void *p) {
         sim_on_memory(l->sim, l);
         return;
     }
-    FATAL("this is a bug in fsdp.c: every buffer must come from ledger_alloc", "freeing a pointer the ledger does not know");
+    FATAL("this is a bug in fsdp.c: every buffer must come from ledger_alloc",
+          "freeing a pointer the ledger does not know");
 }
 
 /* The end of the trainer's setup (see ledger_out_of_memory): did the
@@ -324,8 +330,6 @@ static void ledger_release_all(Ledger *l) {
  * Gradients are averaged ("mean"): we sum, then divide by N once at the end.
  * ========================================================================== */
 
-const char *const COMM_KIND_NAMES[COMM_NUM_KINDS] = {"all_gather", "reduce_scatter", "all_reduce"};
-
 static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const NetModel *net) {
     memset(c, 0, sizeof(*c));
     c->comm = mpi_comm;
@@ -344,12 +348,14 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long cou
     h->req = MPI_REQUEST_NULL;
     h->kind = kind;
     h->event = -1;
-    h->skipped = sim_on_collective(c->sim, c, kind, unit, count);
+    SimVerdict verdict = sim_on_collective(c->sim, c, kind, unit, count);
+    if (verdict == SIM_QUIT) exit_all(0);     /* --step, q: every rank got the key */
+    if (verdict == SIM_MISMATCH) exit_all(4); /* every rank saw the same notes */
+    h->skipped = verdict == SIM_SKIP;
     if (h->skipped) return 1;
-    long chunk = count / c->world;
-    double steps = (kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (c->world - 1);
-    double bytes = steps * (double)chunk * sizeof(float);
-    double sim_seconds = net_collective_seconds(c->net, kind, c->world, (double)count * sizeof(float));
+    double bytes = ring_bytes(kind, c->world, count);
+    double sim_seconds =
+        net_collective_seconds(c->net, kind, c->world, (double)count * sizeof(float));
     c->calls[kind]++;
     c->bytes_sent[kind] += bytes;
     c->bytes_recv[kind] += bytes;
@@ -357,7 +363,8 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long cou
     h->t_start = now_seconds();
     if (!c->keep_events) return 0; /* a long run without --trace keeps totals only */
     if (c->n_events == c->cap_events) {
-        if (c->cap_events > INT_MAX / 4) FATAL("record fewer --steps with --trace", "the trace has too many events");
+        if (c->cap_events > INT_MAX / 4)
+            FATAL("record fewer --steps with --trace", "the trace has too many events");
         c->cap_events = c->cap_events ? 2 * c->cap_events : 256;
         c->events = (CommEvent *)realloc(c->events, (size_t)c->cap_events * sizeof(CommEvent));
         if (!c->events) FATAL("the machine is out of host memory", "cannot grow the event record");
@@ -386,9 +393,9 @@ static void ring_all_gather(Comm *c, float *full, long S) {
     for (int s = 0; s < N - 1; s++) {
         int send_chunk = (c->rank - s + N) % N;
         int recv_chunk = (c->rank - s - 1 + N) % N;
-        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c), COMM_ALL_GATHER,
-                              full + recv_chunk * S, (int)S, MPI_FLOAT, ring_left(c), COMM_ALL_GATHER,
-                              c->comm, MPI_STATUS_IGNORE));
+        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c),
+                              COMM_ALL_GATHER, full + recv_chunk * S, (int)S, MPI_FLOAT,
+                              ring_left(c), COMM_ALL_GATHER, c->comm, MPI_STATUS_IGNORE));
     }
 }
 
@@ -402,9 +409,9 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
     for (int s = 0; s < N - 1; s++) {
         int send_chunk = (c->rank - s - 1 + 2 * N) % N;
         int recv_chunk = (c->rank - s - 2 + 2 * N) % N;
-        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c), COMM_REDUCE_SCATTER,
-                              tmp, (int)S, MPI_FLOAT, ring_left(c), COMM_REDUCE_SCATTER,
-                              c->comm, MPI_STATUS_IGNORE));
+        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c),
+                              COMM_REDUCE_SCATTER, tmp, (int)S, MPI_FLOAT, ring_left(c),
+                              COMM_REDUCE_SCATTER, c->comm, MPI_STATUS_IGNORE));
         float *acc = full + recv_chunk * S;
         for (long i = 0; i < S; i++) acc[i] += tmp[i];
     }
@@ -415,11 +422,13 @@ static void scale(float *x, long n, float f) {
 }
 
 /* all-gather: shard (S elements) from every rank -> full (N*S) on every rank */
-static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S, int unit) {
+static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S,
+                                        int unit) {
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, unit, S * c->world)) return h;
     if (c->impl == COLLECTIVES_MPI) {
-        mpiCheck(MPI_Iallgather(shard, (int)S, MPI_FLOAT, full, (int)S, MPI_FLOAT, c->comm, &h.req));
+        mpiCheck(
+            MPI_Iallgather(shard, (int)S, MPI_FLOAT, full, (int)S, MPI_FLOAT, c->comm, &h.req));
     } else {
         memcpy(full + (long)c->rank * S, shard, (size_t)S * sizeof(float));
         ring_all_gather(c, full, S);
@@ -429,15 +438,18 @@ static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard
 
 /* reduce-scatter (mean): full (N*S) on every rank -> shard (S), the average
  * over ranks of chunk `rank`. The ring consumes `full` as its accumulator. */
-static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, long S, int unit, Ledger *l) {
+static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, long S, int unit,
+                                            Ledger *l) {
     CommHandle h;
     if (comm_record(c, &h, COMM_REDUCE_SCATTER, unit, S * c->world)) return h;
     h.buf = shard;
     h.scale_count = S;
     if (c->impl == COLLECTIVES_MPI) {
-        mpiCheck(MPI_Ireduce_scatter_block(full, shard, (int)S, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
+        mpiCheck(
+            MPI_Ireduce_scatter_block(full, shard, (int)S, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
     } else {
-        float *tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring reduce-scatter");
+        float *tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float),
+                                           "ring reduce-scatter");
         ring_reduce_scatter(c, full, S, tmp);
         ledger_free(l, tmp);
         memcpy(shard, full + (long)c->rank * S, (size_t)S * sizeof(float));
@@ -450,16 +462,20 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
  * is literally reduce-scatter then all-gather, which is why it moves twice
  * the bytes of either. */
 static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int unit, Ledger *l) {
-    if (count % c->world != 0) FATAL("this is a bug in fsdp.c: flat buffers are padded to a multiple of N", "all-reduce of %ld elements over %d ranks", count, c->world);
+    if (count % c->world != 0)
+        FATAL("this is a bug in fsdp.c: flat buffers are padded to a multiple of N",
+              "all-reduce of %ld elements over %d ranks", count, c->world);
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_REDUCE, unit, count)) return h;
     h.buf = buf;
     h.scale_count = count;
     if (c->impl == COLLECTIVES_MPI) {
-        mpiCheck(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
+        mpiCheck(
+            MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
     } else {
         long S = count / c->world;
-        float *tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
+        float *tmp =
+            (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
         ring_reduce_scatter(c, buf, S, tmp);
         ledger_free(l, tmp);
         ring_all_gather(c, buf, S);
@@ -506,9 +522,7 @@ static void comm_release(Comm *c) {
 
 /* ---- element-wise math, shared by CPU and GPU ---------------------------- */
 
-FSDP_HD static inline float gelu(float x) {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678f));
-}
+FSDP_HD static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 FSDP_HD static inline float gelu_grad(float x) {
     float cdf = 0.5f * (1.0f + erff(x * 0.70710678f));
     float pdf = 0.39894228f * expf(-0.5f * x * x);
@@ -535,12 +549,14 @@ static float dot(const float *a, const float *b, int n) {
 }
 
 /* out (B, O) = inp (B, I) @ weight^T + bias, weight (O, I) as nn.Linear */
-static void linear_forward(float *out, const float *inp, const float *weight, const float *bias, int B, int I, int O) {
+static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int B, int I, int O) {
     for (int b = 0; b < B; b++)
         for (int o = 0; o < O; o++)
             out[(long)b * O + o] = bias[o] + dot(inp + (long)b * I, weight + (long)o * I, I);
 }
-static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, int B, int I, int O) {
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int B, int I, int O) {
     for (int b = 0; b < B; b++) {
         for (int o = 0; o < O; o++) {
             float d = dout[(long)b * O + o];
@@ -563,7 +579,8 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B) */
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *weight, const float *bias, int B, int D) {
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int B, int D) {
     for (int b = 0; b < B; b++) {
         const float *x = inp + (long)b * D;
         float m = 0.0f, v = 0.0f;
@@ -577,7 +594,9 @@ static void layernorm_forward(float *out, float *mean, float *rstd, const float 
         rstd[b] = s;
     }
 }
-static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp, const float *weight, const float *mean, const float *rstd, int B, int D) {
+static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int B, int D) {
     for (int b = 0; b < B; b++) {
         const float *x = inp + (long)b * D, *dy = dout + (long)b * D;
         float *dx = dinp + (long)b * D;
@@ -609,12 +628,15 @@ static void gelu_backward(float *dinp, const float *dout, const float *inp, long
 }
 
 /* out (B, T*C): the embeddings of the T context bytes of each sample, end to end */
-static void embedding_forward(float *out, const unsigned char *tokens, const float *weight, int B, int T, int C) {
+static void embedding_forward(float *out, const unsigned char *tokens, const float *weight, int B,
+                              int T, int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
-            memcpy(out + ((long)b * T + t) * C, weight + (long)tokens[(long)b * T + t] * C, (size_t)C * sizeof(float));
+            memcpy(out + ((long)b * T + t) * C, weight + (long)tokens[(long)b * T + t] * C,
+                   (size_t)C * sizeof(float));
 }
-static void embedding_backward(float *dweight, const float *dout, const unsigned char *tokens, int B, int T, int C) {
+static void embedding_backward(float *dweight, const float *dout, const unsigned char *tokens,
+                               int B, int T, int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *dw = dweight + (long)tokens[(long)b * T + t] * C;
@@ -626,23 +648,29 @@ static void embedding_backward(float *dweight, const float *dout, const unsigned
 /* Softmax cross-entropy, averaged over the B samples: returns the loss and
  * writes probs (B, V). Its backward, for loss scale `dloss`, is
  * dlogits = (probs - onehot(target)) * dloss. */
-static float crossentropy_forward(float *probs, const float *logits, const int *targets, int B, int V) {
+static float crossentropy_forward(float *probs, const float *logits, const int *targets, int B,
+                                  int V) {
     double loss = 0.0;
     for (int b = 0; b < B; b++) {
         const float *z = logits + (long)b * V;
         float *p = probs + (long)b * V;
         float zmax = z[0], sum = 0.0f;
         for (int v = 1; v < V; v++) zmax = z[v] > zmax ? z[v] : zmax;
-        for (int v = 0; v < V; v++) { p[v] = expf(z[v] - zmax); sum += p[v]; }
+        for (int v = 0; v < V; v++) {
+            p[v] = expf(z[v] - zmax);
+            sum += p[v];
+        }
         for (int v = 0; v < V; v++) p[v] /= sum;
         loss -= logf(p[targets[b]]);
     }
     return (float)(loss / B);
 }
-static void crossentropy_backward(float *dlogits, const float *probs, const int *targets, float dloss, int B, int V) {
+static void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int B, int V) {
     for (int b = 0; b < B; b++)
         for (int v = 0; v < V; v++)
-            dlogits[(long)b * V + v] += (probs[(long)b * V + v] - (v == targets[b] ? 1.0f : 0.0f)) * dloss;
+            dlogits[(long)b * V + v] +=
+                (probs[(long)b * V + v] - (v == targets[b] ? 1.0f : 0.0f)) * dloss;
 }
 
 /* ---- the module tree -------------------------------------------------------- */
@@ -672,7 +700,8 @@ static int model_add_module(Model *m, const char *name, int parent) {
     return m->n_modules++;
 }
 
-static void model_add_param(Model *m, int module, const char *suffix, int rows, int cols, ParamInit init, float bound) {
+static void model_add_param(Model *m, int module, const char *suffix, int rows, int cols,
+                            ParamInit init, float bound) {
     Module *mod = &m->modules[module];
     Param *p = &m->params[m->n_params];
     memset(p, 0, sizeof(*p));
@@ -714,7 +743,8 @@ static void model_build(Model *m, const Config *cfg) {
     m->modules = (Module *)calloc((size_t)max_modules, sizeof(Module));
     m->params = (Param *)calloc((size_t)(7 + 6 * L), sizeof(Param));
     m->block = (int *)calloc((size_t)L * 4, sizeof(int));
-    if (!m->modules || !m->params || !m->block) FATAL("the machine is out of host memory", "cannot build the model");
+    if (!m->modules || !m->params || !m->block)
+        FATAL("the machine is out of host memory", "cannot build the model");
     m->block_norm = m->block + L;
     m->block_fc1 = m->block + 2 * L;
     m->block_fc2 = m->block + 3 * L;
@@ -775,7 +805,8 @@ static long config_total_numel(const Config *cfg) {
 static long autowrap_visit(Model *m, int module, long min_params) {
     Module *mod = &m->modules[module];
     long remainder = 0;
-    for (int i = 0; i < mod->n_children; i++) remainder += autowrap_visit(m, mod->children[i], min_params);
+    for (int i = 0; i < mod->n_children; i++)
+        remainder += autowrap_visit(m, mod->children[i], min_params);
     for (int i = 0; i < mod->n_params; i++) remainder += m->params[mod->params[i]].numel;
     int is_root = (mod->parent < 0);
     if (!is_root && !mod->is_module_list && remainder >= min_params) {
@@ -795,7 +826,8 @@ static void autowrap_number(Model *m, int module, int enclosing, int *n_units) {
         enclosing = mod->unit;
     }
     for (int i = 0; i < mod->n_params; i++) m->params[mod->params[i]].unit = enclosing;
-    for (int i = 0; i < mod->n_children; i++) autowrap_number(m, mod->children[i], enclosing, n_units);
+    for (int i = 0; i < mod->n_children; i++)
+        autowrap_number(m, mod->children[i], enclosing, n_units);
 }
 
 /* Wraps the model; returns the number of units. */
@@ -832,7 +864,8 @@ static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy
     for (int u = 0; u < n_units; u++) {
         memset(&units[u], 0, sizeof(Unit));
         units[u].params = (int *)calloc((size_t)m->n_params + 1, sizeof(int));
-        if (!units[u].params) FATAL("the machine is out of host memory", "cannot lay out unit %d", u);
+        if (!units[u].params)
+            FATAL("the machine is out of host memory", "cannot lay out unit %d", u);
     }
     for (int i = 0; i < m->n_params; i++) { /* model order */
         Param *p = &m->params[i];
@@ -849,7 +882,8 @@ static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy
         int u = m->modules[i].unit;
         if (u < 0) continue;
         units[u].root_module = i;
-        snprintf(units[u].name, sizeof(units[u].name), "unit %d (%.*s)", u, FSDP_MAX_NAME, u == 0 ? "root" : m->modules[i].name);
+        snprintf(units[u].name, sizeof(units[u].name), "unit %d (%.*s)", u, FSDP_MAX_NAME,
+                 u == 0 ? "root" : m->modules[i].name);
     }
 }
 
@@ -860,7 +894,9 @@ static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy
 static float param_init_value(const Param *p, int param_index, long i, uint64_t seed) {
     switch (p->init) {
     case INIT_NORMAL: return rng_normal(seed, STREAM_INIT, (uint64_t)param_index, (uint64_t)i);
-    case INIT_UNIFORM: return (2.0f * rng_uniform(seed, STREAM_INIT, (uint64_t)param_index, (uint64_t)i) - 1.0f) * p->init_bound;
+    case INIT_UNIFORM:
+        return (2.0f * rng_uniform(seed, STREAM_INIT, (uint64_t)param_index, (uint64_t)i) - 1.0f) *
+               p->init_bound;
     case INIT_ONES: return 1.0f;
     case INIT_ZEROS: return 0.0f;
     }
@@ -888,7 +924,8 @@ static void unit_init_shard(Unit *u, const Model *m, int rank, uint64_t seed) {
     for (int k = 0; k < u->n_params; k++) {
         const Param *p = &m->params[u->params[k]];
         if (!param_in_shard(p, lo, hi, &a, &b)) continue;
-        for (long e = a; e < b; e++) u->shard_param[e - lo] = param_init_value(p, u->params[k], e - p->offset, seed);
+        for (long e = a; e < b; e++)
+            u->shard_param[e - lo] = param_init_value(p, u->params[k], e - p->offset, seed);
     }
 }
 
@@ -914,27 +951,27 @@ typedef struct {
     unsigned char *bytes;
     long len;
     double entropy_floor; /* nats per byte the source cannot go below; <0: unknown */
-    int mapped;           /* bytes is a read-only map of the --data file     */
+    int mapped;           /* bytes is a read-only map of the --data file */
 } Corpus;
 
 /* What the forward pass saves for the backward pass, and the gradient
  * scratch the backward pass flows through. B is this rank's batch. */
 typedef struct {
-    unsigned char *tokens; /* (B, T) context bytes                          */
-    int *targets;          /* (B) the byte that follows                     */
-    float *x_emb;          /* (B, T*C) concatenated embeddings              */
-    float *h;              /* (L+1, B, D) residual stream before each block */
-    float *ln;             /* (L, B, D) block norm outputs                  */
-    float *ln_mean, *ln_rstd; /* (L, B)                                     */
-    float *fc1;            /* (L, B, 4D) fc1 outputs, before GELU           */
-    float *act;            /* (L, B, 4D) GELU outputs                       */
-    float *nf;             /* (B, D) norm_f output                          */
-    float *nf_mean, *nf_rstd; /* (B)                                        */
-    float *logits, *probs; /* (B, V)                                        */
-    float *d_logits;       /* (B, V)                                        */
-    float *d_nf, *d_h, *d_ln; /* (B, D)                                     */
-    float *d_act, *d_fc1;  /* (B, 4D)                                       */
-    float *d_emb;          /* (B, T*C)                                      */
+    unsigned char *tokens;    /* (B, T) context bytes */
+    int *targets;             /* (B) the byte that follows */
+    float *x_emb;             /* (B, T*C) concatenated embeddings              */
+    float *h;                 /* (L+1, B, D) residual stream before each block */
+    float *ln;                /* (L, B, D) block norm outputs */
+    float *ln_mean, *ln_rstd; /* (L, B) */
+    float *fc1;               /* (L, B, 4D) fc1 outputs, before GELU */
+    float *act;               /* (L, B, 4D) GELU outputs */
+    float *nf;                /* (B, D) norm_f output */
+    float *nf_mean, *nf_rstd; /* (B) */
+    float *logits, *probs;    /* (B, V) */
+    float *d_logits;          /* (B, V) */
+    float *d_nf, *d_h, *d_ln; /* (B, D) */
+    float *d_act, *d_fc1;     /* (B, 4D) */
+    float *d_emb;             /* (B, T*C)                                      */
 } Activations;
 
 struct Trainer {
@@ -942,36 +979,54 @@ struct Trainer {
     Comm comm;
     Ledger ledger;
     Model model;
-    Unit *units;       /* unit 0 is the root                                  */
+    Unit *units; /* unit 0 is the root */
     int n_units;
     Activations act;
     Corpus corpus;
-    int local_batch;   /* B = global batch / N                                */
-    int adam_step;     /* AdamW's t, for bias correction                      */
+    int local_batch;   /* B = global batch / N */
+    int adam_step;     /* AdamW's t, for bias correction */
     uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
     int data_crc_known;
-    Sim sim;           /* the simulator's instruments (sim/), told by hooks   */
+    Sim sim; /* the simulator's instruments (sim/), told by hooks */
 };
 
 /* ============================================================================
  * 7. The unit lifecycle
  *
  * PyTorch runs these four hooks around each FSDP unit; we call them at the
- * same moments from the model's forward and backward (section 10). Units
- * nest: the root unit encloses every other, so its full state is present
- * whenever any module computes, exactly as in PyTorch.
+ * same moments from the model's forward and backward (section 10). Each
+ * banner names the PyTorch function (torch/distributed/fsdp/
+ * _runtime_utils.py) that does the same, so one maps onto the other. Two
+ * verbs carry the whole idea: unshard (all-gather the full state from the
+ * shards) and reshard (free it, keep the shard). Units nest: the root unit
+ * encloses every other, so its full state is present whenever any module
+ * computes, exactly as in PyTorch.
  * ========================================================================== */
 
 static int is_sharded(const Trainer *t) { return t->cfg.strategy != STRATEGY_NO_SHARD; }
 
-/* Gather a unit's full state: allocate the full flat parameter, all-gather
- * the N shards into it, and point the unit's parameters into it. */
-static void unit_all_gather(Trainer *t, int ui) {
+/* A unit's full flat parameter in a new buffer: allocate `padded`
+ * elements and all-gather the N shards into it (PyTorch: unshard). With
+ * no_shard every rank already holds it, and the replica itself is returned.
+ * Give it back with unit_release_gathered. Also used to export the model. */
+static float *unit_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
-    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), t->units[ui].name);
-    CommHandle h = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui);
+    if (!is_sharded(t)) return u->shard_param;
+    float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
+                                        sizeof(float), u->name);
+    CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
     comm_wait(&t->comm, &h);
-    unit_set_views(u, &t->model);
+    return full;
+}
+
+static void unit_release_gathered(Trainer *t, int ui, float *full) {
+    if (full != t->units[ui].shard_param) ledger_free(&t->ledger, full);
+}
+
+/* Gather a unit's full state for computing: its parameters point into it. */
+static void unit_all_gather(Trainer *t, int ui) {
+    t->units[ui].full_param = unit_gather(t, ui);
+    unit_set_views(&t->units[ui], &t->model);
 }
 
 static void unit_free_full_params(Trainer *t, int ui) {
@@ -983,7 +1038,8 @@ static void unit_free_full_params(Trainer *t, int ui) {
 }
 
 /* ------------------------------------------------------------------------
- * Before a unit's forward
+ * Before a unit's forward                 PyTorch: _pre_forward, which
+ *                                          unshards (_pre_forward_unshard)
  *
  * Between steps this rank keeps only its shard of the unit: 1/N of the flat
  * parameter. The unit's layers need all of it, so we all-gather the N shards
@@ -997,7 +1053,8 @@ static void unit_pre_forward(Trainer *t, int ui) {
 }
 
 /* ------------------------------------------------------------------------
- * After a unit's forward
+ * After a unit's forward                  PyTorch: _post_forward, which
+ *                                          reshards (_post_forward_reshard)
  *
  * full_shard frees the full state at once: the memory a unit costs while it
  * is not computing is its shard alone. That is the whole trick of FSDP, and
@@ -1013,7 +1070,8 @@ static void unit_post_forward(Trainer *t, int ui) {
 }
 
 /* ------------------------------------------------------------------------
- * Before a unit's backward
+ * Before a unit's backward                PyTorch: _pre_backward_hook,
+ *                                          which unshards again
  *
  * The unit's backward needs its full parameters (to propagate gradients to
  * its inputs) and somewhere to accumulate the full-size gradient of every
@@ -1027,14 +1085,17 @@ static void unit_pre_backward(Trainer *t, int ui) {
         memset(u->shard_grad, 0, (size_t)u->padded * sizeof(float));
     } else {
         if (u->full_param == NULL) unit_all_gather(t, ui);
-        u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded, sizeof(float), t->units[ui].name);
+        u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
+                                             sizeof(float), t->units[ui].name);
         unit_set_views(u, &t->model);
     }
     sim_span_begin(&t->sim, ui, PHASE_BACKWARD);
 }
 
 /* ------------------------------------------------------------------------
- * After a unit's backward
+ * After a unit's backward                 PyTorch: _post_backward_hook:
+ *                                          reduce-scatter (_reduce_grad),
+ *                                          then _post_backward_reshard
  *
  * Every rank now holds a full-size gradient computed from its own part of
  * the batch. The optimizer needs, for this rank's shard only, the average
@@ -1054,7 +1115,8 @@ static void unit_post_backward(Trainer *t, int ui) {
         comm_wait(&t->comm, &h);
         return;
     }
-    CommHandle h = comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
+    CommHandle h =
+        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
     comm_wait(&t->comm, &h);
     ledger_free(&t->ledger, u->full_grad);
     u->full_grad = NULL;
@@ -1089,7 +1151,9 @@ static void module_post_backward(Trainer *t, int module) {
  * sharded for free, and no communication is needed.
  * ========================================================================== */
 
-FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float g, float lr, float beta1, float beta2, float eps, float weight_decay, float bias_correction1, float bias_correction2_sqrt) {
+FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float g, float lr,
+                                            float beta1, float beta2, float eps, float weight_decay,
+                                            float bias_correction1, float bias_correction2_sqrt) {
     *p *= 1.0f - lr * weight_decay;
     *m = beta1 * *m + (1.0f - beta1) * g;
     *v = beta2 * *v + (1.0f - beta2) * g * g;
@@ -1106,7 +1170,9 @@ static void adamw_step(Trainer *t) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         for (long i = 0; i < u->shard; i++)
-            adamw_update_one(&u->shard_param[i], &u->exp_avg[i], &u->exp_avg_sq[i], u->shard_grad[i], c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, bc1, bc2_sqrt);
+            adamw_update_one(&u->shard_param[i], &u->exp_avg[i], &u->exp_avg_sq[i],
+                             u->shard_grad[i], c->lr, c->beta1, c->beta2, c->eps, c->weight_decay,
+                             bc1, bc2_sqrt);
     }
     sim_span_end(&t->sim, -1, PHASE_OPTIMIZER);
 }
@@ -1142,12 +1208,14 @@ static void chain_build(WordChain *ch, uint64_t seed) {
         int unique = 0;
         while (!unique) { /* distinct spellings keep the entropy exact */
             ch->len[w] = 2 + (int)(rng_u64(seed, STREAM_CORPUS, 0, draw++) % (CORPUS_MAX_WORD - 1));
-            for (int i = 0; i < ch->len[w]; i++) ch->word[w][i] = (char)('a' + rng_u64(seed, STREAM_CORPUS, 0, draw++) % 26);
+            for (int i = 0; i < ch->len[w]; i++)
+                ch->word[w][i] = (char)('a' + rng_u64(seed, STREAM_CORPUS, 0, draw++) % 26);
             ch->word[w][ch->len[w]] = '\0';
             unique = 1;
             for (int o = 0; o < w; o++) unique &= strcmp(ch->word[o], ch->word[w]) != 0;
         }
-        for (int k = 0; k < CORPUS_SUCCESSORS; k++) ch->next[w][k] = (int)(rng_u64(seed, STREAM_CORPUS, 1, draw++) % CORPUS_WORDS);
+        for (int k = 0; k < CORPUS_SUCCESSORS; k++)
+            ch->next[w][k] = (int)(rng_u64(seed, STREAM_CORPUS, 1, draw++) % CORPUS_WORDS);
     }
     double total = 0.0;
     for (int k = 0; k < CORPUS_SUCCESSORS; k++) total += 1.0 / (k + 1);
@@ -1190,7 +1258,8 @@ static void corpus_synthetic(Corpus *c, uint64_t seed) {
     long n = 0;
     int w = 0;
     for (uint64_t i = 0; n < CORPUS_BYTES; i++) {
-        for (int k = 0; k <= ch.len[w] && n < CORPUS_BYTES; k++) c->bytes[n++] = (unsigned char)(k < ch.len[w] ? ch.word[w][k] : ' ');
+        for (int k = 0; k <= ch.len[w] && n < CORPUS_BYTES; k++)
+            c->bytes[n++] = (unsigned char)(k < ch.len[w] ? ch.word[w][k] : ' ');
         double u = rng_uniform(seed, STREAM_CORPUS, 2, i);
         int k = 0;
         while (k < CORPUS_SUCCESSORS - 1 && u >= ch.cum[k]) k++;
@@ -1246,7 +1315,8 @@ static void corpus_release(Corpus *c) {
 
 /* This rank's share of the global batch of `step`: samples j = rank,
  * rank + N, rank + 2N, ... (DistributedSampler's interleaving). */
-static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int global_batch, int rank, int world, int T, unsigned char *tokens, int *targets) {
+static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int global_batch,
+                                int rank, int world, int T, unsigned char *tokens, int *targets) {
     int B = global_batch / world;
     uint64_t positions = (uint64_t)(c->len - T);
     for (int k = 0; k < B; k++) {
@@ -1258,7 +1328,7 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int gl
 }
 
 /* ============================================================================
- * 10. The trainer: one step, end to end
+ * 10. The trainer: one step, end to end, then the training loop
  *
  * forward:  enter each module (unit hooks gather), compute, leave (free)
  * backward: the same modules in reverse (hooks gather, reduce-scatter, free)
@@ -1267,7 +1337,8 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int gl
 
 static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
     long L = c->depth, D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
-#define ACT(count) (float *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(count), sizeof(float), "activations")
+#define ACT(count)                                                                                 \
+    (float *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(count), sizeof(float), "activations")
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
     a->x_emb = ACT(B * T * C);
@@ -1295,10 +1366,18 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
 static void zero(float *x, long n) { memset(x, 0, (size_t)n * sizeof(float)); }
 
 /* The parameter tensors of a module, once its unit's full state is present. */
-static float *weight_of(Trainer *t, int module) { return t->model.params[t->model.modules[module].params[0]].data; }
-static float *bias_of(Trainer *t, int module) { return t->model.params[t->model.modules[module].params[1]].data; }
-static float *dweight_of(Trainer *t, int module) { return t->model.params[t->model.modules[module].params[0]].grad; }
-static float *dbias_of(Trainer *t, int module) { return t->model.params[t->model.modules[module].params[1]].grad; }
+static float *weight_of(Trainer *t, int module) {
+    return t->model.params[t->model.modules[module].params[0]].data;
+}
+static float *bias_of(Trainer *t, int module) {
+    return t->model.params[t->model.modules[module].params[1]].data;
+}
+static float *dweight_of(Trainer *t, int module) {
+    return t->model.params[t->model.modules[module].params[0]].grad;
+}
+static float *dbias_of(Trainer *t, int module) {
+    return t->model.params[t->model.modules[module].params[1]].grad;
+}
 
 static float model_forward(Trainer *t) {
     Model *m = &t->model;
@@ -1322,14 +1401,17 @@ static float model_forward(Trainer *t) {
         float *ln = a->ln + l * BD, *fc1 = a->fc1 + l * BF, *act = a->act + l * BF;
         module_pre_forward(t, m->block[l]);
         module_pre_forward(t, m->block_norm[l]);
-        layernorm_forward(ln, a->ln_mean + (long)l * B, a->ln_rstd + (long)l * B, h_in, weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D);
+        layernorm_forward(ln, a->ln_mean + (long)l * B, a->ln_rstd + (long)l * B, h_in,
+                          weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D);
         module_post_forward(t, m->block_norm[l]);
         module_pre_forward(t, m->block_fc1[l]);
-        linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D, 4 * D);
+        linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D,
+                       4 * D);
         module_post_forward(t, m->block_fc1[l]);
         gelu_forward(act, fc1, BF);
         module_pre_forward(t, m->block_fc2[l]);
-        linear_forward(h_out, act, weight_of(t, m->block_fc2[l]), bias_of(t, m->block_fc2[l]), B, 4 * D, D);
+        linear_forward(h_out, act, weight_of(t, m->block_fc2[l]), bias_of(t, m->block_fc2[l]), B,
+                       4 * D, D);
         module_post_forward(t, m->block_fc2[l]);
         for (long i = 0; i < BD; i++) h_out[i] += h_in[i]; /* the residual connection */
         module_post_forward(t, m->block[l]);
@@ -1337,7 +1419,8 @@ static float model_forward(Trainer *t) {
     module_post_forward(t, m->blocks);
 
     module_pre_forward(t, m->norm_f);
-    layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, a->h + c->depth * BD, weight_of(t, m->norm_f), bias_of(t, m->norm_f), B, D);
+    layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, a->h + c->depth * BD, weight_of(t, m->norm_f),
+                      bias_of(t, m->norm_f), B, D);
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
     linear_forward(a->logits, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
@@ -1362,31 +1445,38 @@ static void model_backward(Trainer *t) {
     crossentropy_backward(a->d_logits, a->probs, a->targets, 1.0f / (float)B, B, V);
     module_pre_backward(t, m->head);
     zero(a->d_nf, BD);
-    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), a->d_logits, a->nf, weight_of(t, m->head), B, D, V);
+    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), a->d_logits, a->nf,
+                    weight_of(t, m->head), B, D, V);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
     zero(a->d_h, BD);
-    layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), a->d_nf, a->h + c->depth * BD, weight_of(t, m->norm_f), a->nf_mean, a->nf_rstd, B, D);
+    layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), a->d_nf,
+                       a->h + c->depth * BD, weight_of(t, m->norm_f), a->nf_mean, a->nf_rstd, B, D);
     module_post_backward(t, m->norm_f);
 
     module_pre_backward(t, m->blocks);
     for (int l = c->depth - 1; l >= 0; l--) {
-        float *h_in = a->h + l * BD, *ln = a->ln + l * BD, *fc1 = a->fc1 + l * BF, *act = a->act + l * BF;
+        float *h_in = a->h + l * BD, *ln = a->ln + l * BD, *fc1 = a->fc1 + l * BF,
+              *act = a->act + l * BF;
         module_pre_backward(t, m->block[l]);
         /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
          * the MLP branch adds its own part through norm's backward. */
         zero(a->d_act, BF);
         module_pre_backward(t, m->block_fc2[l]);
-        linear_backward(a->d_act, dweight_of(t, m->block_fc2[l]), dbias_of(t, m->block_fc2[l]), a->d_h, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
+        linear_backward(a->d_act, dweight_of(t, m->block_fc2[l]), dbias_of(t, m->block_fc2[l]),
+                        a->d_h, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
         module_post_backward(t, m->block_fc2[l]);
         zero(a->d_fc1, BF);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF);
         zero(a->d_ln, BD);
         module_pre_backward(t, m->block_fc1[l]);
-        linear_backward(a->d_ln, dweight_of(t, m->block_fc1[l]), dbias_of(t, m->block_fc1[l]), a->d_fc1, ln, weight_of(t, m->block_fc1[l]), B, D, 4 * D);
+        linear_backward(a->d_ln, dweight_of(t, m->block_fc1[l]), dbias_of(t, m->block_fc1[l]),
+                        a->d_fc1, ln, weight_of(t, m->block_fc1[l]), B, D, 4 * D);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
-        layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]), a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + (long)l * B, a->ln_rstd + (long)l * B, B, D);
+        layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
+                           a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + (long)l * B,
+                           a->ln_rstd + (long)l * B, B, D);
         module_post_backward(t, m->block_norm[l]);
         module_post_backward(t, m->block[l]);
     }
@@ -1394,36 +1484,13 @@ static void model_backward(Trainer *t) {
 
     module_pre_backward(t, m->proj_in);
     zero(a->d_emb, (long)B * T * C);
-    linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
+    linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h, a->x_emb,
+                    weight_of(t, m->proj_in), B, T * C, D);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);
     embedding_backward(dweight_of(t, m->embed), a->d_emb, a->tokens, B, T, C);
     module_post_backward(t, m->embed);
     module_post_backward(t, m->root);
-}
-
-/* The mean of the N ranks' losses, summed in rank order so every rank gets
- * the same bits. It travels as an all-gather of one float per rank. */
-static float global_mean_loss(Trainer *t, float local_loss) {
-    int N = t->comm.world;
-    float *all = (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float), "the loss all-gather");
-    CommHandle h = comm_all_gather_start(&t->comm, all, &local_loss, 1, -1);
-    comm_wait(&t->comm, &h);
-    double sum = 0.0;
-    for (int r = 0; r < N; r++) sum += all[r];
-    ledger_free(&t->ledger, all);
-    return (float)(sum / N);
-}
-
-float trainer_step(Trainer *t, int step) {
-    const Config *c = &t->cfg;
-    t->comm.step = step;
-    sim_on_step(&t->sim, step);
-    sampler_local_batch(&t->corpus, c->seed, step, c->batch, t->comm.rank, t->comm.world, c->context, t->act.tokens, t->act.targets);
-    float loss = model_forward(t);
-    model_backward(t);
-    adamw_step(t);
-    return global_mean_loss(t, loss);
 }
 
 Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
@@ -1451,10 +1518,14 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         const char *name = t->units[ui].name;
-        u->shard_param = (float *)ledger_alloc(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard, sizeof(float), name);
-        u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard, sizeof(float), name);
-        u->exp_avg = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float), name);
-        u->exp_avg_sq = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard, sizeof(float), name);
+        u->shard_param = (float *)ledger_alloc(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard,
+                                               sizeof(float), name);
+        u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
+                                              sizeof(float), name);
+        u->exp_avg = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard,
+                                           sizeof(float), name);
+        u->exp_avg_sq = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard,
+                                              sizeof(float), name);
         if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
         unit_init_shard(u, &t->model, t->comm.rank, cfg->seed);
         if (!is_sharded(t)) { /* DDP: the "shard" is the whole flat parameter */
@@ -1466,7 +1537,8 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     if (!t->ledger.oom_report) activations_alloc(&t->act, &t->ledger, cfg, t->local_batch);
     ledger_agree_fits(&t->ledger, comm);
     if (cfg->data_path) {
-        if (corpus_load_file(&t->corpus, cfg->data_path, cfg->context, err, sizeof(err)) != 0) FATAL("the file changed since the command line was checked", "%s", err);
+        if (corpus_load_file(&t->corpus, cfg->data_path, cfg->context, err, sizeof(err)) != 0)
+            FATAL("the file changed since the command line was checked", "%s", err);
     } else {
         corpus_synthetic(&t->corpus, cfg->seed);
     }
@@ -1480,20 +1552,15 @@ long trainer_num_params(const Trainer *t) { return t->model.total_numel; }
 void trainer_gather_params(Trainer *t, float *out) {
     Model *m = &t->model;
     for (int ui = 0; ui < t->n_units; ui++) {
-        Unit *u = &t->units[ui];
-        float *full = u->shard_param;
-        if (is_sharded(t)) {
-            full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), t->units[ui].name);
-            CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
-            comm_wait(&t->comm, &h);
-        }
+        float *full = unit_gather(t, ui);
         long pos = 0;
         for (int i = 0; i < m->n_params; i++) {
             Param *p = &m->params[i];
-            if (p->unit == ui) memcpy(out + pos, full + p->offset, (size_t)p->numel * sizeof(float));
+            if (p->unit == ui)
+                memcpy(out + pos, full + p->offset, (size_t)p->numel * sizeof(float));
             pos += p->numel;
         }
-        if (full != u->shard_param) ledger_free(&t->ledger, full);
+        unit_release_gathered(t, ui, full);
     }
 }
 
@@ -1508,6 +1575,156 @@ void trainer_destroy(Trainer *t) {
     ledger_release_all(&t->ledger);
     sim_release(&t->sim);
     free(t);
+}
+
+/* The mean of the N ranks' losses, summed in rank order so every rank gets
+ * the same bits. It travels as an all-gather of one float per rank. */
+static float global_mean_loss(Trainer *t, float local_loss) {
+    int N = t->comm.world;
+    float *all = (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float),
+                                       "the loss all-gather");
+    CommHandle h = comm_all_gather_start(&t->comm, all, &local_loss, 1, -1);
+    comm_wait(&t->comm, &h);
+    double sum = 0.0;
+    for (int r = 0; r < N; r++) sum += all[r];
+    ledger_free(&t->ledger, all);
+    return (float)(sum / N);
+}
+
+float trainer_step(Trainer *t, int step) {
+    const Config *c = &t->cfg;
+    t->comm.step = step;
+    sim_on_step(&t->sim, step);
+    sampler_local_batch(&t->corpus, c->seed, step, c->batch, t->comm.rank, t->comm.world,
+                        c->context, t->act.tokens, t->act.targets);
+    float loss = model_forward(t);
+    model_backward(t);
+    adamw_step(t);
+    return global_mean_loss(t, loss);
+}
+
+/* ------------------------------------------------------------------------
+ * The training loop
+ *
+ * Everything a run is: build the trainer, start from scratch, from a
+ * checkpoint (--resume) or from exported parameters (--init-from), take
+ * trainer_step after trainer_step, save checkpoints as asked, and report.
+ * What it calls from later sections: */
+static int trainer_init_from(Trainer *t, const char *path); /* 11. checkpoints */
+static int ckpt_load(Trainer *t, const char *from, long *next_step);
+static int ckpt_check_save_dir(Trainer *t, long first);
+static int ckpt_save(Trainer *t, long next_step);
+static int trainer_export(Trainer *t, const char *path);
+static void print_header(const Trainer *t); /* 12. what a run prints */
+static void print_unit_table(const Trainer *t);
+static void gather_stats(Trainer *t, double *peaks, double *sent);
+static void print_rank_table(const Trainer *t, const double *peaks, const double *sent);
+static void print_step_breakdown(const Trainer *t, double seconds, int steps);
+
+typedef struct {
+    double final_loss, seconds;
+    int steps, world, batch;
+    double peak[MEM_NUM_CATEGORIES];   /* max over ranks */
+    double peak_total;                 /* max over ranks */
+    double bytes_sent[COMM_NUM_KINDS]; /* per rank per step, max over ranks */
+    long calls[COMM_NUM_KINDS];        /* per step */
+} RunSummary;
+
+/* The loss is the same number on every rank (global_mean_loss), so every
+ * rank sees it leave the numbers at the same step and stops there, before
+ * a checkpoint of NaN parameters could be saved: exit 5. */
+static void stop_diverged(const Config *cfg, int root, int step, double loss) {
+    if (root) {
+        fflush(stdout);
+        fprintf(stderr,
+                "error: the loss is %g at step %d: training diverged, and every step after this "
+                "one would train on NaN.\n"
+                "HINT: lower --lr (it is %g; the default is 0.003). Gradient clipping (PyTorch's "
+                "clip_grad_norm_) is the other usual cure.\n",
+                loss, step + 1, (double)cfg->lr);
+        fflush(stderr);
+    }
+    exit_all(5);
+}
+
+/* Trains with cfg on comm; rank 0 prints as it goes. */
+static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table) {
+    RunSummary s;
+    memset(&s, 0, sizeof(s));
+    Trainer *t = trainer_create(cfg, comm);
+    int root = t->comm.rank == 0;
+    if (root) {
+        print_header(t);
+        print_unit_table(t);
+    }
+    long first = 0; /* the step to start from: 0, or where a checkpoint left off */
+    if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
+    if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
+    if (cfg->save_dir && ckpt_check_save_dir(t, first)) exit_all(2);
+    if (root && first >= cfg->steps)
+        printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first,
+               cfg->steps);
+    double t0 = now_seconds(), loss = 0.0;
+    for (int step = (int)first; step < cfg->steps; step++) {
+        double ts = now_seconds();
+        loss = trainer_step(t, step);
+        double dt = now_seconds() - ts;
+        if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
+        if (root && !sim_owns_terminal(&t->sim) &&
+            (step % cfg->log_every == 0 || step == cfg->steps - 1))
+            printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB "
+                   "(peak %.3f)\n",
+                   step + 1, cfg->steps, loss, dt * 1e3, cfg->batch / dt,
+                   mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total));
+        int last = step == cfg->steps - 1;
+        if (cfg->save_dir && ((cfg->save_every && (step + 1) % cfg->save_every == 0) || last)) {
+            if (ckpt_save(t, step + 1)) exit_all(1);
+            if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);
+        }
+    }
+    s.seconds = now_seconds() - t0;
+    s.final_loss = loss;
+    s.steps = cfg->steps > first ? cfg->steps - (int)first : 0;
+    s.world = t->comm.world;
+    s.batch = cfg->batch;
+    if (cfg->trace_path) {
+        SimRunSummary run = {s.seconds, s.final_loss, s.steps};
+        char err[4096];
+        if (sim_trace_write(&t->sim, &t->comm, &run, cfg->trace_path, cfg->trace_clock_sim, err,
+                            sizeof(err)) != 0) {
+            if (root) fprintf(stderr, "error: %s\n", err);
+            exit_all(1); /* every rank: the verdict was broadcast */
+        } else if (root) {
+            printf("trace written to %s (%s clock): open it at https://ui.perfetto.dev or "
+                   "chrome://tracing\n",
+                   cfg->trace_path, cfg->trace_clock_sim ? "simulated" : "real");
+        }
+    }
+    double *peaks = (double *)calloc((size_t)s.world * (MEM_NUM_CATEGORIES + 1), sizeof(double));
+    double *sent = (double *)calloc((size_t)s.world * COMM_NUM_KINDS, sizeof(double));
+    gather_stats(t, peaks, sent);
+    if (root && s.steps > 0) {
+        for (int r = 0; r < s.world; r++) {
+            for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+                s.peak[k] = fmax(s.peak[k], peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]);
+            s.peak_total =
+                fmax(s.peak_total, peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + MEM_NUM_CATEGORIES]);
+            for (int k = 0; k < COMM_NUM_KINDS; k++)
+                s.bytes_sent[k] =
+                    fmax(s.bytes_sent[k], sent[(long)r * COMM_NUM_KINDS + k] / s.steps);
+        }
+        for (int k = 0; k < COMM_NUM_KINDS; k++) s.calls[k] = t->comm.calls[k] / s.steps;
+        printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n",
+               s.steps, s.seconds, 1e3 * s.seconds / s.steps,
+               (double)cfg->batch * s.steps / s.seconds);
+        print_step_breakdown(t, s.seconds, s.steps);
+        if (rank_table) print_rank_table(t, peaks, sent);
+    }
+    free(peaks);
+    free(sent);
+    if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
+    trainer_destroy(t);
+    return s;
 }
 
 /* ============================================================================
@@ -1609,7 +1826,8 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     }
     m->n_files = is_sharded(t) ? t->comm.world : 1;
     m->files = (MetaFile *)calloc((size_t)m->n_files, sizeof(MetaFile));
-    if (!m->units || !m->params || !m->files) FATAL("the machine is out of host memory", "cannot describe the checkpoint");
+    if (!m->units || !m->params || !m->files)
+        FATAL("the machine is out of host memory", "cannot describe the checkpoint");
 }
 
 /* Writes this rank's shard file: a header saying whose shard it is (rank,
@@ -1636,13 +1854,15 @@ static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64
             *crc = crc32_update(*crc, tensors[k], n);
             *bytes += n;
             /* test-only: die half way through this save, like a node crash */
-            if (ui == t->n_units / 2 && k == 0) sim_fault_kill_during_save(&t->sim, t->comm.rank, next_step);
+            if (ui == t->n_units / 2 && k == 0)
+                sim_fault_kill_during_save(&t->sim, t->comm.rank, next_step);
         }
     }
     return out_commit(&f, err, errlen) ? 2 : 0;
 }
 
-static int ckpt_write_text(const char *path, const char *text, size_t len, char *err, size_t errlen) {
+static int ckpt_write_text(const char *path, const char *text, size_t len, char *err,
+                           size_t errlen) {
     OutFile f;
     if (out_create(&f, "checkpoint", path, err, errlen)) return 2;
     out_write(&f, text, len);
@@ -1719,7 +1939,8 @@ static long *ckpt_list(const char *dir, int *n) {
         if (steps) steps[(*n)++] = step;
     }
     closedir(d);
-    if (!steps) FATAL("the machine is out of host memory", "cannot list the checkpoints in %s", dir);
+    if (!steps)
+        FATAL("the machine is out of host memory", "cannot list the checkpoints in %s", dir);
     qsort(steps, (size_t)*n, sizeof(long), cmp_newest_first);
     return steps;
 }
@@ -1747,7 +1968,6 @@ static void ckpt_prune(const char *dir, long saved) {
     if (d) closedir(d);
 }
 
-
 /* ------------------------------------------------------------------------
  * Save a sharded checkpoint after `next_step` steps.
  *
@@ -1767,7 +1987,8 @@ static int ckpt_save(Trainer *t, long next_step) {
         ckpt_remove_dir(tmp); /* left by a crashed save of the same step */
         if (mkdir(dir, 0755) != 0 && errno != EEXIST) rc = 2;
         if (rc == 0 && mkdir(tmp, 0755) != 0) rc = 2;
-        if (rc) snprintf(err, sizeof(err), "checkpoint: cannot create %s (%s)", tmp, strerror(errno));
+        if (rc)
+            snprintf(err, sizeof(err), "checkpoint: cannot create %s (%s)", tmp, strerror(errno));
     }
     if (ckpt_agree(t, rc, err)) return 2;
     CkptMeta m;
@@ -1785,7 +2006,8 @@ static int ckpt_save(Trainer *t, long next_step) {
     }
     /* checksums to rank 0: bookkeeping, not training traffic */
     unsigned long long my[2] = {bytes, crc}, *all = NULL;
-    if (t->comm.rank == 0 && !(all = (unsigned long long *)calloc((size_t)t->comm.world * 2, sizeof(unsigned long long))))
+    if (t->comm.rank == 0 && !(all = (unsigned long long *)calloc((size_t)t->comm.world * 2,
+                                                                  sizeof(unsigned long long))))
         FATAL("the machine is out of host memory", "cannot gather the checksums");
     MPI_Gather(my, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
     if (t->comm.rank == 0) {
@@ -1857,8 +2079,11 @@ static int ckpt_check_save_dir(Trainer *t, long first) {
         int n = 0;
         long *steps = ckpt_list(t->cfg.save_dir, &n);
         if (n > 0 && steps[0] > first)
-            rc = usage_error(err, sizeof(err), "--save-dir %s already holds a checkpoint at step %ld, beyond this run's start (step %ld). Continue that run with --resume %s, or save elsewhere.",
-                             t->cfg.save_dir, steps[0], first, t->cfg.save_dir);
+            rc = usage_error(
+                err, sizeof(err),
+                "--save-dir %s already holds a checkpoint at step %ld, beyond this run's start "
+                "(step %ld). Continue that run with --resume %s, or save elsewhere.",
+                t->cfg.save_dir, steps[0], first, t->cfg.save_dir);
         free(steps);
         if (rc == 0) rc = ckpt_check_step_names(t->cfg.save_dir, err, sizeof(err));
     }
@@ -1873,7 +2098,9 @@ static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, siz
     struct stat st;
     char meta[2048];
     if (stat(dir, &st) != 0)
-        return usage_error(err, errlen, "--resume %s: no such directory. Give the --save-dir of an earlier run.", dir);
+        return usage_error(err, errlen,
+                           "--resume %s: no such directory. Give the --save-dir of an earlier run.",
+                           dir);
     if (!S_ISDIR(st.st_mode))
         return usage_error(
             err, errlen,
@@ -1943,7 +2170,8 @@ static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char
 
 /* The checkpoint must be of this model: same shape, and every parameter of
  * ours present under its name with the same shape. */
-static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map, char *err, size_t errlen) {
+static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map,
+                            char *err, size_t errlen) {
     const Config *c = &t->cfg;
     if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context ||
         m->width != c->width || m->depth != c->depth)
@@ -1955,13 +2183,17 @@ static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *pat
             "overrides.",
             path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context, c->width,
             c->depth);
-    if (m->step > INT_MAX) return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path, m->step);
+    if (m->step > INT_MAX)
+        return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path,
+                           m->step);
     for (int i = 0; i < t->model.n_params; i++) {
         const Param *p = &t->model.params[i];
         map[i] = -1;
         for (int j = 0; j < m->n_params && map[i] < 0; j++)
             if (!strcmp(m->params[j].name, p->name)) map[i] = j;
-        if (map[i] < 0) return usage_error(err, errlen, "%s: parameter %s is missing from the checkpoint.", path, p->name);
+        if (map[i] < 0)
+            return usage_error(err, errlen, "%s: parameter %s is missing from the checkpoint.",
+                               path, p->name);
         const MetaParam *q = &m->params[map[i]];
         if (q->shape[0] != p->shape[0] || q->shape[1] != p->shape[1])
             return usage_error(err, errlen,
@@ -2027,7 +2259,8 @@ static int ckpt_check_shard_header(int fd, int f, const CkptMeta *m, uint64_t la
 /* Every shard file must be the one meta.txt lists: the right size, the
  * right CRC-32, and a header saying it is that rank's shard of this
  * checkpoint. Each file is checked by one rank (file f by rank f mod N). */
-static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, char *err, size_t errlen) {
+static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, char *err,
+                             size_t errlen) {
     int rc = 0;
     char path[2048], why[1024];
     uint64_t layout = meta_layout_hash(m);
@@ -2096,7 +2329,8 @@ static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, lo
 
 /* Fills this rank's shards from the checkpoint: for every parameter, the
  * part of it that falls in our new shard, from wherever it was. */
-static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, const int *map, char *err, size_t errlen) {
+static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, const int *map,
+                            char *err, size_t errlen) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
@@ -2178,7 +2412,8 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     int *map = (int *)calloc((size_t)t->model.n_params, sizeof(int));
     if (!map) FATAL("the machine is out of host memory", "cannot map the checkpoint");
     char why[768] = "";
-    if (meta_parse(text, (size_t)len, &m, why, sizeof(why)) != 0) rc = usage_error(err, sizeof(err), "%s: %s", path, why);
+    if (meta_parse(text, (size_t)len, &m, why, sizeof(why)) != 0)
+        rc = usage_error(err, sizeof(err), "%s: %s", path, why);
     free(text);
     if (rc == 0) rc = ckpt_check_step(dir, &m, path, err, sizeof(err));
     if (rc == 0) rc = ckpt_check_model(t, &m, path, map, err, sizeof(err));
@@ -2238,7 +2473,8 @@ static int trainer_export(Trainer *t, const char *path) {
     if (!st) FATAL("the machine is out of host memory", "cannot describe the export");
     for (int i = 0; i < n; i++) st_tensor_of(&t->model.params[i], &st[i]);
     size_t head_len = 0;
-    unsigned char *head = st_build_header(st, n, "\"format\":\"pt\",\"producer\":\"fsdp.c\"", &head_len);
+    unsigned char *head =
+        st_build_header(st, n, "\"format\":\"pt\",\"producer\":\"fsdp.c\"", &head_len);
     if (!head) FATAL("the machine is out of host memory", "cannot build the safetensors header");
     OutFile f;
     memset(&f, 0, sizeof(f));
@@ -2246,19 +2482,14 @@ static int trainer_export(Trainer *t, const char *path) {
         out_write(&f, head, head_len);
     for (int ui = 0; ui < t->n_units; ui++) { /* every rank takes part in each gather */
         Unit *u = &t->units[ui];
-        float *full = u->shard_param;
-        if (is_sharded(t)) {
-            full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), u->name);
-            CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
-            comm_wait(&t->comm, &h);
-        }
-        for (int j = 0; j < u->n_params && root && rc == 0;
-             j++) { /* tensors sit at their header offsets */
+        float *full = unit_gather(t, ui);
+        /* rank 0 writes the unit's tensors at their offsets in the header */
+        for (int j = 0; j < u->n_params && root && rc == 0; j++) {
             const Param *p = &t->model.params[u->params[j]];
             out_write_at(&f, full + p->offset, (size_t)p->numel * sizeof(float),
                          head_len + st[u->params[j]].begin);
         }
-        if (full != u->shard_param) ledger_free(&t->ledger, full);
+        unit_release_gathered(t, ui, full);
     }
     if (root && rc == 0) rc = out_commit(&f, err, sizeof(err));
     if (root && rc == 0)
@@ -2271,7 +2502,8 @@ static int trainer_export(Trainer *t, const char *path) {
 
 /* Checks a safetensors header against our model: the same names, each
  * F32 with our shape, and nothing else. */
-static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map, char *err, size_t errlen) {
+static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map,
+                          char *err, size_t errlen) {
     if (h->n != t->model.n_params)
         return usage_error(
             err, errlen,
@@ -2284,7 +2516,8 @@ static int st_check_model(const Trainer *t, const StHeader *h, const char *path,
         map[i] = -1;
         for (int j = 0; j < h->n && map[i] < 0; j++)
             if (!strcmp(h->tensors[j].name, want.name)) map[i] = j;
-        if (map[i] < 0) return usage_error(err, errlen, "--init-from %s: no tensor named %s.", path, want.name);
+        if (map[i] < 0)
+            return usage_error(err, errlen, "--init-from %s: no tensor named %s.", path, want.name);
         const StTensor *s = &h->tensors[map[i]];
         if (strcmp(s->dtype, "F32") != 0)
             return usage_error(err, errlen, "--init-from %s: %s is %s; fsdp.c trains in F32.", path,
@@ -2485,21 +2718,29 @@ void config_usage(FILE *out) {
             "  5 the loss became NaN or infinite (training diverged)\n");
 }
 
-static int parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *err, size_t errlen) {
+static int parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *err,
+                      size_t errlen) {
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno == ERANGE)
-        return usage_error(err, errlen, "%s: %s is out of range. Give an integer between %ld and %ld.", flag, s, lo, hi);
+        return usage_error(err, errlen,
+                           "%s: %s is out of range. Give an integer between %ld and %ld.", flag, s,
+                           lo, hi);
     if (errno || end == s || *end != '\0')
-        return usage_error(err, errlen, "%s: '%s' is not a whole number. Give an integer between %ld and %ld.", flag, s, lo, hi);
+        return usage_error(err, errlen,
+                           "%s: '%s' is not a whole number. Give an integer between %ld and %ld.",
+                           flag, s, lo, hi);
     if (v < lo || v > hi)
-        return usage_error(err, errlen, "%s: %ld is out of range. Give an integer between %ld and %ld.", flag, v, lo, hi);
+        return usage_error(err, errlen,
+                           "%s: %ld is out of range. Give an integer between %ld and %ld.", flag, v,
+                           lo, hi);
     *out = v;
     return 0;
 }
 
-static int parse_int(const char *flag, const char *s, int lo, int hi, int *out, char *err, size_t errlen) {
+static int parse_int(const char *flag, const char *s, int lo, int hi, int *out, char *err,
+                     size_t errlen) {
     long v = 0;
     int rc = parse_long(flag, s, lo, hi, &v, err, errlen);
     if (rc == 0) *out = (int)v;
@@ -2507,12 +2748,14 @@ static int parse_int(const char *flag, const char *s, int lo, int hi, int *out, 
 }
 
 /* lo_open: whether lo itself is excluded (a learning rate of 0 is not one) */
-static int parse_float(const char *flag, const char *s, double lo, int lo_open, double hi, float *out, char *err, size_t errlen) {
+static int parse_float(const char *flag, const char *s, double lo, int lo_open, double hi,
+                       float *out, char *err, size_t errlen) {
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end != '\0' || !isfinite(v))
-        return usage_error(err, errlen, "%s: '%s' is not a number. Give a value like 0.001.", flag, s);
+        return usage_error(err, errlen, "%s: '%s' is not a number. Give a value like 0.001.", flag,
+                           s);
     if (v < lo || (lo_open && v == lo) || v > hi)
         return usage_error(err, errlen, "%s: %s is out of range. Give a value %s %g and <= %g.",
                            flag, s, lo_open ? ">" : ">=", lo,
@@ -2530,10 +2773,26 @@ static int parse_size(const char *flag, const char *s, size_t *out, char *err, s
     double unit = 1.0;
     if (end != s) {
         switch (*end) {
-        case 'K': case 'k': unit = 1024.0; end++; break;
-        case 'M': case 'm': unit = 1048576.0; end++; break;
-        case 'G': case 'g': unit = 1073741824.0; end++; break;
-        case 'T': case 't': unit = 1099511627776.0; end++; break;
+        case 'K':
+        case 'k':
+            unit = 1024.0;
+            end++;
+            break;
+        case 'M':
+        case 'm':
+            unit = 1048576.0;
+            end++;
+            break;
+        case 'G':
+        case 'g':
+            unit = 1073741824.0;
+            end++;
+            break;
+        case 'T':
+        case 't':
+            unit = 1099511627776.0;
+            end++;
+            break;
         case 'P':
         case 'p':
             unit = 1125899906842624.0;
@@ -2548,7 +2807,10 @@ static int parse_size(const char *flag, const char *s, size_t *out, char *err, s
                            "suffix, e.g. %s 512M.",
                            flag, s, flag);
     if (v * unit < 1.0 || v * unit > 1125899906842624.0)
-        return usage_error(err, errlen, "%s: '%s' is out of range. Give a size between 1 byte and 1P, e.g. %s 512M.", flag, s, flag);
+        return usage_error(
+            err, errlen,
+            "%s: '%s' is out of range. Give a size between 1 byte and 1P, e.g. %s 512M.", flag, s,
+            flag);
     *out = (size_t)(v * unit);
     return 0;
 }
@@ -2580,7 +2842,8 @@ static int config_apply_preset(Config *c, const char *name, char *err, size_t er
         c->depth = MODEL_PRESETS[i].depth;
         return 0;
     }
-    return usage_error(err, errlen, "--model: unknown model '%s'. Choose tiny, small, medium or large.", name);
+    return usage_error(err, errlen,
+                       "--model: unknown model '%s'. Choose tiny, small, medium or large.", name);
 }
 
 enum { MAX_PATH_CHARS = 1000 }; /* room for "/step-N/shard-N.bin" in the path buffers */
@@ -2607,48 +2870,68 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
     if (!strcmp(flag, "--depth")) return parse_int(flag, val, 1, 64, &c->depth, err, errlen);
     if (!strcmp(flag, "--width")) return parse_int(flag, val, 1, 8192, &c->width, err, errlen);
     if (!strcmp(flag, "--context")) return parse_int(flag, val, 1, 4096, &c->context, err, errlen);
-    if (!strcmp(flag, "--embed-dim")) return parse_int(flag, val, 1, 4096, &c->embed_dim, err, errlen);
-    if (!strcmp(flag, "--min-params")) return parse_long(flag, val, 1, LONG_MAX, &c->min_params, err, errlen);
+    if (!strcmp(flag, "--embed-dim"))
+        return parse_int(flag, val, 1, 4096, &c->embed_dim, err, errlen);
+    if (!strcmp(flag, "--min-params"))
+        return parse_long(flag, val, 1, LONG_MAX, &c->min_params, err, errlen);
     if (!strcmp(flag, "--steps")) return parse_int(flag, val, 1, 100000000, &c->steps, err, errlen);
     if (!strcmp(flag, "--batch")) return parse_int(flag, val, 1, 1 << 20, &c->batch, err, errlen);
-    if (!strcmp(flag, "--log-every")) return parse_int(flag, val, 1, INT_MAX, &c->log_every, err, errlen);
+    if (!strcmp(flag, "--log-every"))
+        return parse_int(flag, val, 1, INT_MAX, &c->log_every, err, errlen);
     if (!strcmp(flag, "--lr")) return parse_float(flag, val, 0.0, 1, 10.0, &c->lr, err, errlen);
-    if (!strcmp(flag, "--beta1")) return parse_float(flag, val, 0.0, 0, 0.999999, &c->beta1, err, errlen);
-    if (!strcmp(flag, "--beta2")) return parse_float(flag, val, 0.0, 0, 0.999999, &c->beta2, err, errlen);
+    if (!strcmp(flag, "--beta1"))
+        return parse_float(flag, val, 0.0, 0, 0.999999, &c->beta1, err, errlen);
+    if (!strcmp(flag, "--beta2"))
+        return parse_float(flag, val, 0.0, 0, 0.999999, &c->beta2, err, errlen);
     if (!strcmp(flag, "--eps")) return parse_float(flag, val, 0.0, 1, 1.0, &c->eps, err, errlen);
-    if (!strcmp(flag, "--weight-decay")) return parse_float(flag, val, 0.0, 0, 1.0, &c->weight_decay, err, errlen);
+    if (!strcmp(flag, "--weight-decay"))
+        return parse_float(flag, val, 0.0, 0, 1.0, &c->weight_decay, err, errlen);
     if (!strcmp(flag, "--seed")) {
         rc = parse_long(flag, val, 0, LONG_MAX, &lv, err, errlen);
         c->seed = (uint64_t)lv;
         return rc;
     }
     if (!strcmp(flag, "--vram")) return parse_size(flag, val, &c->vram, err, errlen);
-    if (!strcmp(flag, "--save-every")) return parse_int(flag, val, 1, INT_MAX, &c->save_every, err, errlen);
-    const char **path = !strcmp(flag, "--save-dir") ? &c->save_dir : !strcmp(flag, "--resume") ? &c->resume_dir
-                      : !strcmp(flag, "--export") ? &c->export_path : !strcmp(flag, "--init-from") ? &c->init_from : NULL;
+    if (!strcmp(flag, "--save-every"))
+        return parse_int(flag, val, 1, INT_MAX, &c->save_every, err, errlen);
+    const char **path = !strcmp(flag, "--save-dir")    ? &c->save_dir
+                        : !strcmp(flag, "--resume")    ? &c->resume_dir
+                        : !strcmp(flag, "--export")    ? &c->export_path
+                        : !strcmp(flag, "--init-from") ? &c->init_from
+                                                       : NULL;
     if (path) {
         if (!*val) return usage_error(err, errlen, "%s: the path is empty.", flag);
         *path = val;
         return 0;
     }
     if (!strcmp(flag, "--trace")) {
-        if (!*val) return usage_error(err, errlen, "--trace: the file name is empty. Give a path such as run.json.");
+        if (!*val)
+            return usage_error(err, errlen,
+                               "--trace: the file name is empty. Give a path such as run.json.");
         c->trace_path = val;
         return 0;
     }
     if (!strcmp(flag, "--trace-clock")) {
         if (!strcmp(val, "real")) c->trace_clock_sim = 0;
         else if (!strcmp(val, "sim")) c->trace_clock_sim = 1;
-        else return usage_error(err, errlen, "--trace-clock: unknown clock '%s'. Choose real (this machine's) or sim (collectives timed by --net).", val);
+        else
+            return usage_error(err, errlen,
+                               "--trace-clock: unknown clock '%s'. Choose real (this machine's) or "
+                               "sim (collectives timed by --net).",
+                               val);
         return 0;
     }
     if (!strcmp(flag, "--net")) {
-        if (!net_model_find(val)) return usage_error(err, errlen, "--net: unknown network '%s'. Choose %s.", val, net_model_names());
+        if (!net_model_find(val))
+            return usage_error(err, errlen, "--net: unknown network '%s'. Choose %s.", val,
+                               net_model_names());
         c->net = val;
         return 0;
     }
     if (!strcmp(flag, "--data")) {
-        if (!*val) return usage_error(err, errlen, "--data: the file name is empty. Give the path of a text file.");
+        if (!*val)
+            return usage_error(err, errlen,
+                               "--data: the file name is empty. Give the path of a text file.");
         c->data_path = val;
         return 0;
     }
@@ -2656,22 +2939,32 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         if (!strcmp(val, "full_shard")) c->strategy = STRATEGY_FULL_SHARD;
         else if (!strcmp(val, "shard_grad_op")) c->strategy = STRATEGY_SHARD_GRAD_OP;
         else if (!strcmp(val, "no_shard") || !strcmp(val, "ddp")) c->strategy = STRATEGY_NO_SHARD;
-        else return usage_error(err, errlen, "--strategy: unknown strategy '%s'. Choose full_shard, shard_grad_op or no_shard (alias ddp).", val);
+        else
+            return usage_error(err, errlen,
+                               "--strategy: unknown strategy '%s'. Choose full_shard, "
+                               "shard_grad_op or no_shard (alias ddp).",
+                               val);
         return 0;
     }
     if (!strcmp(flag, "--collectives")) {
         if (!strcmp(val, "ring")) c->collectives = COLLECTIVES_RING;
         else if (!strcmp(val, "mpi")) c->collectives = COLLECTIVES_MPI;
-        else return usage_error(err, errlen, "--collectives: unknown implementation '%s'. Choose ring or mpi.", val);
+        else
+            return usage_error(err, errlen,
+                               "--collectives: unknown implementation '%s'. Choose ring or mpi.",
+                               val);
         return 0;
     }
-    return usage_error(err, errlen, "this is a bug in fsdp.c: option '%s' is listed but not handled.", flag);
+    return usage_error(err, errlen,
+                       "this is a bug in fsdp.c: option '%s' is listed but not handled.", flag);
 }
 
 /* Switches: options that stand alone. --step alone waits for keys;
  * --step=auto is the one switch that takes a value. */
 static int flag_takes_no_value(const char *flag) {
-    static const char *const flags[] = {"--help", "-h", "--compare", "--check-collectives", "--step", "--view", "--wait-for-debugger"};
+    static const char *const flags[] = {
+        "--help", "-h",     "--compare",          "--check-collectives",
+        "--step", "--view", "--wait-for-debugger"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -2681,7 +2974,10 @@ static int flag_takes_no_value(const char *flag) {
 static int config_switch(Config *c, const char *flag, const char *val, char *err, size_t errlen) {
     if (!strcmp(flag, "--step")) {
         if (val && strcmp(val, "auto") != 0)
-            return usage_error(err, errlen, "--step=%s: the only value is auto (--step waits for keys; --step=auto does not).", val);
+            return usage_error(
+                err, errlen,
+                "--step=%s: the only value is auto (--step waits for keys; --step=auto does not).",
+                val);
         c->step_mode = val ? 2 : 1;
         return 0;
     }
@@ -2695,11 +2991,13 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
 }
 
 static int flag_takes_value(const char *flag) {
-    static const char *const flags[] = {"--model", "--depth", "--width", "--context", "--embed-dim", "--min-params",
-                                        "--strategy", "--collectives", "--steps", "--batch", "--lr", "--beta1",
-                                        "--beta2", "--eps", "--weight-decay", "--seed", "--data", "--log-every",
-                                        "--vram", "--net", "--trace", "--trace-clock", "--save-dir", "--save-every",
-                                        "--resume", "--export", "--init-from"};
+    static const char *const flags[] = {
+        "--model",      "--depth",       "--width",       "--context",    "--embed-dim",
+        "--min-params", "--strategy",    "--collectives", "--steps",      "--batch",
+        "--lr",         "--beta1",       "--beta2",       "--eps",        "--weight-decay",
+        "--seed",       "--data",        "--log-every",   "--vram",       "--net",
+        "--trace",      "--trace-clock", "--save-dir",    "--save-every", "--resume",
+        "--export",     "--init-from"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -2707,12 +3005,14 @@ static int flag_takes_value(const char *flag) {
 
 /* Splits argv into (flag, value) pairs, accepting "--flag value" and
  * "--flag=value", and hands each to `apply`. */
-static int config_each_option(Config *c, int argc, char **argv, int only_model, char *err, size_t errlen) {
+static int config_each_option(Config *c, int argc, char **argv, int only_model, char *err,
+                              size_t errlen) {
     for (int i = 1; i < argc; i++) {
         char buf[256]; /* the flag part of "--flag=value" */
         const char *arg = argv[i], *val = NULL;
         if (strncmp(arg, "--", 2) != 0 && strcmp(arg, "-h") != 0)
-            return usage_error(err, errlen, "unexpected argument '%s'. Options start with --; see --help.", arg);
+            return usage_error(err, errlen,
+                               "unexpected argument '%s'. Options start with --; see --help.", arg);
         const char *eq = strchr(arg, '=');
         if (eq) {
             snprintf(buf, sizeof(buf), "%.*s", (int)(eq - arg), arg);
@@ -2720,18 +3020,21 @@ static int config_each_option(Config *c, int argc, char **argv, int only_model, 
             val = eq + 1;
         }
         if (!flag_takes_no_value(arg) && !flag_takes_value(arg))
-            return usage_error(err, errlen, "unknown option '%s'. See --help for the options.", arg);
+            return usage_error(err, errlen, "unknown option '%s'. See --help for the options.",
+                               arg);
         if (flag_takes_no_value(arg)) {
             int rc = config_switch(c, arg, val, err, errlen);
             if (rc == 2 || (rc == 1 && !only_model)) return rc;
             continue;
         }
         if (!val) {
-            if (i + 1 >= argc) return usage_error(err, errlen, "%s needs a value. See --help.", arg);
+            if (i + 1 >= argc)
+                return usage_error(err, errlen, "%s needs a value. See --help.", arg);
             val = argv[++i];
         }
-        int rc = only_model ? (!strcmp(arg, "--model") ? config_apply_preset(c, val, err, errlen) : 0)
-                            : config_set(c, arg, val, err, errlen);
+        int rc = only_model
+                     ? (!strcmp(arg, "--model") ? config_apply_preset(c, val, err, errlen) : 0)
+                     : config_set(c, arg, val, err, errlen);
         if (rc) return rc;
     }
     return 0;
@@ -2748,18 +3051,34 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
     if (rc) return rc;
     long total = config_total_numel(c);
     if (total > (1L << 30))
-        return usage_error(err, errlen, "the model would have %ld parameters, more than this simulator handles (2^30). Use a smaller --width, --depth or --context.", total);
+        return usage_error(err, errlen,
+                           "the model would have %ld parameters, more than this simulator handles "
+                           "(2^30). Use a smaller --width, --depth or --context.",
+                           total);
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->min_params > total)
-        return usage_error(err, errlen, "--min-params %ld is larger than the whole model (%ld parameters): nothing below the root could ever reach it, so the threshold says nothing. Use a value between 1 and %ld (%ld or near it wraps the whole model as one unit).", c->min_params, total, total, total);
+        return usage_error(
+            err, errlen,
+            "--min-params %ld is larger than the whole model (%ld parameters): nothing below the "
+            "root could ever reach it, so the threshold says nothing. Use a value between 1 and "
+            "%ld (%ld or near it wraps the whole model as one unit).",
+            c->min_params, total, total, total);
     if (c->save_every && !c->save_dir)
-        return usage_error(err, errlen, "--save-every needs --save-dir: say where the checkpoints go.");
+        return usage_error(err, errlen,
+                           "--save-every needs --save-dir: say where the checkpoints go.");
     if (c->resume_dir && c->init_from)
-        return usage_error(err, errlen, "--resume and --init-from both say where training starts; give one. (--resume continues a run with its optimizer state; --init-from starts fresh from exported parameters.)");
+        return usage_error(err, errlen,
+                           "--resume and --init-from both say where training starts; give one. "
+                           "(--resume continues a run with its optimizer state; --init-from starts "
+                           "fresh from exported parameters.)");
     if (c->compare && (c->save_dir || c->resume_dir || c->export_path || c->init_from))
-        return usage_error(err, errlen, "--compare runs two trainings; checkpoint options (--save-dir, --resume, --export, --init-from) apply to single runs only.");
+        return usage_error(err, errlen,
+                           "--compare runs two trainings; checkpoint options (--save-dir, "
+                           "--resume, --export, --init-from) apply to single runs only.");
     if (c->trace_clock_sim && (!c->net || !strcmp(c->net, "none")))
-        return usage_error(err, errlen, "--trace-clock sim times the collectives with a network model, but none is chosen. Add --net nvlink, pcie, ib or ethernet.");
+        return usage_error(err, errlen,
+                           "--trace-clock sim times the collectives with a network model, but none "
+                           "is chosen. Add --net nvlink, pcie, ib or ethernet.");
     return 0;
 }
 
@@ -2767,74 +3086,64 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
 static int config_check_world(const Config *c, int world, char *err, size_t errlen) {
     if (c->batch % world != 0) {
         int up = (c->batch / world + 1) * world;
-        return usage_error(err, errlen, "--batch %d does not divide by %d ranks: like PyTorch's DistributedSampler, every rank takes the same number of samples. Use a multiple of %d, e.g. --batch %d.", c->batch, world, world, up);
+        return usage_error(
+            err, errlen,
+            "--batch %d does not divide by %d ranks: like PyTorch's DistributedSampler, every rank "
+            "takes the same number of samples. Use a multiple of %d, e.g. --batch %d.",
+            c->batch, world, world, up);
     }
     return 0;
 }
-
-const char *strategy_name(Strategy s) {
-    switch (s) {
-    case STRATEGY_FULL_SHARD: return "full_shard";
-    case STRATEGY_SHARD_GRAD_OP: return "shard_grad_op";
-    case STRATEGY_NO_SHARD: return "no_shard";
-    }
-    return "?";
-}
-
-static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 /* ---- what a run prints -------------------------------------------------------- */
 
 static void print_header(const Trainer *t) {
     const Config *c = &t->cfg;
-    printf("fsdp.c | model %s: V=%d C=%d T=%d D=%d L=%d | %ld parameters\n", c->model_name ? c->model_name : "custom",
-           c->vocab, c->embed_dim, c->context, c->width, c->depth, t->model.total_numel);
-    printf("strategy %s on %d rank%s | global batch %d (%d per rank) | collectives %s | auto-wrap min_params %ld\n",
-           strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch, t->local_batch,
-           c->collectives == COLLECTIVES_RING ? "ring" : "mpi", c->min_params);
+    printf("fsdp.c | model %s: V=%d C=%d T=%d D=%d L=%d | %ld parameters\n",
+           c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
+           c->depth, t->model.total_numel);
+    printf("strategy %s on %d rank%s | global batch %d (%d per rank) | collectives %s | auto-wrap "
+           "min_params %ld\n",
+           strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch,
+           t->local_batch, c->collectives == COLLECTIVES_RING ? "ring" : "mpi", c->min_params);
     char vram[32];
     if (c->vram)
         printf("simulated VRAM: %s per rank (--vram)\n",
                human_bytes((double)c->vram, vram, sizeof(vram)));
     if (t->corpus.entropy_floor >= 0)
-        printf("data: embedded synthetic corpus, %ld bytes; entropy floor %.3f nats/byte (uniform guess: ln 256 = %.3f)\n",
+        printf("data: embedded synthetic corpus, %ld bytes; entropy floor %.3f nats/byte (uniform "
+               "guess: ln 256 = %.3f)\n",
                t->corpus.len, t->corpus.entropy_floor, log(256.0));
-    else
-        printf("data: %s, %ld bytes\n", c->data_path, t->corpus.len);
+    else printf("data: %s, %ld bytes\n", c->data_path, t->corpus.len);
 }
 
 /* The unit table: what auto-wrap decided and what each rank holds. */
 static void print_unit_table(const Trainer *t) {
     const Model *m = &t->model;
-    printf("\n%-4s %-34s %10s %10s %10s %14s\n", "unit", "modules", "params", "padded", "shard/rank", "bytes/rank*");
+    printf("\n%-4s %-34s %10s %10s %10s %14s\n", "unit", "modules", "params", "padded",
+           "shard/rank", "bytes/rank*");
     for (int ui = 0; ui < t->n_units; ui++) {
         const Unit *u = &t->units[ui];
         char mods[256] = "";
         size_t used = 0;
         const char *label = ui == 0 ? "(root)" : m->modules[u->root_module].name;
         size_t prefix = ui == 0 ? 0 : strlen(label) + 1; /* "blocks.0.fc1" -> "fc1" */
-        for (int i = 0; i < m->n_modules && used < sizeof(mods); i++) { /* modules holding this unit's parameters */
+        for (int i = 0; i < m->n_modules && used < sizeof(mods);
+             i++) { /* modules holding this unit's parameters */
             const Module *mod = &m->modules[i];
             if (mod->n_params == 0 || m->params[mod->params[0]].unit != ui) continue;
             const char *short_name = strlen(mod->name) > prefix ? mod->name + prefix : "(itself)";
-            used += (size_t)snprintf(mods + used, sizeof(mods) - used, "%s%s", used ? "," : "", short_name);
+            used += (size_t)snprintf(mods + used, sizeof(mods) - used, "%s%s", used ? "," : "",
+                                     short_name);
         }
         char both[FSDP_MAX_NAME + 8 + 256];
         snprintf(both, sizeof(both), "%s: %s", label, u->numel ? mods : "(no parameters)");
         if (strlen(both) > 34) strcpy(both + 31, "...");
-        printf("%4d %-34s %10ld %10ld %10ld %14ld\n", ui, both, u->numel, u->padded, u->shard, u->shard * 4L * (long)sizeof(float));
+        printf("%4d %-34s %10ld %10ld %10ld %14ld\n", ui, both, u->numel, u->padded, u->shard,
+               u->shard * 4L * (long)sizeof(float));
     }
     printf("* parameters + gradients + AdamW exp_avg + exp_avg_sq of the shard, fp32\n\n");
 }
-
-typedef struct {
-    double final_loss, seconds;
-    int steps, world, batch;
-    double peak[MEM_NUM_CATEGORIES];      /* max over ranks                  */
-    double peak_total;                    /* max over ranks                  */
-    double bytes_sent[COMM_NUM_KINDS];    /* per rank per step, max over ranks */
-    long calls[COMM_NUM_KINDS];           /* per step                         */
-} RunSummary;
 
 /* Rank 0 collects every rank's ledger peaks and traffic for the tables.
  * These reports are not training traffic, so they bypass the counted
@@ -2843,15 +3152,18 @@ static void gather_stats(Trainer *t, double *peaks, double *sent) {
     double mine[MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS];
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) mine[k] = (double)t->ledger.peak[k];
     mine[MEM_NUM_CATEGORIES] = (double)t->ledger.peak_total;
-    for (int k = 0; k < COMM_NUM_KINDS; k++) mine[MEM_NUM_CATEGORIES + 1 + k] = t->comm.bytes_sent[k];
+    for (int k = 0; k < COMM_NUM_KINDS; k++)
+        mine[MEM_NUM_CATEGORIES + 1 + k] = t->comm.bytes_sent[k];
     int n = MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS;
     double *all = (double *)malloc((size_t)n * t->comm.world * sizeof(double));
     if (!all) FATAL("the machine is out of host memory", "cannot gather the statistics");
     mpiCheck(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, t->comm.comm));
     if (t->comm.rank == 0) {
         for (int r = 0; r < t->comm.world; r++) {
-            memcpy(peaks + (long)r * (MEM_NUM_CATEGORIES + 1), all + (long)r * n, (MEM_NUM_CATEGORIES + 1) * sizeof(double));
-            memcpy(sent + (long)r * COMM_NUM_KINDS, all + (long)r * n + MEM_NUM_CATEGORIES + 1, COMM_NUM_KINDS * sizeof(double));
+            memcpy(peaks + (long)r * (MEM_NUM_CATEGORIES + 1), all + (long)r * n,
+                   (MEM_NUM_CATEGORIES + 1) * sizeof(double));
+            memcpy(sent + (long)r * COMM_NUM_KINDS, all + (long)r * n + MEM_NUM_CATEGORIES + 1,
+                   COMM_NUM_KINDS * sizeof(double));
         }
     }
     free(all);
@@ -2863,8 +3175,10 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
     for (int r = 0; r < N; r++) printf("  rank %-3d", r);
     printf("\n");
     for (int k = 0; k <= MEM_NUM_CATEGORIES; k++) {
-        printf("  %-34s", k < MEM_NUM_CATEGORIES ? MEM_CATEGORY_NAMES[k] : "total (peak of the sum)");
-        for (int r = 0; r < N; r++) printf(" %9.3f", mib(peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]));
+        printf("  %-34s",
+               k < MEM_NUM_CATEGORIES ? MEM_CATEGORY_NAMES[k] : "total (peak of the sum)");
+        for (int r = 0; r < N; r++)
+            printf(" %9.3f", mib(peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]));
         printf("\n");
     }
     printf("traffic per rank, MiB sent (= received, ring volume)\n");
@@ -2883,21 +3197,27 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
 static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
     double comm = t->comm.wall_seconds;
     double compute = seconds - comm;
-    printf("per step on rank 0: compute %.2f ms + collectives %.2f ms (simulator wall clock)\n", 1e3 * compute / steps, 1e3 * comm / steps);
+    printf("per step on rank 0: compute %.2f ms + collectives %.2f ms (simulator wall clock)\n",
+           1e3 * compute / steps, 1e3 * comm / steps);
     const NetModel *net = t->comm.net;
     if (!net || net->bandwidth <= 0.0) return;
     double sim = 0.0;
     for (int k = 0; k < COMM_NUM_KINDS; k++) sim += t->comm.sim_seconds[k];
-    printf("on %s (%s): collectives %.3f ms per step (all_gather %.3f, reduce_scatter %.3f, all_reduce %.3f)\n", net->name, net->source,
-           1e3 * sim / steps, 1e3 * t->comm.sim_seconds[COMM_ALL_GATHER] / steps, 1e3 * t->comm.sim_seconds[COMM_REDUCE_SCATTER] / steps,
+    printf("on %s (%s): collectives %.3f ms per step (all_gather %.3f, reduce_scatter %.3f, "
+           "all_reduce %.3f)\n",
+           net->name, net->source, 1e3 * sim / steps,
+           1e3 * t->comm.sim_seconds[COMM_ALL_GATHER] / steps,
+           1e3 * t->comm.sim_seconds[COMM_REDUCE_SCATTER] / steps,
            1e3 * t->comm.sim_seconds[COMM_ALL_REDUCE] / steps);
     /* This schedule waits for every collective. A prefetching schedule
      * (PyTorch's forward_prefetch / backward_prefetch) starts a unit's
      * all-gather while the previous unit computes; at best all of the
      * smaller of the two hides behind the larger. */
     double hidden = compute < sim ? compute : sim;
-    printf("  as scheduled (no overlap) a step would take %.2f ms; with perfect prefetching at best %.2f ms (%.3f ms hidden)\n",
-           1e3 * (compute + sim) / steps, 1e3 * (compute + sim - hidden) / steps, 1e3 * hidden / steps);
+    printf("  as scheduled (no overlap) a step would take %.2f ms; with perfect prefetching at "
+           "best %.2f ms (%.3f ms hidden)\n",
+           1e3 * (compute + sim) / steps, 1e3 * (compute + sim - hidden) / steps,
+           1e3 * hidden / steps);
 }
 
 /* --compare writes two traces: "run.json" -> "run.no_shard.json". */
@@ -2955,7 +3275,10 @@ static int check_distinct_files(const NamedFile *f, int n, char *err, size_t err
 static int check_save_dir(const char *dir, char *err, size_t errlen) {
     struct stat st;
     if (stat(dir, &st) != 0 && mkdir(dir, 0755) != 0)
-        return usage_error(err, errlen, "--save-dir %s: cannot create it (%s). Give a path in an existing, writable directory.", dir, strerror(errno));
+        return usage_error(
+            err, errlen,
+            "--save-dir %s: cannot create it (%s). Give a path in an existing, writable directory.",
+            dir, strerror(errno));
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return usage_error(err, errlen, "--save-dir %s: exists and is not a directory.", dir);
     if (access(dir, W_OK) != 0)
@@ -2982,111 +3305,29 @@ static void debugger_wait(MPI_Comm comm) {
     MPI_Barrier(comm);
 }
 
-/* The loss is the same number on every rank (global_mean_loss), so every
- * rank sees it leave the numbers at the same step and stops there, before
- * a checkpoint of NaN parameters could be saved: exit 5. */
-static void stop_diverged(const Config *cfg, int root, int step, double loss) {
-    if (root) {
-        fflush(stdout);
-        fprintf(
-            stderr,
-            "error: the loss is %g at step %d: training diverged, and every step after this one "
-            "would "
-            "train on NaN.\nHINT: lower --lr (it is %g; the default is 0.003). Gradient clipping "
-            "(PyTorch's clip_grad_norm_) is the other usual cure.\n",
-            loss, step + 1, (double)cfg->lr);
-        fflush(stderr);
-    }
-    exit_all(5);
-}
-
-/* Trains with cfg on comm; rank 0 prints as it goes. */
-static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table) {
-    RunSummary s;
-    memset(&s, 0, sizeof(s));
-    Trainer *t = trainer_create(cfg, comm);
-    int root = t->comm.rank == 0;
-    if (root) {
-        print_header(t);
-        print_unit_table(t);
-    }
-    long first = 0; /* the step to start from: 0, or where a checkpoint left off */
-    if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
-    if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
-    if (cfg->save_dir && ckpt_check_save_dir(t, first)) exit_all(2);
-    if (root && first >= cfg->steps) printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first, cfg->steps);
-    double t0 = now_seconds(), loss = 0.0;
-    for (int step = (int)first; step < cfg->steps; step++) {
-        double ts = now_seconds();
-        loss = trainer_step(t, step);
-        double dt = now_seconds() - ts;
-        if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
-        if (root && !t->sim.view_in_place && (step % cfg->log_every == 0 || step == cfg->steps - 1))
-            printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB (peak %.3f)\n", step + 1, cfg->steps,
-                   loss, dt * 1e3, cfg->batch / dt, mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total));
-        int last = step == cfg->steps - 1;
-        if (cfg->save_dir && ((cfg->save_every && (step + 1) % cfg->save_every == 0) || last)) {
-            if (ckpt_save(t, step + 1)) exit_all(1);
-            if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);
-        }
-    }
-    s.seconds = now_seconds() - t0;
-    s.final_loss = loss;
-    s.steps = cfg->steps > first ? cfg->steps - (int)first : 0;
-    s.world = t->comm.world;
-    s.batch = cfg->batch;
-    if (cfg->trace_path) {
-        SimRunSummary run = {s.seconds, s.final_loss, s.steps};
-        char err[4096];
-        if (sim_trace_write(&t->sim, &t->comm, &run, cfg->trace_path, cfg->trace_clock_sim, err, sizeof(err)) != 0) {
-            if (root) fprintf(stderr, "error: %s\n", err);
-            exit_all(1); /* every rank: the verdict was broadcast */
-        } else if (root) {
-            printf("trace written to %s (%s clock): open it at https://ui.perfetto.dev or chrome://tracing\n", cfg->trace_path, cfg->trace_clock_sim ? "simulated" : "real");
-        }
-    }
-    double *peaks = (double *)calloc((size_t)s.world * (MEM_NUM_CATEGORIES + 1), sizeof(double));
-    double *sent = (double *)calloc((size_t)s.world * COMM_NUM_KINDS, sizeof(double));
-    gather_stats(t, peaks, sent);
-    if (root && s.steps > 0) {
-        for (int r = 0; r < s.world; r++) {
-            for (int k = 0; k < MEM_NUM_CATEGORIES; k++) s.peak[k] = fmax(s.peak[k], peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]);
-            s.peak_total = fmax(s.peak_total, peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + MEM_NUM_CATEGORIES]);
-            for (int k = 0; k < COMM_NUM_KINDS; k++) s.bytes_sent[k] = fmax(s.bytes_sent[k], sent[(long)r * COMM_NUM_KINDS + k] / s.steps);
-        }
-        for (int k = 0; k < COMM_NUM_KINDS; k++) s.calls[k] = t->comm.calls[k] / s.steps;
-        printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n", s.steps, s.seconds,
-               1e3 * s.seconds / s.steps, (double)cfg->batch * s.steps / s.seconds);
-        print_step_breakdown(t, s.seconds, s.steps);
-        if (rank_table) print_rank_table(t, peaks, sent);
-    }
-    free(peaks);
-    free(sent);
-    if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
-    trainer_destroy(t);
-    return s;
-}
-
-static void print_comparison(const RunSummary *a, const char *na, const RunSummary *b, const char *nb) {
+static void print_comparison(const RunSummary *a, const char *na, const RunSummary *b,
+                             const char *nb) {
     printf("\n==================================================================\n");
     printf("DDP vs FSDP on %d ranks: the same model, data and optimizer\n", a->world);
     printf("==================================================================\n");
     printf("%-30s %14s %14s %8s\n", "", na, nb, "ratio");
     printf("%-30s %14.4f %14.4f\n", "final loss", a->final_loss, b->final_loss);
-    printf("%-30s %14.2f %14.2f %8.2f\n", "step time, ms", 1e3 * a->seconds / a->steps, 1e3 * b->seconds / b->steps,
-           (b->seconds / b->steps) / (a->seconds / a->steps));
+    printf("%-30s %14.2f %14.2f %8.2f\n", "step time, ms", 1e3 * a->seconds / a->steps,
+           1e3 * b->seconds / b->steps, (b->seconds / b->steps) / (a->seconds / a->steps));
     printf("peak memory per rank, MiB (max over ranks)\n");
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) {
         printf("  %-28s %14.3f %14.3f", MEM_CATEGORY_NAMES[k], mib(a->peak[k]), mib(b->peak[k]));
         if (a->peak[k] > 0) printf(" %8.2f", b->peak[k] / a->peak[k]);
         printf("\n");
     }
-    printf("  %-28s %14.3f %14.3f %8.2f\n", "total (peak of the sum)", mib(a->peak_total), mib(b->peak_total), b->peak_total / a->peak_total);
+    printf("  %-28s %14.3f %14.3f %8.2f\n", "total (peak of the sum)", mib(a->peak_total),
+           mib(b->peak_total), b->peak_total / a->peak_total);
     printf("traffic per rank per step, MiB sent\n");
     double ta = 0, tb = 0;
     for (int k = 0; k < COMM_NUM_KINDS; k++) {
         char label[64];
-        snprintf(label, sizeof(label), "%s (%ld/%ld calls)", COMM_KIND_NAMES[k], a->calls[k], b->calls[k]);
+        snprintf(label, sizeof(label), "%s (%ld/%ld calls)", COMM_KIND_NAMES[k], a->calls[k],
+                 b->calls[k]);
         printf("  %-28s %14.3f %14.3f\n", label, mib(a->bytes_sent[k]), mib(b->bytes_sent[k]));
         ta += a->bytes_sent[k];
         tb += b->bytes_sent[k];
@@ -3094,7 +3335,8 @@ static void print_comparison(const RunSummary *a, const char *na, const RunSumma
     printf("  %-28s %14.3f %14.3f %8.2f\n", "total", mib(ta), mib(tb), ta > 0 ? tb / ta : 0.0);
     printf("\nFSDP keeps 1/%d of the parameters, gradients and optimizer state per rank,\n"
            "gathering each unit's full state only while it computes; it pays with about\n"
-           "1.5x DDP's traffic (all-gather twice + reduce-scatter vs one all-reduce).\n", a->world);
+           "1.5x DDP's traffic (all-gather twice + reduce-scatter vs one all-reduce).\n",
+           a->world);
 }
 
 #ifdef __CUDACC__
@@ -3106,9 +3348,11 @@ static int gpu_not_ready(int rank) {
         int devices = 0, nccl = 0;
         if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
         ncclGetVersion(&nccl);
-        fprintf(stderr, "fsdp (GPU build): compiled as CUDA C++ with NCCL %d.%d.%d; %d CUDA device(s) visible.\n"
-                        "The GPU training path is not implemented yet, so this build stops here.\n"
-                        "HINT: train with the simulator build instead: make run\n",
+        fprintf(stderr,
+                "fsdp (GPU build): compiled as CUDA C++ with NCCL %d.%d.%d; %d CUDA device(s) "
+                "visible.\n"
+                "The GPU training path is not implemented yet, so this build stops here.\n"
+                "HINT: train with the simulator build instead: make run\n",
                 nccl / 10000, (nccl % 10000) / 100, nccl % 100, devices);
     }
     return 1;
@@ -3172,7 +3416,10 @@ int main(int argc, char **argv) {
         return finish(0);
     }
     if (rc != 0) {
-        if (rank == 0) fprintf(stderr, "error: %s\nusage: mpirun -np N ./fsdp [options]; ./fsdp --help lists them.\n", err);
+        if (rank == 0)
+            fprintf(stderr,
+                    "error: %s\nusage: mpirun -np N ./fsdp [options]; ./fsdp --help lists them.\n",
+                    err);
         return finish(2);
     }
 #ifdef __CUDACC__
@@ -3186,7 +3433,8 @@ int main(int argc, char **argv) {
     RunSummary a = run_training(&ddp, MPI_COMM_WORLD, 0);
     if (rank == 0) printf("\n");
     RunSummary b = run_training(&fsdp, MPI_COMM_WORLD, 0);
-    if (rank == 0) print_comparison(&a, strategy_name(ddp.strategy), &b, strategy_name(fsdp.strategy));
+    if (rank == 0)
+        print_comparison(&a, strategy_name(ddp.strategy), &b, strategy_name(fsdp.strategy));
     return finish(0);
 }
 #endif /* FSDP_NO_MAIN */

@@ -42,52 +42,52 @@ extern "C" {
  * ------------------------------------------------------------------------- */
 
 typedef enum {
-    STRATEGY_FULL_SHARD,    /* ZeRO-3: shard params, grads, optimizer state  */
+    STRATEGY_FULL_SHARD,    /* ZeRO-3: shard params, grads, optimizer state */
     STRATEGY_SHARD_GRAD_OP, /* ZeRO-2: keep full params from forward to backward */
     STRATEGY_NO_SHARD,      /* DDP: everything replicated, grads all-reduced */
 } Strategy;
 
 typedef enum {
     COLLECTIVES_RING, /* our own ring over point-to-point (fsdp.c, section 3) */
-    COLLECTIVES_MPI,  /* Open MPI's built-in non-blocking collectives         */
+    COLLECTIVES_MPI,  /* Open MPI's built-in non-blocking collectives */
 } CollectivesImpl;
 
 typedef struct {
     /* model shape (the --model preset, then overrides) */
-    int vocab;     /* V: bytes, always 256                                   */
-    int embed_dim; /* C: width of one byte's embedding                      */
-    int context;   /* T: how many previous bytes the model sees             */
-    int width;     /* D: width of the residual stream                       */
-    int depth;     /* L: number of residual MLP blocks                      */
+    int vocab;     /* V: bytes, always 256 */
+    int embed_dim; /* C: width of one byte's embedding */
+    int context;   /* T: how many previous bytes the model sees */
+    int width;     /* D: width of the residual stream */
+    int depth;     /* L: number of residual MLP blocks */
     /* FSDP */
-    long min_params;     /* auto-wrap threshold, size_based_auto_wrap_policy  */
+    long min_params; /* auto-wrap threshold, size_based_auto_wrap_policy */
     Strategy strategy;
     CollectivesImpl collectives;
     /* optimizer: torch.optim.AdamW */
     float lr, beta1, beta2, eps, weight_decay;
     /* training */
-    int steps;           /* optimizer steps                                   */
-    int batch;           /* global batch (samples), split across ranks        */
+    int steps; /* optimizer steps */
+    int batch; /* global batch (samples), split across ranks */
     uint64_t seed;
-    int log_every;       /* print one line every this many steps              */
-    const char *data_path; /* NULL: the embedded synthetic corpus            */
+    int log_every;         /* print one line every this many steps */
+    const char *data_path; /* NULL: the embedded synthetic corpus */
     const char *model_name;
-    int compare;         /* --compare: run no_shard, then the sharded strategy */
-    size_t vram;         /* --vram: simulated memory per rank in bytes; 0: unlimited */
-    const char *net;     /* --net: network cost model preset (sim/net.c)  */
+    int compare;     /* --compare: run no_shard, then the sharded strategy */
+    size_t vram;     /* --vram: simulated memory per rank in bytes; 0: unlimited */
+    const char *net; /* --net: network cost model preset (sim/net.c) */
     /* the simulator's instruments (sim/) */
-    const char *trace_path; /* --trace: Chrome/Perfetto trace of the run   */
-    int trace_clock_sim; /* --trace-clock sim: collectives timed by --net */
-    int check_collectives; /* --check-collectives                         */
-    int step_mode;       /* --step: 1 wait for keys, 2 =auto (StepMode)   */
-    int view;            /* --view: live terminal dashboard on rank 0     */
-    int wait_for_debugger; /* --wait-for-debugger                         */
+    const char *trace_path; /* --trace: Chrome/Perfetto trace of the run */
+    int trace_clock_sim;    /* --trace-clock sim: collectives timed by --net */
+    int check_collectives;  /* --check-collectives */
+    int step_mode;          /* --step: 1 wait for keys, 2 =auto (StepMode) */
+    int view;               /* --view: live terminal dashboard on rank 0 */
+    int wait_for_debugger;  /* --wait-for-debugger */
     /* checkpoints */
-    const char *save_dir;  /* --save-dir: sharded checkpoints go here      */
-    int save_every;        /* --save-every K steps (and at the end)        */
-    const char *resume_dir; /* --resume: continue from the newest complete one */
+    const char *save_dir;    /* --save-dir: sharded checkpoints go here */
+    int save_every;          /* --save-every K steps (and at the end) */
+    const char *resume_dir;  /* --resume: continue from the newest complete one */
     const char *export_path; /* --export: full state as safetensors at the end */
-    const char *init_from; /* --init-from: start from a safetensors file   */
+    const char *init_from;   /* --init-from: start from a safetensors file */
 } Config;
 
 /* Fills cfg from argv. Returns 0 on success; on bad input writes a message
@@ -95,7 +95,15 @@ typedef struct {
  * rank then uses. Returns 1 with err empty when --help was asked for. */
 int config_parse(Config *cfg, int argc, char **argv, char *err, size_t errlen);
 void config_usage(FILE *out);
-const char *strategy_name(Strategy s);
+/* The names both fsdp.c and sim/ print live here, with the types they name. */
+static inline const char *strategy_name(Strategy s) {
+    switch (s) {
+    case STRATEGY_FULL_SHARD: return "full_shard";
+    case STRATEGY_SHARD_GRAD_OP: return "shard_grad_op";
+    case STRATEGY_NO_SHARD: return "no_shard";
+    }
+    return "?";
+}
 
 /* ----------------------------------------------------------------------------
  * The memory ledger: one per rank. Every buffer of the training state is
@@ -104,13 +112,13 @@ const char *strategy_name(Strategy s);
  * ------------------------------------------------------------------------- */
 
 typedef enum {
-    MEM_PARAM_SHARD,  /* this rank's shard of every flat parameter          */
-    MEM_GRAD_SHARD,   /* this rank's shard of every flat gradient           */
-    MEM_OPTIM_STATE,  /* AdamW exp_avg and exp_avg_sq for the shard         */
-    MEM_FULL_PARAMS,  /* gathered full state of units being computed        */
+    MEM_PARAM_SHARD,  /* this rank's shard of every flat parameter */
+    MEM_GRAD_SHARD,   /* this rank's shard of every flat gradient */
+    MEM_OPTIM_STATE,  /* AdamW exp_avg and exp_avg_sq for the shard */
+    MEM_FULL_PARAMS,  /* gathered full state of units being computed */
     MEM_FULL_GRADS,   /* full-size gradient of a unit before reduce-scatter */
-    MEM_ACTIVATIONS,  /* saved activations and their gradients              */
-    MEM_COMM_BUFFERS, /* staging buffers the collectives need               */
+    MEM_ACTIVATIONS,  /* saved activations and their gradients */
+    MEM_COMM_BUFFERS, /* staging buffers the collectives need */
     MEM_NUM_CATEGORIES
 } MemCategory;
 
@@ -124,38 +132,47 @@ typedef struct {
     size_t current[MEM_NUM_CATEGORIES];
     size_t peak[MEM_NUM_CATEGORIES];
     size_t current_total, peak_total;
-    LedgerEntry *entries; /* live allocations, so a free knows its size     */
+    LedgerEntry *entries; /* live allocations, so a free knows its size */
     int n_entries, cap_entries;
-    size_t budget;        /* simulated VRAM per rank (--vram); 0: unlimited */
-    int rank;             /* for the out-of-memory report                   */
-    int defer_oom;        /* setup: note an overrun, decide together later  */
-    char *oom_report;     /* the first overrun's report, while deferred     */
-    struct Sim *sim;      /* the instruments, told of every change          */
+    size_t budget;    /* simulated VRAM per rank (--vram); 0: unlimited */
+    int rank;         /* for the out-of-memory report */
+    int defer_oom;    /* setup: note an overrun, decide together later */
+    char *oom_report; /* the first overrun's report, while deferred */
+    struct Sim *sim;  /* the instruments, told of every change */
 } Ledger;
 
-extern const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES];
+static const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES] = {
+    "parameters", "gradients",   "optimizer",    "full params",
+    "full grads", "activations", "comm buffers",
+};
 
 /* ----------------------------------------------------------------------------
  * Collectives. Each one starts, returns a handle, and is waited on; between
  * the two a caller may compute (overlap). Every call is counted and recorded.
  * ------------------------------------------------------------------------- */
 
-typedef enum {
-    COMM_ALL_GATHER,
-    COMM_REDUCE_SCATTER,
-    COMM_ALL_REDUCE,
-    COMM_NUM_KINDS
-} CommKind;
+typedef enum { COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_ALL_REDUCE, COMM_NUM_KINDS } CommKind;
 
-extern const char *const COMM_KIND_NAMES[COMM_NUM_KINDS];
+static const char *const COMM_KIND_NAMES[COMM_NUM_KINDS] = {"all_gather", "reduce_scatter",
+                                                            "all_reduce"};
+
+/* The bytes one rank sends (and as many it receives) in a ring collective
+ * over `world` ranks on a full buffer of `count` floats: N-1 chunks of
+ * count/N for an all-gather or a reduce-scatter, twice that for an
+ * all-reduce (a reduce-scatter, then an all-gather). This is the volume
+ * nccl-tests calls bus traffic: the bandwidth-optimal figure. */
+static inline double ring_bytes(CommKind kind, int world, long count) {
+    double chunks = (kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (world - 1);
+    return chunks * (double)(count / world) * sizeof(float);
+}
 
 typedef struct {
     CommKind kind;
-    int unit;          /* unit index, -1 for the loss (not model state)      */
-    long count;        /* elements in the full buffer                        */
-    double t_start, t_end; /* MPI_Wtime() seconds                            */
-    double sim_seconds;    /* its duration on the --net interconnect          */
-    int step;              /* the training step it belongs to                 */
+    int unit;              /* unit index, -1 for the loss (not model state) */
+    long count;            /* elements in the full buffer */
+    double t_start, t_end; /* MPI_Wtime() seconds */
+    double sim_seconds;    /* its duration on the --net interconnect */
+    int step;              /* the training step it belongs to */
 } CommEvent;
 
 typedef struct {
@@ -166,24 +183,24 @@ typedef struct {
     long calls[COMM_NUM_KINDS];
     double bytes_sent[COMM_NUM_KINDS];
     double bytes_recv[COMM_NUM_KINDS];
-    double sim_seconds[COMM_NUM_KINDS]; /* priced by the --net model          */
-    double wall_seconds; /* time spent in collectives on this machine         */
-    int keep_events;     /* record every event (for --trace), or totals only  */
+    double sim_seconds[COMM_NUM_KINDS]; /* priced by the --net model */
+    double wall_seconds;                /* time spent in collectives on this machine */
+    int keep_events;                    /* record every event (for --trace), or totals only */
     const struct NetModel *net;
-    struct Sim *sim;    /* the instruments, told of every collective          */
-    int step;           /* the training step now running                      */
-    CommEvent *events;  /* every collective, in order                         */
+    struct Sim *sim;   /* the instruments, told of every collective */
+    int step;          /* the training step now running */
+    CommEvent *events; /* every collective, in order */
     int n_events, cap_events;
 } Comm;
 
 typedef struct {
-    MPI_Request req;   /* MPI_REQUEST_NULL once complete                     */
-    int skipped;       /* the test-only fault switch skipped it              */
-    double t_start;    /* when it started                                    */
+    MPI_Request req; /* MPI_REQUEST_NULL once complete */
+    int skipped;     /* the test-only fault switch skipped it */
+    double t_start;  /* when it started */
     CommKind kind;
-    float *buf;        /* reduce-scatter / all-reduce: result to scale       */
-    long scale_count;  /* elements to divide by world for the mean           */
-    int event;         /* index into Comm.events, or -1 when not recorded   */
+    float *buf;       /* reduce-scatter / all-reduce: result to scale */
+    long scale_count; /* elements to divide by world for the mean */
+    int event;        /* index into Comm.events, or -1 when not recorded */
 } CommHandle;
 
 /* ----------------------------------------------------------------------------
@@ -196,27 +213,27 @@ typedef struct {
 typedef enum { INIT_NORMAL, INIT_UNIFORM, INIT_ONES, INIT_ZEROS } ParamInit;
 
 typedef struct {
-    char name[FSDP_MAX_NAME + 8]; /* PyTorch name, "blocks.0.fc1.weight"     */
-    int shape[2];             /* (out, in) for Linear weights; shape[1]=1 for vectors */
+    char name[FSDP_MAX_NAME + 8]; /* PyTorch name, "blocks.0.fc1.weight" */
+    int shape[2];                 /* (out, in) for Linear weights; shape[1]=1 for vectors */
     long numel;
-    int module;               /* owning module                              */
-    int unit;                 /* unit whose flat parameter holds it          */
-    long offset;              /* where it starts in that flat parameter     */
-    ParamInit init;           /* how its elements start (PyTorch defaults)  */
-    float init_bound;         /* INIT_UNIFORM: uniform(-bound, bound)       */
-    float *data;              /* view into the unit's full state, or NULL   */
-    float *grad;              /* view into the unit's full gradient, or NULL */
+    int module;       /* owning module */
+    int unit;         /* unit whose flat parameter holds it */
+    long offset;      /* where it starts in that flat parameter */
+    ParamInit init;   /* how its elements start (PyTorch defaults) */
+    float init_bound; /* INIT_UNIFORM: uniform(-bound, bound) */
+    float *data;      /* view into the unit's full state, or NULL */
+    float *grad;      /* view into the unit's full gradient, or NULL */
 } Param;
 
 typedef struct {
-    char name[FSDP_MAX_NAME]; /* "" for the root                             */
+    char name[FSDP_MAX_NAME]; /* "" for the root */
     int parent;
     int children[FSDP_MAX_CHILDREN];
     int n_children;
-    int params[2];            /* weight, bias (-1 if absent)                 */
+    int params[2]; /* weight, bias (-1 if absent) */
     int n_params;
-    int is_module_list;       /* nn.ModuleList: never wrapped, as in PyTorch */
-    int unit;                 /* the unit whose root this module is, or -1   */
+    int is_module_list; /* nn.ModuleList: never wrapped, as in PyTorch */
+    int unit;           /* the unit whose root this module is, or -1 */
 } Module;
 
 /* ----------------------------------------------------------------------------
@@ -224,18 +241,18 @@ typedef struct {
  * ------------------------------------------------------------------------- */
 
 typedef struct {
-    char name[FSDP_MAX_NAME + 32]; /* "unit 2 (blocks.1)", for reports      */
-    int root_module;  /* the module that was wrapped                        */
-    long numel;       /* parameters in the unit                             */
-    long padded;      /* numel rounded up to a multiple of world            */
-    long shard;       /* padded / world: what each rank owns                */
-    int *params, n_params; /* its parameters, in model order: the flat layout */
-    float *shard_param;     /* (shard) this rank's slice of the parameters  */
-    float *shard_grad;      /* (shard) this rank's slice of the gradient    */
-    float *exp_avg;         /* (shard) AdamW first moment                   */
-    float *exp_avg_sq;      /* (shard) AdamW second moment                  */
-    float *full_param;      /* (padded) gathered full state, or NULL        */
-    float *full_grad;       /* (padded) full-size gradient, or NULL         */
+    char name[FSDP_MAX_NAME + 32]; /* "unit 2 (blocks.1)", for reports */
+    int root_module;               /* the module that was wrapped */
+    long numel;                    /* parameters in the unit */
+    long padded;                   /* numel rounded up to a multiple of world */
+    long shard;                    /* padded / world: what each rank owns */
+    int *params, n_params;         /* its parameters, in model order: the flat layout */
+    float *shard_param;            /* (shard) this rank's slice of the parameters */
+    float *shard_grad;             /* (shard) this rank's slice of the gradient */
+    float *exp_avg;                /* (shard) AdamW first moment */
+    float *exp_avg_sq;             /* (shard) AdamW second moment */
+    float *full_param;             /* (padded) gathered full state, or NULL */
+    float *full_grad;              /* (padded) full-size gradient, or NULL */
 } Unit;
 
 typedef struct Trainer Trainer;

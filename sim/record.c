@@ -27,15 +27,21 @@
 
 /* ---- growing arrays ------------------------------------------------------------- */
 
-static void *grow(void *p, int *cap, int n, size_t elem) {
+/* Room for element n of a growing array: the (possibly moved) array, or
+ * NULL when the host is out of memory. Then the recorder stops recording
+ * (training goes on, the old array stays valid) and sim_trace_write says
+ * so: nothing in sim/ ends the process. */
+static void *grow(Sim *s, void *p, int *cap, int n, size_t elem) {
     if (n < *cap) return p;
-    *cap = *cap ? 2 * *cap : 256;
-    p = realloc(p, (size_t)*cap * elem);
-    if (!p) {
-        fprintf(stderr, "error: out of host memory while recording the trace\nHINT: record fewer --steps\n");
-        MPI_Abort(MPI_COMM_WORLD, 1);
+    int c = *cap ? 2 * *cap : 256;
+    void *q = realloc(p, (size_t)c * elem);
+    if (!q) {
+        s->record = 0;
+        s->record_lost = 1;
+        return NULL;
     }
-    return p;
+    *cap = c;
+    return q;
 }
 
 void sim_span_begin(Sim *s, int unit, SimPhase phase) {
@@ -43,7 +49,9 @@ void sim_span_begin(Sim *s, int unit, SimPhase phase) {
     s->cur_unit = unit; /* what --view shows as computing */
     s->cur_phase = phase;
     if (!s->record) return;
-    s->spans = (SimSpan *)grow(s->spans, &s->cap_spans, s->n_spans, sizeof(SimSpan));
+    void *grown = grow(s, s->spans, &s->cap_spans, s->n_spans, sizeof(SimSpan));
+    if (!grown) return;
+    s->spans = (SimSpan *)grown;
     SimSpan *sp = &s->spans[s->n_spans++];
     sp->unit = unit;
     sp->phase = phase;
@@ -67,7 +75,9 @@ void sim_span_end(Sim *s, int unit, SimPhase phase) {
 
 void sim_on_free(Sim *s, int unit) {
     if (!s || !s->record) return;
-    s->frees = (SimFree *)grow(s->frees, &s->cap_frees, s->n_frees, sizeof(SimFree));
+    void *grown = grow(s, s->frees, &s->cap_frees, s->n_frees, sizeof(SimFree));
+    if (!grown) return;
+    s->frees = (SimFree *)grown;
     SimFree *f = &s->frees[s->n_frees++];
     f->t = MPI_Wtime();
     f->unit = unit;
@@ -76,7 +86,9 @@ void sim_on_free(Sim *s, int unit) {
 
 void sim_on_memory(Sim *s, const Ledger *l) {
     if (!s || !s->record) return;
-    s->mem = (SimMemSample *)grow(s->mem, &s->cap_mem, s->n_mem, sizeof(SimMemSample));
+    void *grown = grow(s, s->mem, &s->cap_mem, s->n_mem, sizeof(SimMemSample));
+    if (!grown) return;
+    s->mem = (SimMemSample *)grown;
     SimMemSample *m = &s->mem[s->n_mem++];
     m->t = MPI_Wtime();
     memcpy(m->bytes, l->current, sizeof(m->bytes));
@@ -87,10 +99,11 @@ void sim_on_memory(Sim *s, const Ledger *l) {
 typedef struct {
     char *p;
     size_t n, cap;
+    int failed; /* out of host memory: nothing more is added */
 } Text;
 
 static void text_printf(Text *t, const char *fmt, ...) {
-    for (;;) {
+    while (!t->failed) {
         va_list ap;
         va_start(ap, fmt);
         int need = vsnprintf(t->p ? t->p + t->n : NULL, t->p ? t->cap - t->n : 0, fmt, ap);
@@ -99,12 +112,14 @@ static void text_printf(Text *t, const char *fmt, ...) {
             t->n += (size_t)need;
             return;
         }
-        t->cap = 2 * (t->cap + (size_t)need + 1024);
-        t->p = (char *)realloc(t->p, t->cap);
-        if (!t->p) {
-            fprintf(stderr, "error: out of host memory while writing the trace\nHINT: record fewer --steps\n");
-            MPI_Abort(MPI_COMM_WORLD, 1);
+        size_t cap = 2 * (t->cap + (size_t)need + 1024);
+        char *p = (char *)realloc(t->p, cap);
+        if (!p) { /* out of host memory: the text stops growing, the writer says so */
+            t->failed = 1;
+            return;
         }
+        t->p = p;
+        t->cap = cap;
     }
 }
 
@@ -112,7 +127,7 @@ static void text_printf(Text *t, const char *fmt, ...) {
 
 typedef struct {
     const Comm *c;
-    double *real_before, *sim_before; /* (n_events + 1) prefix sums         */
+    double *real_before, *sim_before; /* (n_events + 1) prefix sums */
     int sim;
     double t0;
 } Clock;
@@ -141,7 +156,8 @@ static double clock_us(const Clock *k, double t) {
         int lo = 0, hi = k->c->n_events; /* first event starting after t */
         while (lo < hi) {
             int mid = (lo + hi) / 2;
-            if (e[mid].t_start <= t) lo = mid + 1; else hi = mid;
+            if (e[mid].t_start <= t) lo = mid + 1;
+            else hi = mid;
         }
         int i = lo - 1; /* the last collective that started at or before t */
         if (i >= 0) {
@@ -167,36 +183,56 @@ static const char *unit_label(const Sim *s, int unit) {
 
 static void rank_events(Text *t, const Sim *s, const Comm *c, const Clock *k) {
     int r = c->rank;
-    text_printf(t, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n", r, r);
-    text_printf(t, "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}},\n", r, r);
-    text_printf(t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"compute\"}},\n", r);
-    text_printf(t, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":2,\"args\":{\"name\":\"communication\"}}", r);
+    text_printf(
+        t, "{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":%d,\"args\":{\"name\":\"rank %d\"}},\n",
+        r, r);
+    text_printf(
+        t,
+        "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"args\":{\"sort_index\":%d}},\n",
+        r, r);
+    text_printf(t,
+                "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":"
+                "\"compute\"}},\n",
+                r);
+    text_printf(t,
+                "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%d,\"tid\":2,\"args\":{\"name\":"
+                "\"communication\"}}",
+                r);
     for (int i = 0; i < s->n_spans; i++) {
         const SimSpan *sp = &s->spans[i];
         if (sp->t_end < 0) continue;
         double ts = clock_us(k, sp->t_start), te = clock_us(k, sp->t_end);
-        text_printf(t, ",\n{\"ph\":\"X\",\"cat\":\"compute\",\"name\":\"%s %s\",\"pid\":%d,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,"
-                       "\"args\":{\"unit\":%d,\"phase\":\"%s\",\"step\":%d}}",
-                    PHASE_NAMES[sp->phase], sp->unit >= 0 ? unit_label(s, sp->unit) : "step", r, ts, te - ts, sp->unit, PHASE_NAMES[sp->phase], sp->step);
+        text_printf(t,
+                    ",\n{\"ph\":\"X\",\"cat\":\"compute\",\"name\":\"%s "
+                    "%s\",\"pid\":%d,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"unit\":%d,\"phase\":\"%s\",\"step\":%d}}",
+                    PHASE_NAMES[sp->phase], sp->unit >= 0 ? unit_label(s, sp->unit) : "step", r, ts,
+                    te - ts, sp->unit, PHASE_NAMES[sp->phase], sp->step);
     }
     for (int i = 0; i < c->n_events; i++) {
         const CommEvent *e = &c->events[i];
         double ts = clock_us(k, e->t_start), te = clock_us(k, e->t_end);
-        long chunk = e->count / c->world;
-        double bytes = (e->kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (c->world - 1) * (double)chunk * sizeof(float);
-        text_printf(t, ",\n{\"ph\":\"X\",\"cat\":\"comm\",\"name\":\"%s %s\",\"pid\":%d,\"tid\":2,\"ts\":%.3f,\"dur\":%.3f,"
-                       "\"args\":{\"kind\":\"%s\",\"unit\":%d,\"count\":%ld,\"bytes\":%.0f,\"sim_us\":%.3f,\"step\":%d}}",
-                    COMM_KIND_NAMES[e->kind], unit_label(s, e->unit), r, ts, te - ts, COMM_KIND_NAMES[e->kind], e->unit, e->count, bytes,
-                    e->sim_seconds * 1e6, e->step);
+        double bytes = ring_bytes(e->kind, c->world, e->count);
+        text_printf(t,
+                    ",\n{\"ph\":\"X\",\"cat\":\"comm\",\"name\":\"%s "
+                    "%s\",\"pid\":%d,\"tid\":2,\"ts\":%.3f,\"dur\":%.3f,"
+                    "\"args\":{\"kind\":\"%s\",\"unit\":%d,\"count\":%ld,\"bytes\":%.0f,\"sim_us\":"
+                    "%.3f,\"step\":%d}}",
+                    COMM_KIND_NAMES[e->kind], unit_label(s, e->unit), r, ts, te - ts,
+                    COMM_KIND_NAMES[e->kind], e->unit, e->count, bytes, e->sim_seconds * 1e6,
+                    e->step);
     }
     for (int i = 0; i < s->n_frees; i++) {
         const SimFree *f = &s->frees[i];
-        text_printf(t, ",\n{\"ph\":\"i\",\"s\":\"t\",\"name\":\"free full state %s\",\"pid\":%d,\"tid\":1,\"ts\":%.3f,\"args\":{\"unit\":%d,\"step\":%d}}",
+        text_printf(t,
+                    ",\n{\"ph\":\"i\",\"s\":\"t\",\"name\":\"free full state "
+                    "%s\",\"pid\":%d,\"tid\":1,\"ts\":%.3f,\"args\":{\"unit\":%d,\"step\":%d}}",
                     unit_label(s, f->unit), r, clock_us(k, f->t), f->unit, f->step);
     }
     for (int i = 0; i < s->n_mem; i++) {
         const SimMemSample *m = &s->mem[i];
-        text_printf(t, ",\n{\"ph\":\"C\",\"name\":\"memory\",\"pid\":%d,\"ts\":%.3f,\"args\":{", r, clock_us(k, m->t));
+        text_printf(t, ",\n{\"ph\":\"C\",\"name\":\"memory\",\"pid\":%d,\"ts\":%.3f,\"args\":{", r,
+                    clock_us(k, m->t));
         for (int cat = 0; cat < MEM_NUM_CATEGORIES; cat++)
             text_printf(t, "%s\"%s\":%zu", cat ? "," : "", MEM_CATEGORY_NAMES[cat], m->bytes[cat]);
         text_printf(t, "}}");
@@ -213,7 +249,8 @@ static void per_rank_array(Text *t, const double *v, int world) {
 
 /* otherData.fsdp: what the run was and its per-rank totals, so a reader
  * (sim/report.py) need not re-derive them from the events. */
-static void run_header(Text *t, const Sim *s, const Comm *c, const SimRunSummary *run, int clock_sim, const double *stats) {
+static void run_header(Text *t, const Sim *s, const Comm *c, const SimRunSummary *run,
+                       int clock_sim, const double *stats) {
     const Config *cfg = s->cfg;
     int N = c->world, n = MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS;
     char loss[32] = "null"; /* a run with no step to take (a resume at its end) has no loss */
@@ -226,16 +263,20 @@ static void run_header(Text *t, const Sim *s, const Comm *c, const SimRunSummary
                 N, strategy_name(cfg->strategy), cfg->model_name ? cfg->model_name : "custom",
                 run->steps, clock_sim ? "sim" : "real", cfg->net ? cfg->net : "none", cfg->vram,
                 run->seconds, loss);
-    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) text_printf(t, "%s\"%s\"", k ? "," : "", MEM_CATEGORY_NAMES[k]);
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+        text_printf(t, "%s\"%s\"", k ? "," : "", MEM_CATEGORY_NAMES[k]);
     text_printf(t, "],\n\"units\":[");
     for (int u = 0; u < s->n_units; u++)
-        text_printf(t, "%s{\"index\":%d,\"name\":\"%s\",\"numel\":%ld,\"padded\":%ld,\"shard\":%ld}", u ? "," : "", u, s->units[u].name,
-                    s->units[u].numel, s->units[u].padded, s->units[u].shard);
+        text_printf(t,
+                    "%s{\"index\":%d,\"name\":\"%s\",\"numel\":%ld,\"padded\":%ld,\"shard\":%ld}",
+                    u ? "," : "", u, s->units[u].name, s->units[u].numel, s->units[u].padded,
+                    s->units[u].shard);
     double *col = (double *)malloc((size_t)N * sizeof(double));
     text_printf(t, "],\n\"peak\":{");
     for (int k = 0; k <= MEM_NUM_CATEGORIES; k++) {
         for (int r = 0; r < N; r++) col[r] = stats[(long)r * n + k];
-        text_printf(t, "%s\"%s\":", k ? "," : "", k < MEM_NUM_CATEGORIES ? MEM_CATEGORY_NAMES[k] : "total");
+        text_printf(t, "%s\"%s\":", k ? "," : "",
+                    k < MEM_NUM_CATEGORIES ? MEM_CATEGORY_NAMES[k] : "total");
         per_rank_array(t, col, N);
     }
     text_printf(t, "},\n\"bytes_sent\":{");
@@ -248,9 +289,10 @@ static void run_header(Text *t, const Sim *s, const Comm *c, const SimRunSummary
     free(col);
 }
 
-int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const char *path, int clock_sim, char *err, size_t errlen) {
+int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const char *path,
+                    int clock_sim, char *err, size_t errlen) {
     /* 1. every rank: its own events as text, and its totals */
-    Text mine = {NULL, 0, 0};
+    Text mine = {NULL, 0, 0, 0};
     Clock k;
     clock_init(&k, c, clock_sim, s->t0);
     rank_events(&mine, s, c, &k);
@@ -259,16 +301,28 @@ int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const
     double my_stats[MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS];
     for (int cat = 0; cat < MEM_NUM_CATEGORIES; cat++) my_stats[cat] = (double)s->ledger->peak[cat];
     my_stats[MEM_NUM_CATEGORIES] = (double)s->ledger->peak_total;
-    for (int kind = 0; kind < COMM_NUM_KINDS; kind++) my_stats[MEM_NUM_CATEGORIES + 1 + kind] = c->bytes_sent[kind];
+    for (int kind = 0; kind < COMM_NUM_KINDS; kind++)
+        my_stats[MEM_NUM_CATEGORIES + 1 + kind] = c->bytes_sent[kind];
 
     /* 2. rank 0 gathers them (instrument traffic, not counted as training's).
      * MPI counts and offsets are ints: a trace over 2 GiB in all is
      * refused, not corrupted. */
     double size = (double)mine.n, total_size = 0.0;
+    int lost = s->record_lost || mine.failed, any_lost = 0;
     MPI_Allreduce(&size, &total_size, 1, MPI_DOUBLE, MPI_SUM, c->comm);
+    MPI_Allreduce(&lost, &any_lost, 1, MPI_INT, MPI_MAX, c->comm);
+    if (any_lost) {
+        free(mine.p);
+        snprintf(err, errlen,
+                 "--trace %s: the host ran out of memory while recording the trace; "
+                 "record fewer --steps",
+                 path);
+        return 1;
+    }
     if (total_size > (double)INT_MAX) {
         free(mine.p);
-        snprintf(err, errlen, "--trace %s: the trace would exceed 2 GiB; record fewer --steps or ranks", path);
+        snprintf(err, errlen,
+                 "--trace %s: the trace would exceed 2 GiB; record fewer --steps or ranks", path);
         return 2;
     }
     int N = c->world, len = (int)mine.n;
@@ -296,10 +350,15 @@ int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const
     /* 3. rank 0 writes header, the ranks' events, and the closing brackets */
     int rc = 0;
     if (c->rank == 0) {
-        Text head = {NULL, 0, 0};
+        Text head = {NULL, 0, 0, 0};
         run_header(&head, s, c, run, clock_sim, stats);
         OutFile f; /* ../files.c: beside the path, then renamed into place */
-        rc = out_open(&f, "--trace", path, err, errlen);
+        if (head.failed || !all) {
+            snprintf(err, errlen, "--trace %s: the host ran out of memory while writing the trace",
+                     path);
+            rc = 1;
+        }
+        if (rc == 0) rc = out_open(&f, "--trace", path, err, errlen);
         if (rc == 0) {
             out_write(&f, head.p, head.n);
             for (int r = 0; r < N; r++) {

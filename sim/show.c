@@ -35,7 +35,9 @@ int show_open_terminal(Sim *s, char *err, size_t errlen) {
     if (fd >= 0) close(fd);
     if (s->view) s->view_in_place = terminal;
     if (s->step_mode == STEP_INTERACTIVE && !terminal) {
-        snprintf(err, errlen, "--step waits for keys, but it is not running in a terminal. Run it from a terminal, or use --step=auto to print the same pictures without waiting.");
+        snprintf(err, errlen,
+                 "--step waits for keys, but it is not running in a terminal. Run it from a "
+                 "terminal, or use --step=auto to print the same pictures without waiting.");
         return 2;
     }
     return 0;
@@ -55,12 +57,17 @@ static int read_key(void) {
 static double *gather_memory(const Sim *s, const Comm *c) {
     double mine[MEM_NUM_CATEGORIES];
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) mine[k] = (double)s->ledger->current[k];
-    double *all = c->rank == 0 ? (double *)malloc((size_t)c->world * MEM_NUM_CATEGORIES * sizeof(double)) : NULL;
-    MPI_Gather(mine, MEM_NUM_CATEGORIES, MPI_DOUBLE, all, MEM_NUM_CATEGORIES, MPI_DOUBLE, 0, c->comm);
+    double *all = c->rank == 0
+                      ? (double *)malloc((size_t)c->world * MEM_NUM_CATEGORIES * sizeof(double))
+                      : NULL;
+    MPI_Gather(mine, MEM_NUM_CATEGORIES, MPI_DOUBLE, all, MEM_NUM_CATEGORIES, MPI_DOUBLE, 0,
+               c->comm);
     return all;
 }
 
-static const char *unit_label(const Sim *s, int unit) { return unit >= 0 && unit < s->n_units ? s->units[unit].name : "the loss"; }
+static const char *unit_label(const Sim *s, int unit) {
+    return unit >= 0 && unit < s->n_units ? s->units[unit].name : "the loss";
+}
 
 /* One row of the picture: N slices of the unit's flat buffer.
  *   3   rank 3's shard of the parameters
@@ -73,7 +80,8 @@ static void picture_row(char *out, int N, int rank, CommKind kind, int after) {
     out[n++] = '[';
     for (int j = 0; j < shown; j++) {
         char ch = '.';
-        if (kind == COMM_ALL_GATHER) ch = (after || j == rank) ? (char)(j < 10 ? '0' + j : 'a' + j - 10) : '.';
+        if (kind == COMM_ALL_GATHER)
+            ch = (after || j == rank) ? (char)(j < 10 ? '0' + j : 'a' + j - 10) : '.';
         else if (kind == COMM_REDUCE_SCATTER) ch = !after ? '+' : (j == rank ? 'S' : '.');
         else ch = after ? 'S' : '+';
         if (j) out[n++] = ' ';
@@ -84,17 +92,26 @@ static void picture_row(char *out, int N, int rank, CommKind kind, int after) {
     out[n] = '\0';
 }
 
-static void draw_step_picture(const Sim *s, const Comm *c, CommKind kind, int unit, long count, const double *mem) {
+static void draw_step_picture(const Sim *s, const Comm *c, CommKind kind, int unit, long count,
+                              const double *mem) {
     int N = c->world;
     long S = count / N;
     double moved = (kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (N - 1) * (double)S * 4.0;
-    printf("\n---- step %d, collective #%ld: %s of %s ----\n", s->step, s->seq - 1, COMM_KIND_NAMES[kind], unit_label(s, unit));
-    printf("%ld elements = %d slices of %ld; each rank sends %.1f KiB and receives %.1f KiB\n", count, N, S, moved / 1024, moved / 1024);
-    if (kind == COMM_ALL_GATHER) printf("each rank holds its own shard; afterwards every rank holds the full state\n");
-    if (kind == COMM_REDUCE_SCATTER) printf("each rank holds a full gradient of its own batch (+); afterwards rank r holds slice r averaged over all ranks (S)\n");
-    if (kind == COMM_ALL_REDUCE) printf("each rank holds a full gradient of its own batch (+); afterwards every rank holds all of it averaged (S)\n");
-    printf("          %-*s     %-*s   memory now (MiB): total = params + grads + optimizer + full params + full grads + other\n", 2 * (N <= 16 ? N : 16) + 5,
-           "before", 2 * (N <= 16 ? N : 16) + 5, "after");
+    printf("\n---- step %d, collective #%ld: %s of %s ----\n", s->step, s->seq - 1,
+           COMM_KIND_NAMES[kind], unit_label(s, unit));
+    printf("%ld elements = %d slices of %ld; each rank sends %.1f KiB and receives %.1f KiB\n",
+           count, N, S, moved / 1024, moved / 1024);
+    if (kind == COMM_ALL_GATHER)
+        printf("each rank holds its own shard; afterwards every rank holds the full state\n");
+    if (kind == COMM_REDUCE_SCATTER)
+        printf("each rank holds a full gradient of its own batch (+); afterwards rank r holds "
+               "slice r averaged over all ranks (S)\n");
+    if (kind == COMM_ALL_REDUCE)
+        printf("each rank holds a full gradient of its own batch (+); afterwards every rank holds "
+               "all of it averaged (S)\n");
+    printf("          %-*s     %-*s   memory now (MiB): total = params + grads + optimizer + full "
+           "params + full grads + other\n",
+           2 * (N <= 16 ? N : 16) + 5, "before", 2 * (N <= 16 ? N : 16) + 5, "after");
     for (int r = 0; r < N; r++) {
         char before[64], after[64];
         picture_row(before, N, r, kind, 0);
@@ -102,9 +119,11 @@ static void draw_step_picture(const Sim *s, const Comm *c, CommKind kind, int un
         const double *m = mem + (long)r * MEM_NUM_CATEGORIES;
         double total = 0.0;
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++) total += m[k];
-        printf("  rank %-3d %-*s ->  %-*s  %7.3f = %.3f + %.3f + %.3f + %.3f + %.3f + %.3f\n", r, 2 * (N <= 16 ? N : 16) + 5, before,
-               2 * (N <= 16 ? N : 16) + 5, after, mib(total), mib(m[MEM_PARAM_SHARD]), mib(m[MEM_GRAD_SHARD]), mib(m[MEM_OPTIM_STATE]),
-               mib(m[MEM_FULL_PARAMS]), mib(m[MEM_FULL_GRADS]), mib(m[MEM_ACTIVATIONS] + m[MEM_COMM_BUFFERS]));
+        printf("  rank %-3d %-*s ->  %-*s  %7.3f = %.3f + %.3f + %.3f + %.3f + %.3f + %.3f\n", r,
+               2 * (N <= 16 ? N : 16) + 5, before, 2 * (N <= 16 ? N : 16) + 5, after, mib(total),
+               mib(m[MEM_PARAM_SHARD]), mib(m[MEM_GRAD_SHARD]), mib(m[MEM_OPTIM_STATE]),
+               mib(m[MEM_FULL_PARAMS]), mib(m[MEM_FULL_GRADS]),
+               mib(m[MEM_ACTIVATIONS] + m[MEM_COMM_BUFFERS]));
     }
     fflush(stdout);
 }
@@ -113,7 +132,8 @@ static void draw_step_picture(const Sim *s, const Comm *c, CommKind kind, int un
 
 static const char BAR_CHARS[MEM_NUM_CATEGORIES] = {'P', 'G', 'O', 'F', 'f', 'a', 'c'};
 
-static void draw_view(Sim *s, const Comm *c, CommKind kind, int unit, long count, const double *mem) {
+static void draw_view(Sim *s, const Comm *c, CommKind kind, int unit, long count,
+                      const double *mem) {
     int N = c->world;
     double scale = (double)s->cfg->vram, sent = 0.0;
     for (int r = 0; r < N; r++) {
@@ -125,10 +145,12 @@ static void draw_view(Sim *s, const Comm *c, CommKind kind, int unit, long count
     if (!s->view_in_place) { /* not a terminal: one plain line per step */
         if (s->step == s->view_last_step) return;
         s->view_last_step = s->step;
-        printf("view: step %d | rank 0 sent %.2f MiB so far | memory MiB per rank:", s->step + 1, mib(sent));
+        printf("view: step %d | rank 0 sent %.2f MiB so far | memory MiB per rank:", s->step + 1,
+               mib(sent));
         for (int r = 0; r < N; r++) {
             double total = 0.0;
-            for (int k = 0; k < MEM_NUM_CATEGORIES; k++) total += mem[(long)r * MEM_NUM_CATEGORIES + k];
+            for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+                total += mem[(long)r * MEM_NUM_CATEGORIES + k];
             printf(" %.2f", mib(total));
         }
         printf("\n");
@@ -136,16 +158,26 @@ static void draw_view(Sim *s, const Comm *c, CommKind kind, int unit, long count
         return;
     }
     double now = MPI_Wtime();
-    if (now - s->last_draw < 0.05 && s->step_mode == STEP_OFF) return; /* ~20 frames a second is plenty */
+    if (now - s->last_draw < 0.05 && s->step_mode == STEP_OFF)
+        return; /* ~20 frames a second is plenty */
     s->last_draw = now;
     printf("\033[H\033[J"); /* home, clear: redraw in place */
-    printf("fsdp.c live view: %s on %d ranks, step %d of %d\n\n", strategy_name(s->cfg->strategy), N, s->step + 1, s->cfg->steps);
-    printf("computing:  %s %s\n", s->cur_unit >= 0 ? (s->cur_phase == PHASE_FORWARD ? "forward" : s->cur_phase == PHASE_BACKWARD ? "backward" : "optimizer") : "-",
+    printf("fsdp.c live view: %s on %d ranks, step %d of %d\n\n", strategy_name(s->cfg->strategy),
+           N, s->step + 1, s->cfg->steps);
+    printf("computing:  %s %s\n",
+           s->cur_unit >= 0 ? (s->cur_phase == PHASE_FORWARD    ? "forward"
+                               : s->cur_phase == PHASE_BACKWARD ? "backward"
+                                                                : "optimizer")
+                            : "-",
            s->cur_unit >= 0 ? unit_label(s, s->cur_unit) : "");
-    printf("in flight:  %s of %s, %ld elements\n", COMM_KIND_NAMES[kind], unit_label(s, unit), count);
-    printf("traffic so far (rank 0 sent): all_gather %.2f MiB, reduce_scatter %.2f MiB, all_reduce %.2f MiB\n\n", mib(c->bytes_sent[COMM_ALL_GATHER]),
-           mib(c->bytes_sent[COMM_REDUCE_SCATTER]), mib(c->bytes_sent[COMM_ALL_REDUCE]));
-    printf("memory per rank, bar = %s %.1f MiB\n", s->cfg->vram ? "budget" : "largest rank,", mib(scale));
+    printf("in flight:  %s of %s, %ld elements\n", COMM_KIND_NAMES[kind], unit_label(s, unit),
+           count);
+    printf("traffic so far (rank 0 sent): all_gather %.2f MiB, reduce_scatter %.2f MiB, all_reduce "
+           "%.2f MiB\n\n",
+           mib(c->bytes_sent[COMM_ALL_GATHER]), mib(c->bytes_sent[COMM_REDUCE_SCATTER]),
+           mib(c->bytes_sent[COMM_ALL_REDUCE]));
+    printf("memory per rank, bar = %s %.1f MiB\n", s->cfg->vram ? "budget" : "largest rank,",
+           mib(scale));
     const int width = 50;
     for (int r = 0; r < N; r++) {
         char bar[64];
@@ -161,13 +193,14 @@ static void draw_view(Sim *s, const Comm *c, CommKind kind, int unit, long count
         bar[n] = '\0';
         printf("  rank %-3d |%s| %8.3f MiB\n", r, bar, mib(total));
     }
-    printf("  P params  G grads  O optimizer  F full params  f full grads  a activations  c comm buffers\n");
+    printf("  P params  G grads  O optimizer  F full params  f full grads  a activations  c comm "
+           "buffers\n");
     fflush(stdout);
 }
 
-void show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) {
+int show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) {
     int stop = s->step_mode != STEP_OFF && !s->skip_to_next_step;
-    if (!stop && !s->view) return;
+    if (!stop && !s->view) return 0;
     double *mem = gather_memory(s, c);
     int key = 'n';
     if (c->rank == 0) {
@@ -180,13 +213,12 @@ void show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count)
         }
     }
     free(mem);
-    if (s->step_mode != STEP_INTERACTIVE || !stop) return;
+    if (s->step_mode != STEP_INTERACTIVE || !stop) return 0;
     MPI_Bcast(&key, 1, MPI_INT, 0, c->comm); /* every rank follows rank 0's key */
     if (key == 'c') s->skip_to_next_step = 1;
-    if (key == 'q') {
-        if (c->rank == 0) printf("stopped at your request before %s of %s\n", COMM_KIND_NAMES[kind], unit_label(s, unit));
-        fflush(stdout);
-        MPI_Finalize();
-        exit(0);
-    }
+    if (key == 'q' && c->rank == 0)
+        printf("stopped at your request before %s of %s\n", COMM_KIND_NAMES[kind],
+               unit_label(s, unit));
+    fflush(stdout);
+    return key == 'q';
 }

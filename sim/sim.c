@@ -26,14 +26,16 @@ static void fault_parse(Sim *s) {
         s->fault_kill_rank = rank;
         s->fault_kill_step = seq;
     }
-    if (sscanf(f, "%15[a-z]:%d:%ld", what, &rank, &seq) == 3 && (!strcmp(what, "skip") || !strcmp(what, "alter"))) {
+    if (sscanf(f, "%15[a-z]:%d:%ld", what, &rank, &seq) == 3 &&
+        (!strcmp(what, "skip") || !strcmp(what, "alter"))) {
         s->fault_alter = !strcmp(what, "alter");
         s->fault_rank = rank;
         s->fault_seq = seq;
     }
 }
 
-int sim_init(Sim *s, const Config *cfg, const Ledger *l, const Unit *units, int n_units, MPI_Comm comm, char *err, size_t errlen) {
+int sim_init(Sim *s, const Config *cfg, const Ledger *l, const Unit *units, int n_units,
+             MPI_Comm comm, char *err, size_t errlen) {
     memset(s, 0, sizeof(*s));
     s->cfg = cfg;
     s->ledger = l;
@@ -49,7 +51,8 @@ int sim_init(Sim *s, const Config *cfg, const Ledger *l, const Unit *units, int 
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
     int rc = 0;
-    if (rank == 0 && (s->step_mode == STEP_INTERACTIVE || s->view)) rc = show_open_terminal(s, err, errlen);
+    if (rank == 0 && (s->step_mode == STEP_INTERACTIVE || s->view))
+        rc = show_open_terminal(s, err, errlen);
     MPI_Bcast(&rc, 1, MPI_INT, 0, comm);
     MPI_Barrier(comm); /* a common time origin for the trace */
     s->t0 = MPI_Wtime();
@@ -76,15 +79,19 @@ void sim_on_step(Sim *s, int step) {
     s->step = step;
 }
 
-int sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) {
-    if (!s) return 0;
+SimVerdict sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) {
+    if (!s) return SIM_GO;
     long seq = s->seq++;
     if (c->rank == s->fault_rank && seq == s->fault_seq) {
-        fprintf(stderr, "[rank %d] FSDP_FAULT: %s collective #%ld (%s)\n", c->rank, s->fault_alter ? "altering" : "skipping", seq, COMM_KIND_NAMES[kind]);
-        if (!s->fault_alter) return 1;
+        fprintf(stderr, "[rank %d] FSDP_FAULT: %s collective #%ld (%s)\n", c->rank,
+                s->fault_alter ? "altering" : "skipping", seq, COMM_KIND_NAMES[kind]);
+        if (!s->fault_alter) return SIM_SKIP;
         count += c->world; /* the size this rank would wrongly call with */
     }
-    if (s->check) check_collective(s, c, seq, kind, unit, count);
-    if (s->step_mode != STEP_OFF || s->view) show_collective(s, c, kind, unit, count);
-    return 0;
+    if (s->check && check_collective(s, c, seq, kind, unit, count)) return SIM_MISMATCH;
+    if ((s->step_mode != STEP_OFF || s->view) && show_collective(s, c, kind, unit, count))
+        return SIM_QUIT;
+    return SIM_GO;
 }
+
+int sim_owns_terminal(const Sim *s) { return s && s->view_in_place; }

@@ -29,10 +29,10 @@ extern "C" {
  * one message, bandwidth the bytes per second one link carries in one
  * direction. It prices each collective as if it ran on that interconnect. */
 typedef struct NetModel {
-    const char *name;       /* nvlink, pcie, ib, ethernet, none            */
-    double alpha;           /* seconds per ring step (latency)             */
-    double bandwidth;       /* bytes per second per link, one direction    */
-    const char *source;     /* where the figures come from                 */
+    const char *name;   /* nvlink, pcie, ib, ethernet, none */
+    double alpha;       /* seconds per ring step (latency) */
+    double bandwidth;   /* bytes per second per link, one direction */
+    const char *source; /* where the figures come from */
 } NetModel;
 
 /* The preset called `name`, or NULL if there is none. */
@@ -49,10 +49,10 @@ double net_collective_seconds(const NetModel *net, CommKind kind, int world, dou
 typedef enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER } SimPhase;
 
 typedef struct {
-    int unit;            /* -1 for the optimizer step                     */
+    int unit; /* -1 for the optimizer step */
     SimPhase phase;
     int step;
-    double t_start, t_end; /* MPI_Wtime() seconds; t_end < 0 while open    */
+    double t_start, t_end; /* MPI_Wtime() seconds; t_end < 0 while open */
 } SimSpan;
 
 typedef struct {
@@ -69,57 +69,72 @@ typedef enum { STEP_OFF, STEP_INTERACTIVE, STEP_AUTO } StepMode;
 
 typedef struct Sim {
     /* what is switched on */
-    int record;          /* --trace: keep spans, frees and memory samples */
-    int check;           /* --check-collectives                           */
-    StepMode step_mode;  /* --step, --step=auto                           */
-    int view;            /* --view                                        */
+    int record;         /* --trace: keep spans, frees and memory samples */
+    int check;          /* --check-collectives */
+    StepMode step_mode; /* --step, --step=auto */
+    int view;           /* --view */
     /* what the instruments read (owned by the trainer) */
     const Config *cfg;
     const Ledger *ledger;
     const Unit *units;
     int n_units;
     /* the recorder */
+    int record_lost; /* out of host memory: recording stopped */
     SimSpan *spans;
     int n_spans, cap_spans;
     SimFree *frees;
     int n_frees, cap_frees;
     SimMemSample *mem;
     int n_mem, cap_mem;
-    double t0;           /* the common time origin (after a barrier)       */
-    int step;            /* the training step now running                  */
-    long seq;            /* collectives so far on this rank                */
+    double t0; /* the common time origin (after a barrier) */
+    int step;  /* the training step now running */
+    long seq;  /* collectives so far on this rank */
     /* --step / --view */
-    int view_in_place;   /* --view on a terminal: redraw; else plain lines */
-    int view_last_step;  /* plain --view lines: one per step               */
-    int cur_unit;        /* the unit computing now (for --view)            */
+    int view_in_place;  /* --view on a terminal: redraw; else plain lines */
+    int view_last_step; /* plain --view lines: one per step */
+    int cur_unit;       /* the unit computing now (for --view) */
     SimPhase cur_phase;
-    int skip_to_next_step; /* 'c' pressed: no stops until the next step    */
-    double last_draw;    /* --view redraw throttle                         */
+    int skip_to_next_step; /* 'c' pressed: no stops until the next step */
+    double last_draw;      /* --view redraw throttle */
     /* test-only fault injection: FSDP_FAULT=skip:RANK:SEQ or alter:RANK:SEQ */
     int fault_alter, fault_rank;
     long fault_seq;
-    int fault_kill_rank;  /* FSDP_FAULT=killsave:RANK:STEP                  */
+    int fault_kill_rank; /* FSDP_FAULT=killsave:RANK:STEP */
     long fault_kill_step;
 } Sim;
 
 /* Sets up the instruments for a trainer; collective over comm. Returns 0,
  * or 2 with a message in err (e.g. --step without a terminal). */
-int sim_init(Sim *s, const Config *cfg, const Ledger *l, const Unit *units, int n_units, MPI_Comm comm, char *err, size_t errlen);
+int sim_init(Sim *s, const Config *cfg, const Ledger *l, const Unit *units, int n_units,
+             MPI_Comm comm, char *err, size_t errlen);
 void sim_release(Sim *s);
 
-/* Called by comm_record before every collective. Returns 1 if the test-only
- * fault switch says this rank should skip this collective. */
-int sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count);
+/* What the instruments say about the collective about to start. Nothing in
+ * sim/ ends the process: fsdp.c decides what each verdict means. */
+typedef enum {
+    SIM_GO,       /* call it */
+    SIM_SKIP,     /* the test-only fault switch: this rank skips it */
+    SIM_QUIT,     /* --step: the user pressed q (every rank got the key) */
+    SIM_MISMATCH, /* --check-collectives: the ranks disagree (every rank knows) */
+} SimVerdict;
+
+/* Called by comm_record before every collective. */
+SimVerdict sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count);
+/* Whether --view redraws the terminal in place (then fsdp.c prints no
+ * step lines, which would scroll the picture away). */
+int sim_owns_terminal(const Sim *s);
 void sim_on_step(Sim *s, int step);
 /* test-only: FSDP_FAULT=killsave:RANK:STEP kills that rank (SIGKILL) half
  * way through writing the checkpoint of that step. */
 void sim_fault_kill_during_save(const Sim *s, int rank, long step);
 
 /* sim/check.c */
-void check_collective(Sim *s, const Comm *c, long seq, CommKind kind, int unit, long count);
+/* 1 if the ranks' collectives differ (reported on stderr), else 0. */
+int check_collective(Sim *s, const Comm *c, long seq, CommKind kind, int unit, long count);
 /* sim/show.c */
 int show_open_terminal(Sim *s, char *err, size_t errlen);
-void show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count);
+/* 1 if the user asked to quit (--step, key q), else 0. */
+int show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count);
 void sim_span_begin(Sim *s, int unit, SimPhase phase);
 void sim_span_end(Sim *s, int unit, SimPhase phase);
 void sim_on_free(Sim *s, int unit);
@@ -131,7 +146,8 @@ typedef struct {
     double seconds, final_loss;
     int steps;
 } SimRunSummary;
-int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const char *path, int clock_sim, char *err, size_t errlen);
+int sim_trace_write(const Sim *s, const Comm *c, const SimRunSummary *run, const char *path,
+                    int clock_sim, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }
