@@ -11,7 +11,7 @@
 CC      := mpicc
 CFLAGS  ?= -O3 -g -std=c11 -Wall -Wextra -Werror=implicit-function-declaration
 NATIVE  ?= -march=native
-LDLIBS  := -lm
+LDLIBS  := -lm -lpthread
 NP      ?= 4
 
 # mpirun must just work: as root (containers, CI), with more ranks than
@@ -106,7 +106,7 @@ bench: fsdp tests/bench_collectives tests/bench_matmul
 # ---- the CUDA build: the same file, compiled as CUDA C++ ---------------------
 gpu: fsdp-gpu
 fsdp-gpu: fsdp.c fsdp.h $(SIM_DEPS) | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(MPI_CFLAGS) fsdp.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm
+	$(NVCC) -x cu -O2 -std=c++17 $(MPI_CFLAGS) fsdp.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm -lpthread
 
 # ---- the whole suite under AddressSanitizer + UBSan (rebuilds, then cleans) --
 # Leak checking is off: Open MPI keeps allocations alive until exit by design.

@@ -330,22 +330,12 @@ static void ledger_release_all(Ledger *l) {
  * Gradients are averaged ("mean"): we sum, then divide by N once at the end.
  * ========================================================================== */
 
-static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const NetModel *net) {
-    memset(c, 0, sizeof(*c));
-    c->comm = mpi_comm;
-    c->impl = impl;
-    c->net = net;
-    mpiCheck(MPI_Comm_rank(mpi_comm, &c->rank));
-    mpiCheck(MPI_Comm_size(mpi_comm, &c->world));
-}
-
 /* The one place every collective passes through: it tells the instruments
  * (which may check it, picture it, or in a fault test skip it: then it
  * returns 1 and nothing moves), counts the bytes and the simulated time,
  * and, when a trace is being written, records the event. */
 static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long count) {
     memset(h, 0, sizeof(*h));
-    h->req = MPI_REQUEST_NULL;
     h->kind = kind;
     h->event = -1;
     SimVerdict verdict = sim_on_collective(c->sim, c, kind, unit, count);
@@ -395,7 +385,7 @@ static void ring_all_gather(Comm *c, float *full, long S) {
         int recv_chunk = (c->rank - s - 1 + N) % N;
         mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c),
                               COMM_ALL_GATHER, full + recv_chunk * S, (int)S, MPI_FLOAT,
-                              ring_left(c), COMM_ALL_GATHER, c->comm, MPI_STATUS_IGNORE));
+                              ring_left(c), COMM_ALL_GATHER, c->stream_comm, MPI_STATUS_IGNORE));
     }
 }
 
@@ -411,10 +401,131 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
         int recv_chunk = (c->rank - s - 2 + 2 * N) % N;
         mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c),
                               COMM_REDUCE_SCATTER, tmp, (int)S, MPI_FLOAT, ring_left(c),
-                              COMM_REDUCE_SCATTER, c->comm, MPI_STATUS_IGNORE));
+                              COMM_REDUCE_SCATTER, c->stream_comm, MPI_STATUS_IGNORE));
         float *acc = full + recv_chunk * S;
         for (long i = 0; i < S; i++) acc[i] += tmp[i];
     }
+}
+
+/* Runs one collective to completion, on whichever thread the stream uses:
+ * our ring, or Open MPI's own (blocking: the stream is what runs it in the
+ * background). Sums only; comm_wait turns them into means. */
+static void collective_run(Comm *c, const CommTask *k) {
+    int mpi = c->impl == COLLECTIVES_MPI;
+    long S = k->S;
+    switch (k->kind) {
+    case COMM_ALL_GATHER:
+        if (mpi)
+            mpiCheck(MPI_Allgather(k->shard, (int)S, MPI_FLOAT, k->full, (int)S, MPI_FLOAT,
+                                   c->stream_comm));
+        else {
+            memcpy(k->full + (long)c->rank * S, k->shard, (size_t)S * sizeof(float));
+            ring_all_gather(c, k->full, S);
+        }
+        break;
+    case COMM_REDUCE_SCATTER:
+        if (mpi)
+            mpiCheck(MPI_Reduce_scatter_block(k->full, k->out, (int)S, MPI_FLOAT, MPI_SUM,
+                                              c->stream_comm));
+        else {
+            ring_reduce_scatter(c, k->full, S, k->tmp);
+            memcpy(k->out, k->full + (long)c->rank * S, (size_t)S * sizeof(float));
+        }
+        break;
+    default: /* all-reduce: literally a reduce-scatter, then an all-gather */
+        if (mpi)
+            mpiCheck(MPI_Allreduce(MPI_IN_PLACE, k->full, (int)(S * c->world), MPI_FLOAT, MPI_SUM,
+                                   c->stream_comm));
+        else {
+            ring_reduce_scatter(c, k->full, S, k->tmp);
+            ring_all_gather(c, k->full, S);
+        }
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The communication stream
+ *
+ * On a GPU, collectives run on a CUDA stream of their own, so they overlap
+ * the kernels of the compute stream; an event recorded on one and waited
+ * on by the other is the only ordering between them. On the CPU the
+ * communication stream is a thread with a queue: comm_*_start appends a
+ * collective and returns at once, the thread runs the queue in order, and
+ * comm_wait blocks until the collective asked for is done (the CPU's
+ * "event"). The thread has its own copy of the communicator, so its
+ * messages never meet the main thread's bookkeeping. All memory is booked
+ * by the main thread, at start and at wait, so the ledger's figures do not
+ * depend on how fast the thread runs.
+ *
+ * --inline-collectives runs each collective on the calling thread the
+ * moment it starts instead: the same order, the same numbers, nothing in
+ * the background. --step, --check-collectives and --wait-for-debugger
+ * imply it, so stepping and debugging stay as simple as they were.
+ * --------------------------------------------------------------------- */
+static void *comm_stream_main(void *arg) {
+    Comm *c = (Comm *)arg;
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        while (c->finished == c->queued && !c->stopping) pthread_cond_wait(&c->work, &c->lock);
+        if (c->finished == c->queued) break; /* stopping, and nothing left */
+        CommTask task = c->queue[c->finished % COMM_QUEUE];
+        pthread_mutex_unlock(&c->lock);
+        collective_run(c, &task);
+        pthread_mutex_lock(&c->lock);
+        c->finished++;
+        pthread_cond_broadcast(&c->done);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+/* Threaded streams need an MPI that lets two threads call it at once. */
+static void comm_require_threads(const Comm *c) {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (level >= MPI_THREAD_MULTIPLE) return;
+    if (c->rank == 0)
+        fprintf(stderr, "error: this MPI was started without MPI_THREAD_MULTIPLE, which the "
+                        "communication thread needs.\nHINT: add --inline-collectives (no thread), "
+                        "or use an MPI built with thread support (Open MPI 3 and later are).\n");
+    exit_all(1);
+}
+
+static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const NetModel *net,
+                      int threaded) {
+    memset(c, 0, sizeof(*c));
+    c->comm = mpi_comm;
+    c->impl = impl;
+    c->net = net;
+    mpiCheck(MPI_Comm_rank(mpi_comm, &c->rank));
+    mpiCheck(MPI_Comm_size(mpi_comm, &c->world));
+    mpiCheck(MPI_Comm_dup(mpi_comm, &c->stream_comm));
+    c->threaded = threaded;
+    if (!threaded) return;
+    comm_require_threads(c);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->work, NULL);
+    pthread_cond_init(&c->done, NULL);
+    if (pthread_create(&c->thread, NULL, comm_stream_main, c) != 0)
+        FATAL("the system refused a thread; try --inline-collectives",
+              "cannot start the communication thread");
+}
+
+/* Puts a collective on the stream; h learns its number. */
+static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
+    if (!c->threaded) {
+        collective_run(c, task);
+        h->number = ++c->queued;
+        c->finished = c->queued;
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    while (c->queued - c->finished >= COMM_QUEUE) pthread_cond_wait(&c->done, &c->lock);
+    c->queue[c->queued % COMM_QUEUE] = *task;
+    h->number = ++c->queued;
+    pthread_cond_signal(&c->work);
+    pthread_mutex_unlock(&c->lock);
 }
 
 static void scale(float *x, long n, float f) {
@@ -426,34 +537,26 @@ static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard
                                         int unit) {
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, unit, S * c->world)) return h;
-    if (c->impl == COLLECTIVES_MPI) {
-        mpiCheck(
-            MPI_Iallgather(shard, (int)S, MPI_FLOAT, full, (int)S, MPI_FLOAT, c->comm, &h.req));
-    } else {
-        memcpy(full + (long)c->rank * S, shard, (size_t)S * sizeof(float));
-        ring_all_gather(c, full, S);
-    }
+    CommTask task = {COMM_ALL_GATHER, full, shard, NULL, NULL, S};
+    comm_submit(c, &h, &task);
     return h;
 }
 
 /* reduce-scatter (mean): full (N*S) on every rank -> shard (S), the average
- * over ranks of chunk `rank`. The ring consumes `full` as its accumulator. */
+ * over ranks of chunk `rank`. The ring consumes `full` as its accumulator,
+ * so `full` must live until the wait. */
 static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, long S, int unit,
                                             Ledger *l) {
     CommHandle h;
     if (comm_record(c, &h, COMM_REDUCE_SCATTER, unit, S * c->world)) return h;
     h.buf = shard;
     h.scale_count = S;
-    if (c->impl == COLLECTIVES_MPI) {
-        mpiCheck(
-            MPI_Ireduce_scatter_block(full, shard, (int)S, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
-    } else {
-        float *tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float),
-                                           "ring reduce-scatter");
-        ring_reduce_scatter(c, full, S, tmp);
-        ledger_free(l, tmp);
-        memcpy(shard, full + (long)c->rank * S, (size_t)S * sizeof(float));
+    if (c->impl == COLLECTIVES_RING) {
+        h.tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring reduce-scatter");
+        h.ledger = l;
     }
+    CommTask task = {COMM_REDUCE_SCATTER, full, NULL, shard, h.tmp, S};
+    comm_submit(c, &h, &task);
     return h;
 }
 
@@ -469,32 +572,47 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
     if (comm_record(c, &h, COMM_ALL_REDUCE, unit, count)) return h;
     h.buf = buf;
     h.scale_count = count;
-    if (c->impl == COLLECTIVES_MPI) {
-        mpiCheck(
-            MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->comm, &h.req));
-    } else {
-        long S = count / c->world;
-        float *tmp =
-            (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
-        ring_reduce_scatter(c, buf, S, tmp);
-        ledger_free(l, tmp);
-        ring_all_gather(c, buf, S);
+    long S = count / c->world;
+    if (c->impl == COLLECTIVES_RING) {
+        h.tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
+        h.ledger = l;
     }
+    CommTask task = {COMM_ALL_REDUCE, buf, NULL, NULL, h.tmp, S};
+    comm_submit(c, &h, &task);
     return h;
 }
 
-/* Completes a collective: waits for the transfer, turns sums into means,
- * and books the time it took. */
+/* Completes a collective: waits until the stream has run it, turns sums
+ * into means, frees its staging buffer and books the time it took. */
 static void comm_wait(Comm *c, CommHandle *h) {
     if (h->skipped) return; /* by the test-only fault switch */
-    mpiCheck(MPI_Wait(&h->req, MPI_STATUS_IGNORE));
+    if (c->threaded) {
+        pthread_mutex_lock(&c->lock);
+        while (c->finished < h->number) pthread_cond_wait(&c->done, &c->lock);
+        pthread_mutex_unlock(&c->lock);
+    }
     if (h->kind != COMM_ALL_GATHER) scale(h->buf, h->scale_count, 1.0f / (float)c->world);
+    if (h->tmp) ledger_free(h->ledger, h->tmp);
+    h->tmp = NULL;
     double end = now_seconds();
     c->wall_seconds += end - h->t_start;
     if (h->event >= 0) c->events[h->event].t_end = end;
 }
 
+/* Stops the stream (after what is queued) and frees what it holds. */
 static void comm_release(Comm *c) {
+    if (c->threaded) {
+        pthread_mutex_lock(&c->lock);
+        c->stopping = 1;
+        pthread_cond_signal(&c->work);
+        pthread_mutex_unlock(&c->lock);
+        pthread_join(c->thread, NULL);
+        pthread_mutex_destroy(&c->lock);
+        pthread_cond_destroy(&c->work);
+        pthread_cond_destroy(&c->done);
+        c->threaded = 0;
+    }
+    if (c->stream_comm != MPI_COMM_NULL) MPI_Comm_free(&c->stream_comm);
     free(c->events);
     c->events = NULL;
     c->n_events = c->cap_events = 0;
@@ -1497,7 +1615,11 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     Trainer *t = (Trainer *)calloc(1, sizeof(Trainer));
     if (!t) FATAL("the machine is out of host memory", "cannot allocate the trainer");
     t->cfg = *cfg;
-    comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"));
+    /* stepping, checking and debugging want every collective on the main thread */
+    int threaded = !cfg->inline_collectives && !cfg->step_mode && !cfg->check_collectives &&
+                   !cfg->wait_for_debugger;
+    comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"),
+              threaded);
     t->ledger.budget = cfg->vram;
     t->ledger.rank = t->comm.rank;
     t->ledger.defer_oom = 1; /* until ledger_agree_fits, below */
@@ -2693,6 +2815,9 @@ void config_usage(FILE *out) {
             "  --check-collectives   ranks compare each collective before calling it and stop\n"
             "                        with a report on a mismatch, instead of hanging\n"
             "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
+            "  --inline-collectives  run each collective on the main thread at once, not on the\n"
+            "                        communication thread (implied by --step, --check-collectives\n"
+            "                        and --wait-for-debugger)\n"
             "checkpoints\n"
             "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
             "  --save-every K        every K steps); the two newest are kept\n"
@@ -2963,8 +3088,8 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
  * --step=auto is the one switch that takes a value. */
 static int flag_takes_no_value(const char *flag) {
     static const char *const flags[] = {
-        "--help", "-h",     "--compare",          "--check-collectives",
-        "--step", "--view", "--wait-for-debugger"};
+        "--help", "-h",     "--compare",           "--check-collectives",
+        "--step", "--view", "--wait-for-debugger", "--inline-collectives"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -2986,6 +3111,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--check-collectives")) c->check_collectives = 1;
     else if (!strcmp(flag, "--view")) c->view = 1;
     else if (!strcmp(flag, "--wait-for-debugger")) c->wait_for_debugger = 1;
+    else if (!strcmp(flag, "--inline-collectives")) c->inline_collectives = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -3368,7 +3494,8 @@ static int finish(int code) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int provided = 0; /* section 3: the communication thread calls MPI beside the main thread */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);

@@ -29,6 +29,7 @@
 #define FSDP_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdint.h>
@@ -82,6 +83,7 @@ typedef struct {
     int step_mode;          /* --step: 1 wait for keys, 2 =auto (StepMode) */
     int view;               /* --view: live terminal dashboard on rank 0 */
     int wait_for_debugger;  /* --wait-for-debugger */
+    int inline_collectives; /* --inline-collectives: no communication thread */
     /* checkpoints */
     const char *save_dir;    /* --save-dir: sharded checkpoints go here */
     int save_every;          /* --save-every K steps (and at the end) */
@@ -128,7 +130,7 @@ typedef struct {
     MemCategory cat;
 } LedgerEntry;
 
-typedef struct {
+typedef struct Ledger {
     size_t current[MEM_NUM_CATEGORIES];
     size_t peak[MEM_NUM_CATEGORIES];
     size_t current_total, peak_total;
@@ -175,8 +177,22 @@ typedef struct {
     int step;              /* the training step it belongs to */
 } CommEvent;
 
+/* One collective as the communication stream runs it: the buffers it
+ * reads and writes. A handle names it by its place in the stream's order. */
 typedef struct {
-    MPI_Comm comm;
+    CommKind kind;
+    float *full;        /* (N*S) all-gather output; reduce-scatter input, consumed;
+                         * all-reduce buffer, in place */
+    const float *shard; /* (S) all-gather input */
+    float *out;         /* (S) reduce-scatter output */
+    float *tmp;         /* (S) the ring's receive buffer */
+    long S;             /* elements per rank (chunk) */
+} CommTask;
+
+enum { COMM_QUEUE = 16 }; /* collectives queued on the stream at most */
+
+typedef struct {
+    MPI_Comm comm; /* the caller's: bookkeeping (checkpoints, tables) */
     int rank, world;
     CollectivesImpl impl;
     /* per kind: calls, and bytes this rank sent and received (ring volume) */
@@ -184,23 +200,34 @@ typedef struct {
     double bytes_sent[COMM_NUM_KINDS];
     double bytes_recv[COMM_NUM_KINDS];
     double sim_seconds[COMM_NUM_KINDS]; /* priced by the --net model */
-    double wall_seconds;                /* time spent in collectives on this machine */
+    double wall_seconds;                /* time spent waiting for collectives */
     int keep_events;                    /* record every event (for --trace), or totals only */
     const struct NetModel *net;
     struct Sim *sim;   /* the instruments, told of every collective */
     int step;          /* the training step now running */
     CommEvent *events; /* every collective, in order */
     int n_events, cap_events;
+    /* the communication stream (fsdp.c, section 3) */
+    MPI_Comm stream_comm;       /* a copy of comm that only the stream's collectives use */
+    int threaded;               /* a thread runs the queue; 0: each collective inline */
+    pthread_t thread;
+    pthread_mutex_t lock;       /* guards everything below */
+    pthread_cond_t work, done;  /* "a task was queued", "a task finished" */
+    CommTask queue[COMM_QUEUE]; /* task number i sits at i % COMM_QUEUE */
+    long queued, finished;      /* tasks so far; the stream runs number `finished` next */
+    int stopping;
 } Comm;
 
 typedef struct {
-    MPI_Request req; /* MPI_REQUEST_NULL once complete */
-    int skipped;     /* the test-only fault switch skipped it */
-    double t_start;  /* when it started */
+    int skipped;    /* the test-only fault switch skipped it */
+    long number;    /* its place on the stream: done once finished >= number */
+    double t_start; /* when it was queued */
     CommKind kind;
     float *buf;       /* reduce-scatter / all-reduce: result to scale */
     long scale_count; /* elements to divide by world for the mean */
-    int event;        /* index into Comm.events, or -1 when not recorded */
+    float *tmp;       /* the ring's receive buffer, freed when waited for */
+    struct Ledger *ledger;
+    int event; /* index into Comm.events, or -1 when not recorded */
 } CommHandle;
 
 /* ----------------------------------------------------------------------------

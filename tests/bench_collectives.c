@@ -214,12 +214,13 @@ static void print_size(long bytes) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int provided = 0; /* fsdp.c's communication thread needs MPI_THREAD_MULTIPLE */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     Bench b;
     memset(&b, 0, sizeof(b)); /* a zeroed Ledger is an empty ledger */
     b.world = MPI_COMM_WORLD;
-    comm_init(&b.ring, b.world, COLLECTIVES_RING, NULL);
-    comm_init(&b.nb, b.world, COLLECTIVES_MPI, NULL);
+    comm_init(&b.ring, b.world, COLLECTIVES_RING, NULL, 0); /* inline: the collective alone */
+    comm_init(&b.nb, b.world, COLLECTIVES_MPI, NULL, 0);
     b.rank = b.ring.rank;
     b.N = b.ring.world;
     if (b.N < 2) {

@@ -103,7 +103,8 @@ static double seconds_per_call(Case *c, Kernel k) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int provided = 0; /* fsdp.c's communication thread needs MPI_THREAD_MULTIPLE */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     printf("linear layers of the `small` model, one core, fp32 (GFLOP/s = 1e9 flop/s)\n"
            "  forward 2*B*I*O flops, backward 4*B*I*O; naive = textbook i-j-k matmul (B,I)@(I,O) = 2*B*I*O\n\n");
     printf("%-8s %3s %4s %4s | %8s %8s | %8s %8s | %10s | %9s %9s | %s\n", "layer", "B", "I", "O", "fwd us", "GFLOP/s",

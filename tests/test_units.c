@@ -412,7 +412,8 @@ static void test_data_mapped(void) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int provided = 0; /* fsdp.c's communication thread needs MPI_THREAD_MULTIPLE */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     printf("layer gradients vs finite differences\n");
     test_linear();
     test_layernorm();
