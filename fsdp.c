@@ -471,9 +471,13 @@ static void *comm_stream_main(void *arg) {
         if (c->finished == c->queued) break; /* stopping, and nothing left */
         CommTask task = c->queue[c->finished % COMM_QUEUE];
         pthread_mutex_unlock(&c->lock);
+        double t0 = now_seconds();
         collective_run(c, &task);
+        double t1 = now_seconds();
         pthread_mutex_lock(&c->lock);
         c->finished++;
+        CommRun run = {c->finished, t0, t1};
+        c->ran[c->finished % COMM_QUEUE] = run;
         pthread_cond_broadcast(&c->done);
     }
     pthread_mutex_unlock(&c->lock);
@@ -515,9 +519,12 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
 /* Puts a collective on the stream; h learns its number. */
 static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
     if (!c->threaded) {
+        double t0 = now_seconds();
         collective_run(c, task);
         h->number = ++c->queued;
         c->finished = c->queued;
+        CommRun run = {h->number, t0, now_seconds()};
+        c->ran[h->number % COMM_QUEUE] = run;
         return;
     }
     pthread_mutex_lock(&c->lock);
@@ -586,17 +593,22 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
  * into means, frees its staging buffer and books the time it took. */
 static void comm_wait(Comm *c, CommHandle *h) {
     if (h->skipped) return; /* by the test-only fault switch */
-    if (c->threaded) {
-        pthread_mutex_lock(&c->lock);
-        while (c->finished < h->number) pthread_cond_wait(&c->done, &c->lock);
-        pthread_mutex_unlock(&c->lock);
-    }
+    double waited = now_seconds();
+    CommRun run = {0, h->t_start, waited};
+    pthread_mutex_t *lock = c->threaded ? &c->lock : NULL;
+    if (lock) pthread_mutex_lock(lock);
+    while (c->finished < h->number) pthread_cond_wait(&c->done, lock);
+    if (c->ran[h->number % COMM_QUEUE].number == h->number) run = c->ran[h->number % COMM_QUEUE];
+    if (lock) pthread_mutex_unlock(lock);
     if (h->kind != COMM_ALL_GATHER) scale(h->buf, h->scale_count, 1.0f / (float)c->world);
     if (h->tmp) ledger_free(h->ledger, h->tmp);
     h->tmp = NULL;
-    double end = now_seconds();
-    c->wall_seconds += end - h->t_start;
-    if (h->event >= 0) c->events[h->event].t_end = end;
+    /* the time the caller could not compute: blocked here, or the whole
+     * collective when it ran inline at start */
+    c->wall_seconds += c->threaded ? now_seconds() - waited : run.t_end - run.t_start;
+    if (h->event < 0) return;
+    c->events[h->event].t_start = run.t_start; /* when the stream really ran it */
+    c->events[h->event].t_end = run.t_end;
 }
 
 /* Stops the stream (after what is queued) and frees what it holds. */
@@ -1106,6 +1118,12 @@ struct Trainer {
     uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
     int data_crc_known;
     Sim sim; /* the simulator's instruments (sim/), told by hooks */
+    /* the order units run in, recorded in the first forward as PyTorch does,
+     * so prefetching knows which unit comes next */
+    int *pre_order, n_pre;   /* (n_units) units in the order their forward starts */
+    int *post_order, n_post; /* (n_units) ... and ends; backward is its reverse */
+    int order_known;         /* a whole forward has been recorded */
+    int gathers_in_flight, max_gathers_in_flight; /* all-gathers started, not waited */
 };
 
 /* ============================================================================
@@ -1126,12 +1144,12 @@ static int is_sharded(const Trainer *t) { return t->cfg.strategy != STRATEGY_NO_
 /* A unit's full flat parameter in a new buffer: allocate `padded`
  * elements and all-gather the N shards into it (PyTorch: unshard). With
  * no_shard every rank already holds it, and the replica itself is returned.
- * Give it back with unit_release_gathered. Also used to export the model. */
+ * Give it back with unit_release_gathered. For export and tests; the
+ * lifecycle below does the same in two halves, so it can prefetch. */
 static float *unit_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     if (!is_sharded(t)) return u->shard_param;
-    float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
-                                        sizeof(float), u->name);
+    float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), u->name);
     CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
     comm_wait(&t->comm, &h);
     return full;
@@ -1141,18 +1159,84 @@ static void unit_release_gathered(Trainer *t, int ui, float *full) {
     if (full != t->units[ui].shard_param) ledger_free(&t->ledger, full);
 }
 
-/* Gather a unit's full state for computing: its parameters point into it. */
-static void unit_all_gather(Trainer *t, int ui) {
-    t->units[ui].full_param = unit_gather(t, ui);
-    unit_set_views(&t->units[ui], &t->model);
+/* ------------------------------------------------------------------------
+ * Unshard in two halves, and prefetch
+ *
+ * unit_unshard_start allocates the unit's full state and puts its
+ * all-gather on the communication stream; unit_unshard_wait waits for it
+ * and points the parameters into it. Between the two the main thread goes
+ * on computing: that is prefetching, PyTorch's way of hiding the
+ * all-gather of the next unit behind the compute of this one. The memory
+ * is booked when the all-gather starts, so a prefetched unit costs its full
+ * state from then on.
+ *
+ * Which unit is next comes from the order recorded in the first forward
+ * (PyTorch records it too): forward runs pre_order, backward runs
+ * post_order backwards. Forward prefetch starts in the second step; the
+ * first backward already knows its order.
+ *
+ * The rate limiter (--limit-all-gathers, PyTorch's limit_all_gathers,
+ * on by default) lets at most two all-gathers be in flight: before a third
+ * starts, the oldest is waited for. On a GPU the CPU queues kernels far
+ * ahead of the compute stream, and without the limiter it would queue
+ * all-gather after all-gather and fill the memory with prefetched units.
+ * Here compute runs on the main thread itself, so the schedules below never
+ * reach a third; the limiter is the guarantee, and the tests check it.
+ * --------------------------------------------------------------------- */
+static void unit_unshard_wait(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    if (!u->gathering) return;
+    comm_wait(&t->comm, &u->gather);
+    u->gathering = 0;
+    t->gathers_in_flight--;
+    unit_set_views(u, &t->model);
 }
 
+static void unit_unshard_start(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    if (ui < 0 || !is_sharded(t) || u->full_param) return; /* gathered, or on its way */
+    while (t->cfg.limit_all_gathers && t->gathers_in_flight >= 2) {
+        int oldest = -1;
+        for (int v = 0; v < t->n_units; v++)
+            if (t->units[v].gathering && (oldest < 0 || t->units[v].gather.number < t->units[oldest].gather.number))
+                oldest = v;
+        unit_unshard_wait(t, oldest);
+    }
+    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), u->name);
+    u->gather = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui);
+    u->gathering = 1;
+    if (++t->gathers_in_flight > t->max_gathers_in_flight) t->max_gathers_in_flight = t->gathers_in_flight;
+}
+
+static void unit_unshard(Trainer *t, int ui) {
+    unit_unshard_start(t, ui);
+    unit_unshard_wait(t, ui);
+}
+
+/* Reshard: free the full state; the shard is all the unit keeps. */
 static void unit_free_full_params(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     ledger_free(&t->ledger, u->full_param);
     u->full_param = NULL;
     unit_set_views(u, &t->model);
     sim_on_free(&t->sim, ui);
+}
+
+/* The unit after ui in forward (or backward) order, or -1. */
+static int unit_next_forward(const Trainer *t, int ui) {
+    for (int i = 0; t->order_known && i + 1 < t->n_pre; i++)
+        if (t->pre_order[i] == ui) return t->pre_order[i + 1];
+    return -1;
+}
+static int unit_next_backward(const Trainer *t, int ui) {
+    for (int i = t->n_post - 1; t->order_known && i > 0; i--)
+        if (t->post_order[i] == ui) {
+            int next = t->post_order[i - 1];
+            /* as PyTorch's _needs_pre_backward_unshard: never gather a unit
+             * whose backward is over (the root's post-backward is last) */
+            return t->units[next].needs_backward ? next : -1;
+        }
+    return -1;
 }
 
 /* ------------------------------------------------------------------------
@@ -1164,9 +1248,15 @@ static void unit_free_full_params(Trainer *t, int ui) {
  * into the full state. Memory grows by one full flat parameter; each rank
  * sends its shard to the ring and receives the other N-1. With no_shard the
  * full state is always present and nothing moves.
+ * --forward-prefetch (PyTorch's forward_prefetch) then starts the next
+ * unit's all-gather at once, so it travels while this unit computes: the
+ * forward holds the root, this unit and the next one.
  * --------------------------------------------------------------------- */
 static void unit_pre_forward(Trainer *t, int ui) {
-    if (is_sharded(t) && t->units[ui].full_param == NULL) unit_all_gather(t, ui);
+    if (!t->order_known) t->pre_order[t->n_pre++] = ui;
+    t->units[ui].needs_backward = 1;
+    unit_unshard(t, ui);
+    if (t->cfg.forward_prefetch) unit_unshard_start(t, unit_next_forward(t, ui));
     sim_span_begin(&t->sim, ui, PHASE_FORWARD);
 }
 
@@ -1184,6 +1274,8 @@ static void unit_pre_forward(Trainer *t, int ui) {
  * --------------------------------------------------------------------- */
 static void unit_post_forward(Trainer *t, int ui) {
     sim_span_end(&t->sim, ui, PHASE_FORWARD);
+    if (!t->order_known) t->post_order[t->n_post++] = ui;
+    if (ui == 0) t->order_known = 1; /* the root's forward encloses all others */
     if (t->cfg.strategy == STRATEGY_FULL_SHARD && ui != 0) unit_free_full_params(t, ui);
 }
 
@@ -1194,15 +1286,24 @@ static void unit_post_forward(Trainer *t, int ui) {
  * The unit's backward needs its full parameters (to propagate gradients to
  * its inputs) and somewhere to accumulate the full-size gradient of every
  * element, because each rank's batch touches the whole unit. So: all-gather
- * again if the full state was freed, and allocate a zeroed full gradient.
- * With no_shard the gradient buffer is permanent and only zeroed.
+ * again if the full state was freed (or wait for the prefetch that already
+ * started it), and allocate a zeroed full gradient. With no_shard the
+ * gradient buffer is permanent and only zeroed.
+ *
+ * BACKWARD_PRE (PyTorch's default) starts the next unit's all-gather here,
+ * before this unit's gradient is computed: the most overlap, and the most
+ * memory. While this unit computes, the root, this unit's full parameters
+ * and gradient, and the next unit's full parameters are all in memory: one
+ * gathered unit more than BACKWARD_POST ever holds (see after backward).
  * --------------------------------------------------------------------- */
 static void unit_pre_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
+    u->needs_backward = 0;
     if (!is_sharded(t)) {
         memset(u->shard_grad, 0, (size_t)u->padded * sizeof(float));
     } else {
-        if (u->full_param == NULL) unit_all_gather(t, ui);
+        unit_unshard(t, ui);
+        if (t->cfg.backward_prefetch == BACKWARD_PRE) unit_unshard_start(t, unit_next_backward(t, ui));
         u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
                                              sizeof(float), t->units[ui].name);
         unit_set_views(u, &t->model);
@@ -1210,17 +1311,40 @@ static void unit_pre_backward(Trainer *t, int ui) {
     sim_span_begin(&t->sim, ui, PHASE_BACKWARD);
 }
 
+/* Waits for unit ui's reduce-scatter, if one is on its way, and frees the
+ * full gradient it consumed. */
+static void unit_reduce_wait(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    if (!u->reducing) return;
+    comm_wait(&t->comm, &u->reduce);
+    u->reducing = 0;
+    ledger_free(&t->ledger, u->full_grad);
+    u->full_grad = NULL;
+    unit_set_views(u, &t->model);
+}
+
 /* ------------------------------------------------------------------------
  * After a unit's backward                 PyTorch: _post_backward_hook:
- *                                          reduce-scatter (_reduce_grad),
- *                                          then _post_backward_reshard
+ *                                          _post_backward_reshard, then
+ *                                          reduce-scatter (_reduce_grad)
  *
  * Every rank now holds a full-size gradient computed from its own part of
  * the batch. The optimizer needs, for this rank's shard only, the average
  * over all ranks: exactly what a reduce-scatter (mean) delivers. Each rank
- * sends and receives (N-1)/N of the flat gradient; afterwards the full
- * gradient and the full parameters are freed, and the unit is back to its
- * shard: parameters, gradient and optimizer state, 1/N each.
+ * sends and receives (N-1)/N of the flat gradient.
+ *
+ * In PyTorch's order: first reshard (free the full parameters: backward is
+ * done with them), and with BACKWARD_POST start the next unit's all-gather
+ * only now. So POST never holds two units' full parameters at once (only
+ * the root beside one unit), at the price of less time to hide the
+ * all-gather in. Then the reduce-scatter goes on the stream and the main
+ * thread moves on to the next unit's backward: the reduce-scatter travels
+ * while that computes. The full gradient must live until it is done; the
+ * next unit's post-backward waits for it (at most one in flight, so the
+ * memory stays what the tests expect), and the last is waited for at the
+ * end of backward (PyTorch: _post_backward_final_callback). Afterwards the
+ * unit is back to its shard: parameters, gradient and optimizer state,
+ * 1/N each.
  * With no_shard (DDP) every rank keeps everything, so the gradient is
  * all-reduced instead: twice the traffic of a reduce-scatter, and every rank
  * then runs the same optimizer step on the whole model.
@@ -1233,12 +1357,23 @@ static void unit_post_backward(Trainer *t, int ui) {
         comm_wait(&t->comm, &h);
         return;
     }
-    CommHandle h =
-        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
-    comm_wait(&t->comm, &h);
-    ledger_free(&t->ledger, u->full_grad);
-    u->full_grad = NULL;
+    for (int v = 0; v < t->n_units; v++) unit_reduce_wait(t, v); /* the previous unit's */
     unit_free_full_params(t, ui);
+    if (t->cfg.backward_prefetch == BACKWARD_POST) unit_unshard_start(t, unit_next_backward(t, ui));
+    u->reduce = comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
+    u->reducing = 1;
+}
+
+/* The end of backward: every reduce-scatter done, every shard gradient
+ * ready for the optimizer. */
+static void units_finish_backward(Trainer *t) {
+    for (int v = 0; v < t->n_units; v++) {
+        unit_reduce_wait(t, v);
+        /* a full state kept past backward would be stale after the step */
+        if (is_sharded(t) && (t->units[v].full_param || t->units[v].gathering))
+            FATAL("this is a bug in fsdp.c's lifecycle", "%s is still gathered after backward",
+                  t->units[v].name);
+    }
 }
 
 /* Module boundaries: the model's code calls these on entering and leaving
@@ -1609,6 +1744,7 @@ static void model_backward(Trainer *t) {
     embedding_backward(dweight_of(t, m->embed), a->d_emb, a->tokens, B, T, C);
     module_post_backward(t, m->embed);
     module_post_backward(t, m->root);
+    units_finish_backward(t);
 }
 
 Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
@@ -1627,7 +1763,10 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     model_build(&t->model, cfg);
     t->n_units = autowrap(&t->model, cfg->min_params);
     t->units = (Unit *)calloc((size_t)t->n_units, sizeof(Unit));
-    if (!t->units) FATAL("the machine is out of host memory", "cannot allocate the units");
+    t->pre_order = (int *)calloc((size_t)t->n_units, sizeof(int));
+    t->post_order = (int *)calloc((size_t)t->n_units, sizeof(int));
+    if (!t->units || !t->pre_order || !t->post_order)
+        FATAL("the machine is out of host memory", "cannot allocate the units");
     units_layout(t->units, t->n_units, &t->model, t->comm.world, cfg->strategy);
     char err[512];
     if (sim_init(&t->sim, &t->cfg, &t->ledger, t->units, t->n_units, comm, err, sizeof(err)) != 0) {
@@ -1690,6 +1829,8 @@ void trainer_destroy(Trainer *t) {
     if (!t) return;
     for (int ui = 0; ui < t->n_units; ui++) free(t->units[ui].params);
     free(t->units);
+    free(t->pre_order);
+    free(t->post_order);
     corpus_release(&t->corpus);
     model_free(&t->model);
     comm_release(&t->comm);
@@ -2797,6 +2938,11 @@ void config_usage(FILE *out) {
             "                        reach N becomes a unit (default: one block's parameters)\n"
             "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins)\n"
             "                                                                (default ring)\n"
+            "  --backward-prefetch P pre | post | none: when backward starts the next unit's\n"
+            "                        all-gather (PyTorch's BackwardPrefetch)     (default pre)\n"
+            "  --forward-prefetch    start the next unit's all-gather while this one computes its\n"
+            "                        forward (PyTorch's forward_prefetch)        (default off)\n"
+            "  --limit-all-gathers X on | off: at most two all-gathers in flight (default on)\n"
             "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
             "                        and print memory and traffic side by side\n"
             "simulator\n"
@@ -2955,6 +3101,8 @@ static void config_defaults(Config *c) {
     c->seed = 1337;
     c->log_every = 20;
     c->min_params = -1; /* -1: one block's parameters, resolved below */
+    c->backward_prefetch = BACKWARD_PRE; /* PyTorch's defaults */
+    c->limit_all_gathers = 1;
 }
 
 static int config_apply_preset(Config *c, const char *name, char *err, size_t errlen) {
@@ -3071,6 +3219,21 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
                                val);
         return 0;
     }
+    if (!strcmp(flag, "--backward-prefetch")) {
+        if (!strcmp(val, "pre")) c->backward_prefetch = BACKWARD_PRE;
+        else if (!strcmp(val, "post")) c->backward_prefetch = BACKWARD_POST;
+        else if (!strcmp(val, "none")) c->backward_prefetch = BACKWARD_NONE;
+        else
+            return usage_error(err, errlen, "--backward-prefetch: unknown value '%s'. Choose pre "
+                               "(PyTorch's BACKWARD_PRE, the default), post or none.", val);
+        return 0;
+    }
+    if (!strcmp(flag, "--limit-all-gathers")) {
+        if (!strcmp(val, "on")) c->limit_all_gathers = 1;
+        else if (!strcmp(val, "off")) c->limit_all_gathers = 0;
+        else return usage_error(err, errlen, "--limit-all-gathers: '%s'; give on or off.", val);
+        return 0;
+    }
     if (!strcmp(flag, "--collectives")) {
         if (!strcmp(val, "ring")) c->collectives = COLLECTIVES_RING;
         else if (!strcmp(val, "mpi")) c->collectives = COLLECTIVES_MPI;
@@ -3089,7 +3252,7 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
 static int flag_takes_no_value(const char *flag) {
     static const char *const flags[] = {
         "--help", "-h",     "--compare",           "--check-collectives",
-        "--step", "--view", "--wait-for-debugger", "--inline-collectives"};
+        "--step", "--view", "--wait-for-debugger", "--inline-collectives", "--forward-prefetch"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -3112,6 +3275,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--view")) c->view = 1;
     else if (!strcmp(flag, "--wait-for-debugger")) c->wait_for_debugger = 1;
     else if (!strcmp(flag, "--inline-collectives")) c->inline_collectives = 1;
+    else if (!strcmp(flag, "--forward-prefetch")) c->forward_prefetch = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -3123,7 +3287,7 @@ static int flag_takes_value(const char *flag) {
         "--lr",         "--beta1",       "--beta2",       "--eps",        "--weight-decay",
         "--seed",       "--data",        "--log-every",   "--vram",       "--net",
         "--trace",      "--trace-clock", "--save-dir",    "--save-every", "--resume",
-        "--export",     "--init-from"};
+        "--export",     "--init-from",   "--backward-prefetch", "--limit-all-gathers"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;

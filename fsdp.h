@@ -48,6 +48,14 @@ typedef enum {
     STRATEGY_NO_SHARD,      /* DDP: everything replicated, grads all-reduced */
 } Strategy;
 
+/* PyTorch's BackwardPrefetch: when the next unit's all-gather is issued in
+ * backward (fsdp.c, section 7, says what each costs in memory). */
+typedef enum {
+    BACKWARD_PRE,  /* before the current unit's gradient is computed (default) */
+    BACKWARD_POST, /* after it, once the current unit's full state is freed */
+    BACKWARD_NONE, /* only when the unit itself needs it */
+} BackwardPrefetch;
+
 typedef enum {
     COLLECTIVES_RING, /* our own ring over point-to-point (fsdp.c, section 3) */
     COLLECTIVES_MPI,  /* Open MPI's built-in non-blocking collectives */
@@ -64,6 +72,9 @@ typedef struct {
     long min_params; /* auto-wrap threshold, size_based_auto_wrap_policy */
     Strategy strategy;
     CollectivesImpl collectives;
+    BackwardPrefetch backward_prefetch; /* --backward-prefetch pre|post|none */
+    int forward_prefetch;               /* --forward-prefetch (PyTorch's default: off) */
+    int limit_all_gathers;              /* --limit-all-gathers on|off: at most 2 in flight */
     /* optimizer: torch.optim.AdamW */
     float lr, beta1, beta2, eps, weight_decay;
     /* training */
@@ -191,6 +202,13 @@ typedef struct {
 
 enum { COMM_QUEUE = 16 }; /* collectives queued on the stream at most */
 
+/* When the stream ran a collective: the thread notes it here, in slot
+ * number % COMM_QUEUE, and comm_wait reads it back. */
+typedef struct {
+    long number;
+    double t_start, t_end;
+} CommRun;
+
 typedef struct {
     MPI_Comm comm; /* the caller's: bookkeeping (checkpoints, tables) */
     int rank, world;
@@ -214,6 +232,7 @@ typedef struct {
     pthread_mutex_t lock;       /* guards everything below */
     pthread_cond_t work, done;  /* "a task was queued", "a task finished" */
     CommTask queue[COMM_QUEUE]; /* task number i sits at i % COMM_QUEUE */
+    CommRun ran[COMM_QUEUE];    /* when task number i ran, at i % COMM_QUEUE */
     long queued, finished;      /* tasks so far; the stream runs number `finished` next */
     int stopping;
 } Comm;
@@ -280,6 +299,12 @@ typedef struct {
     float *exp_avg_sq;             /* (shard) AdamW second moment */
     float *full_param;             /* (padded) gathered full state, or NULL */
     float *full_grad;              /* (padded) full-size gradient, or NULL */
+    /* collectives on their way (fsdp.c, section 7) */
+    CommHandle gather; /* the all-gather of full_param, while `gathering` */
+    int gathering;
+    CommHandle reduce; /* the reduce-scatter of full_grad, while `reducing` */
+    int reducing;
+    int needs_backward; /* ran forward this step, its backward not begun yet */
 } Unit;
 
 typedef struct Trainer Trainer;

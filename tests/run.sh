@@ -54,8 +54,15 @@ run "equivalence shard_grad_op N=3" $MPIRUN -np 3 tests/test_distributed equival
 run "equivalence full_shard N=4, Open MPI collectives" $MPIRUN -np 4 tests/test_distributed equivalence full_shard mpi $TINY
 run "equivalence no_shard N=3, Open MPI collectives" $MPIRUN -np 3 tests/test_distributed equivalence no_shard mpi $TINY
 
+# -- prefetch changes no number: every option against none, bitwise --------------------
+for st in full_shard shard_grad_op no_shard; do
+  for n in 1 2 3 4; do
+    run "prefetch changes no number: $st N=$n" $MPIRUN -np $n tests/test_distributed prefetch $st $TINY
+  done
+done
+
 # -- memory and traffic -------------------------------------------------------------
-run "memory N=4" $MPIRUN -np 4 tests/test_distributed memory $TINY
+run "memory N=4, and the full-state peak each prefetch option promises" $MPIRUN -np 4 tests/test_distributed memory $TINY
 run "memory N=3, units smaller than N" $MPIRUN -np 3 tests/test_distributed memory $TINY --width 1 --min-params 1
 run "traffic full_shard N=3" $MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY
 run "traffic shard_grad_op N=2" $MPIRUN -np 2 tests/test_distributed traffic shard_grad_op $TINY

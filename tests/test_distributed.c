@@ -41,19 +41,26 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
     return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status);
 }
 
-/* Builds a Config from "fsdp flags" (argv tail) plus forced options. */
-static void make_config(Config *cfg, int argc, char **argv, const char *strategy, const char *impl) {
+/* Builds a Config from "fsdp flags" (argv tail) plus forced options, and
+ * any more flags given in `more` (NULL-terminated, may be NULL). */
+static void make_config_more(Config *cfg, int argc, char **argv, const char *strategy,
+                             const char *impl, const char *const *more) {
     char *args[64];
     int n = 0;
     args[n++] = (char *)"test";
-    for (int i = 0; i < argc && n < 58; i++) args[n++] = argv[i];
+    for (int i = 0; i < argc && n < 50; i++) args[n++] = argv[i];
     if (strategy) { args[n++] = (char *)"--strategy"; args[n++] = (char *)strategy; }
     if (impl) { args[n++] = (char *)"--collectives"; args[n++] = (char *)impl; }
+    for (int i = 0; more && more[i] && n < 63; i++) args[n++] = (char *)more[i];
     char err[512];
     if (config_parse(cfg, n, args, err, sizeof(err)) != 0) {
         fprintf(stderr, "test_distributed: bad flags: %s\n", err);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
+}
+
+static void make_config(Config *cfg, int argc, char **argv, const char *strategy, const char *impl) {
+    make_config_more(cfg, argc, argv, strategy, impl, NULL);
 }
 
 /* Every rank's shard of every unit's flat gradient, joined in model order:
@@ -152,14 +159,64 @@ static void test_equivalence(int argc, char **argv, const char *strategy, const 
  *   - parameters, gradients, optimizer state: FSDP <= DDP/N + one unit's
  *     padding (in bytes, for the state tensors in that category);
  *   - full params: the root unit stays gathered through the whole step
- *     (PyTorch does not reshard the root after forward), and one other unit
- *     is gathered at a time: root + largest other unit. Full grads likewise.
+ *     (PyTorch does not reshard the root after forward), and besides it:
+ *       --backward-prefetch none or post:  one unit at a time
+ *                                          -> root + largest unit
+ *       --backward-prefetch pre, or --forward-prefetch: the unit computing
+ *         and the next one, prefetched     -> root + largest adjacent pair
+ *     (what section 7 of fsdp.c promises for each option);
+ *   - full grads: the root's, and one unit's reduce-scatter in flight while
+ *     the next unit computes its own -> root + largest adjacent pair;
  *   - shard_grad_op keeps every unit's full state from its forward to its
- *     backward: the whole model. */
+ *     backward: the whole model.
+ * Units run in index order here (auto-wrap numbers them in module order and
+ * only the root nests others); the test checks that first. */
 static double peak_of(Trainer *t, MemCategory k) {
     double mine = (double)t->ledger.peak[k], worst = 0.0;
     MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, t->comm.comm);
     return worst;
+}
+
+/* Sizes of the non-root units in the order they run: the largest one, and
+ * the largest two that run one after the other. */
+static void unit_sizes(const Trainer *t, long *largest, long *largest_pair) {
+    *largest = *largest_pair = 0;
+    for (int u = 1; u < t->n_units; u++) {
+        long pair = t->units[u].padded + (u + 1 < t->n_units ? t->units[u + 1].padded : 0);
+        *largest = (long)fmax(*largest, t->units[u].padded);
+        *largest_pair = (long)fmax(*largest_pair, pair);
+    }
+}
+
+static void check_order(const Trainer *t) {
+    int ok = t->order_known && t->n_pre == t->n_units && t->n_post == t->n_units;
+    for (int i = 0; ok && i < t->n_units; i++)
+        ok = t->pre_order[i] == i && t->post_order[i] == (i + 1) % t->n_units;
+    check(ok, "units run in index order", "pre-forward 0..%d, post-forward 1..%d then the root",
+          t->n_units - 1, t->n_units - 1);
+}
+
+static void test_full_state_peaks(int argc, char **argv, const char *what, const char *const *flags,
+                                  int expect_pair) {
+    Config cfg;
+    make_config_more(&cfg, argc, argv, "full_shard", NULL, flags);
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    for (int s = 0; s < 2; s++) trainer_step(t, s);
+    long largest, pair;
+    unit_sizes(t, &largest, &pair);
+    double root = (double)t->units[0].padded;
+    double want_p = (root + (expect_pair ? pair : largest)) * sizeof(float);
+    double want_g = (root + pair) * sizeof(float);
+    double fp = peak_of(t, MEM_FULL_PARAMS), fg = peak_of(t, MEM_FULL_GRADS);
+    char label[96];
+    snprintf(label, sizeof(label), "%s: full params", what);
+    check(fp == want_p, label, "%.0f == root + %s = %.0f bytes", fp,
+          expect_pair ? "largest adjacent pair" : "largest unit", want_p);
+    snprintf(label, sizeof(label), "%s: full grads", what);
+    check(fg == want_g, label, "%.0f == root + largest adjacent pair = %.0f bytes", fg, want_g);
+    snprintf(label, sizeof(label), "%s: all-gathers in flight", what);
+    check(t->max_gathers_in_flight <= 2, label, "at most %d (limit 2)", t->max_gathers_in_flight);
+    trainer_destroy(t);
 }
 
 static void test_memory(int argc, char **argv) {
@@ -175,11 +232,11 @@ static void test_memory(int argc, char **argv) {
         trainer_step(fsdp, s);
         trainer_step(zero2, s);
     }
+    check_order(fsdp);
     int N = fsdp->comm.world;
-    long max_pad = 0, largest_other = 0, all_units = 0;
+    long max_pad = 0, all_units = 0;
     for (int u = 0; u < fsdp->n_units; u++) {
         max_pad = fmax(max_pad, fsdp->units[u].padded - fsdp->units[u].numel);
-        if (u > 0) largest_other = fmax(largest_other, fsdp->units[u].padded);
         all_units += fsdp->units[u].padded;
     }
     const double total = (double)trainer_num_params(fsdp) * sizeof(float);
@@ -191,16 +248,66 @@ static void test_memory(int argc, char **argv) {
         snprintf(what, sizeof(what), "%s: full_shard <= ddp/N + padding", MEM_CATEGORY_NAMES[k]);
         check(f <= bound && d >= tensors[k] * total, what, "%.0f <= %.0f (ddp %.0f, N %d)", f, bound, d, N);
     }
-    double root_plus = (double)(fsdp->units[0].padded + largest_other) * sizeof(float);
-    double fp = peak_of(fsdp, MEM_FULL_PARAMS), fg = peak_of(fsdp, MEM_FULL_GRADS);
-    check(fp == root_plus, "full params: root + largest unit", "%.0f == %.0f bytes", fp, root_plus);
-    check(fg == root_plus, "full grads: root + largest unit", "%.0f == %.0f bytes", fg, root_plus);
     double zp = peak_of(zero2, MEM_FULL_PARAMS);
     check(zp == (double)all_units * sizeof(float), "shard_grad_op full params: all units", "%.0f == %.0f bytes", zp, (double)all_units * sizeof(float));
     check(peak_of(ddp, MEM_FULL_PARAMS) == 0.0, "no_shard: no separate full state", "%.0f bytes", peak_of(ddp, MEM_FULL_PARAMS));
     trainer_destroy(ddp);
     trainer_destroy(fsdp);
     trainer_destroy(zero2);
+    static const char *const none[] = {"--backward-prefetch", "none", NULL};
+    static const char *const post[] = {"--backward-prefetch", "post", NULL};
+    static const char *const pre[] = {"--backward-prefetch", "pre", NULL};
+    static const char *const fwd[] = {"--backward-prefetch", "none", "--forward-prefetch", NULL};
+    static const char *const nolimit[] = {"--backward-prefetch", "pre", "--forward-prefetch",
+                                          "--limit-all-gathers", "off", NULL};
+    test_full_state_peaks(argc, argv, "backward prefetch none", none, 0);
+    test_full_state_peaks(argc, argv, "backward prefetch post", post, 0);
+    test_full_state_peaks(argc, argv, "backward prefetch pre (default)", pre, 1);
+    test_full_state_peaks(argc, argv, "forward prefetch", fwd, 1);
+    test_full_state_peaks(argc, argv, "pre + forward, no limiter", nolimit, 1);
+}
+
+/* ---- prefetch changes no number ----------------------------------------------
+ * Prefetching only moves when an all-gather happens, never what it
+ * computes, and the reduce-scatters sum in the same order: every option
+ * must give losses and parameters bitwise equal to no prefetch at all, for
+ * this strategy, on the inline stream and on the thread. */
+static void test_prefetch(int argc, char **argv, const char *strategy) {
+    static const char *const options[][6] = {
+        {"--backward-prefetch", "pre", NULL},
+        {"--backward-prefetch", "post", NULL},
+        {"--backward-prefetch", "none", "--forward-prefetch", NULL},
+        {"--backward-prefetch", "pre", "--forward-prefetch", "--limit-all-gathers", "off", NULL},
+        {"--backward-prefetch", "post", "--forward-prefetch", "--inline-collectives", NULL},
+    };
+    static const char *const base[] = {"--backward-prefetch", "none", "--inline-collectives", NULL};
+    Config ref_cfg;
+    make_config_more(&ref_cfg, argc, argv, strategy, NULL, base);
+    Trainer *ref = trainer_create(&ref_cfg, MPI_COMM_WORLD);
+    long P = trainer_num_params(ref);
+    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
+    float *ref_loss = (float *)malloc((size_t)ref_cfg.steps * sizeof(float));
+    for (int s = 0; s < ref_cfg.steps; s++) ref_loss[s] = trainer_step(ref, s);
+    trainer_gather_params(ref, b);
+    for (size_t o = 0; o < sizeof(options) / sizeof(options[0]); o++) {
+        Config cfg;
+        make_config_more(&cfg, argc, argv, strategy, NULL, options[o]);
+        Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+        int same_loss = 1;
+        for (int s = 0; s < cfg.steps; s++) same_loss &= trainer_step(t, s) == ref_loss[s];
+        trainer_gather_params(t, a);
+        char what[160] = "";
+        for (int i = 0; options[o][i]; i++)
+            snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s%s", i ? " " : "",
+                     options[o][i] + (options[o][i][0] == '-' ? 2 : 0));
+        check(same_loss && memcmp(a, b, (size_t)P * sizeof(float)) == 0, what,
+              "losses and %ld parameters bitwise equal to no prefetch (%d steps)", P, cfg.steps);
+        trainer_destroy(t);
+    }
+    free(a);
+    free(b);
+    free(ref_loss);
+    trainer_destroy(ref);
 }
 
 /* ---- traffic ------------------------------------------------------------------
@@ -313,6 +420,9 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "equivalence") && argc >= 4) {
         if (rank == 0) printf("equivalence: %s (%s) on %d ranks == 1 rank\n", argv[2], argv[3], world);
         test_equivalence(argc - 4, argv + 4, argv[2], argv[3]);
+    } else if (!strcmp(mode, "prefetch") && argc >= 3) {
+        if (rank == 0) printf("prefetch: %s on %d ranks, every option against none\n", argv[2], world);
+        test_prefetch(argc - 3, argv + 3, argv[2]);
     } else if (!strcmp(mode, "memory")) {
         if (rank == 0) printf("memory: no_shard vs full_shard vs shard_grad_op on %d ranks\n", world);
         test_memory(argc - 2, argv + 2);

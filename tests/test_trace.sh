@@ -11,6 +11,12 @@ dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 timeout 120 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 8 --trace "$dir/run.json" >"$dir/out.txt" 2>&1 || { echo "FAIL: run"; cat "$dir/out.txt"; exit 1; }
 timeout 120 $MPIRUN -np 3 ./fsdp --model tiny --steps 2 --batch 6 --trace "$dir/sim.json" --trace-clock sim --net ethernet >/dev/null 2>&1 || { echo "FAIL: sim-clock run"; fail=1; }
 timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 4 --compare --trace "$dir/cmp.json" >/dev/null 2>&1 || { echo "FAIL: compare run"; fail=1; }
+# prefetch on the communication thread: all-gathers travel while another unit
+# computes. On 2 cores the 2 ranks' compute threads leave their communication
+# threads little time, so only some of the 128 do; a batch of 256 gives each
+# unit milliseconds of compute to overlap, and 8 steps many chances.
+timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 8 --batch 256 --forward-prefetch --trace "$dir/overlap.json" >/dev/null 2>&1 || { echo "FAIL: overlap run"; fail=1; }
+timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 8 --batch 256 --forward-prefetch --inline-collectives --trace "$dir/inline.json" >/dev/null 2>&1 || { echo "FAIL: inline run"; fail=1; }
 python3 - "$dir" <<'PY' || fail=1
 import json, re, sys
 d = sys.argv[1]
@@ -52,6 +58,18 @@ check(s["otherData"]["fsdp"]["clock"] == "sim" and worst < 0.01, f"sim clock: ev
 for strat in ("no_shard", "full_shard"):
     c = json.load(open(f"{d}/cmp.{strat}.json"))
     check(c["otherData"]["fsdp"]["strategy"] == strat, f"--compare wrote cmp.{strat}.json")
+# An all-gather overlaps compute when it runs while a unit other than its
+# own (and other than the root, whose forward encloses everything) computes.
+def overlapping(path):
+    ev = json.load(open(path))["traceEvents"]
+    ags = [e for e in ev if e.get("cat") == "comm" and e["args"]["kind"] == "all_gather" and e["args"]["unit"] > 0]
+    spans = [e for e in ev if e.get("cat") == "compute" and e["args"]["unit"] > 0]
+    return sum(1 for a in ags for sp in spans if sp["pid"] == a["pid"] and sp["args"]["unit"] != a["args"]["unit"]
+               and a["ts"] < sp["ts"] + sp["dur"] and a["ts"] + a["dur"] > sp["ts"])
+n = overlapping(f"{d}/overlap.json")
+check(n > 0, f"prefetch on the communication thread: {n} all-gathers run while another unit computes")
+n = overlapping(f"{d}/inline.json")
+check(n == 0, f"(control) --inline-collectives: {n} all-gathers overlap compute")
 sys.exit(1 if bad else 0)
 PY
 exit $fail
