@@ -316,11 +316,9 @@ static void ledger_release_all(Ledger *l) {
  *         MPI_Ireduce_scatter_block, MPI_Iallreduce).
  *
  * Every collective is started (comm_*_start) and later waited on
- * (comm_wait), so a caller can compute in between. (No call site does yet:
- * the unit hooks wait at once; prefetching the next unit is the next step,
- * and --net prints what it could save.) With `mpi` the transfer
- * may progress in the background; our ring runs to completion inside start
- * (blocking point-to-point), and its wait only finishes the bookkeeping.
+ * (comm_wait), so a caller can compute in between: the communication
+ * stream below runs it meanwhile, and section 7 uses that to prefetch the
+ * next unit and to let reduce-scatters travel during the next backward.
  *
  * Counting: the bytes booked per call are the ring volume above, the figure
  * nccl-tests calls the bus traffic, so the numbers are those a ring on real
@@ -351,6 +349,7 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long cou
     c->bytes_recv[kind] += bytes;
     c->sim_seconds[kind] += sim_seconds;
     h->t_start = now_seconds();
+    h->sim_seconds = sim_seconds;
     if (!c->keep_events) return 0; /* a long run without --trace keeps totals only */
     if (c->n_events == c->cap_events) {
         if (c->cap_events > INT_MAX / 4)
@@ -367,6 +366,8 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long cou
     e->t_end = h->t_start;
     e->sim_seconds = sim_seconds;
     e->step = c->step;
+    e->wait_begin = e->wait_end = 0.0;
+    e->shift_before = e->shift_after = c->sim_shift;
     h->event = c->n_events++;
     return 0;
 }
@@ -516,17 +517,49 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
               "cannot start the communication thread");
 }
 
+/* The main thread waited for h from wb to we (this machine's clock). On the
+ * --net schedule it waits from the same point of its own work until the
+ * collective's simulated end, which may be sooner or later: the difference
+ * moves every later moment of the main thread. Prefetching shows here: a
+ * collective queued early has run by the time it is needed, and the wait
+ * shrinks to nothing, however long the link takes. */
+static void comm_sim_waited(Comm *c, const CommHandle *h, double wb, double we) {
+    double sim_wb = wb + c->sim_shift, sim_we = fmax(sim_wb, h->sim_end);
+    double before = c->sim_shift;
+    c->sim_shift += (sim_we - sim_wb) - (we - wb);
+    if (h->event < 0) return;
+    CommEvent *e = &c->events[h->event];
+    e->wait_begin = wb;
+    e->wait_end = we;
+    e->shift_before = before;
+    e->shift_after = c->sim_shift;
+}
+
+/* The --net schedule: on a real link the stream starts a collective once it
+ * is queued (at `now`) and the one before it is done, and it lasts what the
+ * model says. Where the main thread has to wait for it is comm_sim_waited's
+ * business. */
+static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
+    double sim_start = fmax(now + c->sim_shift, c->sim_stream_end);
+    c->sim_stream_end = sim_start + h->sim_seconds;
+    h->sim_end = c->sim_stream_end;
+    if (h->event >= 0) c->events[h->event].sim_start = sim_start;
+}
+
 /* Puts a collective on the stream; h learns its number. */
 static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
     if (!c->threaded) {
         double t0 = now_seconds();
+        comm_sim_queued(c, h, t0);
         collective_run(c, task);
         h->number = ++c->queued;
         c->finished = c->queued;
         CommRun run = {h->number, t0, now_seconds()};
         c->ran[h->number % COMM_QUEUE] = run;
+        comm_sim_waited(c, h, run.t_start, run.t_end); /* inline: the caller waited for the run */
         return;
     }
+    comm_sim_queued(c, h, now_seconds());
     pthread_mutex_lock(&c->lock);
     while (c->queued - c->finished >= COMM_QUEUE) pthread_cond_wait(&c->done, &c->lock);
     c->queue[c->queued % COMM_QUEUE] = *task;
@@ -559,7 +592,8 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
     h.buf = shard;
     h.scale_count = S;
     if (c->impl == COLLECTIVES_RING) {
-        h.tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring reduce-scatter");
+        h.tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float),
+                                      "ring reduce-scatter");
         h.ledger = l;
     }
     CommTask task = {COMM_REDUCE_SCATTER, full, NULL, shard, h.tmp, S};
@@ -581,7 +615,8 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
     h.scale_count = count;
     long S = count / c->world;
     if (c->impl == COLLECTIVES_RING) {
-        h.tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
+        h.tmp =
+            (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
         h.ledger = l;
     }
     CommTask task = {COMM_ALL_REDUCE, buf, NULL, NULL, h.tmp, S};
@@ -600,6 +635,7 @@ static void comm_wait(Comm *c, CommHandle *h) {
     while (c->finished < h->number) pthread_cond_wait(&c->done, lock);
     if (c->ran[h->number % COMM_QUEUE].number == h->number) run = c->ran[h->number % COMM_QUEUE];
     if (lock) pthread_mutex_unlock(lock);
+    if (c->threaded) comm_sim_waited(c, h, waited, now_seconds());
     if (h->kind != COMM_ALL_GATHER) scale(h->buf, h->scale_count, 1.0f / (float)c->world);
     if (h->tmp) ledger_free(h->ledger, h->tmp);
     h->tmp = NULL;
@@ -1149,7 +1185,8 @@ static int is_sharded(const Trainer *t) { return t->cfg.strategy != STRATEGY_NO_
 static float *unit_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     if (!is_sharded(t)) return u->shard_param;
-    float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), u->name);
+    float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
+                                        sizeof(float), u->name);
     CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
     comm_wait(&t->comm, &h);
     return full;
@@ -1198,14 +1235,17 @@ static void unit_unshard_start(Trainer *t, int ui) {
     while (t->cfg.limit_all_gathers && t->gathers_in_flight >= 2) {
         int oldest = -1;
         for (int v = 0; v < t->n_units; v++)
-            if (t->units[v].gathering && (oldest < 0 || t->units[v].gather.number < t->units[oldest].gather.number))
+            if (t->units[v].gathering &&
+                (oldest < 0 || t->units[v].gather.number < t->units[oldest].gather.number))
                 oldest = v;
         unit_unshard_wait(t, oldest);
     }
-    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, sizeof(float), u->name);
+    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
+                                          sizeof(float), u->name);
     u->gather = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui);
     u->gathering = 1;
-    if (++t->gathers_in_flight > t->max_gathers_in_flight) t->max_gathers_in_flight = t->gathers_in_flight;
+    if (++t->gathers_in_flight > t->max_gathers_in_flight)
+        t->max_gathers_in_flight = t->gathers_in_flight;
 }
 
 static void unit_unshard(Trainer *t, int ui) {
@@ -1303,7 +1343,8 @@ static void unit_pre_backward(Trainer *t, int ui) {
         memset(u->shard_grad, 0, (size_t)u->padded * sizeof(float));
     } else {
         unit_unshard(t, ui);
-        if (t->cfg.backward_prefetch == BACKWARD_PRE) unit_unshard_start(t, unit_next_backward(t, ui));
+        if (t->cfg.backward_prefetch == BACKWARD_PRE)
+            unit_unshard_start(t, unit_next_backward(t, ui));
         u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
                                              sizeof(float), t->units[ui].name);
         unit_set_views(u, &t->model);
@@ -1360,7 +1401,8 @@ static void unit_post_backward(Trainer *t, int ui) {
     for (int v = 0; v < t->n_units; v++) unit_reduce_wait(t, v); /* the previous unit's */
     unit_free_full_params(t, ui);
     if (t->cfg.backward_prefetch == BACKWARD_POST) unit_unshard_start(t, unit_next_backward(t, ui));
-    u->reduce = comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
+    u->reduce =
+        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
     u->reducing = 1;
 }
 
@@ -3100,7 +3142,7 @@ static void config_defaults(Config *c) {
     c->batch = 64;
     c->seed = 1337;
     c->log_every = 20;
-    c->min_params = -1; /* -1: one block's parameters, resolved below */
+    c->min_params = -1;                  /* -1: one block's parameters, resolved below */
     c->backward_prefetch = BACKWARD_PRE; /* PyTorch's defaults */
     c->limit_all_gathers = 1;
 }
@@ -3224,8 +3266,10 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         else if (!strcmp(val, "post")) c->backward_prefetch = BACKWARD_POST;
         else if (!strcmp(val, "none")) c->backward_prefetch = BACKWARD_NONE;
         else
-            return usage_error(err, errlen, "--backward-prefetch: unknown value '%s'. Choose pre "
-                               "(PyTorch's BACKWARD_PRE, the default), post or none.", val);
+            return usage_error(err, errlen,
+                               "--backward-prefetch: unknown value '%s'. Choose pre "
+                               "(PyTorch's BACKWARD_PRE, the default), post or none.",
+                               val);
         return 0;
     }
     if (!strcmp(flag, "--limit-all-gathers")) {
@@ -3250,9 +3294,15 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
 /* Switches: options that stand alone. --step alone waits for keys;
  * --step=auto is the one switch that takes a value. */
 static int flag_takes_no_value(const char *flag) {
-    static const char *const flags[] = {
-        "--help", "-h",     "--compare",           "--check-collectives",
-        "--step", "--view", "--wait-for-debugger", "--inline-collectives", "--forward-prefetch"};
+    static const char *const flags[] = {"--help",
+                                        "-h",
+                                        "--compare",
+                                        "--check-collectives",
+                                        "--step",
+                                        "--view",
+                                        "--wait-for-debugger",
+                                        "--inline-collectives",
+                                        "--forward-prefetch"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -3281,13 +3331,35 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
 }
 
 static int flag_takes_value(const char *flag) {
-    static const char *const flags[] = {
-        "--model",      "--depth",       "--width",       "--context",    "--embed-dim",
-        "--min-params", "--strategy",    "--collectives", "--steps",      "--batch",
-        "--lr",         "--beta1",       "--beta2",       "--eps",        "--weight-decay",
-        "--seed",       "--data",        "--log-every",   "--vram",       "--net",
-        "--trace",      "--trace-clock", "--save-dir",    "--save-every", "--resume",
-        "--export",     "--init-from",   "--backward-prefetch", "--limit-all-gathers"};
+    static const char *const flags[] = {"--model",
+                                        "--depth",
+                                        "--width",
+                                        "--context",
+                                        "--embed-dim",
+                                        "--min-params",
+                                        "--strategy",
+                                        "--collectives",
+                                        "--steps",
+                                        "--batch",
+                                        "--lr",
+                                        "--beta1",
+                                        "--beta2",
+                                        "--eps",
+                                        "--weight-decay",
+                                        "--seed",
+                                        "--data",
+                                        "--log-every",
+                                        "--vram",
+                                        "--net",
+                                        "--trace",
+                                        "--trace-clock",
+                                        "--save-dir",
+                                        "--save-every",
+                                        "--resume",
+                                        "--export",
+                                        "--init-from",
+                                        "--backward-prefetch",
+                                        "--limit-all-gathers"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -3485,29 +3557,30 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
 /* Where a step's time went on rank 0, and what the collectives would cost
  * on the --net interconnect instead of the simulator's shared memory. */
 static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
-    double comm = t->comm.wall_seconds;
-    double compute = seconds - comm;
-    printf("per step on rank 0: compute %.2f ms + collectives %.2f ms (simulator wall clock)\n",
-           1e3 * compute / steps, 1e3 * comm / steps);
+    const Config *c = &t->cfg;
+    double wait = t->comm.wall_seconds, compute = seconds - wait;
+    printf("per step on rank 0: compute %.2f ms, waiting for collectives %.2f ms (this machine)\n",
+           1e3 * compute / steps, 1e3 * wait / steps);
     const NetModel *net = t->comm.net;
     if (!net || net->bandwidth <= 0.0) return;
     double sim = 0.0;
     for (int k = 0; k < COMM_NUM_KINDS; k++) sim += t->comm.sim_seconds[k];
-    printf("on %s (%s): collectives %.3f ms per step (all_gather %.3f, reduce_scatter %.3f, "
-           "all_reduce %.3f)\n",
+    printf("on %s (%s): the collectives take %.3f ms per step (all_gather %.3f, reduce_scatter "
+           "%.3f, all_reduce %.3f)\n",
            net->name, net->source, 1e3 * sim / steps,
            1e3 * t->comm.sim_seconds[COMM_ALL_GATHER] / steps,
            1e3 * t->comm.sim_seconds[COMM_REDUCE_SCATTER] / steps,
            1e3 * t->comm.sim_seconds[COMM_ALL_REDUCE] / steps);
-    /* This schedule waits for every collective. A prefetching schedule
-     * (PyTorch's forward_prefetch / backward_prefetch) starts a unit's
-     * all-gather while the previous unit computes; at best all of the
-     * smaller of the two hides behind the larger. */
-    double hidden = compute < sim ? compute : sim;
-    printf("  as scheduled (no overlap) a step would take %.2f ms; with perfect prefetching at "
-           "best %.2f ms (%.3f ms hidden)\n",
-           1e3 * (compute + sim) / steps, 1e3 * (compute + sim - hidden) / steps,
-           1e3 * hidden / steps);
+    /* The schedule this run had, replayed on that link (comm_sim_waited):
+     * whatever of the collectives ran while the main thread computed is
+     * hidden; the rest is waiting. */
+    static const char *const prefetch[] = {"pre", "post", "none"};
+    double step = (seconds + t->comm.sim_shift) / steps, hidden = (compute + sim) / steps - step;
+    printf("  this schedule there (backward prefetch %s, forward prefetch %s, %s): %.2f ms per "
+           "step, %.3f ms of the collectives hidden behind compute (%.0f%%)\n",
+           prefetch[c->backward_prefetch], c->forward_prefetch ? "on" : "off",
+           t->comm.threaded ? "communication thread" : "inline collectives", 1e3 * step,
+           1e3 * hidden, sim > 0 ? 100.0 * hidden * steps / sim : 0.0);
 }
 
 /* --compare writes two traces: "run.json" -> "run.no_shard.json". */

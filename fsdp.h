@@ -183,9 +183,14 @@ typedef struct {
     CommKind kind;
     int unit;              /* unit index, -1 for the loss (not model state) */
     long count;            /* elements in the full buffer */
-    double t_start, t_end; /* MPI_Wtime() seconds */
+    double t_start, t_end; /* MPI_Wtime() seconds: when the stream ran it */
     double sim_seconds;    /* its duration on the --net interconnect */
     int step;              /* the training step it belongs to */
+    /* the --net schedule (fsdp.c, section 3): when it would start there, and
+     * the main thread's wait for it, on both clocks (sim = real + shift) */
+    double sim_start;
+    double wait_begin, wait_end;      /* real; wait_end = 0 until waited */
+    double shift_before, shift_after; /* sim - real on the main thread */
 } CommEvent;
 
 /* One collective as the communication stream runs it: the buffers it
@@ -219,15 +224,17 @@ typedef struct {
     double bytes_recv[COMM_NUM_KINDS];
     double sim_seconds[COMM_NUM_KINDS]; /* priced by the --net model */
     double wall_seconds;                /* time spent waiting for collectives */
-    int keep_events;                    /* record every event (for --trace), or totals only */
+    double sim_shift;      /* the --net schedule's clock minus this machine's (main thread) */
+    double sim_stream_end; /* on that clock, when the stream's last collective ends */
+    int keep_events;       /* record every event (for --trace), or totals only */
     const struct NetModel *net;
     struct Sim *sim;   /* the instruments, told of every collective */
     int step;          /* the training step now running */
     CommEvent *events; /* every collective, in order */
     int n_events, cap_events;
     /* the communication stream (fsdp.c, section 3) */
-    MPI_Comm stream_comm;       /* a copy of comm that only the stream's collectives use */
-    int threaded;               /* a thread runs the queue; 0: each collective inline */
+    MPI_Comm stream_comm; /* a copy of comm that only the stream's collectives use */
+    int threaded;         /* a thread runs the queue; 0: each collective inline */
     pthread_t thread;
     pthread_mutex_t lock;       /* guards everything below */
     pthread_cond_t work, done;  /* "a task was queued", "a task finished" */
@@ -246,7 +253,9 @@ typedef struct {
     long scale_count; /* elements to divide by world for the mean */
     float *tmp;       /* the ring's receive buffer, freed when waited for */
     struct Ledger *ledger;
-    int event; /* index into Comm.events, or -1 when not recorded */
+    double sim_seconds; /* how long it takes on the --net interconnect */
+    double sim_end;     /* when it would end on the --net schedule */
+    int event;          /* index into Comm.events, or -1 when not recorded */
 } CommHandle;
 
 /* ----------------------------------------------------------------------------

@@ -9,12 +9,14 @@
  * chrome://tracing open: one process per rank, a "compute" and a
  * "communication" track in each, and a stacked memory counter.
  *
- * Two clocks. "real" is the wall clock of this machine. "sim" replays the
- * same timeline with every collective lasting what the --net model says it
- * would on a real interconnect; compute keeps its measured length. Since
- * collectives do not overlap compute here, this is a monotone re-timing:
- * every timestamp moves by (simulated - real) time of the collectives
- * before it.
+ * Two clocks. "real" is the wall clock of this machine. "sim" lays out the
+ * schedule this run would have on the --net interconnect: compute keeps its
+ * measured length, every collective lasts what the model says and starts
+ * on the communication stream once it is queued and the one before it is
+ * done, and the main thread waits only where it really needs a collective
+ * that has not finished (fsdp.c, comm_sim_waited). So prefetching shows as
+ * all-gathers hidden behind compute, from the real dependencies of the
+ * run, not from an assumption of perfect overlap.
  */
 #include <limits.h>
 #include <stdarg.h>
@@ -125,49 +127,60 @@ static void text_printf(Text *t, const char *fmt, ...) {
 
 /* ---- the two clocks ------------------------------------------------------------ */
 
+/* One wait of the main thread for a collective, on both clocks. */
 typedef struct {
-    const Comm *c;
-    double *real_before, *sim_before; /* (n_events + 1) prefix sums */
+    double real_begin, real_end, sim_begin, sim_end;
+} ClockWait;
+
+typedef struct {
+    ClockWait *waits; /* sorted by real_begin; the main thread waits one at a time */
+    int n_waits;
     int sim;
     double t0;
 } Clock;
 
+static int cmp_wait(const void *a, const void *b) {
+    double x = ((const ClockWait *)a)->real_begin, y = ((const ClockWait *)b)->real_begin;
+    return (x > y) - (x < y);
+}
+
 static void clock_init(Clock *k, const Comm *c, int sim, double t0) {
-    k->c = c;
     k->sim = sim;
     k->t0 = t0;
-    k->real_before = (double *)calloc((size_t)c->n_events + 1, sizeof(double));
-    k->sim_before = (double *)calloc((size_t)c->n_events + 1, sizeof(double));
-    for (int i = 0; i < c->n_events; i++) {
-        k->real_before[i + 1] = k->real_before[i] + (c->events[i].t_end - c->events[i].t_start);
-        k->sim_before[i + 1] = k->sim_before[i] + c->events[i].sim_seconds;
+    k->n_waits = 0;
+    k->waits = (ClockWait *)calloc((size_t)c->n_events + 1, sizeof(ClockWait));
+    for (int i = 0; k->waits && i < c->n_events; i++) {
+        const CommEvent *e = &c->events[i];
+        if (e->wait_end <= 0.0) continue; /* never waited for */
+        ClockWait w = {e->wait_begin, e->wait_end, e->wait_begin + e->shift_before,
+                       e->wait_end + e->shift_after};
+        k->waits[k->n_waits++] = w;
     }
+    if (k->waits) qsort(k->waits, (size_t)k->n_waits, sizeof(ClockWait), cmp_wait);
 }
 
-static void clock_free(Clock *k) {
-    free(k->real_before);
-    free(k->sim_before);
-}
+static void clock_free(Clock *k) { free(k->waits); }
 
-/* Microseconds since the common origin, on the chosen clock. */
+/* Microseconds since the common origin, on the chosen clock, of a moment
+ * of the main thread. On the sim clock: between waits the main thread
+ * computes exactly as it did here, shifted by what the waits before it
+ * gained or lost on the --net schedule; inside a wait, time is stretched
+ * (or squeezed) to the simulated wait. */
 static double clock_us(const Clock *k, double t) {
-    if (k->sim) {
-        const CommEvent *e = k->c->events;
-        int lo = 0, hi = k->c->n_events; /* first event starting after t */
+    if (k->sim && k->waits) {
+        int lo = 0, hi = k->n_waits; /* the first wait beginning after t */
         while (lo < hi) {
             int mid = (lo + hi) / 2;
-            if (e[mid].t_start <= t) lo = mid + 1;
+            if (k->waits[mid].real_begin <= t) lo = mid + 1;
             else hi = mid;
         }
-        int i = lo - 1; /* the last collective that started at or before t */
-        if (i >= 0) {
-            double real = e[i].t_end - e[i].t_start;
-            if (t >= e[i].t_end) {
-                t = t - k->real_before[i + 1] + k->sim_before[i + 1];
-            } else {
-                double frac = real > 0 ? (t - e[i].t_start) / real : 0.0;
-                t = e[i].t_start - k->real_before[i] + k->sim_before[i] + frac * e[i].sim_seconds;
-            }
+        if (lo > 0) {
+            const ClockWait *w = &k->waits[lo - 1];
+            double real = w->real_end - w->real_begin;
+            if (t >= w->real_end) t = t - w->real_end + w->sim_end;
+            else
+                t = w->sim_begin +
+                    (real > 0 ? (t - w->real_begin) / real : 0.0) * (w->sim_end - w->sim_begin);
         }
     }
     return (t - k->t0) * 1e6;
@@ -211,7 +224,10 @@ static void rank_events(Text *t, const Sim *s, const Comm *c, const Clock *k) {
     }
     for (int i = 0; i < c->n_events; i++) {
         const CommEvent *e = &c->events[i];
-        double ts = clock_us(k, e->t_start), te = clock_us(k, e->t_end);
+        /* the stream's own timeline: when it ran here, or when it would run
+         * on the --net schedule */
+        double ts = k->sim ? (e->sim_start - k->t0) * 1e6 : clock_us(k, e->t_start);
+        double te = k->sim ? ts + e->sim_seconds * 1e6 : clock_us(k, e->t_end);
         double bytes = ring_bytes(e->kind, c->world, e->count);
         text_printf(t,
                     ",\n{\"ph\":\"X\",\"cat\":\"comm\",\"name\":\"%s "

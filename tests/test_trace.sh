@@ -10,6 +10,9 @@ command -v python3 >/dev/null || { echo "python3 not installed: no JSON parser t
 dir=$(mktemp -d); trap 'rm -rf "$dir"' EXIT
 timeout 120 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 8 --trace "$dir/run.json" >"$dir/out.txt" 2>&1 || { echo "FAIL: run"; cat "$dir/out.txt"; exit 1; }
 timeout 120 $MPIRUN -np 3 ./fsdp --model tiny --steps 2 --batch 6 --trace "$dir/sim.json" --trace-clock sim --net ethernet >/dev/null 2>&1 || { echo "FAIL: sim-clock run"; fail=1; }
+# the --net schedule: inline collectives hide nothing; prefetch on the thread hides some
+timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 10 --batch 32 --net ethernet --inline-collectives --backward-prefetch none >"$dir/inline.txt" 2>&1 || { echo "FAIL: inline schedule run"; fail=1; }
+timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 10 --batch 32 --net ethernet --forward-prefetch >"$dir/prefetch.txt" 2>&1 || { echo "FAIL: prefetch schedule run"; fail=1; }
 timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 4 --compare --trace "$dir/cmp.json" >/dev/null 2>&1 || { echo "FAIL: compare run"; fail=1; }
 # prefetch on the communication thread: all-gathers travel while another unit
 # computes. On 2 cores the 2 ranks' compute threads leave their communication
@@ -55,6 +58,24 @@ s = json.load(open(f"{d}/sim.json"))
 sc = [e for e in s["traceEvents"] if e.get("cat") == "comm"]
 worst = max(abs(e["dur"] - e["args"]["sim_us"]) for e in sc)
 check(s["otherData"]["fsdp"]["clock"] == "sim" and worst < 0.01, f"sim clock: every collective lasts its --net time (worst diff {worst:.4f} us)")
+# on the sim clock the stream runs one collective at a time, in order
+by_rank = {}
+for e in sc:
+    by_rank.setdefault(e["pid"], []).append(e)
+serial = all(b["ts"] >= a["ts"] + a["dur"] - 0.001 for evs in by_rank.values()
+             for a, b in zip(sorted(evs, key=lambda e: e["ts"]), sorted(evs, key=lambda e: e["ts"])[1:]))
+check(serial, "sim clock: the communication stream runs one collective after another")
+sim_spans = [e for e in s["traceEvents"] if e.get("cat") == "compute" and e["args"]["unit"] > 0]
+hidden = sum(1 for a in sc if a["args"]["kind"] == "all_gather" and a["args"]["unit"] > 0 for sp in sim_spans
+             if sp["pid"] == a["pid"] and sp["args"]["unit"] != a["args"]["unit"]
+             and a["ts"] < sp["ts"] + sp["dur"] and a["ts"] + a["dur"] > sp["ts"])
+check(hidden > 0, f"sim clock: {hidden} prefetched all-gathers run while another unit computes")
+def schedule(path):
+    m = re.search(r"this schedule there .*: ([0-9.]+) ms per step, ([0-9.-]+) ms of the collectives hidden behind compute \(([0-9-]+)%\)", open(path).read())
+    return (float(m.group(1)), float(m.group(2)), int(m.group(3))) if m else None
+a, b = schedule(f"{d}/inline.txt"), schedule(f"{d}/prefetch.txt")
+check(a is not None and a[1] == 0 and a[2] == 0, f"--net schedule, inline collectives, no prefetch: hides {a and a[1]} ms (nothing runs beside compute)")
+check(b is not None and b[2] >= 10, f"--net schedule, prefetch on the communication thread: hides {b and b[2]}% (at least 10%)")
 for strat in ("no_shard", "full_shard"):
     c = json.load(open(f"{d}/cmp.{strat}.json"))
     check(c["otherData"]["fsdp"]["strategy"] == strat, f"--compare wrote cmp.{strat}.json")
