@@ -31,7 +31,7 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu clean mpi sanitize fuzz
+.PHONY: all run test bench gpu clean mpi sanitize fuzz openblas
 
 all: fsdp
 
@@ -100,8 +100,22 @@ test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul
 	@bash tests/run.sh
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: fsdp tests/bench_collectives tests/bench_matmul
+bench: fsdp tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas
 	@bash tests/bench.sh
+
+# The matmul benchmark once more, beside OpenBLAS (single-threaded): a tuned
+# library's figure on the same shapes. OpenBLAS is installed on demand for
+# this alone; fsdp never links it.
+openblas:
+	@if pkg-config --exists openblas 2>/dev/null; then exit 0; fi; \
+	echo "OpenBLAS is not installed; installing it for make bench..."; \
+	if command -v apt-get >/dev/null 2>&1; then \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libopenblas-dev pkg-config || exit 1; \
+	else echo "HINT: install OpenBLAS (brew install openblas), then make bench again"; exit 1; fi
+tests/bench_matmul_blas: tests/bench_matmul.c fsdp.c fsdp.h $(SIM_DEPS) | mpi openblas
+	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -DFSDP_BENCH_OPENBLAS -I. $(shell pkg-config --cflags openblas 2>/dev/null) \
+	  $< $(SIM_SRC) -o $@ $(LDLIBS) $(shell pkg-config --libs openblas 2>/dev/null)
 
 # ---- the CUDA build: the same file, compiled as CUDA C++ ---------------------
 gpu: fsdp-gpu
@@ -117,4 +131,4 @@ sanitize:
 	rm -f fsdp $(TEST_BINS)
 
 clean:
-	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul
+	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas

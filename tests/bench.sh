@@ -5,7 +5,7 @@
 #   (a2) overlap: with and without the communication thread and prefetch,
 #        here and on modelled links
 #   (b) collectives: our ring against Open MPI's built-ins, on 2 and 4 ranks
-#   (c) the Linear layers against a textbook matmul, on one core
+#   (c) the Linear layers against a textbook matmul and OpenBLAS, on one core
 #
 # Every figure is printed next to the one it should be read against, from the
 # same run on the same machine: absolute numbers from a laptop say little,
@@ -159,6 +159,8 @@ done
 # ---- (c) the Linear layers -----------------------------------------------------
 echo
 echo "------------------------------------------------------------------"
-echo "(c) matmul: tests/bench_matmul"
+matmul=tests/bench_matmul
+[[ -x tests/bench_matmul_blas ]] && matmul=tests/bench_matmul_blas # beside OpenBLAS
+echo "(c) matmul: $matmul"
 echo "------------------------------------------------------------------"
-tests/bench_matmul
+"$matmul"

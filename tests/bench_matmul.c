@@ -15,8 +15,9 @@
  * Next to them, on the same shapes and in the same run, a reference: the
  * textbook matmul, C = A @ B with three loops in i-j-k order, written below.
  * It is what "a matmul in C" is before anyone thinks about the memory
- * hierarchy or SIMD, so the ratio says what fsdp.c's loop order and eight
- * partial sums (see `dot`) buy on this machine.
+ * hierarchy or SIMD, so the ratio says what fsdp.c's register blocking (see
+ * accumulate_block) buys on this machine. Both sum each element in the same
+ * order, so forward and the textbook agree bit for bit.
  *
  * fsdp.c is included, not linked, so the very code the trainer runs is timed
  * with the same compiler flags. It is an MPI program, so MPI is initialised
@@ -30,6 +31,14 @@
 #define FSDP_NO_MAIN
 #include "fsdp.c"
 #pragma GCC diagnostic pop
+
+/* `make bench` builds this file a second time with FSDP_BENCH_OPENBLAS and
+ * OpenBLAS (installed on demand; fsdp itself never links it), to print a
+ * tuned library's GFLOP/s on the same shapes, single-threaded, beside ours. */
+#ifdef FSDP_BENCH_OPENBLAS
+#include <cblas.h>
+#undef I /* <complex.h>, which cblas.h includes, defines I */
+#endif
 
 typedef struct {
     const char *name;
@@ -72,7 +81,7 @@ static float *alloc_floats(long n) {
     return p;
 }
 
-typedef enum { K_FORWARD, K_BACKWARD, K_NAIVE } Kernel;
+typedef enum { K_FORWARD, K_BACKWARD, K_NAIVE, K_BLAS_FORWARD, K_BLAS_BACKWARD } Kernel;
 
 typedef struct {
     int B, I, O;
@@ -84,6 +93,20 @@ static void run_kernel(Case *c, Kernel k) {
     case K_FORWARD: linear_forward(c->out, c->inp, c->w, c->bias, c->B, c->I, c->O); break;
     case K_BACKWARD: linear_backward(c->dinp, c->dw, c->db, c->dout, c->inp, c->w, c->B, c->I, c->O); break;
     case K_NAIVE: naive_matmul(c->ref, c->inp, c->wt, c->B, c->I, c->O); break;
+#ifdef FSDP_BENCH_OPENBLAS
+    case K_BLAS_FORWARD: /* out = inp @ W^T (+ bias, as the layer does: B*O adds) */
+        for (int b = 0; b < c->B; b++) memcpy(c->out + (long)b * c->O, c->bias, (size_t)c->O * sizeof(float));
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->B, c->O, c->I, 1.0f, c->inp, c->I, c->w,
+                    c->I, 1.0f, c->out, c->O);
+        break;
+    case K_BLAS_BACKWARD: /* dinp += dout @ W; dW += dout^T @ inp */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->B, c->I, c->O, 1.0f, c->dout, c->O, c->w,
+                    c->I, 1.0f, c->dinp, c->I);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c->O, c->I, c->B, 1.0f, c->dout, c->O, c->inp,
+                    c->I, 1.0f, c->dw, c->I);
+        break;
+#endif
+    default: break;
     }
 }
 
@@ -107,6 +130,10 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     printf("linear layers of the `small` model, one core, fp32 (GFLOP/s = 1e9 flop/s)\n"
            "  forward 2*B*I*O flops, backward 4*B*I*O; naive = textbook i-j-k matmul (B,I)@(I,O) = 2*B*I*O\n\n");
+#ifdef FSDP_BENCH_OPENBLAS
+    openblas_set_num_threads(1); /* one core, like fsdp's kernels */
+    printf("  OpenBLAS: the same matmuls through cblas_sgemm, one thread; ours/BLAS should be >= 0.50\n\n");
+#endif
     printf("%-8s %3s %4s %4s | %8s %8s | %8s %8s | %10s | %9s %9s | %s\n", "layer", "B", "I", "O", "fwd us", "GFLOP/s",
            "bwd us", "GFLOP/s", "naive GF/s", "fwd/naive", "bwd/naive", "check");
     double max_err = 0.0;
@@ -156,6 +183,13 @@ int main(int argc, char **argv) {
             printf("%-8s %3d %4d %4d | %8.1f %8.2f | %8.1f %8.2f | %10.2f | %9.2f %9.2f | %s\n", SHAPES[si].name, c.B, c.I, c.O,
                    1e6 * t_fwd, gf_fwd, 1e6 * t_bwd, gf_bwd, gf_naive, gf_fwd / gf_naive, gf_bwd / gf_naive,
                    err < 1e-4 ? "ok" : "MISMATCH");
+#ifdef FSDP_BENCH_OPENBLAS
+            double gb_fwd = flops / seconds_per_call(&c, K_BLAS_FORWARD) / 1e9;
+            double gb_bwd = 2.0 * flops / seconds_per_call(&c, K_BLAS_BACKWARD) / 1e9;
+            printf("%-8s %3s %4s %4s   OpenBLAS fwd %7.2f GF/s, bwd %7.2f GF/s | ours/BLAS fwd %.2f bwd %.2f%s\n", "", "",
+                   "", "", gb_fwd, gb_bwd, gf_fwd / gb_fwd, gf_bwd / gb_bwd,
+                   gf_fwd / gb_fwd < 0.5 || gf_bwd / gb_bwd < 0.5 ? "  <- below 0.50" : "");
+#endif
 
             free(c.inp); free(c.w); free(c.wt); free(c.bias); free(c.out);
             free(c.dout); free(c.dinp); free(c.dw); free(c.db); free(c.ref);
