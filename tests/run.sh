@@ -96,10 +96,10 @@ run "HTML report of traces (sim/report.py), rendered in headless Chromium" bash 
 # -- the CUDA build ------------------------------------------------------------------------
 gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
-  make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu" && test -x fsdp-gpu
+  make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu
 }
 export -f gpu_build
-run "make gpu compiles fsdp.c as CUDA C++" bash -c gpu_build
+run "make gpu compiles fsdp.c as CUDA C++, warnings as errors" bash -c gpu_build
 
 echo
 [ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"
