@@ -1282,14 +1282,16 @@ static void unit_unshard_wait(Trainer *t, int ui) {
 }
 
 static void unit_unshard_start(Trainer *t, int ui) {
+    if (ui < 0 || !is_sharded(t)) return; /* no next unit, or nothing to gather */
     Unit *u = &t->units[ui];
-    if (ui < 0 || !is_sharded(t) || u->full_param) return; /* gathered, or on its way */
+    if (u->full_param) return; /* gathered, or on its way */
     while (t->cfg.limit_all_gathers && t->gathers_in_flight >= 2) {
         int oldest = -1;
         for (int v = 0; v < t->n_units; v++)
             if (t->units[v].gathering &&
                 (oldest < 0 || t->units[v].gather.number < t->units[oldest].gather.number))
                 oldest = v;
+        if (oldest < 0) FATAL("this is a bug in fsdp.c's lifecycle", "all-gathers miscounted");
         unit_unshard_wait(t, oldest);
     }
     u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
