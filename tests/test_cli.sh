@@ -226,6 +226,10 @@ bad "--trace-clock: unknown clock 'wall'" --trace-clock wall
 bad "--trace-clock sim times the collectives with a network model, but none is chosen" --trace /tmp/x.json --trace-clock sim
 bad "--step=slow: the only value is auto" --step=slow
 bad "--view takes no value" --view=yes
+bad "--backward-prefetch: unknown value 'sideways'. Choose pre" --backward-prefetch sideways
+bad "--limit-all-gathers: 'maybe'; give on or off." --limit-all-gathers maybe
+bad "--forward-prefetch takes no value" --forward-prefetch=yes
+bad "--inline-collectives takes no value" --inline-collectives=1
 bad "--check-collectives takes no value" --check-collectives=1
 
 # ---- checkpoints -----------------------------------------------------------------
