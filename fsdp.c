@@ -629,19 +629,24 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
 static void comm_wait(Comm *c, CommHandle *h) {
     if (h->skipped) return; /* by the test-only fault switch */
     double waited = now_seconds();
-    CommRun run = {0, h->t_start, waited};
-    pthread_mutex_t *lock = c->threaded ? &c->lock : NULL;
-    if (lock) pthread_mutex_lock(lock);
-    while (c->finished < h->number) pthread_cond_wait(&c->done, lock);
-    if (c->ran[h->number % COMM_QUEUE].number == h->number) run = c->ran[h->number % COMM_QUEUE];
-    if (lock) pthread_mutex_unlock(lock);
-    if (c->threaded) comm_sim_waited(c, h, waited, now_seconds());
+    CommRun run = {0, h->t_start, waited}; /* if its record was overwritten: queued..now */
+    const CommRun *noted = &c->ran[h->number % COMM_QUEUE];
+    if (c->threaded) {
+        pthread_mutex_lock(&c->lock);
+        while (c->finished < h->number) pthread_cond_wait(&c->done, &c->lock);
+        if (noted->number == h->number) run = *noted;
+        pthread_mutex_unlock(&c->lock);
+        double done = now_seconds();
+        comm_sim_waited(c, h, waited, done);
+        c->wall_seconds += done - waited; /* the time the caller could not compute */
+    } else {
+        if (noted->number == h->number) run = *noted;
+        c->wall_seconds +=
+            run.t_end - run.t_start; /* it ran inline: the caller waited for it all */
+    }
     if (h->kind != COMM_ALL_GATHER) scale(h->buf, h->scale_count, 1.0f / (float)c->world);
     if (h->tmp) ledger_free(h->ledger, h->tmp);
     h->tmp = NULL;
-    /* the time the caller could not compute: blocked here, or the whole
-     * collective when it ran inline at start */
-    c->wall_seconds += c->threaded ? now_seconds() - waited : run.t_end - run.t_start;
     if (h->event < 0) return;
     c->events[h->event].t_start = run.t_start; /* when the stream really ran it */
     c->events[h->event].t_end = run.t_end;
