@@ -16,10 +16,12 @@ timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 10 --batch 32 --net ether
 timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 4 --compare --trace "$dir/cmp.json" >/dev/null 2>&1 || { echo "FAIL: compare run"; fail=1; }
 # prefetch on the communication thread: all-gathers travel while another unit
 # computes. On 2 cores the 2 ranks' compute threads leave their communication
-# threads little time, so only some of the 128 do; a batch of 256 gives each
-# unit milliseconds of compute to overlap, and 8 steps many chances.
-timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 8 --batch 256 --forward-prefetch --trace "$dir/overlap.json" >/dev/null 2>&1 || { echo "FAIL: overlap run"; fail=1; }
-timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 8 --batch 256 --forward-prefetch --inline-collectives --trace "$dir/inline.json" >/dev/null 2>&1 || { echo "FAIL: inline run"; fail=1; }
+# threads little time, so only some of the 96 do: a batch of 1024 gives each
+# unit over ten milliseconds of compute, long enough for the scheduler to
+# run the communication threads meanwhile (about a quarter overlap here;
+# with a batch of 256, sometimes none did).
+timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 6 --batch 1024 --forward-prefetch --trace "$dir/overlap.json" >/dev/null 2>&1 || { echo "FAIL: overlap run"; fail=1; }
+timeout 120 $MPIRUN -np 2 ./fsdp --model small --steps 6 --batch 1024 --forward-prefetch --inline-collectives --trace "$dir/inline.json" >/dev/null 2>&1 || { echo "FAIL: inline run"; fail=1; }
 python3 - "$dir" <<'PY' || fail=1
 import json, re, sys
 d = sys.argv[1]
