@@ -2,15 +2,16 @@
  * fsdp.c — Fully Sharded Data Parallel training, one readable file
  *
  * This file trains a small byte-level language model with FSDP (the ZeRO-3
- * idea) on N MPI ranks, each rank playing one GPU. Read it top to bottom: the
- * sections follow the life of a training step.
+ * idea) on N MPI ranks: CPU processes that each play one GPU, or real GPUs.
+ * Read it top to bottom: the sections follow the life of a training step.
  *
- *   1. checks and utilities          7. the unit lifecycle (the heart)
- *   2. the memory ledger             8. sharded AdamW
- *   3. collectives                   9. data
- *   4. the model                    10. the trainer: one step, end to end
- *   5. auto-wrap                    11. checkpoints
- *   6. flat parameters and shards   12. command line and main
+ *   1. checks and utilities          8. the unit lifecycle (the heart)
+ *   2. the backend seam: CPU or GPU  9. sharded AdamW
+ *   3. the memory ledger            10. data
+ *   4. collectives                  11. the trainer: one step, end to end
+ *   5. the model                    12. checkpoints
+ *   6. auto-wrap                    13. command line and main
+ *   7. flat parameters and shards
  *
  * The idea in one paragraph. Data parallel training keeps a full copy of the
  * model, its gradients and its optimizer state on every GPU (DDP). FSDP
@@ -38,7 +39,9 @@
  *   mpirun -np 4 ./fsdp --model tiny --step     # stop before every collective
  *   ./fsdp --help
  *
- * The same file compiles as CUDA C++ (nvcc -x cu fsdp.c ...): see `make gpu`.
+ * The same file compiles as CUDA C++ (nvcc -x cu fsdp.c ...; `make gpu`):
+ *   mpirun -np 4 ./fsdp-gpu                     # the same flags, on 4 GPUs
+ * Section 2 is all that differs: memory, streams, kernels and matmul.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
 #include <dirent.h>
@@ -62,13 +65,16 @@
 #include "sim/sim.h"
 
 #ifdef __CUDACC__
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 /* Element-wise math is written once and marked for both host and device, so
  * the CPU tests check the very arithmetic the GPU kernels will run. */
 #define FSDP_HD __host__ __device__
+#define FSDP_GPU 1
 #else
 #define FSDP_HD
+#define FSDP_GPU 0
 #endif
 
 /* ============================================================================
@@ -169,7 +175,353 @@ static float rng_normal(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b) 
 enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
 
 /* ============================================================================
- * 2. The memory ledger
+ * 2. The backend seam: memory, streams, kernels, matmul
+ *
+ * Everything after this section is the same on CPU ranks and on GPUs: the
+ * lifecycle, the ledger, the trainer, checkpoints, the instruments. What a
+ * GPU does differently is here, small and side by side:
+ *
+ *   memory   dev_alloc / dev_free / dev_zero, and the copies between host
+ *            and device. On the CPU "the device" is host memory and a copy
+ *            is memcpy. On a GPU a caching pool sits in front of cudaMalloc,
+ *            as PyTorch's allocator does.
+ *   streams  every rank has a compute stream and a communication stream.
+ *            On a GPU they are CUDA streams, and an event recorded on one
+ *            and waited for on the other is the only ordering between them.
+ *            On the CPU the compute stream is the main thread and the
+ *            communication stream a thread (section 4).
+ *   kernels  FOR_EACH(n, fn, args...) calls fn(i, args...) for every i < n:
+ *            a loop on the CPU, one CUDA thread per i on a GPU. fn is marked
+ *            FSDP_HD (host and device), so the CPU tests check the very
+ *            arithmetic the GPU runs.
+ *   matmul   a Linear layer's three matmuls: our register-blocked loops on
+ *            the CPU, cuBLAS on a GPU (section 5, side by side).
+ *
+ * Determinism: every kernel writes each output element from one thread and
+ * sums in an order written in the source, never with atomics whose order
+ * varies. So a GPU run repeats bitwise, as a CPU run does, and N GPUs can be
+ * compared with one.
+ * ========================================================================== */
+
+#ifdef __CUDACC__
+/* ---- the GPU build -------------------------------------------------------- */
+
+static void cuda_check(cudaError_t err, const char *file, int line) {
+    if (err == cudaSuccess) return;
+    fsdp_fatal(file, line,
+               "check nvidia-smi; run with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel",
+               "CUDA: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
+}
+#define cudaCheck(call) cuda_check((call), __FILE__, __LINE__)
+
+static void cublas_check(cublasStatus_t status, const char *file, int line) {
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    fsdp_fatal(file, line, "a matmul failed: check the GPU with nvidia-smi",
+               "cuBLAS: status %d", (int)status);
+}
+#define cublasCheck(call) cublas_check((call), __FILE__, __LINE__)
+
+static void nccl_check(ncclResult_t result, const char *file, int line) {
+    if (result == ncclSuccess) return;
+    fsdp_fatal(file, line,
+               "run with NCCL_DEBUG=WARN to see why; --collectives mpi avoids NCCL altogether",
+               "NCCL: %s", ncclGetErrorString(result));
+}
+#define ncclCheck(call) nccl_check((call), __FILE__, __LINE__)
+
+/* A block the pool holds from cudaMalloc and does not lend right now. */
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} PoolBlock;
+
+/* The one process-wide state of the GPU build: this process's device, its
+ * two streams, cuBLAS, and the caching pool. One process drives one GPU
+ * (several processes may share one), so this belongs to the process, not
+ * to a trainer. */
+static struct {
+    int device;
+    cudaStream_t compute, comm;
+    cublasHandle_t cublas;
+    PoolBlock *cached; /* freed blocks, kept for the next allocation of their size */
+    int n_cached, cap_cached;
+    size_t reserved, peak_reserved; /* bytes held from cudaMalloc (PyTorch: "reserved") */
+    size_t cap;                     /* --vram: the pool never holds more; 0: the GPU's size */
+    cudaEvent_t clock_event;        /* recorded at start, when MPI_Wtime() was clock_host: */
+    double clock_host;              /* a CUDA event's time on this machine's clock */
+} gpu;
+
+/* Sizes are rounded up as PyTorch's allocator rounds them, so that the
+ * same buffer every step finds its old block again. */
+static size_t pool_round(size_t bytes) {
+    size_t unit = bytes < ((size_t)1 << 20) ? 512 : ((size_t)2 << 20);
+    return (bytes + unit - 1) / unit * unit;
+}
+
+/* Gives every cached block back to the driver (torch.cuda.empty_cache). */
+static void pool_empty_cache(void) {
+    for (int i = 0; i < gpu.n_cached; i++) {
+        cudaCheck(cudaFree(gpu.cached[i].ptr));
+        gpu.reserved -= gpu.cached[i].bytes;
+    }
+    gpu.n_cached = 0;
+}
+
+/* A block of exactly `bytes` (rounded): a cached one, or a new one from
+ * cudaMalloc; NULL when neither the cap nor the GPU has room. */
+static void *pool_take(size_t bytes) {
+    for (int i = gpu.n_cached - 1; i >= 0; i--)
+        if (gpu.cached[i].bytes == bytes) {
+            void *p = gpu.cached[i].ptr;
+            gpu.cached[i] = gpu.cached[--gpu.n_cached];
+            return p;
+        }
+    void *p = NULL;
+    for (int attempt = 0; attempt < 2 && !p; attempt++) {
+        if (attempt == 1) pool_empty_cache(); /* as PyTorch: free the cache, try again */
+        if (gpu.cap && gpu.reserved + bytes > gpu.cap) continue;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            (void)cudaGetLastError(); /* an out-of-memory is reported by the ledger */
+            p = NULL;
+        }
+    }
+    if (!p) return NULL;
+    gpu.reserved += bytes;
+    if (gpu.reserved > gpu.peak_reserved) gpu.peak_reserved = gpu.reserved;
+    return p;
+}
+
+static void pool_give_back(void *p, size_t bytes) {
+    if (gpu.n_cached == gpu.cap_cached) {
+        gpu.cap_cached = gpu.cap_cached ? 2 * gpu.cap_cached : 64;
+        gpu.cached = (PoolBlock *)realloc(gpu.cached, (size_t)gpu.cap_cached * sizeof(PoolBlock));
+        if (!gpu.cached) FATAL("the machine is out of host memory", "cannot grow the GPU pool");
+    }
+    gpu.cached[gpu.n_cached].ptr = p;
+    gpu.cached[gpu.n_cached].bytes = bytes;
+    gpu.n_cached++;
+}
+
+/* Device memory, zeroed (padding must be 0), or NULL when the GPU is full.
+ * A block freed while kernels that use it are still queued is safe to lend
+ * again: whatever uses it next is queued after them on the compute stream,
+ * or on the communication stream after an event recorded on it (section 4). */
+static void *dev_alloc(size_t bytes) {
+    void *p = pool_take(pool_round(bytes));
+    if (p) cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+    return p;
+}
+static void dev_free(void *p, size_t bytes) { pool_give_back(p, pool_round(bytes)); }
+static void dev_zero(void *p, size_t bytes) {
+    cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+}
+/* Copies the host waits for: what the compute stream has queued runs first. */
+static void dev_to_host(void *host, const void *dev, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, gpu.compute));
+    cudaCheck(cudaStreamSynchronize(gpu.compute));
+}
+static void dev_from_host(void *dev, const void *host, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, gpu.compute));
+    cudaCheck(cudaStreamSynchronize(gpu.compute));
+}
+/* The host waits until the GPU has done what it was given: before a picture
+ * is drawn or a time is read, never in the hot path otherwise. */
+static void dev_synchronize(void) { cudaCheck(cudaStreamSynchronize(gpu.compute)); }
+
+/* An event recorded on a stream: the other stream (or the host) can wait
+ * for it; with `timed`, it also says when the stream reached it. */
+static cudaEvent_t event_record(cudaStream_t stream, int timed) {
+    cudaEvent_t e;
+    cudaCheck(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(e, stream));
+    return e;
+}
+
+/* An event's moment on this machine's clock (MPI_Wtime), from the
+ * reference pair backend_init took. */
+static double event_seconds(cudaEvent_t e) {
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, gpu.clock_event, e));
+    return gpu.clock_host + ms / 1e3;
+}
+
+/* The out-of-memory report's first words, and its line about the GPU: the
+ * ledger's "allocated" beside the driver's view and the pool's "reserved". */
+#define OOM_WORDS "CUDA out of memory"
+static int backend_memory_line(char *buf, size_t len, int rank) {
+    size_t free_bytes = 0, total = 0;
+    char a[32], b[32], c[32];
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
+    int n = snprintf(buf, len,
+                     "[rank %d] GPU %d: %s free of %s (cudaMemGetInfo); this rank's pool has "
+                     "reserved %s\n",
+                     rank, gpu.device, human_bytes((double)free_bytes, a, sizeof(a)),
+                     human_bytes((double)total, b, sizeof(b)),
+                     human_bytes((double)gpu.reserved, c, sizeof(c)));
+    return n < 0 ? 0 : (n < (int)len ? n : (int)len - 1);
+}
+
+/* The one kernel every element-wise op is launched as: thread i calls
+ * fn(i, args...), the same function the CPU's loop calls. */
+template <auto fn, typename... Args> __global__ void for_each_kernel(long n, Args... args) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) fn(i, args...);
+}
+static unsigned blocks_for(long n) { return (unsigned)((n + 255) / 256); }
+#define FOR_EACH(n, fn, ...)                                                                       \
+    do {                                                                                           \
+        if ((n) > 0)                                                                               \
+            for_each_kernel<fn><<<blocks_for(n), 256, 0, gpu.compute>>>((long)(n), __VA_ARGS__);  \
+    } while (0)
+
+/* ---- choosing the GPU ------------------------------------------------------
+ * Each rank drives the GPU of its local rank, its number among the ranks on
+ * its node, as the launcher says (Open MPI, Slurm, then torchrun's
+ * variable), or else as MPI works it out. NCCL needs a GPU per rank; ring
+ * and mpi let ranks share one (rank % GPUs), as a lab with one GPU does. */
+static int local_rank(MPI_Comm comm, int *local_size) {
+    MPI_Comm node;
+    int r = 0;
+    mpiCheck(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_rank(node, &r));
+    mpiCheck(MPI_Comm_size(node, local_size));
+    mpiCheck(MPI_Comm_free(&node));
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    return r;
+}
+
+/* Why this rank cannot start on a GPU (and what to do), or "" when it can. */
+static void gpu_check_devices(const Config *cfg, int local, int local_size, int count,
+                              cudaError_t err, char *why, size_t len) {
+    char host[256] = "?";
+    gethostname(host, sizeof(host));
+    if (err != cudaSuccess || count == 0)
+        snprintf(why, len,
+                 "no CUDA GPU is visible on %s (cudaGetDeviceCount: %s).\n"
+                 "HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES; without a GPU, run the "
+                 "simulator build ./fsdp with the same flags.",
+                 host, err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    else if (cfg->collectives == COLLECTIVES_NCCL && local_size > count)
+        snprintf(why, len,
+                 "%d ranks run on %s but it has %d GPU(s) (local rank %d), and NCCL needs a GPU "
+                 "per rank: two ranks on one GPU stop NCCL with \"Duplicate GPU detected\".\n"
+                 "HINT: add --collectives mpi to let ranks share a GPU (buffers are staged "
+                 "through host memory), or start at most %d ranks per node.",
+                 local_size, host, count, local, count);
+}
+
+/* Picks this rank's GPU, makes its streams and cuBLAS. Every rank agrees
+ * on the verdict: on failure the lowest failing rank says why, and every
+ * rank returns 1 (none is left waiting). */
+static int backend_init(const Config *cfg, MPI_Comm comm) {
+    int rank = 0, world = 1, local_size = 1, count = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &world);
+    int local = local_rank(comm, &local_size);
+    cudaError_t err = cudaGetDeviceCount(&count);
+    char why[1024] = "";
+    gpu_check_devices(cfg, local, local_size, count, err, why, sizeof(why));
+    int mine = why[0] ? rank : world, first = world;
+    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    if (first != world) {
+        if (first == rank) fprintf(stderr, "[rank %d] error: %s\n", rank, why);
+        return 1;
+    }
+    gpu.device = local % count;
+    cudaCheck(cudaSetDevice(gpu.device));
+    cudaCheck(cudaStreamCreateWithFlags(&gpu.compute, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&gpu.comm, cudaStreamNonBlocking));
+    cublasCheck(cublasCreate(&gpu.cublas));
+    cublasCheck(cublasSetStream(gpu.cublas, gpu.compute));
+    /* fp32 by default, so a GPU run can be held against a CPU run; TF32
+     * (a 10-bit mantissa on tensor cores) only when asked */
+    cublasCheck(cublasSetMathMode(gpu.cublas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                         : CUBLAS_DEFAULT_MATH));
+    gpu.cap = cfg->vram;
+    gpu.clock_event = event_record(gpu.compute, 1);
+    cudaCheck(cudaEventSynchronize(gpu.clock_event));
+    gpu.clock_host = now_seconds();
+    return 0;
+}
+
+/* After a run: what the ledger booked ("allocated", PyTorch's
+ * memory_allocated) beside what the pool holds from the driver ("reserved",
+ * memory_reserved) and what the driver says of the whole GPU. */
+static void backend_print_memory(size_t allocated_peak) {
+    size_t free_bytes = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    char a[32], r[32], u[32], t[32];
+    printf("GPU memory on rank 0: allocated (the ledger) peak %s; reserved (the pool) peak %s; "
+           "the driver: %s in use of %s (cudaMemGetInfo, every process on this GPU)\n",
+           human_bytes((double)allocated_peak, a, sizeof(a)),
+           human_bytes((double)gpu.peak_reserved, r, sizeof(r)),
+           human_bytes((double)(total - free_bytes), u, sizeof(u)),
+           human_bytes((double)total, t, sizeof(t)));
+}
+
+static void backend_release(void) {
+    pool_empty_cache();
+    free(gpu.cached);
+    cudaCheck(cudaEventDestroy(gpu.clock_event));
+    cublasCheck(cublasDestroy(gpu.cublas));
+    cudaCheck(cudaStreamDestroy(gpu.compute));
+    cudaCheck(cudaStreamDestroy(gpu.comm));
+}
+
+/* One line under the run's header: which GPU, and how it computes. */
+static void backend_describe(const Config *cfg) {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, gpu.device));
+    int nccl = 0;
+    ncclGetVersion(&nccl);
+    char total[32];
+    printf("GPU: rank 0 on device %d, %s (%s, %d SMs) | cuBLAS %s | NCCL %d.%d.%d\n",
+           gpu.device, prop.name, human_bytes((double)prop.totalGlobalMem, total, sizeof(total)),
+           prop.multiProcessorCount, cfg->tf32 ? "TF32 (--tf32)" : "fp32", nccl / 10000,
+           (nccl % 10000) / 100, nccl % 100);
+}
+
+#else
+/* ---- the CPU build: the same names, on host memory ------------------------ */
+
+static void *dev_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void dev_free(void *p, size_t bytes) {
+    (void)bytes;
+    free(p);
+}
+static void dev_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void dev_to_host(void *host, const void *dev, size_t bytes) { memcpy(host, dev, bytes); }
+static void dev_from_host(void *dev, const void *host, size_t bytes) { memcpy(dev, host, bytes); }
+static void dev_synchronize(void) {} /* the main thread is the compute stream */
+
+/* The CPU needs no device: each rank is a process, its memory the host's. */
+static int backend_init(const Config *cfg, MPI_Comm comm) {
+    (void)cfg, (void)comm;
+    return 0;
+}
+static void backend_release(void) {}
+static void backend_describe(const Config *cfg) { (void)cfg; }
+static void backend_print_memory(size_t allocated_peak) { (void)allocated_peak; }
+
+#define OOM_WORDS "simulated CUDA out of memory"
+static int backend_memory_line(char *buf, size_t len, int rank) {
+    (void)buf, (void)len, (void)rank;
+    return 0; /* no driver to ask */
+}
+
+#define FOR_EACH(n, fn, ...)                                                                       \
+    for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__)
+#endif
+
+/* x *= f, element i: how the collectives turn a sum into a mean */
+FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }
+
+/* ============================================================================
+ * 3. The memory ledger
  *
  * A GPU's memory is the scarce resource FSDP exists to save, so every buffer
  * of the training state goes through ledger_alloc with a category. The ledger
@@ -185,14 +537,16 @@ static char *ledger_oom_report(const Ledger *l, MemCategory cat, size_t bytes, c
     char *r = (char *)malloc(4096), a[32], b[32], c[32];
     if (!r) return NULL;
     int n = snprintf(r, 4096,
-                     "[rank %d] simulated CUDA out of memory: tried to allocate %s of %s for %s.\n"
+                     "[rank %d] %s: tried to allocate %s of %s for %s.\n"
                      "[rank %d] budget %s per rank (--vram); %s already allocated:\n",
-                     l->rank, human_bytes((double)bytes, a, sizeof(a)), MEM_CATEGORY_NAMES[cat],
-                     what, l->rank, human_bytes((double)l->budget, b, sizeof(b)),
+                     l->rank, OOM_WORDS, human_bytes((double)bytes, a, sizeof(a)),
+                     MEM_CATEGORY_NAMES[cat], what, l->rank,
+                     l->budget ? human_bytes((double)l->budget, b, sizeof(b)) : "unlimited",
                      human_bytes((double)l->current_total, c, sizeof(c)));
     for (int k = 0; k < MEM_NUM_CATEGORIES && n < 4000; k++)
         n += snprintf(r + n, (size_t)(4096 - n), "[rank %d]   %-13s %12s\n", l->rank,
                       MEM_CATEGORY_NAMES[k], human_bytes((double)l->current[k], a, sizeof(a)));
+    n += backend_memory_line(r + n, (size_t)(4096 - n), l->rank);
     snprintf(r + n, (size_t)(4096 - n),
              "HINT: shard more (--strategy full_shard, more ranks), shrink the model or the "
              "batch, or raise --vram.\n");
@@ -232,10 +586,16 @@ static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_
     size_t bytes = count * elem_size;
     if (l->budget && l->current_total + bytes > l->budget)
         ledger_out_of_memory(l, cat, bytes, what);
-    void *p = calloc(count ? count : 1, elem_size); /* zeroed: padding must be 0 */
-    if (!p)
+    void *p = dev_alloc(bytes); /* zeroed: padding must be 0 */
+    if (!p) {
+#ifdef __CUDACC__
+        if (!l->oom_report) ledger_out_of_memory(l, cat, bytes, what); /* the GPU itself is full */
+        return NULL; /* during setup: noted, and trainer_create builds nothing more */
+#else
         FATAL("the machine is out of host memory; try a smaller --model",
               "cannot allocate %zu bytes (%s)", bytes, MEM_CATEGORY_NAMES[cat]);
+#endif
+    }
     if (l->n_entries == l->cap_entries) {
         l->cap_entries = l->cap_entries ? 2 * l->cap_entries : 64;
         l->entries =
@@ -260,8 +620,8 @@ static void ledger_free(Ledger *l, void *p) {
         if (l->entries[i].ptr != p) continue;
         l->current[l->entries[i].cat] -= l->entries[i].bytes;
         l->current_total -= l->entries[i].bytes;
+        dev_free(p, l->entries[i].bytes);
         l->entries[i] = l->entries[--l->n_entries];
-        free(p);
         sim_on_memory(l->sim, l);
         return;
     }
@@ -288,14 +648,15 @@ static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
 }
 
 static void ledger_release_all(Ledger *l) {
-    for (int i = 0; i < l->n_entries; i++) free(l->entries[i].ptr);
+    for (int i = 0; i < l->n_entries; i++)
+        if (l->entries[i].ptr) dev_free(l->entries[i].ptr, l->entries[i].bytes);
     free(l->entries);
     free(l->oom_report);
     memset(l, 0, sizeof(*l));
 }
 
 /* ============================================================================
- * 3. Collectives
+ * 4. Collectives
  *
  * FSDP needs three collectives. With N ranks and a flat buffer of N chunks
  * of S elements each:
@@ -317,7 +678,7 @@ static void ledger_release_all(Ledger *l) {
  *
  * Every collective is started (comm_*_start) and later waited on
  * (comm_wait), so a caller can compute in between: the communication
- * stream below runs it meanwhile, and section 7 uses that to prefetch the
+ * stream below runs it meanwhile, and section 8 uses that to prefetch the
  * next unit and to let reduce-scatters travel during the next backward.
  *
  * Counting: the bytes booked per call are the ring volume above, the figure
@@ -408,19 +769,22 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
     }
 }
 
-/* Runs one collective to completion, on whichever thread the stream uses:
- * our ring, or Open MPI's own (blocking: the stream is what runs it in the
- * background). Sums only; comm_wait turns them into means. */
-static void collective_run(Comm *c, const CommTask *k) {
+/* Runs one collective on host buffers to completion, on whichever thread
+ * the stream uses: our ring, or Open MPI's own (blocking: the stream is
+ * what runs it in the background). Sums only; comm_wait turns them into
+ * means. An all-gather may be in place: its input is then its own chunk of
+ * the output, as MPI_IN_PLACE and NCCL allow. */
+static void collective_run_host(Comm *c, const CommTask *k) {
     int mpi = c->impl == COLLECTIVES_MPI;
     long S = k->S;
+    int in_place = k->shard == k->full + (long)c->rank * S;
     switch (k->kind) {
     case COMM_ALL_GATHER:
         if (mpi)
-            mpiCheck(MPI_Allgather(k->shard, (int)S, MPI_FLOAT, k->full, (int)S, MPI_FLOAT,
-                                   c->stream_comm));
+            mpiCheck(MPI_Allgather(in_place ? MPI_IN_PLACE : k->shard, (int)S, MPI_FLOAT, k->full,
+                                   (int)S, MPI_FLOAT, c->stream_comm));
         else {
-            memcpy(k->full + (long)c->rank * S, k->shard, (size_t)S * sizeof(float));
+            if (!in_place) memcpy(k->full + (long)c->rank * S, k->shard, (size_t)S * sizeof(float));
             ring_all_gather(c, k->full, S);
         }
         break;
@@ -445,6 +809,44 @@ static void collective_run(Comm *c, const CommTask *k) {
     }
 }
 
+#ifdef __CUDACC__
+/* On a GPU, ring and mpi run on host copies of the device buffers: the
+ * stream waits until the compute stream has written the inputs (the task's
+ * `ready` event), copies them into c->stage, runs the collective there and
+ * copies the result back. That costs two copies over PCIe, and it is what
+ * lets several ranks share one GPU, which NCCL refuses. */
+static void collective_run(Comm *c, const CommTask *k) {
+    long S = k->S, N = c->world, need = (N + 2) * S; /* full, the ring's tmp, out */
+    if (c->stage_count < need) {
+        free(c->stage);
+        c->stage = (float *)malloc((size_t)need * sizeof(float));
+        if (!c->stage) FATAL("the machine is out of host memory", "cannot stage a collective");
+        c->stage_count = need;
+    }
+    cudaEvent_t ready = (cudaEvent_t)k->ready;
+    cudaCheck(cudaEventSynchronize(ready));
+    cudaCheck(cudaEventDestroy(ready));
+    CommTask host = {k->kind, c->stage, NULL, c->stage + (N + 1) * S, c->stage + N * S, S, NULL};
+    size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
+    if (k->kind == COMM_ALL_GATHER) {
+        host.shard = c->stage + c->rank * S; /* in place on the host */
+        cudaCheck(cudaMemcpyAsync(host.full + c->rank * S, k->shard, chunk,
+                                  cudaMemcpyDeviceToHost, gpu.comm));
+    } else {
+        cudaCheck(cudaMemcpyAsync(host.full, k->full, all, cudaMemcpyDeviceToHost, gpu.comm));
+    }
+    cudaCheck(cudaStreamSynchronize(gpu.comm));
+    collective_run_host(c, &host);
+    if (k->kind == COMM_REDUCE_SCATTER)
+        cudaCheck(cudaMemcpyAsync(k->out, host.out, chunk, cudaMemcpyHostToDevice, gpu.comm));
+    else
+        cudaCheck(cudaMemcpyAsync(k->full, host.full, all, cudaMemcpyHostToDevice, gpu.comm));
+    cudaCheck(cudaStreamSynchronize(gpu.comm));
+}
+#else
+static void collective_run(Comm *c, const CommTask *k) { collective_run_host(c, k); }
+#endif
+
 /* ------------------------------------------------------------------------
  * The communication stream
  *
@@ -466,6 +868,9 @@ static void collective_run(Comm *c, const CommTask *k) {
  * --------------------------------------------------------------------- */
 static void *comm_stream_main(void *arg) {
     Comm *c = (Comm *)arg;
+#ifdef __CUDACC__
+    cudaCheck(cudaSetDevice(gpu.device)); /* the device is chosen per thread */
+#endif
     pthread_mutex_lock(&c->lock);
     for (;;) {
         while (c->finished == c->queued && !c->stopping) pthread_cond_wait(&c->work, &c->lock);
@@ -497,6 +902,19 @@ static void comm_require_threads(const Comm *c) {
     exit_all(1);
 }
 
+#ifdef __CUDACC__
+/* One NCCL communicator over the MPI ranks: rank 0 makes the unique id,
+ * MPI broadcasts it, and every rank joins with it. */
+static void nccl_init(Comm *c) {
+    ncclUniqueId id;
+    if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+    mpiCheck(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->comm));
+    ncclComm_t nc;
+    ncclCheck(ncclCommInitRank(&nc, c->world, id, c->rank));
+    c->nccl = nc;
+}
+#endif
+
 static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const NetModel *net,
                       int threaded) {
     memset(c, 0, sizeof(*c));
@@ -506,6 +924,12 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
     mpiCheck(MPI_Comm_rank(mpi_comm, &c->rank));
     mpiCheck(MPI_Comm_size(mpi_comm, &c->world));
     mpiCheck(MPI_Comm_dup(mpi_comm, &c->stream_comm));
+#ifdef __CUDACC__
+    if (impl == COLLECTIVES_NCCL) {
+        nccl_init(c);
+        threaded = 0; /* NCCL's own stream runs in the background; no thread needed */
+    }
+#endif
     c->threaded = threaded;
     if (!threaded) return;
     comm_require_threads(c);
@@ -546,8 +970,68 @@ static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
     if (h->event >= 0) c->events[h->event].sim_start = sim_start;
 }
 
+#ifdef __CUDACC__
+/* ------------------------------------------------------------------------
+ * NCCL on the GPU's communication stream
+ *
+ * A collective reads what the compute stream wrote, so the communication
+ * stream first waits for an event recorded on the compute stream now
+ * (PyTorch does the same before each all-gather and reduce-scatter). The
+ * collective is then queued on the communication stream and the host goes
+ * on at once; comm_wait makes the compute stream wait for the event
+ * recorded after it. Neither stream blocks the host.
+ * --------------------------------------------------------------------- */
+static void nccl_submit(Comm *c, CommHandle *h, const CommTask *k) {
+    cudaEvent_t ready = event_record(gpu.compute, 0);
+    cudaCheck(cudaStreamWaitEvent(gpu.comm, ready, 0));
+    cudaCheck(cudaEventDestroy(ready));
+    ncclComm_t nc = (ncclComm_t)c->nccl;
+    size_t S = (size_t)k->S;
+    h->began = event_record(gpu.comm, 1);
+    if (k->kind == COMM_ALL_GATHER)
+        ncclCheck(ncclAllGather(k->shard, k->full, S, ncclFloat, nc, gpu.comm));
+    else if (k->kind == COMM_REDUCE_SCATTER)
+        ncclCheck(ncclReduceScatter(k->full, k->out, S, ncclFloat, ncclSum, nc, gpu.comm));
+    else
+        ncclCheck(ncclAllReduce(k->full, k->full, S * c->world, ncclFloat, ncclSum, nc, gpu.comm));
+    h->done = event_record(gpu.comm, 1);
+    h->number = ++c->queued;
+}
+
+/* The compute stream waits for the collective; the host does not. Only a
+ * trace needs to know when it ran: then the host waits for it too. */
+static CommRun nccl_wait(Comm *c, CommHandle *h) {
+    cudaEvent_t began = (cudaEvent_t)h->began, done = (cudaEvent_t)h->done;
+    cudaCheck(cudaStreamWaitEvent(gpu.compute, done, 0));
+    CommRun run = {h->number, h->t_start, h->t_start};
+    if (c->keep_events) {
+        cudaCheck(cudaEventSynchronize(done));
+        run.t_start = event_seconds(began);
+        run.t_end = event_seconds(done);
+        c->gpu_busy_seconds += run.t_end - run.t_start;
+    }
+    cudaCheck(cudaEventDestroy(began));
+    cudaCheck(cudaEventDestroy(done));
+    double now = now_seconds();
+    comm_sim_waited(c, h, now, now);
+    c->finished = h->number;
+    return run;
+}
+
+#endif
+
 /* Puts a collective on the stream; h learns its number. */
 static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
+#ifdef __CUDACC__
+    if (c->impl == COLLECTIVES_NCCL) {
+        comm_sim_queued(c, h, now_seconds());
+        nccl_submit(c, h, task);
+        return;
+    }
+    CommTask staged = *task; /* ring and mpi: the CPU stream waits for this event */
+    staged.ready = event_record(gpu.compute, 0);
+    task = &staged;
+#endif
     if (!c->threaded) {
         double t0 = now_seconds();
         comm_sim_queued(c, h, t0);
@@ -568,16 +1052,13 @@ static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
     pthread_mutex_unlock(&c->lock);
 }
 
-static void scale(float *x, long n, float f) {
-    for (long i = 0; i < n; i++) x[i] *= f;
-}
 
 /* all-gather: shard (S elements) from every rank -> full (N*S) on every rank */
 static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S,
                                         int unit) {
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, unit, S * c->world)) return h;
-    CommTask task = {COMM_ALL_GATHER, full, shard, NULL, NULL, S};
+    CommTask task = {COMM_ALL_GATHER, full, shard, NULL, NULL, S, NULL};
     comm_submit(c, &h, &task);
     return h;
 }
@@ -596,7 +1077,7 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
                                       "ring reduce-scatter");
         h.ledger = l;
     }
-    CommTask task = {COMM_REDUCE_SCATTER, full, NULL, shard, h.tmp, S};
+    CommTask task = {COMM_REDUCE_SCATTER, full, NULL, shard, h.tmp, S, NULL};
     comm_submit(c, &h, &task);
     return h;
 }
@@ -619,15 +1100,14 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
             (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
         h.ledger = l;
     }
-    CommTask task = {COMM_ALL_REDUCE, buf, NULL, NULL, h.tmp, S};
+    CommTask task = {COMM_ALL_REDUCE, buf, NULL, NULL, h.tmp, S, NULL};
     comm_submit(c, &h, &task);
     return h;
 }
 
 /* Completes a collective: waits until the stream has run it, turns sums
  * into means, frees its staging buffer and books the time it took. */
-static void comm_wait(Comm *c, CommHandle *h) {
-    if (h->skipped) return; /* by the test-only fault switch */
+static CommRun comm_wait_for_run(Comm *c, const CommHandle *h) {
     double waited = now_seconds();
     CommRun run = {0, h->t_start, waited}; /* if its record was overwritten: queued..now */
     const CommRun *noted = &c->ran[h->number % COMM_QUEUE];
@@ -644,7 +1124,20 @@ static void comm_wait(Comm *c, CommHandle *h) {
         c->wall_seconds +=
             run.t_end - run.t_start; /* it ran inline: the caller waited for it all */
     }
-    if (h->kind != COMM_ALL_GATHER) scale(h->buf, h->scale_count, 1.0f / (float)c->world);
+    return run;
+}
+
+static void comm_wait(Comm *c, CommHandle *h) {
+    if (h->skipped) return; /* by the test-only fault switch */
+    CommRun run;
+#ifdef __CUDACC__
+    if (c->impl == COLLECTIVES_NCCL)
+        run = nccl_wait(c, h);
+    else
+#endif
+        run = comm_wait_for_run(c, h);
+    if (h->kind != COMM_ALL_GATHER)
+        FOR_EACH(h->scale_count, scale_one, h->buf, 1.0f / (float)c->world);
     if (h->tmp) ledger_free(h->ledger, h->tmp);
     h->tmp = NULL;
     if (h->event < 0) return;
@@ -666,13 +1159,19 @@ static void comm_release(Comm *c) {
         c->threaded = 0;
     }
     if (c->stream_comm != MPI_COMM_NULL) MPI_Comm_free(&c->stream_comm);
+#ifdef __CUDACC__
+    if (c->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)c->nccl));
+    c->nccl = NULL;
+#endif
+    free(c->stage);
+    c->stage = NULL;
     free(c->events);
     c->events = NULL;
     c->n_events = c->cap_events = 0;
 }
 
 /* ============================================================================
- * 4. The model
+ * 5. The model
  *
  * A small language model over bytes. Its parameters sit in clearly separate
  * modules of very different sizes, so auto-wrap decisions are easy to see:
@@ -691,7 +1190,10 @@ static void comm_release(Comm *c) {
  * same argument order; backward accumulates (+=) into gradients.
  * ========================================================================== */
 
-/* ---- element-wise math, shared by CPU and GPU ---------------------------- */
+/* ---- element-wise math, shared by CPU and GPU ------------------------------
+ * Each function computes element (or row) i of one layer. The CPU calls it
+ * in a loop, a GPU from one thread per i (FOR_EACH, section 2), so both
+ * compute the same arithmetic in the same order. */
 
 FSDP_HD static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 FSDP_HD static inline float gelu_grad(float x) {
@@ -699,9 +1201,143 @@ FSDP_HD static inline float gelu_grad(float x) {
     float pdf = 0.39894228f * expf(-0.5f * x * x);
     return cdf + x * pdf;
 }
+FSDP_HD static inline void gelu_forward_one(long i, float *out, const float *inp) {
+    out[i] = gelu(inp[i]);
+}
+FSDP_HD static inline void gelu_backward_one(long i, float *dinp, const float *dout,
+                                             const float *inp) {
+    dinp[i] += dout[i] * gelu_grad(inp[i]);
+}
+FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
 
-/* ---- layers ---------------------------------------------------------------- */
+/* out row b of (B, O) starts as the bias; the matmul then adds to it */
+FSDP_HD static inline void bias_broadcast_one(long i, float *out, const float *bias, int O) {
+    out[i] = bias[i % O];
+}
+/* dbias[o] += the sum over the B rows of dout, in increasing b */
+FSDP_HD static inline void bias_backward_one(long o, float *dbias, const float *dout, int B,
+                                             int O) {
+    float db = 0.0f;
+    for (int b = 0; b < B; b++) db += dout[(long)b * O + o];
+    dbias[o] += db;
+}
 
+/* LayerNorm of row b: out = (x - mean) * rstd * weight + bias; saves mean, rstd */
+FSDP_HD static inline void layernorm_forward_row(long b, float *out, float *mean, float *rstd,
+                                                 const float *inp, const float *weight,
+                                                 const float *bias, int D) {
+    const float *x = inp + b * D;
+    float m = 0.0f, v = 0.0f;
+    for (int i = 0; i < D; i++) m += x[i];
+    m /= (float)D;
+    for (int i = 0; i < D; i++) v += (x[i] - m) * (x[i] - m);
+    v /= (float)D;
+    float s = 1.0f / sqrtf(v + 1e-5f);
+    for (int i = 0; i < D; i++) out[b * D + i] = (x[i] - m) * s * weight[i] + bias[i];
+    mean[b] = m;
+    rstd[b] = s;
+}
+/* The input gradient of row b. With n = normalised input, g = dy * weight:
+ * dx = rstd * (g - mean(g) - n * mean(g * n)) */
+FSDP_HD static inline void layernorm_backward_row(long b, float *dinp, const float *dout,
+                                                  const float *inp, const float *weight,
+                                                  const float *mean, const float *rstd, int D) {
+    const float *x = inp + b * D, *dy = dout + b * D;
+    float *dx = dinp + b * D;
+    float g_mean = 0.0f, gn_mean = 0.0f;
+    for (int i = 0; i < D; i++) {
+        float n = (x[i] - mean[b]) * rstd[b];
+        float g = dy[i] * weight[i];
+        g_mean += g;
+        gn_mean += g * n;
+    }
+    g_mean /= (float)D;
+    gn_mean /= (float)D;
+    for (int i = 0; i < D; i++) {
+        float n = (x[i] - mean[b]) * rstd[b];
+        dx[i] += rstd[b] * (dy[i] * weight[i] - g_mean - n * gn_mean);
+    }
+}
+/* The parameter gradients of column i: a sum over the rows, in increasing
+ * b, from one thread (a row per thread would need atomics here). */
+FSDP_HD static inline void layernorm_backward_col(long i, float *dweight, float *dbias,
+                                                  const float *dout, const float *inp,
+                                                  const float *mean, const float *rstd, int B,
+                                                  int D) {
+    for (int b = 0; b < B; b++) {
+        long at = (long)b * D + i;
+        float n = (inp[at] - mean[b]) * rstd[b];
+        dweight[i] += dout[at] * n;
+        dbias[i] += dout[at];
+    }
+}
+
+/* element i of out (B, T*C): channel i % C of the embedding of context byte i / C */
+FSDP_HD static inline void embedding_forward_one(long i, float *out, const unsigned char *tokens,
+                                                 const float *weight, int C) {
+    out[i] = weight[(long)tokens[i / C] * C + i % C];
+}
+/* channel c of every byte's embedding gradient: the B*T context bytes in
+ * order, each adding to the row of its byte. One thread per channel, so two
+ * samples with the same byte never add at once. */
+FSDP_HD static inline void embedding_backward_col(long c, float *dweight, const float *dout,
+                                                  const unsigned char *tokens, long BT, int C) {
+    for (long n = 0; n < BT; n++) dweight[(long)tokens[n] * C + c] += dout[n * C + c];
+}
+
+/* Softmax of row b into probs, and the row's loss -log p[target] */
+FSDP_HD static inline void crossentropy_forward_row(long b, float *probs, float *losses,
+                                                    const float *logits, const int *targets,
+                                                    int V) {
+    const float *z = logits + b * V;
+    float *p = probs + b * V;
+    float zmax = z[0], sum = 0.0f;
+    for (int v = 1; v < V; v++) zmax = z[v] > zmax ? z[v] : zmax;
+    for (int v = 0; v < V; v++) {
+        p[v] = expf(z[v] - zmax);
+        sum += p[v];
+    }
+    for (int v = 0; v < V; v++) p[v] /= sum;
+    losses[b] = -logf(p[targets[b]]);
+}
+/* dlogits = (probs - onehot(target)) * dloss */
+FSDP_HD static inline void crossentropy_backward_one(long i, float *dlogits, const float *probs,
+                                                     const int *targets, float dloss, int V) {
+    dlogits[i] += (probs[i] - (i % V == targets[i / V] ? 1.0f : 0.0f)) * dloss;
+}
+
+/* ---- layers ------------------------------------------------------------------
+ * A Linear layer is three matmuls, and the backends differ most here: the
+ * CPU's own blocked loops, or cuBLAS. Everything else is a FOR_EACH over
+ * the functions above. */
+
+#ifdef __CUDACC__
+/* cuBLAS is column-major: a row-major (R, K) matrix is, to cuBLAS, its
+ * (K, R) transpose with leading dimension K. So each product below is
+ * written for the transposes, as llm.c does:
+ *   out^T (O, B)    = weight (O, I) @ inp^T (I, B)     -> weight transposed
+ *   dinp^T (I, B)  += weight^T (I, O) @ dout^T (O, B)
+ *   dweight^T (I, O) += inp^T (I, B) @ dout (B, O)     -> dout transposed
+ * beta = 1 accumulates (backward adds into gradients; forward adds to the
+ * bias already in out). fp32 unless --tf32 (backend_init). */
+static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int B, int I, int O) {
+    const float one = 1.0f;
+    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
+    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, weight, I, inp, I,
+                            &one, out, O));
+}
+
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int B, int I, int O) {
+    const float one = 1.0f;
+    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, weight, I, dout,
+                            O, &one, dinp, I));
+    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout, O,
+                            &one, dweight, I));
+    FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
+}
+#else
 /* The Linear layers are three matmuls, and a matmul's time goes to loading
  * operands, not to multiplying them: a plain loop loads one or two numbers
  * per multiply-add. Register blocking keeps a block of 4 rows x 32 columns
@@ -770,8 +1406,7 @@ static void accumulate(float *dst, const float *coef, long coef_row, long coef_c
  * ledger, as cuBLAS's workspace would be on a GPU.) */
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
-    for (int b = 0; b < B; b++)
-        for (int o = 0; o < O; o++) out[(long)b * O + o] = bias[o];
+    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
     float *panel = (float *)malloc((size_t)I * BWD_VEC * sizeof(float));
     if (!panel) FATAL("the machine is out of host memory", "cannot allocate a matmul panel");
     for (int o0 = 0; o0 < O; o0 += BWD_VEC) {
@@ -794,106 +1429,58 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
     accumulate(dinp, dout, O, 1, weight, B, O, I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
     accumulate(dweight, dout, 1, O, inp, O, B, I);
-    for (int o = 0; o < O; o++) {
-        float db = 0.0f;
-        for (int b = 0; b < B; b++) db += dout[(long)b * O + o];
-        dbias[o] += db;
-    }
+    FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
 }
+
+#endif
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B) */
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int B, int D) {
-    for (int b = 0; b < B; b++) {
-        const float *x = inp + (long)b * D;
-        float m = 0.0f, v = 0.0f;
-        for (int i = 0; i < D; i++) m += x[i];
-        m /= (float)D;
-        for (int i = 0; i < D; i++) v += (x[i] - m) * (x[i] - m);
-        v /= (float)D;
-        float s = 1.0f / sqrtf(v + 1e-5f);
-        for (int i = 0; i < D; i++) out[(long)b * D + i] = (x[i] - m) * s * weight[i] + bias[i];
-        mean[b] = m;
-        rstd[b] = s;
-    }
+    FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, D);
 }
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int B, int D) {
-    for (int b = 0; b < B; b++) {
-        const float *x = inp + (long)b * D, *dy = dout + (long)b * D;
-        float *dx = dinp + (long)b * D;
-        /* with n = normalised input and g = dy * weight:
-         * dx = rstd * (g - mean(g) - n * mean(g * n)) */
-        float g_mean = 0.0f, gn_mean = 0.0f;
-        for (int i = 0; i < D; i++) {
-            float n = (x[i] - mean[b]) * rstd[b];
-            float g = dy[i] * weight[i];
-            g_mean += g;
-            gn_mean += g * n;
-        }
-        g_mean /= (float)D;
-        gn_mean /= (float)D;
-        for (int i = 0; i < D; i++) {
-            float n = (x[i] - mean[b]) * rstd[b];
-            dweight[i] += dy[i] * n;
-            dbias[i] += dy[i];
-            dx[i] += rstd[b] * (dy[i] * weight[i] - g_mean - n * gn_mean);
-        }
-    }
+    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, D);
+    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D);
 }
 
 static void gelu_forward(float *out, const float *inp, long n) {
-    for (long i = 0; i < n; i++) out[i] = gelu(inp[i]);
+    FOR_EACH(n, gelu_forward_one, out, inp);
 }
 static void gelu_backward(float *dinp, const float *dout, const float *inp, long n) {
-    for (long i = 0; i < n; i++) dinp[i] += dout[i] * gelu_grad(inp[i]);
+    FOR_EACH(n, gelu_backward_one, dinp, dout, inp);
 }
 
 /* out (B, T*C): the embeddings of the T context bytes of each sample, end to end */
 static void embedding_forward(float *out, const unsigned char *tokens, const float *weight, int B,
                               int T, int C) {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
-            memcpy(out + ((long)b * T + t) * C, weight + (long)tokens[(long)b * T + t] * C,
-                   (size_t)C * sizeof(float));
+    FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight, C);
 }
 static void embedding_backward(float *dweight, const float *dout, const unsigned char *tokens,
                                int B, int T, int C) {
-    for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            float *dw = dweight + (long)tokens[(long)b * T + t] * C;
-            const float *d = dout + ((long)b * T + t) * C;
-            for (int c = 0; c < C; c++) dw[c] += d[c];
-        }
+    FOR_EACH(C, embedding_backward_col, dweight, dout, tokens, (long)B * T, C);
 }
 
-/* Softmax cross-entropy, averaged over the B samples: returns the loss and
- * writes probs (B, V). Its backward, for loss scale `dloss`, is
- * dlogits = (probs - onehot(target)) * dloss. */
-static float crossentropy_forward(float *probs, const float *logits, const int *targets, int B,
-                                  int V) {
+/* Softmax cross-entropy, averaged over the B samples: writes probs (B, V)
+ * and each sample's loss (B), and returns their mean (summed on the host in
+ * sample order, so the same bits on every backend). Its backward, for loss
+ * scale `dloss`, is dlogits = (probs - onehot(target)) * dloss. */
+static float crossentropy_forward(float *probs, float *losses, const float *logits,
+                                  const int *targets, int B, int V) {
+    FOR_EACH(B, crossentropy_forward_row, probs, losses, logits, targets, V);
+    float *host = (float *)malloc((size_t)B * sizeof(float));
+    if (!host) FATAL("the machine is out of host memory", "cannot read the losses back");
+    dev_to_host(host, losses, (size_t)B * sizeof(float));
     double loss = 0.0;
-    for (int b = 0; b < B; b++) {
-        const float *z = logits + (long)b * V;
-        float *p = probs + (long)b * V;
-        float zmax = z[0], sum = 0.0f;
-        for (int v = 1; v < V; v++) zmax = z[v] > zmax ? z[v] : zmax;
-        for (int v = 0; v < V; v++) {
-            p[v] = expf(z[v] - zmax);
-            sum += p[v];
-        }
-        for (int v = 0; v < V; v++) p[v] /= sum;
-        loss -= logf(p[targets[b]]);
-    }
+    for (int b = 0; b < B; b++) loss += host[b];
+    free(host);
     return (float)(loss / B);
 }
 static void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
                                   float dloss, int B, int V) {
-    for (int b = 0; b < B; b++)
-        for (int v = 0; v < V; v++)
-            dlogits[(long)b * V + v] +=
-                (probs[(long)b * V + v] - (v == targets[b] ? 1.0f : 0.0f)) * dloss;
+    FOR_EACH((long)B * V, crossentropy_backward_one, dlogits, probs, targets, dloss, V);
 }
 
 /* ---- the module tree -------------------------------------------------------- */
@@ -1011,7 +1598,7 @@ static long config_total_numel(const Config *cfg) {
 }
 
 /* ============================================================================
- * 5. Auto-wrap: which modules become units
+ * 6. Auto-wrap: which modules become units
  *
  * PyTorch's size_based_auto_wrap_policy(min_num_params), exactly:
  *   - visit the module tree in post-order (children before their parent);
@@ -1063,7 +1650,7 @@ static int autowrap(Model *m, long min_params) {
 }
 
 /* ============================================================================
- * 6. Flat parameters and shards
+ * 7. Flat parameters and shards
  *
  * A unit's parameters are laid end to end, in model order, into one flat
  * parameter of `numel` elements. To split it evenly over N ranks we pad it
@@ -1142,13 +1729,14 @@ static int param_in_shard(const Param *p, long lo, long hi, long *a, long *b) {
 
 /* Fills this rank's shard: only the elements of [lo, lo + shard) are ever
  * computed here, so no rank materialises the whole model to initialise it. */
-static void unit_init_shard(Unit *u, const Model *m, int rank, uint64_t seed) {
+static void unit_init_shard(const Unit *u, const Model *m, int rank, uint64_t seed,
+                            float *shard_param) {
     long lo = shard_begin(u, rank), hi = lo + u->shard, a, b;
     for (int k = 0; k < u->n_params; k++) {
         const Param *p = &m->params[u->params[k]];
         if (!param_in_shard(p, lo, hi, &a, &b)) continue;
         for (long e = a; e < b; e++)
-            u->shard_param[e - lo] = param_init_value(p, u->params[k], e - p->offset, seed);
+            shard_param[e - lo] = param_init_value(p, u->params[k], e - p->offset, seed);
     }
 }
 
@@ -1160,6 +1748,32 @@ static void unit_set_views(Unit *u, Model *m) {
         p->data = u->full_param ? u->full_param + p->offset : NULL;
         p->grad = u->full_grad ? u->full_grad + p->offset : NULL;
     }
+}
+
+/* A unit's state as the host sees it: tensor k (0 shard_param, 1 exp_avg,
+ * 2 exp_avg_sq) in host memory, for initialisation and checkpoints. On the
+ * CPU that is the tensor itself. On a GPU it is a host copy, filled by
+ * unit_state_to_host and written back by unit_state_to_device. */
+static float *unit_state_host(Unit *u, int k) {
+#ifdef __CUDACC__
+    if (!u->host_state && !(u->host_state = (float *)calloc((size_t)(3 * u->shard + 1), 4)))
+        FATAL("the machine is out of host memory", "cannot copy a shard to the host");
+    return u->host_state + (long)k * u->shard;
+#else
+    return k == 0 ? u->shard_param : k == 1 ? u->exp_avg : u->exp_avg_sq;
+#endif
+}
+static void unit_state_to_host(Unit *u) {
+    const float *dev[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
+    for (int k = 0; k < 3; k++)
+        if (unit_state_host(u, k) != dev[k])
+            dev_to_host(unit_state_host(u, k), dev[k], (size_t)u->shard * sizeof(float));
+}
+static void unit_state_to_device(Unit *u) {
+    float *dev[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
+    for (int k = 0; k < 3; k++)
+        if (unit_state_host(u, k) != dev[k])
+            dev_from_host(dev[k], unit_state_host(u, k), (size_t)u->shard * sizeof(float));
 }
 
 /* ============================================================================
@@ -1191,6 +1805,7 @@ typedef struct {
     float *nf;                /* (B, D) norm_f output */
     float *nf_mean, *nf_rstd; /* (B) */
     float *logits, *probs;    /* (B, V) */
+    float *losses;            /* (B) each sample's loss */
     float *d_logits;          /* (B, V) */
     float *d_nf, *d_h, *d_ln; /* (B, D) */
     float *d_act, *d_fc1;     /* (B, 4D) */
@@ -1220,10 +1835,10 @@ struct Trainer {
 };
 
 /* ============================================================================
- * 7. The unit lifecycle
+ * 8. The unit lifecycle
  *
  * PyTorch runs these four hooks around each FSDP unit; we call them at the
- * same moments from the model's forward and backward (section 10). Each
+ * same moments from the model's forward and backward (section 11). Each
  * banner names the PyTorch function (torch/distributed/fsdp/
  * _runtime_utils.py) that does the same, so one maps onto the other. Two
  * verbs carry the whole idea: unshard (all-gather the full state from the
@@ -1233,6 +1848,22 @@ struct Trainer {
  * ========================================================================== */
 
 static int is_sharded(const Trainer *t) { return t->cfg.strategy != STRATEGY_NO_SHARD; }
+
+/* A unit's forward or backward (or the optimizer), as the instruments see
+ * it. On a GPU the host runs ahead of the kernels it queues, so when a
+ * picture needs true times (--trace, --view, --step) the host first waits
+ * for the compute stream; otherwise it never does. */
+static int pictures_wanted(const Trainer *t) {
+    return t->cfg.trace_path || t->cfg.view || t->cfg.step_mode;
+}
+static void span_begin(Trainer *t, int ui, SimPhase phase) {
+    if (pictures_wanted(t)) dev_synchronize();
+    sim_span_begin(&t->sim, ui, phase);
+}
+static void span_end(Trainer *t, int ui, SimPhase phase) {
+    if (pictures_wanted(t)) dev_synchronize();
+    sim_span_end(&t->sim, ui, phase);
+}
 
 /* A unit's full flat parameter in a new buffer: allocate `padded`
  * elements and all-gather the N shards into it (PyTorch: unshard). With
@@ -1356,7 +1987,7 @@ static void unit_pre_forward(Trainer *t, int ui) {
     t->units[ui].needs_backward = 1;
     unit_unshard(t, ui);
     if (t->cfg.forward_prefetch) unit_unshard_start(t, unit_next_forward(t, ui));
-    sim_span_begin(&t->sim, ui, PHASE_FORWARD);
+    span_begin(t, ui, PHASE_FORWARD);
 }
 
 /* ------------------------------------------------------------------------
@@ -1372,7 +2003,7 @@ static void unit_pre_forward(Trainer *t, int ui) {
  * state until that unit's backward, trading memory for one all-gather less.
  * --------------------------------------------------------------------- */
 static void unit_post_forward(Trainer *t, int ui) {
-    sim_span_end(&t->sim, ui, PHASE_FORWARD);
+    span_end(t, ui, PHASE_FORWARD);
     if (!t->order_known) t->post_order[t->n_post++] = ui;
     if (ui == 0) t->order_known = 1; /* the root's forward encloses all others */
     if (t->cfg.strategy == STRATEGY_FULL_SHARD && ui != 0) unit_free_full_params(t, ui);
@@ -1399,7 +2030,7 @@ static void unit_pre_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     u->needs_backward = 0;
     if (!is_sharded(t)) {
-        memset(u->shard_grad, 0, (size_t)u->padded * sizeof(float));
+        dev_zero(u->shard_grad, (size_t)u->padded * sizeof(float));
     } else {
         unit_unshard(t, ui);
         if (t->cfg.backward_prefetch == BACKWARD_PRE)
@@ -1408,7 +2039,7 @@ static void unit_pre_backward(Trainer *t, int ui) {
                                              sizeof(float), t->units[ui].name);
         unit_set_views(u, &t->model);
     }
-    sim_span_begin(&t->sim, ui, PHASE_BACKWARD);
+    span_begin(t, ui, PHASE_BACKWARD);
 }
 
 /* Waits for unit ui's reduce-scatter, if one is on its way, and frees the
@@ -1451,7 +2082,7 @@ static void unit_reduce_wait(Trainer *t, int ui) {
  * --------------------------------------------------------------------- */
 static void unit_post_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
-    sim_span_end(&t->sim, ui, PHASE_BACKWARD);
+    span_end(t, ui, PHASE_BACKWARD);
     if (!is_sharded(t)) {
         CommHandle h = comm_all_reduce_start(&t->comm, u->shard_grad, u->padded, ui, &t->ledger);
         comm_wait(&t->comm, &h);
@@ -1493,7 +2124,7 @@ static void module_post_backward(Trainer *t, int module) {
 }
 
 /* ============================================================================
- * 8. Sharded AdamW
+ * 9. Sharded AdamW
  *
  * torch.optim.AdamW, step t, for one element with gradient g:
  *   p  <- p * (1 - lr * weight_decay)          (decoupled weight decay)
@@ -1515,24 +2146,37 @@ FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float 
     *p -= (lr / bias_correction1) * (*m / denom);
 }
 
+/* One step's hyperparameters, passed by value to every element. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt;
+} AdamWStep;
+
+FSDP_HD static inline void adamw_one(long i, float *p, float *m, float *v, const float *g,
+                                     AdamWStep s) {
+    adamw_update_one(&p[i], &m[i], &v[i], g[i], s.lr, s.beta1, s.beta2, s.eps, s.weight_decay,
+                     s.bias_correction1, s.bias_correction2_sqrt);
+}
+
 static void adamw_step(Trainer *t) {
     const Config *c = &t->cfg;
-    sim_span_begin(&t->sim, -1, PHASE_OPTIMIZER);
+    span_begin(t, -1, PHASE_OPTIMIZER);
     t->adam_step++;
-    float bc1 = 1.0f - powf(c->beta1, (float)t->adam_step);
-    float bc2_sqrt = sqrtf(1.0f - powf(c->beta2, (float)t->adam_step));
+    AdamWStep s = {c->lr,
+                   c->beta1,
+                   c->beta2,
+                   c->eps,
+                   c->weight_decay,
+                   1.0f - powf(c->beta1, (float)t->adam_step),
+                   sqrtf(1.0f - powf(c->beta2, (float)t->adam_step))};
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        for (long i = 0; i < u->shard; i++)
-            adamw_update_one(&u->shard_param[i], &u->exp_avg[i], &u->exp_avg_sq[i],
-                             u->shard_grad[i], c->lr, c->beta1, c->beta2, c->eps, c->weight_decay,
-                             bc1, bc2_sqrt);
+        FOR_EACH(u->shard, adamw_one, u->shard_param, u->exp_avg, u->exp_avg_sq, u->shard_grad, s);
     }
-    sim_span_end(&t->sim, -1, PHASE_OPTIMIZER);
+    span_end(t, -1, PHASE_OPTIMIZER);
 }
 
 /* ============================================================================
- * 9. Data
+ * 10. Data
  *
  * The embedded corpus is a small random "language", generated from the seed
  * so the demo needs no download: a vocabulary of made-up words, and a Markov
@@ -1682,7 +2326,7 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int gl
 }
 
 /* ============================================================================
- * 10. The trainer: one step, end to end, then the training loop
+ * 11. The trainer: one step, end to end, then the training loop
  *
  * forward:  enter each module (unit hooks gather), compute, leave (free)
  * backward: the same modules in reverse (hooks gather, reduce-scatter, free)
@@ -1707,6 +2351,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->nf_rstd = ACT(B);
     a->logits = ACT(B * V);
     a->probs = ACT(B * V);
+    a->losses = ACT(B);
     a->d_logits = ACT(B * V);
     a->d_nf = ACT(B * D);
     a->d_h = ACT(B * D);
@@ -1717,7 +2362,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
 #undef ACT
 }
 
-static void zero(float *x, long n) { memset(x, 0, (size_t)n * sizeof(float)); }
+static void zero(float *x, long n) { dev_zero(x, (size_t)n * sizeof(float)); }
 
 /* The parameter tensors of a module, once its unit's full state is present. */
 static float *weight_of(Trainer *t, int module) {
@@ -1767,7 +2412,7 @@ static float model_forward(Trainer *t) {
         linear_forward(h_out, act, weight_of(t, m->block_fc2[l]), bias_of(t, m->block_fc2[l]), B,
                        4 * D, D);
         module_post_forward(t, m->block_fc2[l]);
-        for (long i = 0; i < BD; i++) h_out[i] += h_in[i]; /* the residual connection */
+        FOR_EACH(BD, add_one, h_out, h_in); /* the residual connection */
         module_post_forward(t, m->block[l]);
     }
     module_post_forward(t, m->blocks);
@@ -1779,7 +2424,7 @@ static float model_forward(Trainer *t) {
     module_pre_forward(t, m->head);
     linear_forward(a->logits, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
     module_post_forward(t, m->head);
-    float loss = crossentropy_forward(a->probs, a->logits, a->targets, B, V);
+    float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
     module_post_forward(t, m->root);
     return loss;
 }
@@ -1889,7 +2534,8 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         u->exp_avg_sq = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard,
                                               sizeof(float), name);
         if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
-        unit_init_shard(u, &t->model, t->comm.rank, cfg->seed);
+        unit_init_shard(u, &t->model, t->comm.rank, cfg->seed, unit_state_host(u, 0));
+        unit_state_to_device(u);
         if (!is_sharded(t)) { /* DDP: the "shard" is the whole flat parameter */
             u->full_param = u->shard_param;
             u->full_grad = u->shard_grad;
@@ -1919,7 +2565,7 @@ void trainer_gather_params(Trainer *t, float *out) {
         for (int i = 0; i < m->n_params; i++) {
             Param *p = &m->params[i];
             if (p->unit == ui)
-                memcpy(out + pos, full + p->offset, (size_t)p->numel * sizeof(float));
+                dev_to_host(out + pos, full + p->offset, (size_t)p->numel * sizeof(float));
             pos += p->numel;
         }
         unit_release_gathered(t, ui, full);
@@ -1928,7 +2574,10 @@ void trainer_gather_params(Trainer *t, float *out) {
 
 void trainer_destroy(Trainer *t) {
     if (!t) return;
-    for (int ui = 0; ui < t->n_units; ui++) free(t->units[ui].params);
+    for (int ui = 0; ui < t->n_units; ui++) {
+        free(t->units[ui].params);
+        free(t->units[ui].host_state);
+    }
     free(t->units);
     free(t->pre_order);
     free(t->post_order);
@@ -1944,23 +2593,42 @@ void trainer_destroy(Trainer *t) {
 /* The mean of the N ranks' losses, summed in rank order so every rank gets
  * the same bits. It travels as an all-gather of one float per rank. */
 static float global_mean_loss(Trainer *t, float local_loss) {
-    int N = t->comm.world;
+    int N = t->comm.world, rank = t->comm.rank;
     float *all = (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float),
                                        "the loss all-gather");
-    CommHandle h = comm_all_gather_start(&t->comm, all, &local_loss, 1, -1);
+    float *host = (float *)malloc((size_t)N * sizeof(float));
+    if (!host) FATAL("the machine is out of host memory", "cannot gather the losses");
+    dev_from_host(all + rank, &local_loss, sizeof(float)); /* in place: our slot is the input */
+    CommHandle h = comm_all_gather_start(&t->comm, all, all + rank, 1, -1);
     comm_wait(&t->comm, &h);
+    dev_to_host(host, all, (size_t)N * sizeof(float));
     double sum = 0.0;
-    for (int r = 0; r < N; r++) sum += all[r];
+    for (int r = 0; r < N; r++) sum += host[r];
+    free(host);
     ledger_free(&t->ledger, all);
     return (float)(sum / N);
 }
 
-float trainer_step(Trainer *t, int step) {
+/* This rank's part of global batch number `step`, drawn on the host and
+ * copied to the device (on the CPU, from one host buffer to another). */
+static void trainer_load_batch(Trainer *t, int step) {
     const Config *c = &t->cfg;
+    int B = t->local_batch;
+    unsigned char *tokens = (unsigned char *)malloc((size_t)B * c->context);
+    int *targets = (int *)malloc((size_t)B * sizeof(int));
+    if (!tokens || !targets) FATAL("the machine is out of host memory", "cannot draw a batch");
+    sampler_local_batch(&t->corpus, c->seed, step, c->batch, t->comm.rank, t->comm.world,
+                        c->context, tokens, targets);
+    dev_from_host(t->act.tokens, tokens, (size_t)B * c->context);
+    dev_from_host(t->act.targets, targets, (size_t)B * sizeof(int));
+    free(tokens);
+    free(targets);
+}
+
+float trainer_step(Trainer *t, int step) {
     t->comm.step = step;
     sim_on_step(&t->sim, step);
-    sampler_local_batch(&t->corpus, c->seed, step, c->batch, t->comm.rank, t->comm.world,
-                        c->context, t->act.tokens, t->act.targets);
+    trainer_load_batch(t, step);
     float loss = model_forward(t);
     model_backward(t);
     adamw_step(t);
@@ -2019,6 +2687,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     int root = t->comm.rank == 0;
     if (root) {
         print_header(t);
+        backend_describe(cfg);
         print_unit_table(t);
     }
     long first = 0; /* the step to start from: 0, or where a checkpoint left off */
@@ -2083,6 +2752,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
                (double)cfg->batch * s.steps / s.seconds);
         print_step_breakdown(t, s.seconds, s.steps);
         if (rank_table) print_rank_table(t, peaks, sent);
+        backend_print_memory(t->ledger.peak_total);
     }
     free(peaks);
     free(sent);
@@ -2092,7 +2762,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
 }
 
 /* ============================================================================
- * 11. Checkpoints
+ * 12. Checkpoints
  *
  * A sharded checkpoint is what FSDP makes natural: every rank writes its own
  * shards (parameters and AdamW's two moments) to its own file, and nobody
@@ -2211,7 +2881,9 @@ static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64
     *bytes = sizeof(head);
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        const float *tensors[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
+        unit_state_to_host(u);
+        const float *tensors[3] = {unit_state_host(u, 0), unit_state_host(u, 1),
+                                   unit_state_host(u, 2)};
         for (int k = 0; k < 3; k++) {
             size_t n = (size_t)u->shard * sizeof(float);
             out_write(&f, tensors[k], n);
@@ -2698,7 +3370,8 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
-        float *dst[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
+        unit_state_to_host(u); /* padding stays as it is */
+        float *dst[3] = {unit_state_host(u, 0), unit_state_host(u, 1), unit_state_host(u, 2)};
         for (int j = 0; j < u->n_params; j++) {
             const Param *p = &t->model.params[u->params[j]];
             const MetaParam *q = &m->params[map[u->params[j]]];
@@ -2709,6 +3382,7 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
                                     q->offset + (b - p->offset), dst[k] + (a - lo), err, errlen))
                     return 2;
         }
+        unit_state_to_device(u);
     }
     return 0;
 }
@@ -2717,11 +3391,11 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
  * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
  * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
  * [3, 17] is nan", in out; returns 0 when every value is a number. */
-static int shard_first_nonfinite(const Trainer *t, int k, char *out, size_t outlen) {
+static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
     static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
     for (int ui = 0; ui < t->n_units; ui++) {
-        const Unit *u = &t->units[ui];
-        const float *x = k == 0 ? u->shard_param : k == 1 ? u->exp_avg : u->exp_avg_sq;
+        Unit *u = &t->units[ui];
+        const float *x = unit_state_host(u, k); /* as just loaded */
         long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
         for (int j = 0; j < u->n_params; j++) {
             const Param *p = &t->model.params[u->params[j]];
@@ -2847,12 +3521,17 @@ static int trainer_export(Trainer *t, const char *path) {
     for (int ui = 0; ui < t->n_units; ui++) { /* every rank takes part in each gather */
         Unit *u = &t->units[ui];
         float *full = unit_gather(t, ui);
-        /* rank 0 writes the unit's tensors at their offsets in the header */
+        /* rank 0 writes the unit's tensors at their offsets in the header,
+         * from a host copy (on a GPU the full state is in device memory) */
+        float *host = root ? (float *)malloc((size_t)u->padded * sizeof(float)) : NULL;
+        if (root && !host) FATAL("the machine is out of host memory", "cannot export a unit");
+        if (root) dev_to_host(host, full, (size_t)u->padded * sizeof(float));
         for (int j = 0; j < u->n_params && root && rc == 0; j++) {
             const Param *p = &t->model.params[u->params[j]];
-            out_write_at(&f, full + p->offset, (size_t)p->numel * sizeof(float),
+            out_write_at(&f, host + p->offset, (size_t)p->numel * sizeof(float),
                          head_len + st[u->params[j]].begin);
         }
+        free(host);
         unit_release_gathered(t, ui, full);
     }
     if (root && rc == 0) rc = out_commit(&f, err, sizeof(err));
@@ -2937,16 +3616,18 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
     for (int ui = 0; ui < t->n_units && rc == 0; ui++) {
         Unit *u = &t->units[ui];
         long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
+        unit_state_to_host(u);
+        float *shard_param = unit_state_host(u, 0);
         for (int j = 0; j < u->n_params && rc == 0; j++) {
             const Param *p = &t->model.params[u->params[j]];
             if (!param_in_shard(p, lo, hi, &a, &b)) continue;
             uint64_t at = h->data_start + h->tensors[map[u->params[j]]].begin +
                           (uint64_t)(a - p->offset) * sizeof(float);
-            if (file_read_at(fd, u->shard_param + (a - lo), (size_t)(b - a) * sizeof(float), at) !=
-                0)
+            if (file_read_at(fd, shard_param + (a - lo), (size_t)(b - a) * sizeof(float), at) != 0)
                 rc = usage_error(err, errlen, "--init-from %s: cannot read %s (the file changed?).",
                                  path, p->name);
         }
+        unit_state_to_device(u);
     }
     close(fd);
     return rc;
@@ -3001,7 +3682,7 @@ static int trainer_init_from(Trainer *t, const char *path) {
 }
 
 /* ============================================================================
- * 12. Command line and main
+ * 13. Command line and main
  * ========================================================================== */
 
 typedef struct {
@@ -3037,8 +3718,12 @@ void config_usage(FILE *out) {
             "                                                                (default full_shard)\n"
             "  --min-params N        auto-wrap threshold: a module whose unclaimed parameters\n"
             "                        reach N becomes a unit (default: one block's parameters)\n"
-            "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins)\n"
-            "                                                                (default ring)\n"
+            "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins) |\n"
+            "                        nccl (GPU build; one GPU per rank). On GPUs ring and mpi\n"
+            "                        stage through host memory, so ranks may share a GPU\n"
+            "                                                    (default ring; GPU build nccl)\n"
+            "  --tf32                GPU build: let cuBLAS use TF32 tensor cores (10-bit\n"
+            "                        mantissa); default fp32, as the CPU computes\n"
             "  --backward-prefetch P pre | post | none: when backward starts the next unit's\n"
             "                        all-gather (PyTorch's BackwardPrefetch)     (default pre)\n"
             "  --forward-prefetch    start the next unit's all-gather while this one computes its\n"
@@ -3191,7 +3876,7 @@ static void config_defaults(Config *c) {
     memset(c, 0, sizeof(*c));
     c->vocab = 256;
     c->strategy = STRATEGY_FULL_SHARD;
-    c->collectives = COLLECTIVES_RING;
+    c->collectives = FSDP_GPU ? COLLECTIVES_NCCL : COLLECTIVES_RING;
     c->lr = 3e-3f;
     c->beta1 = 0.9f;
     c->beta2 = 0.999f;
@@ -3340,10 +4025,15 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
     if (!strcmp(flag, "--collectives")) {
         if (!strcmp(val, "ring")) c->collectives = COLLECTIVES_RING;
         else if (!strcmp(val, "mpi")) c->collectives = COLLECTIVES_MPI;
+        else if (!strcmp(val, "nccl") && FSDP_GPU) c->collectives = COLLECTIVES_NCCL;
+        else if (!strcmp(val, "nccl"))
+            return usage_error(err, errlen,
+                               "--collectives nccl needs GPUs: build the GPU binary (make gpu) and "
+                               "run mpirun -np N ./fsdp-gpu. Here choose ring or mpi.");
         else
             return usage_error(err, errlen,
-                               "--collectives: unknown implementation '%s'. Choose ring or mpi.",
-                               val);
+                               "--collectives: unknown implementation '%s'. Choose ring, mpi%s.",
+                               val, FSDP_GPU ? " or nccl" : " (or nccl in the GPU build)");
         return 0;
     }
     return usage_error(err, errlen,
@@ -3361,7 +4051,8 @@ static int flag_takes_no_value(const char *flag) {
                                         "--view",
                                         "--wait-for-debugger",
                                         "--inline-collectives",
-                                        "--forward-prefetch"};
+                                        "--forward-prefetch",
+                                        "--tf32"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -3385,6 +4076,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--wait-for-debugger")) c->wait_for_debugger = 1;
     else if (!strcmp(flag, "--inline-collectives")) c->inline_collectives = 1;
     else if (!strcmp(flag, "--forward-prefetch")) c->forward_prefetch = 1;
+    else if (!strcmp(flag, "--tf32")) c->tf32 = 1; /* the CPU computes fp32 regardless */
     else return 1; /* --help, -h */
     return 0;
 }
@@ -3526,7 +4218,7 @@ static void print_header(const Trainer *t) {
     printf("strategy %s on %d rank%s | global batch %d (%d per rank) | collectives %s | auto-wrap "
            "min_params %ld\n",
            strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch,
-           t->local_batch, c->collectives == COLLECTIVES_RING ? "ring" : "mpi", c->min_params);
+           t->local_batch, COLLECTIVES_NAMES[c->collectives], c->min_params);
     char vram[32];
     if (c->vram)
         printf("simulated VRAM: %s per rank (--vram)\n",
@@ -3568,7 +4260,7 @@ static void print_unit_table(const Trainer *t) {
 
 /* Rank 0 collects every rank's ledger peaks and traffic for the tables.
  * These reports are not training traffic, so they bypass the counted
- * collectives of section 3. */
+ * collectives of section 4. */
 static void gather_stats(Trainer *t, double *peaks, double *sent) {
     double mine[MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS];
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) mine[k] = (double)t->ledger.peak[k];
@@ -3618,8 +4310,17 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
 static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
     const Config *c = &t->cfg;
     double wait = t->comm.wall_seconds, compute = seconds - wait;
-    printf("per step on rank 0: compute %.2f ms, waiting for collectives %.2f ms (this machine)\n",
-           1e3 * compute / steps, 1e3 * wait / steps);
+    if (c->collectives == COLLECTIVES_NCCL && c->trace_path)
+        printf("per step on rank 0: collectives busy %.2f ms on the communication stream "
+               "(CUDA events), beside the compute stream's kernels\n",
+               1e3 * t->comm.gpu_busy_seconds / steps);
+    else if (c->collectives == COLLECTIVES_NCCL)
+        printf("per step on rank 0: the collectives run on their own CUDA stream and the host "
+               "never waits for them (--trace times them)\n");
+    else
+        printf("per step on rank 0: compute %.2f ms, waiting for collectives %.2f ms (this "
+               "machine)\n",
+               1e3 * compute / steps, 1e3 * wait / steps);
     const NetModel *net = t->comm.net;
     if (!net || net->bandwidth <= 0.0) return;
     double sim = 0.0;
@@ -3761,26 +4462,6 @@ static void print_comparison(const RunSummary *a, const char *na, const RunSumma
            a->world);
 }
 
-#ifdef __CUDACC__
-/* The GPU build compiles the whole file as CUDA C++ and links NCCL, but the
- * GPU training path (kernels, cuBLAS, NCCL collectives) is not written yet.
- * It says so instead of pretending to train. */
-static int gpu_not_ready(int rank) {
-    if (rank == 0) {
-        int devices = 0, nccl = 0;
-        if (cudaGetDeviceCount(&devices) != cudaSuccess) devices = 0;
-        ncclGetVersion(&nccl);
-        fprintf(stderr,
-                "fsdp (GPU build): compiled as CUDA C++ with NCCL %d.%d.%d; %d CUDA device(s) "
-                "visible.\n"
-                "The GPU training path is not implemented yet, so this build stops here.\n"
-                "HINT: train with the simulator build instead: make run\n",
-                nccl / 10000, (nccl % 10000) / 100, nccl % 100, devices);
-    }
-    return 1;
-}
-#endif
-
 #ifndef FSDP_NO_MAIN
 /* Every rank parses the same argv and reaches the same verdict, so on bad
  * input every rank exits 2 on its own; only rank 0 prints. */
@@ -3790,7 +4471,7 @@ static int finish(int code) {
 }
 
 int main(int argc, char **argv) {
-    int provided = 0; /* section 3: the communication thread calls MPI beside the main thread */
+    int provided = 0; /* section 4: the communication thread calls MPI beside the main thread */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -3845,19 +4526,18 @@ int main(int argc, char **argv) {
                     err);
         return finish(2);
     }
-#ifdef __CUDACC__
-    if (gpu_not_ready(rank)) return finish(1);
-#endif
+    if (backend_init(&cfg, MPI_COMM_WORLD)) return finish(1); /* section 2: the GPU, if any */
     if (cfg.wait_for_debugger) debugger_wait(MPI_COMM_WORLD);
     if (!cfg.compare) {
         run_training(&cfg, MPI_COMM_WORLD, 1);
-        return finish(0);
+    } else {
+        RunSummary a = run_training(&ddp, MPI_COMM_WORLD, 0);
+        if (rank == 0) printf("\n");
+        RunSummary b = run_training(&fsdp, MPI_COMM_WORLD, 0);
+        if (rank == 0)
+            print_comparison(&a, strategy_name(ddp.strategy), &b, strategy_name(fsdp.strategy));
     }
-    RunSummary a = run_training(&ddp, MPI_COMM_WORLD, 0);
-    if (rank == 0) printf("\n");
-    RunSummary b = run_training(&fsdp, MPI_COMM_WORLD, 0);
-    if (rank == 0)
-        print_comparison(&a, strategy_name(ddp.strategy), &b, strategy_name(fsdp.strategy));
+    backend_release();
     return finish(0);
 }
 #endif /* FSDP_NO_MAIN */

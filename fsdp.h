@@ -49,7 +49,7 @@ typedef enum {
 } Strategy;
 
 /* PyTorch's BackwardPrefetch: when the next unit's all-gather is issued in
- * backward (fsdp.c, section 7, says what each costs in memory). */
+ * backward (fsdp.c, section 8, says what each costs in memory). */
 typedef enum {
     BACKWARD_PRE,  /* before the current unit's gradient is computed (default) */
     BACKWARD_POST, /* after it, once the current unit's full state is freed */
@@ -57,9 +57,12 @@ typedef enum {
 } BackwardPrefetch;
 
 typedef enum {
-    COLLECTIVES_RING, /* our own ring over point-to-point (fsdp.c, section 3) */
+    COLLECTIVES_RING, /* our own ring over point-to-point (fsdp.c, section 4) */
     COLLECTIVES_MPI,  /* Open MPI's built-in non-blocking collectives */
+    COLLECTIVES_NCCL, /* NVIDIA's NCCL, GPU build only: device buffers, one GPU per rank */
 } CollectivesImpl;
+
+static const char *const COLLECTIVES_NAMES[] = {"ring", "mpi", "nccl"};
 
 typedef struct {
     /* model shape (the --model preset, then overrides) */
@@ -95,6 +98,7 @@ typedef struct {
     int view;               /* --view: live terminal dashboard on rank 0 */
     int wait_for_debugger;  /* --wait-for-debugger */
     int inline_collectives; /* --inline-collectives: no communication thread */
+    int tf32;               /* --tf32: cuBLAS may use TF32 tensor cores (GPU build) */
     /* checkpoints */
     const char *save_dir;    /* --save-dir: sharded checkpoints go here */
     int save_every;          /* --save-every K steps (and at the end) */
@@ -186,7 +190,7 @@ typedef struct {
     double t_start, t_end; /* MPI_Wtime() seconds: when the stream ran it */
     double sim_seconds;    /* its duration on the --net interconnect */
     int step;              /* the training step it belongs to */
-    /* the --net schedule (fsdp.c, section 3): when it would start there, and
+    /* the --net schedule (fsdp.c, section 4): when it would start there, and
      * the main thread's wait for it, on both clocks (sim = real + shift) */
     double sim_start;
     double wait_begin, wait_end;      /* real; wait_end = 0 until waited */
@@ -203,6 +207,8 @@ typedef struct {
     float *out;         /* (S) reduce-scatter output */
     float *tmp;         /* (S) the ring's receive buffer */
     long S;             /* elements per rank (chunk) */
+    void *ready;        /* GPU: cudaEvent_t on the compute stream once the inputs are
+                         * written; the stream waits for it before it reads them */
 } CommTask;
 
 enum { COMM_QUEUE = 16 }; /* collectives queued on the stream at most */
@@ -224,6 +230,8 @@ typedef struct {
     double bytes_recv[COMM_NUM_KINDS];
     double sim_seconds[COMM_NUM_KINDS]; /* priced by the --net model */
     double wall_seconds;                /* time spent waiting for collectives */
+    double gpu_busy_seconds; /* NCCL: the communication stream's time in collectives
+                              * (CUDA events, measured with --trace) */
     double sim_shift;      /* the --net schedule's clock minus this machine's (main thread) */
     double sim_stream_end; /* on that clock, when the stream's last collective ends */
     int keep_events;       /* record every event (for --trace), or totals only */
@@ -232,7 +240,7 @@ typedef struct {
     int step;          /* the training step now running */
     CommEvent *events; /* every collective, in order */
     int n_events, cap_events;
-    /* the communication stream (fsdp.c, section 3) */
+    /* the communication stream (fsdp.c, section 4) */
     MPI_Comm stream_comm; /* a copy of comm that only the stream's collectives use */
     int threaded;         /* a thread runs the queue; 0: each collective inline */
     pthread_t thread;
@@ -242,6 +250,10 @@ typedef struct {
     CommRun ran[COMM_QUEUE];    /* when task number i ran, at i % COMM_QUEUE */
     long queued, finished;      /* tasks so far; the stream runs number `finished` next */
     int stopping;
+    /* the GPU build (fsdp.c, sections 2 and 4) */
+    void *nccl;       /* ncclComm_t, with --collectives nccl */
+    float *stage;     /* host copy of a task's buffers: ring and mpi stage through it */
+    long stage_count; /* its size in floats */
 } Comm;
 
 typedef struct {
@@ -256,6 +268,7 @@ typedef struct {
     double sim_seconds; /* how long it takes on the --net interconnect */
     double sim_end;     /* when it would end on the --net schedule */
     int event;          /* index into Comm.events, or -1 when not recorded */
+    void *began, *done; /* GPU with NCCL: cudaEvent_t on the communication stream */
 } CommHandle;
 
 /* ----------------------------------------------------------------------------
@@ -308,12 +321,14 @@ typedef struct {
     float *exp_avg_sq;             /* (shard) AdamW second moment */
     float *full_param;             /* (padded) gathered full state, or NULL */
     float *full_grad;              /* (padded) full-size gradient, or NULL */
-    /* collectives on their way (fsdp.c, section 7) */
+    /* collectives on their way (fsdp.c, section 8) */
     CommHandle gather; /* the all-gather of full_param, while `gathering` */
     int gathering;
     CommHandle reduce; /* the reduce-scatter of full_grad, while `reducing` */
     int reducing;
     int needs_backward; /* ran forward this step, its backward not begun yet */
+    float *host_state;  /* (3, shard) GPU build: a host copy of shard_param, exp_avg,
+                         * exp_avg_sq for checkpoints; NULL on the CPU */
 } Unit;
 
 typedef struct Trainer Trainer;

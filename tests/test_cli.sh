@@ -205,7 +205,8 @@ bad "more than this simulator handles" --width 8192 --depth 64
 # ---- unknown names -------------------------------------------------------------
 bad "--model: unknown model 'huge'" --model huge
 bad "--strategy: unknown strategy 'zero3'" --strategy zero3
-bad "--collectives: unknown implementation 'nccl'" --collectives nccl
+bad "--collectives nccl needs GPUs: build the GPU binary (make gpu)" --collectives nccl
+bad "--collectives: unknown implementation 'gloo'. Choose ring, mpi (or nccl in the GPU build)." --collectives gloo
 
 # ---- auto-wrap threshold -------------------------------------------------------
 bad "--min-params: 0 is out of range" --min-params 0

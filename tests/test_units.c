@@ -139,14 +139,14 @@ static void test_embedding(void) {
 }
 
 /* Cross-entropy's output is the loss itself: r = 1 on a one-element output. */
-typedef struct { float *loss, *probs, *logits; const int *targets; } CeCtx;
-static void ce_case(void *c) { CeCtx *x = (CeCtx *)c; x->loss[0] = crossentropy_forward(x->probs, x->logits, x->targets, GB, GO); }
+typedef struct { float *loss, *probs, *rows, *logits; const int *targets; } CeCtx;
+static void ce_case(void *c) { CeCtx *x = (CeCtx *)c; x->loss[0] = crossentropy_forward(x->probs, x->rows, x->logits, x->targets, GB, GO); }
 
 static void test_crossentropy(void) {
     const int targets[GB] = {1, 3, 0};
-    float logits[GB * GO], probs[GB * GO], dlogits[GB * GO] = {0}, loss[1], r[1] = {1.0f};
+    float logits[GB * GO], probs[GB * GO], rows[GB], dlogits[GB * GO] = {0}, loss[1], r[1] = {1.0f};
     fill(logits, GB * GO, 13);
-    CeCtx ctx = {loss, probs, logits, targets};
+    CeCtx ctx = {loss, probs, rows, logits, targets};
     ce_case(&ctx);
     crossentropy_backward(dlogits, probs, targets, 1.0f / GB, GB, GO);
     GradCase g = {{logits}, {dlogits}, {GB * GO}, {"logits"}, 1, loss, r, 1, ce_case, &ctx};
@@ -301,11 +301,11 @@ static void test_shards(void) {
             ok &= x->padded == ceil_div(x->numel, N) * N && x->shard * N == x->padded && x->padded - x->numel < N;
             float *one = (float *)calloc((size_t)ref[u].numel + 1, sizeof(float));
             ref[u].shard_param = one;
-            unit_init_shard(&ref[u], &m, 0, cfg.seed);
+            unit_init_shard(&ref[u], &m, 0, cfg.seed, ref[u].shard_param);
             float *joined = (float *)calloc((size_t)x->padded + 1, sizeof(float));
             for (int r = 0; r < N; r++) {
                 x->shard_param = joined + (long)r * x->shard;
-                unit_init_shard(x, &m, r, cfg.seed);
+                unit_init_shard(x, &m, r, cfg.seed, x->shard_param);
                 if ((long)r * x->shard >= x->numel) all_padding_ranks++;
             }
             ok &= memcmp(one, joined, (size_t)x->numel * sizeof(float)) == 0;
