@@ -4,6 +4,10 @@
 #   make test    every test; ends with "N passed, N failed"
 #   make bench   speed figures side by side with references
 #   make gpu     fsdp.c compiled as CUDA C++ with nvcc (no GPU needed to build)
+#   make test-gpu  the GPU build against the CPU build, on this machine's GPUs
+#                  (exit 77 from tests/test_gpu.sh, "Error 77" from make: no GPU here)
+#   make bench-gpu fsdp-gpu on a 1B-parameter model: tokens/s, TFLOP/s, MFU, beside
+#                  cuBLAS and NCCL alone (tests/bench_gpu)
 #   make sanitize  the tests under AddressSanitizer and UBSan
 #
 # Open MPI is installed on demand (Debian/Ubuntu apt-get, macOS Homebrew).
@@ -31,7 +35,7 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu clean mpi sanitize fuzz openblas
+.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas
 
 all: fsdp
 
@@ -125,6 +129,22 @@ gpu: fsdp-gpu
 fsdp-gpu: fsdp.c fsdp.h $(SIM_DEPS) | mpi
 	$(NVCC) -x cu -O2 -std=c++17 $(GPU_WARNINGS) $(MPI_CFLAGS) fsdp.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm -lpthread
 
+# What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
+# bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.
+tests/bench_gpu: tests/bench_gpu.cu | mpi
+	$(NVCC) -O2 -std=c++17 $(GPU_WARNINGS) $(MPI_CFLAGS) $< -o $@ $(MPI_LIBS) -lnccl -lcublas
+
+# On a machine with an NVIDIA GPU. The scripts look for a GPU first and build
+# what they need after (fsdp, fsdp-gpu, tests/st_diff, tests/bench_gpu), so a
+# machine without one (or without nvcc) gets the reason, not a build error.
+# No GPU: the script exits 77 ("skipped", never a pass); make passes the code
+# on as "Error 77" and exits non-zero itself (make's own status is 0 or 2), so
+# a CI that must tell a skip from a failure runs `bash tests/test_gpu.sh`.
+test-gpu: | mpi
+	@bash tests/test_gpu.sh
+bench-gpu: | mpi
+	@bash tests/bench_gpu.sh
+
 # ---- the whole suite under AddressSanitizer + UBSan (rebuilds, then cleans) --
 # Leak checking is off: Open MPI keeps allocations alive until exit by design.
 SAN_FLAGS := -O1 -g -std=c11 -Wall -Wextra -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -134,4 +154,4 @@ sanitize:
 	rm -f fsdp $(TEST_BINS)
 
 clean:
-	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas
+	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_gpu

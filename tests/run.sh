@@ -99,10 +99,11 @@ run "cluster files: the Slurm script, the MPIJob manifest and the hostfile parse
 # -- the CUDA build ------------------------------------------------------------------------
 gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
-  make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu
+  make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu &&
+    make -s tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors"
 }
 export -f gpu_build
-run "make gpu compiles fsdp.c as CUDA C++, warnings as errors" bash -c gpu_build
+run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu), warnings as errors" bash -c gpu_build
 
 echo
 [ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"

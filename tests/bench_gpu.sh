@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# tests/bench_gpu.sh — fsdp-gpu on a 1B-parameter model; `make bench-gpu` runs it.
+#
+# Trains --width 3840 --depth 9 (1,063,907,072 parameters) under full_shard,
+# one rank per GPU, NCCL collectives, and prints
+#   - tokens/s and the achieved TFLOP/s, counting the model's FLOPs per step as
+#     6 x parameters x tokens (2 forward, 4 backward per parameter per token:
+#     the usual estimate; here >99.7% of the parameters are in GEMMs);
+#   - MFU: that against the GPU's peak (fp32, or TF32 with TF32=1);
+#   - beside it, cuBLAS alone at the same GEMM shapes on the same GPUs in the
+#     same run (tests/bench_gpu), and the ratio (target >= 50%);
+#   - the NCCL bus bandwidth beside the share of the step spent waiting for
+#     collectives (fsdp-gpu's "per step on rank 0" line).
+# Why 3840 x 9 and not 4096 x 8: the latter is 1,076,084,992 parameters, over
+# the 2^30 that config_parse accepts. Under full_shard on one 80 GB GPU it
+# needs ~17 GB of sharded state (16 bytes per parameter), a few gathered
+# blocks (~0.5 GB each) and ~6 GB of activations at batch 4096.
+# A step's time is the difference of two runs (3 steps and BENCH_STEPS), so
+# the first steps' warm-up (cuBLAS heuristics, NCCL connections) drops out.
+#
+# Environment: BENCH_WIDTH, BENCH_DEPTH, BENCH_BATCH (global), BENCH_STEPS,
+# TF32=1 (fsdp-gpu --tf32, bench_gpu --tf32, MFU against the TF32 peak).
+# No GPU: exit 77 with the reason.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+source tests/lib.sh
+
+# ---- is there a GPU? (as tests/test_gpu.sh decides) ---------------------------
+why=""
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  why="nvidia-smi not found (no NVIDIA driver)"
+elif ! list=$(nvidia-smi -L 2>&1); then
+  why="nvidia-smi -L failed: $(echo "$list" | head -1)"
+else
+  GPUS=$(grep -c '^GPU ' <<<"$list")
+  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+    IFS=, read -ra vis <<<"$CUDA_VISIBLE_DEVICES"
+    [ ${#vis[@]} -lt "$GPUS" ] && GPUS=${#vis[@]}
+  fi
+  [ "$GPUS" -gt 0 ] || why="nvidia-smi -L lists no GPU${CUDA_VISIBLE_DEVICES+ visible through CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES'}"
+fi
+if [ -n "$why" ]; then
+  echo "no GPU here: $why (run make bench-gpu on a machine with an NVIDIA GPU)"
+  exit 77
+fi
+
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
+make -s fsdp-gpu tests/bench_gpu >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp-gpu tests/bench_gpu"; exit 1; }
+
+# ---- the configuration and its parameter count -----------------------------------
+W=${BENCH_WIDTH:-3840} L=${BENCH_DEPTH:-9} B=${BENCH_BATCH:-4096} S=${BENCH_STEPS:-13}
+V=256 C=16 T=16   # vocabulary (bytes), --embed-dim, --context (the small preset's)
+if [ $((B % GPUS)) -ne 0 ]; then   # every rank takes the same share
+  echo "note: --batch $B does not divide by $GPUS GPUs; using $(((B / GPUS + 1) * GPUS))"
+  B=$(((B / GPUS + 1) * GPUS))
+fi
+# fsdp.c's config_total_numel: embed + proj_in + L blocks (norm, fc1, fc2) + norm_f + head
+P=$((V * C + (T * C * W + W) + L * (2 * W + (4 * W * W + 4 * W) + (4 * W * W + W)) + 2 * W + (V * W + V)))
+BLOCK_MIB=$(awk -v w="$W" 'BEGIN { printf "%.0f", (8 * w * w + 7 * w) * 4 / 1048576 }')
+tf=""; prec=fp32
+[ "${TF32:-0}" = 1 ] && tf="--tf32" prec=tf32
+S0=3; [ "$S" -gt "$S0" ] || S0=0   # BENCH_STEPS <= 3: one run, the mean of all its steps
+
+# ---- fsdp-gpu ---------------------------------------------------------------------------
+# train STEPS LOG
+train() {
+  # shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
+  timeout 600 $MPIRUN -np "$GPUS" ./fsdp-gpu --width "$W" --depth "$L" --context $T --embed-dim $C \
+    --batch "$B" --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf >"$2" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] && return 0
+  echo "FAIL: fsdp-gpu --steps $1 on $GPUS GPU(s): exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')"
+  tail -15 "$2"
+  exit 1
+}
+# The run's totals: "STEPS TOTAL_MS COMPUTE_MS WAIT_MS" (compute and wait: rank 0's)
+totals() {
+  local steps_ms cw
+  steps_ms=$(sed -n 's/^\([0-9]*\) steps in .*: \([0-9.]*\) ms\/step.*/\1 \2/p' "$1")
+  cw=$(sed -n 's/^per step on rank 0: compute \([0-9.]*\) ms, waiting for collectives \([0-9.]*\) ms.*/\1 \2/p' "$1")
+  echo "$steps_ms $cw" | awk 'NF == 4 { print $1, $1 * $2, $1 * $3, $1 * $4 }'
+}
+echo "fsdp-gpu: --width $W --depth $L --context $T --embed-dim $C, global batch $B on $GPUS GPU(s), full_shard, nccl, $prec"
+train "$S" "$d/long.log"
+{ head -2 "$d/long.log"; grep '^step ' "$d/long.log" | sed -n '1p; $p'; } | sed 's/^/  /'
+grep -E '^[0-9]+ steps in|^per step on rank 0|total \(peak' "$d/long.log" | sed 's/^/  /'
+read -r n2 t2 c2 w2 <<<"$(totals "$d/long.log")"
+if [ -z "${n2:-}" ]; then echo "FAIL: no 'N steps in' / 'per step on rank 0' lines in fsdp-gpu's output"; exit 1; fi
+if [ "$S0" -gt 0 ]; then
+  train "$S0" "$d/short.log"
+  read -r n1 t1 c1 w1 <<<"$(totals "$d/short.log")"
+  what="steps $((S0 + 1))-$S (the difference of a $S0-step and a $S-step run: warm-up left out)"
+else
+  n1=0 t1=0 c1=0 w1=0 what="the mean of all $S steps (warm-up included)"
+fi
+read -r step_ms comp_ms wait_ms <<<"$(awk -v n1="$n1" -v n2="$n2" -v t1="$t1" -v t2="$t2" -v c1="$c1" -v c2="$c2" -v w1="$w1" -v w2="$w2" \
+  'BEGIN { n = n2 - n1; printf "%.3f %.3f %.3f", (t2 - t1) / n, (c2 - c1) / n, (w2 - w1) / n }')"
+header_p=$(sed -n 's/.*| \([0-9]*\) parameters$/\1/p' "$d/long.log" | head -1)
+[ "$header_p" = "$P" ] || echo "note: config_total_numel's formula gives $P parameters, fsdp-gpu's header ${header_p:-nothing}; using the header's" >&2
+P=${header_p:-$P}
+
+# ---- cuBLAS and NCCL alone, on the same GPUs ---------------------------------------
+# One rank's GEMMs see its share of the batch.
+# shellcheck disable=SC2086
+timeout 600 $MPIRUN -np "$GPUS" tests/bench_gpu --batch $((B / GPUS)) --width "$W" $tf >"$d/bench.log" 2>&1 \
+  || { echo "FAIL: tests/bench_gpu: exit $?"; tail -15 "$d/bench.log"; exit 1; }
+echo
+echo "tests/bench_gpu --batch $((B / GPUS)) --width $W${tf:+ $tf} on $GPUS GPU(s):"
+sed 's/^/  /' "$d/bench.log"
+gemm=$(sed -n 's/^gemm mean.*: \([0-9.]*\) GFLOP\/s$/\1/p' "$d/bench.log")
+# the all-gather / reduce-scatter size nearest one block (a unit) of the model
+nccl=$(awk -v u="$BLOCK_MIB" '$1 == "nccl" { x = log($2 / u); if (x < 0) x = -x;
+       if (best == "" || x < best) { best = x; s = $2 " MiB: all_gather " $5 " GB/s, reduce_scatter " $8 " GB/s" } }
+       END { print s }' "$d/bench.log")
+
+# ---- the GPU's peak (NVIDIA datasheets, dense, per GPU) --------------------------------
+name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+case "$name" in
+  *H100*PCIe*) fp32=51 tf32=378 spec="H100 PCIe" ;;
+  *H100*NVL* | *H200*NVL*) fp32=60 tf32=418 spec="H100/H200 NVL" ;;
+  *H100* | *H200*) fp32=67 tf32=495 spec="H100/H200 SXM" ;;
+  *A100*) fp32=19.5 tf32=156 spec="A100" ;;
+  *) fp32="" tf32="" spec="" ;;
+esac
+peak=$fp32; [ "$prec" = tf32 ] && peak=$tf32
+
+# ---- the figures ------------------------------------------------------------------------
+echo
+echo "== fsdp-gpu on $GPUS x ${name:-unknown GPU}, $prec: $P parameters, global batch $B"
+awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v comp="$comp_ms" -v wait="$wait_ms" \
+    -v what="$what" -v peak="$peak" -v prec="$prec" -v gemm="$gemm" -v nccl="$nccl" -v blk="$BLOCK_MIB" -v spec="$spec" 'BEGIN {
+  s = ms / 1e3; flop = 6 * P * B; tf = flop / s / 1e12; per = tf / G
+  printf "per step: %.1f ms over %s\n", ms, what
+  printf "  rank 0: compute %.1f ms, waiting for collectives %.1f ms (%.1f%% of the step)\n", comp, wait, 100 * wait / ms
+  printf "tokens/s: %.0f (one token = one predicted byte; %.0f per step)\n", B / s, B
+  printf "model FLOPs per step = 6 x parameters x tokens = 6 x %.0f x %.0f = %.2f TFLOP\n", P, B, flop / 1e12
+  printf "achieved: %.1f TFLOP/s in all, %.1f TFLOP/s per GPU\n", tf, per
+  if (peak != "") printf "MFU: %.1f%% of the %s peak (%s TFLOP/s per GPU: %s, NVIDIA datasheet, dense)\n", 100 * per / peak, prec, peak, spec
+  else printf "MFU: unknown peak for this GPU (fill in its %s TFLOP/s in tests/bench_gpu.sh)\n", prec
+  if (gemm != "") {
+    g = gemm / 1e3
+    printf "cuBLAS alone at the same shapes (tests/bench_gpu, this run): %.1f TFLOP/s per GPU\n", g
+    printf "fsdp-gpu / cuBLAS: %.1f%% (target >= 50%%: %s)\n", 100 * per / g, (per >= 0.5 * g ? "met" : "NOT met")
+  } else print "cuBLAS alone: no figure (tests/bench_gpu printed no gemm mean line)"
+  if (nccl != "") printf "NCCL bus bandwidth at %s (one block unit is %.0f MiB)\n", nccl, blk
+  else printf "NCCL bus bandwidth: none with one GPU (nothing to send between GPUs)\n"
+  printf "  beside: waiting for collectives is %.1f%% of the step\n", 100 * wait / ms
+}'
