@@ -9,8 +9,8 @@
 #   - MFU: that against the GPU's peak (fp32, or TF32 with TF32=1);
 #   - beside it, cuBLAS alone at the same GEMM shapes on the same GPUs in the
 #     same run (tests/bench_gpu), and the ratio (target >= 50%);
-#   - the NCCL bus bandwidth beside the share of the step spent waiting for
-#     collectives (fsdp-gpu's "per step on rank 0" line).
+#   - the NCCL bus bandwidth beside the collectives' share of a step (a
+#     short --trace run, where CUDA events time them).
 # Why 3840 x 9 and not 4096 x 8: the latter is 1,076,084,992 parameters, over
 # the 2^30 that config_parse accepts. Under full_shard on one 80 GB GPU it
 # needs ~17 GB of sharded state (16 bytes per parameter), a few gathered
@@ -63,39 +63,42 @@ tf=""; prec=fp32
 S0=3; [ "$S" -gt "$S0" ] || S0=0   # BENCH_STEPS <= 3: one run, the mean of all its steps
 
 # ---- fsdp-gpu ---------------------------------------------------------------------------
-# train STEPS LOG
+# train STEPS LOG [MORE FLAGS]
 train() {
   # shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
   timeout 600 $MPIRUN -np "$GPUS" ./fsdp-gpu --width "$W" --depth "$L" --context $T --embed-dim $C \
-    --batch "$B" --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf >"$2" 2>&1
+    --batch "$B" --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf "${@:3}" >"$2" 2>&1
   local rc=$?
   [ $rc -eq 0 ] && return 0
   echo "FAIL: fsdp-gpu --steps $1 on $GPUS GPU(s): exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')"
   tail -15 "$2"
   exit 1
 }
-# The run's totals: "STEPS TOTAL_MS COMPUTE_MS WAIT_MS" (compute and wait: rank 0's)
+# The run's totals: "STEPS TOTAL_MS"
 totals() {
-  local steps_ms cw
-  steps_ms=$(sed -n 's/^\([0-9]*\) steps in .*: \([0-9.]*\) ms\/step.*/\1 \2/p' "$1")
-  cw=$(sed -n 's/^per step on rank 0: compute \([0-9.]*\) ms, waiting for collectives \([0-9.]*\) ms.*/\1 \2/p' "$1")
-  echo "$steps_ms $cw" | awk 'NF == 4 { print $1, $1 * $2, $1 * $3, $1 * $4 }'
+  sed -n 's/^\([0-9]*\) steps in .*: \([0-9.]*\) ms\/step.*/\1 \2/p' "$1" |
+    awk 'NF == 2 { print $1, $1 * $2 }'
 }
 echo "fsdp-gpu: --width $W --depth $L --context $T --embed-dim $C, global batch $B on $GPUS GPU(s), full_shard, nccl, $prec"
 train "$S" "$d/long.log"
 { head -2 "$d/long.log"; grep '^step ' "$d/long.log" | sed -n '1p; $p'; } | sed 's/^/  /'
 grep -E '^[0-9]+ steps in|^per step on rank 0|total \(peak' "$d/long.log" | sed 's/^/  /'
-read -r n2 t2 c2 w2 <<<"$(totals "$d/long.log")"
-if [ -z "${n2:-}" ]; then echo "FAIL: no 'N steps in' / 'per step on rank 0' lines in fsdp-gpu's output"; exit 1; fi
+read -r n2 t2 <<<"$(totals "$d/long.log")"
+if [ -z "${n2:-}" ]; then echo "FAIL: no 'N steps in' line in fsdp-gpu's output"; exit 1; fi
 if [ "$S0" -gt 0 ]; then
   train "$S0" "$d/short.log"
-  read -r n1 t1 c1 w1 <<<"$(totals "$d/short.log")"
+  read -r n1 t1 <<<"$(totals "$d/short.log")"
   what="steps $((S0 + 1))-$S (the difference of a $S0-step and a $S-step run: warm-up left out)"
 else
-  n1=0 t1=0 c1=0 w1=0 what="the mean of all $S steps (warm-up included)"
+  n1=0 t1=0 what="the mean of all $S steps (warm-up included)"
 fi
-read -r step_ms comp_ms wait_ms <<<"$(awk -v n1="$n1" -v n2="$n2" -v t1="$t1" -v t2="$t2" -v c1="$c1" -v c2="$c2" -v w1="$w1" -v w2="$w2" \
-  'BEGIN { n = n2 - n1; printf "%.3f %.3f %.3f", (t2 - t1) / n, (c2 - c1) / n, (w2 - w1) / n }')"
+step_ms=$(awk -v n1="$n1" -v n2="$n2" -v t1="$t1" -v t2="$t2" 'BEGIN { printf "%.3f", (t2 - t1) / (n2 - n1) }')
+# With NCCL the host never waits for a collective, so only a traced run
+# times them (CUDA events; the host then waits at unit boundaries, so this
+# run is slower and is not used for the speed figures).
+train 3 "$d/traced.log" --trace "$d/trace.json"
+busy_ms=$(sed -n 's/^per step on rank 0: collectives busy \([0-9.]*\) ms.*/\1/p' "$d/traced.log")
+traced_ms=$(sed -n 's/^[0-9]* steps in .*: \([0-9.]*\) ms\/step.*/\1/p' "$d/traced.log")
 header_p=$(sed -n 's/.*| \([0-9]*\) parameters$/\1/p' "$d/long.log" | head -1)
 [ "$header_p" = "$P" ] || echo "note: config_total_numel's formula gives $P parameters, fsdp-gpu's header ${header_p:-nothing}; using the header's" >&2
 P=${header_p:-$P}
@@ -128,11 +131,10 @@ peak=$fp32; [ "$prec" = tf32 ] && peak=$tf32
 # ---- the figures ------------------------------------------------------------------------
 echo
 echo "== fsdp-gpu on $GPUS x ${name:-unknown GPU}, $prec: $P parameters, global batch $B"
-awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v comp="$comp_ms" -v wait="$wait_ms" \
+awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v traced="${traced_ms:-}" \
     -v what="$what" -v peak="$peak" -v prec="$prec" -v gemm="$gemm" -v nccl="$nccl" -v blk="$BLOCK_MIB" -v spec="$spec" 'BEGIN {
   s = ms / 1e3; flop = 6 * P * B; tf = flop / s / 1e12; per = tf / G
   printf "per step: %.1f ms over %s\n", ms, what
-  printf "  rank 0: compute %.1f ms, waiting for collectives %.1f ms (%.1f%% of the step)\n", comp, wait, 100 * wait / ms
   printf "tokens/s: %.0f (one token = one predicted byte; %.0f per step)\n", B / s, B
   printf "model FLOPs per step = 6 x parameters x tokens = 6 x %.0f x %.0f = %.2f TFLOP\n", P, B, flop / 1e12
   printf "achieved: %.1f TFLOP/s in all, %.1f TFLOP/s per GPU\n", tf, per
@@ -145,5 +147,7 @@ awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v comp="$comp_ms" -v wait
   } else print "cuBLAS alone: no figure (tests/bench_gpu printed no gemm mean line)"
   if (nccl != "") printf "NCCL bus bandwidth at %s (one block unit is %.0f MiB)\n", nccl, blk
   else printf "NCCL bus bandwidth: none with one GPU (nothing to send between GPUs)\n"
-  printf "  beside: waiting for collectives is %.1f%% of the step\n", 100 * wait / ms
+  if (busy != "" && traced > 0)
+    printf "  beside: the collectives keep the communication stream busy %.1f ms of a %.1f ms traced step (%.0f%%; rank 0, CUDA events)\n", busy, traced, 100 * busy / traced
+  else print "  beside: no collective timing (the traced run printed no \"collectives busy\" line)"
 }'
