@@ -125,14 +125,18 @@ tests/bench_matmul_blas: tests/bench_matmul.c fsdp.c fsdp.h $(SIM_DEPS) | mpi op
 # Warnings are errors for the CUDA build too (host and device code); MPI's
 # C++ bindings, which we do not use, are left out (they warn under -Wextra).
 GPU_WARNINGS := -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+# Machine code for Ampere (A100) and Hopper (H100, H200), plus PTX that newer
+# GPUs compile when the program starts. Override: make gpu GPU_ARCH=...
+GPU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+            -gencode arch=compute_90,code=compute_90
 gpu: fsdp-gpu
 fsdp-gpu: fsdp.c fsdp.h $(SIM_DEPS) | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(GPU_WARNINGS) $(MPI_CFLAGS) fsdp.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm -lpthread
+	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(MPI_CFLAGS) fsdp.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm -lpthread
 
 # What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
 # bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.
 tests/bench_gpu: tests/bench_gpu.cu | mpi
-	$(NVCC) -O2 -std=c++17 $(GPU_WARNINGS) $(MPI_CFLAGS) $< -o $@ $(MPI_LIBS) -lnccl -lcublas
+	$(NVCC) -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(MPI_CFLAGS) $< -o $@ $(MPI_LIBS) -lnccl -lcublas
 
 # On a machine with an NVIDIA GPU. The scripts look for a GPU first and build
 # what they need after (fsdp, fsdp-gpu, tests/st_diff, tests/bench_gpu), so a

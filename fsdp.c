@@ -251,15 +251,19 @@ static struct {
     double clock_host;              /* a CUDA event's time on this machine's clock */
 } gpu;
 
-/* Sizes are rounded up as PyTorch's allocator rounds them, so that the
- * same buffer every step finds its old block again. */
+/* Sizes are rounded up to 512 bytes, as PyTorch's allocator rounds them,
+ * so the same buffer every step finds its old block again, and the pool
+ * holds at most 511 bytes more per block than the ledger books. */
 static size_t pool_round(size_t bytes) {
-    size_t unit = bytes < ((size_t)1 << 20) ? 512 : ((size_t)2 << 20);
-    return (bytes + unit - 1) / unit * unit;
+    if (bytes == 0) bytes = 1; /* an empty unit still gets a block: cudaMalloc(0) gives none */
+    return (bytes + 511) / 512 * 512;
 }
 
-/* Gives every cached block back to the driver (torch.cuda.empty_cache). */
+/* Gives every cached block back to the driver (torch.cuda.empty_cache).
+ * A cached block may still be read by queued work (it was freed once the
+ * streams, not the host, had waited), so the host waits for the GPU first. */
 static void pool_empty_cache(void) {
+    if (gpu.n_cached) cudaCheck(cudaDeviceSynchronize());
     for (int i = 0; i < gpu.n_cached; i++) {
         cudaCheck(cudaFree(gpu.cached[i].ptr));
         gpu.reserved -= gpu.cached[i].bytes;
@@ -312,6 +316,11 @@ static void *dev_alloc(size_t bytes) {
     return p;
 }
 static void dev_free(void *p, size_t bytes) { pool_give_back(p, pool_round(bytes)); }
+/* After a run (--compare runs two): the next run's figures start afresh. */
+static void dev_empty_cache(void) {
+    pool_empty_cache();
+    gpu.peak_reserved = gpu.reserved;
+}
 static void dev_zero(void *p, size_t bytes) {
     cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
 }
@@ -370,61 +379,72 @@ template <auto fn, typename... Args> __global__ void for_each_kernel(long n, Arg
 static unsigned blocks_for(long n) { return (unsigned)((n + 255) / 256); }
 #define FOR_EACH(n, fn, ...)                                                                       \
     do {                                                                                           \
-        if ((n) > 0)                                                                               \
-            for_each_kernel<fn><<<blocks_for(n), 256, 0, gpu.compute>>>((long)(n), __VA_ARGS__);  \
+        if ((n) <= 0) break;                                                                       \
+        for_each_kernel<fn><<<blocks_for(n), 256, 0, gpu.compute>>>((long)(n), __VA_ARGS__);       \
+        cudaCheck(cudaGetLastError()); /* a launch that failed says so here, not never */          \
     } while (0)
 
 /* ---- choosing the GPU ------------------------------------------------------
  * Each rank drives the GPU of its local rank, its number among the ranks on
  * its node, as the launcher says (Open MPI, Slurm, then torchrun's
- * variable), or else as MPI works it out. NCCL needs a GPU per rank; ring
- * and mpi let ranks share one (rank % GPUs), as a lab with one GPU does. */
-static int local_rank(MPI_Comm comm, int *local_size) {
-    MPI_Comm node;
-    int r = 0;
-    mpiCheck(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-    mpiCheck(MPI_Comm_rank(node, &r));
-    mpiCheck(MPI_Comm_size(node, local_size));
-    mpiCheck(MPI_Comm_free(&node));
+ * variable), or else as MPI works it out, modulo the GPUs it can see (a
+ * launcher that gives each rank its own GPU shows it one). NCCL needs a GPU
+ * per rank; ring and mpi let ranks share one, as a lab with one GPU does. */
+static int local_rank(MPI_Comm node) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
     for (int i = 0; i < 3; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v) return atoi(v);
     }
+    int r = 0;
+    mpiCheck(MPI_Comm_rank(node, &r));
     return r;
 }
 
-/* Why this rank cannot start on a GPU (and what to do), or "" when it can. */
-static void gpu_check_devices(const Config *cfg, int local, int local_size, int count,
-                              cudaError_t err, char *why, size_t len) {
-    char host[256] = "?";
-    gethostname(host, sizeof(host));
-    if (err != cudaSuccess || count == 0)
-        snprintf(why, len,
-                 "no CUDA GPU is visible on %s (cudaGetDeviceCount: %s).\n"
-                 "HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES; without a GPU, run the "
-                 "simulator build ./fsdp with the same flags.",
-                 host, err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-    else if (cfg->collectives == COLLECTIVES_NCCL && local_size > count)
-        snprintf(why, len,
-                 "%d ranks run on %s but it has %d GPU(s) (local rank %d), and NCCL needs a GPU "
-                 "per rank: two ranks on one GPU stop NCCL with \"Duplicate GPU detected\".\n"
-                 "HINT: add --collectives mpi to let ranks share a GPU (buffers are staged "
-                 "through host memory), or start at most %d ranks per node.",
-                 local_size, host, count, local, count);
+/* With NCCL, two ranks of a node on one GPU (the same PCI bus id) would stop
+ * NCCL with "Duplicate GPU detected": say so first, and what to do. */
+static void gpu_check_shared(const Config *cfg, MPI_Comm node, const char *bus, char *why,
+                             size_t len) {
+    int n = 1, me = 0;
+    MPI_Comm_size(node, &n);
+    MPI_Comm_rank(node, &me);
+    char *all = (char *)calloc((size_t)n, 32);
+    if (!all) FATAL("the machine is out of host memory", "cannot compare GPUs");
+    mpiCheck(MPI_Allgather(bus, 32, MPI_CHAR, all, 32, MPI_CHAR, node));
+    for (int r = 0; r < n && !why[0] && cfg->collectives == COLLECTIVES_NCCL; r++)
+        if (r != me && bus[0] && !strcmp(all + 32L * r, bus))
+            snprintf(why, len,
+                     "this rank and another on the same node would both use GPU %s, and NCCL "
+                     "needs a GPU per rank (it stops with \"Duplicate GPU detected\").\n"
+                     "HINT: add --collectives mpi to let ranks share a GPU (buffers are staged "
+                     "through host memory), or start at most as many ranks per node as GPUs.",
+                     bus);
+    free(all);
 }
 
 /* Picks this rank's GPU, makes its streams and cuBLAS. Every rank agrees
  * on the verdict: on failure the lowest failing rank says why, and every
  * rank returns 1 (none is left waiting). */
 static int backend_init(const Config *cfg, MPI_Comm comm) {
-    int rank = 0, world = 1, local_size = 1, count = 0;
+    int rank = 0, world = 1, count = 0;
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &world);
-    int local = local_rank(comm, &local_size);
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    int local = local_rank(node);
     cudaError_t err = cudaGetDeviceCount(&count);
-    char why[1024] = "";
-    gpu_check_devices(cfg, local, local_size, count, err, why, sizeof(why));
+    char why[1024] = "", bus[32] = "", host[256] = "?";
+    gethostname(host, sizeof(host));
+    if (err != cudaSuccess || count == 0)
+        snprintf(why, sizeof(why),
+                 "no CUDA GPU is visible on %s (cudaGetDeviceCount: %s).\n"
+                 "HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES; without a GPU, run the "
+                 "simulator build ./fsdp with the same flags.",
+                 host, err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    else if (cudaDeviceGetPCIBusId(bus, sizeof(bus), local % count) != cudaSuccess)
+        bus[0] = '\0';
+    gpu_check_shared(cfg, node, bus, why, sizeof(why));
+    mpiCheck(MPI_Comm_free(&node));
     int mine = why[0] ? rank : world, first = world;
     mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
     if (first != world) {
@@ -441,7 +461,10 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
      * (a 10-bit mantissa on tensor cores) only when asked */
     cublasCheck(cublasSetMathMode(gpu.cublas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                          : CUBLAS_DEFAULT_MATH));
-    gpu.cap = cfg->vram;
+    /* --vram is the ledger's budget, as in the simulator (exact bytes: the
+     * same verdict on both builds), and caps the pool too, with room for its
+     * rounding (512 bytes a block, for up to 2048 blocks) */
+    gpu.cap = cfg->vram ? cfg->vram + ((size_t)1 << 20) : 0;
     gpu.clock_event = event_record(gpu.compute, 1);
     cudaCheck(cudaEventSynchronize(gpu.clock_event));
     gpu.clock_host = now_seconds();
@@ -494,6 +517,7 @@ static void dev_free(void *p, size_t bytes) {
     free(p);
 }
 static void dev_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void dev_empty_cache(void) {} /* free() gave everything back already */
 static void dev_to_host(void *host, const void *dev, size_t bytes) { memcpy(host, dev, bytes); }
 static void dev_from_host(void *dev, const void *host, size_t bytes) { memcpy(dev, host, bytes); }
 static void dev_synchronize(void) {} /* the main thread is the compute stream */
@@ -740,6 +764,9 @@ static int ring_left(const Comm *c) { return (c->rank - 1 + c->world) % c->world
  * passes on the chunk it received in the previous step (its own at s = 0),
  * chunk (r - s) mod N, and receives chunk (r - s - 1) mod N from the left.
  * After N-1 steps every chunk has travelled around the ring. */
+#ifdef EXERCISE_RING_ALL_GATHER /* graded exercise: make exercise EX=ring_all_gather */
+#include EXERCISE_FILE
+#else
 static void ring_all_gather(Comm *c, float *full, long S) {
     int N = c->world;
     for (int s = 0; s < N - 1; s++) {
@@ -750,12 +777,16 @@ static void ring_all_gather(Comm *c, float *full, long S) {
                               ring_left(c), COMM_ALL_GATHER, c->stream_comm, MPI_STATUS_IGNORE));
     }
 }
+#endif /* EXERCISE_RING_ALL_GATHER */
 
 /* Ring reduce-scatter (sum), accumulating in place in `full`. At step s,
  * rank r sends its partial sum of chunk (r - s - 1) mod N to the right and
  * adds the left neighbour's partial sum of chunk (r - s - 2) mod N into its
  * own. Each chunk picks up one rank's contribution per step, and after N-1
  * steps rank r holds the complete sum of chunk r. `tmp` holds S elements. */
+#ifdef EXERCISE_RING_REDUCE_SCATTER /* graded exercise: make exercise EX=ring_reduce_scatter */
+#include EXERCISE_FILE
+#else
 static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
     int N = c->world;
     for (int s = 0; s < N - 1; s++) {
@@ -768,6 +799,7 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
         for (long i = 0; i < S; i++) acc[i] += tmp[i];
     }
 }
+#endif /* EXERCISE_RING_REDUCE_SCATTER */
 
 /* Runs one collective on host buffers to completion, on whichever thread
  * the stream uses: our ring, or Open MPI's own (blocking: the stream is
@@ -826,6 +858,7 @@ static void collective_run(Comm *c, const CommTask *k) {
     cudaEvent_t ready = (cudaEvent_t)k->ready;
     cudaCheck(cudaEventSynchronize(ready));
     cudaCheck(cudaEventDestroy(ready));
+    if (S == 0) return; /* a unit with no parameters: nothing to move */
     CommTask host = {k->kind, c->stage, NULL, c->stage + (N + 1) * S, c->stage + N * S, S, NULL};
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
     if (k->kind == COMM_ALL_GATHER) {
@@ -1612,6 +1645,9 @@ static long config_total_numel(const Config *cfg) {
  * ========================================================================== */
 
 /* Returns the parameters in `module`'s subtree not claimed by a unit below. */
+#ifdef EXERCISE_AUTO_WRAP /* graded exercise: make exercise EX=auto_wrap */
+#include EXERCISE_FILE
+#else
 static long autowrap_visit(Model *m, int module, long min_params) {
     Module *mod = &m->modules[module];
     long remainder = 0;
@@ -1625,6 +1661,7 @@ static long autowrap_visit(Model *m, int module, long min_params) {
     }
     return remainder;
 }
+#endif /* EXERCISE_AUTO_WRAP */
 
 /* Numbers the marked modules in pre-order (the root is unit 0, then units in
  * the order the forward pass meets them) and gives every parameter the unit
@@ -2042,13 +2079,15 @@ static void unit_pre_backward(Trainer *t, int ui) {
     span_begin(t, ui, PHASE_BACKWARD);
 }
 
-/* Waits for unit ui's reduce-scatter, if one is on its way, and frees the
- * full gradient it consumed. */
+/* Waits for unit ui's reduce-scatter (or, with no_shard, all-reduce), if
+ * one is on its way, and frees the full gradient a reduce-scatter consumed
+ * (no_shard's gradient is permanent: the all-reduce averaged it in place). */
 static void unit_reduce_wait(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     if (!u->reducing) return;
     comm_wait(&t->comm, &u->reduce);
     u->reducing = 0;
+    if (!is_sharded(t)) return;
     ledger_free(&t->ledger, u->full_grad);
     u->full_grad = NULL;
     unit_set_views(u, &t->model);
@@ -2078,23 +2117,28 @@ static void unit_reduce_wait(Trainer *t, int ui) {
  * 1/N each.
  * With no_shard (DDP) every rank keeps everything, so the gradient is
  * all-reduced instead: twice the traffic of a reduce-scatter, and every rank
- * then runs the same optimizer step on the whole model.
+ * then runs the same optimizer step on the whole model. It travels while
+ * the next unit computes, as DDP's gradient buckets do, one at a time.
  * --------------------------------------------------------------------- */
+#ifdef EXERCISE_POST_BACKWARD /* graded exercise: make exercise EX=post_backward */
+#include EXERCISE_FILE
+#else
 static void unit_post_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     span_end(t, ui, PHASE_BACKWARD);
+    for (int v = 0; v < t->n_units; v++) unit_reduce_wait(t, v); /* the previous unit's */
     if (!is_sharded(t)) {
-        CommHandle h = comm_all_reduce_start(&t->comm, u->shard_grad, u->padded, ui, &t->ledger);
-        comm_wait(&t->comm, &h);
+        u->reduce = comm_all_reduce_start(&t->comm, u->shard_grad, u->padded, ui, &t->ledger);
+        u->reducing = 1;
         return;
     }
-    for (int v = 0; v < t->n_units; v++) unit_reduce_wait(t, v); /* the previous unit's */
     unit_free_full_params(t, ui);
     if (t->cfg.backward_prefetch == BACKWARD_POST) unit_unshard_start(t, unit_next_backward(t, ui));
     u->reduce =
         comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
     u->reducing = 1;
 }
+#endif /* EXERCISE_POST_BACKWARD */
 
 /* The end of backward: every reduce-scatter done, every shard gradient
  * ready for the optimizer. */
@@ -2157,6 +2201,9 @@ FSDP_HD static inline void adamw_one(long i, float *p, float *m, float *v, const
                      s.bias_correction1, s.bias_correction2_sqrt);
 }
 
+#ifdef EXERCISE_ADAMW /* graded exercise: make exercise EX=adamw */
+#include EXERCISE_FILE
+#else
 static void adamw_step(Trainer *t) {
     const Config *c = &t->cfg;
     span_begin(t, -1, PHASE_OPTIMIZER);
@@ -2174,6 +2221,7 @@ static void adamw_step(Trainer *t) {
     }
     span_end(t, -1, PHASE_OPTIMIZER);
 }
+#endif /* EXERCISE_ADAMW */
 
 /* ============================================================================
  * 10. Data
@@ -2586,6 +2634,7 @@ void trainer_destroy(Trainer *t) {
     comm_release(&t->comm);
     t->ledger.sim = NULL; /* releasing is not an event worth recording */
     ledger_release_all(&t->ledger);
+    dev_empty_cache();
     sim_release(&t->sim);
     free(t);
 }
