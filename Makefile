@@ -9,6 +9,7 @@
 #   make bench-gpu fsdp-gpu on a 1B-parameter model: tokens/s, TFLOP/s, MFU, beside
 #                  cuBLAS and NCCL alone (tests/bench_gpu)
 #   make sanitize  the tests under AddressSanitizer and UBSan
+#   make exercise EX=NAME  grade a graded exercise (exercises/README.md)
 #
 # Open MPI is installed on demand (Debian/Ubuntu apt-get, macOS Homebrew).
 
@@ -35,7 +36,7 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas
+.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas exercise
 
 all: fsdp
 
@@ -102,6 +103,12 @@ run: fsdp
 # The benchmarks are built too (not run), so a change cannot silently break them.
 test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul
 	@bash tests/run.sh
+
+# ---- graded exercises (exercises/README.md) ------------------------------------
+# make exercise EX=ring_all_gather [FILE=my_ring.c]: fsdp.c built with your
+# function in place of the reference one, then graded, one verdict per check.
+exercise: fsdp tests/st_diff
+	@bash exercises/grade.sh "$(EX)" "$(or $(FILE),exercises/$(EX).c)"
 
 # ---- benchmarks ----------------------------------------------------------------
 bench: fsdp tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas

@@ -1,0 +1,27 @@
+/* exercises/ring_all_gather.c — graded exercise: the ring all-gather.
+ *
+ * Write the body. `make exercise EX=ring_all_gather` compiles fsdp.c with
+ * this function in place of its own (fsdp.c, section 4) and grades it:
+ * the training run must equal the reference on 1, 2, 3 and 4 ranks, and
+ * the bytes your ring sends must equal the ring volume the tables count.
+ *
+ * The task. `full` holds N chunks of S floats (N = c->world). On entry,
+ * rank r's own chunk r is already in place: full + r * S. On return every
+ * rank must hold all N chunks. Use only MPI_Sendrecv with the neighbours
+ * ring_right(c) and ring_left(c), on the communicator c->stream_comm, tag
+ * COMM_ALL_GATHER, and N - 1 steps: in each step every rank sends one chunk
+ * to the right and receives one from the left (the bandwidth-optimal
+ * volume: (N - 1) * S floats each way).
+ *
+ * Hints. In step s = 0 a rank sends its own chunk. In step s it passes on
+ * the chunk it received in step s - 1. Which chunk did it receive from the
+ * left in step s? Work out N = 3 on paper first. Wrap every MPI call in
+ * mpiCheck(...). If the grader says "hung", two neighbours disagree on
+ * what to send in some step.
+ */
+static void ring_all_gather(Comm *c, float *full, long S) {
+    /* TODO: N - 1 steps of MPI_Sendrecv around the ring */
+    (void)c;
+    (void)full;
+    (void)S;
+}
