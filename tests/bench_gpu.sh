@@ -26,23 +26,7 @@ cd "$(dirname "$0")/.." || exit 1
 source tests/lib.sh
 
 # ---- is there a GPU? (as tests/test_gpu.sh decides) ---------------------------
-why=""
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  why="nvidia-smi not found (no NVIDIA driver)"
-elif ! list=$(nvidia-smi -L 2>&1); then
-  why="nvidia-smi -L failed: $(echo "$list" | head -1)"
-else
-  GPUS=$(grep -c '^GPU ' <<<"$list")
-  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-    IFS=, read -ra vis <<<"$CUDA_VISIBLE_DEVICES"
-    [ ${#vis[@]} -lt "$GPUS" ] && GPUS=${#vis[@]}
-  fi
-  [ "$GPUS" -gt 0 ] || why="nvidia-smi -L lists no GPU${CUDA_VISIBLE_DEVICES+ visible through CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES'}"
-fi
-if [ -n "$why" ]; then
-  echo "no GPU here: $why (run make bench-gpu on a machine with an NVIDIA GPU)"
-  exit 77
-fi
+find_gpus bench-gpu
 
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"

@@ -7,3 +7,27 @@ MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
 fail=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
+
+# find_gpus TARGET: sets GPUS (how many the ranks will see), GPU_LIST
+# (nvidia-smi -L) and VISIBLE (CUDA_VISIBLE_DEVICES as an array, if set);
+# with no GPU, says why and exits 77: a skip, never a pass.
+find_gpus() {
+  local why=""
+  VISIBLE=()
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    why="nvidia-smi not found (no NVIDIA driver)"
+  elif ! GPU_LIST=$(nvidia-smi -L 2>&1); then
+    why="nvidia-smi -L failed: $(echo "$GPU_LIST" | head -1)"
+  else
+    GPUS=$(grep -c '^GPU ' <<<"$GPU_LIST")
+    if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
+      IFS=, read -ra VISIBLE <<<"$CUDA_VISIBLE_DEVICES"
+      [ ${#VISIBLE[@]} -lt "$GPUS" ] && GPUS=${#VISIBLE[@]}
+    fi
+    [ "$GPUS" -gt 0 ] || why="nvidia-smi -L lists no GPU${CUDA_VISIBLE_DEVICES+ visible through CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES'}"
+  fi
+  if [ -n "$why" ]; then
+    echo "no GPU here: $why (run make $1 on a machine with an NVIDIA GPU)"
+    exit 77
+  fi
+}

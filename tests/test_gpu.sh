@@ -22,27 +22,10 @@ source tests/lib.sh
 # ---- is there a GPU? ----------------------------------------------------------
 # nvidia-smi lists the machine's GPUs; CUDA_VISIBLE_DEVICES, when set, is what
 # the ranks will see of them (its first entry is "one GPU" for section c).
-why=""
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  why="nvidia-smi not found (no NVIDIA driver)"
-elif ! list=$(nvidia-smi -L 2>&1); then
-  why="nvidia-smi -L failed: $(echo "$list" | head -1)"
-else
-  GPUS=$(grep -c '^GPU ' <<<"$list")
-  vis=()
-  if [ -n "${CUDA_VISIBLE_DEVICES+set}" ]; then
-    IFS=, read -ra vis <<<"$CUDA_VISIBLE_DEVICES"
-    [ ${#vis[@]} -lt "$GPUS" ] && GPUS=${#vis[@]}
-  fi
-  [ "$GPUS" -gt 0 ] || why="nvidia-smi -L lists no GPU${CUDA_VISIBLE_DEVICES+ visible through CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES'}"
-fi
-if [ -n "$why" ]; then
-  echo "no GPU here: $why (run make test-gpu on a machine with an NVIDIA GPU)"
-  exit 77
-fi
-ONE_GPU=${vis[0]:-0}
+find_gpus test-gpu
+ONE_GPU=${VISIBLE[0]:-0}
 echo "GPUs the ranks see: $GPUS; nvidia-smi -L:"
-sed 's/ (UUID.*//; s/^/  /' <<<"$list"
+sed 's/ (UUID.*//; s/^/  /' <<<"$GPU_LIST"
 
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 # nvcc where the CUDA toolkit puts it, if it is not on PATH already
