@@ -2696,20 +2696,25 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step);
 static int ckpt_check_save_dir(Trainer *t, long first);
 static int ckpt_save(Trainer *t, long next_step);
 static int trainer_export(Trainer *t, const char *path);
+static int ckpt_agree(Trainer *t, int rc, const char *err); /* every rank, one verdict */
 static void print_header(const Trainer *t); /* 12. what a run prints */
 static void print_unit_table(const Trainer *t);
 static void gather_stats(Trainer *t, double *peaks, double *sent);
 static void print_rank_table(const Trainer *t, const double *peaks, const double *sent);
+typedef struct RunSummary RunSummary;
+static int json_write(const Trainer *t, const RunSummary *s, const float *losses,
+                      const double *step_seconds, const double *peaks, const double *sent,
+                      char *err, size_t errlen);
 static void print_step_breakdown(const Trainer *t, double seconds, int steps);
 
-typedef struct {
+struct RunSummary {
     double final_loss, seconds;
-    int steps, world, batch;
+    int first, steps, world, batch; /* steps run: first .. first + steps - 1 */
     double peak[MEM_NUM_CATEGORIES];   /* max over ranks */
     double peak_total;                 /* max over ranks */
     double bytes_sent[COMM_NUM_KINDS]; /* per rank per step, max over ranks */
     long calls[COMM_NUM_KINDS];        /* per step */
-} RunSummary;
+};
 
 /* The loss is the same number on every rank (global_mean_loss), so every
  * rank sees it leave the numbers at the same step and stops there, before
@@ -2747,10 +2752,16 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first,
                cfg->steps);
     double t0 = now_seconds(), loss = 0.0;
+    int n_steps = cfg->steps > first ? cfg->steps - (int)first : 0;
+    float *losses = (float *)calloc((size_t)n_steps + 1, sizeof(float)); /* for --json */
+    double *step_seconds = (double *)calloc((size_t)n_steps + 1, sizeof(double));
+    if (!losses || !step_seconds) FATAL("the machine is out of host memory", "cannot log steps");
     for (int step = (int)first; step < cfg->steps; step++) {
         double ts = now_seconds();
         loss = trainer_step(t, step);
         double dt = now_seconds() - ts;
+        losses[step - first] = (float)loss;
+        step_seconds[step - first] = dt;
         if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
         if (root && !sim_owns_terminal(&t->sim) &&
             (step % cfg->log_every == 0 || step == cfg->steps - 1))
@@ -2766,7 +2777,8 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     }
     s.seconds = now_seconds() - t0;
     s.final_loss = loss;
-    s.steps = cfg->steps > first ? cfg->steps - (int)first : 0;
+    s.first = (int)first;
+    s.steps = n_steps;
     s.world = t->comm.world;
     s.batch = cfg->batch;
     if (cfg->trace_path) {
@@ -2803,6 +2815,14 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         if (rank_table) print_rank_table(t, peaks, sent);
         backend_print_memory(t->ledger.peak_total);
     }
+    if (cfg->json_path) {
+        char err[2048] = "";
+        int rc = root ? json_write(t, &s, losses, step_seconds, peaks, sent, err, sizeof(err)) : 0;
+        if (ckpt_agree(t, rc, err)) exit_all(1);
+        if (root) printf("figures written to %s (JSON)\n", cfg->json_path);
+    }
+    free(losses);
+    free(step_seconds);
     free(peaks);
     free(sent);
     if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
@@ -3789,6 +3809,9 @@ void config_usage(FILE *out) {
             "  --trace FILE          write a trace for ui.perfetto.dev / chrome://tracing; with\n"
             "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
             "  --trace-clock CLOCK   real (this machine) | sim (collectives timed by --net)\n"
+            "  --json FILE           the run's figures as JSON (README: \"--json\"): config,\n"
+            "                        units, loss per step, memory and traffic per rank; with\n"
+            "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
             "  --view                live terminal view of memory per rank and traffic\n"
             "  --step                stop before every collective and picture it; keys:\n"
             "                        n next, c continue to the next step, q quit\n"
@@ -3958,8 +3981,8 @@ enum { MAX_PATH_CHARS = 1000 }; /* room for "/step-N/shard-N.bin" in the path bu
 
 /* The options whose value is a path. */
 static int flag_takes_path(const char *flag) {
-    static const char *const flags[] = {"--save-dir",  "--resume", "--export",
-                                        "--init-from", "--trace",  "--data"};
+    static const char *const flags[] = {"--save-dir", "--resume", "--export", "--init-from",
+                                        "--trace",    "--json",   "--data"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -4006,6 +4029,7 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
                         : !strcmp(flag, "--resume")    ? &c->resume_dir
                         : !strcmp(flag, "--export")    ? &c->export_path
                         : !strcmp(flag, "--init-from") ? &c->init_from
+                        : !strcmp(flag, "--json")      ? &c->json_path
                                                        : NULL;
     if (path) {
         if (!*val) return usage_error(err, errlen, "%s: the path is empty.", flag);
@@ -4153,6 +4177,7 @@ static int flag_takes_value(const char *flag) {
                                         "--net",
                                         "--trace",
                                         "--trace-clock",
+                                        "--json",
                                         "--save-dir",
                                         "--save-every",
                                         "--resume",
@@ -4354,6 +4379,103 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
     printf("  (all_gather includes the loss: one float per rank per step)\n");
 }
 
+/* ------------------------------------------------------------------------
+ * --json FILE: the run's figures for programs (the notebooks), so nothing
+ * needs to scrape the tables above. The schema is in README.md ("--json");
+ * every number is the one the tables print, unrounded: bytes in bytes,
+ * times in seconds. Written by rank 0, atomically, through files.c.
+ * --------------------------------------------------------------------- */
+static void json_numbers(FILE *f, const double *x, int n, long stride) {
+    fputc('[', f);
+    for (int i = 0; i < n; i++) fprintf(f, "%s%.17g", i ? ", " : "", x[(long)i * stride]);
+    fputc(']', f);
+}
+
+static void json_config(FILE *f, const Trainer *t) {
+    static const char *const prefetch[] = {"pre", "post", "none"};
+    const Config *c = &t->cfg;
+    fprintf(f,
+            "  \"config\": {\"model\": \"%s\", \"vocab\": %d, \"embed_dim\": %d, \"context\": %d, "
+            "\"width\": %d, \"depth\": %d, \"strategy\": \"%s\", \"world\": %d, \"batch\": %d, "
+            "\"local_batch\": %d, \"steps\": %d, \"min_params\": %ld, \"collectives\": \"%s\", "
+            "\"backward_prefetch\": \"%s\", \"forward_prefetch\": %s, \"limit_all_gathers\": %s, "
+            "\"lr\": %.7g, \"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
+            c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
+            c->depth, strategy_name(c->strategy), t->comm.world, c->batch, t->local_batch, c->steps,
+            c->min_params, COLLECTIVES_NAMES[c->collectives], prefetch[c->backward_prefetch],
+            c->forward_prefetch ? "true" : "false", c->limit_all_gathers ? "true" : "false",
+            (double)c->lr, (unsigned long long)c->seed, c->vram, c->net ? c->net : "none",
+            FSDP_GPU ? "gpu" : "cpu");
+}
+
+static void json_units(FILE *f, const Trainer *t) {
+    fprintf(f, "  \"parameters\": %ld,\n  \"units\": [", t->model.total_numel);
+    for (int ui = 0; ui < t->n_units; ui++) {
+        const Unit *u = &t->units[ui];
+        const char *module = t->model.modules[u->root_module].name;
+        fprintf(f,
+                "%s\n    {\"index\": %d, \"module\": \"%s\", \"numel\": %ld, \"padded\": %ld, "
+                "\"shard\": %ld}",
+                ui ? "," : "", ui, *module ? module : "(root)", u->numel, u->padded, u->shard);
+    }
+    fprintf(f, "\n  ],\n");
+}
+
+static void json_steps(FILE *f, const RunSummary *s, const float *losses, const double *seconds) {
+    fprintf(f, "  \"steps\": [");
+    for (int i = 0; i < s->steps; i++)
+        fprintf(f, "%s\n    {\"step\": %d, \"loss\": %.9g, \"seconds\": %.9g}", i ? "," : "",
+                s->first + i + 1, (double)losses[i], seconds[i]);
+    fprintf(f, "\n  ],\n  \"seconds\": %.9g,\n", s->seconds);
+}
+
+static void json_memory_and_traffic(FILE *f, const Trainer *t, const double *peaks,
+                                    const double *sent) {
+    int N = t->comm.world, M = MEM_NUM_CATEGORIES + 1;
+    fprintf(f, "  \"memory_peak_bytes\": {");
+    for (int k = 0; k <= MEM_NUM_CATEGORIES; k++) {
+        fprintf(f, "%s\n    \"%s\": ", k ? "," : "",
+                k < MEM_NUM_CATEGORIES ? MEM_CATEGORY_NAMES[k] : "total");
+        json_numbers(f, peaks + k, N, M); /* one per rank */
+    }
+    fprintf(f, "\n  },\n  \"collectives\": {");
+    for (int k = 0; k < COMM_NUM_KINDS; k++) {
+        fprintf(f, "%s\n    \"%s\": {\"calls\": %ld, \"bytes_sent\": ", k ? "," : "",
+                COMM_KIND_NAMES[k], t->comm.calls[k]);
+        json_numbers(f, sent + k, N, COMM_NUM_KINDS); /* one per rank, the whole run */
+        fprintf(f, ", \"sim_seconds\": %.9g}", t->comm.sim_seconds[k]);
+    }
+    fprintf(f, "\n  }");
+}
+
+static int json_write(const Trainer *t, const RunSummary *s, const float *losses,
+                      const double *step_seconds, const double *peaks, const double *sent,
+                      char *err, size_t errlen) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) FATAL("the machine is out of host memory", "cannot build the JSON summary");
+    fprintf(f, "{\n  \"schema\": \"fsdp.c run\",\n  \"version\": 1,\n");
+    json_config(f, t);
+    json_units(f, t);
+    json_steps(f, s, losses, step_seconds);
+    json_memory_and_traffic(f, t, peaks, sent);
+    double schedule = s->steps ? (s->seconds + t->comm.sim_shift) / s->steps : 0.0;
+    const NetModel *net = t->comm.net;
+    if (net && net->bandwidth > 0.0)
+        fprintf(f, ",\n  \"sim_step_seconds\": %.9g", schedule); /* this schedule on --net */
+    fprintf(f, "\n}\n");
+    fclose(f);
+    OutFile out;
+    int rc = out_open(&out, "--json", t->cfg.json_path, err, errlen);
+    if (rc == 0) {
+        out_write(&out, text, len);
+        rc = out_commit(&out, err, errlen);
+    }
+    free(text);
+    return rc ? 1 : 0;
+}
+
 /* Where a step's time went on rank 0, and what the collectives would cost
  * on the --net interconnect instead of the simulator's shared memory. */
 static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
@@ -4530,7 +4652,8 @@ int main(int argc, char **argv) {
     int rc = config_parse(&cfg, argc, argv, err, sizeof(err));
     if (rc == 0) rc = config_check_world(&cfg, world, err, sizeof(err));
     /* Files: rank 0 checks them; all ranks agree on its verdict. */
-    char trace_ddp[1024] = "", trace_sharded[1024] = "";
+    char trace_ddp[1024] = "", trace_sharded[1024] = "", json_ddp[1024] = "",
+         json_sharded[1024] = "";
     Config ddp = cfg, fsdp = cfg;
     ddp.strategy = STRATEGY_NO_SHARD;
     if (fsdp.strategy == STRATEGY_NO_SHARD) fsdp.strategy = STRATEGY_FULL_SHARD;
@@ -4539,6 +4662,12 @@ int main(int argc, char **argv) {
         trace_path_for(trace_sharded, sizeof(trace_sharded), cfg.trace_path, fsdp.strategy);
         ddp.trace_path = trace_ddp;
         fsdp.trace_path = trace_sharded;
+    }
+    if (rc == 0 && cfg.json_path && cfg.compare) {
+        trace_path_for(json_ddp, sizeof(json_ddp), cfg.json_path, ddp.strategy);
+        trace_path_for(json_sharded, sizeof(json_sharded), cfg.json_path, fsdp.strategy);
+        ddp.json_path = json_ddp;
+        fsdp.json_path = json_sharded;
     }
     if (rc == 0 && rank == 0) {
         if (cfg.data_path) {
@@ -4551,6 +4680,9 @@ int main(int argc, char **argv) {
             {"--trace", cfg.compare ? NULL : cfg.trace_path, 1, 0},
             {"--trace", cfg.compare && cfg.trace_path ? trace_ddp : NULL, 1, 0},
             {"--trace", cfg.compare && cfg.trace_path ? trace_sharded : NULL, 1, 0},
+            {"--json", cfg.compare ? NULL : cfg.json_path, 1, 0},
+            {"--json", cfg.compare && cfg.json_path ? json_ddp : NULL, 1, 0},
+            {"--json", cfg.compare && cfg.json_path ? json_sharded : NULL, 1, 0},
             {"--export", cfg.export_path, 1, 0},
             {"--save-dir", cfg.save_dir, 1, 1},
             {"--data", cfg.data_path, 0, 0},

@@ -92,6 +92,7 @@ typedef struct {
     const char *net; /* --net: network cost model preset (sim/net.c) */
     /* the simulator's instruments (sim/) */
     const char *trace_path; /* --trace: Chrome/Perfetto trace of the run */
+    const char *json_path;  /* --json: the run's figures, machine-readable */
     int trace_clock_sim;    /* --trace-clock sim: collectives timed by --net */
     int check_collectives;  /* --check-collectives */
     int step_mode;          /* --step: 1 wait for keys, 2 =auto (StepMode) */

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# tests/test_json.sh — --json FILE: the run's figures, machine-readable, equal
+# to what the tables print (the notebooks read this file, not the tables).
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+
+# One run: the JSON against the very tables and lines the run printed.
+$MPIRUN -np 3 ./fsdp --model tiny --steps 4 --batch 12 --log-every 1 --net nvlink \
+  --json "$d/r.json" >"$d/r.log" 2>&1 || { bad "the run failed"; cat "$d/r.log"; exit 1; }
+python3 - "$d/r.json" "$d/r.log" <<'PY' && ok "JSON equals the printed figures" || bad "JSON disagrees with the printed figures"
+import json, re, sys
+j = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read()
+errors = []
+def want(cond, what):
+    print(("  ok   " if cond else "  FAIL ") + what)
+    if not cond: errors.append(what)
+want(j["schema"] == "fsdp.c run" and j["version"] == 1, "schema and version")
+c = j["config"]
+want((c["model"], c["world"], c["batch"], c["local_batch"], c["strategy"]) == ("tiny", 3, 12, 4, "full_shard"), "config: model, world, batch, strategy")
+losses = [float(x) for x in re.findall(r"^step +\d+/\d+ \| loss ([0-9.]+)", log, re.M)]
+want([round(s["loss"], 4) for s in j["steps"]] == losses and len(losses) == 4, f"per-step losses {losses} == the step lines")
+rows = re.findall(r"^ +(\d+) (\S.*?) +(\d+) +(\d+) +(\d+) +\d+$", log, re.M)
+want([(u["numel"], u["padded"], u["shard"]) for u in j["units"]] == [(int(a), int(b), int(c)) for _, _, a, b, c in rows], "units: numel, padded, shard == the unit table")
+want(j["parameters"] == int(re.search(r"\| (\d+) parameters", log).group(1)), "parameters == the header's")
+for name, vals in j["memory_peak_bytes"].items():
+    label = "total (peak of the sum)" if name == "total" else name
+    m = re.search(r"^  " + re.escape(label) + r" +([0-9. ]+)$", log, re.M)
+    table = [float(x) for x in m.group(1).split()]
+    want([round(v / 2**20, 3) for v in vals] == table, f"memory peak '{name}' per rank == the table ({table} MiB)")
+for kind, v in j["collectives"].items():
+    m = re.search(r"^  " + kind + r" \((\d+) calls\) +([0-9. ]+)$", log, re.M)
+    want(v["calls"] == int(m.group(1)), f"{kind}: {v['calls']} calls == the table")
+    want([round(b / 2**20, 3) for b in v["bytes_sent"]] == [float(x) for x in m.group(2).split()], f"{kind}: bytes sent per rank == the table")
+ag = j["collectives"]["all_gather"]["sim_seconds"] / 4 * 1e3
+m = re.search(r"collectives take [0-9.]+ ms per step \(all_gather ([0-9.]+)", log)
+want(abs(ag - float(m.group(1))) < 0.0005, f"simulated all_gather ms per step {ag:.4f} == the line's {m.group(1)}")
+want("sim_step_seconds" in j, "--net: the schedule's simulated step time is there")
+sys.exit(1 if errors else 0)
+PY
+
+# --compare writes one file per strategy, named like --trace's
+$MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 8 --compare --json "$d/c.json" >"$d/c.log" 2>&1
+python3 -c "
+import json, sys
+a = json.load(open('$d/c.no_shard.json')); b = json.load(open('$d/c.full_shard.json'))
+sys.exit(0 if (a['config']['strategy'], b['config']['strategy']) == ('no_shard', 'full_shard') and 'sim_step_seconds' not in a else 1)
+" && ok "--compare: c.no_shard.json and c.full_shard.json, no simulated time without --net" || bad "--compare JSON files"
+
+# an output like any other: a directory or the --trace path is refused with exit 2
+mkdir "$d/dir"
+$MPIRUN -np 2 ./fsdp --model tiny --steps 1 --batch 4 --json "$d/dir" >"$d/e.log" 2>&1
+[ $? -eq 2 ] && grep -q "json" "$d/e.log" && ok "--json DIR: exit 2: $(head -1 "$d/e.log" | cut -c1-100)" || bad "--json onto a directory"
+$MPIRUN -np 2 ./fsdp --model tiny --steps 1 --batch 4 --json "$d/x" --trace "$d/x" >"$d/e.log" 2>&1
+[ $? -eq 2 ] && ok "--json and --trace on one path: exit 2" || bad "--json and --trace on one path"
+exit $fail
