@@ -2748,9 +2748,11 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
     if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
     if (cfg->save_dir && ckpt_check_save_dir(t, first)) exit_all(2);
-    if (root && first >= cfg->steps)
+    if (root && cfg->resume_dir && first >= cfg->steps)
         printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first,
                cfg->steps);
+    else if (root && cfg->steps == 0)
+        printf("--steps 0: nothing to train; the model stays as initialised\n");
     double t0 = now_seconds(), loss = 0.0;
     int n_steps = cfg->steps > first ? cfg->steps - (int)first : 0;
     float *losses = (float *)calloc((size_t)n_steps + 1, sizeof(float)); /* for --json */
@@ -3830,7 +3832,8 @@ void config_usage(FILE *out) {
             "  --export FILE         write the full parameters as safetensors at the end\n"
             "  --init-from FILE      start from a safetensors file (fresh optimizer)\n"
             "training\n"
-            "  --steps N             optimizer steps                         (default 200)\n"
+            "  --steps N             optimizer steps; 0 with --export saves the initial model\n"
+            "                                                                (default 200)\n"
             "  --batch N             global batch, split evenly over ranks   (default 64)\n"
             "  --lr X                AdamW learning rate                     (default 0.003)\n"
             "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
@@ -4005,7 +4008,7 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return parse_int(flag, val, 1, 4096, &c->embed_dim, err, errlen);
     if (!strcmp(flag, "--min-params"))
         return parse_long(flag, val, 1, LONG_MAX, &c->min_params, err, errlen);
-    if (!strcmp(flag, "--steps")) return parse_int(flag, val, 1, 100000000, &c->steps, err, errlen);
+    if (!strcmp(flag, "--steps")) return parse_int(flag, val, 0, 100000000, &c->steps, err, errlen);
     if (!strcmp(flag, "--batch")) return parse_int(flag, val, 1, 1 << 20, &c->batch, err, errlen);
     if (!strcmp(flag, "--log-every"))
         return parse_int(flag, val, 1, INT_MAX, &c->log_every, err, errlen);

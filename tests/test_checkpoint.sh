@@ -59,4 +59,15 @@ for n in 1 3; do
   timeout 120 $MPIRUN -np $n tests/test_distributed init-from "$d/a.st" $ARGS | tail -2 | sed 's/^/   /'
   [ "${PIPESTATUS[0]}" -eq 0 ] && ok "--init-from on N=$n reads back every parameter bitwise" || bad "--init-from N=$n"
 done
+
+# --steps 0 --export: the initial model, the same on every world size, and
+# training from it (--init-from, fresh AdamW) is training from scratch
+train 1 "$d/i1.log" --steps 0 --export "$d/i1.st"
+train 3 "$d/i3.log" --steps 0 --export "$d/i3.st"
+grep -q "^--steps 0: nothing to train" "$d/i3.log" && tests/st_diff "$d/i1.st" "$d/i3.st" >/dev/null \
+  && ok "--steps 0 --export: the initial model, bitwise the same on 1 and 3 ranks" || bad "--steps 0 --export"
+train 4 "$d/s.log" --steps 3 --export "$d/s.st"
+train 4 "$d/si.log" --steps 3 --init-from "$d/i3.st" --export "$d/si.st"
+tests/st_diff "$d/s.st" "$d/si.st" >/dev/null && ok "3 steps from the exported initial model == 3 steps from scratch, bitwise" \
+  || bad "training from --steps 0's export differs from training from scratch"
 exit $fail

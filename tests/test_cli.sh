@@ -182,7 +182,6 @@ bad "--eps: 'inf' is not a number" --eps inf
 bad "between 1 and 100000000" --steps 99999999999999999999
 
 # ---- out of range: zero, negative, too large -----------------------------------
-bad "--steps: 0 is out of range" --steps 0
 bad "--steps: -1 is out of range" --steps -1
 bad "--batch: -4 is out of range" --batch -4
 bad "--batch: 0 is out of range" --batch 0
