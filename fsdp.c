@@ -775,6 +775,7 @@ static void ring_all_gather(Comm *c, float *full, long S) {
         mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c),
                               COMM_ALL_GATHER, full + recv_chunk * S, (int)S, MPI_FLOAT,
                               ring_left(c), COMM_ALL_GATHER, c->stream_comm, MPI_STATUS_IGNORE));
+        sim_on_ring_step(c->sim, c, COMM_ALL_GATHER, s, send_chunk, recv_chunk); /* --step=ring */
     }
 }
 #endif /* EXERCISE_RING_ALL_GATHER */
@@ -797,6 +798,7 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
                               COMM_REDUCE_SCATTER, c->stream_comm, MPI_STATUS_IGNORE));
         float *acc = full + recv_chunk * S;
         for (long i = 0; i < S; i++) acc[i] += tmp[i];
+        sim_on_ring_step(c->sim, c, COMM_REDUCE_SCATTER, s, send_chunk, recv_chunk);
     }
 }
 #endif /* EXERCISE_RING_REDUCE_SCATTER */
@@ -3818,6 +3820,8 @@ void config_usage(FILE *out) {
             "  --step                stop before every collective and picture it; keys:\n"
             "                        n next, c continue to the next step, q quit\n"
             "  --step=auto           the same pictures without stopping\n"
+            "  --step=ring           ... and inside each ring collective, after each of its\n"
+            "                        N-1 steps, which chunk went where and what each rank holds\n"
             "  --check-collectives   ranks compare each collective before calling it and stop\n"
             "                        with a report on a mismatch, instead of hanging\n"
             "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
@@ -4137,12 +4141,12 @@ static int flag_takes_no_value(const char *flag) {
 /* Sets a switch; returns 0, 1 for --help, or 2 with a message. */
 static int config_switch(Config *c, const char *flag, const char *val, char *err, size_t errlen) {
     if (!strcmp(flag, "--step")) {
-        if (val && strcmp(val, "auto") != 0)
-            return usage_error(
-                err, errlen,
-                "--step=%s: the only value is auto (--step waits for keys; --step=auto does not).",
-                val);
-        c->step_mode = val ? 2 : 1;
+        if (val && strcmp(val, "auto") != 0 && strcmp(val, "ring") != 0)
+            return usage_error(err, errlen,
+                               "--step=%s: the values are auto and ring (--step waits for keys; "
+                               "--step=auto does not; --step=ring also pictures each ring step).",
+                               val);
+        c->step_mode = !val ? STEP_INTERACTIVE : !strcmp(val, "ring") ? STEP_RING : STEP_AUTO;
         return 0;
     }
     if (val) return usage_error(err, errlen, "%s takes no value.", flag);

@@ -12,6 +12,8 @@
  *   c           continue to the next training step
  *   q           quit (every rank exits 0); so does the end of the input
  * --step=auto draws the same pictures without waiting: for logs and tests.
+ * --step=ring draws them too, and inside each ring collective a picture
+ * after every one of its N-1 steps (show_ring_step).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
@@ -221,4 +223,79 @@ int show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) 
                unit_label(s, unit));
     fflush(stdout);
     return key == 'q';
+}
+
+/* ---- --step=ring: the ring itself, step by step ---------------------------------
+ * After each of the N-1 steps of a ring all-gather or reduce-scatter, every
+ * rank tells rank 0 which chunk it sent to the right and which it received
+ * from the left. Rank 0 keeps what each rank holds of each chunk: a set of
+ * ranks (a bit each) whose contribution it contains. Before step 0 rank r
+ * holds, of an all-gather, its own chunk r ({r} there, nothing elsewhere),
+ * and of a reduce-scatter its own part of every chunk ({r} everywhere).
+ * Receiving chunk j from the left neighbour adds what the neighbour held of
+ * j: a copy for the all-gather, a sum for the reduce-scatter. An all-reduce
+ * shows both phases in turn. Up to 16 ranks are drawn. */
+static int bits(unsigned long long x) {
+    int n = 0;
+    for (; x; x &= x - 1) n++;
+    return n;
+}
+
+static void ring_start(Sim *s, int N, CommKind kind) {
+    free(s->ring);
+    s->ring = (unsigned long long *)calloc((size_t)N * N, sizeof(unsigned long long));
+    if (!s->ring) return;
+    for (int r = 0; r < N; r++)
+        for (int j = 0; j < N; j++)
+            if (kind == COMM_REDUCE_SCATTER || j == r) s->ring[r * N + j] = 1ULL << r;
+}
+
+/* One rank's row: per chunk, how many ranks' contributions it holds ('.'
+ * none; for a reduce-scatter 'S' once it holds all N: the finished sum). */
+static void ring_row(const Sim *s, int N, int r, CommKind kind, char *out) {
+    int n = 0;
+    out[n++] = '[';
+    for (int j = 0; j < N; j++) {
+        int k = bits(s->ring[r * N + j]);
+        char ch = k == 0 ? '.' : (kind == COMM_REDUCE_SCATTER && k == N) ? 'S' : (char)('0' + k % 10);
+        if (kind == COMM_ALL_GATHER && k) ch = (char)(j < 10 ? '0' + j : 'a' + j - 10);
+        if (j) out[n++] = ' ';
+        out[n++] = ch;
+    }
+    out[n++] = ']';
+    out[n] = '\0';
+}
+
+void show_ring_step(Sim *s, const Comm *c, CommKind kind, int step, int sent, int received) {
+    int N = c->world, mine[2] = {sent, received};
+    int *all = c->rank == 0 ? (int *)malloc((size_t)N * 2 * sizeof(int)) : NULL;
+    MPI_Gather(mine, 2, MPI_INT, all, 2, MPI_INT, 0, c->comm);
+    if (c->rank != 0 || N > 16 || !all) {
+        free(all);
+        return;
+    }
+    if (step == 0 || !s->ring) ring_start(s, N, kind);
+    if (!s->ring) return;
+    unsigned long long *before = (unsigned long long *)malloc((size_t)N * N * sizeof(*before));
+    if (!before) return;
+    memcpy(before, s->ring, (size_t)N * N * sizeof(*before));
+    printf("  ring %s, step %d of %d:", kind == COMM_ALL_GATHER ? "all-gather" : "reduce-scatter",
+           step + 1, N - 1);
+    for (int r = 0; r < N; r++) printf("  %d -[%d]-> %d", r, all[2 * r], (r + 1) % N);
+    printf("\n");
+    for (int r = 0; r < N; r++) {
+        int left = (r - 1 + N) % N, j = all[2 * r + 1];
+        if (all[2 * left] != j)
+            printf("    rank %d expected chunk %d from rank %d, which sent chunk %d\n", r, j, left,
+                   all[2 * left]);
+        s->ring[r * N + j] |= before[left * N + j];
+    }
+    for (int r = 0; r < N; r++) {
+        char row[64];
+        ring_row(s, N, r, kind, row);
+        printf("    rank %d holds %s\n", r, row);
+    }
+    fflush(stdout);
+    free(before);
+    free(all);
 }

@@ -63,6 +63,7 @@ void sim_release(Sim *s) {
     free(s->spans);
     free(s->frees);
     free(s->mem);
+    free(s->ring);
     memset(s, 0, sizeof(*s));
 }
 
@@ -95,3 +96,7 @@ SimVerdict sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, lon
 }
 
 int sim_owns_terminal(const Sim *s) { return s && s->view_in_place; }
+
+void sim_on_ring_step(Sim *s, const Comm *c, CommKind kind, int step, int sent, int received) {
+    if (s && s->step_mode == STEP_RING) show_ring_step(s, c, kind, step, sent, received);
+}

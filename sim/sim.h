@@ -65,7 +65,9 @@ typedef struct {
     size_t bytes[MEM_NUM_CATEGORIES];
 } SimMemSample;
 
-typedef enum { STEP_OFF, STEP_INTERACTIVE, STEP_AUTO } StepMode;
+/* --step (waits for keys), --step=auto (does not), --step=ring (auto, and a
+ * picture after each of a ring collective's N-1 steps) */
+typedef enum { STEP_OFF, STEP_INTERACTIVE, STEP_AUTO, STEP_RING } StepMode;
 
 typedef struct Sim {
     /* what is switched on */
@@ -95,6 +97,7 @@ typedef struct Sim {
     int cur_unit;       /* the unit computing now (for --view) */
     SimPhase cur_phase;
     int skip_to_next_step; /* 'c' pressed: no stops until the next step */
+    unsigned long long *ring; /* --step=ring, rank 0: (N, N) what rank r holds of chunk j */
     double last_draw;      /* --view redraw throttle */
     /* test-only fault injection: FSDP_FAULT=skip:RANK:SEQ or alter:RANK:SEQ */
     int fault_alter, fault_rank;
@@ -124,6 +127,9 @@ SimVerdict sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, lon
  * step lines, which would scroll the picture away). */
 int sim_owns_terminal(const Sim *s);
 void sim_on_step(Sim *s, int step);
+/* --step=ring: called by the ring after each of its N-1 steps, with the
+ * chunks this rank just sent to the right and received from the left. */
+void sim_on_ring_step(Sim *s, const Comm *c, CommKind kind, int step, int sent, int received);
 /* test-only: FSDP_FAULT=killsave:RANK:STEP kills that rank (SIGKILL) half
  * way through writing the checkpoint of that step. */
 void sim_fault_kill_during_save(const Sim *s, int rank, long step);
@@ -135,6 +141,7 @@ int check_collective(Sim *s, const Comm *c, long seq, CommKind kind, int unit, l
 int show_open_terminal(Sim *s, char *err, size_t errlen);
 /* 1 if the user asked to quit (--step, key q), else 0. */
 int show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count);
+void show_ring_step(Sim *s, const Comm *c, CommKind kind, int step, int sent, int received);
 void sim_span_begin(Sim *s, int unit, SimPhase phase);
 void sim_span_end(Sim *s, int unit, SimPhase phase);
 void sim_on_free(Sim *s, int unit);

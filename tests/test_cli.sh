@@ -224,7 +224,7 @@ bad "--trace /nonexistent-dir/run.no_shard.json: the directory /nonexistent-dir 
 bad "--trace: the file name is empty" --trace ""
 bad "--trace-clock: unknown clock 'wall'" --trace-clock wall
 bad "--trace-clock sim times the collectives with a network model, but none is chosen" --trace /tmp/x.json --trace-clock sim
-bad "--step=slow: the only value is auto" --step=slow
+bad "--step=slow: the values are auto and ring" --step=slow
 bad "--view takes no value" --view=yes
 bad "--backward-prefetch: unknown value 'sideways'. Choose pre" --backward-prefetch sideways
 bad "--limit-all-gathers: 'maybe'; give on or off." --limit-all-gathers maybe

@@ -22,6 +22,26 @@ else bad "pictured vs called:"; diff "$dir/pictured.txt" "$dir/called.txt" | hea
 grep -q '\[0 \.\] *->  \[0 1\]' "$dir/auto.txt" && grep -q '\[+ +\] *->  \[S \.\]' "$dir/auto.txt" \
   && ok "all-gather and reduce-scatter pictures show who holds which slice" || bad "slice pictures missing"
 
+# (1b) --step=ring: the ring itself, after each of its N-1 steps. The schedule
+# is the textbook one: in step s rank r sends the chunk it received in step
+# s-1 (its own first); after N-1 steps every rank holds every chunk, and in a
+# reduce-scatter rank r holds the finished sum (S) of chunk r.
+out=$(timeout 60 $MPIRUN -np 4 ./fsdp --model tiny --steps 1 --batch 4 --step=ring 2>&1)
+ag=$(echo "$out" | sed -n '/collective #1: all_gather/,/collective #2/p')
+[ "$(echo "$ag" | grep -c '^  ring all-gather, step')" = 3 ] \
+  && echo "$ag" | grep -q "step 1 of 3:  0 -\[0\]-> 1  1 -\[1\]-> 2  2 -\[2\]-> 3  3 -\[3\]-> 0" \
+  && echo "$ag" | grep -q "step 2 of 3:  0 -\[3\]-> 1  1 -\[0\]-> 2" \
+  && echo "$ag" | grep -q "rank 1 holds \[0 1 \. \.\]" \
+  && [ "$(echo "$ag" | sed -n '/step 3 of 3/,$p' | grep -c 'holds \[0 1 2 3\]')" = 4 ] \
+  && ok "--step=ring: 3 all-gather steps on 4 ranks, each passing on what it received; all hold [0 1 2 3]" \
+  || { bad "--step=ring all-gather pictures"; echo "$ag" | head -20; }
+rs=$(echo "$out" | sed -n '/reduce_scatter of unit 3/,/collective #/p')
+echo "$rs" | sed -n '/reduce-scatter, step 3 of 3/,$p' | grep -q "rank 2 holds \[[0-9] [0-9] S [0-9]\]" \
+  && [ "$(echo "$rs" | grep -c '^  ring reduce-scatter, step')" = 3 ] \
+  && ! echo "$out" | grep -q "expected chunk" \
+  && ok "--step=ring: reduce-scatter: after 3 steps rank 2's chunk 2 has all 4 contributions (S)" \
+  || { bad "--step=ring reduce-scatter pictures"; echo "$rs" | head -24; }
+
 # (2) no terminal: setsid starts it in a new session without one
 out=$(setsid timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --steps 1 --batch 4 --step </dev/null 2>&1); rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "use --step=auto" && ok "--step without a terminal: exit 2, points to --step=auto" || bad "--step without terminal: rc $rc: $out"
