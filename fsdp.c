@@ -697,8 +697,11 @@ static void ledger_release_all(Ledger *l) {
  *         neighbour. Each rank sends and receives (N-1)*S elements per
  *         all-gather or reduce-scatter, and twice that per all-reduce: the
  *         bandwidth-optimal volume.
- *   mpi   Open MPI's built-in non-blocking collectives (MPI_Iallgather,
- *         MPI_Ireduce_scatter_block, MPI_Iallreduce).
+ *   mpi   Open MPI's built-in collectives (MPI_Allgather,
+ *         MPI_Reduce_scatter_block, MPI_Allreduce), which choose their own
+ *         algorithm per message size. They block, but they run on the
+ *         communication stream below, so the caller does not wait for them.
+ *   nccl  NVIDIA's NCCL, in the GPU build (section 2 and below).
  *
  * Every collective is started (comm_*_start) and later waited on
  * (comm_wait), so a caller can compute in between: the communication
@@ -4514,6 +4517,8 @@ static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
      * hidden; the rest is waiting. */
     static const char *const prefetch[] = {"pre", "post", "none"};
     double step = (seconds + t->comm.sim_shift) / steps, hidden = (compute + sim) / steps - step;
+    hidden = fmax(hidden, 0.0); /* a schedule never costs more than compute + collectives in
+                                 * series; what shows below zero is rounding ("-0.000 ms") */
     printf("  this schedule there (backward prefetch %s, forward prefetch %s, %s): %.2f ms per "
            "step, %.3f ms of the collectives hidden behind compute (%.0f%%)\n",
            prefetch[c->backward_prefetch], c->forward_prefetch ? "on" : "off",

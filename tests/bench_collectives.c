@@ -12,10 +12,10 @@
  *             with impl COLLECTIVES_RING: the code the trainer runs
  *   Open MPI  the blocking built-ins MPI_Allgather, MPI_Reduce_scatter_block,
  *             which pick a tuned algorithm per message size
- *   (mpi)     the same fsdp.c calls with impl COLLECTIVES_MPI, i.e. the
- *             non-blocking MPI_Iallgather / MPI_Ireduce_scatter_block that
- *             `--collectives mpi` trains with (a different code path inside
- *             Open MPI, libnbc, from the blocking ones)
+ *   (mpi)     the same fsdp.c calls with impl COLLECTIVES_MPI: the very
+ *             blocking built-ins above, run as `--collectives mpi` trains
+ *             with them (through fsdp.c's Comm, counted and recorded), so
+ *             this column shows what that bookkeeping costs
  *
  * and a memcpy of the same size on rank 0 alone, as a ceiling: on one host
  * every byte a collective moves is copied by a CPU, through shared memory.
