@@ -87,11 +87,19 @@ run "export: a standard safetensors reader gets the right names and shapes" bash
 
 # -- the simulator's instruments ---------------------------------------------------------
 run "trace file: JSON, a process per rank, bytes add up to the table" bash tests/test_trace.sh
+run "--json: the run's figures, machine-readable, equal to the tables it printed" bash tests/test_json.sh
 run "--step: every collective pictured in order; keys in a terminal" bash tests/test_step.sh
 run "--view: live dashboard in a terminal, plain lines otherwise" bash tests/test_view.sh
 run "--check-collectives catches a skipped and an altered collective" bash tests/test_checker.sh
 run "--wait-for-debugger: gdb attaches to every rank, breaks in comm_record" bash tests/test_debugger.sh
 run "HTML report of traces (sim/report.py), rendered in headless Chromium" bash tests/test_report.sh
+
+# -- the course and the README's commands --------------------------------------------------
+run "README's commands run and print what it shows (tests/check_docs.py), and the checker can fail" bash tests/test_docs.sh
+for f in lectures/[0-9]*.md; do
+  [ -e "$f" ] && run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
+done
+run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh
 
 # -- many nodes: the launch files in cluster/ (checked to parse, not run on a cluster) ----------
 run "cluster files: the Slurm script, the MPIJob manifest and the hostfile parse and agree" bash tests/test_cluster.sh
