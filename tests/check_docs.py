@@ -80,10 +80,11 @@ class Block:
         self.rel = 0.0
         self.abs = 0.0
         self.continued = False
+        self.needs = None  # a program the block needs (needs=nvcc): skipped, with why, without it
         self.commands = []
 
 
-KNOWN = "known: gpu, no-run REASON, exit=N, timeout=S, rel=X, abs=X, continued"
+KNOWN = "known: gpu, no-run REASON, exit=N, timeout=S, rel=X, abs=X, continued, needs=PROGRAM"
 
 
 def parse_options(body, block, errors, where):
@@ -93,6 +94,8 @@ def parse_options(body, block, errors, where):
             block.gpu = True
         elif w == "continued":
             block.continued = True
+        elif w.startswith("needs="):
+            block.needs = w.split("=", 1)[1]
         elif w == "no-run":  # the rest of the comment is the reason
             block.norun = body.split("no-run", 1)[1].strip()
             if not block.norun:
@@ -352,6 +355,11 @@ def explain(cmd, chunk, actual, pos):
 # ---------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------
+def program_here(name):
+    """Whether `name` is on PATH, or where the CUDA toolkit puts its tools."""
+    return bool(shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin"))
+
+
 def gpu_here(no_gpu):
     """(True, "") when an NVIDIA GPU is visible, else (False, why not);
     the same test as tests/test_gpu.sh."""
@@ -486,6 +494,13 @@ def check_file(path, blocks, errors, files, gpu, args, emit):
     try:
         for b in blocks:
             commands = [c for c in b.commands if not c.comment_only()]
+            missing = b.needs and not program_here(b.needs)
+            if commands and missing:
+                emit(f"SKIP  {b.path}:{commands[0].line}  {commands[0].shown()}  (needs {b.needs}, "
+                     f"which is not installed here (nor in /usr/local/cuda/bin): install it to run this)")
+                skipped += len(commands)
+                norun += len(commands)
+                continue
             if commands and (b.norun or (b.gpu and not gpu[0])):
                 # one line for the block; every command in it counts as skipped
                 if b.norun:

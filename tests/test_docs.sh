@@ -57,7 +57,8 @@ has drift 'timed out after 1 s' "a command past its timeout is killed and fails"
 
 fixture gpu $FIX/gpu.md 77
 has gpu '^SKIP .*# gpu-only .*needs a GPU: --no-gpu given' "a gpu block is skipped with the reason, without a GPU"
-has gpu '^0 passed, 0 failed, 1 skipped$' "a skipped block is counted as skipped, not passed; only skips: exit 77"
+has gpu '^SKIP .*# needs-missing .*needs no-such-program-fsdp, which is not installed' "a block that needs a missing program (needs=) is skipped with the reason"
+has gpu '^0 passed, 0 failed, 2 skipped$' "skipped blocks are counted as skipped, not passed; only skips: exit 77"
 
 fixture norun $FIX/norun_no_reason.md 1
 has norun 'norun_no_reason.md:7 +`no-run` needs a reason' "a no-run block without a reason is refused, with its line"
