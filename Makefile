@@ -11,7 +11,8 @@
 #   make sanitize  the tests under AddressSanitizer and UBSan
 #   make exercise EX=NAME  grade a graded exercise (exercises/README.md)
 #
-# Open MPI is installed on demand (Debian/Ubuntu apt-get, macOS Homebrew).
+# Open MPI is installed on demand (Debian/Ubuntu apt-get, macOS Homebrew), and
+# so are the notebooks' Python packages (make notebook-deps: pip, else apt-get).
 
 CC      := mpicc
 CFLAGS  ?= -O3 -g -std=c11 -Wall -Wextra -Werror=implicit-function-declaration
@@ -36,7 +37,7 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas exercise
+.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas exercise notebook-deps
 
 all: fsdp
 
@@ -101,8 +102,26 @@ run: fsdp
 
 # ---- tests -------------------------------------------------------------------
 # The benchmarks are built too (not run), so a change cannot silently break them.
-test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul
+test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul notebook-deps
 	@bash tests/run.sh
+
+# What tests/test_notebooks.sh needs to execute notebooks/ (nbclient runs each in
+# a python3 kernel; the notebooks plot with matplotlib): from PyPI, else from
+# Debian's packages. If neither works, make test goes on and that test is
+# skipped (exit 77) with the reason, never counted as passed.
+NOTEBOOK_PY := nbclient nbformat ipykernel matplotlib numpy
+notebook-deps:
+	@python3 -c "import nbclient, nbformat, ipykernel, matplotlib, numpy" 2>/dev/null && exit 0; \
+	echo "installing the notebooks' Python packages: $(NOTEBOOK_PY)"; \
+	python3 -m pip install --quiet $(NOTEBOOK_PY) 2>/dev/null || \
+	  python3 -m pip install --quiet --break-system-packages $(NOTEBOOK_PY) 2>/dev/null || \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	    $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	      python3-nbclient python3-nbformat python3-ipykernel python3-matplotlib python3-numpy; \
+	  fi; \
+	python3 -c "import nbclient, nbformat, ipykernel, matplotlib, numpy" 2>/dev/null || \
+	  echo "note: could not install $(NOTEBOOK_PY): make test skips the notebooks (exit 77)"
 
 # ---- graded exercises (exercises/README.md) ------------------------------------
 # make exercise EX=ring_all_gather [FILE=my_ring.c]: fsdp.c built with your

@@ -100,6 +100,7 @@ for f in lectures/[0-9]*.md; do
   [ -e "$f" ] && run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
 done
 run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh
+run "notebooks: every notebook executes top to bottom (nbclient)" bash tests/test_notebooks.sh
 
 # -- many nodes: the launch files in cluster/ (checked to parse, not run on a cluster) ----------
 run "cluster files: the Slurm script, the MPIJob manifest and the hostfile parse and agree" bash tests/test_cluster.sh
