@@ -37,7 +37,7 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas exercise notebook-deps
+.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas exercise notebook-deps test-deps
 
 all: fsdp
 
@@ -102,8 +102,31 @@ run: fsdp
 
 # ---- tests -------------------------------------------------------------------
 # The benchmarks are built too (not run), so a change cannot silently break them.
-test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul notebook-deps
+test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul test-deps
 	@bash tests/run.sh
+
+# What the checks need beyond a compiler and MPI, installed the way Open MPI
+# is, so a student's `make test` runs what CI runs instead of skipping it:
+# a terminal to drive (tmux) and a debugger (gdb) for --step and gdb tests,
+# Chromium to render the HTML report, clang's libFuzzer for the checkpoint
+# readers, Python's safetensors reader and YAML parser, and the notebooks'
+# packages. What cannot be installed is reported; its tests then skip with
+# the reason (exit 77), never pass.
+
+TEST_PY  := safetensors numpy pyyaml
+test-deps: notebook-deps
+	@need=""; for p in tmux gdb chromium clang; do command -v $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
+	ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need="$$need libclang-rt-14-dev"; \
+	if [ -n "$$need" ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing what the tests need:$$need"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$need \
+	    || echo "note: could not install$$need: the tests that need them skip, saying why"; \
+	elif [ -n "$$need" ]; then echo "note: not installed:$$need (no apt-get): the tests that need them skip, saying why"; fi; \
+	python3 -c "import safetensors, numpy, yaml" 2>/dev/null && exit 0; \
+	python3 -m pip install --quiet $(TEST_PY) 2>/dev/null || \
+	  python3 -m pip install --quiet --break-system-packages $(TEST_PY) 2>/dev/null || \
+	  echo "note: could not install $(TEST_PY) for python3: the tests that need them skip, saying why"
 
 # What tests/test_notebooks.sh needs to execute notebooks/ (nbclient runs each in
 # a python3 kernel; the notebooks plot with matplotlib): from PyPI, else from
