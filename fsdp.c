@@ -4389,6 +4389,26 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
     printf("  (all_gather includes the loss: one float per rank per step)\n");
 }
 
+/* A run of `seconds` over `steps` steps, on rank 0: the time it computed
+ * (the rest it waited for collectives), and, with --net, this schedule
+ * replayed on that link (comm_sim_waited): its length per step, and how
+ * much of the collectives ran while the main thread computed (hidden). */
+typedef struct {
+    double compute, wait;     /* seconds, the whole run, this machine */
+    double sim;               /* the collectives on --net, the whole run */
+    double step, hidden;      /* the schedule on --net, per step */
+} StepBreakdown;
+
+static StepBreakdown step_breakdown(const Trainer *t, double seconds, int steps) {
+    StepBreakdown b = {seconds - t->comm.wall_seconds, t->comm.wall_seconds, 0.0, 0.0, 0.0};
+    for (int k = 0; k < COMM_NUM_KINDS; k++) b.sim += t->comm.sim_seconds[k];
+    b.step = (seconds + t->comm.sim_shift) / steps;
+    /* a schedule never costs more than compute + collectives in series;
+     * what would show below zero is rounding ("-0.000 ms") */
+    b.hidden = fmax((b.compute + b.sim) / steps - b.step, 0.0);
+    return b;
+}
+
 /* ------------------------------------------------------------------------
  * --json FILE: the run's figures for programs (the notebooks), so nothing
  * needs to scrape the tables above. The schema is in README.md ("--json");
@@ -4470,10 +4490,13 @@ static int json_write(const Trainer *t, const RunSummary *s, const float *losses
     json_units(f, t);
     json_steps(f, s, losses, step_seconds);
     json_memory_and_traffic(f, t, peaks, sent);
-    double schedule = s->steps ? (s->seconds + t->comm.sim_shift) / s->steps : 0.0;
+    StepBreakdown b = step_breakdown(t, s->seconds, s->steps ? s->steps : 1);
+    fprintf(f, ",\n  \"rank0_compute_seconds\": %.9g,\n  \"rank0_wait_seconds\": %.9g", b.compute,
+            b.wait);
     const NetModel *net = t->comm.net;
-    if (net && net->bandwidth > 0.0)
-        fprintf(f, ",\n  \"sim_step_seconds\": %.9g", schedule); /* this schedule on --net */
+    if (net && net->bandwidth > 0.0) /* this schedule on --net, per step */
+        fprintf(f, ",\n  \"sim_step_seconds\": %.9g,\n  \"sim_hidden_seconds\": %.9g", b.step,
+                b.hidden);
     fprintf(f, "\n}\n");
     fclose(f);
     OutFile out;
@@ -4490,7 +4513,8 @@ static int json_write(const Trainer *t, const RunSummary *s, const float *losses
  * on the --net interconnect instead of the simulator's shared memory. */
 static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
     const Config *c = &t->cfg;
-    double wait = t->comm.wall_seconds, compute = seconds - wait;
+    StepBreakdown b = step_breakdown(t, seconds, steps);
+    double wait = b.wait, compute = b.compute;
     if (c->collectives == COLLECTIVES_NCCL && c->trace_path)
         printf("per step on rank 0: collectives busy %.2f ms on the communication stream "
                "(CUDA events), beside the compute stream's kernels\n",
@@ -4504,21 +4528,15 @@ static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
                1e3 * compute / steps, 1e3 * wait / steps);
     const NetModel *net = t->comm.net;
     if (!net || net->bandwidth <= 0.0) return;
-    double sim = 0.0;
-    for (int k = 0; k < COMM_NUM_KINDS; k++) sim += t->comm.sim_seconds[k];
+    double sim = b.sim;
     printf("on %s (%s): the collectives take %.3f ms per step (all_gather %.3f, reduce_scatter "
            "%.3f, all_reduce %.3f)\n",
            net->name, net->source, 1e3 * sim / steps,
            1e3 * t->comm.sim_seconds[COMM_ALL_GATHER] / steps,
            1e3 * t->comm.sim_seconds[COMM_REDUCE_SCATTER] / steps,
            1e3 * t->comm.sim_seconds[COMM_ALL_REDUCE] / steps);
-    /* The schedule this run had, replayed on that link (comm_sim_waited):
-     * whatever of the collectives ran while the main thread computed is
-     * hidden; the rest is waiting. */
     static const char *const prefetch[] = {"pre", "post", "none"};
-    double step = (seconds + t->comm.sim_shift) / steps, hidden = (compute + sim) / steps - step;
-    hidden = fmax(hidden, 0.0); /* a schedule never costs more than compute + collectives in
-                                 * series; what shows below zero is rounding ("-0.000 ms") */
+    double step = b.step, hidden = b.hidden;
     printf("  this schedule there (backward prefetch %s, forward prefetch %s, %s): %.2f ms per "
            "step, %.3f ms of the collectives hidden behind compute (%.0f%%)\n",
            prefetch[c->backward_prefetch], c->forward_prefetch ? "on" : "off",

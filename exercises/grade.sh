@@ -132,6 +132,9 @@ case $EX in
     same_training full_shard --min-params 1000 ;;
 esac
 
+# The build stays, to run by hand (e.g. to watch a ring with --step=ring).
+mkdir -p exercises/build && cp "$B/fsdp" "exercises/build/fsdp-$EX"
 echo
+echo "your build: exercises/build/fsdp-$EX; e.g. mpirun -np 4 exercises/build/fsdp-$EX --model tiny --steps 1 --batch 4 --step=ring"
 echo "$EX: $passed passed, $failed failed"
 [ $failed -eq 0 ]

@@ -12,7 +12,9 @@
  * scratch for S floats. Use only MPI_Sendrecv with ring_right(c) and
  * ring_left(c), on c->stream_comm, tag COMM_REDUCE_SCATTER, and N - 1 steps,
  * each sending S floats and receiving S floats into tmp, then adding tmp
- * into the chunk it belongs to.
+ * into the chunk it belongs to. After each step, call
+ *     sim_on_ring_step(c->sim, c, COMM_REDUCE_SCATTER, s, send_chunk, recv_chunk);
+ * so that --step=ring can picture your ring (the grader prints the command).
  *
  * Hints. Each chunk travels around the ring picking up one rank's
  * contribution per step, and must end at its owner after N - 1 steps: so

@@ -179,7 +179,7 @@ bad "--seed: 'x' is not a whole number" --seed x
 bad "--lr: 'x' is not a number" --lr x
 bad "--lr: 'nan' is not a number" --lr nan
 bad "--eps: 'inf' is not a number" --eps inf
-bad "between 1 and 100000000" --steps 99999999999999999999
+bad "between 0 and 100000000" --steps 99999999999999999999
 
 # ---- out of range: zero, negative, too large -----------------------------------
 bad "--steps: -1 is out of range" --steps -1

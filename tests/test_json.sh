@@ -35,7 +35,10 @@ for kind, v in j["collectives"].items():
 ag = j["collectives"]["all_gather"]["sim_seconds"] / 4 * 1e3
 m = re.search(r"collectives take [0-9.]+ ms per step \(all_gather ([0-9.]+)", log)
 want(abs(ag - float(m.group(1))) < 0.0005, f"simulated all_gather ms per step {ag:.4f} == the line's {m.group(1)}")
-want("sim_step_seconds" in j, "--net: the schedule's simulated step time is there")
+m = re.search(r"per step on rank 0: compute ([0-9.]+) ms, waiting for collectives ([0-9.]+) ms", log)
+want(abs(j["rank0_compute_seconds"] / 4 * 1e3 - float(m.group(1))) < 0.006 and abs(j["rank0_wait_seconds"] / 4 * 1e3 - float(m.group(2))) < 0.006, "rank 0's compute and wait == the line's")
+m = re.search(r"this schedule there .*: ([0-9.]+) ms per step, ([0-9.]+) ms of the collectives hidden", log)
+want(abs(j["sim_step_seconds"] * 1e3 - float(m.group(1))) < 0.006 and abs(j["sim_hidden_seconds"] * 1e3 - float(m.group(2))) < 0.0006, "--net: the schedule's step and hidden time == the line's")
 sys.exit(1 if errors else 0)
 PY
 
@@ -44,7 +47,7 @@ $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 8 --compare --json "$d/c.jso
 python3 -c "
 import json, sys
 a = json.load(open('$d/c.no_shard.json')); b = json.load(open('$d/c.full_shard.json'))
-sys.exit(0 if (a['config']['strategy'], b['config']['strategy']) == ('no_shard', 'full_shard') and 'sim_step_seconds' not in a else 1)
+sys.exit(0 if (a['config']['strategy'], b['config']['strategy']) == ('no_shard', 'full_shard') and 'sim_step_seconds' not in a and 'sim_hidden_seconds' not in b else 1)
 " && ok "--compare: c.no_shard.json and c.full_shard.json, no simulated time without --net" || bad "--compare JSON files"
 
 # an output like any other: a directory or the --trace path is refused with exit 2
