@@ -1865,6 +1865,7 @@ struct Trainer {
     Corpus corpus;
     int local_batch;   /* B = global batch / N */
     int adam_step;     /* AdamW's t, for bias correction */
+    float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
     uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
     int data_crc_known;
     Sim sim; /* the simulator's instruments (sim/), told by hooks */
@@ -2172,6 +2173,26 @@ static void module_post_backward(Trainer *t, int module) {
     if (t->model.modules[module].unit >= 0) unit_post_backward(t, t->model.modules[module].unit);
 }
 
+/* The sum over ranks of one number each, the same bits on every rank: an
+ * all-gather of one float per rank (counted like any collective), added in
+ * rank order. The loss and the gradient norm travel this way. */
+static double sum_over_ranks(Trainer *t, float mine, const char *what) {
+    int N = t->comm.world, rank = t->comm.rank;
+    float *all =
+        (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float), what);
+    float *host = (float *)malloc((size_t)N * sizeof(float));
+    if (!host) FATAL("the machine is out of host memory", "cannot gather %s", what);
+    dev_from_host(all + rank, &mine, sizeof(float)); /* in place: our slot is the input */
+    CommHandle h = comm_all_gather_start(&t->comm, all, all + rank, 1, -1);
+    comm_wait(&t->comm, &h);
+    dev_to_host(host, all, (size_t)N * sizeof(float));
+    double sum = 0.0;
+    for (int r = 0; r < N; r++) sum += host[r];
+    free(host);
+    ledger_free(&t->ledger, all);
+    return sum;
+}
+
 /* ============================================================================
  * 9. Sharded AdamW
  *
@@ -2183,6 +2204,9 @@ static void module_post_backward(Trainer *t, int module) {
  * Every element's update depends on that element alone, so each rank steps
  * its own shard with its own shard of m and v: the optimizer state is
  * sharded for free, and no communication is needed.
+ * --optimizer adam is torch.optim.Adam: its weight decay is L2, added to the
+ * gradient (g <- g + weight_decay * p) before the same update, and no
+ * decoupled decay; PyTorch's default weight_decay is then 0.
  * ========================================================================== */
 
 FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float g, float lr,
@@ -2198,12 +2222,67 @@ FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float 
 /* One step's hyperparameters, passed by value to every element. */
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt;
+    int l2; /* --optimizer adam: weight decay as L2 on the gradient */
 } AdamWStep;
 
 FSDP_HD static inline void adamw_one(long i, float *p, float *m, float *v, const float *g,
                                      AdamWStep s) {
-    adamw_update_one(&p[i], &m[i], &v[i], g[i], s.lr, s.beta1, s.beta2, s.eps, s.weight_decay,
-                     s.bias_correction1, s.bias_correction2_sqrt);
+    float grad = s.l2 ? g[i] + s.weight_decay * p[i] : g[i];
+    adamw_update_one(&p[i], &m[i], &v[i], grad, s.lr, s.beta1, s.beta2, s.eps,
+                     s.l2 ? 0.0f : s.weight_decay, s.bias_correction1, s.bias_correction2_sqrt);
+}
+
+/* ------------------------------------------------------------------------
+ * Gradient clipping                         PyTorch: FSDP's clip_grad_norm_
+ *
+ * The norm is the whole model's, but a rank holds only its shards of the
+ * gradient. So each rank sums the squares of its own shards (padding left
+ * out: it holds no parameter), the ranks add their sums (sum_over_ranks),
+ * and every rank scales its shards by the same factor, max_norm / (norm +
+ * 1e-6), when that is below 1. The result is 1-rank clipping, up to the
+ * order of the sums. With no_shard each rank holds the whole gradient and
+ * needs no communication for it. Sums run in double over blocks of fixed
+ * size, one thread each on a GPU, added in order: the same bits every run.
+ * --------------------------------------------------------------------- */
+enum { NORM_BLOCK = 4096 };
+
+FSDP_HD static inline void sum_squares_block(long b, double *partial, const float *x, long n) {
+    double sum = 0.0;
+    for (long i = b * NORM_BLOCK; i < n && i < (b + 1) * NORM_BLOCK; i++)
+        sum += (double)x[i] * x[i];
+    partial[b] = sum;
+}
+
+/* The sum of squares of x[0, n), on the host. */
+static double sum_squares(Trainer *t, const float *x, long n) {
+    long blocks = ceil_div(n, NORM_BLOCK);
+    if (blocks == 0) return 0.0;
+    double *partial = (double *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)blocks,
+                                             sizeof(double), "clip_grad_norm's partial sums");
+    double *host = (double *)malloc((size_t)blocks * sizeof(double)), sum = 0.0;
+    if (!host) FATAL("the machine is out of host memory", "cannot sum the gradient norm");
+    FOR_EACH(blocks, sum_squares_block, partial, x, n);
+    dev_to_host(host, partial, (size_t)blocks * sizeof(double));
+    for (long b = 0; b < blocks; b++) sum += host[b];
+    free(host);
+    ledger_free(&t->ledger, partial);
+    return sum;
+}
+
+static void clip_grad_norm(Trainer *t, float max_norm) {
+    double local = 0.0;
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        long lo = is_sharded(t) ? shard_begin(u, t->comm.rank) : 0;
+        long real = u->numel - lo; /* this rank's elements before the padding */
+        local += sum_squares(t, u->shard_grad, real < 0 ? 0 : real < u->shard ? real : u->shard);
+    }
+    double total = is_sharded(t) ? sum_over_ranks(t, (float)local, "the gradient norm") : local;
+    t->grad_norm = (float)sqrt(total);
+    float coef = max_norm / (t->grad_norm + 1e-6f);
+    if (coef >= 1.0f) return;
+    for (int ui = 0; ui < t->n_units; ui++)
+        FOR_EACH(t->units[ui].shard, scale_one, t->units[ui].shard_grad, coef);
 }
 
 #ifdef EXERCISE_ADAMW /* graded exercise: make exercise EX=adamw */
@@ -2219,7 +2298,8 @@ static void adamw_step(Trainer *t) {
                    c->eps,
                    c->weight_decay,
                    1.0f - powf(c->beta1, (float)t->adam_step),
-                   sqrtf(1.0f - powf(c->beta2, (float)t->adam_step))};
+                   sqrtf(1.0f - powf(c->beta2, (float)t->adam_step)),
+                   c->optimizer == OPTIMIZER_ADAM};
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         FOR_EACH(u->shard, adamw_one, u->shard_param, u->exp_avg, u->exp_avg_sq, u->shard_grad, s);
@@ -2647,20 +2727,7 @@ void trainer_destroy(Trainer *t) {
 /* The mean of the N ranks' losses, summed in rank order so every rank gets
  * the same bits. It travels as an all-gather of one float per rank. */
 static float global_mean_loss(Trainer *t, float local_loss) {
-    int N = t->comm.world, rank = t->comm.rank;
-    float *all = (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float),
-                                       "the loss all-gather");
-    float *host = (float *)malloc((size_t)N * sizeof(float));
-    if (!host) FATAL("the machine is out of host memory", "cannot gather the losses");
-    dev_from_host(all + rank, &local_loss, sizeof(float)); /* in place: our slot is the input */
-    CommHandle h = comm_all_gather_start(&t->comm, all, all + rank, 1, -1);
-    comm_wait(&t->comm, &h);
-    dev_to_host(host, all, (size_t)N * sizeof(float));
-    double sum = 0.0;
-    for (int r = 0; r < N; r++) sum += host[r];
-    free(host);
-    ledger_free(&t->ledger, all);
-    return (float)(sum / N);
+    return (float)(sum_over_ranks(t, local_loss, "the loss all-gather") / t->comm.world);
 }
 
 /* This rank's part of global batch number `step`, drawn on the host and
@@ -2685,6 +2752,7 @@ float trainer_step(Trainer *t, int step) {
     trainer_load_batch(t, step);
     float loss = model_forward(t);
     model_backward(t);
+    if (t->cfg.clip_grad_norm > 0.0f) clip_grad_norm(t, t->cfg.clip_grad_norm);
     adamw_step(t);
     return global_mean_loss(t, loss);
 }
@@ -2708,8 +2776,8 @@ static void gather_stats(Trainer *t, double *peaks, double *sent);
 static void print_rank_table(const Trainer *t, const double *peaks, const double *sent);
 typedef struct RunSummary RunSummary;
 static int json_write(const Trainer *t, const RunSummary *s, const float *losses,
-                      const double *step_seconds, const double *peaks, const double *sent,
-                      char *err, size_t errlen);
+                      const float *norms, const double *step_seconds, const double *peaks,
+                      const double *sent, char *err, size_t errlen);
 static void print_step_breakdown(const Trainer *t, double seconds, int steps);
 
 struct RunSummary {
@@ -2730,12 +2798,22 @@ static void stop_diverged(const Config *cfg, int root, int step, double loss) {
         fprintf(stderr,
                 "error: the loss is %g at step %d: training diverged, and every step after this "
                 "one would train on NaN.\n"
-                "HINT: lower --lr (it is %g; the default is 0.003). Gradient clipping (PyTorch's "
-                "clip_grad_norm_) is the other usual cure.\n",
+                "HINT: lower --lr (it is %g; the default is 0.003), or clip the gradients "
+                "(--clip-grad-norm 1.0, PyTorch's clip_grad_norm_).\n",
                 loss, step + 1, (double)cfg->lr);
         fflush(stderr);
     }
     exit_all(5);
+}
+
+/* With --clip-grad-norm, the step line says the norm before clipping. */
+static const char *grad_norm_note(const Trainer *t) {
+    static char note[64];
+    note[0] = '\0';
+    if (t->cfg.clip_grad_norm > 0.0f)
+        snprintf(note, sizeof(note), " | grad norm %.4f%s", (double)t->grad_norm,
+                 t->grad_norm > t->cfg.clip_grad_norm ? " (clipped)" : "");
+    return note;
 }
 
 /* Trains with cfg on comm; rank 0 prints as it goes. */
@@ -2760,7 +2838,8 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         printf("--steps 0: nothing to train; the model stays as initialised\n");
     double t0 = now_seconds(), loss = 0.0;
     int n_steps = cfg->steps > first ? cfg->steps - (int)first : 0;
-    float *losses = (float *)calloc((size_t)n_steps + 1, sizeof(float)); /* for --json */
+    float *losses = (float *)calloc(2 * ((size_t)n_steps + 1), sizeof(float)); /* for --json: */
+    float *norms = losses + n_steps + 1; /* the loss and, when clipping, the gradient norm */
     double *step_seconds = (double *)calloc((size_t)n_steps + 1, sizeof(double));
     if (!losses || !step_seconds) FATAL("the machine is out of host memory", "cannot log steps");
     for (int step = (int)first; step < cfg->steps; step++) {
@@ -2768,14 +2847,16 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         loss = trainer_step(t, step);
         double dt = now_seconds() - ts;
         losses[step - first] = (float)loss;
+        norms[step - first] = t->grad_norm;
         step_seconds[step - first] = dt;
         if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
         if (root && !sim_owns_terminal(&t->sim) &&
             (step % cfg->log_every == 0 || step == cfg->steps - 1))
             printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB "
-                   "(peak %.3f)\n",
+                   "(peak %.3f)%s\n",
                    step + 1, cfg->steps, loss, dt * 1e3, cfg->batch / dt,
-                   mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total));
+                   mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total),
+                   grad_norm_note(t));
         int last = step == cfg->steps - 1;
         if (cfg->save_dir && ((cfg->save_every && (step + 1) % cfg->save_every == 0) || last)) {
             if (ckpt_save(t, step + 1)) exit_all(1);
@@ -2824,7 +2905,8 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     }
     if (cfg->json_path) {
         char err[2048] = "";
-        int rc = root ? json_write(t, &s, losses, step_seconds, peaks, sent, err, sizeof(err)) : 0;
+        int rc = 0;
+        if (root) rc = json_write(t, &s, losses, norms, step_seconds, peaks, sent, err, sizeof(err));
         if (ckpt_agree(t, rc, err)) exit_all(1);
         if (root) printf("figures written to %s (JSON)\n", cfg->json_path);
     }
@@ -3845,7 +3927,11 @@ void config_usage(FILE *out) {
             "  --lr X                AdamW learning rate                     (default 0.003)\n"
             "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
             "  --eps X               AdamW eps                               (default 1e-8)\n"
-            "  --weight-decay X      AdamW decoupled weight decay            (default 0.01)\n"
+            "  --optimizer O         adamw (torch.optim.AdamW) | adam (torch.optim.Adam: weight\n"
+            "                        decay as L2 on the gradient)           (default adamw)\n"
+            "  --weight-decay X      weight decay                 (default 0.01; 0 with adam)\n"
+            "  --clip-grad-norm X    scale the gradients so their total norm is at most X, as\n"
+            "                        FSDP's clip_grad_norm_                  (default off)\n"
             "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
             "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
             "  --log-every N         print a line every N steps              (default 20)\n"
@@ -3963,7 +4049,7 @@ static void config_defaults(Config *c) {
     c->beta1 = 0.9f;
     c->beta2 = 0.999f;
     c->eps = 1e-8f;
-    c->weight_decay = 0.01f;
+    c->weight_decay = -1.0f; /* PyTorch's default for the optimizer: resolved below */
     c->steps = 200;
     c->batch = 64;
     c->seed = 1337;
@@ -4027,6 +4113,18 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
     if (!strcmp(flag, "--eps")) return parse_float(flag, val, 0.0, 1, 1.0, &c->eps, err, errlen);
     if (!strcmp(flag, "--weight-decay"))
         return parse_float(flag, val, 0.0, 0, 1.0, &c->weight_decay, err, errlen);
+    if (!strcmp(flag, "--clip-grad-norm"))
+        return parse_float(flag, val, 0.0, 1, 1e30, &c->clip_grad_norm, err, errlen);
+    if (!strcmp(flag, "--optimizer")) {
+        if (!strcmp(val, "adamw")) c->optimizer = OPTIMIZER_ADAMW;
+        else if (!strcmp(val, "adam")) c->optimizer = OPTIMIZER_ADAM;
+        else
+            return usage_error(err, errlen,
+                               "--optimizer: unknown optimizer '%s'. Choose adamw "
+                               "(torch.optim.AdamW, the default) or adam (torch.optim.Adam).",
+                               val);
+        return 0;
+    }
     if (!strcmp(flag, "--seed")) {
         rc = parse_long(flag, val, 0, LONG_MAX, &lv, err, errlen);
         c->seed = (uint64_t)lv;
@@ -4180,6 +4278,8 @@ static int flag_takes_value(const char *flag) {
                                         "--beta2",
                                         "--eps",
                                         "--weight-decay",
+                                        "--optimizer",
+                                        "--clip-grad-norm",
                                         "--seed",
                                         "--data",
                                         "--log-every",
@@ -4253,6 +4353,7 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
                            "(2^30). Use a smaller --width, --depth or --context.",
                            total);
     if (c->min_params < 0) c->min_params = config_block_numel(c);
+    if (c->weight_decay < 0.0f) c->weight_decay = c->optimizer == OPTIMIZER_ADAM ? 0.0f : 0.01f;
     if (c->min_params > total)
         return usage_error(
             err, errlen,
@@ -4429,12 +4530,14 @@ static void json_config(FILE *f, const Trainer *t) {
             "\"width\": %d, \"depth\": %d, \"strategy\": \"%s\", \"world\": %d, \"batch\": %d, "
             "\"local_batch\": %d, \"steps\": %d, \"min_params\": %ld, \"collectives\": \"%s\", "
             "\"backward_prefetch\": \"%s\", \"forward_prefetch\": %s, \"limit_all_gathers\": %s, "
-            "\"lr\": %.7g, \"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
+            "\"optimizer\": \"%s\", \"lr\": %.7g, \"weight_decay\": %.7g, \"clip_grad_norm\": %.7g, "
+            "\"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
             c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
             c->depth, strategy_name(c->strategy), t->comm.world, c->batch, t->local_batch, c->steps,
             c->min_params, COLLECTIVES_NAMES[c->collectives], prefetch[c->backward_prefetch],
             c->forward_prefetch ? "true" : "false", c->limit_all_gathers ? "true" : "false",
-            (double)c->lr, (unsigned long long)c->seed, c->vram, c->net ? c->net : "none",
+            c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw", (double)c->lr,
+            (double)c->weight_decay, (double)c->clip_grad_norm, (unsigned long long)c->seed, c->vram, c->net ? c->net : "none",
             FSDP_GPU ? "gpu" : "cpu");
 }
 
@@ -4451,11 +4554,15 @@ static void json_units(FILE *f, const Trainer *t) {
     fprintf(f, "\n  ],\n");
 }
 
-static void json_steps(FILE *f, const RunSummary *s, const float *losses, const double *seconds) {
+static void json_steps(FILE *f, const Trainer *t, const RunSummary *s, const float *losses,
+                       const float *norms, const double *seconds) {
     fprintf(f, "  \"steps\": [");
-    for (int i = 0; i < s->steps; i++)
-        fprintf(f, "%s\n    {\"step\": %d, \"loss\": %.9g, \"seconds\": %.9g}", i ? "," : "",
+    for (int i = 0; i < s->steps; i++) {
+        fprintf(f, "%s\n    {\"step\": %d, \"loss\": %.9g, \"seconds\": %.9g", i ? "," : "",
                 s->first + i + 1, (double)losses[i], seconds[i]);
+        if (t->cfg.clip_grad_norm > 0.0f) fprintf(f, ", \"grad_norm\": %.9g", (double)norms[i]);
+        fprintf(f, "}");
+    }
     fprintf(f, "\n  ],\n  \"seconds\": %.9g,\n", s->seconds);
 }
 
@@ -4479,8 +4586,8 @@ static void json_memory_and_traffic(FILE *f, const Trainer *t, const double *pea
 }
 
 static int json_write(const Trainer *t, const RunSummary *s, const float *losses,
-                      const double *step_seconds, const double *peaks, const double *sent,
-                      char *err, size_t errlen) {
+                      const float *norms, const double *step_seconds, const double *peaks,
+                      const double *sent, char *err, size_t errlen) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -4488,7 +4595,7 @@ static int json_write(const Trainer *t, const RunSummary *s, const float *losses
     fprintf(f, "{\n  \"schema\": \"fsdp.c run\",\n  \"version\": 1,\n");
     json_config(f, t);
     json_units(f, t);
-    json_steps(f, s, losses, step_seconds);
+    json_steps(f, t, s, losses, norms, step_seconds);
     json_memory_and_traffic(f, t, peaks, sent);
     StepBreakdown b = step_breakdown(t, s->seconds, s->steps ? s->steps : 1);
     fprintf(f, ",\n  \"rank0_compute_seconds\": %.9g,\n  \"rank0_wait_seconds\": %.9g", b.compute,

@@ -57,6 +57,11 @@ typedef enum {
 } BackwardPrefetch;
 
 typedef enum {
+    OPTIMIZER_ADAMW, /* torch.optim.AdamW: decoupled weight decay (the default) */
+    OPTIMIZER_ADAM,  /* torch.optim.Adam: weight decay as L2 on the gradient */
+} Optimizer;
+
+typedef enum {
     COLLECTIVES_RING, /* our own ring over point-to-point (fsdp.c, section 4) */
     COLLECTIVES_MPI,  /* Open MPI's built-in non-blocking collectives */
     COLLECTIVES_NCCL, /* NVIDIA's NCCL, GPU build only: device buffers, one GPU per rank */
@@ -78,8 +83,10 @@ typedef struct {
     BackwardPrefetch backward_prefetch; /* --backward-prefetch pre|post|none */
     int forward_prefetch;               /* --forward-prefetch (PyTorch's default: off) */
     int limit_all_gathers;              /* --limit-all-gathers on|off: at most 2 in flight */
-    /* optimizer: torch.optim.AdamW */
+    /* optimizer: torch.optim.AdamW, or Adam */
+    Optimizer optimizer;
     float lr, beta1, beta2, eps, weight_decay;
+    float clip_grad_norm; /* --clip-grad-norm: max total norm; 0: no clipping */
     /* training */
     int steps; /* optimizer steps */
     int batch; /* global batch (samples), split across ranks */

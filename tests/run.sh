@@ -61,6 +61,15 @@ for st in full_shard shard_grad_op no_shard; do
   done
 done
 
+# -- the optimizer's options: clip_grad_norm_ and torch.optim.Adam, N ranks == 1 rank ----------
+for st in full_shard shard_grad_op no_shard; do
+  run "clip_grad_norm: $st N=3, the norm of the 1-rank gradient, clipped to max_norm" $MPIRUN -np 3 tests/test_distributed clip $st $TINY
+done
+run "clip_grad_norm: N=4, shards all padding" $MPIRUN -np 4 tests/test_distributed clip full_shard $TINY --width 1 --min-params 1
+run "equivalence full_shard N=3, clipping on every step" $MPIRUN -np 3 tests/test_distributed equivalence full_shard ring $TINY --clip-grad-norm 0.5
+run "equivalence full_shard N=4, --optimizer adam (L2 weight decay)" $MPIRUN -np 4 tests/test_distributed equivalence full_shard ring $TINY --optimizer adam --weight-decay 0.1
+run "equivalence shard_grad_op N=2, adam and clipping" $MPIRUN -np 2 tests/test_distributed equivalence shard_grad_op ring $TINY --optimizer adam --clip-grad-norm 1
+
 # -- memory and traffic -------------------------------------------------------------
 run "memory N=4, and the full-state peak each prefetch option promises" $MPIRUN -np 4 tests/test_distributed memory $TINY
 run "memory N=3, units smaller than N" $MPIRUN -np 3 tests/test_distributed memory $TINY --width 1 --min-params 1

@@ -205,6 +205,9 @@ bad "more than this simulator handles" --width 8192 --depth 64
 bad "--model: unknown model 'huge'" --model huge
 bad "--strategy: unknown strategy 'zero3'" --strategy zero3
 bad "--collectives nccl needs GPUs: build the GPU binary (make gpu)" --collectives nccl
+bad "--optimizer: unknown optimizer 'sgd'" --optimizer sgd
+bad "--clip-grad-norm: 0 is out of range" --clip-grad-norm 0
+bad "--clip-grad-norm: 'x' is not a number" --clip-grad-norm x
 bad "--collectives: unknown implementation 'gloo'. Choose ring, mpi (or nccl in the GPU build)." --collectives gloo
 
 # ---- auto-wrap threshold -------------------------------------------------------

@@ -410,6 +410,48 @@ static void test_init_from(int argc, char **argv, const char *path) {
     trainer_destroy(t);
 }
 
+/* ---- gradient clipping --------------------------------------------------------
+ * FSDP's clip_grad_norm_ on N ranks against the 1-rank gradient's norm,
+ * computed here straight from that gradient in double: a 1-rank no_shard
+ * trainer that never clips (max norm 1e30) must report it, and N ranks
+ * under STRATEGY must find the same total norm from their shards (1e-5
+ * relative: fp32 sums in another order). Clipped to a tenth of it, the N
+ * ranks' averaged gradient (what AdamW used) must have exactly that norm. */
+static double norm_of(const float *g, long n) {
+    double sum = 0.0;
+    for (long i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    return sqrt(sum);
+}
+
+static void test_clip(int argc, char **argv, const char *strategy) {
+    static const char *const never[] = {"--clip-grad-norm", "1e30", NULL};
+    Config cfg, ref_cfg;
+    make_config_more(&ref_cfg, argc, argv, "no_shard", "ring", never);
+    Trainer *ref = trainer_create(&ref_cfg, MPI_COMM_SELF);
+    trainer_step(ref, 0);
+    long P = trainer_num_params(ref);
+    float *g = (float *)malloc((size_t)P * sizeof(float));
+    gather_grads(ref, g);
+    double norm = norm_of(g, P);
+    check(fabs(ref->grad_norm - norm) <= 1e-5 * norm, "1 rank: the norm it reports",
+          "%.7f, from the gradient %.7f", ref->grad_norm, norm);
+    char max[32];
+    snprintf(max, sizeof(max), "%.9g", norm / 10);
+    const char *const tenth[] = {"--clip-grad-norm", max, NULL};
+    make_config_more(&cfg, argc, argv, strategy, "ring", tenth);
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    trainer_step(t, 0);
+    check(fabs(t->grad_norm - norm) <= 1e-5 * norm, "N ranks: the same total norm from their shards",
+          "%d ranks %.7f, 1 rank %.7f", t->comm.world, t->grad_norm, norm);
+    gather_grads(t, g);
+    double clipped = norm_of(g, P);
+    check(fabs(clipped - norm / 10) <= 1e-5 * norm / 10, "clipped to max_norm",
+          "norm after clipping %.7f, max_norm %s", clipped, max);
+    free(g);
+    trainer_destroy(t);
+    trainer_destroy(ref);
+}
+
 int main(int argc, char **argv) {
     int provided = 0; /* fsdp.c's communication thread needs MPI_THREAD_MULTIPLE */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -429,6 +471,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "init-from") && argc >= 3) {
         if (rank == 0) printf("init-from: %s on %d ranks\n", argv[2], world);
         test_init_from(argc - 3, argv + 3, argv[2]);
+    } else if (!strcmp(mode, "clip") && argc >= 3) {
+        if (rank == 0) printf("clip_grad_norm: %s on %d ranks against 1 rank\n", argv[2], world);
+        test_clip(argc - 3, argv + 3, argv[2]);
     } else if (!strcmp(mode, "traffic") && argc >= 3) {
         if (rank == 0) printf("traffic: %s on %d ranks\n", argv[2], world);
         test_traffic(argc - 3, argv + 3, argv[2]);

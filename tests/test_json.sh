@@ -42,6 +42,16 @@ want(abs(j["sim_step_seconds"] * 1e3 - float(m.group(1))) < 0.006 and abs(j["sim
 sys.exit(1 if errors else 0)
 PY
 
+# --clip-grad-norm: each step's norm before clipping, as the step line says
+$MPIRUN -np 2 ./fsdp --model tiny --steps 3 --batch 8 --log-every 1 --clip-grad-norm 0.5 \
+  --json "$d/g.json" >"$d/g.log" 2>&1
+python3 - "$d/g.json" "$d/g.log" <<'PY' && ok "--clip-grad-norm: grad_norm per step == the step lines' norm" || bad "grad_norm in the JSON"
+import json, re, sys
+j = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read()
+norms = [float(x) for x in re.findall(r"grad norm ([0-9.]+) \(clipped\)", log)]
+sys.exit(0 if len(norms) == 3 and [round(s["grad_norm"], 4) for s in j["steps"]] == norms and j["config"]["clip_grad_norm"] == 0.5 else 1)
+PY
+
 # --compare writes one file per strategy, named like --trace's
 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 8 --compare --json "$d/c.json" >"$d/c.log" 2>&1
 python3 -c "

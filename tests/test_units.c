@@ -218,6 +218,28 @@ static void test_adamw(void) {
     }
 }
 
+/* torch.optim.Adam (--optimizer adam), through adamw_one as the trainer
+ * calls it: weight decay 0.1 is L2, added to the gradient, with no
+ * decoupled decay. lr 0.1, betas (0.9, 0.999), eps 1e-8, p0 = 1, grads
+ * 0.5, -0.25, 1.0. By hand, step 1: g = 0.5 + 0.1 * 1 = 0.6; m = 0.06;
+ * v = 0.00036; corrections 0.1 and 0.001: m_hat / sqrt(v_hat) = 0.6 / 0.6,
+ * so p = 1 - 0.1 = 0.9. Step 2: g = -0.25 + 0.09 = -0.16; m = 0.038,
+ * v = 0.00038524 -> p = 0.8544414. Step 3: g = 1.0854441 -> p = 0.7815044.
+ * (AdamW with the same numbers gives 0.899, 0.871, 0.805: above.) */
+static void test_adam(void) {
+    const float grads[3] = {0.5f, -0.25f, 1.0f};
+    const double expect[3] = {0.9000000, 0.8544414, 0.7815044};
+    float p = 1.0f, m = 0.0f, v = 0.0f;
+    for (int t = 1; t <= 3; t++) {
+        AdamWStep s = {0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f - powf(0.9f, (float)t),
+                       sqrtf(1.0f - powf(0.999f, (float)t)), 1};
+        adamw_one(0, &p, &m, &v, &grads[t - 1], s);
+        char what[64];
+        snprintf(what, sizeof(what), "adam (L2 weight decay) step %d", t);
+        check(fabs(p - expect[t - 1]) < 1e-6, what, "p = %.7f, by hand %.7f", p, expect[t - 1]);
+    }
+}
+
 /* ---- auto-wrap ---------------------------------------------------------------- */
 
 /* The tiny model (C=4, T=8, D=16, L=2) has, by hand:
@@ -424,6 +446,7 @@ int main(int argc, char **argv) {
     test_model_gradients();
     printf("AdamW\n");
     test_adamw();
+    test_adam();
     printf("auto-wrap\n");
     test_autowrap();
     printf("padding and shards\n");
