@@ -2906,7 +2906,8 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     if (cfg->json_path) {
         char err[2048] = "";
         int rc = 0;
-        if (root) rc = json_write(t, &s, losses, norms, step_seconds, peaks, sent, err, sizeof(err));
+        if (root)
+            rc = json_write(t, &s, losses, norms, step_seconds, peaks, sent, err, sizeof(err));
         if (ckpt_agree(t, rc, err)) exit_all(1);
         if (root) printf("figures written to %s (JSON)\n", cfg->json_path);
     }
@@ -4530,7 +4531,8 @@ static void json_config(FILE *f, const Trainer *t) {
             "\"width\": %d, \"depth\": %d, \"strategy\": \"%s\", \"world\": %d, \"batch\": %d, "
             "\"local_batch\": %d, \"steps\": %d, \"min_params\": %ld, \"collectives\": \"%s\", "
             "\"backward_prefetch\": \"%s\", \"forward_prefetch\": %s, \"limit_all_gathers\": %s, "
-            "\"optimizer\": \"%s\", \"lr\": %.7g, \"weight_decay\": %.7g, \"clip_grad_norm\": %.7g, "
+            "\"optimizer\": \"%s\", \"lr\": %.7g, \"weight_decay\": %.7g, "
+            "\"clip_grad_norm\": %.7g, "
             "\"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
             c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
             c->depth, strategy_name(c->strategy), t->comm.world, c->batch, t->local_batch, c->steps,
