@@ -4539,8 +4539,8 @@ static void json_config(FILE *f, const Trainer *t) {
             c->min_params, COLLECTIVES_NAMES[c->collectives], prefetch[c->backward_prefetch],
             c->forward_prefetch ? "true" : "false", c->limit_all_gathers ? "true" : "false",
             c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw", (double)c->lr,
-            (double)c->weight_decay, (double)c->clip_grad_norm, (unsigned long long)c->seed, c->vram, c->net ? c->net : "none",
-            FSDP_GPU ? "gpu" : "cpu");
+            (double)c->weight_decay, (double)c->clip_grad_norm, (unsigned long long)c->seed,
+            c->vram, c->net ? c->net : "none", FSDP_GPU ? "gpu" : "cpu");
 }
 
 static void json_units(FILE *f, const Trainer *t) {
