@@ -966,6 +966,10 @@ static void meta_write_lines(const CkptMeta *m, MetaWriter *W) {
     else mw_line(W, MW_OTHER, "data synthetic\n");
     mw_line(W, MW_OTHER, "step %ld\n", m->step);
     mw_line(W, MW_OTHER, "adam_step %ld\n", m->adam_step);
+    /* a meta without a schedule (all zero) writes the constant one */
+    mw_line(W, MW_OTHER, "lr_schedule %s lr %08x warmup %ld step_size %ld gamma %08x steps %ld\n",
+            m->lr_schedule[0] ? m->lr_schedule : "constant", (unsigned)m->lr_bits, m->warmup,
+            m->step_size > 0 ? m->step_size : 1, (unsigned)m->gamma_bits, m->schedule_steps);
     mw_line(W, MW_LAYOUT, "units %d\n", m->n_units);
     for (int i = 0; i < m->n_units; i++) {
         const MetaUnit *u = &m->units[i];
@@ -1056,7 +1060,7 @@ static int meta_fail(MetaReader *R, const char *fmt, ...) {
 /* The keys in the order the file has them; used to explain a wrong key. */
 static const char *const META_KEYS[] = {
     "fsdp-checkpoint", "world", "strategy", "model",     "min_params", "seed",
-    "batch",           "data",  "step",     "adam_step", "units",      "unit",
+    "batch",           "data",  "step",     "adam_step", "lr_schedule", "units", "unit",
     "params",          "param", "files",    "file",      "end"};
 
 static int meta_key_index(const char *s, size_t n) {
@@ -1285,12 +1289,13 @@ static int meta_field_is(const MetaReader *R, int i, const char *word) {
 static int meta_parse_version(MetaReader *R, CkptMeta *m) {
     if (meta_next_line(R, "fsdp-checkpoint") || meta_fields(R, "fsdp-checkpoint %d", &m->version))
         return 2;
-    if (m->version == 1)
-        return meta_fail(
-            R,
-            "version 1 was written by an older fsdp.c, before checkpoints carried their own "
-            "checksums; this fsdp.c reads version %d only: train again to re-create it",
-            META_VERSION);
+    if (m->version == 1 || m->version == 2)
+        return meta_fail(R,
+                         "version %d was written by an older fsdp.c, before checkpoints carried "
+                         "their own %s; this fsdp.c reads version %d only: train again to "
+                         "re-create it",
+                         m->version, m->version == 1 ? "checksums" : "learning-rate schedule",
+                         META_VERSION);
     if (m->version != META_VERSION)
         return meta_fail(R, "version %d; this fsdp.c reads version %d only", m->version,
                          META_VERSION);
@@ -1350,6 +1355,15 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
     if (m->adam_step > m->step)
         return meta_fail(R, "adam_step %ld is more than step %ld: adam_step must be <= step",
                          m->adam_step, m->step);
+    if (meta_next_line(R, "lr_schedule") ||
+        meta_fields(R, "lr_schedule %W lr %X warmup %L step_size %L gamma %X steps %L",
+                    m->lr_schedule, &m->lr_bits, &m->warmup, &m->step_size, &m->gamma_bits,
+                    &m->schedule_steps))
+        return 2;
+    if (strcmp(m->lr_schedule, "constant") && strcmp(m->lr_schedule, "step") &&
+        strcmp(m->lr_schedule, "cosine"))
+        return meta_fail(R, "unknown lr_schedule '%s' (constant, step or cosine)", m->lr_schedule);
+    if (m->step_size < 1) return meta_fail(R, "step_size %ld must be >= 1", m->step_size);
     return 0;
 }
 

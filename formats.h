@@ -143,6 +143,9 @@ void st_free(StHeader *h);
  *   data synthetic                                     the training data (*)
  *   step 100                                           the next step to run
  *   adam_step 100                                      AdamW's step count t
+ *   lr_schedule cosine lr 3b449ba6 warmup 10 step_size 30 gamma 3dcccccd steps 200
+ *                                                      the learning-rate schedule
+ *                                                      (lr, gamma: float bits)
  *   units 5                                            then one line per unit,
  *   unit 0 numel 70272 padded 70272 shard 17568          indices 0, 1, 2, ...
  *   unit 1 numel 131968 padded 131968 shard 32992
@@ -168,9 +171,12 @@ void st_free(StHeader *h);
  *     the file was cut short, and is refused (only the newline after "end"
  *     may be missing); CR, tabs, extra spaces, empty lines and bytes other
  *     than printable ASCII are refused;
- *   - the version is 2 (META_VERSION). Version 1, written by older fsdp.c,
- *     had no "batch", "data" or end checksum and is refused with a message
- *     that says to train again;
+ *   - the version is 3 (META_VERSION). Version 1, written by older fsdp.c,
+ *     had no "batch", "data" or end checksum, version 2 no "lr_schedule";
+ *     both are refused with a message that says to train again;
+ *   - lr_schedule: constant, step or cosine; warmup and steps at most 2^53,
+ *     step_size >= 1; lr and gamma are the 8 hex digits of the floats'
+ *     bits, so a resumed run can tell it is given exactly the same schedule;
  *   - world, units, params, files and batch in [1, 2^20]; model dims in
  *     [1, 2^20]; data's bytes in [1, 2^53]; other numbers at most 2^53
  *     (seed: any u64); adam_step <= step (AdamW steps once per step at most);
@@ -195,7 +201,7 @@ void st_free(StHeader *h);
  *     plausible (a changed step, seed or crc of a shard), and a structural
  *     mistake still gets its own message rather than "crc32 mismatch".
  * ------------------------------------------------------------------------- */
-#define META_VERSION 2
+#define META_VERSION 3
 #define META_MAX_NAME 96
 #define META_MAX_COUNT (1 << 20)
 
@@ -225,6 +231,11 @@ typedef struct {
     uint64_t data_bytes; /* the --data file's size and CRC-32 (0 when */
     uint32_t data_crc;   /*   synthetic) */
     long step, adam_step;
+    /* the learning-rate schedule (fsdp.c, lr_at): name, base lr and gamma
+     * as float bits, warmup, step_size and the total steps it spans */
+    char lr_schedule[32];
+    uint32_t lr_bits, gamma_bits;
+    long warmup, step_size, schedule_steps;
     int n_units;
     MetaUnit *units;
     int n_params;

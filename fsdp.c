@@ -2219,6 +2219,54 @@ FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float 
     *p -= (lr / bias_correction1) * (*m / denom);
 }
 
+/* ------------------------------------------------------------------------
+ * The learning-rate schedule                PyTorch: torch.optim.lr_scheduler
+ *
+ * The learning rate of optimizer step t (t = 0 for the first), a function of
+ * t and the flags alone, so a resumed run continues it exactly (the
+ * checkpoint records the schedule, and a resume with another is refused):
+ *   warmup W:  t < W                  lr * (t + 1) / W   (linear warmup)
+ *   then, with u = t - W:
+ *     constant                        lr
+ *     step      (StepLR)              lr * gamma ^ floor(u / step_size)
+ *     cosine    (CosineAnnealingLR)   lr * (1 + cos(pi * u / (steps - W))) / 2
+ * --------------------------------------------------------------------- */
+static float lr_at(const Config *c, long t) {
+    double lr = c->lr, u = (double)(t - c->warmup);
+    if (t < c->warmup) return (float)(lr * (double)(t + 1) / (double)c->warmup);
+    if (c->lr_schedule == LR_STEP) return (float)(lr * pow(c->gamma, floor(u / c->step_size)));
+    if (c->lr_schedule == LR_COSINE) {
+        double span = (double)(c->steps - c->warmup);
+        return (float)(lr * 0.5 * (1.0 + cos(3.14159265358979323846 * u / (span > 0 ? span : 1))));
+    }
+    return (float)lr;
+}
+
+static const char *const LR_SCHEDULE_NAMES[] = {"constant", "step", "cosine"};
+
+/* The schedule as meta.txt keeps it: the floats as their bits. */
+static void lr_schedule_to_meta(const Config *c, CkptMeta *m) {
+    snprintf(m->lr_schedule, sizeof(m->lr_schedule), "%s", LR_SCHEDULE_NAMES[c->lr_schedule]);
+    memcpy(&m->lr_bits, &c->lr, sizeof(float));
+    memcpy(&m->gamma_bits, &c->gamma, sizeof(float));
+    m->warmup = c->warmup;
+    m->step_size = c->step_size ? c->step_size : 1; /* only step uses it; 0 is "not given" */
+    m->schedule_steps = c->lr_schedule == LR_COSINE ? c->steps : 0; /* only cosine spans --steps */
+}
+
+static void lr_schedule_describe(const CkptMeta *m, char *out, size_t len) {
+    float lr, gamma;
+    memcpy(&lr, &m->lr_bits, sizeof(float));
+    memcpy(&gamma, &m->gamma_bits, sizeof(float));
+    snprintf(out, len, "--lr %g --lr-schedule %s --warmup %ld --step-size %ld --gamma %g%s",
+             (double)lr, m->lr_schedule, m->warmup, m->step_size, (double)gamma,
+             m->schedule_steps ? " (cosine over --steps " : "");
+    if (m->schedule_steps) {
+        size_t n = strlen(out);
+        snprintf(out + n, len - n, "%ld)", m->schedule_steps);
+    }
+}
+
 /* One step's hyperparameters, passed by value to every element. */
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt;
@@ -2292,7 +2340,7 @@ static void adamw_step(Trainer *t) {
     const Config *c = &t->cfg;
     span_begin(t, -1, PHASE_OPTIMIZER);
     t->adam_step++;
-    AdamWStep s = {c->lr,
+    AdamWStep s = {lr_at(c, t->adam_step - 1), /* the step just counted: t from 0 */
                    c->beta1,
                    c->beta2,
                    c->eps,
@@ -2999,6 +3047,7 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     m->batch = c->batch;
     m->step = next_step;
     m->adam_step = t->adam_step;
+    lr_schedule_to_meta(c, m);
     m->n_units = t->n_units;
     m->units = (MetaUnit *)calloc((size_t)t->n_units, sizeof(MetaUnit));
     for (int u = 0; m->units && u < t->n_units; u++) {
@@ -3340,6 +3389,21 @@ static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char
             "%s: the checkpoint was trained with --batch %d, this run has --batch %d: the "
             "batches would differ from the run being resumed. Use --batch %d.",
             path, m->batch, c->batch, m->batch);
+    CkptMeta mine;
+    memset(&mine, 0, sizeof(mine));
+    lr_schedule_to_meta(c, &mine);
+    if (strcmp(m->lr_schedule, mine.lr_schedule) || m->lr_bits != mine.lr_bits ||
+        m->warmup != mine.warmup || m->step_size != mine.step_size ||
+        m->gamma_bits != mine.gamma_bits || m->schedule_steps != mine.schedule_steps) {
+        char was[160], is[160];
+        lr_schedule_describe(m, was, sizeof(was));
+        lr_schedule_describe(&mine, is, sizeof(is));
+        return usage_error(err, errlen,
+                           "%s: the checkpoint was trained with %s, this run has %s: the "
+                           "learning rate would jump. Give the same flags to continue that run "
+                           "(or --init-from an export to start a new schedule).",
+                           path, was, is);
+    }
     if (!m->data_is_file && c->data_path)
         return usage_error(
             err, errlen,
@@ -3933,6 +3997,10 @@ void config_usage(FILE *out) {
             "  --weight-decay X      weight decay                 (default 0.01; 0 with adam)\n"
             "  --clip-grad-norm X    scale the gradients so their total norm is at most X, as\n"
             "                        FSDP's clip_grad_norm_                  (default off)\n"
+            "  --lr-schedule S       constant | step (StepLR: lr x gamma every --step-size\n"
+            "                        steps) | cosine (CosineAnnealingLR over --steps), after\n"
+            "                        --warmup N steps of linear warmup    (default constant)\n"
+            "  --warmup N --step-size N --gamma X    the schedule's  (defaults 0, none, 0.1)\n"
             "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
             "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
             "  --log-every N         print a line every N steps              (default 20)\n"
@@ -4051,6 +4119,7 @@ static void config_defaults(Config *c) {
     c->beta2 = 0.999f;
     c->eps = 1e-8f;
     c->weight_decay = -1.0f; /* PyTorch's default for the optimizer: resolved below */
+    c->gamma = 0.1f;         /* StepLR's default; step_size has none (0: not given) */
     c->steps = 200;
     c->batch = 64;
     c->seed = 1337;
@@ -4116,6 +4185,23 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return parse_float(flag, val, 0.0, 0, 1.0, &c->weight_decay, err, errlen);
     if (!strcmp(flag, "--clip-grad-norm"))
         return parse_float(flag, val, 0.0, 1, 1e30, &c->clip_grad_norm, err, errlen);
+    if (!strcmp(flag, "--lr-schedule")) {
+        if (!strcmp(val, "constant")) c->lr_schedule = LR_CONSTANT;
+        else if (!strcmp(val, "step")) c->lr_schedule = LR_STEP;
+        else if (!strcmp(val, "cosine")) c->lr_schedule = LR_COSINE;
+        else
+            return usage_error(err, errlen,
+                               "--lr-schedule: unknown schedule '%s'. Choose constant (the "
+                               "default), step (StepLR) or cosine (CosineAnnealingLR).",
+                               val);
+        return 0;
+    }
+    if (!strcmp(flag, "--warmup"))
+        return parse_long(flag, val, 0, 100000000, &c->warmup, err, errlen);
+    if (!strcmp(flag, "--step-size"))
+        return parse_long(flag, val, 1, 100000000, &c->step_size, err, errlen);
+    if (!strcmp(flag, "--gamma"))
+        return parse_float(flag, val, 0.0, 1, 1.0, &c->gamma, err, errlen);
     if (!strcmp(flag, "--optimizer")) {
         if (!strcmp(val, "adamw")) c->optimizer = OPTIMIZER_ADAMW;
         else if (!strcmp(val, "adam")) c->optimizer = OPTIMIZER_ADAM;
@@ -4281,6 +4367,10 @@ static int flag_takes_value(const char *flag) {
                                         "--weight-decay",
                                         "--optimizer",
                                         "--clip-grad-norm",
+                                        "--lr-schedule",
+                                        "--warmup",
+                                        "--step-size",
+                                        "--gamma",
                                         "--seed",
                                         "--data",
                                         "--log-every",
@@ -4355,6 +4445,15 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
                            total);
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->weight_decay < 0.0f) c->weight_decay = c->optimizer == OPTIMIZER_ADAM ? 0.0f : 0.01f;
+    if (c->lr_schedule == LR_STEP && c->step_size == 0)
+        return usage_error(err, errlen,
+                           "--lr-schedule step needs --step-size N: every N steps the learning "
+                           "rate is multiplied by --gamma (PyTorch's StepLR has no default).");
+    if (c->lr_schedule == LR_COSINE && c->warmup >= c->steps)
+        return usage_error(err, errlen,
+                           "--lr-schedule cosine anneals over the steps after --warmup, but "
+                           "--warmup %ld leaves none of --steps %d. Give a shorter --warmup.",
+                           c->warmup, c->steps);
     if (c->min_params > total)
         return usage_error(
             err, errlen,

@@ -56,6 +56,8 @@ typedef enum {
     BACKWARD_NONE, /* only when the unit itself needs it */
 } BackwardPrefetch;
 
+typedef enum { LR_CONSTANT, LR_STEP, LR_COSINE } LrSchedule;
+
 typedef enum {
     OPTIMIZER_ADAMW, /* torch.optim.AdamW: decoupled weight decay (the default) */
     OPTIMIZER_ADAM,  /* torch.optim.Adam: weight decay as L2 on the gradient */
@@ -87,6 +89,9 @@ typedef struct {
     Optimizer optimizer;
     float lr, beta1, beta2, eps, weight_decay;
     float clip_grad_norm; /* --clip-grad-norm: max total norm; 0: no clipping */
+    LrSchedule lr_schedule; /* --lr-schedule, with --warmup, --step-size, --gamma */
+    long warmup, step_size;
+    float gamma;
     /* training */
     int steps; /* optimizer steps */
     int batch; /* global batch (samples), split across ranks */

@@ -69,6 +69,7 @@ run "clip_grad_norm: N=4, shards all padding" $MPIRUN -np 4 tests/test_distribut
 run "equivalence full_shard N=3, clipping on every step" $MPIRUN -np 3 tests/test_distributed equivalence full_shard ring $TINY --clip-grad-norm 0.5
 run "equivalence full_shard N=4, --optimizer adam (L2 weight decay)" $MPIRUN -np 4 tests/test_distributed equivalence full_shard ring $TINY --optimizer adam --weight-decay 0.1
 run "equivalence shard_grad_op N=2, adam and clipping" $MPIRUN -np 2 tests/test_distributed equivalence shard_grad_op ring $TINY --optimizer adam --clip-grad-norm 1
+run "equivalence full_shard N=3, cosine schedule with warmup" $MPIRUN -np 3 tests/test_distributed equivalence full_shard ring $TINY --lr-schedule cosine --warmup 3
 
 # -- memory and traffic -------------------------------------------------------------
 run "memory N=4, and the full-state peak each prefetch option promises" $MPIRUN -np 4 tests/test_distributed memory $TINY

@@ -70,4 +70,18 @@ train 4 "$d/s.log" --steps 3 --export "$d/s.st"
 train 4 "$d/si.log" --steps 3 --init-from "$d/i3.st" --export "$d/si.st"
 tests/st_diff "$d/s.st" "$d/si.st" >/dev/null && ok "3 steps from the exported initial model == 3 steps from scratch, bitwise" \
   || bad "training from --steps 0's export differs from training from scratch"
+# a learning-rate schedule continues across a resume: the checkpoint records
+# it (meta.txt's lr_schedule line), a resume mid-schedule is bitwise the
+# uninterrupted run, and a resume with another schedule is refused
+SCHED="--lr-schedule step --step-size 3 --gamma 0.5 --warmup 2"
+train 4 "$d/ls.log" --steps 10 $SCHED --export "$d/ls.st"
+train 4 "$d/ls1.log" --steps 10 $SCHED --save-dir "$d/cks" --save-every 5
+train 3 "$d/ls2.log" --steps 10 $SCHED --resume "$d/cks/step-00000005" --export "$d/ls2.st"
+tests/st_diff "$d/ls.st" "$d/ls2.st" 1e-5 >/dev/null && grep -q "lr_schedule step lr 3b449ba6 warmup 2 step_size 3 gamma 3f000000 steps 0" "$d/cks/step-00000005/meta.txt" \
+  && ok "StepLR with warmup: resumed at step 5 on 3 ranks == the uninterrupted 4-rank run (1e-5); meta.txt records it" || bad "a resume mid-schedule differs"
+train 4 "$d/ls3.log" --steps 10 $SCHED --resume "$d/cks/step-00000005" --export "$d/ls3.st"
+tests/st_diff "$d/ls.st" "$d/ls3.st" >/dev/null && ok "... and on the same 4 ranks, bitwise" || bad "same-N resume mid-schedule not bitwise"
+timeout 120 $MPIRUN -np 4 ./fsdp $ARGS --steps 10 --lr-schedule cosine --resume "$d/cks" >"$d/ls4.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "the learning rate would jump" "$d/ls4.log" && ok "a resume with another schedule: exit 2, the learning rate would jump" || bad "another schedule on resume: exit $rc"
 exit $fail

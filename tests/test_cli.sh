@@ -206,6 +206,12 @@ bad "--model: unknown model 'huge'" --model huge
 bad "--strategy: unknown strategy 'zero3'" --strategy zero3
 bad "--collectives nccl needs GPUs: build the GPU binary (make gpu)" --collectives nccl
 bad "--optimizer: unknown optimizer 'sgd'" --optimizer sgd
+bad "--lr-schedule: unknown schedule 'linear'" --lr-schedule linear
+bad "--lr-schedule step needs --step-size N" --lr-schedule step
+bad "--lr-schedule cosine anneals over the steps after --warmup" --lr-schedule cosine --warmup 200
+bad "--gamma: 0 is out of range" --gamma 0
+bad "--step-size: 0 is out of range" --lr-schedule step --step-size 0
+bad "--warmup: -1 is out of range" --warmup -1
 bad "--clip-grad-norm: 0 is out of range" --clip-grad-norm 0
 bad "--clip-grad-norm: 'x' is not a number" --clip-grad-norm x
 bad "--collectives: unknown implementation 'gloo'. Choose ring, mpi (or nccl in the GPU build)." --collectives gloo

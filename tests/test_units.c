@@ -240,6 +240,35 @@ static void test_adam(void) {
     }
 }
 
+/* ---- learning-rate schedules ------------------------------------------------------
+ * lr_at against values worked out by hand, lr 1 (a float, so exact):
+ *   warmup 2:  t = 0 -> 1/2, t = 1 -> 1, then the schedule from u = t - 2;
+ *   step, step_size 3, gamma 0.5:  u = 0..2 -> 1, u = 3..5 -> 0.5, u = 6 -> 0.25;
+ *   cosine over 10 steps, no warmup:  t = 0 -> 1, t = 5 -> 0.5, t = 9 -> (1 + cos(0.9 pi)) / 2
+ *   = 0.0244717. */
+static void test_lr_schedule(void) {
+    Config c;
+    memset(&c, 0, sizeof(c));
+    c.lr = 1.0f, c.steps = 10, c.warmup = 2, c.step_size = 3, c.gamma = 0.5f, c.lr_schedule = LR_STEP;
+    const long ts[] = {0, 1, 2, 4, 5, 8};
+    const double step_lr[] = {0.5, 1.0, 1.0, 1.0, 0.5, 0.25};
+    for (int i = 0; i < 6; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "warmup 2 + StepLR(3, 0.5): t = %ld", ts[i]);
+        check(fabs(lr_at(&c, ts[i]) - step_lr[i]) < 1e-7, what, "lr %.7f, by hand %.7f", lr_at(&c, ts[i]), step_lr[i]);
+    }
+    c.warmup = 0, c.lr_schedule = LR_COSINE;
+    const long tc[] = {0, 5, 9};
+    const double cos_lr[] = {1.0, 0.5, 0.0244717};
+    for (int i = 0; i < 3; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "CosineAnnealingLR over 10 steps: t = %ld", tc[i]);
+        check(fabs(lr_at(&c, tc[i]) - cos_lr[i]) < 1e-6, what, "lr %.7f, by hand %.7f", lr_at(&c, tc[i]), cos_lr[i]);
+    }
+    c.lr_schedule = LR_CONSTANT;
+    check(lr_at(&c, 7) == 1.0f, "constant: t = 7", "lr %.7f", lr_at(&c, 7));
+}
+
 /* ---- auto-wrap ---------------------------------------------------------------- */
 
 /* The tiny model (C=4, T=8, D=16, L=2) has, by hand:
@@ -447,6 +476,8 @@ int main(int argc, char **argv) {
     printf("AdamW\n");
     test_adamw();
     test_adam();
+    printf("learning-rate schedules\n");
+    test_lr_schedule();
     printf("auto-wrap\n");
     test_autowrap();
     printf("padding and shards\n");
