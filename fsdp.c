@@ -2854,13 +2854,19 @@ static void stop_diverged(const Config *cfg, int root, int step, double loss) {
     exit_all(5);
 }
 
-/* With --clip-grad-norm, the step line says the norm before clipping. */
-static const char *grad_norm_note(const Trainer *t) {
-    static char note[64];
+/* What the step line adds for the optimizer's options: the learning rate
+ * the step used when a schedule changes it, and with --clip-grad-norm the
+ * norm before clipping. */
+static const char *optimizer_note(const Trainer *t) {
+    static char note[96];
+    const Config *c = &t->cfg;
+    int n = 0;
     note[0] = '\0';
-    if (t->cfg.clip_grad_norm > 0.0f)
-        snprintf(note, sizeof(note), " | grad norm %.4f%s", (double)t->grad_norm,
-                 t->grad_norm > t->cfg.clip_grad_norm ? " (clipped)" : "");
+    if (c->lr_schedule != LR_CONSTANT || c->warmup > 0)
+        n = snprintf(note, sizeof(note), " | lr %.6f", (double)lr_at(c, t->adam_step - 1));
+    if (c->clip_grad_norm > 0.0f)
+        snprintf(note + n, sizeof(note) - (size_t)n, " | grad norm %.4f%s", (double)t->grad_norm,
+                 t->grad_norm > c->clip_grad_norm ? " (clipped)" : "");
     return note;
 }
 
@@ -2904,7 +2910,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
                    "(peak %.3f)%s\n",
                    step + 1, cfg->steps, loss, dt * 1e3, cfg->batch / dt,
                    mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total),
-                   grad_norm_note(t));
+                   optimizer_note(t));
         int last = step == cfg->steps - 1;
         if (cfg->save_dir && ((cfg->save_every && (step + 1) % cfg->save_every == 0) || last)) {
             if (ckpt_save(t, step + 1)) exit_all(1);
