@@ -2824,8 +2824,8 @@ static void gather_stats(Trainer *t, double *peaks, double *sent);
 static void print_rank_table(const Trainer *t, const double *peaks, const double *sent);
 typedef struct RunSummary RunSummary;
 static int json_write(const Trainer *t, const RunSummary *s, const float *losses,
-                      const float *norms, const double *step_seconds, const double *peaks,
-                      const double *sent, char *err, size_t errlen);
+                      const float *norms, const float *lrs, const double *step_seconds,
+                      const double *peaks, const double *sent, char *err, size_t errlen);
 static void print_step_breakdown(const Trainer *t, double seconds, int steps);
 
 struct RunSummary {
@@ -2892,8 +2892,9 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         printf("--steps 0: nothing to train; the model stays as initialised\n");
     double t0 = now_seconds(), loss = 0.0;
     int n_steps = cfg->steps > first ? cfg->steps - (int)first : 0;
-    float *losses = (float *)calloc(2 * ((size_t)n_steps + 1), sizeof(float)); /* for --json: */
-    float *norms = losses + n_steps + 1; /* the loss and, when clipping, the gradient norm */
+    float *losses = (float *)calloc(3 * ((size_t)n_steps + 1), sizeof(float)); /* for --json: */
+    float *norms = losses + n_steps + 1; /* the loss, the gradient norm (when clipping), */
+    float *lrs = norms + n_steps + 1;    /* and the learning rate of each step */
     double *step_seconds = (double *)calloc((size_t)n_steps + 1, sizeof(double));
     if (!losses || !step_seconds) FATAL("the machine is out of host memory", "cannot log steps");
     for (int step = (int)first; step < cfg->steps; step++) {
@@ -2902,6 +2903,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         double dt = now_seconds() - ts;
         losses[step - first] = (float)loss;
         norms[step - first] = t->grad_norm;
+        lrs[step - first] = lr_at(cfg, t->adam_step - 1);
         step_seconds[step - first] = dt;
         if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
         if (root && !sim_owns_terminal(&t->sim) &&
@@ -2961,7 +2963,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         char err[2048] = "";
         int rc = 0;
         if (root)
-            rc = json_write(t, &s, losses, norms, step_seconds, peaks, sent, err, sizeof(err));
+            rc = json_write(t, &s, losses, norms, lrs, step_seconds, peaks, sent, err, sizeof(err));
         if (ckpt_agree(t, rc, err)) exit_all(1);
         if (root) printf("figures written to %s (JSON)\n", cfg->json_path);
     }
@@ -4637,14 +4639,16 @@ static void json_config(FILE *f, const Trainer *t) {
             "\"local_batch\": %d, \"steps\": %d, \"min_params\": %ld, \"collectives\": \"%s\", "
             "\"backward_prefetch\": \"%s\", \"forward_prefetch\": %s, \"limit_all_gathers\": %s, "
             "\"optimizer\": \"%s\", \"lr\": %.7g, \"weight_decay\": %.7g, "
-            "\"clip_grad_norm\": %.7g, "
+            "\"clip_grad_norm\": %.7g, \"lr_schedule\": \"%s\", \"warmup\": %ld, "
+            "\"step_size\": %ld, \"gamma\": %.7g, "
             "\"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
             c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
             c->depth, strategy_name(c->strategy), t->comm.world, c->batch, t->local_batch, c->steps,
             c->min_params, COLLECTIVES_NAMES[c->collectives], prefetch[c->backward_prefetch],
             c->forward_prefetch ? "true" : "false", c->limit_all_gathers ? "true" : "false",
             c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw", (double)c->lr,
-            (double)c->weight_decay, (double)c->clip_grad_norm, (unsigned long long)c->seed,
+            (double)c->weight_decay, (double)c->clip_grad_norm, LR_SCHEDULE_NAMES[c->lr_schedule],
+            c->warmup, c->step_size, (double)c->gamma, (unsigned long long)c->seed,
             c->vram, c->net ? c->net : "none", FSDP_GPU ? "gpu" : "cpu");
 }
 
@@ -4662,11 +4666,11 @@ static void json_units(FILE *f, const Trainer *t) {
 }
 
 static void json_steps(FILE *f, const Trainer *t, const RunSummary *s, const float *losses,
-                       const float *norms, const double *seconds) {
+                       const float *norms, const float *lrs, const double *seconds) {
     fprintf(f, "  \"steps\": [");
     for (int i = 0; i < s->steps; i++) {
-        fprintf(f, "%s\n    {\"step\": %d, \"loss\": %.9g, \"seconds\": %.9g", i ? "," : "",
-                s->first + i + 1, (double)losses[i], seconds[i]);
+        fprintf(f, "%s\n    {\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"seconds\": %.9g",
+                i ? "," : "", s->first + i + 1, (double)losses[i], (double)lrs[i], seconds[i]);
         if (t->cfg.clip_grad_norm > 0.0f) fprintf(f, ", \"grad_norm\": %.9g", (double)norms[i]);
         fprintf(f, "}");
     }
@@ -4693,8 +4697,8 @@ static void json_memory_and_traffic(FILE *f, const Trainer *t, const double *pea
 }
 
 static int json_write(const Trainer *t, const RunSummary *s, const float *losses,
-                      const float *norms, const double *step_seconds, const double *peaks,
-                      const double *sent, char *err, size_t errlen) {
+                      const float *norms, const float *lrs, const double *step_seconds,
+                      const double *peaks, const double *sent, char *err, size_t errlen) {
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -4702,7 +4706,7 @@ static int json_write(const Trainer *t, const RunSummary *s, const float *losses
     fprintf(f, "{\n  \"schema\": \"fsdp.c run\",\n  \"version\": 1,\n");
     json_config(f, t);
     json_units(f, t);
-    json_steps(f, t, s, losses, norms, step_seconds);
+    json_steps(f, t, s, losses, norms, lrs, step_seconds);
     json_memory_and_traffic(f, t, peaks, sent);
     StepBreakdown b = step_breakdown(t, s->seconds, s->steps ? s->steps : 1);
     fprintf(f, ",\n  \"rank0_compute_seconds\": %.9g,\n  \"rank0_wait_seconds\": %.9g", b.compute,

@@ -52,6 +52,17 @@ norms = [float(x) for x in re.findall(r"grad norm ([0-9.]+) \(clipped\)", log)]
 sys.exit(0 if len(norms) == 3 and [round(s["grad_norm"], 4) for s in j["steps"]] == norms and j["config"]["clip_grad_norm"] == 0.5 else 1)
 PY
 
+# the learning rate of every step, as the step lines print it under a schedule
+$MPIRUN -np 2 ./fsdp --model tiny --steps 6 --batch 8 --log-every 1 --lr-schedule step --step-size 2 \
+  --gamma 0.5 --warmup 1 --json "$d/l.json" >"$d/l.log" 2>&1
+python3 - "$d/l.json" "$d/l.log" <<'PY' && ok "lr per step == the step lines' (warmup 1, StepLR(2, 0.5)): 0.003 0.003 0.003 0.0015 0.0015 0.00075" || bad "lr in the JSON"
+import json, re, sys
+j = json.load(open(sys.argv[1])); log = open(sys.argv[2]).read()
+lines = [float(x) for x in re.findall(r"\| lr ([0-9.]+)$", log, re.M)]
+got = [round(s["lr"], 6) for s in j["steps"]]
+sys.exit(0 if got == lines == [0.003, 0.003, 0.003, 0.0015, 0.0015, 0.00075] and j["config"]["lr_schedule"] == "step" else 1)
+PY
+
 # --compare writes one file per strategy, named like --trace's
 $MPIRUN -np 2 ./fsdp --model tiny --steps 2 --batch 8 --compare --json "$d/c.json" >"$d/c.log" 2>&1
 python3 -c "
