@@ -1863,7 +1863,10 @@ struct Trainer {
     int n_units;
     Activations act;
     Corpus corpus;
-    int local_batch;   /* B = global batch / N */
+    int local_batch;   /* global batch / N */
+    int micro_batch;   /* B: local batch / --grad-accum, what one forward sees */
+    int micro;         /* which micro-batch of the step is running, 0 .. K-1 */
+    int sync_grads;    /* this backward reduces the gradients (PyTorch: _sync_gradients) */
     int adam_step;     /* AdamW's t, for bias correction */
     float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
     uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
@@ -2052,6 +2055,16 @@ static void unit_post_forward(Trainer *t, int ui) {
     if (t->cfg.strategy == STRATEGY_FULL_SHARD && ui != 0) unit_free_full_params(t, ui);
 }
 
+/* --grad-accum without --no-sync: the shard already holds the gradient of
+ * the earlier micro-batches, and this one's reduce-scatter would overwrite
+ * it. So, as PyTorch does, the sum so far is put aside and the
+ * reduce-scatter writes a fresh shard; unit_reduce_wait adds the two. */
+static void unit_save_grad_shard(Trainer *t, Unit *u) {
+    u->saved_grad_shard = u->shard_grad;
+    u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
+                                          sizeof(float), u->name);
+}
+
 /* ------------------------------------------------------------------------
  * Before a unit's backward                PyTorch: _pre_backward_hook,
  *                                          which unshards again
@@ -2073,13 +2086,15 @@ static void unit_pre_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     u->needs_backward = 0;
     if (!is_sharded(t)) {
-        dev_zero(u->shard_grad, (size_t)u->padded * sizeof(float));
+        if (t->micro == 0) dev_zero(u->shard_grad, (size_t)u->padded * sizeof(float));
     } else {
         unit_unshard(t, ui);
         if (t->cfg.backward_prefetch == BACKWARD_PRE)
             unit_unshard_start(t, unit_next_backward(t, ui));
-        u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
-                                             sizeof(float), t->units[ui].name);
+        if (!u->full_grad) /* --no-sync keeps it across micro-batches, to add into */
+            u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
+                                                 sizeof(float), t->units[ui].name);
+        if (t->micro > 0 && !t->cfg.no_sync) unit_save_grad_shard(t, u);
         unit_set_views(u, &t->model);
     }
     span_begin(t, ui, PHASE_BACKWARD);
@@ -2097,6 +2112,12 @@ static void unit_reduce_wait(Trainer *t, int ui) {
     ledger_free(&t->ledger, u->full_grad);
     u->full_grad = NULL;
     unit_set_views(u, &t->model);
+    if (u->saved_grad_shard) { /* --grad-accum: add this micro-batch's into the sum */
+        FOR_EACH(u->shard, add_one, u->saved_grad_shard, u->shard_grad);
+        ledger_free(&t->ledger, u->shard_grad);
+        u->shard_grad = u->saved_grad_shard;
+        u->saved_grad_shard = NULL;
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -2146,13 +2167,30 @@ static void unit_post_backward(Trainer *t, int ui) {
 }
 #endif /* EXERCISE_POST_BACKWARD */
 
+/* ------------------------------------------------------------------------
+ * After a unit's backward, inside no_sync()  PyTorch: _post_backward_hook
+ *                                             with _sync_gradients False
+ *
+ * --no-sync, every micro-batch but the last: no collective. The full
+ * gradient stays, and the next micro-batch's backward adds into it. The
+ * full parameters are freed as usual under full_shard; shard_grad_op keeps
+ * them until the last micro-batch, as PyTorch does (_should_free_in_backward),
+ * so its next forward needs no all-gather either.
+ * --------------------------------------------------------------------- */
+static void unit_post_backward_no_sync(Trainer *t, int ui) {
+    span_end(t, ui, PHASE_BACKWARD);
+    if (t->cfg.strategy != STRATEGY_FULL_SHARD) return;
+    unit_free_full_params(t, ui);
+    if (t->cfg.backward_prefetch == BACKWARD_POST) unit_unshard_start(t, unit_next_backward(t, ui));
+}
+
 /* The end of backward: every reduce-scatter done, every shard gradient
- * ready for the optimizer. */
+ * ready for the optimizer (or, inside no_sync, every full gradient kept). */
 static void units_finish_backward(Trainer *t) {
     for (int v = 0; v < t->n_units; v++) {
         unit_reduce_wait(t, v);
         /* a full state kept past backward would be stale after the step */
-        if (is_sharded(t) && (t->units[v].full_param || t->units[v].gathering))
+        if (is_sharded(t) && t->sync_grads && (t->units[v].full_param || t->units[v].gathering))
             FATAL("this is a bug in fsdp.c's lifecycle", "%s is still gathered after backward",
                   t->units[v].name);
     }
@@ -2170,7 +2208,10 @@ static void module_pre_backward(Trainer *t, int module) {
     if (t->model.modules[module].unit >= 0) unit_pre_backward(t, t->model.modules[module].unit);
 }
 static void module_post_backward(Trainer *t, int module) {
-    if (t->model.modules[module].unit >= 0) unit_post_backward(t, t->model.modules[module].unit);
+    int ui = t->model.modules[module].unit;
+    if (ui < 0) return;
+    if (t->sync_grads) unit_post_backward(t, ui);
+    else unit_post_backward_no_sync(t, ui);
 }
 
 /* The sum over ranks of one number each, the same bits on every rank: an
@@ -2563,7 +2604,7 @@ static float model_forward(Trainer *t) {
     Model *m = &t->model;
     Activations *a = &t->act;
     const Config *c = &t->cfg;
-    int B = t->local_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
+    int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
     module_pre_forward(t, m->root);
@@ -2610,19 +2651,21 @@ static float model_forward(Trainer *t) {
     return loss;
 }
 
-/* The loss is the mean over this rank's B samples, so dloss = 1/B; the
- * reduce-scatter's mean over N ranks then makes it 1/(N*B): the mean over
- * the global batch, as one rank training on the whole batch would get. */
+/* The loss is the mean over this rank's local batch, so dloss = 1/(K*B)
+ * for each sample of each of the K micro-batches of B samples (K = 1
+ * without --grad-accum), and the gradients of the K backward passes add up;
+ * the reduce-scatter's mean over N ranks then makes it the mean over the
+ * global batch, as one rank training on the whole batch would get. */
 static void model_backward(Trainer *t) {
     Model *m = &t->model;
     Activations *a = &t->act;
     const Config *c = &t->cfg;
-    int B = t->local_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
+    int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
     module_pre_backward(t, m->root);
     zero(a->d_logits, (long)B * V);
-    crossentropy_backward(a->d_logits, a->probs, a->targets, 1.0f / (float)B, B, V);
+    crossentropy_backward(a->d_logits, a->probs, a->targets, 1.0f / (float)t->local_batch, B, V);
     module_pre_backward(t, m->head);
     zero(a->d_nf, BD);
     linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), a->d_logits, a->nf,
@@ -2687,6 +2730,8 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->ledger.rank = t->comm.rank;
     t->ledger.defer_oom = 1; /* until ledger_agree_fits, below */
     t->local_batch = cfg->batch / t->comm.world;
+    t->micro_batch = t->local_batch / cfg->grad_accum;
+    t->sync_grads = 1;
     model_build(&t->model, cfg);
     t->n_units = autowrap(&t->model, cfg->min_params);
     t->units = (Unit *)calloc((size_t)t->n_units, sizeof(Unit));
@@ -2723,7 +2768,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
             unit_set_views(u, &t->model);
         }
     }
-    if (!t->ledger.oom_report) activations_alloc(&t->act, &t->ledger, cfg, t->local_batch);
+    if (!t->ledger.oom_report) activations_alloc(&t->act, &t->ledger, cfg, t->micro_batch);
     ledger_agree_fits(&t->ledger, comm);
     if (cfg->data_path) {
         if (corpus_load_file(&t->corpus, cfg->data_path, cfg->context, err, sizeof(err)) != 0)
@@ -2778,31 +2823,56 @@ static float global_mean_loss(Trainer *t, float local_loss) {
     return (float)(sum_over_ranks(t, local_loss, "the loss all-gather") / t->comm.world);
 }
 
-/* This rank's part of global batch number `step`, drawn on the host and
- * copied to the device (on the CPU, from one host buffer to another). */
-static void trainer_load_batch(Trainer *t, int step) {
+/* Micro-batch `micro` of this rank's part of global batch number `step`:
+ * the local batch is drawn on the host, and its samples [micro * B,
+ * (micro + 1) * B) are copied to the device (on the CPU, from one host
+ * buffer to another). The K micro-batches together are the local batch. */
+static void trainer_load_batch(Trainer *t, int step, int micro) {
     const Config *c = &t->cfg;
-    int B = t->local_batch;
-    unsigned char *tokens = (unsigned char *)malloc((size_t)B * c->context);
-    int *targets = (int *)malloc((size_t)B * sizeof(int));
+    int LB = t->local_batch, B = t->micro_batch;
+    unsigned char *tokens = (unsigned char *)malloc((size_t)LB * c->context);
+    int *targets = (int *)malloc((size_t)LB * sizeof(int));
     if (!tokens || !targets) FATAL("the machine is out of host memory", "cannot draw a batch");
     sampler_local_batch(&t->corpus, c->seed, step, c->batch, t->comm.rank, t->comm.world,
                         c->context, tokens, targets);
-    dev_from_host(t->act.tokens, tokens, (size_t)B * c->context);
-    dev_from_host(t->act.targets, targets, (size_t)B * sizeof(int));
+    dev_from_host(t->act.tokens, tokens + (size_t)micro * B * c->context, (size_t)B * c->context);
+    dev_from_host(t->act.targets, targets + (size_t)micro * B, (size_t)B * sizeof(int));
     free(tokens);
     free(targets);
 }
 
+/* ------------------------------------------------------------------------
+ * Gradient accumulation                     PyTorch: a loop of forward and
+ *                                            backward, and FSDP's no_sync()
+ *
+ * --grad-accum K runs K forward and backward passes on micro-batches of
+ * local_batch / K samples before one optimizer step: the activations are
+ * those of a micro-batch, K times smaller, and the gradients add up to the
+ * local batch's. Where they add up is the choice PyTorch offers:
+ *   default    every backward reduce-scatters, and each rank adds the result
+ *              into its gradient shard: K reduce-scatters a step, and no
+ *              memory beyond a shard's;
+ *   --no-sync  the first K-1 backward passes skip the collective
+ *              (sync_grads = 0) and keep each unit's full-size gradient to
+ *              add into; the last one reduce-scatters the sum: one
+ *              reduce-scatter a step, and every unit's full gradient alive
+ *              from the first backward to the last.
+ * Both are one batch of local_batch samples, up to the order of the sums.
+ * --------------------------------------------------------------------- */
 float trainer_step(Trainer *t, int step) {
+    int K = t->cfg.grad_accum;
+    double loss = 0.0;
     t->comm.step = step;
     sim_on_step(&t->sim, step);
-    trainer_load_batch(t, step);
-    float loss = model_forward(t);
-    model_backward(t);
+    for (t->micro = 0; t->micro < K; t->micro++) {
+        t->sync_grads = !t->cfg.no_sync || t->micro == K - 1;
+        trainer_load_batch(t, step, t->micro);
+        loss += model_forward(t);
+        model_backward(t);
+    }
     if (t->cfg.clip_grad_norm > 0.0f) clip_grad_norm(t, t->cfg.clip_grad_norm);
     adamw_step(t);
-    return global_mean_loss(t, loss);
+    return global_mean_loss(t, (float)(loss / K));
 }
 
 /* ------------------------------------------------------------------------
@@ -3997,6 +4067,11 @@ void config_usage(FILE *out) {
             "  --steps N             optimizer steps; 0 with --export saves the initial model\n"
             "                                                                (default 200)\n"
             "  --batch N             global batch, split evenly over ranks   (default 64)\n"
+            "  --grad-accum K        split each rank's batch into K micro-batches, one forward\n"
+            "                        and backward each, then one step         (default 1)\n"
+            "  --no-sync             with --grad-accum: keep full gradients and reduce-scatter\n"
+            "                        once per step (PyTorch's no_sync()); default: every\n"
+            "                        micro-batch\n"
             "  --lr X                AdamW learning rate                     (default 0.003)\n"
             "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
             "  --eps X               AdamW eps                               (default 1e-8)\n"
@@ -4130,6 +4205,7 @@ static void config_defaults(Config *c) {
     c->gamma = 0.1f;         /* StepLR's default; step_size has none (0: not given) */
     c->steps = 200;
     c->batch = 64;
+    c->grad_accum = 1;
     c->seed = 1337;
     c->log_every = 20;
     c->min_params = -1;                  /* -1: one block's parameters, resolved below */
@@ -4181,6 +4257,8 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return parse_long(flag, val, 1, LONG_MAX, &c->min_params, err, errlen);
     if (!strcmp(flag, "--steps")) return parse_int(flag, val, 0, 100000000, &c->steps, err, errlen);
     if (!strcmp(flag, "--batch")) return parse_int(flag, val, 1, 1 << 20, &c->batch, err, errlen);
+    if (!strcmp(flag, "--grad-accum"))
+        return parse_int(flag, val, 1, 1 << 20, &c->grad_accum, err, errlen);
     if (!strcmp(flag, "--log-every"))
         return parse_int(flag, val, 1, INT_MAX, &c->log_every, err, errlen);
     if (!strcmp(flag, "--lr")) return parse_float(flag, val, 0.0, 1, 10.0, &c->lr, err, errlen);
@@ -4328,7 +4406,8 @@ static int flag_takes_no_value(const char *flag) {
                                         "--wait-for-debugger",
                                         "--inline-collectives",
                                         "--forward-prefetch",
-                                        "--tf32"};
+                                        "--tf32",
+                                        "--no-sync"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -4353,6 +4432,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--inline-collectives")) c->inline_collectives = 1;
     else if (!strcmp(flag, "--forward-prefetch")) c->forward_prefetch = 1;
     else if (!strcmp(flag, "--tf32")) c->tf32 = 1; /* the CPU computes fp32 regardless */
+    else if (!strcmp(flag, "--no-sync")) c->no_sync = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -4368,6 +4448,7 @@ static int flag_takes_value(const char *flag) {
                                         "--collectives",
                                         "--steps",
                                         "--batch",
+                                        "--grad-accum",
                                         "--lr",
                                         "--beta1",
                                         "--beta2",
@@ -4469,6 +4550,11 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
             "root could ever reach it, so the threshold says nothing. Use a value between 1 and "
             "%ld (%ld or near it wraps the whole model as one unit).",
             c->min_params, total, total, total);
+    if (c->no_sync && c->grad_accum < 2)
+        return usage_error(err, errlen,
+                           "--no-sync keeps the gradients of the first K-1 of --grad-accum K "
+                           "micro-batches unreduced; with one micro-batch there is nothing to "
+                           "keep. Add --grad-accum K (K >= 2), or leave out --no-sync.");
     if (c->save_every && !c->save_dir)
         return usage_error(err, errlen,
                            "--save-every needs --save-dir: say where the checkpoints go.");
@@ -4498,6 +4584,13 @@ static int config_check_world(const Config *c, int world, char *err, size_t errl
             "takes the same number of samples. Use a multiple of %d, e.g. --batch %d.",
             c->batch, world, world, up);
     }
+    if ((c->batch / world) % c->grad_accum != 0)
+        return usage_error(err, errlen,
+                           "--grad-accum %d does not divide the %d samples each of %d ranks takes "
+                           "(--batch %d): every micro-batch must be the same size. Give a "
+                           "--grad-accum that divides %d, or a --batch that is a multiple of %d.",
+                           c->grad_accum, c->batch / world, world, c->batch, c->batch / world,
+                           world * c->grad_accum);
     return 0;
 }
 
@@ -4512,6 +4605,10 @@ static void print_header(const Trainer *t) {
            "min_params %ld\n",
            strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch,
            t->local_batch, COLLECTIVES_NAMES[c->collectives], c->min_params);
+    if (c->grad_accum > 1)
+        printf("gradient accumulation: %d micro-batches of %d per rank per step, %s\n",
+               c->grad_accum, t->micro_batch,
+               c->no_sync ? "reduce-scattered once (--no-sync)" : "each reduce-scattered");
     char vram[32];
     if (c->vram)
         printf("simulated VRAM: %s per rank (--vram)\n",
@@ -4630,6 +4727,16 @@ static void json_numbers(FILE *f, const double *x, int n, long stride) {
     fputc(']', f);
 }
 
+/* The config's fields for the options of lecture 10 (accumulation,
+ * precision, offload, checkpointing), as one piece of JSON text. */
+static const char *json_options(const Trainer *t) {
+    static char out[256];
+    const Config *c = &t->cfg;
+    snprintf(out, sizeof(out), "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, ",
+             c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false");
+    return out;
+}
+
 static void json_config(FILE *f, const Trainer *t) {
     static const char *const prefetch[] = {"pre", "post", "none"};
     const Config *c = &t->cfg;
@@ -4640,7 +4747,7 @@ static void json_config(FILE *f, const Trainer *t) {
             "\"backward_prefetch\": \"%s\", \"forward_prefetch\": %s, \"limit_all_gathers\": %s, "
             "\"optimizer\": \"%s\", \"lr\": %.7g, \"weight_decay\": %.7g, "
             "\"clip_grad_norm\": %.7g, \"lr_schedule\": \"%s\", \"warmup\": %ld, "
-            "\"step_size\": %ld, \"gamma\": %.7g, "
+            "\"step_size\": %ld, \"gamma\": %.7g, %s"
             "\"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
             c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
             c->depth, strategy_name(c->strategy), t->comm.world, c->batch, t->local_batch, c->steps,
@@ -4648,7 +4755,7 @@ static void json_config(FILE *f, const Trainer *t) {
             c->forward_prefetch ? "true" : "false", c->limit_all_gathers ? "true" : "false",
             c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw", (double)c->lr,
             (double)c->weight_decay, (double)c->clip_grad_norm, LR_SCHEDULE_NAMES[c->lr_schedule],
-            c->warmup, c->step_size, (double)c->gamma, (unsigned long long)c->seed,
+            c->warmup, c->step_size, (double)c->gamma, json_options(t), (unsigned long long)c->seed,
             c->vram, c->net ? c->net : "none", FSDP_GPU ? "gpu" : "cpu");
 }
 

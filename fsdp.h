@@ -95,6 +95,8 @@ typedef struct {
     /* training */
     int steps; /* optimizer steps */
     int batch; /* global batch (samples), split across ranks */
+    int grad_accum; /* --grad-accum K: micro-batches per optimizer step (default 1) */
+    int no_sync;    /* --no-sync: reduce only the last micro-batch's sum (PyTorch's no_sync()) */
     uint64_t seed;
     int log_every;         /* print one line every this many steps */
     const char *data_path; /* NULL: the embedded synthetic corpus */
@@ -334,6 +336,9 @@ typedef struct {
     float *exp_avg_sq;             /* (shard) AdamW second moment */
     float *full_param;             /* (padded) gathered full state, or NULL */
     float *full_grad;              /* (padded) full-size gradient, or NULL */
+    float *saved_grad_shard; /* --grad-accum: the gradient shard of the micro-batches before
+                              * this one, while this one's is reduce-scattered (PyTorch's
+                              * _saved_grad_shard) */
     /* collectives on their way (fsdp.c, section 8) */
     CommHandle gather; /* the all-gather of full_param, while `gathering` */
     int gathering;

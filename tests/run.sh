@@ -71,12 +71,19 @@ run "equivalence full_shard N=4, --optimizer adam (L2 weight decay)" $MPIRUN -np
 run "equivalence shard_grad_op N=2, adam and clipping" $MPIRUN -np 2 tests/test_distributed equivalence shard_grad_op ring $TINY --optimizer adam --clip-grad-norm 1
 run "equivalence full_shard N=3, cosine schedule with warmup" $MPIRUN -np 3 tests/test_distributed equivalence full_shard ring $TINY --lr-schedule cosine --warmup 3
 
+# -- gradient accumulation: K micro-batches == one batch, on N ranks == 1 rank ----------------
+run "accumulation full_shard N=3, 4 micro-batches, reduce-scatter each" $MPIRUN -np 3 tests/test_distributed accum full_shard 4 --model tiny --steps 4 --batch 24
+run "accumulation full_shard N=3, 4 micro-batches, --no-sync" $MPIRUN -np 3 tests/test_distributed accum full_shard 4 no-sync --model tiny --steps 4 --batch 24
+run "accumulation shard_grad_op N=2, --no-sync keeps the full state" $MPIRUN -np 2 tests/test_distributed accum shard_grad_op 2 no-sync $TINY
+run "accumulation no_shard N=2, all-reduce each and --no-sync" bash -c "$MPIRUN -np 2 tests/test_distributed accum no_shard 3 $TINY && $MPIRUN -np 2 tests/test_distributed accum no_shard 3 no-sync $TINY"
+
 # -- memory and traffic -------------------------------------------------------------
 run "memory N=4, and the full-state peak each prefetch option promises" $MPIRUN -np 4 tests/test_distributed memory $TINY
 run "memory N=3, units smaller than N" $MPIRUN -np 3 tests/test_distributed memory $TINY --width 1 --min-params 1
 run "traffic full_shard N=3" $MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY
 run "traffic shard_grad_op N=2" $MPIRUN -np 2 tests/test_distributed traffic shard_grad_op $TINY
 run "traffic no_shard N=4" $MPIRUN -np 4 tests/test_distributed traffic no_shard $TINY
+run "traffic with --grad-accum: K times, or one reduce-scatter with --no-sync" bash -c "$MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY --grad-accum 2 && $MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY --grad-accum 4 --no-sync && $MPIRUN -np 2 tests/test_distributed traffic shard_grad_op $TINY --grad-accum 2 --no-sync"
 
 # -- the command line ------------------------------------------------------------------
 run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh

@@ -252,6 +252,9 @@ bad "--resume: the path is empty" --resume ''
 # ---- the world size ------------------------------------------------------------
 bad "--batch 3 does not divide by 2 ranks" --model tiny --batch 3
 bad "--batch 1 does not divide by 2 ranks" --model tiny --batch 1
+bad "--grad-accum 3 does not divide the 32 samples each of 2 ranks takes" --model tiny --grad-accum 3
+bad "--grad-accum: 0 is out of range" --grad-accum 0
+bad "--no-sync keeps the gradients of the first K-1 of --grad-accum K" --model tiny --no-sync
 
 # ---- --data --------------------------------------------------------------------
 bad "--data $MISSING: cannot open it" --data "$MISSING"

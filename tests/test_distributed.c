@@ -112,9 +112,10 @@ static double max_abs_diff(const float *a, const float *b, long n, double *scale
  *     element differs by ~1e-7 after 8 steps, so 1e-5 leaves two orders of
  *     margin. A real bug (a wrong shard offset, a missed unit, a stale
  *     gradient) moves parameters by ~lr = 3e-3 per step, far above it. */
-static void test_equivalence(int argc, char **argv, const char *strategy, const char *impl) {
+static void test_equivalence_more(int argc, char **argv, const char *strategy, const char *impl,
+                                  const char *const *only_n) {
     Config cfg, ref_cfg;
-    make_config(&cfg, argc, argv, strategy, impl);
+    make_config_more(&cfg, argc, argv, strategy, impl, only_n);
     make_config(&ref_cfg, argc, argv, "no_shard", "ring");
     Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
     Trainer *ref = trainer_create(&ref_cfg, MPI_COMM_SELF);
@@ -152,6 +153,47 @@ static void test_equivalence(int argc, char **argv, const char *strategy, const 
     free(b);
     trainer_destroy(t);
     trainer_destroy(ref);
+}
+
+static void test_equivalence(int argc, char **argv, const char *strategy, const char *impl) {
+    test_equivalence_more(argc, argv, strategy, impl, NULL);
+}
+
+static double peak_of(Trainer *t, MemCategory k);
+
+/* ---- gradient accumulation ----------------------------------------------------
+ * --grad-accum K (with or without --no-sync) on N ranks against 1 rank
+ * training on the whole batch at once, with the tolerances above: the K
+ * micro-batches add their gradients in another order, nothing else. Then
+ * memory: the activations are those of one micro-batch (the ledger's peak
+ * equals a run with a K times smaller batch), and with --no-sync every
+ * unit's full gradient is alive at once (sharded strategies). */
+static void test_accum(int argc, char **argv, const char *strategy, const char *K, int no_sync) {
+    const char *const flags[] = {"--grad-accum", K, no_sync ? "--no-sync" : NULL, NULL};
+    test_equivalence_more(argc, argv, strategy, "ring", flags);
+    Config cfg, small_cfg;
+    make_config_more(&cfg, argc, argv, strategy, NULL, flags);
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    char batch[32];
+    snprintf(batch, sizeof(batch), "%d", cfg.batch / cfg.grad_accum);
+    const char *const smaller[] = {"--batch", batch, NULL};
+    make_config_more(&small_cfg, argc, argv, strategy, NULL, smaller);
+    Trainer *small = trainer_create(&small_cfg, MPI_COMM_WORLD);
+    for (int s = 0; s < 2; s++) {
+        trainer_step(t, s);
+        trainer_step(small, s);
+    }
+    double act = peak_of(t, MEM_ACTIVATIONS), want = peak_of(small, MEM_ACTIVATIONS);
+    check(act == want, "activations: one micro-batch's", "%.0f == %.0f bytes (--batch %s)", act,
+          want, batch);
+    if (no_sync && is_sharded(t)) {
+        double all = 0.0, fg = peak_of(t, MEM_FULL_GRADS);
+        for (int u = 0; u < t->n_units; u++) all += (double)t->units[u].padded * sizeof(float);
+        check(fg == all, "--no-sync: every unit's full gradient alive", "%.0f == %.0f bytes", fg,
+              all);
+    }
+    trainer_destroy(t);
+    trainer_destroy(small);
 }
 
 /* ---- memory ---------------------------------------------------------------------
@@ -317,6 +359,9 @@ static void test_prefetch(int argc, char **argv, const char *strategy) {
  *                  reduce-scatter (N-1) S_u * 4 once per unit
  *   shard_grad_op: all-gather once per unit, reduce-scatter once
  *   no_shard:      all-reduce 2 (N-1) S_u * 4 once per unit
+ * With --grad-accum K all of it happens K times (one forward and backward
+ * per micro-batch), except that --no-sync reduces once, and shard_grad_op
+ * under --no-sync keeps its full state and gathers once;
  * plus the loss: an all-gather of one float per rank, (N-1) * 4.
  * Checked three ways: the counters against this formula, the bytes that
  * really went through MPI_Sendrecv (the ring) against the counters, and the
@@ -327,6 +372,7 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
     cfg.net = "ethernet"; /* every event is also priced by the cost model */
     Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
     int N = t->comm.world, steps = cfg.steps;
+    int K = cfg.grad_accum, reductions = cfg.no_sync ? 1 : K; /* per unit per step */
     const NetModel *net = net_model_find("ethernet");
     double expect[COMM_NUM_KINDS] = {0, 0, 0}, expect_sim[COMM_NUM_KINDS] = {0, 0, 0};
     expect_sim[COMM_ALL_GATHER] = net_collective_seconds(net, COMM_ALL_GATHER, N, N * 4.0); /* the loss */
@@ -336,18 +382,19 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
         double one = (double)(N - 1) * (t->units[u].padded / N) * sizeof(float);
         double full_bytes = (double)t->units[u].padded * sizeof(float);
         if (cfg.strategy == STRATEGY_NO_SHARD) {
-            expect_sim[COMM_ALL_REDUCE] += net_collective_seconds(net, COMM_ALL_REDUCE, N, full_bytes);
-            expect[COMM_ALL_REDUCE] += 2 * one;
-            expect_calls[COMM_ALL_REDUCE]++;
+            expect_sim[COMM_ALL_REDUCE] += reductions * net_collective_seconds(net, COMM_ALL_REDUCE, N, full_bytes);
+            expect[COMM_ALL_REDUCE] += reductions * 2 * one;
+            expect_calls[COMM_ALL_REDUCE] += reductions;
             continue;
         }
-        int gathers = (cfg.strategy == STRATEGY_FULL_SHARD && u > 0) ? 2 : 1;
+        int gathers = K * ((cfg.strategy == STRATEGY_FULL_SHARD && u > 0) ? 2 : 1);
+        if (cfg.strategy == STRATEGY_SHARD_GRAD_OP && cfg.no_sync) gathers = 1; /* kept */
         expect_sim[COMM_ALL_GATHER] += gathers * net_collective_seconds(net, COMM_ALL_GATHER, N, full_bytes);
-        expect_sim[COMM_REDUCE_SCATTER] += net_collective_seconds(net, COMM_REDUCE_SCATTER, N, full_bytes);
+        expect_sim[COMM_REDUCE_SCATTER] += reductions * net_collective_seconds(net, COMM_REDUCE_SCATTER, N, full_bytes);
         expect[COMM_ALL_GATHER] += gathers * one;
-        expect[COMM_REDUCE_SCATTER] += one;
+        expect[COMM_REDUCE_SCATTER] += reductions * one;
         expect_calls[COMM_ALL_GATHER] += gathers;
-        expect_calls[COMM_REDUCE_SCATTER]++;
+        expect_calls[COMM_REDUCE_SCATTER] += reductions;
     }
     wire_bytes_sent = 0.0;
     for (int s = 0; s < steps; s++) trainer_step(t, s);
@@ -462,6 +509,10 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "equivalence") && argc >= 4) {
         if (rank == 0) printf("equivalence: %s (%s) on %d ranks == 1 rank\n", argv[2], argv[3], world);
         test_equivalence(argc - 4, argv + 4, argv[2], argv[3]);
+    } else if (!strcmp(mode, "accum") && argc >= 4) {
+        int no_sync = argc >= 5 && !strcmp(argv[4], "no-sync");
+        if (rank == 0) printf("accumulation: %s, %s micro-batches%s, on %d ranks == 1 rank, one batch\n", argv[2], argv[3], no_sync ? " (--no-sync)" : "", world);
+        test_accum(argc - 4 - no_sync, argv + 4 + no_sync, argv[2], argv[3], no_sync);
     } else if (!strcmp(mode, "prefetch") && argc >= 3) {
         if (rank == 0) printf("prefetch: %s on %d ranks, every option against none\n", argv[2], world);
         test_prefetch(argc - 3, argv + 3, argv[2]);
