@@ -1867,6 +1867,7 @@ struct Trainer {
     int micro_batch;   /* B: local batch / --grad-accum, what one forward sees */
     int micro;         /* which micro-batch of the step is running, 0 .. K-1 */
     int sync_grads;    /* this backward reduces the gradients (PyTorch: _sync_gradients) */
+    int recomputing;   /* --activation-checkpointing: a block's forward runs again in backward */
     int adam_step;     /* AdamW's t, for bias correction */
     float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
     uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
@@ -2199,10 +2200,14 @@ static void units_finish_backward(Trainer *t) {
 /* Module boundaries: the model's code calls these on entering and leaving
  * every module; the hooks fire where a module is the root of a unit. */
 static void module_pre_forward(Trainer *t, int module) {
-    if (t->model.modules[module].unit >= 0) unit_pre_forward(t, t->model.modules[module].unit);
+    int ui = t->model.modules[module].unit;
+    if (ui < 0) return;
+    if (t->recomputing) unit_unshard(t, ui); /* activation checkpointing: section 11 */
+    else unit_pre_forward(t, ui);
 }
 static void module_post_forward(Trainer *t, int module) {
-    if (t->model.modules[module].unit >= 0) unit_post_forward(t, t->model.modules[module].unit);
+    int ui = t->model.modules[module].unit;
+    if (ui >= 0 && !t->recomputing) unit_post_forward(t, ui);
 }
 static void module_pre_backward(Trainer *t, int module) {
     if (t->model.modules[module].unit >= 0) unit_pre_backward(t, t->model.modules[module].unit);
@@ -2555,14 +2560,20 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int gl
  * step:     AdamW on this rank's shards
  * ========================================================================== */
 
+/* How many blocks' inner activations (norm output and statistics, fc1,
+ * GELU) are kept from forward to backward: all L, or with
+ * --activation-checkpointing one block's worth, reused by every block. */
+static long saved_blocks(const Config *c) { return c->activation_checkpointing ? 1 : c->depth; }
+static long saved_block(const Config *c, int l) { return c->activation_checkpointing ? 0 : l; }
+
 static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
-    long L = c->depth, D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
+    long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
 #define ACT(count)                                                                                 \
     (float *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(count), sizeof(float), "activations")
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
     a->x_emb = ACT(B * T * C);
-    a->h = ACT((L + 1) * B * D);
+    a->h = ACT((c->depth + 1) * B * D); /* every block's input: the checkpoints */
     a->ln = ACT(L * B * D);
     a->ln_mean = ACT(L * B);
     a->ln_rstd = ACT(L * B);
@@ -2600,6 +2611,27 @@ static float *dbias_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[1]].grad;
 }
 
+/* A block's first half: norm, fc1 and GELU, from the block's input into
+ * the saved slots. Forward runs it once; with activation checkpointing
+ * backward runs it again (block_recompute). */
+static void block_norm_fc1_gelu(Trainer *t, int l) {
+    const Model *m = &t->model;
+    Activations *a = &t->act;
+    const Config *c = &t->cfg;
+    int B = t->micro_batch, D = c->width;
+    long k = saved_block(c, l), BD = (long)B * D, BF = 4 * BD;
+    float *ln = a->ln + k * BD, *fc1 = a->fc1 + k * BF;
+    module_pre_forward(t, m->block_norm[l]);
+    layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, a->h + l * BD,
+                      weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D);
+    module_post_forward(t, m->block_norm[l]);
+    module_pre_forward(t, m->block_fc1[l]);
+    linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D,
+                   4 * D);
+    module_post_forward(t, m->block_fc1[l]);
+    gelu_forward(a->act + k * BF, fc1, BF);
+}
+
 static float model_forward(Trainer *t) {
     Model *m = &t->model;
     Activations *a = &t->act;
@@ -2618,18 +2650,10 @@ static float model_forward(Trainer *t) {
 
     module_pre_forward(t, m->blocks);
     for (int l = 0; l < c->depth; l++) {
-        float *h_in = a->h + l * BD, *h_out = a->h + (l + 1) * BD;
-        float *ln = a->ln + l * BD, *fc1 = a->fc1 + l * BF, *act = a->act + l * BF;
+        long k = saved_block(c, l);
+        float *h_in = a->h + l * BD, *h_out = a->h + (l + 1) * BD, *act = a->act + k * BF;
         module_pre_forward(t, m->block[l]);
-        module_pre_forward(t, m->block_norm[l]);
-        layernorm_forward(ln, a->ln_mean + (long)l * B, a->ln_rstd + (long)l * B, h_in,
-                          weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D);
-        module_post_forward(t, m->block_norm[l]);
-        module_pre_forward(t, m->block_fc1[l]);
-        linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D,
-                       4 * D);
-        module_post_forward(t, m->block_fc1[l]);
-        gelu_forward(act, fc1, BF);
+        block_norm_fc1_gelu(t, l);
         module_pre_forward(t, m->block_fc2[l]);
         linear_forward(h_out, act, weight_of(t, m->block_fc2[l]), bias_of(t, m->block_fc2[l]), B,
                        4 * D, D);
@@ -2649,6 +2673,33 @@ static float model_forward(Trainer *t) {
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
     module_post_forward(t, m->root);
     return loss;
+}
+
+/* ------------------------------------------------------------------------
+ * Activation checkpointing                  PyTorch: checkpoint_wrapper,
+ *                                            apply_activation_checkpointing
+ *
+ * Without it the forward keeps, for every block, its input and everything
+ * computed inside it (norm output and statistics, fc1's output, GELU's),
+ * five times the block's input and more, for backward to read. With
+ * --activation-checkpointing forward keeps only each block's input (a->h,
+ * the checkpoint) and one block's inner buffers, which every block
+ * overwrites; backward, on reaching block l, runs the block's forward
+ * again from its checkpoint, then its backward. The memory of the saved
+ * activations falls from L blocks' to one's, and the price is one block
+ * forward more per block: about a third more compute.
+ * The recomputation needs the block's parameters: when the block is a unit,
+ * its pre-backward hook has just gathered it, so the recomputation costs no
+ * collective. When units are smaller than a block (a low --min-params),
+ * the norm and fc1 units are gathered for it and stay gathered until their
+ * own backward, a moment later: no all-gather more, one unit's full state
+ * held a little longer. The recomputed numbers are the forward's numbers,
+ * bit for bit: the same kernels on the same inputs.
+ * --------------------------------------------------------------------- */
+static void block_recompute(Trainer *t, int l) {
+    t->recomputing = 1; /* the forward hooks only unshard (module_pre_forward) */
+    block_norm_fc1_gelu(t, l);
+    t->recomputing = 0;
 }
 
 /* The loss is the mean over this rank's local batch, so dloss = 1/(K*B)
@@ -2679,9 +2730,11 @@ static void model_backward(Trainer *t) {
 
     module_pre_backward(t, m->blocks);
     for (int l = c->depth - 1; l >= 0; l--) {
-        float *h_in = a->h + l * BD, *ln = a->ln + l * BD, *fc1 = a->fc1 + l * BF,
-              *act = a->act + l * BF;
+        long k = saved_block(c, l);
+        float *h_in = a->h + l * BD, *ln = a->ln + k * BD, *fc1 = a->fc1 + k * BF,
+              *act = a->act + k * BF;
         module_pre_backward(t, m->block[l]);
+        if (c->activation_checkpointing) block_recompute(t, l);
         /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
          * the MLP branch adds its own part through norm's backward. */
         zero(a->d_act, BF);
@@ -2698,8 +2751,8 @@ static void model_backward(Trainer *t) {
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
         layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
-                           a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + (long)l * B,
-                           a->ln_rstd + (long)l * B, B, D);
+                           a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + k * B,
+                           a->ln_rstd + k * B, B, D);
         module_post_backward(t, m->block_norm[l]);
         module_post_backward(t, m->block[l]);
     }
@@ -4072,6 +4125,8 @@ void config_usage(FILE *out) {
             "  --no-sync             with --grad-accum: keep full gradients and reduce-scatter\n"
             "                        once per step (PyTorch's no_sync()); default: every\n"
             "                        micro-batch\n"
+            "  --activation-checkpointing  keep only each block's input in forward and run the\n"
+            "                        block again in backward (PyTorch's checkpoint_wrapper)\n"
             "  --lr X                AdamW learning rate                     (default 0.003)\n"
             "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
             "  --eps X               AdamW eps                               (default 1e-8)\n"
@@ -4407,7 +4462,8 @@ static int flag_takes_no_value(const char *flag) {
                                         "--inline-collectives",
                                         "--forward-prefetch",
                                         "--tf32",
-                                        "--no-sync"};
+                                        "--no-sync",
+                                        "--activation-checkpointing"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -4433,6 +4489,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--forward-prefetch")) c->forward_prefetch = 1;
     else if (!strcmp(flag, "--tf32")) c->tf32 = 1; /* the CPU computes fp32 regardless */
     else if (!strcmp(flag, "--no-sync")) c->no_sync = 1;
+    else if (!strcmp(flag, "--activation-checkpointing")) c->activation_checkpointing = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -4609,6 +4666,8 @@ static void print_header(const Trainer *t) {
         printf("gradient accumulation: %d micro-batches of %d per rank per step, %s\n",
                c->grad_accum, t->micro_batch,
                c->no_sync ? "reduce-scattered once (--no-sync)" : "each reduce-scattered");
+    if (c->activation_checkpointing)
+        printf("activation checkpointing: each block keeps its input and runs again in backward\n");
     char vram[32];
     if (c->vram)
         printf("simulated VRAM: %s per rank (--vram)\n",
@@ -4732,8 +4791,11 @@ static void json_numbers(FILE *f, const double *x, int n, long stride) {
 static const char *json_options(const Trainer *t) {
     static char out[256];
     const Config *c = &t->cfg;
-    snprintf(out, sizeof(out), "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, ",
-             c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false");
+    snprintf(out, sizeof(out),
+             "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, "
+             "\"activation_checkpointing\": %s, ",
+             c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false",
+             c->activation_checkpointing ? "true" : "false");
     return out;
 }
 

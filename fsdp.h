@@ -113,6 +113,7 @@ typedef struct {
     int view;               /* --view: live terminal dashboard on rank 0 */
     int wait_for_debugger;  /* --wait-for-debugger */
     int inline_collectives; /* --inline-collectives: no communication thread */
+    int activation_checkpointing; /* --activation-checkpointing: keep block inputs only */
     int tf32;               /* --tf32: cuBLAS may use TF32 tensor cores (GPU build) */
     /* checkpoints */
     const char *save_dir;    /* --save-dir: sharded checkpoints go here */

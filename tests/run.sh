@@ -77,6 +77,12 @@ run "accumulation full_shard N=3, 4 micro-batches, --no-sync" $MPIRUN -np 3 test
 run "accumulation shard_grad_op N=2, --no-sync keeps the full state" $MPIRUN -np 2 tests/test_distributed accum shard_grad_op 2 no-sync $TINY
 run "accumulation no_shard N=2, all-reduce each and --no-sync" bash -c "$MPIRUN -np 2 tests/test_distributed accum no_shard 3 $TINY && $MPIRUN -np 2 tests/test_distributed accum no_shard 3 no-sync $TINY"
 
+# -- activation checkpointing: bitwise equal, L-1 blocks' activations less, no collective more ----
+for st in full_shard shard_grad_op no_shard; do
+  run "activation checkpointing $st N=3" $MPIRUN -np 3 tests/test_distributed checkpointing $st $TINY --depth 4
+done
+run "activation checkpointing full_shard N=2, units smaller than a block (gathered to recompute)" $MPIRUN -np 2 tests/test_distributed checkpointing full_shard $TINY --depth 3 --min-params 1
+
 # -- memory and traffic -------------------------------------------------------------
 run "memory N=4, and the full-state peak each prefetch option promises" $MPIRUN -np 4 tests/test_distributed memory $TINY
 run "memory N=3, units smaller than N" $MPIRUN -np 3 tests/test_distributed memory $TINY --width 1 --min-params 1

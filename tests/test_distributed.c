@@ -416,6 +416,42 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
     trainer_destroy(t);
 }
 
+/* ---- activation checkpointing -------------------------------------------------
+ * --activation-checkpointing must change no number: losses and parameters
+ * bitwise equal to the run without it (the recomputed activations are the
+ * forward's, bit for bit). Its saving is exact: L-1 blocks' inner
+ * activations (norm output B*D, its mean and rstd 2*B, fc1 and GELU outputs
+ * 2*B*4D floats each) are no longer kept. And it costs no collective: the
+ * same calls and bytes. */
+static void test_checkpointing(int argc, char **argv, const char *strategy) {
+    static const char *const ac[] = {"--activation-checkpointing", NULL};
+    Config cfg, ref_cfg;
+    make_config(&ref_cfg, argc, argv, strategy, NULL);
+    make_config_more(&cfg, argc, argv, strategy, NULL, ac);
+    Trainer *ref = trainer_create(&ref_cfg, MPI_COMM_WORLD), *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    long P = trainer_num_params(t);
+    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
+    int same_loss = 1;
+    for (int s = 0; s < cfg.steps; s++) same_loss &= trainer_step(t, s) == trainer_step(ref, s);
+    trainer_gather_params(t, a);
+    trainer_gather_params(ref, b);
+    check(same_loss && memcmp(a, b, (size_t)P * sizeof(float)) == 0, "bitwise equal to without it",
+          "losses of %d steps and %ld parameters", cfg.steps, P);
+    double B = t->micro_batch, D = cfg.width;
+    double saved = (cfg.depth - 1) * (B * D + 2 * B + 2 * B * 4 * D) * sizeof(float);
+    double with = peak_of(t, MEM_ACTIVATIONS), without = peak_of(ref, MEM_ACTIVATIONS);
+    check(without - with == saved && saved > 0, "activation peak: L-1 blocks' inner activations less",
+          "%.0f - %.0f == %.0f bytes (L = %d)", without, with, saved, cfg.depth);
+    int same_traffic = 1;
+    for (int k = 0; k < COMM_NUM_KINDS; k++)
+        same_traffic &= t->comm.calls[k] == ref->comm.calls[k] && t->comm.bytes_sent[k] == ref->comm.bytes_sent[k];
+    check(same_traffic, "no collective more", "all-gathers %ld == %ld", t->comm.calls[COMM_ALL_GATHER], ref->comm.calls[COMM_ALL_GATHER]);
+    free(a);
+    free(b);
+    trainer_destroy(t);
+    trainer_destroy(ref);
+}
+
 /* ---- --init-from ---------------------------------------------------------------
  * A trainer started from a safetensors file holds exactly its parameters:
  * every rank read only its own shard ranges, and gathered back together
@@ -513,6 +549,9 @@ int main(int argc, char **argv) {
         int no_sync = argc >= 5 && !strcmp(argv[4], "no-sync");
         if (rank == 0) printf("accumulation: %s, %s micro-batches%s, on %d ranks == 1 rank, one batch\n", argv[2], argv[3], no_sync ? " (--no-sync)" : "", world);
         test_accum(argc - 4 - no_sync, argv + 4 + no_sync, argv[2], argv[3], no_sync);
+    } else if (!strcmp(mode, "checkpointing") && argc >= 3) {
+        if (rank == 0) printf("activation checkpointing: %s on %d ranks against without it\n", argv[2], world);
+        test_checkpointing(argc - 3, argv + 3, argv[2]);
     } else if (!strcmp(mode, "prefetch") && argc >= 3) {
         if (rank == 0) printf("prefetch: %s on %d ranks, every option against none\n", argv[2], world);
         test_prefetch(argc - 3, argv + 3, argv[2]);
