@@ -463,8 +463,11 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
                                                          : CUBLAS_DEFAULT_MATH));
     /* --vram is the ledger's budget, as in the simulator (exact bytes: the
      * same verdict on both builds), and caps the pool too, with room for its
-     * rounding (512 bytes a block, for up to 2048 blocks) */
-    gpu.cap = cfg->vram ? cfg->vram + ((size_t)1 << 20) : 0;
+     * rounding (512 bytes a block, for up to 2048 blocks). With mixed
+     * precision 16-bit values sit in float slots (section 2): the ledger
+     * books 2 bytes, the pool holds 4, so its cap doubles. */
+    int halves = cfg->param_dtype != DTYPE_FP32 || cfg->reduce_dtype != DTYPE_FP32;
+    gpu.cap = cfg->vram ? (halves ? 2 : 1) * cfg->vram + ((size_t)1 << 20) : 0;
     gpu.clock_event = event_record(gpu.compute, 1);
     cudaCheck(cudaEventSynchronize(gpu.clock_event));
     gpu.clock_host = now_seconds();
@@ -544,6 +547,80 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
 /* x *= f, element i: how the collectives turn a sum into a mean */
 FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }
 
+/* ---- 16-bit number formats: bf16 and fp16 ----------------------------------
+ * Mixed precision (--param-dtype, --reduce-dtype) stores values in 16 bits.
+ * A 16-bit value converts to fp32 exactly, so the simulator keeps each one
+ * in a float slot, rounded exactly as a GPU rounds when it stores it:
+ * round to nearest, ties to even (RNE). The arithmetic on the slots is then
+ * the GPU's (fp32 accumulation, a 16-bit result), one set of kernels serves
+ * every format, and the ledger books each buffer at its 16-bit width, what
+ * PyTorch holds. What crosses the wire is really 16 bits: the collectives
+ * pack the slots into uint16_t (section 4).
+ *   bf16: fp32's upper half. Rounding adds 0x7FFF plus the lowest kept bit
+ *         to the bits and drops the lower 16; the carry into the exponent is
+ *         right, and fp32's range is kept (nothing overflows).
+ *   fp16: 5-bit exponent: the largest value is 65504, anything from 65520
+ *         up is inf, and below 2^-14 the values are subnormal, multiples of
+ *         2^-24; smaller than 2^-25 is 0. This is why fp16 needs loss
+ *         scaling and bf16 does not. */
+FSDP_HD static inline uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+FSDP_HD static inline float bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+FSDP_HD static inline uint16_t bf16_from_float(float f) {
+    uint32_t u = float_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+FSDP_HD static inline float float_from_bf16(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
+FSDP_HD static inline uint16_t fp16_from_float(float f) {
+    uint32_t u = float_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u); /* NaN */
+    if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* >= 65520: inf */
+    if (a < 0x38800000u) /* below 2^-14: a subnormal, a whole number of 2^-24 */
+        return (uint16_t)(sign | (uint32_t)rintf(bits_float(a) * 16777216.0f));
+    a -= 112u << 23; /* exponent bias 127 -> 15 */
+    return (uint16_t)(sign | ((a + 0xFFFu + ((a >> 13) & 1u)) >> 13));
+}
+FSDP_HD static inline float float_from_fp16(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0) return bits_float(sign) + (sign ? -1.0f : 1.0f) * (float)m / 16777216.0f;
+    if (e == 31) return bits_float(sign | 0x7F800000u | (m << 13));
+    return bits_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+FSDP_HD static inline uint16_t half_from_float(float f, Dtype d) {
+    return d == DTYPE_BF16 ? bf16_from_float(f) : fp16_from_float(f);
+}
+FSDP_HD static inline float float_from_half(uint16_t h, Dtype d) {
+    return d == DTYPE_BF16 ? float_from_bf16(h) : float_from_fp16(h);
+}
+/* x rounded to the nearest value of format d (fp32: itself) */
+FSDP_HD static inline float round_to(float x, Dtype d) {
+    return d == DTYPE_FP32 ? x : float_from_half(half_from_float(x, d), d);
+}
+FSDP_HD static inline void round_one(long i, float *x, Dtype d) { x[i] = round_to(x[i], d); }
+FSDP_HD static inline void round_copy_one(long i, float *out, const float *x, Dtype d) {
+    out[i] = round_to(x[i], d);
+}
+FSDP_HD static inline void pack_one(long i, uint16_t *out, const float *x, Dtype d, float f) {
+    out[i] = half_from_float(x[i] * f, d);
+}
+FSDP_HD static inline void unpack_one(long i, float *out, const uint16_t *x, Dtype d) {
+    out[i] = float_from_half(x[i], d);
+}
+/* the ring's reduce step in 16 bits: acc += x, the sum rounded, as NCCL's */
+FSDP_HD static inline void add_half_one(long i, uint16_t *acc, const uint16_t *x, Dtype d) {
+    acc[i] = half_from_float(float_from_half(acc[i], d) + float_from_half(x[i], d), d);
+}
+
 /* ============================================================================
  * 3. The memory ledger
  *
@@ -604,13 +681,14 @@ static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const
     MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
-/* `what` names the owner (a unit, "activations", ...) for that report. */
-static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size,
-                          const char *what) {
-    size_t bytes = count * elem_size;
+/* Allocates `physical` bytes and books `bytes` of them: the two differ
+ * only for 16-bit values kept in float slots (section 2). `what` names the
+ * owner (a unit, "activations", ...) for that report. */
+static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t bytes,
+                         const char *what) {
     if (l->budget && l->current_total + bytes > l->budget)
         ledger_out_of_memory(l, cat, bytes, what);
-    void *p = dev_alloc(bytes); /* zeroed: padding must be 0 */
+    void *p = dev_alloc(physical); /* zeroed: padding must be 0 */
     if (!p) {
 #ifdef __CUDACC__
         if (!l->oom_report) ledger_out_of_memory(l, cat, bytes, what); /* the GPU itself is full */
@@ -628,6 +706,7 @@ static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_
     }
     l->entries[l->n_entries].ptr = p;
     l->entries[l->n_entries].bytes = bytes;
+    l->entries[l->n_entries].physical = physical;
     l->entries[l->n_entries].cat = cat;
     l->n_entries++;
     l->current[cat] += bytes;
@@ -638,13 +717,25 @@ static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_
     return p;
 }
 
+static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size,
+                          const char *what) {
+    return ledger_book(l, cat, count * elem_size, count * elem_size, what);
+}
+
+/* `count` values of format d in float slots, booked at d's width */
+static float *ledger_alloc_floats(Ledger *l, MemCategory cat, size_t count, Dtype d,
+                                  const char *what) {
+    return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d),
+                                what);
+}
+
 static void ledger_free(Ledger *l, void *p) {
     if (!p) return;
     for (int i = l->n_entries - 1; i >= 0; i--) { /* recent allocations first */
         if (l->entries[i].ptr != p) continue;
         l->current[l->entries[i].cat] -= l->entries[i].bytes;
         l->current_total -= l->entries[i].bytes;
-        dev_free(p, l->entries[i].bytes);
+        dev_free(p, l->entries[i].physical);
         l->entries[i] = l->entries[--l->n_entries];
         sim_on_memory(l->sim, l);
         return;
@@ -673,7 +764,7 @@ static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
 
 static void ledger_release_all(Ledger *l) {
     for (int i = 0; i < l->n_entries; i++)
-        if (l->entries[i].ptr) dev_free(l->entries[i].ptr, l->entries[i].bytes);
+        if (l->entries[i].ptr) dev_free(l->entries[i].ptr, l->entries[i].physical);
     free(l->entries);
     free(l->oom_report);
     memset(l, 0, sizeof(*l));
@@ -720,18 +811,20 @@ static void ledger_release_all(Ledger *l) {
  * (which may check it, picture it, or in a fault test skip it: then it
  * returns 1 and nothing moves), counts the bytes and the simulated time,
  * and, when a trace is being written, records the event. */
-static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long count) {
+static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long count, Dtype wire) {
     memset(h, 0, sizeof(*h));
     h->kind = kind;
     h->event = -1;
+    h->wire = wire;
+    c->elem_bytes = dtype_bytes(wire);
     SimVerdict verdict = sim_on_collective(c->sim, c, kind, unit, count);
     if (verdict == SIM_QUIT) exit_all(0);     /* --step, q: every rank got the key */
     if (verdict == SIM_MISMATCH) exit_all(4); /* every rank saw the same notes */
     h->skipped = verdict == SIM_SKIP;
     if (h->skipped) return 1;
-    double bytes = ring_bytes(kind, c->world, count);
+    double bytes = ring_bytes(kind, c->world, count, c->elem_bytes);
     double sim_seconds =
-        net_collective_seconds(c->net, kind, c->world, (double)count * sizeof(float));
+        net_collective_seconds(c->net, kind, c->world, (double)count * c->elem_bytes);
     c->calls[kind]++;
     c->bytes_sent[kind] += bytes;
     c->bytes_recv[kind] += bytes;
@@ -750,6 +843,7 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long cou
     e->kind = kind;
     e->unit = unit;
     e->count = count;
+    e->elem_bytes = c->elem_bytes;
     e->t_start = h->t_start;
     e->t_end = h->t_start;
     e->sim_seconds = sim_seconds;
@@ -806,12 +900,96 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
 }
 #endif /* EXERCISE_RING_REDUCE_SCATTER */
 
+/* ------------------------------------------------------------------------
+ * The same two rings on 16-bit values (mixed precision)
+ *
+ * The schedule is the one above; each chunk is a uint16_t array, so the
+ * wire carries half the bytes, and the reduce step adds in fp32 and rounds
+ * the partial sum back to 16 bits before passing it on, as NCCL does for
+ * bf16 and fp16. Each of the N-1 additions rounds: the sum of N gradients
+ * carries up to N-1 roundings of 2^-8 (bf16) or 2^-11 (fp16) relative.
+ * --------------------------------------------------------------------- */
+static void ring_all_gather_16(Comm *c, uint16_t *full, long S) {
+    int N = c->world;
+    for (int s = 0; s < N - 1; s++) {
+        int send_chunk = (c->rank - s + N) % N, recv_chunk = (c->rank - s - 1 + N) % N;
+        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_UINT16_T, ring_right(c),
+                              COMM_ALL_GATHER, full + recv_chunk * S, (int)S, MPI_UINT16_T,
+                              ring_left(c), COMM_ALL_GATHER, c->stream_comm, MPI_STATUS_IGNORE));
+        sim_on_ring_step(c->sim, c, COMM_ALL_GATHER, s, send_chunk, recv_chunk);
+    }
+}
+
+static void ring_reduce_scatter_16(Comm *c, uint16_t *full, long S, uint16_t *tmp, Dtype d) {
+    int N = c->world;
+    for (int s = 0; s < N - 1; s++) {
+        int send_chunk = (c->rank - s - 1 + 2 * N) % N, recv_chunk = (c->rank - s - 2 + 2 * N) % N;
+        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_UINT16_T, ring_right(c),
+                              COMM_REDUCE_SCATTER, tmp, (int)S, MPI_UINT16_T, ring_left(c),
+                              COMM_REDUCE_SCATTER, c->stream_comm, MPI_STATUS_IGNORE));
+        for (long i = 0; i < S; i++) add_half_one(i, full + recv_chunk * S, tmp, d);
+        sim_on_ring_step(c->sim, c, COMM_REDUCE_SCATTER, s, send_chunk, recv_chunk);
+    }
+}
+
+/* Open MPI's reductions on 16-bit values need the sum as a user operation */
+static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    for (long i = 0; i < *len; i++) add_half_one(i, (uint16_t *)inout, (uint16_t *)in, DTYPE_BF16);
+}
+static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    for (long i = 0; i < *len; i++) add_half_one(i, (uint16_t *)inout, (uint16_t *)in, DTYPE_FP16);
+}
+
+/* A collective whose wire format is 16-bit, on host buffers: the float
+ * slots are packed into uint16_t, the collective runs on those, and the
+ * result is unpacked into the slots. */
+static void collective_run_host_16(Comm *c, const CommTask *k) {
+    long S = k->S, N = c->world;
+    int mpi = c->impl == COLLECTIVES_MPI;
+    Dtype d = k->wire;
+    uint16_t *w = (uint16_t *)malloc((size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2);
+    uint16_t *tmp = w + N * S, *mine = w + c->rank * S;
+    if (!w) FATAL("the machine is out of host memory", "cannot pack a 16-bit collective");
+    if (k->kind == COMM_ALL_GATHER) {
+        for (long i = 0; i < S; i++) pack_one(i, mine, k->shard, d, 1.0f);
+        if (mpi)
+            mpiCheck(MPI_Allgather(MPI_IN_PLACE, (int)S, MPI_UINT16_T, w, (int)S, MPI_UINT16_T,
+                                   c->stream_comm));
+        else ring_all_gather_16(c, w, S);
+        for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
+    } else if (k->kind == COMM_REDUCE_SCATTER) {
+        for (long i = 0; i < N * S; i++) pack_one(i, w, k->full, d, k->prescale);
+        if (mpi)
+            mpiCheck(MPI_Reduce_scatter_block(w, tmp, (int)S, MPI_UINT16_T, c->half_sum[d],
+                                              c->stream_comm));
+        else ring_reduce_scatter_16(c, w, S, tmp, d);
+        for (long i = 0; i < S; i++) unpack_one(i, k->out, mpi ? tmp : mine, d);
+    } else {
+        for (long i = 0; i < N * S; i++) pack_one(i, w, k->full, d, k->prescale);
+        if (mpi)
+            mpiCheck(MPI_Allreduce(MPI_IN_PLACE, w, (int)(N * S), MPI_UINT16_T, c->half_sum[d],
+                                   c->stream_comm));
+        else {
+            ring_reduce_scatter_16(c, w, S, tmp, d);
+            ring_all_gather_16(c, w, S);
+        }
+        for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
+    }
+    free(w);
+}
+
 /* Runs one collective on host buffers to completion, on whichever thread
  * the stream uses: our ring, or Open MPI's own (blocking: the stream is
  * what runs it in the background). Sums only; comm_wait turns them into
  * means. An all-gather may be in place: its input is then its own chunk of
  * the output, as MPI_IN_PLACE and NCCL allow. */
 static void collective_run_host(Comm *c, const CommTask *k) {
+    if (k->wire != DTYPE_FP32) {
+        collective_run_host_16(c, k);
+        return;
+    }
     int mpi = c->impl == COLLECTIVES_MPI;
     long S = k->S;
     int in_place = k->shard == k->full + (long)c->rank * S;
@@ -864,7 +1042,8 @@ static void collective_run(Comm *c, const CommTask *k) {
     cudaCheck(cudaEventSynchronize(ready));
     cudaCheck(cudaEventDestroy(ready));
     if (S == 0) return; /* a unit with no parameters: nothing to move */
-    CommTask host = {k->kind, c->stage, NULL, c->stage + (N + 1) * S, c->stage + N * S, S, NULL};
+    CommTask host = {k->kind, c->stage, NULL, c->stage + (N + 1) * S, c->stage + N * S, S,
+                     k->wire, k->prescale, NULL};
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
     if (k->kind == COMM_ALL_GATHER) {
         host.shard = c->stage + c->rank * S; /* in place on the host */
@@ -962,6 +1141,8 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
     mpiCheck(MPI_Comm_rank(mpi_comm, &c->rank));
     mpiCheck(MPI_Comm_size(mpi_comm, &c->world));
     mpiCheck(MPI_Comm_dup(mpi_comm, &c->stream_comm));
+    mpiCheck(MPI_Op_create(mpi_sum_bf16, 1, &c->half_sum[DTYPE_BF16]));
+    mpiCheck(MPI_Op_create(mpi_sum_fp16, 1, &c->half_sum[DTYPE_FP16]));
 #ifdef __CUDACC__
     if (impl == COLLECTIVES_NCCL) {
         nccl_init(c);
@@ -1019,19 +1200,48 @@ static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
  * on at once; comm_wait makes the compute stream wait for the event
  * recorded after it. Neither stream blocks the host.
  * --------------------------------------------------------------------- */
-static void nccl_submit(Comm *c, CommHandle *h, const CommTask *k) {
+/* Mixed precision on NCCL: the float slots are packed into a 16-bit device
+ * buffer on the compute stream (before the `ready` event), NCCL works on
+ * that in ncclBfloat16 or ncclFloat16, and nccl_wait unpacks the result.
+ * The returned task points NCCL at the packed buffer. */
+static CommTask nccl_pack(Comm *c, CommHandle *h, const CommTask *k) {
+    long S = k->S, N = c->world;
+    CommTask w = *k;
+    h->wire_bytes = (size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2;
+    uint16_t *buf = (uint16_t *)dev_alloc(h->wire_bytes);
+    if (!buf) FATAL("the GPU is out of memory; try a smaller model", "cannot pack a collective");
+    h->wire_buf = buf;
+    w.full = (float *)buf; /* NCCL sees 16-bit elements from here on */
+    if (k->kind == COMM_ALL_GATHER) {
+        FOR_EACH(S, pack_one, buf + c->rank * S, k->shard, k->wire, 1.0f);
+        w.shard = (float *)(buf + c->rank * S);
+        h->unpack_to = k->full, h->unpack_count = N * S, h->unpack_from = 0;
+    } else {
+        FOR_EACH(N * S, pack_one, buf, k->full, k->wire, k->prescale);
+        w.out = (float *)(buf + N * S);
+        h->unpack_to = k->kind == COMM_REDUCE_SCATTER ? k->out : k->full;
+        h->unpack_count = k->kind == COMM_REDUCE_SCATTER ? S : N * S;
+        h->unpack_from = k->kind == COMM_REDUCE_SCATTER ? N * S : 0;
+    }
+    return w;
+}
+
+static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
+    CommTask k = task->wire == DTYPE_FP32 ? *task : nccl_pack(c, h, task);
+    ncclDataType_t type = k.wire == DTYPE_FP32   ? ncclFloat
+                          : k.wire == DTYPE_BF16 ? ncclBfloat16
+                                                 : ncclFloat16;
     cudaEvent_t ready = event_record(gpu.compute, 0);
     cudaCheck(cudaStreamWaitEvent(gpu.comm, ready, 0));
     cudaCheck(cudaEventDestroy(ready));
     ncclComm_t nc = (ncclComm_t)c->nccl;
-    size_t S = (size_t)k->S;
+    size_t S = (size_t)k.S;
     h->began = event_record(gpu.comm, 1);
-    if (k->kind == COMM_ALL_GATHER)
-        ncclCheck(ncclAllGather(k->shard, k->full, S, ncclFloat, nc, gpu.comm));
-    else if (k->kind == COMM_REDUCE_SCATTER)
-        ncclCheck(ncclReduceScatter(k->full, k->out, S, ncclFloat, ncclSum, nc, gpu.comm));
-    else
-        ncclCheck(ncclAllReduce(k->full, k->full, S * c->world, ncclFloat, ncclSum, nc, gpu.comm));
+    if (k.kind == COMM_ALL_GATHER)
+        ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, gpu.comm));
+    else if (k.kind == COMM_REDUCE_SCATTER)
+        ncclCheck(ncclReduceScatter(k.full, k.out, S, type, ncclSum, nc, gpu.comm));
+    else ncclCheck(ncclAllReduce(k.full, k.full, S * c->world, type, ncclSum, nc, gpu.comm));
     h->done = event_record(gpu.comm, 1);
     h->number = ++c->queued;
 }
@@ -1050,6 +1260,12 @@ static CommRun nccl_wait(Comm *c, CommHandle *h) {
     }
     cudaCheck(cudaEventDestroy(began));
     cudaCheck(cudaEventDestroy(done));
+    if (h->wire_buf) { /* mixed precision: the 16-bit result back into its float slots */
+        const uint16_t *w = (const uint16_t *)h->wire_buf + h->unpack_from;
+        FOR_EACH(h->unpack_count, unpack_one, h->unpack_to, w, h->wire);
+        dev_free(h->wire_buf, h->wire_bytes);
+        h->wire_buf = NULL;
+    }
     double now = now_seconds();
     comm_sim_waited(c, h, now, now);
     c->finished = h->number;
@@ -1091,23 +1307,37 @@ static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
 }
 
 
-/* all-gather: shard (S elements) from every rank -> full (N*S) on every rank */
+/* A sum of N gradients in 16 bits may overflow fp16 where their mean
+ * would not (N ranks' gradients, each up to 65504 / N). So, as PyTorch's
+ * FSDP does (_get_gradient_predivide_factor), the inputs are divided by a
+ * factor f near sqrt(N) before the sum and the result by N / f after it.
+ * PyTorch does this in every format; in fp32, whose range is never the
+ * problem, we divide once, by N, afterwards. */
+static float predivide_factor(const Comm *c, Dtype wire) {
+    int f = 1;
+    while (wire != DTYPE_FP32 && c->world % f == 0 && c->world / f > f) f *= 2;
+    return (float)f;
+}
+
+/* all-gather: shard (S elements) from every rank -> full (N*S) on every
+ * rank, in format `wire` (fp32, or the param_dtype of mixed precision) */
 static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S,
-                                        int unit) {
+                                        int unit, Dtype wire) {
     CommHandle h;
-    if (comm_record(c, &h, COMM_ALL_GATHER, unit, S * c->world)) return h;
-    CommTask task = {COMM_ALL_GATHER, full, shard, NULL, NULL, S, NULL};
+    if (comm_record(c, &h, COMM_ALL_GATHER, unit, S * c->world, wire)) return h;
+    CommTask task = {COMM_ALL_GATHER, full, shard, NULL, NULL, S, wire, 1.0f, NULL};
     comm_submit(c, &h, &task);
     return h;
 }
 
 /* reduce-scatter (mean): full (N*S) on every rank -> shard (S), the average
- * over ranks of chunk `rank`. The ring consumes `full` as its accumulator,
- * so `full` must live until the wait. */
+ * over ranks of chunk `rank`, in the gradients' format c->reduce_dtype.
+ * The ring consumes `full` as its accumulator, so `full` must live until
+ * the wait. */
 static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, long S, int unit,
                                             Ledger *l) {
     CommHandle h;
-    if (comm_record(c, &h, COMM_REDUCE_SCATTER, unit, S * c->world)) return h;
+    if (comm_record(c, &h, COMM_REDUCE_SCATTER, unit, S * c->world, c->reduce_dtype)) return h;
     h.buf = shard;
     h.scale_count = S;
     if (c->impl == COLLECTIVES_RING) {
@@ -1115,7 +1345,8 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
                                       "ring reduce-scatter");
         h.ledger = l;
     }
-    CommTask task = {COMM_REDUCE_SCATTER, full, NULL, shard, h.tmp, S, NULL};
+    CommTask task = {COMM_REDUCE_SCATTER, full, NULL, shard, h.tmp, S, h.wire,
+                     1.0f / predivide_factor(c, h.wire), NULL};
     comm_submit(c, &h, &task);
     return h;
 }
@@ -1129,7 +1360,7 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
         FATAL("this is a bug in fsdp.c: flat buffers are padded to a multiple of N",
               "all-reduce of %ld elements over %d ranks", count, c->world);
     CommHandle h;
-    if (comm_record(c, &h, COMM_ALL_REDUCE, unit, count)) return h;
+    if (comm_record(c, &h, COMM_ALL_REDUCE, unit, count, c->reduce_dtype)) return h;
     h.buf = buf;
     h.scale_count = count;
     long S = count / c->world;
@@ -1138,7 +1369,8 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
             (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
         h.ledger = l;
     }
-    CommTask task = {COMM_ALL_REDUCE, buf, NULL, NULL, h.tmp, S, NULL};
+    CommTask task = {COMM_ALL_REDUCE, buf, NULL, NULL, h.tmp, S, h.wire,
+                     1.0f / predivide_factor(c, h.wire), NULL};
     comm_submit(c, &h, &task);
     return h;
 }
@@ -1174,8 +1406,11 @@ static void comm_wait(Comm *c, CommHandle *h) {
     else
 #endif
         run = comm_wait_for_run(c, h);
-    if (h->kind != COMM_ALL_GATHER)
-        FOR_EACH(h->scale_count, scale_one, h->buf, 1.0f / (float)c->world);
+    if (h->kind != COMM_ALL_GATHER) {
+        float pre = predivide_factor(c, h->wire); /* the mean: 1/N, in one or two parts */
+        FOR_EACH(h->scale_count, scale_one, h->buf, pre / (float)c->world);
+        if (h->wire != DTYPE_FP32) FOR_EACH(h->scale_count, round_one, h->buf, h->wire);
+    }
     if (h->tmp) ledger_free(h->ledger, h->tmp);
     h->tmp = NULL;
     if (h->event < 0) return;
@@ -1197,6 +1432,8 @@ static void comm_release(Comm *c) {
         c->threaded = 0;
     }
     if (c->stream_comm != MPI_COMM_NULL) MPI_Comm_free(&c->stream_comm);
+    for (int d = DTYPE_BF16; d <= DTYPE_FP16; d++)
+        if (c->half_sum[d] != MPI_OP_NULL) MPI_Op_free(&c->half_sum[d]);
 #ifdef __CUDACC__
     if (c->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)c->nccl));
     c->nccl = NULL;
@@ -1792,6 +2029,22 @@ static void unit_set_views(Unit *u, Model *m) {
     }
 }
 
+/* The fp32 parameters of the shard: what AdamW updates, checkpoints keep
+ * and exports write. In fp32 that is shard_param itself; with mixed
+ * precision (PyTorch: MixedPrecision) it is the master copy, and
+ * shard_param holds it rounded to param_dtype: what the all-gather sends.
+ * unit_refresh_low_precision rounds it again after every change. */
+/* x[0, n) rounded to format d, in place; nothing to do in fp32 */
+static void round_all(float *x, long n, Dtype d) {
+    if (d != DTYPE_FP32) FOR_EACH(n, round_one, x, d);
+}
+
+static float *unit_master(Unit *u) { return u->master_param ? u->master_param : u->shard_param; }
+static void unit_refresh_low_precision(Unit *u, Dtype param_dtype) {
+    if (u->master_param)
+        FOR_EACH(u->shard, round_copy_one, u->shard_param, u->master_param, param_dtype);
+}
+
 /* A unit's state as the host sees it: tensor k (0 shard_param, 1 exp_avg,
  * 2 exp_avg_sq) in host memory, for initialisation and checkpoints. On the
  * CPU that is the tensor itself. On a GPU it is a host copy, filled by
@@ -1802,20 +2055,21 @@ static float *unit_state_host(Unit *u, int k) {
         FATAL("the machine is out of host memory", "cannot copy a shard to the host");
     return u->host_state + (long)k * u->shard;
 #else
-    return k == 0 ? u->shard_param : k == 1 ? u->exp_avg : u->exp_avg_sq;
+    return k == 0 ? unit_master(u) : k == 1 ? u->exp_avg : u->exp_avg_sq;
 #endif
 }
 static void unit_state_to_host(Unit *u) {
-    const float *dev[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
+    const float *dev[3] = {unit_master(u), u->exp_avg, u->exp_avg_sq};
     for (int k = 0; k < 3; k++)
         if (unit_state_host(u, k) != dev[k])
             dev_to_host(unit_state_host(u, k), dev[k], (size_t)u->shard * sizeof(float));
 }
-static void unit_state_to_device(Unit *u) {
-    float *dev[3] = {u->shard_param, u->exp_avg, u->exp_avg_sq};
+static void unit_state_to_device(Unit *u, Dtype param_dtype) {
+    float *dev[3] = {unit_master(u), u->exp_avg, u->exp_avg_sq};
     for (int k = 0; k < 3; k++)
         if (unit_state_host(u, k) != dev[k])
             dev_from_host(dev[k], unit_state_host(u, k), (size_t)u->shard * sizeof(float));
+    unit_refresh_low_precision(u, param_dtype);
 }
 
 /* ============================================================================
@@ -1868,6 +2122,10 @@ struct Trainer {
     int micro;         /* which micro-batch of the step is running, 0 .. K-1 */
     int sync_grads;    /* this backward reduces the gradients (PyTorch: _sync_gradients) */
     int recomputing;   /* --activation-checkpointing: a block's forward runs again in backward */
+    float loss_scale;  /* --grad-scaler: the loss is multiplied by it before backward; else 1 */
+    int scaler_growth; /* ... steps since it last changed (PyTorch: _growth_tracker) */
+    int skipped_step;  /* ... the last step found inf/NaN gradients and was skipped */
+    int found_inf_here; /* ... this rank's own shards had them (the others may not) */
     int adam_step;     /* AdamW's t, for bias correction */
     float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
     uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
@@ -1919,16 +2177,16 @@ static void span_end(Trainer *t, int ui, SimPhase phase) {
  * lifecycle below does the same in two halves, so it can prefetch. */
 static float *unit_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
-    if (!is_sharded(t)) return u->shard_param;
+    if (!is_sharded(t)) return unit_master(u);
     float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
                                         sizeof(float), u->name);
-    CommHandle h = comm_all_gather_start(&t->comm, full, u->shard_param, u->shard, ui);
+    CommHandle h = comm_all_gather_start(&t->comm, full, unit_master(u), u->shard, ui, DTYPE_FP32);
     comm_wait(&t->comm, &h);
     return full;
 }
 
 static void unit_release_gathered(Trainer *t, int ui, float *full) {
-    if (full != t->units[ui].shard_param) ledger_free(&t->ledger, full);
+    if (full != unit_master(&t->units[ui])) ledger_free(&t->ledger, full);
 }
 
 /* ------------------------------------------------------------------------
@@ -1977,9 +2235,10 @@ static void unit_unshard_start(Trainer *t, int ui) {
         if (oldest < 0) FATAL("this is a bug in fsdp.c's lifecycle", "all-gathers miscounted");
         unit_unshard_wait(t, oldest);
     }
-    u->full_param = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
-                                          sizeof(float), u->name);
-    u->gather = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui);
+    u->full_param =
+        ledger_alloc_floats(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, t->cfg.param_dtype, u->name);
+    u->gather = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui,
+                                      t->cfg.param_dtype);
     u->gathering = 1;
     if (++t->gathers_in_flight > t->max_gathers_in_flight)
         t->max_gathers_in_flight = t->gathers_in_flight;
@@ -2062,8 +2321,8 @@ static void unit_post_forward(Trainer *t, int ui) {
  * reduce-scatter writes a fresh shard; unit_reduce_wait adds the two. */
 static void unit_save_grad_shard(Trainer *t, Unit *u) {
     u->saved_grad_shard = u->shard_grad;
-    u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
-                                          sizeof(float), u->name);
+    u->shard_grad = ledger_alloc_floats(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
+                                        t->cfg.reduce_dtype, u->name);
 }
 
 /* ------------------------------------------------------------------------
@@ -2093,8 +2352,8 @@ static void unit_pre_backward(Trainer *t, int ui) {
         if (t->cfg.backward_prefetch == BACKWARD_PRE)
             unit_unshard_start(t, unit_next_backward(t, ui));
         if (!u->full_grad) /* --no-sync keeps it across micro-batches, to add into */
-            u->full_grad = (float *)ledger_alloc(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
-                                                 sizeof(float), t->units[ui].name);
+            u->full_grad = ledger_alloc_floats(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
+                                               t->cfg.param_dtype, u->name);
         if (t->micro > 0 && !t->cfg.no_sync) unit_save_grad_shard(t, u);
         unit_set_views(u, &t->model);
     }
@@ -2115,6 +2374,7 @@ static void unit_reduce_wait(Trainer *t, int ui) {
     unit_set_views(u, &t->model);
     if (u->saved_grad_shard) { /* --grad-accum: add this micro-batch's into the sum */
         FOR_EACH(u->shard, add_one, u->saved_grad_shard, u->shard_grad);
+        round_all(u->saved_grad_shard, u->shard, t->cfg.reduce_dtype);
         ledger_free(&t->ledger, u->shard_grad);
         u->shard_grad = u->saved_grad_shard;
         u->saved_grad_shard = NULL;
@@ -2213,7 +2473,12 @@ static void module_pre_backward(Trainer *t, int module) {
     if (t->model.modules[module].unit >= 0) unit_pre_backward(t, t->model.modules[module].unit);
 }
 static void module_post_backward(Trainer *t, int module) {
-    int ui = t->model.modules[module].unit;
+    const Module *mod = &t->model.modules[module];
+    for (int i = 0; i < mod->n_params; i++) { /* mixed precision: as the GPU stores it */
+        const Param *p = &t->model.params[mod->params[i]];
+        round_all(p->grad, p->numel, t->cfg.param_dtype);
+    }
+    int ui = mod->unit;
     if (ui < 0) return;
     if (t->sync_grads) unit_post_backward(t, ui);
     else unit_post_backward_no_sync(t, ui);
@@ -2229,7 +2494,7 @@ static double sum_over_ranks(Trainer *t, float mine, const char *what) {
     float *host = (float *)malloc((size_t)N * sizeof(float));
     if (!host) FATAL("the machine is out of host memory", "cannot gather %s", what);
     dev_from_host(all + rank, &mine, sizeof(float)); /* in place: our slot is the input */
-    CommHandle h = comm_all_gather_start(&t->comm, all, all + rank, 1, -1);
+    CommHandle h = comm_all_gather_start(&t->comm, all, all + rank, 1, -1, DTYPE_FP32);
     comm_wait(&t->comm, &h);
     dev_to_host(host, all, (size_t)N * sizeof(float));
     double sum = 0.0;
@@ -2396,7 +2661,8 @@ static void adamw_step(Trainer *t) {
                    c->optimizer == OPTIMIZER_ADAM};
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        FOR_EACH(u->shard, adamw_one, u->shard_param, u->exp_avg, u->exp_avg_sq, u->shard_grad, s);
+        FOR_EACH(u->shard, adamw_one, unit_master(u), u->exp_avg, u->exp_avg_sq, u->shard_grad, s);
+        unit_refresh_low_precision(u, c->param_dtype);
     }
     span_end(t, -1, PHASE_OPTIMIZER);
 }
@@ -2568,23 +2834,25 @@ static long saved_block(const Config *c, int l) { return c->activation_checkpoin
 
 static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
     long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
-#define ACT(count)                                                                                 \
-    (float *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(count), sizeof(float), "activations")
+/* in param_dtype with mixed precision; LayerNorm's statistics and the
+ * softmax and losses stay fp32, as PyTorch keeps them (FP32 below) */
+#define ACT(count) ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)(count), c->param_dtype, "activations")
+#define FP32(count) ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)(count), DTYPE_FP32, "activations")
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
     a->x_emb = ACT(B * T * C);
     a->h = ACT((c->depth + 1) * B * D); /* every block's input: the checkpoints */
     a->ln = ACT(L * B * D);
-    a->ln_mean = ACT(L * B);
-    a->ln_rstd = ACT(L * B);
+    a->ln_mean = FP32(L * B);
+    a->ln_rstd = FP32(L * B);
     a->fc1 = ACT(L * B * 4 * D);
     a->act = ACT(L * B * 4 * D);
     a->nf = ACT(B * D);
-    a->nf_mean = ACT(B);
-    a->nf_rstd = ACT(B);
+    a->nf_mean = FP32(B);
+    a->nf_rstd = FP32(B);
     a->logits = ACT(B * V);
-    a->probs = ACT(B * V);
-    a->losses = ACT(B);
+    a->probs = FP32(B * V);
+    a->losses = FP32(B);
     a->d_logits = ACT(B * V);
     a->d_nf = ACT(B * D);
     a->d_h = ACT(B * D);
@@ -2593,6 +2861,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->d_fc1 = ACT(B * 4 * D);
     a->d_emb = ACT(B * T * C);
 #undef ACT
+#undef FP32
 }
 
 static void zero(float *x, long n) { dev_zero(x, (size_t)n * sizeof(float)); }
@@ -2614,6 +2883,11 @@ static float *dbias_of(Trainer *t, int module) {
 /* A block's first half: norm, fc1 and GELU, from the block's input into
  * the saved slots. Forward runs it once; with activation checkpointing
  * backward runs it again (block_recompute). */
+/* Mixed precision: a layer's output as the GPU stores it, in param_dtype.
+ * (The layers compute in fp32 from 16-bit inputs, as tensor cores
+ * accumulate; the result is rounded once, when it is written.) */
+static void lowp(Trainer *t, float *x, long n) { round_all(x, n, t->cfg.param_dtype); }
+
 static void block_norm_fc1_gelu(Trainer *t, int l) {
     const Model *m = &t->model;
     Activations *a = &t->act;
@@ -2624,12 +2898,15 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     module_pre_forward(t, m->block_norm[l]);
     layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, a->h + l * BD,
                       weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D);
+    lowp(t, ln, BD);
     module_post_forward(t, m->block_norm[l]);
     module_pre_forward(t, m->block_fc1[l]);
     linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D,
                    4 * D);
+    lowp(t, fc1, BF);
     module_post_forward(t, m->block_fc1[l]);
     gelu_forward(a->act + k * BF, fc1, BF);
+    lowp(t, a->act + k * BF, BF);
 }
 
 static float model_forward(Trainer *t) {
@@ -2646,6 +2923,7 @@ static float model_forward(Trainer *t) {
 
     module_pre_forward(t, m->proj_in);
     linear_forward(a->h, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B, T * C, D);
+    lowp(t, a->h, BD);
     module_post_forward(t, m->proj_in);
 
     module_pre_forward(t, m->blocks);
@@ -2657,8 +2935,10 @@ static float model_forward(Trainer *t) {
         module_pre_forward(t, m->block_fc2[l]);
         linear_forward(h_out, act, weight_of(t, m->block_fc2[l]), bias_of(t, m->block_fc2[l]), B,
                        4 * D, D);
+        lowp(t, h_out, BD);
         module_post_forward(t, m->block_fc2[l]);
         FOR_EACH(BD, add_one, h_out, h_in); /* the residual connection */
+        lowp(t, h_out, BD);
         module_post_forward(t, m->block[l]);
     }
     module_post_forward(t, m->blocks);
@@ -2666,9 +2946,11 @@ static float model_forward(Trainer *t) {
     module_pre_forward(t, m->norm_f);
     layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, a->h + c->depth * BD, weight_of(t, m->norm_f),
                       bias_of(t, m->norm_f), B, D);
+    lowp(t, a->nf, BD);
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
     linear_forward(a->logits, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
+    lowp(t, a->logits, (long)B * V); /* the loss then runs in fp32 on them, as logits.float() */
     module_post_forward(t, m->head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
     module_post_forward(t, m->root);
@@ -2716,16 +2998,20 @@ static void model_backward(Trainer *t) {
 
     module_pre_backward(t, m->root);
     zero(a->d_logits, (long)B * V);
-    crossentropy_backward(a->d_logits, a->probs, a->targets, 1.0f / (float)t->local_batch, B, V);
+    crossentropy_backward(a->d_logits, a->probs, a->targets, t->loss_scale / (float)t->local_batch,
+                          B, V);
+    lowp(t, a->d_logits, (long)B * V);
     module_pre_backward(t, m->head);
     zero(a->d_nf, BD);
     linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), a->d_logits, a->nf,
                     weight_of(t, m->head), B, D, V);
+    lowp(t, a->d_nf, BD);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
     zero(a->d_h, BD);
     layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), a->d_nf,
                        a->h + c->depth * BD, weight_of(t, m->norm_f), a->nf_mean, a->nf_rstd, B, D);
+    lowp(t, a->d_h, BD);
     module_post_backward(t, m->norm_f);
 
     module_pre_backward(t, m->blocks);
@@ -2741,18 +3027,22 @@ static void model_backward(Trainer *t) {
         module_pre_backward(t, m->block_fc2[l]);
         linear_backward(a->d_act, dweight_of(t, m->block_fc2[l]), dbias_of(t, m->block_fc2[l]),
                         a->d_h, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
+        lowp(t, a->d_act, BF);
         module_post_backward(t, m->block_fc2[l]);
         zero(a->d_fc1, BF);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF);
+        lowp(t, a->d_fc1, BF);
         zero(a->d_ln, BD);
         module_pre_backward(t, m->block_fc1[l]);
         linear_backward(a->d_ln, dweight_of(t, m->block_fc1[l]), dbias_of(t, m->block_fc1[l]),
                         a->d_fc1, ln, weight_of(t, m->block_fc1[l]), B, D, 4 * D);
+        lowp(t, a->d_ln, BD);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
         layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
                            a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + k * B,
                            a->ln_rstd + k * B, B, D);
+        lowp(t, a->d_h, BD);
         module_post_backward(t, m->block_norm[l]);
         module_post_backward(t, m->block[l]);
     }
@@ -2762,12 +3052,33 @@ static void model_backward(Trainer *t) {
     zero(a->d_emb, (long)B * T * C);
     linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h, a->x_emb,
                     weight_of(t, m->proj_in), B, T * C, D);
+    lowp(t, a->d_emb, (long)B * T * C);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);
     embedding_backward(dweight_of(t, m->embed), a->d_emb, a->tokens, B, T, C);
     module_post_backward(t, m->embed);
     module_post_backward(t, m->root);
     units_finish_backward(t);
+}
+
+/* A unit's persistent state on this rank: its shard of the parameters and
+ * of the gradient, and AdamW's two moments. With mixed precision the
+ * shard of the parameters is kept in param_dtype (the all-gather's input)
+ * and the gradient's in reduce_dtype (the reduce-scatter's output), and the
+ * fp32 master parameters join the optimizer state, as in DeepSpeed and the
+ * ZeRO paper: 2 + 2 bytes per parameter, and 4 + 4 + 4 of optimizer state
+ * (PyTorch FSDP keeps the shard itself in fp32 and casts a copy for each
+ * all-gather: the same numbers, booked under other names). */
+static void unit_alloc_state(Trainer *t, Unit *u) {
+    const Config *c = &t->cfg;
+    Ledger *l = &t->ledger;
+    size_t S = (size_t)u->shard;
+    u->shard_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name);
+    u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name);
+    u->exp_avg = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+    u->exp_avg_sq = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+    if (c->param_dtype != DTYPE_FP32)
+        u->master_param = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
 }
 
 Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
@@ -2785,6 +3096,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->local_batch = cfg->batch / t->comm.world;
     t->micro_batch = t->local_batch / cfg->grad_accum;
     t->sync_grads = 1;
+    t->loss_scale = cfg->grad_scaler ? cfg->init_scale : 1.0f;
     model_build(&t->model, cfg);
     t->n_units = autowrap(&t->model, cfg->min_params);
     t->units = (Unit *)calloc((size_t)t->n_units, sizeof(Unit));
@@ -2801,20 +3113,13 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->comm.sim = &t->sim;
     t->comm.keep_events = cfg->trace_path != NULL; /* the trace needs every event */
     t->ledger.sim = &t->sim;
+    t->comm.reduce_dtype = cfg->reduce_dtype;
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        const char *name = t->units[ui].name;
-        u->shard_param = (float *)ledger_alloc(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard,
-                                               sizeof(float), name);
-        u->shard_grad = (float *)ledger_alloc(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
-                                              sizeof(float), name);
-        u->exp_avg = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard,
-                                           sizeof(float), name);
-        u->exp_avg_sq = (float *)ledger_alloc(&t->ledger, MEM_OPTIM_STATE, (size_t)u->shard,
-                                              sizeof(float), name);
+        unit_alloc_state(t, u);
         if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
         unit_init_shard(u, &t->model, t->comm.rank, cfg->seed, unit_state_host(u, 0));
-        unit_state_to_device(u);
+        unit_state_to_device(u, cfg->param_dtype);
         if (!is_sharded(t)) { /* DDP: the "shard" is the whole flat parameter */
             u->full_param = u->shard_param;
             u->full_grad = u->shard_grad;
@@ -2876,6 +3181,45 @@ static float global_mean_loss(Trainer *t, float local_loss) {
     return (float)(sum_over_ranks(t, local_loss, "the loss all-gather") / t->comm.world);
 }
 
+/* ------------------------------------------------------------------------
+ * Dynamic loss scaling                      PyTorch: ShardedGradScaler
+ *
+ * fp16 holds nothing below 2^-24 and nothing above 65504. Gradients are
+ * small: many would round to zero. So backward starts from the loss times a
+ * large scale S (crossentropy_backward's factor), every gradient is S times
+ * larger, and before the optimizer step each rank divides its shards by S
+ * again (unscale_), in fp32. Too large an S overflows to inf somewhere;
+ * then the step must be skipped, and S halved (backoff_factor 0.5); after
+ * 2000 steps without one (growth_interval) S doubles (growth_factor 2).
+ * The verdict must be the same on every rank, or the ranks' parameters
+ * part: an inf in one rank's shard skips the step everywhere. So each rank
+ * checks its own shards and the ranks add their findings (sum_over_ranks:
+ * one float each), as ShardedGradScaler all-reduces found_inf. Returns 1
+ * when the gradients are finite everywhere and the step may go ahead.
+ * --------------------------------------------------------------------- */
+enum { SCALER_GROWTH_INTERVAL = 2000 };
+
+static int grad_scaler_unscale(Trainer *t) {
+    double local = 0.0;
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        FOR_EACH(u->shard, scale_one, u->shard_grad, 1.0f / t->loss_scale);
+        local += sum_squares(t, u->shard_grad, u->shard); /* inf or NaN if any element is */
+    }
+    t->found_inf_here = !isfinite(local);
+    return sum_over_ranks(t, (float)t->found_inf_here, "the inf/NaN check") == 0.0;
+}
+
+static void grad_scaler_update(Trainer *t) {
+    if (t->skipped_step) {
+        t->loss_scale *= 0.5f;
+        t->scaler_growth = 0;
+    } else if (++t->scaler_growth == SCALER_GROWTH_INTERVAL) {
+        t->loss_scale *= 2.0f;
+        t->scaler_growth = 0;
+    }
+}
+
 /* Micro-batch `micro` of this rank's part of global batch number `step`:
  * the local batch is drawn on the host, and its samples [micro * B,
  * (micro + 1) * B) are copied to the device (on the CPU, from one host
@@ -2923,8 +3267,12 @@ float trainer_step(Trainer *t, int step) {
         loss += model_forward(t);
         model_backward(t);
     }
-    if (t->cfg.clip_grad_norm > 0.0f) clip_grad_norm(t, t->cfg.clip_grad_norm);
-    adamw_step(t);
+    t->skipped_step = t->cfg.grad_scaler && !grad_scaler_unscale(t);
+    if (!t->skipped_step) {
+        if (t->cfg.clip_grad_norm > 0.0f) clip_grad_norm(t, t->cfg.clip_grad_norm);
+        adamw_step(t);
+    }
+    if (t->cfg.grad_scaler) grad_scaler_update(t);
     return global_mean_loss(t, (float)(loss / K));
 }
 
@@ -2988,8 +3336,12 @@ static const char *optimizer_note(const Trainer *t) {
     if (c->lr_schedule != LR_CONSTANT || c->warmup > 0)
         n = snprintf(note, sizeof(note), " | lr %.6f", (double)lr_at(c, t->adam_step - 1));
     if (c->clip_grad_norm > 0.0f)
-        snprintf(note + n, sizeof(note) - (size_t)n, " | grad norm %.4f%s", (double)t->grad_norm,
-                 t->grad_norm > c->clip_grad_norm ? " (clipped)" : "");
+        n += snprintf(note + n, sizeof(note) - (size_t)n, " | grad norm %.4f%s",
+                      (double)t->grad_norm, t->grad_norm > c->clip_grad_norm ? " (clipped)" : "");
+    if (c->grad_scaler) /* the scale the step used, and whether inf/NaN skipped it */
+        snprintf(note + n, sizeof(note) - (size_t)n, " | loss scale %g%s",
+                 (double)(t->skipped_step ? 2.0f * t->loss_scale : t->loss_scale),
+                 t->skipped_step ? " (inf/NaN: step skipped)" : "");
     return note;
 }
 
@@ -3736,7 +4088,7 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
                                     q->offset + (b - p->offset), dst[k] + (a - lo), err, errlen))
                     return 2;
         }
-        unit_state_to_device(u);
+        unit_state_to_device(u, t->cfg.param_dtype);
     }
     return 0;
 }
@@ -3981,7 +4333,7 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
                 rc = usage_error(err, errlen, "--init-from %s: cannot read %s (the file changed?).",
                                  path, p->name);
         }
-        unit_state_to_device(u);
+        unit_state_to_device(u, t->cfg.param_dtype);
     }
     close(fd);
     return rc;
@@ -4133,6 +4485,12 @@ void config_usage(FILE *out) {
             "  --optimizer O         adamw (torch.optim.AdamW) | adam (torch.optim.Adam: weight\n"
             "                        decay as L2 on the gradient)           (default adamw)\n"
             "  --weight-decay X      weight decay                 (default 0.01; 0 with adam)\n"
+            "  --param-dtype D       fp32 | bf16 | fp16: gathered parameters, compute and the\n"
+            "                        all-gather (MixedPrecision's param_dtype)  (default fp32)\n"
+            "  --reduce-dtype D      fp32 | bf16 | fp16: the gradients' reduce-scatter\n"
+            "                        (MixedPrecision's reduce_dtype)   (default: --param-dtype)\n"
+            "  --grad-scaler         dynamic loss scaling, needed by fp16 (ShardedGradScaler)\n"
+            "  --init-scale X        its first scale                        (default 65536)\n"
             "  --clip-grad-norm X    scale the gradients so their total norm is at most X, as\n"
             "                        FSDP's clip_grad_norm_                  (default off)\n"
             "  --lr-schedule S       constant | step (StepLR: lr x gamma every --step-size\n"
@@ -4257,6 +4615,8 @@ static void config_defaults(Config *c) {
     c->beta2 = 0.999f;
     c->eps = 1e-8f;
     c->weight_decay = -1.0f; /* PyTorch's default for the optimizer: resolved below */
+    c->reduce_dtype = (Dtype)-1; /* MixedPrecision's default: param_dtype, resolved below */
+    c->init_scale = 65536.0f;    /* ShardedGradScaler's default, 2^16 */
     c->gamma = 0.1f;         /* StepLR's default; step_size has none (0: not given) */
     c->steps = 200;
     c->batch = 64;
@@ -4343,6 +4703,20 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return parse_long(flag, val, 1, 100000000, &c->step_size, err, errlen);
     if (!strcmp(flag, "--gamma"))
         return parse_float(flag, val, 0.0, 1, 1.0, &c->gamma, err, errlen);
+    if (!strcmp(flag, "--param-dtype") || !strcmp(flag, "--reduce-dtype")) {
+        Dtype d;
+        if (!strcmp(val, "fp32")) d = DTYPE_FP32;
+        else if (!strcmp(val, "bf16")) d = DTYPE_BF16;
+        else if (!strcmp(val, "fp16")) d = DTYPE_FP16;
+        else
+            return usage_error(err, errlen, "%s: unknown format '%s'. Choose fp32, bf16 or fp16.",
+                               flag, val);
+        if (flag[2] == 'p') c->param_dtype = d;
+        else c->reduce_dtype = d;
+        return 0;
+    }
+    if (!strcmp(flag, "--init-scale"))
+        return parse_float(flag, val, 0.0, 1, 1e30, &c->init_scale, err, errlen);
     if (!strcmp(flag, "--optimizer")) {
         if (!strcmp(val, "adamw")) c->optimizer = OPTIMIZER_ADAMW;
         else if (!strcmp(val, "adam")) c->optimizer = OPTIMIZER_ADAM;
@@ -4463,7 +4837,8 @@ static int flag_takes_no_value(const char *flag) {
                                         "--forward-prefetch",
                                         "--tf32",
                                         "--no-sync",
-                                        "--activation-checkpointing"};
+                                        "--activation-checkpointing",
+                                        "--grad-scaler"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -4490,6 +4865,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--tf32")) c->tf32 = 1; /* the CPU computes fp32 regardless */
     else if (!strcmp(flag, "--no-sync")) c->no_sync = 1;
     else if (!strcmp(flag, "--activation-checkpointing")) c->activation_checkpointing = 1;
+    else if (!strcmp(flag, "--grad-scaler")) c->grad_scaler = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -4512,6 +4888,9 @@ static int flag_takes_value(const char *flag) {
                                         "--eps",
                                         "--weight-decay",
                                         "--optimizer",
+                                        "--param-dtype",
+                                        "--reduce-dtype",
+                                        "--init-scale",
                                         "--clip-grad-norm",
                                         "--lr-schedule",
                                         "--warmup",
@@ -4574,6 +4953,34 @@ static int config_each_option(Config *c, int argc, char **argv, int only_model, 
     return 0;
 }
 
+/* Was `flag` given on the command line (alone or as --flag=value)? */
+static int flag_given(int argc, char **argv, const char *flag) {
+    size_t n = strlen(flag);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], flag, n) && (argv[i][n] == '\0' || argv[i][n] == '=')) return 1;
+    return 0;
+}
+
+/* Mixed precision's combinations; returns 0 or 2 with a message. */
+static int config_check_precision(const Config *c, int argc, char **argv, char *err,
+                                  size_t errlen) {
+    int fp16 = c->param_dtype == DTYPE_FP16 || c->reduce_dtype == DTYPE_FP16;
+    if (fp16 && !c->grad_scaler)
+        return usage_error(err, errlen,
+                           "fp16 holds nothing below 2^-24: most gradients would round to zero "
+                           "without loss scaling. Add --grad-scaler (PyTorch's ShardedGradScaler), "
+                           "or use bf16, which has fp32's range.");
+    if (flag_given(argc, argv, "--init-scale") && !c->grad_scaler)
+        return usage_error(err, errlen,
+                           "--init-scale is the first scale of --grad-scaler; add --grad-scaler.");
+    if (c->grad_scaler && (c->save_dir || c->resume_dir))
+        return usage_error(err, errlen,
+                           "--grad-scaler's scale is not kept in checkpoints yet, so a resumed run "
+                           "would not continue it: leave out --save-dir/--resume with it, or "
+                           "train in bf16 (no scaler needed).");
+    return 0;
+}
+
 int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
     err[0] = '\0';
     config_defaults(c);
@@ -4591,6 +4998,9 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
                            total);
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->weight_decay < 0.0f) c->weight_decay = c->optimizer == OPTIMIZER_ADAM ? 0.0f : 0.01f;
+    if ((int)c->reduce_dtype < 0) c->reduce_dtype = c->param_dtype;
+    rc = config_check_precision(c, argc, argv, err, errlen);
+    if (rc) return rc;
     if (c->lr_schedule == LR_STEP && c->step_size == 0)
         return usage_error(err, errlen,
                            "--lr-schedule step needs --step-size N: every N steps the learning "
@@ -4668,6 +5078,11 @@ static void print_header(const Trainer *t) {
                c->no_sync ? "reduce-scattered once (--no-sync)" : "each reduce-scattered");
     if (c->activation_checkpointing)
         printf("activation checkpointing: each block keeps its input and runs again in backward\n");
+    if (c->param_dtype != DTYPE_FP32 || c->reduce_dtype != DTYPE_FP32)
+        printf("mixed precision: param_dtype %s, reduce_dtype %s, fp32 master parameters and AdamW "
+               "state%s\n",
+               DTYPE_NAMES[c->param_dtype], DTYPE_NAMES[c->reduce_dtype],
+               c->grad_scaler ? "; dynamic loss scaling" : "");
     char vram[32];
     if (c->vram)
         printf("simulated VRAM: %s per rank (--vram)\n",
@@ -4793,9 +5208,11 @@ static const char *json_options(const Trainer *t) {
     const Config *c = &t->cfg;
     snprintf(out, sizeof(out),
              "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, "
-             "\"activation_checkpointing\": %s, ",
+             "\"activation_checkpointing\": %s, \"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", "
+             "\"grad_scaler\": %s, ",
              c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false",
-             c->activation_checkpointing ? "true" : "false");
+             c->activation_checkpointing ? "true" : "false", DTYPE_NAMES[c->param_dtype],
+             DTYPE_NAMES[c->reduce_dtype], c->grad_scaler ? "true" : "false");
     return out;
 }
 

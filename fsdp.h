@@ -58,6 +58,17 @@ typedef enum {
 
 typedef enum { LR_CONSTANT, LR_STEP, LR_COSINE } LrSchedule;
 
+/* The floating-point formats of PyTorch's MixedPrecision (fsdp.c, section
+ * 5): a value's width in memory and on the wire. */
+typedef enum {
+    DTYPE_FP32, /* float32: 8-bit exponent, 23-bit mantissa */
+    DTYPE_BF16, /* bfloat16: fp32's 8-bit exponent, 7-bit mantissa */
+    DTYPE_FP16, /* float16: 5-bit exponent (largest 65504), 10-bit mantissa */
+} Dtype;
+
+static const char *const DTYPE_NAMES[] = {"fp32", "bf16", "fp16"};
+static inline int dtype_bytes(Dtype d) { return d == DTYPE_FP32 ? 4 : 2; }
+
 typedef enum {
     OPTIMIZER_ADAMW, /* torch.optim.AdamW: decoupled weight decay (the default) */
     OPTIMIZER_ADAM,  /* torch.optim.Adam: weight decay as L2 on the gradient */
@@ -92,6 +103,11 @@ typedef struct {
     LrSchedule lr_schedule; /* --lr-schedule, with --warmup, --step-size, --gamma */
     long warmup, step_size;
     float gamma;
+    /* mixed precision: PyTorch's MixedPrecision(param_dtype, reduce_dtype) */
+    Dtype param_dtype;  /* --param-dtype: gathered parameters, compute, all-gather */
+    Dtype reduce_dtype; /* --reduce-dtype: gradients' reduce-scatter (default: param_dtype) */
+    int grad_scaler;    /* --grad-scaler: dynamic loss scaling (ShardedGradScaler) */
+    float init_scale;   /* --init-scale: its first scale (PyTorch: 2^16) */
     /* training */
     int steps; /* optimizer steps */
     int batch; /* global batch (samples), split across ranks */
@@ -157,7 +173,8 @@ typedef enum {
 
 typedef struct {
     void *ptr;
-    size_t bytes;
+    size_t bytes;    /* as booked: what a GPU would hold */
+    size_t physical; /* as allocated: a 16-bit value sits in a float (section 5) */
     MemCategory cat;
 } LedgerEntry;
 
@@ -190,19 +207,21 @@ static const char *const COMM_KIND_NAMES[COMM_NUM_KINDS] = {"all_gather", "reduc
                                                             "all_reduce"};
 
 /* The bytes one rank sends (and as many it receives) in a ring collective
- * over `world` ranks on a full buffer of `count` floats: N-1 chunks of
- * count/N for an all-gather or a reduce-scatter, twice that for an
- * all-reduce (a reduce-scatter, then an all-gather). This is the volume
- * nccl-tests calls bus traffic: the bandwidth-optimal figure. */
-static inline double ring_bytes(CommKind kind, int world, long count) {
+ * over `world` ranks on a full buffer of `count` elements of `elem_bytes`
+ * each (4 for fp32, 2 for bf16 or fp16): N-1 chunks of count/N for an
+ * all-gather or a reduce-scatter, twice that for an all-reduce (a
+ * reduce-scatter, then an all-gather). This is the volume nccl-tests calls
+ * bus traffic: the bandwidth-optimal figure. */
+static inline double ring_bytes(CommKind kind, int world, long count, int elem_bytes) {
     double chunks = (kind == COMM_ALL_REDUCE ? 2.0 : 1.0) * (world - 1);
-    return chunks * (double)(count / world) * sizeof(float);
+    return chunks * (double)(count / world) * elem_bytes;
 }
 
 typedef struct {
     CommKind kind;
     int unit;              /* unit index, -1 for the loss (not model state) */
     long count;            /* elements in the full buffer */
+    int elem_bytes;        /* each element's bytes on the wire: 4, or 2 (bf16, fp16) */
     double t_start, t_end; /* MPI_Wtime() seconds: when the stream ran it */
     double sim_seconds;    /* its duration on the --net interconnect */
     int step;              /* the training step it belongs to */
@@ -223,6 +242,8 @@ typedef struct {
     float *out;         /* (S) reduce-scatter output */
     float *tmp;         /* (S) the ring's receive buffer */
     long S;             /* elements per rank (chunk) */
+    Dtype wire;         /* the format on the wire; fp32, or 16-bit (mixed precision) */
+    float prescale;     /* 16-bit sums: the inputs are multiplied by it first (1/predivide) */
     void *ready;        /* GPU: cudaEvent_t on the compute stream once the inputs are
                          * written; the stream waits for it before it reads them */
 } CommTask;
@@ -254,6 +275,9 @@ typedef struct {
     const struct NetModel *net;
     struct Sim *sim;   /* the instruments, told of every collective */
     int step;          /* the training step now running */
+    int elem_bytes;    /* the collective being recorded: bytes per element on the wire */
+    Dtype reduce_dtype; /* the gradients' format on the wire (--reduce-dtype) */
+    MPI_Op half_sum[3]; /* --collectives mpi: the sum of two bf16 or fp16 values, rounded */
     CommEvent *events; /* every collective, in order */
     int n_events, cap_events;
     /* the communication stream (fsdp.c, section 4) */
@@ -284,6 +308,11 @@ typedef struct {
     double sim_seconds; /* how long it takes on the --net interconnect */
     double sim_end;     /* when it would end on the --net schedule */
     int event;          /* index into Comm.events, or -1 when not recorded */
+    Dtype wire;         /* 16-bit: the mean is rounded to it again */
+    void *wire_buf;     /* GPU with NCCL, 16-bit: the packed buffer NCCL works on */
+    size_t wire_bytes;  /* ... its size */
+    float *unpack_to;   /* ... and where its result goes once waited for */
+    long unpack_count, unpack_from;
     void *began, *done; /* GPU with NCCL: cudaEvent_t on the communication stream */
 } CommHandle;
 
@@ -335,6 +364,9 @@ typedef struct {
     float *shard_grad;             /* (shard) this rank's slice of the gradient */
     float *exp_avg;                /* (shard) AdamW first moment */
     float *exp_avg_sq;             /* (shard) AdamW second moment */
+    float *master_param;           /* (shard) mixed precision: the fp32 parameters AdamW
+                                    * updates; shard_param is then their param_dtype copy.
+                                    * NULL in fp32: shard_param is the master itself */
     float *full_param;             /* (padded) gathered full state, or NULL */
     float *full_grad;              /* (padded) full-size gradient, or NULL */
     float *saved_grad_shard; /* --grad-accum: the gradient shard of the micro-batches before

@@ -98,7 +98,7 @@ static void draw_step_picture(const Sim *s, const Comm *c, CommKind kind, int un
                               const double *mem) {
     int N = c->world;
     long S = count / N;
-    double moved = ring_bytes(kind, N, count);
+    double moved = ring_bytes(kind, N, count, c->elem_bytes);
     printf("\n---- step %d, collective #%ld: %s of %s ----\n", s->step, s->seq - 1,
            COMM_KIND_NAMES[kind], unit_label(s, unit));
     printf("%ld elements = %d slices of %ld; each rank sends %.1f KiB and receives %.1f KiB\n",

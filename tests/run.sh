@@ -77,6 +77,19 @@ run "accumulation full_shard N=3, 4 micro-batches, --no-sync" $MPIRUN -np 3 test
 run "accumulation shard_grad_op N=2, --no-sync keeps the full state" $MPIRUN -np 2 tests/test_distributed accum shard_grad_op 2 no-sync $TINY
 run "accumulation no_shard N=2, all-reduce each and --no-sync" bash -c "$MPIRUN -np 2 tests/test_distributed accum no_shard 3 $TINY && $MPIRUN -np 2 tests/test_distributed accum no_shard 3 no-sync $TINY"
 
+# -- mixed precision: N ranks == 1 rank in bf16/fp16, widths in the ledger and on the wire ----------
+for n in 2 4; do
+  run "mixed precision bf16 full_shard N=$n == 1 rank (tolerance from 2^-8)" $MPIRUN -np $n tests/test_distributed precision full_shard $TINY --param-dtype bf16
+done
+run "mixed precision bf16 params, fp32 reduce, shard_grad_op N=3 == 1 rank" $MPIRUN -np 3 tests/test_distributed precision shard_grad_op $TINY --param-dtype bf16 --reduce-dtype fp32
+run "mixed precision fp16 with loss scaling, no_shard N=3, Open MPI collectives == 1 rank" $MPIRUN -np 3 tests/test_distributed precision no_shard $TINY --param-dtype fp16 --grad-scaler --init-scale 1024 --collectives mpi
+run "mixed precision fp16 full_shard N=4 == 1 rank (2^-11)" $MPIRUN -np 4 tests/test_distributed precision full_shard $TINY --param-dtype fp16 --grad-scaler --init-scale 1024
+run "ShardedGradScaler: one inf/NaN verdict on every rank, the scale halves per skip" $MPIRUN -np 4 tests/test_distributed scaler full_shard --model tiny --steps 12 --batch 12 --param-dtype fp16 --grad-scaler --init-scale 4e6
+for st in full_shard shard_grad_op no_shard; do
+  run "mixed precision memory: $st N=3, each buffer at its width (bf16 half, optimizer 1.5x)" $MPIRUN -np 3 tests/test_distributed precision-memory $st $TINY --param-dtype bf16
+done
+run "mixed precision traffic: bf16 all-gathers half the bytes, through MPI_Sendrecv too" bash -c "$MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY --param-dtype bf16 && $MPIRUN -np 3 tests/test_distributed traffic no_shard $TINY --param-dtype bf16 --reduce-dtype fp32 && $MPIRUN -np 2 tests/test_distributed traffic shard_grad_op $TINY --param-dtype fp16 --grad-scaler --init-scale 1024"
+
 # -- activation checkpointing: bitwise equal, L-1 blocks' activations less, no collective more ----
 for st in full_shard shard_grad_op no_shard; do
   run "activation checkpointing $st N=3" $MPIRUN -np 3 tests/test_distributed checkpointing $st $TINY --depth 4

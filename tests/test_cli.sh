@@ -255,6 +255,13 @@ bad "--batch 1 does not divide by 2 ranks" --model tiny --batch 1
 bad "--grad-accum 3 does not divide the 32 samples each of 2 ranks takes" --model tiny --grad-accum 3
 bad "--grad-accum: 0 is out of range" --grad-accum 0
 bad "--no-sync keeps the gradients of the first K-1 of --grad-accum K" --model tiny --no-sync
+bad "--param-dtype: unknown format 'fp8'. Choose fp32, bf16 or fp16." --param-dtype fp8
+bad "--reduce-dtype: unknown format 'half'" --reduce-dtype half
+bad "fp16 holds nothing below 2^-24" --param-dtype fp16
+bad "fp16 holds nothing below 2^-24" --param-dtype bf16 --reduce-dtype fp16
+bad "--init-scale is the first scale of --grad-scaler; add --grad-scaler." --init-scale 1024
+bad "--init-scale: 0 is out of range" --grad-scaler --init-scale 0
+bad "--grad-scaler's scale is not kept in checkpoints yet" --param-dtype fp16 --grad-scaler --save-dir /tmp/x
 
 # ---- --data --------------------------------------------------------------------
 bad "--data $MISSING: cannot open it" --data "$MISSING"

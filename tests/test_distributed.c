@@ -361,7 +361,10 @@ static void test_prefetch(int argc, char **argv, const char *strategy) {
  *   no_shard:      all-reduce 2 (N-1) S_u * 4 once per unit
  * With --grad-accum K all of it happens K times (one forward and backward
  * per micro-batch), except that --no-sync reduces once, and shard_grad_op
- * under --no-sync keeps its full state and gathers once;
+ * under --no-sync keeps its full state and gathers once; with mixed
+ * precision the all-gathers move param_dtype's 2 bytes an element instead
+ * of 4, and the reductions reduce_dtype's width; --grad-scaler adds one
+ * all-gather of a float per rank per step (the inf/NaN verdict);
  * plus the loss: an all-gather of one float per rank, (N-1) * 4.
  * Checked three ways: the counters against this formula, the bytes that
  * really went through MPI_Sendrecv (the ring) against the counters, and the
@@ -375,24 +378,27 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
     int K = cfg.grad_accum, reductions = cfg.no_sync ? 1 : K; /* per unit per step */
     const NetModel *net = net_model_find("ethernet");
     double expect[COMM_NUM_KINDS] = {0, 0, 0}, expect_sim[COMM_NUM_KINDS] = {0, 0, 0};
-    expect_sim[COMM_ALL_GATHER] = net_collective_seconds(net, COMM_ALL_GATHER, N, N * 4.0); /* the loss */
-    long expect_calls[COMM_NUM_KINDS] = {1, 0, 0}; /* the loss all-gather */
-    expect[COMM_ALL_GATHER] = (N - 1) * 4.0;
+    int scalars = cfg.grad_scaler ? 2 : 1; /* the loss, and the inf/NaN verdict */
+    expect_sim[COMM_ALL_GATHER] = scalars * net_collective_seconds(net, COMM_ALL_GATHER, N, N * 4.0);
+    long expect_calls[COMM_NUM_KINDS] = {scalars, 0, 0};
+    expect[COMM_ALL_GATHER] = scalars * (N - 1) * 4.0;
+    int pw = dtype_bytes(cfg.param_dtype), rw = dtype_bytes(cfg.reduce_dtype); /* wire widths */
     for (int u = 0; u < t->n_units; u++) {
-        double one = (double)(N - 1) * (t->units[u].padded / N) * sizeof(float);
-        double full_bytes = (double)t->units[u].padded * sizeof(float);
+        double one = (double)(N - 1) * (t->units[u].padded / N) * pw;
+        double one_r = (double)(N - 1) * (t->units[u].padded / N) * rw;
+        double full_bytes = (double)t->units[u].padded * pw, full_r = (double)t->units[u].padded * rw;
         if (cfg.strategy == STRATEGY_NO_SHARD) {
-            expect_sim[COMM_ALL_REDUCE] += reductions * net_collective_seconds(net, COMM_ALL_REDUCE, N, full_bytes);
-            expect[COMM_ALL_REDUCE] += reductions * 2 * one;
+            expect_sim[COMM_ALL_REDUCE] += reductions * net_collective_seconds(net, COMM_ALL_REDUCE, N, full_r);
+            expect[COMM_ALL_REDUCE] += reductions * 2 * one_r;
             expect_calls[COMM_ALL_REDUCE] += reductions;
             continue;
         }
         int gathers = K * ((cfg.strategy == STRATEGY_FULL_SHARD && u > 0) ? 2 : 1);
         if (cfg.strategy == STRATEGY_SHARD_GRAD_OP && cfg.no_sync) gathers = 1; /* kept */
         expect_sim[COMM_ALL_GATHER] += gathers * net_collective_seconds(net, COMM_ALL_GATHER, N, full_bytes);
-        expect_sim[COMM_REDUCE_SCATTER] += reductions * net_collective_seconds(net, COMM_REDUCE_SCATTER, N, full_bytes);
+        expect_sim[COMM_REDUCE_SCATTER] += reductions * net_collective_seconds(net, COMM_REDUCE_SCATTER, N, full_r);
         expect[COMM_ALL_GATHER] += gathers * one;
-        expect[COMM_REDUCE_SCATTER] += reductions * one;
+        expect[COMM_REDUCE_SCATTER] += reductions * one_r;
         expect_calls[COMM_ALL_GATHER] += gathers;
         expect_calls[COMM_REDUCE_SCATTER] += reductions;
     }
@@ -413,6 +419,141 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
         check(fabs(got - expect_sim[k]) <= 1e-9 * (1.0 + expect_sim[k]), what, "%.3f us/step, formula %.3f us", 1e6 * got, 1e6 * expect_sim[k]);
     }
     check(wire_bytes_sent == counted, "bytes through MPI_Sendrecv == counted", "%.0f == %.0f (rank 0, %d steps)", wire_bytes_sent, counted, steps);
+    trainer_destroy(t);
+}
+
+/* ---- mixed precision: N ranks == 1 rank in the same formats ------------------------
+ * Both runs round every stored value to the same 16-bit format; what
+ * differs is where the gradient's sums are rounded. One rank sums its B
+ * samples in fp32 and rounds once; N ranks each round their partial sum of
+ * B/N samples, and the ring rounds each of its N-1 additions. Each rounding
+ * is within u = 2^-8 (bf16) or 2^-11 (fp16) of the value rounded, so the
+ * averaged gradient differs by at most about (N + 1) u of the largest
+ * partial sum: we allow 2 (N + 1) u of max |g| after step 1. The forward of
+ * a sample is the same bits on any number of ranks, so step 1's loss agrees
+ * to fp32 rounding (1e-5). After that the parameters part by rounding
+ * noise: Adam's update of an element is about lr in size whatever its
+ * gradient, so an element whose gradient sits at rounding level may step
+ * the other way. The test bounds the drift in aggregate: the RMS of the
+ * difference must stay within 5% of the RMS distance training moved the
+ * parameters, and the losses within 2 (N + 1) u relative every step; a
+ * wrong shard, a lost rank or a skipped step on some ranks only moves them
+ * by 100% of that distance. With fp16 each rank's gradient is the mean of
+ * its B/N samples, up to N times one rank's and so quicker to overflow:
+ * the comparison runs at a loss scale neither reaches (checked). */
+static double rms(const float *a, const float *b, long n) {
+    double sum = 0.0;
+    for (long i = 0; i < n; i++) sum += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return sqrt(sum / (double)n);
+}
+
+static void test_precision(int argc, char **argv, const char *strategy) {
+    Config cfg, ref_cfg;
+    make_config(&cfg, argc, argv, strategy, NULL);
+    make_config(&ref_cfg, argc, argv, "no_shard", "ring");
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD), *ref = trainer_create(&ref_cfg, MPI_COMM_SELF);
+    int N = t->comm.world, skipped = 0;
+    double u = cfg.param_dtype == DTYPE_FP16 || cfg.reduce_dtype == DTYPE_FP16 ? 1.0 / 2048 : 1.0 / 256;
+    if (cfg.param_dtype == DTYPE_BF16 || cfg.reduce_dtype == DTYPE_BF16) u = 1.0 / 256;
+    long P = trainer_num_params(t);
+    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
+    float *init = (float *)malloc((size_t)P * sizeof(float));
+    trainer_gather_params(ref, init);
+    double worst_loss = 0.0;
+    for (int s = 0; s < cfg.steps; s++) {
+        float ln = trainer_step(t, s), l1 = trainer_step(ref, s);
+        skipped += t->skipped_step + ref->skipped_step;
+        worst_loss = fmax(worst_loss, fabs((double)ln - l1) / fabs((double)l1));
+        if (s == 0) {
+            double scale;
+            check(fabs((double)ln - l1) <= 1e-5, "loss at step 1", "%d ranks %.7f, 1 rank %.7f", N, ln, l1);
+            gather_grads(t, a);
+            gather_grads(ref, b);
+            double d = max_abs_diff(a, b, P, &scale);
+            check(d <= 2 * (N + 1) * u * scale, "gradients after step 1", "max |dg| %.2e, max |g| %.2e (tol 2 (N+1) u max|g| = %.2e)", d, scale, 2 * (N + 1) * u * scale);
+        }
+    }
+    check(worst_loss <= 2 * (N + 1) * u, "losses, every step", "max |dloss|/loss %.2e over %d steps (tol 2 (N+1) u = %.2e)", worst_loss, cfg.steps, 2 * (N + 1) * u);
+    if (cfg.grad_scaler) check(skipped == 0, "(control) no step skipped", "loss scale %g", (double)cfg.init_scale);
+    trainer_gather_params(t, a);
+    trainer_gather_params(ref, b);
+    double drift = rms(a, b, P), moved = rms(b, init, P);
+    check(drift <= 0.05 * moved && moved > 0, "parameters: RMS drift within 5% of RMS movement", "%.2e <= 0.05 * %.2e", drift, moved);
+    free(a);
+    free(b);
+    free(init);
+    trainer_destroy(t);
+    trainer_destroy(ref);
+}
+
+/* ---- mixed precision: every buffer booked at its width -------------------------------
+ * The same run in fp32 and with --param-dtype bf16 (--reduce-dtype as
+ * given): the shard of the parameters, the gathered full parameters and the
+ * full gradients are param_dtype, 2 bytes instead of 4: exactly half the
+ * fp32 peaks. The gradient shard is reduce_dtype's width. The optimizer
+ * state gains the fp32 master: 12 bytes a parameter instead of 8, 1.5x. */
+static void test_precision_memory(int argc, char **argv, const char *strategy) {
+    static const char *const fp32[] = {"--param-dtype", "fp32", "--reduce-dtype", "fp32", NULL};
+    Config cfg, ref_cfg;
+    make_config(&cfg, argc, argv, strategy, NULL);
+    make_config_more(&ref_cfg, argc, argv, strategy, NULL, fp32);
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD), *ref = trainer_create(&ref_cfg, MPI_COMM_WORLD);
+    for (int s = 0; s < 2; s++) {
+        trainer_step(t, s);
+        trainer_step(ref, s);
+    }
+    double pw = dtype_bytes(cfg.param_dtype) / 4.0, rw = dtype_bytes(cfg.reduce_dtype) / 4.0;
+    const MemCategory cats[5] = {MEM_PARAM_SHARD, MEM_GRAD_SHARD, MEM_OPTIM_STATE, MEM_FULL_PARAMS, MEM_FULL_GRADS};
+    double ratio[5] = {pw, rw, 1.5, pw, pw};
+    if (!is_sharded(t)) ratio[0] = pw, ratio[1] = rw; /* the "shards" are the whole model */
+    for (int k = 0; k < 5; k++) {
+        double got = peak_of(t, cats[k]), fp = peak_of(ref, cats[k]);
+        char what[64];
+        snprintf(what, sizeof(what), "%s: %.2gx fp32's", MEM_CATEGORY_NAMES[cats[k]], ratio[k]);
+        check(got == ratio[k] * fp, what, "%.0f == %.2g * %.0f bytes", got, ratio[k], fp);
+    }
+    trainer_destroy(t);
+    trainer_destroy(ref);
+}
+
+/* ---- ShardedGradScaler: one verdict on every rank ----------------------------------
+ * At a loss scale too large for fp16 the gradients overflow, but a rank sees
+ * only its own shards: an inf in one rank's shard is no inf in another's.
+ * Started from such a scale, every rank must skip exactly the same steps
+ * (the ranks agree on found_inf), and the test checks that on some step the
+ * ranks' own findings differed, so the agreement was needed. Each skip
+ * halves the scale until steps go through, a skipped step leaves the
+ * parameters as they were, and training then moves them. */
+static void test_scaler(int argc, char **argv, const char *strategy) {
+    Config cfg;
+    make_config(&cfg, argc, argv, strategy, NULL);
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    long P = trainer_num_params(t);
+    float *a = (float *)malloc((size_t)P * sizeof(float)), *init = (float *)malloc((size_t)P * sizeof(float));
+    trainer_gather_params(t, init);
+    int skips = 0, agreed = 1, differed = 0, unchanged = 1;
+    for (int s = 0; s < cfg.steps; s++) {
+        trainer_step(t, s);
+        int v[2] = {t->skipped_step, t->found_inf_here}, lo[2], hi[2];
+        MPI_Allreduce(v, lo, 2, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(v, hi, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        agreed &= lo[0] == hi[0];
+        differed |= lo[1] != hi[1];
+        skips += t->skipped_step;
+        if (t->skipped_step && skips == s + 1) { /* every step so far skipped */
+            trainer_gather_params(t, a);
+            unchanged &= memcmp(a, init, (size_t)P * sizeof(float)) == 0;
+        }
+    }
+    trainer_gather_params(t, a);
+    double moved = rms(a, init, P), want = cfg.init_scale / pow(2.0, skips);
+    check(agreed, "every rank skipped the same steps", "%d of %d skipped", skips, cfg.steps);
+    check(differed, "ranks' own findings differed on some step", "so agreeing on found_inf mattered");
+    check(skips > 0 && skips < cfg.steps && t->loss_scale == (float)want, "the scale halved per skip, then steps went through",
+          "scale %g == %g / 2^%d", (double)t->loss_scale, (double)cfg.init_scale, skips);
+    check(unchanged && moved > 0, "skipped steps left the parameters alone; the others moved them", "RMS movement %.2e", moved);
+    free(a);
+    free(init);
     trainer_destroy(t);
 }
 
@@ -549,6 +690,15 @@ int main(int argc, char **argv) {
         int no_sync = argc >= 5 && !strcmp(argv[4], "no-sync");
         if (rank == 0) printf("accumulation: %s, %s micro-batches%s, on %d ranks == 1 rank, one batch\n", argv[2], argv[3], no_sync ? " (--no-sync)" : "", world);
         test_accum(argc - 4 - no_sync, argv + 4 + no_sync, argv[2], argv[3], no_sync);
+    } else if (!strcmp(mode, "precision") && argc >= 3) {
+        if (rank == 0) printf("mixed precision: %s on %d ranks == 1 rank in the same formats\n", argv[2], world);
+        test_precision(argc - 3, argv + 3, argv[2]);
+    } else if (!strcmp(mode, "precision-memory") && argc >= 3) {
+        if (rank == 0) printf("mixed precision: %s on %d ranks, memory against fp32\n", argv[2], world);
+        test_precision_memory(argc - 3, argv + 3, argv[2]);
+    } else if (!strcmp(mode, "scaler") && argc >= 3) {
+        if (rank == 0) printf("loss scaling: %s on %d ranks from a scale too large\n", argv[2], world);
+        test_scaler(argc - 3, argv + 3, argv[2]);
     } else if (!strcmp(mode, "checkpointing") && argc >= 3) {
         if (rank == 0) printf("activation checkpointing: %s on %d ranks against without it\n", argv[2], world);
         test_checkpointing(argc - 3, argv + 3, argv[2]);

@@ -282,6 +282,80 @@ typedef struct {
     long numel[12];
 } WrapCase;
 
+/* ---- bf16 and fp16 rounding against an independent reference -------------
+ * The reference decodes every one of the 65536 patterns of the format with
+ * ldexp (not the bit tricks under test), sorts the finite non-negative
+ * values, and rounds x by definition: the nearest value, a tie to the
+ * pattern with an even last bit, and beyond the largest value plus half an
+ * ulp to infinity. Checked on every float in a sweep of 2^16 + edge
+ * cases: halfway points, subnormals, overflow thresholds, infinities, NaN,
+ * negative values; the conversion back must be exact on every pattern. */
+static double decode_half(unsigned h, Dtype d) { /* the value of pattern h, h's sign ignored */
+    int ebits = d == DTYPE_BF16 ? 8 : 5, mbits = d == DTYPE_BF16 ? 7 : 10, bias = (1 << (ebits - 1)) - 1;
+    unsigned e = (h >> mbits) & ((1u << ebits) - 1), m = h & ((1u << mbits) - 1);
+    if (e == (1u << ebits) - 1) return m ? NAN : INFINITY;
+    if (e == 0) return ldexp((double)m, 1 - bias - mbits);
+    return ldexp((double)((1u << mbits) + m), (int)e - bias - mbits);
+}
+
+static unsigned reference_round(float x, Dtype d) {
+    int mbits = d == DTYPE_BF16 ? 7 : 10, ebits = d == DTYPE_BF16 ? 8 : 5;
+    unsigned sign = signbit(x) ? 0x8000u : 0, inf = ((1u << ebits) - 1) << mbits;
+    double a = fabs((double)x);
+    if (isnan(x)) return 0xFFFFu; /* any NaN: compared as "is NaN" */
+    unsigned lo = 0, hi = inf - 1; /* the largest finite pattern */
+    double top = decode_half(hi, d), ulp = top - decode_half(hi - 1, d);
+    if (a >= top + ulp / 2) return sign | inf; /* halfway to the next binade: RNE goes up */
+    if (a >= top) return sign | hi;
+    while (hi - lo > 1) { /* decode is increasing in the pattern: bisect */
+        unsigned mid = (lo + hi) / 2;
+        if (decode_half(mid, d) <= a) lo = mid;
+        else hi = mid;
+    }
+    double dl = a - decode_half(lo, d), dh = decode_half(hi, d) - a;
+    unsigned pick = dl < dh ? lo : dh < dl ? hi : ((lo & 1) ? hi : lo);
+    return sign | pick;
+}
+
+static void test_dtypes(void) {
+    static const Dtype ds[2] = {DTYPE_BF16, DTYPE_FP16};
+    for (int k = 0; k < 2; k++) {
+        Dtype d = ds[k];
+        long bad = 0, n = 0, bad_back = 0;
+        for (unsigned h = 0; h < 65536; h++) { /* back to fp32: exact, every pattern */
+            double want = decode_half(h & 0x7FFFu, d) * ((h & 0x8000u) ? -1 : 1);
+            float got = float_from_half((uint16_t)h, d);
+            if (!(isnan(want) ? isnan(got) : (double)got == want)) bad_back++;
+        }
+        for (long i = 0; i < (1L << 16) + 64; i++) {
+            float x;
+            if (i < (1L << 16)) { /* spread over every exponent: bits i * 65537, both signs */
+                uint32_t u = (uint32_t)(i * 65537u);
+                memcpy(&x, &u, sizeof(x));
+            } else { /* halfway points and thresholds, from the reference's own table */
+                unsigned h = (unsigned)(i * 977) % (d == DTYPE_BF16 ? 0x7F80u : 0x7C00u);
+                double v = decode_half(h, d), w = decode_half(h + 1, d);
+                x = (float)((v + w) / 2);
+                if (i % 4 == 1) x = (float)decode_half(h, d);
+                if (i % 4 == 2) x = -x;
+            }
+            unsigned want = reference_round(x, d), got = half_from_float(x, d);
+            int ok = want == 0xFFFFu ? isnan(float_from_half((uint16_t)got, d)) : got == want;
+            bad += !ok;
+            n++;
+        }
+        char what[64];
+        snprintf(what, sizeof(what), "%s: round to nearest even", DTYPE_NAMES[d]);
+        check(bad == 0, what, "%ld of %ld floats differ from the reference", bad, n);
+        snprintf(what, sizeof(what), "%s: back to fp32 exactly", DTYPE_NAMES[d]);
+        check(bad_back == 0, what, "%ld of 65536 patterns differ", bad_back);
+    }
+    check(half_from_float(65519.0f, DTYPE_FP16) == 0x7BFF && half_from_float(65520.0f, DTYPE_FP16) == 0x7C00,
+          "fp16: 65519 -> 65504, 65520 -> inf", "the overflow threshold");
+    check(half_from_float(ldexpf(1.0f, -25), DTYPE_FP16) == 0 && half_from_float(ldexpf(1.5f, -25), DTYPE_FP16) == 1,
+          "fp16: 2^-25 -> 0 (tie to even), 1.5 * 2^-25 -> 2^-24", "the underflow threshold");
+}
+
 static void test_autowrap(void) {
     const WrapCase cases[] = {
         /* exactly one block: each block and the head (4352 >= 2160) wrap */
@@ -478,6 +552,8 @@ int main(int argc, char **argv) {
     test_adam();
     printf("learning-rate schedules\n");
     test_lr_schedule();
+    printf("number formats (mixed precision)\n");
+    test_dtypes();
     printf("auto-wrap\n");
     test_autowrap();
     printf("padding and shards\n");
