@@ -582,7 +582,7 @@ FSDP_HD static inline float float_from_bf16(uint16_t h) { return bits_float((uin
 
 FSDP_HD static inline uint16_t fp16_from_float(float f) {
     uint32_t u = float_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u); /* NaN */
+    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);  /* NaN */
     if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* >= 65520: inf */
     if (a < 0x38800000u) /* below 2^-14: a subnormal, a whole number of 2^-24 */
         return (uint16_t)(sign | (uint32_t)rintf(bits_float(a) * 16777216.0f));
@@ -1042,7 +1042,7 @@ static void collective_run(Comm *c, const CommTask *k) {
     cudaCheck(cudaEventSynchronize(ready));
     cudaCheck(cudaEventDestroy(ready));
     if (S == 0) return; /* a unit with no parameters: nothing to move */
-    CommTask host = {k->kind, c->stage, NULL, c->stage + (N + 1) * S, c->stage + N * S, S,
+    CommTask host = {k->kind, c->stage,    NULL, c->stage + (N + 1) * S, c->stage + N * S, S,
                      k->wire, k->prescale, NULL};
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
     if (k->kind == COMM_ALL_GATHER) {
@@ -1237,8 +1237,7 @@ static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
     ncclComm_t nc = (ncclComm_t)c->nccl;
     size_t S = (size_t)k.S;
     h->began = event_record(gpu.comm, 1);
-    if (k.kind == COMM_ALL_GATHER)
-        ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, gpu.comm));
+    if (k.kind == COMM_ALL_GATHER) ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, gpu.comm));
     else if (k.kind == COMM_REDUCE_SCATTER)
         ncclCheck(ncclReduceScatter(k.full, k.out, S, type, ncclSum, nc, gpu.comm));
     else ncclCheck(ncclAllReduce(k.full, k.full, S * c->world, type, ncclSum, nc, gpu.comm));
@@ -1306,7 +1305,6 @@ static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
     pthread_mutex_unlock(&c->lock);
 }
 
-
 /* A sum of N gradients in 16 bits may overflow fp16 where their mean
  * would not (N ranks' gradients, each up to 65504 / N). So, as PyTorch's
  * FSDP does (_get_gradient_predivide_factor), the inputs are divided by a
@@ -1321,8 +1319,8 @@ static float predivide_factor(const Comm *c, Dtype wire) {
 
 /* all-gather: shard (S elements) from every rank -> full (N*S) on every
  * rank, in format `wire` (fp32, or the param_dtype of mixed precision) */
-static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S,
-                                        int unit, Dtype wire) {
+static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S, int unit,
+                                        Dtype wire) {
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, unit, S * c->world, wire)) return h;
     CommTask task = {COMM_ALL_GATHER, full, shard, NULL, NULL, S, wire, 1.0f, NULL};
@@ -1345,8 +1343,15 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
                                       "ring reduce-scatter");
         h.ledger = l;
     }
-    CommTask task = {COMM_REDUCE_SCATTER, full, NULL, shard, h.tmp, S, h.wire,
-                     1.0f / predivide_factor(c, h.wire), NULL};
+    CommTask task = {COMM_REDUCE_SCATTER,
+                     full,
+                     NULL,
+                     shard,
+                     h.tmp,
+                     S,
+                     h.wire,
+                     1.0f / predivide_factor(c, h.wire),
+                     NULL};
     comm_submit(c, &h, &task);
     return h;
 }
@@ -1369,8 +1374,15 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
             (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
         h.ledger = l;
     }
-    CommTask task = {COMM_ALL_REDUCE, buf, NULL, NULL, h.tmp, S, h.wire,
-                     1.0f / predivide_factor(c, h.wire), NULL};
+    CommTask task = {COMM_ALL_REDUCE,
+                     buf,
+                     NULL,
+                     NULL,
+                     h.tmp,
+                     S,
+                     h.wire,
+                     1.0f / predivide_factor(c, h.wire),
+                     NULL};
     comm_submit(c, &h, &task);
     return h;
 }
@@ -2235,8 +2247,8 @@ static void unit_unshard_start(Trainer *t, int ui) {
         if (oldest < 0) FATAL("this is a bug in fsdp.c's lifecycle", "all-gathers miscounted");
         unit_unshard_wait(t, oldest);
     }
-    u->full_param =
-        ledger_alloc_floats(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, t->cfg.param_dtype, u->name);
+    u->full_param = ledger_alloc_floats(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
+                                        t->cfg.param_dtype, u->name);
     u->gather = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui,
                                       t->cfg.param_dtype);
     u->gathering = 1;
@@ -2836,8 +2848,10 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
 /* in param_dtype with mixed precision; LayerNorm's statistics and the
  * softmax and losses stay fp32, as PyTorch keeps them (FP32 below) */
-#define ACT(count) ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)(count), c->param_dtype, "activations")
-#define FP32(count) ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)(count), DTYPE_FP32, "activations")
+#define ACT(count)                                                                                 \
+    ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)(count), c->param_dtype, "activations")
+#define FP32(count)                                                                                \
+    ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)(count), DTYPE_FP32, "activations")
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
     a->x_emb = ACT(B * T * C);
