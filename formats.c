@@ -1328,9 +1328,15 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
         meta_range(R, "world", m->world, 1, META_MAX_COUNT))
         return 2;
     if (meta_next_line(R, "strategy") || meta_fields(R, "strategy %W", m->strategy)) return 2;
-    if (strcmp(m->strategy, "full_shard") && strcmp(m->strategy, "shard_grad_op") &&
-        strcmp(m->strategy, "no_shard"))
-        return meta_fail(R, "unknown strategy '%s' (full_shard, shard_grad_op or no_shard)",
+    static const char *const known[] = {"full_shard",   "shard_grad_op",      "no_shard",
+                                        "hybrid_shard", "hybrid_shard_zero2", "zero1"};
+    int found = 0;
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        found |= !strcmp(m->strategy, known[i]);
+    if (!found)
+        return meta_fail(R,
+                         "unknown strategy '%s' (full_shard, shard_grad_op, no_shard, "
+                         "hybrid_shard, hybrid_shard_zero2 or zero1)",
                          m->strategy);
     if (meta_next_line(R, "model") ||
         meta_fields(R, "model vocab %d embed_dim %d context %d width %d depth %d", &m->vocab,

@@ -333,6 +333,10 @@ static void dev_from_host(void *dev, const void *host, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, gpu.compute));
     cudaCheck(cudaStreamSynchronize(gpu.compute));
 }
+/* device to device, in the compute stream's order: the host does not wait */
+static void dev_copy(void *dst, const void *src, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu.compute));
+}
 /* The host waits until the GPU has done what it was given: before a picture
  * is drawn or a time is read, never in the hot path otherwise. */
 static void dev_synchronize(void) { cudaCheck(cudaStreamSynchronize(gpu.compute)); }
@@ -523,6 +527,7 @@ static void dev_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void dev_empty_cache(void) {} /* free() gave everything back already */
 static void dev_to_host(void *host, const void *dev, size_t bytes) { memcpy(host, dev, bytes); }
 static void dev_from_host(void *dev, const void *host, size_t bytes) { memcpy(dev, host, bytes); }
+static void dev_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void dev_synchronize(void) {} /* the main thread is the compute stream */
 
 /* The CPU needs no device: each rank is a process, its memory the host's. */
@@ -811,20 +816,24 @@ static void ledger_release_all(Ledger *l) {
  * (which may check it, picture it, or in a fault test skip it: then it
  * returns 1 and nothing moves), counts the bytes and the simulated time,
  * and, when a trace is being written, records the event. */
-static int comm_record(Comm *c, CommHandle *h, CommKind kind, int unit, long count, Dtype wire) {
+static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, int unit, long count,
+                       Dtype wire) {
+    const Comm *g = c->group[group];
     memset(h, 0, sizeof(*h));
     h->kind = kind;
     h->event = -1;
     h->wire = wire;
+    h->group_world = g->world;
+    h->predivide = 1.0f;
     c->elem_bytes = dtype_bytes(wire);
     SimVerdict verdict = sim_on_collective(c->sim, c, kind, unit, count);
     if (verdict == SIM_QUIT) exit_all(0);     /* --step, q: every rank got the key */
     if (verdict == SIM_MISMATCH) exit_all(4); /* every rank saw the same notes */
     h->skipped = verdict == SIM_SKIP;
     if (h->skipped) return 1;
-    double bytes = ring_bytes(kind, c->world, count, c->elem_bytes);
+    double bytes = ring_bytes(kind, g->world, count, c->elem_bytes);
     double sim_seconds =
-        net_collective_seconds(c->net, kind, c->world, (double)count * c->elem_bytes);
+        net_collective_seconds(g->net, kind, g->world, (double)count * c->elem_bytes);
     c->calls[kind]++;
     c->bytes_sent[kind] += bytes;
     c->bytes_recv[kind] += bytes;
@@ -1042,8 +1051,8 @@ static void collective_run(Comm *c, const CommTask *k) {
     cudaCheck(cudaEventSynchronize(ready));
     cudaCheck(cudaEventDestroy(ready));
     if (S == 0) return; /* a unit with no parameters: nothing to move */
-    CommTask host = {k->kind, c->stage,    NULL, c->stage + (N + 1) * S, c->stage + N * S, S,
-                     k->wire, k->prescale, NULL};
+    CommTask host = comm_task(k->kind, k->group, c->stage, NULL, c->stage + (N + 1) * S,
+                              c->stage + N * S, S, k->wire, k->prescale);
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
     if (k->kind == COMM_ALL_GATHER) {
         host.shard = c->stage + c->rank * S; /* in place on the host */
@@ -1095,7 +1104,7 @@ static void *comm_stream_main(void *arg) {
         CommTask task = c->queue[c->finished % COMM_QUEUE];
         pthread_mutex_unlock(&c->lock);
         double t0 = now_seconds();
-        collective_run(c, &task);
+        collective_run(c->group[task.group], &task); /* on the group's ranks */
         double t1 = now_seconds();
         pthread_mutex_lock(&c->lock);
         c->finished++;
@@ -1141,6 +1150,7 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
     mpiCheck(MPI_Comm_rank(mpi_comm, &c->rank));
     mpiCheck(MPI_Comm_size(mpi_comm, &c->world));
     mpiCheck(MPI_Comm_dup(mpi_comm, &c->stream_comm));
+    c->group[GROUP_WORLD] = c->group[GROUP_SHARD] = c; /* until comm_split_nodes */
     mpiCheck(MPI_Op_create(mpi_sum_bf16, 1, &c->half_sum[DTYPE_BF16]));
     mpiCheck(MPI_Op_create(mpi_sum_fp16, 1, &c->half_sum[DTYPE_FP16]));
 #ifdef __CUDACC__
@@ -1204,7 +1214,7 @@ static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
  * buffer on the compute stream (before the `ready` event), NCCL works on
  * that in ncclBfloat16 or ncclFloat16, and nccl_wait unpacks the result.
  * The returned task points NCCL at the packed buffer. */
-static CommTask nccl_pack(Comm *c, CommHandle *h, const CommTask *k) {
+static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     long S = k->S, N = c->world;
     CommTask w = *k;
     h->wire_bytes = (size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2;
@@ -1227,20 +1237,21 @@ static CommTask nccl_pack(Comm *c, CommHandle *h, const CommTask *k) {
 }
 
 static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
-    CommTask k = task->wire == DTYPE_FP32 ? *task : nccl_pack(c, h, task);
+    const Comm *g = c->group[task->group]; /* its ranks, and their NCCL communicator */
+    CommTask k = task->wire == DTYPE_FP32 ? *task : nccl_pack(g, h, task);
     ncclDataType_t type = k.wire == DTYPE_FP32   ? ncclFloat
                           : k.wire == DTYPE_BF16 ? ncclBfloat16
                                                  : ncclFloat16;
     cudaEvent_t ready = event_record(gpu.compute, 0);
     cudaCheck(cudaStreamWaitEvent(gpu.comm, ready, 0));
     cudaCheck(cudaEventDestroy(ready));
-    ncclComm_t nc = (ncclComm_t)c->nccl;
+    ncclComm_t nc = (ncclComm_t)g->nccl;
     size_t S = (size_t)k.S;
     h->began = event_record(gpu.comm, 1);
     if (k.kind == COMM_ALL_GATHER) ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, gpu.comm));
     else if (k.kind == COMM_REDUCE_SCATTER)
         ncclCheck(ncclReduceScatter(k.full, k.out, S, type, ncclSum, nc, gpu.comm));
-    else ncclCheck(ncclAllReduce(k.full, k.full, S * c->world, type, ncclSum, nc, gpu.comm));
+    else ncclCheck(ncclAllReduce(k.full, k.full, S * g->world, type, ncclSum, nc, gpu.comm));
     h->done = event_record(gpu.comm, 1);
     h->number = ++c->queued;
 }
@@ -1288,7 +1299,7 @@ static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
     if (!c->threaded) {
         double t0 = now_seconds();
         comm_sim_queued(c, h, t0);
-        collective_run(c, task);
+        collective_run(c->group[task->group], task);
         h->number = ++c->queued;
         c->finished = c->queued;
         CommRun run = {h->number, t0, now_seconds()};
@@ -1317,74 +1328,88 @@ static float predivide_factor(const Comm *c, Dtype wire) {
     return (float)f;
 }
 
-/* all-gather: shard (S elements) from every rank -> full (N*S) on every
- * rank, in format `wire` (fp32, or the param_dtype of mixed precision) */
-static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S, int unit,
-                                        Dtype wire) {
+/* A collective as the stream will run it: kind, group, buffers, format */
+static CommTask comm_task(CommKind kind, CommGroup group, float *full, const float *shard,
+                          float *out, float *tmp, long S, Dtype wire, float prescale) {
+    CommTask k;
+    memset(&k, 0, sizeof(k));
+    k.kind = kind, k.group = group, k.full = full, k.shard = shard, k.out = out, k.tmp = tmp;
+    k.S = S, k.wire = wire, k.prescale = prescale;
+    return k;
+}
+
+/* all-gather: shard (S elements) from each of the group's G ranks -> full
+ * (G*S) on every one, in format `wire` (fp32, or mixed precision's
+ * param_dtype) */
+static CommHandle comm_all_gather_in(Comm *c, CommGroup group, float *full, const float *shard,
+                                     long S, int unit, Dtype wire) {
     CommHandle h;
-    if (comm_record(c, &h, COMM_ALL_GATHER, unit, S * c->world, wire)) return h;
-    CommTask task = {COMM_ALL_GATHER, full, shard, NULL, NULL, S, wire, 1.0f, NULL};
+    if (comm_record(c, &h, COMM_ALL_GATHER, group, unit, S * c->group[group]->world, wire))
+        return h;
+    CommTask task = comm_task(COMM_ALL_GATHER, group, full, shard, NULL, NULL, S, wire, 1.0f);
     comm_submit(c, &h, &task);
     return h;
 }
 
-/* reduce-scatter (mean): full (N*S) on every rank -> shard (S), the average
- * over ranks of chunk `rank`, in the gradients' format c->reduce_dtype.
- * The ring consumes `full` as its accumulator, so `full` must live until
- * the wait. */
+/* ... over the ranks that share a unit's shards (GROUP_SHARD): the unshard */
+static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S, int unit,
+                                        Dtype wire) {
+    return comm_all_gather_in(c, GROUP_SHARD, full, shard, S, unit, wire);
+}
+
+/* The ring's receive buffer for a reduction, when the ring runs it */
+static void comm_ring_tmp(Comm *c, CommHandle *h, long S, Ledger *l, const char *what) {
+    if (c->impl != COLLECTIVES_RING) return;
+    h->tmp = ledger_alloc_floats(l, MEM_COMM_BUFFERS, (size_t)S, h->wire, what);
+    h->ledger = l;
+}
+
+/* reduce-scatter (mean): full (G*S) on each of the G ranks that share a
+ * unit's shards (GROUP_SHARD) -> shard (S), the average over them of chunk
+ * `rank`, in the gradients' format c->reduce_dtype. The ring consumes
+ * `full` as its accumulator, so `full` must live until the wait. */
 static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, long S, int unit,
                                             Ledger *l) {
     CommHandle h;
-    if (comm_record(c, &h, COMM_REDUCE_SCATTER, unit, S * c->world, c->reduce_dtype)) return h;
+    const Comm *g = c->group[GROUP_SHARD];
+    if (comm_record(c, &h, COMM_REDUCE_SCATTER, GROUP_SHARD, unit, S * g->world, c->reduce_dtype))
+        return h;
     h.buf = shard;
     h.scale_count = S;
-    if (c->impl == COLLECTIVES_RING) {
-        h.tmp = (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float),
-                                      "ring reduce-scatter");
-        h.ledger = l;
-    }
-    CommTask task = {COMM_REDUCE_SCATTER,
-                     full,
-                     NULL,
-                     shard,
-                     h.tmp,
-                     S,
-                     h.wire,
-                     1.0f / predivide_factor(c, h.wire),
-                     NULL};
+    comm_ring_tmp(c, &h, S, l, "ring reduce-scatter");
+    h.predivide = predivide_factor(g, h.wire);
+    CommTask task = comm_task(COMM_REDUCE_SCATTER, GROUP_SHARD, full, NULL, shard, h.tmp, S, h.wire,
+                              1.0f / h.predivide);
     comm_submit(c, &h, &task);
     return h;
 }
 
-/* all-reduce (mean), in place: buf (count, a multiple of N) on every rank ->
- * the average over ranks, bitwise the same on every rank. The ring version
- * is literally reduce-scatter then all-gather, which is why it moves twice
- * the bytes of either. */
-static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int unit, Ledger *l) {
-    if (count % c->world != 0)
+/* all-reduce (mean), in place: buf (count, a multiple of the group's size)
+ * on every rank of the group -> the average over them, bitwise the same on
+ * every one. The ring version is literally reduce-scatter then all-gather,
+ * which is why it moves twice the bytes of either. */
+static CommHandle comm_all_reduce_in(Comm *c, CommGroup group, float *buf, long count, int unit,
+                                     Ledger *l) {
+    const Comm *g = c->group[group];
+    if (count % g->world != 0)
         FATAL("this is a bug in fsdp.c: flat buffers are padded to a multiple of N",
-              "all-reduce of %ld elements over %d ranks", count, c->world);
+              "all-reduce of %ld elements over %d ranks", count, g->world);
     CommHandle h;
-    if (comm_record(c, &h, COMM_ALL_REDUCE, unit, count, c->reduce_dtype)) return h;
+    if (comm_record(c, &h, COMM_ALL_REDUCE, group, unit, count, c->reduce_dtype)) return h;
     h.buf = buf;
     h.scale_count = count;
-    long S = count / c->world;
-    if (c->impl == COLLECTIVES_RING) {
-        h.tmp =
-            (float *)ledger_alloc(l, MEM_COMM_BUFFERS, (size_t)S, sizeof(float), "ring all-reduce");
-        h.ledger = l;
-    }
-    CommTask task = {COMM_ALL_REDUCE,
-                     buf,
-                     NULL,
-                     NULL,
-                     h.tmp,
-                     S,
-                     h.wire,
-                     1.0f / predivide_factor(c, h.wire),
-                     NULL};
+    long S = count / g->world;
+    comm_ring_tmp(c, &h, S, l, "ring all-reduce");
+    h.predivide = predivide_factor(g, h.wire);
+    CommTask task =
+        comm_task(COMM_ALL_REDUCE, group, buf, NULL, NULL, h.tmp, S, h.wire, 1.0f / h.predivide);
     comm_submit(c, &h, &task);
     return h;
+}
+
+/* ... over every rank: DDP's gradients */
+static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int unit, Ledger *l) {
+    return comm_all_reduce_in(c, GROUP_WORLD, buf, count, unit, l);
 }
 
 /* Completes a collective: waits until the stream has run it, turns sums
@@ -1419,8 +1444,8 @@ static void comm_wait(Comm *c, CommHandle *h) {
 #endif
         run = comm_wait_for_run(c, h);
     if (h->kind != COMM_ALL_GATHER) {
-        float pre = predivide_factor(c, h->wire); /* the mean: 1/N, in one or two parts */
-        FOR_EACH(h->scale_count, scale_one, h->buf, pre / (float)c->world);
+        /* the mean: 1/G, in one part, or two with a predivide */
+        FOR_EACH(h->scale_count, scale_one, h->buf, h->predivide / (float)h->group_world);
         if (h->wire != DTYPE_FP32) FOR_EACH(h->scale_count, round_one, h->buf, h->wire);
     }
     if (h->tmp) ledger_free(h->ledger, h->tmp);
@@ -1430,8 +1455,72 @@ static void comm_wait(Comm *c, CommHandle *h) {
     c->events[h->event].t_end = run.t_end;
 }
 
+/* ------------------------------------------------------------------------
+ * Nodes, and the hybrid strategies' groups
+ *
+ * Ranks r and r' sit in the same node when r / G == r' / G, with G
+ * --ranks-per-node. HYBRID_SHARD shards each unit over the G ranks of a
+ * node (GROUP_SHARD: all-gather, reduce-scatter there, over fast links)
+ * and keeps one replica of the shards per node; the ranks that hold the
+ * same shard on different nodes (GROUP_REPLICA, r % G equal) then average
+ * their shards of the gradient with an all-reduce over the slow links. Each
+ * group is a Comm of its own ranks (MPI_Comm_split), run by the same
+ * stream, so collectives of all groups keep one order. With --net A+B a
+ * group within one node is priced on A, one that spans nodes on B. */
+static Comm *comm_group_new(const Comm *c, int color, const NetModel *net) {
+    Comm *g = (Comm *)calloc(1, sizeof(Comm));
+    if (!g) FATAL("the machine is out of host memory", "cannot make a group of ranks");
+    mpiCheck(MPI_Comm_split(c->comm, color, c->rank, &g->comm));
+    mpiCheck(MPI_Comm_rank(g->comm, &g->rank));
+    mpiCheck(MPI_Comm_size(g->comm, &g->world));
+    g->stream_comm = g->comm; /* only the stream uses it */
+    g->impl = c->impl;
+    g->net = net;
+    g->half_sum[DTYPE_BF16] = c->half_sum[DTYPE_BF16];
+    g->half_sum[DTYPE_FP16] = c->half_sum[DTYPE_FP16];
+    g->group[GROUP_WORLD] = g->group[GROUP_SHARD] = g;
+#ifdef __CUDACC__
+    if (c->impl == COLLECTIVES_NCCL) nccl_init(g);
+#endif
+    return g;
+}
+
+/* --net NAME prices every link alike; --net A+B prices links inside a node
+ * with A (e.g. nvlink) and between nodes with B (e.g. ib). Both NULL: none.
+ * Returns 0, or -1 when a name is unknown. */
+static int net_models_of(const char *spec, const NetModel **intra, const NetModel **inter) {
+    char a[32] = "none", b[32] = "";
+    const char *plus = spec ? strchr(spec, '+') : NULL;
+    if (spec) snprintf(a, sizeof(a), "%.*s", plus ? (int)(plus - spec) : 31, spec);
+    if (plus) snprintf(b, sizeof(b), "%s", plus + 1);
+    *intra = net_model_find(a);
+    *inter = plus ? net_model_find(b) : *intra;
+    return *intra && *inter ? 0 : -1;
+}
+
+/* Collective: every rank calls it. G divides the world (config_check_world). */
+static void comm_split_nodes(Comm *c, int G, int hybrid, const NetModel *intra,
+                             const NetModel *inter) {
+    c->net = c->world > G ? inter : intra; /* the world spans nodes, or lives in one */
+    if (!hybrid || G == c->world) return;  /* one node: hybrid is full_shard */
+    c->group[GROUP_SHARD] = comm_group_new(c, c->rank / G, intra);
+    c->group[GROUP_REPLICA] = comm_group_new(c, c->rank % G, inter);
+}
+
+static void comm_group_free(Comm *g) {
+#ifdef __CUDACC__
+    if (g->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)g->nccl));
+#endif
+    MPI_Comm_free(&g->comm);
+    free(g->stage);
+    free(g);
+}
+
 /* Stops the stream (after what is queued) and frees what it holds. */
 static void comm_release(Comm *c) {
+    for (int k = GROUP_SHARD; k < COMM_NUM_GROUPS; k++)
+        if (c->group[k] && c->group[k] != c) comm_group_free(c->group[k]);
+    c->group[GROUP_SHARD] = c->group[GROUP_REPLICA] = NULL;
     if (c->threaded) {
         pthread_mutex_lock(&c->lock);
         c->stopping = 1;
@@ -2018,17 +2107,24 @@ static int param_in_shard(const Param *p, long lo, long hi, long *a, long *b) {
     return *a < *b;
 }
 
-/* Fills this rank's shard: only the elements of [lo, lo + shard) are ever
- * computed here, so no rank materialises the whole model to initialise it. */
-static void unit_init_shard(const Unit *u, const Model *m, int rank, uint64_t seed,
-                            float *shard_param) {
-    long lo = shard_begin(u, rank), hi = lo + u->shard, a, b;
+/* Fills out with elements [lo, hi) of the unit's flat parameter, as
+ * initialised: a rank computes only its own shard, so no rank materialises
+ * the whole model to initialise it (zero1's replicas are the exception). */
+static void unit_init_range(const Unit *u, const Model *m, long lo, long hi, uint64_t seed,
+                            float *out) {
+    long a, b;
     for (int k = 0; k < u->n_params; k++) {
         const Param *p = &m->params[u->params[k]];
         if (!param_in_shard(p, lo, hi, &a, &b)) continue;
         for (long e = a; e < b; e++)
-            shard_param[e - lo] = param_init_value(p, u->params[k], e - p->offset, seed);
+            out[e - lo] = param_init_value(p, u->params[k], e - p->offset, seed);
     }
+}
+
+/* This rank's shard: [lo, lo + shard) with lo = shard_begin(u, rank) */
+static void unit_init_shard(const Unit *u, const Model *m, int rank, uint64_t seed, float *out) {
+    long lo = shard_begin(u, rank);
+    unit_init_range(u, m, lo, lo + u->shard, seed, out);
 }
 
 /* Points every parameter of the unit at its place in the full state (and
@@ -2041,15 +2137,16 @@ static void unit_set_views(Unit *u, Model *m) {
     }
 }
 
+/* x[0, n) rounded to format d, in place; nothing to do in fp32 */
+static void round_all(float *x, long n, Dtype d) {
+    if (d != DTYPE_FP32) FOR_EACH(n, round_one, x, d);
+}
+
 /* The fp32 parameters of the shard: what AdamW updates, checkpoints keep
  * and exports write. In fp32 that is shard_param itself; with mixed
  * precision (PyTorch: MixedPrecision) it is the master copy, and
  * shard_param holds it rounded to param_dtype: what the all-gather sends.
  * unit_refresh_low_precision rounds it again after every change. */
-/* x[0, n) rounded to format d, in place; nothing to do in fp32 */
-static void round_all(float *x, long n, Dtype d) {
-    if (d != DTYPE_FP32) FOR_EACH(n, round_one, x, d);
-}
 
 static float *unit_master(Unit *u) { return u->master_param ? u->master_param : u->shard_param; }
 static void unit_refresh_low_precision(Unit *u, Dtype param_dtype) {
@@ -2129,12 +2226,15 @@ struct Trainer {
     int n_units;
     Activations act;
     Corpus corpus;
+    int shard_rank, shard_world; /* this rank among those sharing its units' shards, and
+                                  * their number: N, or a node's G with hybrid strategies */
     int local_batch;   /* global batch / N */
     int micro_batch;   /* B: local batch / --grad-accum, what one forward sees */
     int micro;         /* which micro-batch of the step is running, 0 .. K-1 */
     int sync_grads;    /* this backward reduces the gradients (PyTorch: _sync_gradients) */
     int recomputing;   /* --activation-checkpointing: a block's forward runs again in backward */
     float loss_scale;  /* --grad-scaler: the loss is multiplied by it before backward; else 1 */
+    float step_scale;  /* ... the scale the last step used (before its update) */
     int scaler_growth; /* ... steps since it last changed (PyTorch: _growth_tracker) */
     int skipped_step;  /* ... the last step found inf/NaN gradients and was skipped */
     int found_inf_here; /* ... this rank's own shards had them (the others may not) */
@@ -2164,7 +2264,20 @@ struct Trainer {
  * computes, exactly as in PyTorch.
  * ========================================================================== */
 
-static int is_sharded(const Trainer *t) { return t->cfg.strategy != STRATEGY_NO_SHARD; }
+/* The strategies, by what they do with a unit's parameters around its
+ * compute. Sharded: gathered before it, so they need the lifecycle below
+ * (full_shard, shard_grad_op and their hybrid versions). Replicated: every
+ * rank keeps them whole (no_shard, and zero1, which shards only the
+ * optimizer state). Resharded after forward: freed between forward and
+ * backward, and gathered again (full_shard, hybrid_shard). */
+static int is_sharded(const Trainer *t) {
+    Strategy s = t->cfg.strategy;
+    return s != STRATEGY_NO_SHARD && s != STRATEGY_ZERO1;
+}
+static int reshards_after_forward(const Trainer *t) {
+    return t->cfg.strategy == STRATEGY_FULL_SHARD || t->cfg.strategy == STRATEGY_HYBRID_SHARD;
+}
+static int is_zero1(const Trainer *t) { return t->cfg.strategy == STRATEGY_ZERO1; }
 
 /* A unit's forward or backward (or the optimizer), as the instruments see
  * it. On a GPU the host runs ahead of the kernels it queues, so when a
@@ -2182,14 +2295,16 @@ static void span_end(Trainer *t, int ui, SimPhase phase) {
     sim_span_end(&t->sim, ui, phase);
 }
 
-/* A unit's full flat parameter in a new buffer: allocate `padded`
- * elements and all-gather the N shards into it (PyTorch: unshard). With
- * no_shard every rank already holds it, and the replica itself is returned.
- * Give it back with unit_release_gathered. For export and tests; the
- * lifecycle below does the same in two halves, so it can prefetch. */
+/* A unit's full flat parameter, in fp32, in a new buffer: allocate
+ * `padded` elements and all-gather the shards into it (PyTorch: unshard).
+ * Where every rank already holds it in fp32 (no_shard; zero1 without mixed
+ * precision), the replica itself is returned. Give it back with
+ * unit_release_gathered. For export and tests; the lifecycle below does
+ * the same in two halves, so it can prefetch. */
 static float *unit_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
-    if (!is_sharded(t)) return unit_master(u);
+    if (t->cfg.strategy == STRATEGY_NO_SHARD) return unit_master(u);
+    if (is_zero1(t) && !u->master_param) return u->full_param;
     float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
                                         sizeof(float), u->name);
     CommHandle h = comm_all_gather_start(&t->comm, full, unit_master(u), u->shard, ui, DTYPE_FP32);
@@ -2198,7 +2313,8 @@ static float *unit_gather(Trainer *t, int ui) {
 }
 
 static void unit_release_gathered(Trainer *t, int ui, float *full) {
-    if (full != unit_master(&t->units[ui])) ledger_free(&t->ledger, full);
+    if (full != unit_master(&t->units[ui]) && full != t->units[ui].full_param)
+        ledger_free(&t->ledger, full);
 }
 
 /* ------------------------------------------------------------------------
@@ -2324,13 +2440,15 @@ static void unit_post_forward(Trainer *t, int ui) {
     span_end(t, ui, PHASE_FORWARD);
     if (!t->order_known) t->post_order[t->n_post++] = ui;
     if (ui == 0) t->order_known = 1; /* the root's forward encloses all others */
-    if (t->cfg.strategy == STRATEGY_FULL_SHARD && ui != 0) unit_free_full_params(t, ui);
+    if (reshards_after_forward(t) && ui != 0) unit_free_full_params(t, ui);
 }
 
 /* --grad-accum without --no-sync: the shard already holds the gradient of
  * the earlier micro-batches, and this one's reduce-scatter would overwrite
  * it. So, as PyTorch does, the sum so far is put aside and the
- * reduce-scatter writes a fresh shard; unit_reduce_wait adds the two. */
+ * reduce-scatter, about to start, writes a fresh shard; unit_reduce_wait
+ * adds the two. The sum is kept in reduce_dtype, the shard's format
+ * (PyTorch keeps it in fp32, beside the fp32 parameters). */
 static void unit_save_grad_shard(Trainer *t, Unit *u) {
     u->saved_grad_shard = u->shard_grad;
     u->shard_grad = ledger_alloc_floats(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
@@ -2357,8 +2475,8 @@ static void unit_save_grad_shard(Trainer *t, Unit *u) {
 static void unit_pre_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     u->needs_backward = 0;
-    if (!is_sharded(t)) {
-        if (t->micro == 0) dev_zero(u->shard_grad, (size_t)u->padded * sizeof(float));
+    if (!is_sharded(t)) { /* the full gradient is permanent: zeroed once a step */
+        if (t->micro == 0) dev_zero(u->full_grad, (size_t)u->padded * sizeof(float));
     } else {
         unit_unshard(t, ui);
         if (t->cfg.backward_prefetch == BACKWARD_PRE)
@@ -2366,10 +2484,33 @@ static void unit_pre_backward(Trainer *t, int ui) {
         if (!u->full_grad) /* --no-sync keeps it across micro-batches, to add into */
             u->full_grad = ledger_alloc_floats(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
                                                t->cfg.param_dtype, u->name);
-        if (t->micro > 0 && !t->cfg.no_sync) unit_save_grad_shard(t, u);
         unit_set_views(u, &t->model);
     }
     span_begin(t, ui, PHASE_BACKWARD);
+}
+
+/* The hybrid strategies, after the reduce-scatter within the node: the
+ * ranks holding the same shard on the other nodes (GROUP_REPLICA, R of
+ * them) average their shards of the gradient with an all-reduce over the
+ * slow links, so every replica takes the same step. The ring needs a
+ * multiple of R elements; a shard that is not one travels padded with
+ * zeros in a staging buffer, as NCCL pads internally. It runs at once,
+ * here: the node's reduce-scatter has just finished. */
+static void unit_reduce_replicas(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    int R = t->comm.group[GROUP_REPLICA]->world;
+    long padded = ceil_div(u->shard, R) * R;
+    float *buf = u->shard_grad;
+    if (padded != u->shard) {
+        buf = ledger_alloc_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)padded, t->cfg.reduce_dtype,
+                                  "the replicas' all-reduce");
+        dev_copy(buf, u->shard_grad, (size_t)u->shard * sizeof(float));
+    }
+    CommHandle h = comm_all_reduce_in(&t->comm, GROUP_REPLICA, buf, padded, ui, &t->ledger);
+    comm_wait(&t->comm, &h);
+    if (buf == u->shard_grad) return;
+    dev_copy(u->shard_grad, buf, (size_t)u->shard * sizeof(float));
+    ledger_free(&t->ledger, buf);
 }
 
 /* Waits for unit ui's reduce-scatter (or, with no_shard, all-reduce), if
@@ -2384,6 +2525,7 @@ static void unit_reduce_wait(Trainer *t, int ui) {
     ledger_free(&t->ledger, u->full_grad);
     u->full_grad = NULL;
     unit_set_views(u, &t->model);
+    if (t->comm.group[GROUP_REPLICA]) unit_reduce_replicas(t, ui);
     if (u->saved_grad_shard) { /* --grad-accum: add this micro-batch's into the sum */
         FOR_EACH(u->shard, add_one, u->saved_grad_shard, u->shard_grad);
         round_all(u->saved_grad_shard, u->shard, t->cfg.reduce_dtype);
@@ -2452,9 +2594,42 @@ static void unit_post_backward(Trainer *t, int ui) {
  * --------------------------------------------------------------------- */
 static void unit_post_backward_no_sync(Trainer *t, int ui) {
     span_end(t, ui, PHASE_BACKWARD);
-    if (t->cfg.strategy != STRATEGY_FULL_SHARD) return;
+    if (!reshards_after_forward(t)) return;
     unit_free_full_params(t, ui);
     if (t->cfg.backward_prefetch == BACKWARD_POST) unit_unshard_start(t, unit_next_backward(t, ui));
+}
+
+/* ------------------------------------------------------------------------
+ * zero1 (DeepSpeed's ZeRO stage 1)
+ *
+ * Every rank keeps the full parameters and the full gradient, as DDP does,
+ * but AdamW's state only for its 1/N shard. So after backward the gradient
+ * needs averaging only on the rank that updates it: a reduce-scatter,
+ * written in place into the rank's own slice of the full gradient, instead
+ * of DDP's all-reduce. After the step each rank has updated its slice of
+ * the parameters, and an all-gather in place hands every rank the others':
+ * the other half of DDP's all-reduce, so the traffic equals DDP's, and the
+ * optimizer state falls by N. As in DeepSpeed, the gradients are reduced
+ * once a step, after the last micro-batch of --grad-accum.
+ * --------------------------------------------------------------------- */
+static void unit_post_backward_zero1(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    span_end(t, ui, PHASE_BACKWARD);
+    for (int v = 0; v < t->n_units; v++) unit_reduce_wait(t, v); /* the previous unit's */
+    if (!t->sync_grads) return;
+    u->reduce =
+        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
+    u->reducing = 1;
+}
+
+/* After zero1's step: every rank's slice of the parameters to every rank */
+static void units_gather_replicas(Trainer *t) {
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        CommHandle h = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui,
+                                             t->cfg.param_dtype);
+        comm_wait(&t->comm, &h);
+    }
 }
 
 /* The end of backward: every reduce-scatter done, every shard gradient
@@ -2492,21 +2667,23 @@ static void module_post_backward(Trainer *t, int module) {
     }
     int ui = mod->unit;
     if (ui < 0) return;
-    if (t->sync_grads) unit_post_backward(t, ui);
+    if (is_sharded(t) && t->micro > 0 && !t->cfg.no_sync) unit_save_grad_shard(t, &t->units[ui]);
+    if (is_zero1(t)) unit_post_backward_zero1(t, ui);
+    else if (t->sync_grads) unit_post_backward(t, ui);
     else unit_post_backward_no_sync(t, ui);
 }
 
 /* The sum over ranks of one number each, the same bits on every rank: an
  * all-gather of one float per rank (counted like any collective), added in
  * rank order. The loss and the gradient norm travel this way. */
-static double sum_over_ranks(Trainer *t, float mine, const char *what) {
-    int N = t->comm.world, rank = t->comm.rank;
+static double sum_over_ranks(Trainer *t, CommGroup group, float mine, const char *what) {
+    int N = t->comm.group[group]->world, rank = t->comm.group[group]->rank;
     float *all =
         (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float), what);
     float *host = (float *)malloc((size_t)N * sizeof(float));
     if (!host) FATAL("the machine is out of host memory", "cannot gather %s", what);
     dev_from_host(all + rank, &mine, sizeof(float)); /* in place: our slot is the input */
-    CommHandle h = comm_all_gather_start(&t->comm, all, all + rank, 1, -1, DTYPE_FP32);
+    CommHandle h = comm_all_gather_in(&t->comm, group, all, all + rank, 1, -1, DTYPE_FP32);
     comm_wait(&t->comm, &h);
     dev_to_host(host, all, (size_t)N * sizeof(float));
     double sum = 0.0;
@@ -2644,11 +2821,14 @@ static void clip_grad_norm(Trainer *t, float max_norm) {
     double local = 0.0;
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        long lo = is_sharded(t) ? shard_begin(u, t->comm.rank) : 0;
+        long lo = shard_begin(u, t->shard_rank);
         long real = u->numel - lo; /* this rank's elements before the padding */
         local += sum_squares(t, u->shard_grad, real < 0 ? 0 : real < u->shard ? real : u->shard);
     }
-    double total = is_sharded(t) ? sum_over_ranks(t, (float)local, "the gradient norm") : local;
+    /* the ranks sharing the shards add theirs; hybrid's other nodes hold the same */
+    int alone = t->cfg.strategy == STRATEGY_NO_SHARD;
+    double total =
+        alone ? local : sum_over_ranks(t, GROUP_SHARD, (float)local, "the gradient norm");
     t->grad_norm = (float)sqrt(total);
     float coef = max_norm / (t->grad_norm + 1e-6f);
     if (coef >= 1.0f) return;
@@ -2976,14 +3156,17 @@ static float model_forward(Trainer *t) {
  *                                            apply_activation_checkpointing
  *
  * Without it the forward keeps, for every block, its input and everything
- * computed inside it (norm output and statistics, fc1's output, GELU's),
- * five times the block's input and more, for backward to read. With
- * --activation-checkpointing forward keeps only each block's input (a->h,
- * the checkpoint) and one block's inner buffers, which every block
- * overwrites; backward, on reaching block l, runs the block's forward
- * again from its checkpoint, then its backward. The memory of the saved
- * activations falls from L blocks' to one's, and the price is one block
- * forward more per block: about a third more compute.
+ * computed inside it for backward to read: the norm's output (B*D) and
+ * statistics (2*B), fc1's output and GELU's (B*4D each), 9*B*D + 2*B
+ * floats, nine times the block's input. With --activation-checkpointing
+ * forward keeps only each block's input (a->h, the checkpoint) and one
+ * block's inner buffers, which every block overwrites; backward, on
+ * reaching block l, runs the block's first half again from its checkpoint
+ * (norm, fc1, GELU: what backward reads; fc2's output is read by nothing,
+ * so unlike PyTorch's checkpoint_wrapper, which reruns the whole block, we
+ * skip fc2), then its backward. The memory of the saved activations falls
+ * from L blocks' to one's, and the price is fc1's matmul once more per
+ * block: one of the block's six matmuls of a step, a sixth more compute.
  * The recomputation needs the block's parameters: when the block is a unit,
  * its pre-backward hook has just gathered it, so the recomputation costs no
  * collective. When units are smaller than a block (a low --min-params),
@@ -3087,12 +3270,48 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
     const Config *c = &t->cfg;
     Ledger *l = &t->ledger;
     size_t S = (size_t)u->shard;
-    u->shard_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name);
-    u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name);
+    if (is_zero1(t)) { /* whole parameters and gradient; the shards are slices of them */
+        size_t P = (size_t)u->padded, lo = (size_t)shard_begin(u, t->shard_rank);
+        u->full_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, P, c->param_dtype, u->name);
+        u->full_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, P, c->reduce_dtype, u->name);
+        u->shard_param = u->full_param ? u->full_param + lo : NULL;
+        u->shard_grad = u->full_grad ? u->full_grad + lo : NULL;
+    } else {
+        u->shard_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name);
+        u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name);
+    }
+    if (c->strategy == STRATEGY_NO_SHARD) { /* DDP: the "shard" is the whole flat parameter */
+        u->full_param = u->shard_param;
+        u->full_grad = u->shard_grad;
+    }
     u->exp_avg = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
     u->exp_avg_sq = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
     if (c->param_dtype != DTYPE_FP32)
         u->master_param = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+}
+
+/* zero1: every rank's replica of the parameters starts as the same
+ * initial values, computed whole (as DDP's), and rounded to param_dtype */
+static void unit_init_replica(Trainer *t, Unit *u) {
+    float *host = (float *)calloc((size_t)u->padded + 1, sizeof(float));
+    if (!host) FATAL("the machine is out of host memory", "cannot initialise %s", u->name);
+    unit_init_range(u, &t->model, 0, u->padded, t->cfg.seed, host);
+    dev_from_host(u->full_param, host, (size_t)u->padded * sizeof(float));
+    round_all(u->full_param, u->padded, t->cfg.param_dtype);
+    free(host);
+}
+
+/* Which ranks share a unit's shards: all N, or with the hybrid strategies
+ * the G of this rank's node (section 4, comm_split_nodes). */
+static void trainer_split_nodes(Trainer *t) {
+    const Config *c = &t->cfg;
+    int N = t->comm.world, G = c->ranks_per_node ? c->ranks_per_node : N;
+    int hybrid = c->strategy == STRATEGY_HYBRID_SHARD || c->strategy == STRATEGY_HYBRID_SHARD_ZERO2;
+    const NetModel *intra = NULL, *inter = NULL;
+    net_models_of(c->net, &intra, &inter);
+    comm_split_nodes(&t->comm, G, hybrid, intra, inter);
+    t->shard_rank = t->comm.group[GROUP_SHARD]->rank;
+    t->shard_world = t->comm.group[GROUP_SHARD]->world;
 }
 
 Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
@@ -3108,6 +3327,8 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->ledger.rank = t->comm.rank;
     t->ledger.defer_oom = 1; /* until ledger_agree_fits, below */
     t->local_batch = cfg->batch / t->comm.world;
+    t->comm.reduce_dtype = cfg->reduce_dtype;
+    trainer_split_nodes(t);
     t->micro_batch = t->local_batch / cfg->grad_accum;
     t->sync_grads = 1;
     t->loss_scale = cfg->grad_scaler ? cfg->init_scale : 1.0f;
@@ -3118,7 +3339,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->post_order = (int *)calloc((size_t)t->n_units, sizeof(int));
     if (!t->units || !t->pre_order || !t->post_order)
         FATAL("the machine is out of host memory", "cannot allocate the units");
-    units_layout(t->units, t->n_units, &t->model, t->comm.world, cfg->strategy);
+    units_layout(t->units, t->n_units, &t->model, t->shard_world, cfg->strategy);
     char err[512];
     if (sim_init(&t->sim, &t->cfg, &t->ledger, t->units, t->n_units, comm, err, sizeof(err)) != 0) {
         if (t->comm.rank == 0) fprintf(stderr, "error: %s\n", err);
@@ -3132,13 +3353,10 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         Unit *u = &t->units[ui];
         unit_alloc_state(t, u);
         if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
-        unit_init_shard(u, &t->model, t->comm.rank, cfg->seed, unit_state_host(u, 0));
+        unit_init_shard(u, &t->model, t->shard_rank, cfg->seed, unit_state_host(u, 0));
         unit_state_to_device(u, cfg->param_dtype);
-        if (!is_sharded(t)) { /* DDP: the "shard" is the whole flat parameter */
-            u->full_param = u->shard_param;
-            u->full_grad = u->shard_grad;
-            unit_set_views(u, &t->model);
-        }
+        if (is_zero1(t)) unit_init_replica(t, u);
+        if (!is_sharded(t)) unit_set_views(u, &t->model); /* the full state, always there */
     }
     if (!t->ledger.oom_report) activations_alloc(&t->act, &t->ledger, cfg, t->micro_batch);
     ledger_agree_fits(&t->ledger, comm);
@@ -3192,7 +3410,8 @@ void trainer_destroy(Trainer *t) {
 /* The mean of the N ranks' losses, summed in rank order so every rank gets
  * the same bits. It travels as an all-gather of one float per rank. */
 static float global_mean_loss(Trainer *t, float local_loss) {
-    return (float)(sum_over_ranks(t, local_loss, "the loss all-gather") / t->comm.world);
+    return (float)(sum_over_ranks(t, GROUP_WORLD, local_loss, "the loss all-gather") /
+                   t->comm.world);
 }
 
 /* ------------------------------------------------------------------------
@@ -3221,10 +3440,11 @@ static int grad_scaler_unscale(Trainer *t) {
         local += sum_squares(t, u->shard_grad, u->shard); /* inf or NaN if any element is */
     }
     t->found_inf_here = !isfinite(local);
-    return sum_over_ranks(t, (float)t->found_inf_here, "the inf/NaN check") == 0.0;
+    return sum_over_ranks(t, GROUP_WORLD, (float)t->found_inf_here, "the inf/NaN check") == 0.0;
 }
 
 static void grad_scaler_update(Trainer *t) {
+    t->step_scale = t->loss_scale;
     if (t->skipped_step) {
         t->loss_scale *= 0.5f;
         t->scaler_growth = 0;
@@ -3276,7 +3496,7 @@ float trainer_step(Trainer *t, int step) {
     t->comm.step = step;
     sim_on_step(&t->sim, step);
     for (t->micro = 0; t->micro < K; t->micro++) {
-        t->sync_grads = !t->cfg.no_sync || t->micro == K - 1;
+        t->sync_grads = (!t->cfg.no_sync && !is_zero1(t)) || t->micro == K - 1;
         trainer_load_batch(t, step, t->micro);
         loss += model_forward(t);
         model_backward(t);
@@ -3285,6 +3505,7 @@ float trainer_step(Trainer *t, int step) {
     if (!t->skipped_step) {
         if (t->cfg.clip_grad_norm > 0.0f) clip_grad_norm(t, t->cfg.clip_grad_norm);
         adamw_step(t);
+        if (is_zero1(t)) units_gather_replicas(t);
     }
     if (t->cfg.grad_scaler) grad_scaler_update(t);
     return global_mean_loss(t, (float)(loss / K));
@@ -3353,8 +3574,7 @@ static const char *optimizer_note(const Trainer *t) {
         n += snprintf(note + n, sizeof(note) - (size_t)n, " | grad norm %.4f%s",
                       (double)t->grad_norm, t->grad_norm > c->clip_grad_norm ? " (clipped)" : "");
     if (c->grad_scaler) /* the scale the step used, and whether inf/NaN skipped it */
-        snprintf(note + n, sizeof(note) - (size_t)n, " | loss scale %g%s",
-                 (double)(t->skipped_step ? 2.0f * t->loss_scale : t->loss_scale),
+        snprintf(note + n, sizeof(note) - (size_t)n, " | loss scale %.0f%s", (double)t->step_scale,
                  t->skipped_step ? " (inf/NaN: step skipped)" : "");
     return note;
 }
@@ -3373,6 +3593,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     long first = 0; /* the step to start from: 0, or where a checkpoint left off */
     if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
     if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
+    if ((cfg->init_from || cfg->resume_dir) && is_zero1(t)) units_gather_replicas(t);
     if (cfg->save_dir && ckpt_check_save_dir(t, first)) exit_all(2);
     if (root && cfg->resume_dir && first >= cfg->steps)
         printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first,
@@ -3516,7 +3737,14 @@ static int ckpt_agree(Trainer *t, int rc, const char *err) {
     return 2;
 }
 
-static int ckpt_writes_file(const Trainer *t) { return is_sharded(t) || t->comm.rank == 0; }
+/* A checkpoint holds one copy of every shard: the shards of the first node
+ * (all ranks but with the hybrid strategies), or rank 0's whole replica
+ * under no_shard. Its "world" is the number of shards, so the hybrid
+ * strategies' checkpoints look like full_shard's over one node. */
+static int ckpt_writes_file(const Trainer *t) {
+    if (t->cfg.strategy == STRATEGY_NO_SHARD) return t->comm.rank == 0;
+    return t->comm.rank < t->shard_world;
+}
 
 /* The CRC-32 of the --data file, so that a checkpoint can say which data it
  * was trained on. Computed once, when a checkpoint first needs it. */
@@ -3532,7 +3760,7 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     const Config *c = &t->cfg;
     memset(m, 0, sizeof(*m));
     m->version = 2;
-    m->world = t->comm.world;
+    m->world = t->shard_world;
     snprintf(m->strategy, sizeof(m->strategy), "%s", strategy_name(c->strategy));
     m->vocab = c->vocab;
     m->embed_dim = c->embed_dim;
@@ -3563,7 +3791,7 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
         m->params[i].shape[1] = p->shape[1];
         m->params[i].numel = p->numel;
     }
-    m->n_files = is_sharded(t) ? t->comm.world : 1;
+    m->n_files = c->strategy == STRATEGY_NO_SHARD ? 1 : t->shard_world;
     m->files = (MetaFile *)calloc((size_t)m->n_files, sizeof(MetaFile));
     if (!m->units || !m->params || !m->files)
         FATAL("the machine is out of host memory", "cannot describe the checkpoint");
@@ -3578,7 +3806,8 @@ static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64
                             uint64_t *bytes, uint32_t *crc, char *err, size_t errlen) {
     OutFile f;
     if (out_create(&f, "checkpoint", path, err, errlen)) return 2;
-    ShardHeader h = {(uint32_t)t->comm.rank, (uint32_t)t->comm.world, (uint64_t)next_step, layout};
+    ShardHeader h = {(uint32_t)t->shard_rank, (uint32_t)t->shard_world, (uint64_t)next_step,
+                     layout};
     unsigned char head[SHARD_HEADER_BYTES];
     shard_header_encode(&h, head);
     out_write(&f, head, sizeof(head));
@@ -4089,7 +4318,7 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
                             char *err, size_t errlen) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
+        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
         unit_state_to_host(u); /* padding stays as it is */
         float *dst[3] = {unit_state_host(u, 0), unit_state_host(u, 1), unit_state_host(u, 2)};
         for (int j = 0; j < u->n_params; j++) {
@@ -4116,7 +4345,7 @@ static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         const float *x = unit_state_host(u, k); /* as just loaded */
-        long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
+        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
         for (int j = 0; j < u->n_params; j++) {
             const Param *p = &t->model.params[u->params[j]];
             if (!param_in_shard(p, lo, hi, &a, &b)) continue;
@@ -4335,7 +4564,7 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
     if (fd < 0) return 2;
     for (int ui = 0; ui < t->n_units && rc == 0; ui++) {
         Unit *u = &t->units[ui];
-        long lo = shard_begin(u, t->comm.rank), hi = lo + u->shard, a, b;
+        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
         unit_state_to_host(u);
         float *shard_param = unit_state_host(u, 0);
         for (int j = 0; j < u->n_params && rc == 0; j++) {
@@ -4434,8 +4663,12 @@ void config_usage(FILE *out) {
             "  --context T           bytes of context, 1..4096               (preset)\n"
             "  --embed-dim C         width of a byte's embedding, 1..4096    (preset)\n"
             "FSDP\n"
-            "  --strategy S          full_shard | shard_grad_op | no_shard (alias ddp)\n"
-            "                                                                (default full_shard)\n"
+            "  --strategy S          full_shard | shard_grad_op | no_shard (alias ddp) |\n"
+            "                        hybrid_shard | hybrid_shard_zero2 (shard within a node,\n"
+            "                        replicate across nodes) | zero1 (DeepSpeed stage 1: only\n"
+            "                        the optimizer state sharded)         (default full_shard)\n"
+            "  --ranks-per-node G    ranks per node: hybrid strategies shard within G, and\n"
+            "                        --net A+B prices A inside a node   (default: all ranks)\n"
             "  --min-params N        auto-wrap threshold: a module whose unclaimed parameters\n"
             "                        reach N becomes a unit (default: one block's parameters)\n"
             "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins) |\n"
@@ -4456,7 +4689,8 @@ void config_usage(FILE *out) {
             "                        going over it fails like CUDA's out-of-memory\n"
             "                                                                (default unlimited)\n"
             "  --net NAME            price every collective on a modelled interconnect:\n"
-            "                        nvlink | pcie | ib | ethernet | none (default none)\n"
+            "                        nvlink | pcie | ib | ethernet | none (default none), or\n"
+            "                        A+B: A within a node, B between nodes (e.g. nvlink+ib)\n"
             "  --trace FILE          write a trace for ui.perfetto.dev / chrome://tracing; with\n"
             "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
             "  --trace-clock CLOCK   real (this machine) | sim (collectives timed by --net)\n"
@@ -4778,9 +5012,12 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return 0;
     }
     if (!strcmp(flag, "--net")) {
-        if (!net_model_find(val))
-            return usage_error(err, errlen, "--net: unknown network '%s'. Choose %s.", val,
-                               net_model_names());
+        const NetModel *intra, *inter;
+        if (net_models_of(val, &intra, &inter))
+            return usage_error(err, errlen,
+                               "--net: unknown network '%s'. Choose %s, or two joined by + "
+                               "(within a node + between nodes, e.g. nvlink+ib).",
+                               val, net_model_names());
         c->net = val;
         return 0;
     }
@@ -4791,14 +5028,20 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         c->data_path = val;
         return 0;
     }
+    if (!strcmp(flag, "--ranks-per-node"))
+        return parse_int(flag, val, 1, 1 << 20, &c->ranks_per_node, err, errlen);
     if (!strcmp(flag, "--strategy")) {
         if (!strcmp(val, "full_shard")) c->strategy = STRATEGY_FULL_SHARD;
         else if (!strcmp(val, "shard_grad_op")) c->strategy = STRATEGY_SHARD_GRAD_OP;
         else if (!strcmp(val, "no_shard") || !strcmp(val, "ddp")) c->strategy = STRATEGY_NO_SHARD;
+        else if (!strcmp(val, "hybrid_shard")) c->strategy = STRATEGY_HYBRID_SHARD;
+        else if (!strcmp(val, "hybrid_shard_zero2")) c->strategy = STRATEGY_HYBRID_SHARD_ZERO2;
+        else if (!strcmp(val, "zero1")) c->strategy = STRATEGY_ZERO1;
         else
             return usage_error(err, errlen,
                                "--strategy: unknown strategy '%s'. Choose full_shard, "
-                               "shard_grad_op or no_shard (alias ddp).",
+                               "shard_grad_op, no_shard (alias ddp), hybrid_shard, "
+                               "hybrid_shard_zero2 or zero1.",
                                val);
         return 0;
     }
@@ -4892,6 +5135,7 @@ static int flag_takes_value(const char *flag) {
                                         "--embed-dim",
                                         "--min-params",
                                         "--strategy",
+                                        "--ranks-per-node",
                                         "--collectives",
                                         "--steps",
                                         "--batch",
@@ -5065,6 +5309,13 @@ static int config_check_world(const Config *c, int world, char *err, size_t errl
             "takes the same number of samples. Use a multiple of %d, e.g. --batch %d.",
             c->batch, world, world, up);
     }
+    if (c->ranks_per_node && world % c->ranks_per_node != 0)
+        return usage_error(
+            err, errlen,
+            "--ranks-per-node %d does not divide %d ranks: every node holds the same "
+            "number of ranks. Give a divisor of %d (e.g. %d for two nodes), or "
+            "change -np.",
+            c->ranks_per_node, world, world, world % 2 ? world : world / 2);
     if ((c->batch / world) % c->grad_accum != 0)
         return usage_error(err, errlen,
                            "--grad-accum %d does not divide the %d samples each of %d ranks takes "
@@ -5086,6 +5337,10 @@ static void print_header(const Trainer *t) {
            "min_params %ld\n",
            strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch,
            t->local_batch, COLLECTIVES_NAMES[c->collectives], c->min_params);
+    if (t->comm.group[GROUP_REPLICA])
+        printf("hybrid sharding: units sharded over the %d ranks of each node, replicated on %d "
+               "nodes (--ranks-per-node %d)\n",
+               t->shard_world, t->comm.world / t->shard_world, t->shard_world);
     if (c->grad_accum > 1)
         printf("gradient accumulation: %d micro-batches of %d per rank per step, %s\n",
                c->grad_accum, t->micro_batch,
@@ -5133,7 +5388,8 @@ static void print_unit_table(const Trainer *t) {
         printf("%4d %-34s %10ld %10ld %10ld %14ld\n", ui, both, u->numel, u->padded, u->shard,
                u->shard * 4L * (long)sizeof(float));
     }
-    printf("* parameters + gradients + AdamW exp_avg + exp_avg_sq of the shard, fp32\n\n");
+    printf("* the shard's parameters, gradient and optimizer state: 16 bytes an element (fp32: "
+           "4 + 4 + 8; mixed precision: 2 + 2 + 12 with the fp32 master)\n\n");
 }
 
 /* Rank 0 collects every rank's ledger peaks and traffic for the tables.
@@ -5223,10 +5479,11 @@ static const char *json_options(const Trainer *t) {
     snprintf(out, sizeof(out),
              "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, "
              "\"activation_checkpointing\": %s, \"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", "
-             "\"grad_scaler\": %s, ",
+             "\"grad_scaler\": %s, \"ranks_per_node\": %d, ",
              c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false",
              c->activation_checkpointing ? "true" : "false", DTYPE_NAMES[c->param_dtype],
-             DTYPE_NAMES[c->reduce_dtype], c->grad_scaler ? "true" : "false");
+             DTYPE_NAMES[c->reduce_dtype], c->grad_scaler ? "true" : "false",
+             c->ranks_per_node ? c->ranks_per_node : t->comm.world);
     return out;
 }
 
@@ -5347,10 +5604,16 @@ static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
     const NetModel *net = t->comm.net;
     if (!net || net->bandwidth <= 0.0) return;
     double sim = b.sim;
+    const NetModel *intra, *inter;
+    net_models_of(c->net, &intra, &inter);
+    char where[160];
+    snprintf(where, sizeof(where), "%s", intra->source);
+    if (intra != inter) /* two links: say which is which */
+        snprintf(where, sizeof(where), "%s within a node of %d ranks, %s between nodes",
+                 intra->name, c->ranks_per_node ? c->ranks_per_node : t->comm.world, inter->name);
     printf("on %s (%s): the collectives take %.3f ms per step (all_gather %.3f, reduce_scatter "
            "%.3f, all_reduce %.3f)\n",
-           net->name, net->source, 1e3 * sim / steps,
-           1e3 * t->comm.sim_seconds[COMM_ALL_GATHER] / steps,
+           c->net, where, 1e3 * sim / steps, 1e3 * t->comm.sim_seconds[COMM_ALL_GATHER] / steps,
            1e3 * t->comm.sim_seconds[COMM_REDUCE_SCATTER] / steps,
            1e3 * t->comm.sim_seconds[COMM_ALL_REDUCE] / steps);
     static const char *const prefetch[] = {"pre", "post", "none"};

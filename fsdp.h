@@ -43,9 +43,12 @@ extern "C" {
  * ------------------------------------------------------------------------- */
 
 typedef enum {
-    STRATEGY_FULL_SHARD,    /* ZeRO-3: shard params, grads, optimizer state */
-    STRATEGY_SHARD_GRAD_OP, /* ZeRO-2: keep full params from forward to backward */
-    STRATEGY_NO_SHARD,      /* DDP: everything replicated, grads all-reduced */
+    STRATEGY_FULL_SHARD,         /* ZeRO-3: shard params, grads, optimizer state */
+    STRATEGY_SHARD_GRAD_OP,      /* ZeRO-2: keep full params from forward to backward */
+    STRATEGY_NO_SHARD,           /* DDP: everything replicated, grads all-reduced */
+    STRATEGY_HYBRID_SHARD,       /* full_shard within a node, replicated across nodes */
+    STRATEGY_HYBRID_SHARD_ZERO2, /* shard_grad_op within a node, replicated across */
+    STRATEGY_ZERO1,              /* DeepSpeed stage 1: only the optimizer state sharded */
 } Strategy;
 
 /* PyTorch's BackwardPrefetch: when the next unit's all-gather is issued in
@@ -92,6 +95,8 @@ typedef struct {
     /* FSDP */
     long min_params; /* auto-wrap threshold, size_based_auto_wrap_policy */
     Strategy strategy;
+    int ranks_per_node; /* --ranks-per-node G: the hybrid strategies shard within G ranks,
+                         * and --net A+B prices links inside a node with A; 0: all */
     CollectivesImpl collectives;
     BackwardPrefetch backward_prefetch; /* --backward-prefetch pre|post|none */
     int forward_prefetch;               /* --forward-prefetch (PyTorch's default: off) */
@@ -150,6 +155,9 @@ static inline const char *strategy_name(Strategy s) {
     case STRATEGY_FULL_SHARD: return "full_shard";
     case STRATEGY_SHARD_GRAD_OP: return "shard_grad_op";
     case STRATEGY_NO_SHARD: return "no_shard";
+    case STRATEGY_HYBRID_SHARD: return "hybrid_shard";
+    case STRATEGY_HYBRID_SHARD_ZERO2: return "hybrid_shard_zero2";
+    case STRATEGY_ZERO1: return "zero1";
     }
     return "?";
 }
@@ -203,6 +211,12 @@ static const char *const MEM_CATEGORY_NAMES[MEM_NUM_CATEGORIES] = {
 
 typedef enum { COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_ALL_REDUCE, COMM_NUM_KINDS } CommKind;
 
+/* Which ranks a collective runs over (fsdp.c, section 4): all of them, the
+ * ranks that share the shards of a unit (all, or one node's with the
+ * hybrid strategies), or the ranks that hold the same shard on other nodes
+ * (the hybrid strategies' replicas). */
+typedef enum { GROUP_WORLD, GROUP_SHARD, GROUP_REPLICA, COMM_NUM_GROUPS } CommGroup;
+
 static const char *const COMM_KIND_NAMES[COMM_NUM_KINDS] = {"all_gather", "reduce_scatter",
                                                             "all_reduce"};
 
@@ -243,6 +257,7 @@ typedef struct {
     float *tmp;         /* (S) the ring's receive buffer */
     long S;             /* elements per rank (chunk) */
     Dtype wire;         /* the format on the wire; fp32, or 16-bit (mixed precision) */
+    CommGroup group;    /* the ranks it runs over */
     float prescale;     /* 16-bit sums: the inputs are multiplied by it first (1/predivide) */
     void *ready;        /* GPU: cudaEvent_t on the compute stream once the inputs are
                          * written; the stream waits for it before it reads them */
@@ -257,9 +272,14 @@ typedef struct {
     double t_start, t_end;
 } CommRun;
 
-typedef struct {
+typedef struct Comm {
     MPI_Comm comm; /* the caller's: bookkeeping (checkpoints, tables) */
     int rank, world;
+    /* The groups (GROUP_WORLD is this Comm itself): each a Comm of its own
+     * ranks, with its own stream_comm, link model and NCCL communicator,
+     * which the collectives of that group run on. Set up at init, read-only
+     * afterwards; NULL where a group has one rank. */
+    struct Comm *group[COMM_NUM_GROUPS];
     CollectivesImpl impl;
     /* per kind: calls, and bytes this rank sent and received (ring volume) */
     long calls[COMM_NUM_KINDS];
@@ -309,6 +329,8 @@ typedef struct {
     double sim_end;     /* when it would end on the --net schedule */
     int event;          /* index into Comm.events, or -1 when not recorded */
     Dtype wire;         /* 16-bit: the mean is rounded to it again */
+    int group_world;    /* the ranks it ran over: the mean divides by them */
+    float predivide;    /* ... after dividing by this before the sum (16-bit sums) */
     void *wire_buf;     /* GPU with NCCL, 16-bit: the packed buffer NCCL works on */
     size_t wire_bytes;  /* ... its size */
     float *unpack_to;   /* ... and where its result goes once waited for */

@@ -90,6 +90,20 @@ for st in full_shard shard_grad_op no_shard; do
 done
 run "mixed precision traffic: bf16 all-gathers half the bytes, through MPI_Sendrecv too" bash -c "$MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY --param-dtype bf16 && $MPIRUN -np 3 tests/test_distributed traffic no_shard $TINY --param-dtype bf16 --reduce-dtype fp32 && $MPIRUN -np 2 tests/test_distributed traffic shard_grad_op $TINY --param-dtype fp16 --grad-scaler --init-scale 1024"
 
+# -- zero1 and hybrid sharding: N ranks == 1 rank, memory, traffic on two links, checkpoints -------
+run "equivalence zero1 N=3 (optimizer state sharded, DDP's replicas)" $MPIRUN -np 3 tests/test_distributed equivalence zero1 ring $TINY
+run "equivalence zero1 N=4, --grad-accum 2 and clipping" $MPIRUN -np 4 tests/test_distributed equivalence zero1 ring --model tiny --steps 8 --batch 16 --grad-accum 2 --clip-grad-norm 0.5
+run "equivalence hybrid_shard N=4 as 2 nodes of 2" $MPIRUN -np 4 tests/test_distributed equivalence hybrid_shard ring --model tiny --steps 8 --batch 16 --ranks-per-node 2
+run "equivalence hybrid_shard_zero2 N=6 as 2 nodes of 3, Open MPI collectives" $MPIRUN -np 6 tests/test_distributed equivalence hybrid_shard_zero2 mpi $TINY --ranks-per-node 3
+run "equivalence hybrid_shard N=3 as 3 nodes of 1, units smaller than a node" $MPIRUN -np 3 tests/test_distributed equivalence hybrid_shard ring $TINY --ranks-per-node 1 --width 1 --min-params 1
+run "clip_grad_norm: hybrid_shard N=4, the norm summed within a node only" $MPIRUN -np 4 tests/test_distributed clip hybrid_shard --model tiny --steps 8 --batch 16 --ranks-per-node 2
+run "mixed precision bf16 zero1 N=4 == 1 rank" $MPIRUN -np 4 tests/test_distributed precision zero1 --model tiny --steps 8 --batch 16 --param-dtype bf16
+run "memory: zero1 = no_shard's replicas + full_shard's optimizer state" $MPIRUN -np 4 tests/test_distributed strategy-memory zero1 --model tiny --steps 2 --batch 16
+run "memory: hybrid_shard on 2 nodes of 2 = full_shard on one node" $MPIRUN -np 4 tests/test_distributed strategy-memory hybrid_shard --ranks-per-node 2 --model tiny --steps 2 --batch 16
+run "memory: hybrid_shard_zero2 on 2 nodes of 3 = shard_grad_op on one node" $MPIRUN -np 6 tests/test_distributed strategy-memory hybrid_shard_zero2 --ranks-per-node 3 --model tiny --steps 2 --batch 12
+run "traffic zero1 (reduce-scatter, all-gather after the step) and hybrid on nvlink+ib" bash -c "$MPIRUN -np 4 tests/test_distributed traffic zero1 --model tiny --steps 2 --batch 16 && $MPIRUN -np 4 tests/test_distributed traffic hybrid_shard --model tiny --steps 2 --batch 16 --ranks-per-node 2 --net nvlink+ib && $MPIRUN -np 6 tests/test_distributed traffic hybrid_shard_zero2 $TINY --ranks-per-node 3 --net nvlink+ib --param-dtype bf16 && $MPIRUN -np 4 tests/test_distributed traffic full_shard --model tiny --steps 2 --batch 16 --ranks-per-node 2 --net nvlink+ib"
+run "checkpoints of zero1, hybrid_shard and bf16: resume bitwise, reshard to other strategies" bash tests/test_strategies.sh
+
 # -- activation checkpointing: bitwise equal, L-1 blocks' activations less, no collective more ----
 for st in full_shard shard_grad_op no_shard; do
   run "activation checkpointing $st N=3" $MPIRUN -np 3 tests/test_distributed checkpointing $st $TINY --depth 4

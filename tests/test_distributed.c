@@ -70,7 +70,8 @@ static void gather_grads(Trainer *t, float *out) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         float *full = (float *)calloc((size_t)u->padded + 1, sizeof(float));
-        if (is_sharded(t)) MPI_Allgather(u->shard_grad, (int)u->shard, MPI_FLOAT, full, (int)u->shard, MPI_FLOAT, t->comm.comm);
+        if (u->shard < u->padded) /* over the ranks sharing the shards (hybrid: a node's) */
+            MPI_Allgather(u->shard_grad, (int)u->shard, MPI_FLOAT, full, (int)u->shard, MPI_FLOAT, t->comm.group[GROUP_SHARD]->comm);
         else memcpy(full, u->shard_grad, (size_t)u->padded * sizeof(float));
         long pos = 0;
         for (int i = 0; i < m->n_params; i++) {
@@ -359,6 +360,12 @@ static void test_prefetch(int argc, char **argv, const char *strategy) {
  *                  reduce-scatter (N-1) S_u * 4 once per unit
  *   shard_grad_op: all-gather once per unit, reduce-scatter once
  *   no_shard:      all-reduce 2 (N-1) S_u * 4 once per unit
+ *   zero1:         reduce-scatter once per unit, then all-gather after the
+ *                  optimizer step: DDP's all-reduce in two halves
+ *   hybrid_shard(_zero2): full_shard's (shard_grad_op's) within a node of
+ *                  G ranks, and an all-reduce of each shard over the N/G
+ *                  nodes (padded to a multiple of N/G), priced on --net
+ *                  A+B's inter-node link B
  * With --grad-accum K all of it happens K times (one forward and backward
  * per micro-batch), except that --no-sync reduces once, and shard_grad_op
  * under --no-sync keeps its full state and gathers once; with mixed
@@ -369,38 +376,51 @@ static void test_prefetch(int argc, char **argv, const char *strategy) {
  * Checked three ways: the counters against this formula, the bytes that
  * really went through MPI_Sendrecv (the ring) against the counters, and the
  * cost model's price of every recorded event against its formula. */
+/* One kind of collective, `calls` times a step, over `world` ranks on a
+ * full buffer of `count` elements of `width` bytes, priced on `net`. */
+static void expect_add(double *bytes, double *sim, long *calls, CommKind kind, int times, int world,
+                       long count, int width, const NetModel *net) {
+    bytes[kind] += times * ring_bytes(kind, world, count, width);
+    sim[kind] += times * net_collective_seconds(net, kind, world, (double)count * width);
+    calls[kind] += times;
+}
+
 static void test_traffic(int argc, char **argv, const char *strategy) {
     Config cfg;
     make_config(&cfg, argc, argv, strategy, "ring");
-    cfg.net = "ethernet"; /* every event is also priced by the cost model */
+    if (!cfg.net) cfg.net = "ethernet"; /* every event is also priced by the cost model */
     Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
-    int N = t->comm.world, steps = cfg.steps;
+    int N = t->comm.world, steps = cfg.steps, G = cfg.ranks_per_node ? cfg.ranks_per_node : N;
     int K = cfg.grad_accum, reductions = cfg.no_sync ? 1 : K; /* per unit per step */
-    const NetModel *net = net_model_find("ethernet");
+    Strategy st = cfg.strategy;
+    int hybrid = (st == STRATEGY_HYBRID_SHARD || st == STRATEGY_HYBRID_SHARD_ZERO2) && G < N;
+    int S_world = hybrid ? G : N, R = N / G; /* the shard group, and the replicas */
+    const NetModel *intra, *inter;
+    net_models_of(cfg.net, &intra, &inter);
+    const NetModel *world_net = N > G ? inter : intra, *shard_net = hybrid ? intra : world_net;
     double expect[COMM_NUM_KINDS] = {0, 0, 0}, expect_sim[COMM_NUM_KINDS] = {0, 0, 0};
+    long expect_calls[COMM_NUM_KINDS] = {0, 0, 0};
     int scalars = cfg.grad_scaler ? 2 : 1; /* the loss, and the inf/NaN verdict */
-    expect_sim[COMM_ALL_GATHER] = scalars * net_collective_seconds(net, COMM_ALL_GATHER, N, N * 4.0);
-    long expect_calls[COMM_NUM_KINDS] = {scalars, 0, 0};
-    expect[COMM_ALL_GATHER] = scalars * (N - 1) * 4.0;
+    expect_add(expect, expect_sim, expect_calls, COMM_ALL_GATHER, scalars, N, N, 4, world_net);
     int pw = dtype_bytes(cfg.param_dtype), rw = dtype_bytes(cfg.reduce_dtype); /* wire widths */
     for (int u = 0; u < t->n_units; u++) {
-        double one = (double)(N - 1) * (t->units[u].padded / N) * pw;
-        double one_r = (double)(N - 1) * (t->units[u].padded / N) * rw;
-        double full_bytes = (double)t->units[u].padded * pw, full_r = (double)t->units[u].padded * rw;
-        if (cfg.strategy == STRATEGY_NO_SHARD) {
-            expect_sim[COMM_ALL_REDUCE] += reductions * net_collective_seconds(net, COMM_ALL_REDUCE, N, full_r);
-            expect[COMM_ALL_REDUCE] += reductions * 2 * one_r;
-            expect_calls[COMM_ALL_REDUCE] += reductions;
+        long padded = t->units[u].padded, shard = padded / S_world;
+        if (st == STRATEGY_NO_SHARD) {
+            expect_add(expect, expect_sim, expect_calls, COMM_ALL_REDUCE, reductions, N, padded, rw, world_net);
             continue;
         }
-        int gathers = K * ((cfg.strategy == STRATEGY_FULL_SHARD && u > 0) ? 2 : 1);
-        if (cfg.strategy == STRATEGY_SHARD_GRAD_OP && cfg.no_sync) gathers = 1; /* kept */
-        expect_sim[COMM_ALL_GATHER] += gathers * net_collective_seconds(net, COMM_ALL_GATHER, N, full_bytes);
-        expect_sim[COMM_REDUCE_SCATTER] += reductions * net_collective_seconds(net, COMM_REDUCE_SCATTER, N, full_r);
-        expect[COMM_ALL_GATHER] += gathers * one;
-        expect[COMM_REDUCE_SCATTER] += reductions * one_r;
-        expect_calls[COMM_ALL_GATHER] += gathers;
-        expect_calls[COMM_REDUCE_SCATTER] += reductions;
+        if (st == STRATEGY_ZERO1) { /* reduce-scatter once a step, all-gather after it */
+            expect_add(expect, expect_sim, expect_calls, COMM_REDUCE_SCATTER, 1, N, padded, rw, world_net);
+            expect_add(expect, expect_sim, expect_calls, COMM_ALL_GATHER, 1, N, padded, pw, world_net);
+            continue;
+        }
+        int reshard = st == STRATEGY_FULL_SHARD || st == STRATEGY_HYBRID_SHARD;
+        int gathers = K * ((reshard && u > 0) ? 2 : 1);
+        if (!reshard && cfg.no_sync) gathers = 1; /* kept */
+        expect_add(expect, expect_sim, expect_calls, COMM_ALL_GATHER, gathers, S_world, padded, pw, shard_net);
+        expect_add(expect, expect_sim, expect_calls, COMM_REDUCE_SCATTER, reductions, S_world, padded, rw, shard_net);
+        if (hybrid) /* the shard, padded to a multiple of R, across the nodes */
+            expect_add(expect, expect_sim, expect_calls, COMM_ALL_REDUCE, reductions, R, (shard + R - 1) / R * R, rw, inter);
     }
     wire_bytes_sent = 0.0;
     for (int s = 0; s < steps; s++) trainer_step(t, s);
@@ -414,7 +434,7 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
     }
     for (int k = 0; k < COMM_NUM_KINDS; k++) {
         char what[64];
-        snprintf(what, sizeof(what), "%s simulated on ethernet", COMM_KIND_NAMES[k]);
+        snprintf(what, sizeof(what), "%s simulated on %s", COMM_KIND_NAMES[k], cfg.net);
         double got = t->comm.sim_seconds[k] / steps;
         check(fabs(got - expect_sim[k]) <= 1e-9 * (1.0 + expect_sim[k]), what, "%.3f us/step, formula %.3f us", 1e6 * got, 1e6 * expect_sim[k]);
     }
@@ -484,6 +504,57 @@ static void test_precision(int argc, char **argv, const char *strategy) {
     free(init);
     trainer_destroy(t);
     trainer_destroy(ref);
+}
+
+/* ---- zero1 and the hybrid strategies: memory ----------------------------------------
+ * zero1 keeps DDP's whole parameters and gradients and full_shard's
+ * optimizer state: its "parameters" and "gradients" peaks equal no_shard's
+ * and its "optimizer" peak equals full_shard's, on the same ranks.
+ * hybrid_shard (hybrid_shard_zero2) over nodes of G ranks holds, on every
+ * rank, what full_shard (shard_grad_op) holds on a G-rank world: checked
+ * against such a trainer built on this rank's node alone (MPI_Comm_split),
+ * with the same samples per rank, category by category. */
+static void test_strategy_memory(int argc, char **argv, const char *strategy) {
+    Config cfg, a_cfg, b_cfg;
+    make_config(&cfg, argc, argv, strategy, NULL);
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    int N = t->comm.world, G = cfg.ranks_per_node ? cfg.ranks_per_node : N;
+    MPI_Comm node = MPI_COMM_NULL;
+    Trainer *a, *b = NULL;
+    if (cfg.strategy == STRATEGY_ZERO1) {
+        make_config(&a_cfg, argc, argv, "no_shard", NULL);
+        make_config(&b_cfg, argc, argv, "full_shard", NULL);
+        a = trainer_create(&a_cfg, MPI_COMM_WORLD);
+        b = trainer_create(&b_cfg, MPI_COMM_WORLD);
+    } else {
+        char batch[32];
+        snprintf(batch, sizeof(batch), "%d", cfg.batch / N * G);
+        const char *const flags[] = {"--batch", batch, NULL};
+        int zero2 = cfg.strategy == STRATEGY_HYBRID_SHARD_ZERO2;
+        make_config_more(&a_cfg, argc, argv, zero2 ? "shard_grad_op" : "full_shard", NULL, flags);
+        a_cfg.ranks_per_node = 0;
+        MPI_Comm_split(MPI_COMM_WORLD, t->comm.rank / G, t->comm.rank, &node);
+        a = trainer_create(&a_cfg, node);
+    }
+    for (int s = 0; s < 2; s++) {
+        trainer_step(t, s);
+        trainer_step(a, s);
+        if (b) trainer_step(b, s);
+    }
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) {
+        if (k == MEM_COMM_BUFFERS) continue; /* the replicas' all-reduce stages its own */
+        Trainer *ref = b && k == MEM_OPTIM_STATE ? b : a;
+        if (b && (k == MEM_FULL_PARAMS || k == MEM_FULL_GRADS)) continue; /* none in either */
+        double got = peak_of(t, (MemCategory)k), want = peak_of(ref, (MemCategory)k);
+        char what[96];
+        snprintf(what, sizeof(what), "%s: as %s%s", MEM_CATEGORY_NAMES[k], strategy_name(ref->cfg.strategy),
+                 node != MPI_COMM_NULL ? " on one node" : "");
+        check(got == want, what, "%.0f == %.0f bytes", got, want);
+    }
+    trainer_destroy(t);
+    trainer_destroy(a);
+    if (b) trainer_destroy(b);
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
 }
 
 /* ---- mixed precision: every buffer booked at its width -------------------------------
@@ -693,6 +764,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "precision") && argc >= 3) {
         if (rank == 0) printf("mixed precision: %s on %d ranks == 1 rank in the same formats\n", argv[2], world);
         test_precision(argc - 3, argv + 3, argv[2]);
+    } else if (!strcmp(mode, "strategy-memory") && argc >= 3) {
+        if (rank == 0) printf("memory: %s on %d ranks against the strategies it combines\n", argv[2], world);
+        test_strategy_memory(argc - 3, argv + 3, argv[2]);
     } else if (!strcmp(mode, "precision-memory") && argc >= 3) {
         if (rank == 0) printf("mixed precision: %s on %d ranks, memory against fp32\n", argv[2], world);
         test_precision_memory(argc - 3, argv + 3, argv[2]);
