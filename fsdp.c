@@ -203,6 +203,13 @@ enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
  * compared with one.
  * ========================================================================== */
 
+/* --plan (section 13) runs one training step with the backend switched off:
+ * the ledger books every buffer, the collectives are counted, and nothing
+ * is allocated, computed, copied or sent. Every function of this seam
+ * returns at once while this is set; it is set once, before the trainer
+ * is built. */
+static int backend_dry = 0;
+
 #ifdef __CUDACC__
 /* ---- the GPU build -------------------------------------------------------- */
 
@@ -322,24 +329,29 @@ static void dev_empty_cache(void) {
     gpu.peak_reserved = gpu.reserved;
 }
 static void dev_zero(void *p, size_t bytes) {
-    cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+    if (!backend_dry) cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
 }
 /* Copies the host waits for: what the compute stream has queued runs first. */
 static void dev_to_host(void *host, const void *dev, size_t bytes) {
+    if (backend_dry) return;
     cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, gpu.compute));
     cudaCheck(cudaStreamSynchronize(gpu.compute));
 }
 static void dev_from_host(void *dev, const void *host, size_t bytes) {
+    if (backend_dry) return;
     cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, gpu.compute));
     cudaCheck(cudaStreamSynchronize(gpu.compute));
 }
 /* device to device, in the compute stream's order: the host does not wait */
 static void dev_copy(void *dst, const void *src, size_t bytes) {
-    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu.compute));
+    if (!backend_dry)
+        cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu.compute));
 }
 /* The host waits until the GPU has done what it was given: before a picture
  * is drawn or a time is read, never in the hot path otherwise. */
-static void dev_synchronize(void) { cudaCheck(cudaStreamSynchronize(gpu.compute)); }
+static void dev_synchronize(void) {
+    if (!backend_dry) cudaCheck(cudaStreamSynchronize(gpu.compute));
+}
 
 /* An event recorded on a stream: the other stream (or the host) can wait
  * for it; with `timed`, it also says when the stream reached it. */
@@ -383,7 +395,7 @@ template <auto fn, typename... Args> __global__ void for_each_kernel(long n, Arg
 static unsigned blocks_for(long n) { return (unsigned)((n + 255) / 256); }
 #define FOR_EACH(n, fn, ...)                                                                       \
     do {                                                                                           \
-        if ((n) <= 0) break;                                                                       \
+        if ((n) <= 0 || backend_dry) break;                                                        \
         for_each_kernel<fn><<<blocks_for(n), 256, 0, gpu.compute>>>((long)(n), __VA_ARGS__);       \
         cudaCheck(cudaGetLastError()); /* a launch that failed says so here, not never */          \
     } while (0)
@@ -523,11 +535,19 @@ static void dev_free(void *p, size_t bytes) {
     (void)bytes;
     free(p);
 }
-static void dev_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
+static void dev_zero(void *p, size_t bytes) {
+    if (!backend_dry) memset(p, 0, bytes);
+}
 static void dev_empty_cache(void) {} /* free() gave everything back already */
-static void dev_to_host(void *host, const void *dev, size_t bytes) { memcpy(host, dev, bytes); }
-static void dev_from_host(void *dev, const void *host, size_t bytes) { memcpy(dev, host, bytes); }
-static void dev_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
+static void dev_to_host(void *host, const void *dev, size_t bytes) {
+    if (!backend_dry) memcpy(host, dev, bytes);
+}
+static void dev_from_host(void *dev, const void *host, size_t bytes) {
+    if (!backend_dry) memcpy(dev, host, bytes);
+}
+static void dev_copy(void *dst, const void *src, size_t bytes) {
+    if (!backend_dry) memcpy(dst, src, bytes);
+}
 static void dev_synchronize(void) {} /* the main thread is the compute stream */
 
 /* The CPU needs no device: each rank is a process, its memory the host's. */
@@ -546,7 +566,10 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
 }
 
 #define FOR_EACH(n, fn, ...)                                                                       \
-    for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__)
+    do {                                                                                           \
+        if (!backend_dry)                                                                          \
+            for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__);                           \
+    } while (0)
 #endif
 
 /* x *= f, element i: how the collectives turn a sum into a mean */
@@ -693,7 +716,9 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
                          const char *what) {
     if (l->budget && l->current_total + bytes > l->budget)
         ledger_out_of_memory(l, cat, bytes, what);
-    void *p = dev_alloc(physical); /* zeroed: padding must be 0 */
+    /* zeroed: padding must be 0. --plan allocates nothing: a distinct
+     * address the ledger can recognise at ledger_free stands in. */
+    void *p = backend_dry ? (void *)(l->plan_next += 64) : dev_alloc(physical);
     if (!p) {
 #ifdef __CUDACC__
         if (!l->oom_report) ledger_out_of_memory(l, cat, bytes, what); /* the GPU itself is full */
@@ -740,7 +765,7 @@ static void ledger_free(Ledger *l, void *p) {
         if (l->entries[i].ptr != p) continue;
         l->current[l->entries[i].cat] -= l->entries[i].bytes;
         l->current_total -= l->entries[i].bytes;
-        dev_free(p, l->entries[i].physical);
+        if (!backend_dry) dev_free(p, l->entries[i].physical);
         l->entries[i] = l->entries[--l->n_entries];
         sim_on_memory(l->sim, l);
         return;
@@ -769,7 +794,7 @@ static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
 
 static void ledger_release_all(Ledger *l) {
     for (int i = 0; i < l->n_entries; i++)
-        if (l->entries[i].ptr) dev_free(l->entries[i].ptr, l->entries[i].physical);
+        if (l->entries[i].ptr && !backend_dry) dev_free(l->entries[i].ptr, l->entries[i].physical);
     free(l->entries);
     free(l->oom_report);
     memset(l, 0, sizeof(*l));
@@ -995,6 +1020,7 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
  * means. An all-gather may be in place: its input is then its own chunk of
  * the output, as MPI_IN_PLACE and NCCL allow. */
 static void collective_run_host(Comm *c, const CommTask *k) {
+    if (backend_dry) return; /* --plan: counted, not sent */
     if (k->wire != DTYPE_FP32) {
         collective_run_host_16(c, k);
         return;
@@ -1050,7 +1076,7 @@ static void collective_run(Comm *c, const CommTask *k) {
     cudaEvent_t ready = (cudaEvent_t)k->ready;
     cudaCheck(cudaEventSynchronize(ready));
     cudaCheck(cudaEventDestroy(ready));
-    if (S == 0) return; /* a unit with no parameters: nothing to move */
+    if (S == 0 || backend_dry) return; /* no parameters, or --plan: nothing to move */
     CommTask host = comm_task(k->kind, k->group, c->stage, NULL, c->stage + (N + 1) * S,
                               c->stage + N * S, S, k->wire, k->prescale);
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
@@ -1698,6 +1724,7 @@ FSDP_HD static inline void crossentropy_backward_one(long i, float *dlogits, con
  * bias already in out). fp32 unless --tf32 (backend_init). */
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
+    if (backend_dry) return; /* --plan */
     const float one = 1.0f;
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
     cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, weight, I, inp, I,
@@ -1706,6 +1733,7 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int B, int I, int O) {
+    if (backend_dry) return; /* --plan */
     const float one = 1.0f;
     cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, weight, I, dout,
                             O, &one, dinp, I));
@@ -1782,6 +1810,7 @@ static void accumulate(float *dst, const float *coef, long coef_row, long coef_c
  * ledger, as cuBLAS's workspace would be on a GPU.) */
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
+    if (backend_dry) return; /* --plan */
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
     float *panel = (float *)malloc((size_t)I * BWD_VEC * sizeof(float));
     if (!panel) FATAL("the machine is out of host memory", "cannot allocate a matmul panel");
@@ -1801,6 +1830,7 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int B, int I, int O) {
+    if (backend_dry) return; /* --plan */
     /* dinp (B, I) += dout (B, O) @ weight (O, I): summed over o */
     accumulate(dinp, dout, O, 1, weight, B, O, I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
@@ -1846,7 +1876,7 @@ static void embedding_backward(float *dweight, const float *dout, const unsigned
 static float crossentropy_forward(float *probs, float *losses, const float *logits,
                                   const int *targets, int B, int V) {
     FOR_EACH(B, crossentropy_forward_row, probs, losses, logits, targets, V);
-    float *host = (float *)malloc((size_t)B * sizeof(float));
+    float *host = (float *)calloc(B > 0 ? (size_t)B : 1, sizeof(float));
     if (!host) FATAL("the machine is out of host memory", "cannot read the losses back");
     dev_to_host(host, losses, (size_t)B * sizeof(float));
     double loss = 0.0;
@@ -2680,7 +2710,7 @@ static double sum_over_ranks(Trainer *t, CommGroup group, float mine, const char
     int N = t->comm.group[group]->world, rank = t->comm.group[group]->rank;
     float *all =
         (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float), what);
-    float *host = (float *)malloc((size_t)N * sizeof(float));
+    float *host = (float *)calloc((size_t)N, sizeof(float));
     if (!host) FATAL("the machine is out of host memory", "cannot gather %s", what);
     dev_from_host(all + rank, &mine, sizeof(float)); /* in place: our slot is the input */
     CommHandle h = comm_all_gather_in(&t->comm, group, all, all + rank, 1, -1, DTYPE_FP32);
@@ -2807,7 +2837,7 @@ static double sum_squares(Trainer *t, const float *x, long n) {
     if (blocks == 0) return 0.0;
     double *partial = (double *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)blocks,
                                              sizeof(double), "clip_grad_norm's partial sums");
-    double *host = (double *)malloc((size_t)blocks * sizeof(double)), sum = 0.0;
+    double *host = (double *)calloc((size_t)blocks, sizeof(double)), sum = 0.0;
     if (!host) FATAL("the machine is out of host memory", "cannot sum the gradient norm");
     FOR_EACH(blocks, sum_squares_block, partial, x, n);
     dev_to_host(host, partial, (size_t)blocks * sizeof(double));
@@ -3353,10 +3383,11 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         Unit *u = &t->units[ui];
         unit_alloc_state(t, u);
         if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
+        if (!is_sharded(t)) unit_set_views(u, &t->model); /* the full state, always there */
+        if (backend_dry) continue; /* --plan: no values, only the ledger's bookings */
         unit_init_shard(u, &t->model, t->shard_rank, cfg->seed, unit_state_host(u, 0));
         unit_state_to_device(u, cfg->param_dtype);
         if (is_zero1(t)) unit_init_replica(t, u);
-        if (!is_sharded(t)) unit_set_views(u, &t->model); /* the full state, always there */
     }
     if (!t->ledger.oom_report) activations_alloc(&t->act, &t->ledger, cfg, t->micro_batch);
     ledger_agree_fits(&t->ledger, comm);
@@ -3684,6 +3715,70 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
     trainer_destroy(t);
     return s;
+}
+
+/* ------------------------------------------------------------------------
+ * --plan: the memory of a run, without the run
+ *
+ * The ledger's figures do not depend on the numbers in the buffers, only on
+ * which buffers exist when: so one training step with the backend switched
+ * off (backend_dry: nothing allocated, computed, copied or sent) books
+ * exactly what a real step books, for a model of any size. The step is the
+ * real trainer_step, through the same lifecycle, so the plan cannot drift
+ * from the program: tests/test_plan.sh holds it equal to a real run's
+ * ledger. Printed: each category's peak (the largest over the ranks), the
+ * peak of the total, the model states as the ZeRO paper counts them, and
+ * the collectives of one step.
+ * --------------------------------------------------------------------- */
+static void print_plan_row(const char *name, double bytes) {
+    printf("  %-28s %18.0f bytes %12.3f GB %12.3f GiB\n", name, bytes, bytes / 1e9,
+           bytes / 1073741824.0);
+}
+
+static void run_plan(const Config *cfg, MPI_Comm comm) {
+    Config c = *cfg;
+    c.vram = 0; /* the plan books everything, and says below whether it fits */
+    backend_dry = 1;
+    Trainer *t = trainer_create(&c, comm);
+    int root = t->comm.rank == 0, N = t->comm.world;
+    if (root) {
+        print_header(t);
+        print_unit_table(t);
+    }
+    trainer_step(t, 0);
+    double *peaks = (double *)calloc((size_t)N * (MEM_NUM_CATEGORIES + 1), sizeof(double));
+    double *sent = (double *)calloc((size_t)N * COMM_NUM_KINDS, sizeof(double));
+    if (!peaks || !sent) FATAL("the machine is out of host memory", "cannot collect the plan");
+    gather_stats(t, peaks, sent);
+    if (root) {
+        double peak[MEM_NUM_CATEGORIES + 1] = {0}, states = 0.0;
+        for (int r = 0; r < N; r++)
+            for (int k = 0; k <= MEM_NUM_CATEGORIES; k++)
+                peak[k] = fmax(peak[k], peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]);
+        printf("plan: one step booked by the ledger, nothing allocated or run; the peak per rank "
+               "(the largest over the %d ranks)\n",
+               N);
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) print_plan_row(MEM_CATEGORY_NAMES[k], peak[k]);
+        print_plan_row("total (peak of the sum)", peak[MEM_NUM_CATEGORIES]);
+        for (int k = MEM_PARAM_SHARD; k <= MEM_OPTIM_STATE; k++) states += peak[k];
+        if (!is_sharded(t) || t->cfg.strategy == STRATEGY_SHARD_GRAD_OP ||
+            t->cfg.strategy == STRATEGY_HYBRID_SHARD_ZERO2) /* full parameters kept all step */
+            states += peak[MEM_FULL_PARAMS];
+        print_plan_row("model states (ZeRO's count)", states);
+        for (int k = 0; k < COMM_NUM_KINDS; k++)
+            printf("  %-14s %4ld calls, %18.0f bytes sent per rank in the step\n",
+                   COMM_KIND_NAMES[k], t->comm.calls[k], t->comm.bytes_sent[k]);
+        if (cfg->vram) {
+            char a[32], b[32];
+            double over = peak[MEM_NUM_CATEGORIES] - (double)cfg->vram;
+            printf("--vram %s: %s (%s %s)\n", human_bytes((double)cfg->vram, a, sizeof(a)),
+                   over > 0 ? "does not fit" : "fits", human_bytes(fabs(over), b, sizeof(b)),
+                   over > 0 ? "over" : "to spare");
+        }
+    }
+    free(peaks);
+    free(sent);
+    trainer_destroy(t);
 }
 
 /* ============================================================================
@@ -4709,6 +4804,8 @@ void config_usage(FILE *out) {
             "  --inline-collectives  run each collective on the main thread at once, not on the\n"
             "                        communication thread (implied by --step, --check-collectives\n"
             "                        and --wait-for-debugger)\n"
+            "  --plan                print each rank's memory by category for one step, from the\n"
+            "                        ledger, without allocating or training: any model size\n"
             "checkpoints\n"
             "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
             "  --save-every K        every K steps); the two newest are kept\n"
@@ -5095,7 +5192,8 @@ static int flag_takes_no_value(const char *flag) {
                                         "--tf32",
                                         "--no-sync",
                                         "--activation-checkpointing",
-                                        "--grad-scaler"};
+                                        "--grad-scaler",
+                                        "--plan"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -5123,6 +5221,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--no-sync")) c->no_sync = 1;
     else if (!strcmp(flag, "--activation-checkpointing")) c->activation_checkpointing = 1;
     else if (!strcmp(flag, "--grad-scaler")) c->grad_scaler = 1;
+    else if (!strcmp(flag, "--plan")) c->plan = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -5249,11 +5348,17 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
     if (rc == 0) rc = config_each_option(c, argc, argv, 0, err, errlen);
     if (rc) return rc;
     long total = config_total_numel(c);
-    if (total > (1L << 30))
+    if (total > (1L << 30) && !c->plan)
         return usage_error(err, errlen,
-                           "the model would have %ld parameters, more than this simulator handles "
-                           "(2^30). Use a smaller --width, --depth or --context.",
+                           "the model would have %ld parameters, more than this simulator trains "
+                           "(2^30). Use a smaller --width, --depth or --context, or --plan to see "
+                           "its memory without training it.",
                            total);
+    if (c->plan && (c->compare || c->trace_path || c->json_path || c->step_mode || c->view ||
+                    c->save_dir || c->resume_dir || c->export_path || c->init_from))
+        return usage_error(err, errlen,
+                           "--plan trains nothing and writes nothing: leave out --compare, "
+                           "--trace, --json, --step, --view and the checkpoint options.");
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->weight_decay < 0.0f) c->weight_decay = c->optimizer == OPTIMIZER_ADAM ? 0.0f : 0.01f;
     if ((int)c->reduce_dtype < 0) c->reduce_dtype = c->param_dtype;
@@ -5817,6 +5922,10 @@ int main(int argc, char **argv) {
                     "error: %s\nusage: mpirun -np N ./fsdp [options]; ./fsdp --help lists them.\n",
                     err);
         return finish(2);
+    }
+    if (cfg.plan) { /* no GPU needed: nothing runs */
+        run_plan(&cfg, MPI_COMM_WORLD);
+        return finish(0);
     }
     if (backend_init(&cfg, MPI_COMM_WORLD)) return finish(1); /* section 2: the GPU, if any */
     if (cfg.wait_for_debugger) debugger_wait(MPI_COMM_WORLD);

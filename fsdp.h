@@ -136,6 +136,7 @@ typedef struct {
     int inline_collectives; /* --inline-collectives: no communication thread */
     int activation_checkpointing; /* --activation-checkpointing: keep block inputs only */
     int tf32;               /* --tf32: cuBLAS may use TF32 tensor cores (GPU build) */
+    int plan;               /* --plan: the ledger's figures for one step, nothing run */
     /* checkpoints */
     const char *save_dir;    /* --save-dir: sharded checkpoints go here */
     int save_every;          /* --save-every K steps (and at the end) */
@@ -196,6 +197,7 @@ typedef struct Ledger {
     int rank;         /* for the out-of-memory report */
     int defer_oom;    /* setup: note an overrun, decide together later */
     char *oom_report; /* the first overrun's report, while deferred */
+    uintptr_t plan_next; /* --plan: the stand-in address of the next "allocation" */
     struct Sim *sim;  /* the instruments, told of every change */
 } Ledger;
 

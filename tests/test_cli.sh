@@ -199,7 +199,7 @@ bad "--eps: 0 is out of range" --eps 0
 bad "--weight-decay: -1 is out of range" --weight-decay -1
 bad "--log-every: 0 is out of range" --log-every 0
 bad "--seed: -1 is out of range" --seed -1
-bad "more than this simulator handles" --width 8192 --depth 64
+bad "more than this simulator trains" --width 8192 --depth 64
 
 # ---- unknown names -------------------------------------------------------------
 bad "--model: unknown model 'huge'" --model huge
@@ -266,6 +266,8 @@ bad "--strategy: unknown strategy 'zero2'. Choose full_shard, shard_grad_op, no_
 bad "--ranks-per-node 3 does not divide 2 ranks" --model tiny --strategy hybrid_shard --ranks-per-node 3
 bad "--ranks-per-node: 0 is out of range" --ranks-per-node 0
 bad "--net: unknown network 'nvlink+carrier-pigeon'" --net nvlink+carrier-pigeon
+bad "--plan trains nothing and writes nothing: leave out --compare" --plan --compare
+bad "--plan trains nothing and writes nothing" --plan --json /tmp/x.json
 
 # ---- --data --------------------------------------------------------------------
 bad "--data $MISSING: cannot open it" --data "$MISSING"
