@@ -888,6 +888,16 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, i
     return 0;
 }
 
+/* A collective as the stream will run it: kind, group, buffers, format */
+static CommTask comm_task(CommKind kind, CommGroup group, float *full, const float *shard,
+                          float *out, float *tmp, long S, Dtype wire, float prescale) {
+    CommTask k;
+    memset(&k, 0, sizeof(k));
+    k.kind = kind, k.group = group, k.full = full, k.shard = shard, k.out = out, k.tmp = tmp;
+    k.S = S, k.wire = wire, k.prescale = prescale;
+    return k;
+}
+
 static int ring_right(const Comm *c) { return (c->rank + 1) % c->world; }
 static int ring_left(const Comm *c) { return (c->rank - 1 + c->world) % c->world; }
 
@@ -1352,16 +1362,6 @@ static float predivide_factor(const Comm *c, Dtype wire) {
     int f = 1;
     while (wire != DTYPE_FP32 && c->world % f == 0 && c->world / f > f) f *= 2;
     return (float)f;
-}
-
-/* A collective as the stream will run it: kind, group, buffers, format */
-static CommTask comm_task(CommKind kind, CommGroup group, float *full, const float *shard,
-                          float *out, float *tmp, long S, Dtype wire, float prescale) {
-    CommTask k;
-    memset(&k, 0, sizeof(k));
-    k.kind = kind, k.group = group, k.full = full, k.shard = shard, k.out = out, k.tmp = tmp;
-    k.S = S, k.wire = wire, k.prescale = prescale;
-    return k;
 }
 
 /* all-gather: shard (S elements) from each of the group's G ranks -> full
