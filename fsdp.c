@@ -572,6 +572,20 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
     } while (0)
 #endif
 
+/* The same loop over buffers in the host's memory (--cpu-offload keeps
+ * the shards and the optimizer there, and AdamW runs on the CPU): a plain
+ * loop in both builds. STATE_FOR_EACH picks by where the state lives. */
+#define HOST_FOR_EACH(n, fn, ...)                                                                  \
+    do {                                                                                           \
+        if (!backend_dry)                                                                          \
+            for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__);                           \
+    } while (0)
+#define STATE_FOR_EACH(on_host, n, fn, ...)                                                        \
+    do {                                                                                           \
+        if (on_host) HOST_FOR_EACH(n, fn, __VA_ARGS__);                                            \
+        else FOR_EACH(n, fn, __VA_ARGS__);                                                         \
+    } while (0)
+
 /* x *= f, element i: how the collectives turn a sum into a mean */
 FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }
 
@@ -713,12 +727,14 @@ static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const
  * only for 16-bit values kept in float slots (section 2). `what` names the
  * owner (a unit, "activations", ...) for that report. */
 static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t bytes,
-                         const char *what) {
-    if (l->budget && l->current_total + bytes > l->budget)
+                         const char *what, int host) {
+    if (!host && l->budget && l->current_total + bytes > l->budget)
         ledger_out_of_memory(l, cat, bytes, what);
     /* zeroed: padding must be 0. --plan allocates nothing: a distinct
      * address the ledger can recognise at ledger_free stands in. */
-    void *p = backend_dry ? (void *)(l->plan_next += 64) : dev_alloc(physical);
+    void *p = backend_dry ? (void *)(l->plan_next += 64)
+              : host      ? calloc(physical ? physical : 1, 1)
+                          : dev_alloc(physical);
     if (!p) {
 #ifdef __CUDACC__
         if (!l->oom_report) ledger_out_of_memory(l, cat, bytes, what); /* the GPU itself is full */
@@ -738,7 +754,13 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
     l->entries[l->n_entries].bytes = bytes;
     l->entries[l->n_entries].physical = physical;
     l->entries[l->n_entries].cat = cat;
+    l->entries[l->n_entries].host = host;
     l->n_entries++;
+    if (host) { /* the host's memory: booked apart, outside --vram */
+        l->host_current[cat] += bytes;
+        if (l->host_current[cat] > l->host_peak[cat]) l->host_peak[cat] = l->host_current[cat];
+        return p;
+    }
     l->current[cat] += bytes;
     l->current_total += bytes;
     if (l->current[cat] > l->peak[cat]) l->peak[cat] = l->current[cat];
@@ -749,20 +771,33 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
 
 static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size,
                           const char *what) {
-    return ledger_book(l, cat, count * elem_size, count * elem_size, what);
+    return ledger_book(l, cat, count * elem_size, count * elem_size, what, 0);
 }
 
 /* `count` values of format d in float slots, booked at d's width */
 static float *ledger_alloc_floats(Ledger *l, MemCategory cat, size_t count, Dtype d,
                                   const char *what) {
-    return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d),
-                                what);
+    return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d), what,
+                                0);
+}
+
+/* ... in the host's memory (--cpu-offload): booked apart from the device's */
+static float *ledger_alloc_host_floats(Ledger *l, MemCategory cat, size_t count, Dtype d,
+                                       const char *what) {
+    return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d), what,
+                                1);
 }
 
 static void ledger_free(Ledger *l, void *p) {
     if (!p) return;
     for (int i = l->n_entries - 1; i >= 0; i--) { /* recent allocations first */
         if (l->entries[i].ptr != p) continue;
+        if (l->entries[i].host) {
+            l->host_current[l->entries[i].cat] -= l->entries[i].bytes;
+            if (!backend_dry) free(p);
+            l->entries[i] = l->entries[--l->n_entries];
+            return;
+        }
         l->current[l->entries[i].cat] -= l->entries[i].bytes;
         l->current_total -= l->entries[i].bytes;
         if (!backend_dry) dev_free(p, l->entries[i].physical);
@@ -794,7 +829,10 @@ static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
 
 static void ledger_release_all(Ledger *l) {
     for (int i = 0; i < l->n_entries; i++)
-        if (l->entries[i].ptr && !backend_dry) dev_free(l->entries[i].ptr, l->entries[i].physical);
+        if (l->entries[i].ptr && !backend_dry) {
+            if (l->entries[i].host) free(l->entries[i].ptr);
+            else dev_free(l->entries[i].ptr, l->entries[i].physical);
+        }
     free(l->entries);
     free(l->oom_report);
     memset(l, 0, sizeof(*l));
@@ -2181,7 +2219,8 @@ static void round_all(float *x, long n, Dtype d) {
 static float *unit_master(Unit *u) { return u->master_param ? u->master_param : u->shard_param; }
 static void unit_refresh_low_precision(Unit *u, Dtype param_dtype) {
     if (u->master_param)
-        FOR_EACH(u->shard, round_copy_one, u->shard_param, u->master_param, param_dtype);
+        STATE_FOR_EACH(u->offloaded, u->shard, round_copy_one, u->shard_param, u->master_param,
+                       param_dtype);
 }
 
 /* A unit's state as the host sees it: tensor k (0 shard_param, 1 exp_avg,
@@ -2190,6 +2229,7 @@ static void unit_refresh_low_precision(Unit *u, Dtype param_dtype) {
  * unit_state_to_host and written back by unit_state_to_device. */
 static float *unit_state_host(Unit *u, int k) {
 #ifdef __CUDACC__
+    if (u->offloaded) return k == 0 ? unit_master(u) : k == 1 ? u->exp_avg : u->exp_avg_sq;
     if (!u->host_state && !(u->host_state = (float *)calloc((size_t)(3 * u->shard + 1), 4)))
         FATAL("the machine is out of host memory", "cannot copy a shard to the host");
     return u->host_state + (long)k * u->shard;
@@ -2268,6 +2308,10 @@ struct Trainer {
     int scaler_growth; /* ... steps since it last changed (PyTorch: _growth_tracker) */
     int skipped_step;  /* ... the last step found inf/NaN gradients and was skipped */
     int found_inf_here; /* ... this rank's own shards had them (the others may not) */
+    long copy_calls[2]; /* --cpu-offload: copies to the device [0] and to the host [1] */
+    double copy_bytes[2];    /* ... and their bytes, as booked */
+    double copy_sim_seconds; /* ... priced on PCIe (sim/net.c's pcie) */
+    double *host_peaks;      /* rank 0, after gather_stats: every rank's host peaks */
     int adam_step;     /* AdamW's t, for bias correction */
     float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
     uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
@@ -2377,7 +2421,89 @@ static void unit_unshard_wait(Trainer *t, int ui) {
     comm_wait(&t->comm, &u->gather);
     u->gathering = 0;
     t->gathers_in_flight--;
+    if (u->device_shard) { /* --cpu-offload: the all-gather's input, done with */
+        ledger_free(&t->ledger, u->device_shard);
+        u->device_shard = NULL;
+    }
     unit_set_views(u, &t->model);
+}
+
+/* ------------------------------------------------------------------------
+ * CPU offload                      PyTorch: CPUOffload(offload_params=True)
+ *
+ * --cpu-offload keeps a unit's shards (parameters, gradient) and AdamW's
+ * state in the host's memory, and runs the optimizer on the CPU there (as
+ * PyTorch does: the optimizer sees CPU parameters). The device holds only
+ * what computes: gathered full states, full gradients, activations, and
+ * for a while a unit's shard, copied over PCIe:
+ *   to the device  the parameter shard, the input of each all-gather of the
+ *                  unit, freed once the all-gather is done (as PyTorch does at
+ *                  every unshard): once a step under shard_grad_op, twice
+ *                  under full_shard (forward and backward) but for the root;
+ *   to the host    the averaged gradient shard, when its reduce-scatter is
+ *                  done, added to the host's shard after the first
+ *                  micro-batch of --grad-accum.
+ * --vram limits the device alone, so a model too large for full_shard's
+ * shards on the device trains with them on the host, at the price of the
+ * copies (counted, traced, and priced on sim/net.c's pcie link) and of a
+ * CPU optimizer step. The ledger books the host's buffers apart.
+ * --------------------------------------------------------------------- */
+typedef enum { TO_DEVICE, TO_HOST } CopyDirection;
+
+/* count values of format d between host and device, counted and priced */
+static void offload_copy(Trainer *t, int ui, float *dst, const float *src, long count, Dtype d,
+                         CopyDirection dir) {
+    SimPhase phase = dir == TO_DEVICE ? PHASE_TO_DEVICE : PHASE_TO_HOST;
+    size_t physical = (size_t)count * sizeof(float);
+    double bytes = (double)count * dtype_bytes(d);
+    const NetModel *pcie = net_model_find("pcie");
+    sim_span_begin(&t->sim, ui, phase);
+    if (dir == TO_DEVICE) dev_from_host(dst, src, physical);
+    else dev_to_host(dst, src, physical);
+    sim_span_end(&t->sim, ui, phase);
+    t->copy_calls[dir]++;
+    t->copy_bytes[dir] += bytes;
+    t->copy_sim_seconds += pcie->alpha + bytes / pcie->bandwidth;
+}
+
+/* The all-gather's input: the shard, on the device */
+static const float *unit_gather_input(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    if (!u->offloaded) return u->shard_param;
+    if (!u->device_shard) {
+        u->device_shard = ledger_alloc_floats(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard,
+                                              t->cfg.param_dtype, u->name);
+        offload_copy(t, ui, u->device_shard, u->shard_param, u->shard, t->cfg.param_dtype,
+                     TO_DEVICE);
+    }
+    return u->device_shard;
+}
+
+/* Before the reduce-scatter: it writes a shard on the device */
+static void unit_stage_grad_on_device(Trainer *t, Unit *u) {
+    u->host_grad = u->shard_grad;
+    u->shard_grad = ledger_alloc_floats(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
+                                        t->cfg.reduce_dtype, u->name);
+}
+
+/* ... and after it: the averaged shard to the host, added to the earlier
+ * micro-batches' there */
+static void unit_grad_to_host(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    int add = t->micro > 0 && !t->cfg.no_sync;
+    Dtype d = t->cfg.reduce_dtype;
+    float *dst = add ? ledger_alloc_host_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, d,
+                                                "the gradient from the device")
+                     : u->host_grad;
+    offload_copy(t, ui, dst, u->shard_grad, u->shard, d, TO_HOST);
+    if (add) {
+        HOST_FOR_EACH(u->shard, add_one, u->host_grad, dst);
+        if (d != DTYPE_FP32) HOST_FOR_EACH(u->shard, round_one, u->host_grad, d);
+        ledger_free(&t->ledger, dst);
+    }
+    ledger_free(&t->ledger, u->shard_grad);
+    u->shard_grad = u->host_grad;
+    u->host_grad = NULL;
 }
 
 static void unit_unshard_start(Trainer *t, int ui) {
@@ -2395,8 +2521,8 @@ static void unit_unshard_start(Trainer *t, int ui) {
     }
     u->full_param = ledger_alloc_floats(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
                                         t->cfg.param_dtype, u->name);
-    u->gather = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui,
-                                      t->cfg.param_dtype);
+    u->gather = comm_all_gather_start(&t->comm, u->full_param, unit_gather_input(t, ui), u->shard,
+                                      ui, t->cfg.param_dtype);
     u->gathering = 1;
     if (++t->gathers_in_flight > t->max_gathers_in_flight)
         t->max_gathers_in_flight = t->gathers_in_flight;
@@ -2556,6 +2682,7 @@ static void unit_reduce_wait(Trainer *t, int ui) {
     u->full_grad = NULL;
     unit_set_views(u, &t->model);
     if (t->comm.group[GROUP_REPLICA]) unit_reduce_replicas(t, ui);
+    if (u->host_grad) unit_grad_to_host(t, ui); /* --cpu-offload */
     if (u->saved_grad_shard) { /* --grad-accum: add this micro-batch's into the sum */
         FOR_EACH(u->shard, add_one, u->saved_grad_shard, u->shard_grad);
         round_all(u->saved_grad_shard, u->shard, t->cfg.reduce_dtype);
@@ -2697,7 +2824,9 @@ static void module_post_backward(Trainer *t, int module) {
     }
     int ui = mod->unit;
     if (ui < 0) return;
-    if (is_sharded(t) && t->micro > 0 && !t->cfg.no_sync) unit_save_grad_shard(t, &t->units[ui]);
+    Unit *u = &t->units[ui];
+    if (u->offloaded && t->sync_grads) unit_stage_grad_on_device(t, u);
+    else if (is_sharded(t) && t->micro > 0 && !t->cfg.no_sync) unit_save_grad_shard(t, u);
     if (is_zero1(t)) unit_post_backward_zero1(t, ui);
     else if (t->sync_grads) unit_post_backward(t, ui);
     else unit_post_backward_no_sync(t, ui);
@@ -2831,10 +2960,19 @@ FSDP_HD static inline void sum_squares_block(long b, double *partial, const floa
     partial[b] = sum;
 }
 
-/* The sum of squares of x[0, n), on the host. */
-static double sum_squares(Trainer *t, const float *x, long n) {
+/* The sum of squares of x[0, n), on the host. x is in the device's memory,
+ * or with on_host (--cpu-offload) in the host's, summed there. */
+static double sum_squares(Trainer *t, const float *x, long n, int on_host) {
     long blocks = ceil_div(n, NORM_BLOCK);
     if (blocks == 0) return 0.0;
+    if (on_host) {
+        double *part = (double *)calloc((size_t)blocks, sizeof(double)), sum = 0.0;
+        if (!part) FATAL("the machine is out of host memory", "cannot sum the gradient norm");
+        HOST_FOR_EACH(blocks, sum_squares_block, part, x, n);
+        for (long b = 0; b < blocks; b++) sum += part[b];
+        free(part);
+        return sum;
+    }
     double *partial = (double *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)blocks,
                                              sizeof(double), "clip_grad_norm's partial sums");
     double *host = (double *)calloc((size_t)blocks, sizeof(double)), sum = 0.0;
@@ -2853,7 +2991,11 @@ static void clip_grad_norm(Trainer *t, float max_norm) {
         Unit *u = &t->units[ui];
         long lo = shard_begin(u, t->shard_rank);
         long real = u->numel - lo; /* this rank's elements before the padding */
-        local += sum_squares(t, u->shard_grad, real < 0 ? 0 : real < u->shard ? real : u->shard);
+        local += sum_squares(t, u->shard_grad,
+                             real < 0          ? 0
+                             : real < u->shard ? real
+                                               : u->shard,
+                             u->offloaded);
     }
     /* the ranks sharing the shards add theirs; hybrid's other nodes hold the same */
     int alone = t->cfg.strategy == STRATEGY_NO_SHARD;
@@ -2863,7 +3005,8 @@ static void clip_grad_norm(Trainer *t, float max_norm) {
     float coef = max_norm / (t->grad_norm + 1e-6f);
     if (coef >= 1.0f) return;
     for (int ui = 0; ui < t->n_units; ui++)
-        FOR_EACH(t->units[ui].shard, scale_one, t->units[ui].shard_grad, coef);
+        STATE_FOR_EACH(t->units[ui].offloaded, t->units[ui].shard, scale_one,
+                       t->units[ui].shard_grad, coef);
 }
 
 #ifdef EXERCISE_ADAMW /* graded exercise: make exercise EX=adamw */
@@ -2883,7 +3026,8 @@ static void adamw_step(Trainer *t) {
                    c->optimizer == OPTIMIZER_ADAM};
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        FOR_EACH(u->shard, adamw_one, unit_master(u), u->exp_avg, u->exp_avg_sq, u->shard_grad, s);
+        STATE_FOR_EACH(u->offloaded, u->shard, adamw_one, unit_master(u), u->exp_avg, u->exp_avg_sq,
+                       u->shard_grad, s);
         unit_refresh_low_precision(u, c->param_dtype);
     }
     span_end(t, -1, PHASE_OPTIMIZER);
@@ -3306,6 +3450,15 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
         u->full_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, P, c->reduce_dtype, u->name);
         u->shard_param = u->full_param ? u->full_param + lo : NULL;
         u->shard_grad = u->full_grad ? u->full_grad + lo : NULL;
+    } else if (c->cpu_offload) { /* all of it in the host's memory (section 8) */
+        u->offloaded = 1;
+        u->shard_param = ledger_alloc_host_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name);
+        u->shard_grad = ledger_alloc_host_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name);
+        u->exp_avg = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+        u->exp_avg_sq = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+        if (c->param_dtype != DTYPE_FP32)
+            u->master_param = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+        return;
     } else {
         u->shard_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name);
         u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name);
@@ -3426,6 +3579,7 @@ void trainer_destroy(Trainer *t) {
         free(t->units[ui].host_state);
     }
     free(t->units);
+    free(t->host_peaks);
     free(t->pre_order);
     free(t->post_order);
     corpus_release(&t->corpus);
@@ -3467,8 +3621,8 @@ static int grad_scaler_unscale(Trainer *t) {
     double local = 0.0;
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        FOR_EACH(u->shard, scale_one, u->shard_grad, 1.0f / t->loss_scale);
-        local += sum_squares(t, u->shard_grad, u->shard); /* inf or NaN if any element is */
+        STATE_FOR_EACH(u->offloaded, u->shard, scale_one, u->shard_grad, 1.0f / t->loss_scale);
+        local += sum_squares(t, u->shard_grad, u->shard, u->offloaded); /* inf/NaN if any is */
     }
     t->found_inf_here = !isfinite(local);
     return sum_over_ranks(t, GROUP_WORLD, (float)t->found_inf_here, "the inf/NaN check") == 0.0;
@@ -3765,6 +3919,14 @@ static void run_plan(const Config *cfg, MPI_Comm comm) {
             t->cfg.strategy == STRATEGY_HYBRID_SHARD_ZERO2) /* full parameters kept all step */
             states += peak[MEM_FULL_PARAMS];
         print_plan_row("model states (ZeRO's count)", states);
+        for (int k = 0; t->cfg.cpu_offload && k < MEM_NUM_CATEGORIES; k++) {
+            char name[64];
+            double most = 0.0;
+            for (int r = 0; r < N; r++)
+                most = fmax(most, t->host_peaks[(long)r * MEM_NUM_CATEGORIES + k]);
+            snprintf(name, sizeof(name), "host: %s", MEM_CATEGORY_NAMES[k]);
+            print_plan_row(name, most);
+        }
         for (int k = 0; k < COMM_NUM_KINDS; k++)
             printf("  %-14s %4ld calls, %18.0f bytes sent per rank in the step\n",
                    COMM_KIND_NAMES[k], t->comm.calls[k], t->comm.bytes_sent[k]);
@@ -4804,6 +4966,9 @@ void config_usage(FILE *out) {
             "  --inline-collectives  run each collective on the main thread at once, not on the\n"
             "                        communication thread (implied by --step, --check-collectives\n"
             "                        and --wait-for-debugger)\n"
+            "  --cpu-offload         keep the shards and AdamW's state in host memory, step on\n"
+            "                        the CPU (CPUOffload(offload_params=True)); --vram\n"
+            "                        limits the device alone\n"
             "  --plan                print each rank's memory by category for one step, from the\n"
             "                        ledger, without allocating or training: any model size\n"
             "checkpoints\n"
@@ -5193,7 +5358,8 @@ static int flag_takes_no_value(const char *flag) {
                                         "--no-sync",
                                         "--activation-checkpointing",
                                         "--grad-scaler",
-                                        "--plan"};
+                                        "--plan",
+                                        "--cpu-offload"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -5222,6 +5388,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--activation-checkpointing")) c->activation_checkpointing = 1;
     else if (!strcmp(flag, "--grad-scaler")) c->grad_scaler = 1;
     else if (!strcmp(flag, "--plan")) c->plan = 1;
+    else if (!strcmp(flag, "--cpu-offload")) c->cpu_offload = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -5354,6 +5521,13 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
                            "(2^30). Use a smaller --width, --depth or --context, or --plan to see "
                            "its memory without training it.",
                            total);
+    if (c->cpu_offload && (c->strategy == STRATEGY_NO_SHARD || c->strategy == STRATEGY_ZERO1))
+        return usage_error(
+            err, errlen,
+            "--cpu-offload moves the shards to the host, but %s keeps whole replicas "
+            "on the device, which the model computes with. Use a sharded strategy "
+            "(full_shard, shard_grad_op or the hybrid ones) with it.",
+            strategy_name(c->strategy));
     if (c->plan && (c->compare || c->trace_path || c->json_path || c->step_mode || c->view ||
                     c->save_dir || c->resume_dir || c->export_path || c->init_from))
         return usage_error(err, errlen,
@@ -5450,6 +5624,8 @@ static void print_header(const Trainer *t) {
         printf("gradient accumulation: %d micro-batches of %d per rank per step, %s\n",
                c->grad_accum, t->micro_batch,
                c->no_sync ? "reduce-scattered once (--no-sync)" : "each reduce-scattered");
+    if (c->cpu_offload)
+        printf("cpu offload: shards and AdamW's state in host memory, the optimizer on the CPU\n");
     if (c->activation_checkpointing)
         printf("activation checkpointing: each block keeps its input and runs again in backward\n");
     if (c->param_dtype != DTYPE_FP32 || c->reduce_dtype != DTYPE_FP32)
@@ -5519,6 +5695,32 @@ static void gather_stats(Trainer *t, double *peaks, double *sent) {
         }
     }
     free(all);
+    /* --cpu-offload: the host's memory, apart */
+    double host[MEM_NUM_CATEGORIES];
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) host[k] = (double)t->ledger.host_peak[k];
+    free(t->host_peaks);
+    t->host_peaks = t->comm.rank == 0 ? (double *)calloc((size_t)t->comm.world * MEM_NUM_CATEGORIES,
+                                                         sizeof(double))
+                                      : NULL;
+    mpiCheck(MPI_Gather(host, MEM_NUM_CATEGORIES, MPI_DOUBLE, t->host_peaks, MEM_NUM_CATEGORIES,
+                        MPI_DOUBLE, 0, t->comm.comm));
+}
+
+/* --cpu-offload: the host's memory per rank, and the copies over PCIe */
+static void print_offload_table(const Trainer *t, int steps) {
+    int N = t->comm.world;
+    printf("host memory per rank, MiB (--cpu-offload; --vram counts the device alone)\n");
+    for (int k = MEM_PARAM_SHARD; k <= MEM_OPTIM_STATE; k++) {
+        printf("  %-34s", MEM_CATEGORY_NAMES[k]);
+        for (int r = 0; r < N; r++)
+            printf(" %9.3f", mib(t->host_peaks[(long)r * MEM_NUM_CATEGORIES + k]));
+        printf("\n");
+    }
+    printf("copies on rank 0 per step over PCIe: to the device %ld (%.3f MiB), to the host %ld "
+           "(%.3f MiB); %.3f ms on sim/net.c's pcie\n",
+           t->copy_calls[TO_DEVICE] / steps, mib(t->copy_bytes[TO_DEVICE] / steps),
+           t->copy_calls[TO_HOST] / steps, mib(t->copy_bytes[TO_HOST] / steps),
+           1e3 * t->copy_sim_seconds / steps);
 }
 
 static void print_rank_table(const Trainer *t, const double *peaks, const double *sent) {
@@ -5542,6 +5744,7 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
         printf("\n");
     }
     printf("  (all_gather includes the loss: one float per rank per step)\n");
+    if (t->cfg.cpu_offload) print_offload_table(t, t->adam_step ? t->adam_step : 1);
 }
 
 /* A run of `seconds` over `steps` steps, on rank 0: the time it computed
@@ -5584,11 +5787,12 @@ static const char *json_options(const Trainer *t) {
     snprintf(out, sizeof(out),
              "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, "
              "\"activation_checkpointing\": %s, \"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", "
-             "\"grad_scaler\": %s, \"ranks_per_node\": %d, ",
+             "\"grad_scaler\": %s, \"ranks_per_node\": %d, \"cpu_offload\": %s, ",
              c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false",
              c->activation_checkpointing ? "true" : "false", DTYPE_NAMES[c->param_dtype],
              DTYPE_NAMES[c->reduce_dtype], c->grad_scaler ? "true" : "false",
-             c->ranks_per_node ? c->ranks_per_node : t->comm.world);
+             c->ranks_per_node ? c->ranks_per_node : t->comm.world,
+             c->cpu_offload ? "true" : "false");
     return out;
 }
 
@@ -5656,6 +5860,17 @@ static void json_memory_and_traffic(FILE *f, const Trainer *t, const double *pea
         fprintf(f, ", \"sim_seconds\": %.9g}", t->comm.sim_seconds[k]);
     }
     fprintf(f, "\n  }");
+    if (!t->cfg.cpu_offload) return;
+    fprintf(f, ",\n  \"host_memory_peak_bytes\": {");
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) {
+        fprintf(f, "%s\n    \"%s\": ", k ? "," : "", MEM_CATEGORY_NAMES[k]);
+        json_numbers(f, t->host_peaks + k, N, MEM_NUM_CATEGORIES);
+    }
+    fprintf(f,
+            "\n  },\n  \"offload_copies\": {\"to_device\": {\"calls\": %ld, \"bytes\": %.17g}, "
+            "\"to_host\": {\"calls\": %ld, \"bytes\": %.17g}, \"sim_seconds\": %.9g}",
+            t->copy_calls[TO_DEVICE], t->copy_bytes[TO_DEVICE], t->copy_calls[TO_HOST],
+            t->copy_bytes[TO_HOST], t->copy_sim_seconds);
 }
 
 static int json_write(const Trainer *t, const RunSummary *s, const float *losses,

@@ -112,6 +112,7 @@ typedef struct {
     Dtype param_dtype;  /* --param-dtype: gathered parameters, compute, all-gather */
     Dtype reduce_dtype; /* --reduce-dtype: gradients' reduce-scatter (default: param_dtype) */
     int grad_scaler;    /* --grad-scaler: dynamic loss scaling (ShardedGradScaler) */
+    int cpu_offload;    /* --cpu-offload: shards and optimizer state in host memory */
     float init_scale;   /* --init-scale: its first scale (PyTorch: 2^16) */
     /* training */
     int steps; /* optimizer steps */
@@ -185,12 +186,15 @@ typedef struct {
     size_t bytes;    /* as booked: what a GPU would hold */
     size_t physical; /* as allocated: a 16-bit value sits in a float (section 5) */
     MemCategory cat;
+    int host; /* --cpu-offload: in the host's memory, not the device's */
 } LedgerEntry;
 
 typedef struct Ledger {
-    size_t current[MEM_NUM_CATEGORIES];
+    size_t current[MEM_NUM_CATEGORIES]; /* the device's (the simulated GPU's) memory */
     size_t peak[MEM_NUM_CATEGORIES];
     size_t current_total, peak_total;
+    size_t host_current[MEM_NUM_CATEGORIES]; /* --cpu-offload: the host's; --vram ignores it */
+    size_t host_peak[MEM_NUM_CATEGORIES];
     LedgerEntry *entries; /* live allocations, so a free knows its size */
     int n_entries, cap_entries;
     size_t budget;    /* simulated VRAM per rank (--vram); 0: unlimited */
@@ -388,6 +392,11 @@ typedef struct {
     float *shard_grad;             /* (shard) this rank's slice of the gradient */
     float *exp_avg;                /* (shard) AdamW first moment */
     float *exp_avg_sq;             /* (shard) AdamW second moment */
+    int offloaded;       /* --cpu-offload: the shards and AdamW's state live in host memory */
+    float *device_shard; /* (shard) --cpu-offload: shard_param's copy on the device, the
+                          * input of an all-gather on its way */
+    float *host_grad;    /* (shard) --cpu-offload: the host's gradient shard, while the
+                          * reduce-scatter writes shard_grad on the device */
     float *master_param;           /* (shard) mixed precision: the fp32 parameters AdamW
                                     * updates; shard_param is then their param_dtype copy.
                                     * NULL in fp32: shard_param is the master itself */

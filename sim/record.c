@@ -188,8 +188,6 @@ static double clock_us(const Clock *k, double t) {
 
 /* ---- one rank's events --------------------------------------------------------- */
 
-static const char *PHASE_NAMES[] = {"forward", "backward", "optimizer"};
-
 static const char *unit_label(const Sim *s, int unit) {
     return unit >= 0 && unit < s->n_units ? s->units[unit].name : "the loss";
 }
@@ -219,8 +217,8 @@ static void rank_events(Text *t, const Sim *s, const Comm *c, const Clock *k) {
                     ",\n{\"ph\":\"X\",\"cat\":\"compute\",\"name\":\"%s "
                     "%s\",\"pid\":%d,\"tid\":1,\"ts\":%.3f,\"dur\":%.3f,"
                     "\"args\":{\"unit\":%d,\"phase\":\"%s\",\"step\":%d}}",
-                    PHASE_NAMES[sp->phase], sp->unit >= 0 ? unit_label(s, sp->unit) : "step", r, ts,
-                    te - ts, sp->unit, PHASE_NAMES[sp->phase], sp->step);
+                    sim_phase_name(sp->phase), sp->unit >= 0 ? unit_label(s, sp->unit) : "step", r,
+                    ts, te - ts, sp->unit, sim_phase_name(sp->phase), sp->step);
     }
     for (int i = 0; i < c->n_events; i++) {
         const CommEvent *e = &c->events[i];

@@ -166,11 +166,7 @@ static void draw_view(Sim *s, const Comm *c, CommKind kind, int unit, long count
     printf("\033[H\033[J"); /* home, clear: redraw in place */
     printf("fsdp.c live view: %s on %d ranks, step %d of %d\n\n", strategy_name(s->cfg->strategy),
            N, s->step + 1, s->cfg->steps);
-    printf("computing:  %s %s\n",
-           s->cur_unit >= 0 ? (s->cur_phase == PHASE_FORWARD    ? "forward"
-                               : s->cur_phase == PHASE_BACKWARD ? "backward"
-                                                                : "optimizer")
-                            : "-",
+    printf("computing:  %s %s\n", s->cur_unit >= 0 ? sim_phase_name(s->cur_phase) : "-",
            s->cur_unit >= 0 ? unit_label(s, s->cur_unit) : "");
     printf("in flight:  %s of %s, %ld elements\n", COMM_KIND_NAMES[kind], unit_label(s, unit),
            count);

@@ -46,7 +46,21 @@ double net_collective_seconds(const NetModel *net, CommKind kind, int world, dou
 
 /* ---- the instruments' state, one per trainer ------------------------------------ */
 
-typedef enum { PHASE_FORWARD, PHASE_BACKWARD, PHASE_OPTIMIZER } SimPhase;
+/* What a rank's compute stream is doing: a unit's forward or backward, the
+ * optimizer, or (--cpu-offload) a copy between host and device memory. */
+typedef enum {
+    PHASE_FORWARD,
+    PHASE_BACKWARD,
+    PHASE_OPTIMIZER,
+    PHASE_TO_DEVICE,
+    PHASE_TO_HOST
+} SimPhase;
+
+static inline const char *sim_phase_name(SimPhase p) {
+    static const char *const names[] = {"forward", "backward", "optimizer", "copy to device",
+                                        "copy to host"};
+    return names[p];
+}
 
 typedef struct {
     int unit; /* -1 for the optimizer step */

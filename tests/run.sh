@@ -102,6 +102,8 @@ run "memory: zero1 = no_shard's replicas + full_shard's optimizer state" $MPIRUN
 run "memory: hybrid_shard on 2 nodes of 2 = full_shard on one node" $MPIRUN -np 4 tests/test_distributed strategy-memory hybrid_shard --ranks-per-node 2 --model tiny --steps 2 --batch 16
 run "memory: hybrid_shard_zero2 on 2 nodes of 3 = shard_grad_op on one node" $MPIRUN -np 6 tests/test_distributed strategy-memory hybrid_shard_zero2 --ranks-per-node 3 --model tiny --steps 2 --batch 12
 run "traffic zero1 (reduce-scatter, all-gather after the step) and hybrid on nvlink+ib" bash -c "$MPIRUN -np 4 tests/test_distributed traffic zero1 --model tiny --steps 2 --batch 16 && $MPIRUN -np 4 tests/test_distributed traffic hybrid_shard --model tiny --steps 2 --batch 16 --ranks-per-node 2 --net nvlink+ib && $MPIRUN -np 6 tests/test_distributed traffic hybrid_shard_zero2 $TINY --ranks-per-node 3 --net nvlink+ib --param-dtype bf16 && $MPIRUN -np 4 tests/test_distributed traffic full_shard --model tiny --steps 2 --batch 16 --ranks-per-node 2 --net nvlink+ib"
+run "cpu offload full_shard N=3: bitwise equal on the device or the host, copies and PCIe price, == 1 rank" $MPIRUN -np 3 tests/test_distributed offload full_shard $TINY
+run "cpu offload shard_grad_op N=2 with bf16, and hybrid_shard N=4 with --grad-accum 2" bash -c "$MPIRUN -np 2 tests/test_distributed offload shard_grad_op $TINY --param-dtype bf16 && $MPIRUN -np 4 tests/test_distributed offload hybrid_shard --model tiny --steps 4 --batch 16 --ranks-per-node 2 --grad-accum 2"
 run "checkpoints of zero1, hybrid_shard and bf16: resume bitwise, reshard to other strategies" bash tests/test_strategies.sh
 run "--plan equals a real run's ledger, category by category; 7.5B parameters planned" bash tests/test_plan.sh
 

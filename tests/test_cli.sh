@@ -268,6 +268,8 @@ bad "--ranks-per-node: 0 is out of range" --ranks-per-node 0
 bad "--net: unknown network 'nvlink+carrier-pigeon'" --net nvlink+carrier-pigeon
 bad "--plan trains nothing and writes nothing: leave out --compare" --plan --compare
 bad "--plan trains nothing and writes nothing" --plan --json /tmp/x.json
+bad "--cpu-offload moves the shards to the host, but no_shard keeps whole replicas" --cpu-offload --strategy ddp
+bad "--cpu-offload moves the shards to the host, but zero1 keeps whole replicas" --cpu-offload --strategy zero1
 
 # ---- --data --------------------------------------------------------------------
 bad "--data $MISSING: cannot open it" --data "$MISSING"

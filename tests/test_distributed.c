@@ -628,6 +628,65 @@ static void test_scaler(int argc, char **argv, const char *strategy) {
     trainer_destroy(t);
 }
 
+/* ---- CPU offload -------------------------------------------------------------------
+ * --cpu-offload moves where the shards live, not what is computed: on the
+ * same ranks, losses and parameters are bitwise those without it. The
+ * host's ledger holds what the device held (the shards of parameters and
+ * gradient, the optimizer state); the device keeps none of the optimizer
+ * state and less of the rest. The copies, per step: to the device, the
+ * parameter shard at every all-gather (twice for full_shard's units but the
+ * root); to the host, the gradient shard at every reduce-scatter; their
+ * bytes, and their price on PCIe (alpha + bytes / bandwidth each); K times
+ * with --grad-accum K. Then, in fp32, N ranks with it == 1 rank without
+ * it, with the tolerances above. */
+static void test_offload(int argc, char **argv, const char *strategy) {
+    static const char *const on[] = {"--cpu-offload", NULL};
+    Config cfg, ref_cfg;
+    make_config_more(&cfg, argc, argv, strategy, NULL, on);
+    make_config(&ref_cfg, argc, argv, strategy, NULL);
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD), *ref = trainer_create(&ref_cfg, MPI_COMM_WORLD);
+    long P = trainer_num_params(t);
+    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
+    int same_loss = 1;
+    for (int s = 0; s < cfg.steps; s++) same_loss &= trainer_step(t, s) == trainer_step(ref, s);
+    trainer_gather_params(t, a);
+    trainer_gather_params(ref, b);
+    check(same_loss && memcmp(a, b, (size_t)P * sizeof(float)) == 0, "bitwise equal to without it", "losses of %d steps and %ld parameters", cfg.steps, P);
+    for (int k = MEM_PARAM_SHARD; k <= MEM_OPTIM_STATE; k++) {
+        if (k == MEM_GRAD_SHARD && cfg.grad_accum > 1) continue; /* accumulates otherwise */
+        double mine = (double)t->ledger.host_peak[k], host = 0.0, dev = peak_of(ref, (MemCategory)k);
+        MPI_Allreduce(&mine, &host, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        char what[64];
+        snprintf(what, sizeof(what), "host: %s as the device's without it", MEM_CATEGORY_NAMES[k]);
+        check(host == dev, what, "%.0f == %.0f bytes", host, dev);
+    }
+    check(peak_of(t, MEM_OPTIM_STATE) == 0 && peak_of(t, MEM_PARAM_SHARD) < peak_of(ref, MEM_PARAM_SHARD) &&
+          t->ledger.peak_total < ref->ledger.peak_total, "device: no optimizer state, less in total", "rank 0 total %.0f < %.0f bytes",
+          (double)t->ledger.peak_total, (double)ref->ledger.peak_total);
+    double to_dev = 0, to_host = 0, price = 0;
+    long calls_dev = 0, calls_host = 0;
+    const NetModel *pcie = net_model_find("pcie");
+    int reshard = cfg.strategy == STRATEGY_FULL_SHARD || cfg.strategy == STRATEGY_HYBRID_SHARD;
+    int K = cfg.grad_accum, reductions = cfg.no_sync ? 1 : K;
+    for (int u = 0; u < t->n_units; u++) {
+        double pb = (double)t->units[u].shard * dtype_bytes(cfg.param_dtype), rb = (double)t->units[u].shard * dtype_bytes(cfg.reduce_dtype);
+        int gathers = K * ((reshard && u > 0) ? 2 : 1);
+        if (!reshard && cfg.no_sync) gathers = 1; /* kept across the micro-batches */
+        to_dev += gathers * pb, calls_dev += gathers, price += gathers * (pcie->alpha + pb / pcie->bandwidth);
+        to_host += reductions * rb, calls_host += reductions, price += reductions * (pcie->alpha + rb / pcie->bandwidth);
+    }
+    int S = cfg.steps;
+    check(t->copy_calls[TO_DEVICE] == calls_dev * S && t->copy_bytes[TO_DEVICE] == to_dev * S, "copies to the device: the parameter shard per all-gather", "%ld calls, %.0f bytes a step", t->copy_calls[TO_DEVICE] / S, t->copy_bytes[TO_DEVICE] / S);
+    check(t->copy_calls[TO_HOST] == calls_host * S && t->copy_bytes[TO_HOST] == to_host * S, "copies to the host: the gradient shard per reduce-scatter", "%ld calls, %.0f bytes a step", t->copy_calls[TO_HOST] / S, t->copy_bytes[TO_HOST] / S);
+    check(fabs(t->copy_sim_seconds - price * S) <= 1e-9 * price * S, "priced on PCIe", "%.3f us a step", 1e6 * t->copy_sim_seconds / S);
+    free(a);
+    free(b);
+    trainer_destroy(t);
+    trainer_destroy(ref);
+    if (cfg.param_dtype == DTYPE_FP32 && cfg.reduce_dtype == DTYPE_FP32) /* else: mode precision */
+        test_equivalence_more(argc, argv, strategy, "ring", on);
+}
+
 /* ---- activation checkpointing -------------------------------------------------
  * --activation-checkpointing must change no number: losses and parameters
  * bitwise equal to the run without it (the recomputed activations are the
@@ -773,6 +832,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "scaler") && argc >= 3) {
         if (rank == 0) printf("loss scaling: %s on %d ranks from a scale too large\n", argv[2], world);
         test_scaler(argc - 3, argv + 3, argv[2]);
+    } else if (!strcmp(mode, "offload") && argc >= 3) {
+        if (rank == 0) printf("cpu offload: %s on %d ranks against without it, and 1 rank\n", argv[2], world);
+        test_offload(argc - 3, argv + 3, argv[2]);
     } else if (!strcmp(mode, "checkpointing") && argc >= 3) {
         if (rank == 0) printf("activation checkpointing: %s on %d ranks against without it\n", argv[2], world);
         test_checkpointing(argc - 3, argv + 3, argv[2]);

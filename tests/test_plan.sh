@@ -18,9 +18,13 @@ plan = {}
 for line in open(sys.argv[1]):
     m = re.match(r"  (\S.*?)\s+(\d+) bytes", line)
     if m: plan[m.group(1)] = int(m.group(2))
-run = json.load(open(sys.argv[2]))["memory_peak_bytes"]
+j = json.load(open(sys.argv[2]))
+run = dict(j["memory_peak_bytes"])
 names = {k: k for k in run}
 names["total"] = "total (peak of the sum)"
+for k, v in j.get("host_memory_peak_bytes", {}).items():  # --cpu-offload
+    run["host: " + k] = v
+    names["host: " + k] = "host: " + k
 diff = [(k, plan.get(names[k]), max(v)) for k, v in run.items() if plan.get(names[k]) != max(v)]
 if len(plan) < 8 or diff:
     print("    differ:", diff or plan); sys.exit(1)
@@ -37,6 +41,8 @@ same 3 --batch 48 --param-dtype fp16 --grad-scaler --reduce-dtype fp32 --collect
 same 2 --grad-accum 4 --no-sync --batch 32
 same 3 --batch 48 --activation-checkpointing --depth 4 --min-params 1
 same 1
+same 4 --cpu-offload --strategy hybrid_shard --ranks-per-node 2
+same 2 --cpu-offload --param-dtype bf16 --grad-accum 2 --batch 16
 
 # the ZeRO paper's model: 7.5B parameters (over the 2^30 the simulator trains)
 out=$(timeout 120 $MPIRUN -np 8 ./fsdp --plan --width 8192 --depth 14 --param-dtype fp16 --grad-scaler 2>&1)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Checkpoints of zero1, the hybrid strategies and mixed precision, end to end
+# Checkpoints of zero1, the hybrid strategies, CPU offload and mixed precision, end to end
 # on the tiny model, compared through --export files with tests/st_diff:
 #   resume on the same ranks     bitwise identical to an uninterrupted run
 #   resume under another strategy and world size: the same within 1e-5
 #   (fp32 reduction order; see tests/test_distributed.c)
 # A hybrid checkpoint holds one copy of the shards: the first node's.
+# --cpu-offload's shards are saved from (and loaded into) the host.
 source "$(dirname "$0")/lib.sh"
 ARGS="--model tiny --batch 24 --log-every 1"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -33,6 +34,7 @@ tests/st_diff "$d/hybrid.st" "$d/h2.st" 1e-5 >"$d/diff" && ok "hybrid_shard on 4
 train 4 "$d/h4.log" --steps 10 --resume "$d/zero1/step-00000005" --export "$d/h4.st" --strategy hybrid_shard_zero2 --ranks-per-node 2
 tests/st_diff "$d/zero1.st" "$d/h4.st" 1e-5 >"$d/diff" && ok "zero1 -> hybrid_shard_zero2 on 2 nodes of 2: $(cat "$d/diff")" || bad "zero1 -> hybrid zero2: $(cat "$d/diff")"
 
+case_of offload 2 --cpu-offload --strategy shard_grad_op
 case_of bf16 3 --param-dtype bf16
 grep -q "mixed precision: param_dtype bf16" "$d/bf16.log" && ok "bf16: the checkpoint keeps the fp32 master parameters" || bad "bf16 run"
 exit $fail

@@ -20,4 +20,14 @@ fsdp=$(timeout 300 $MPIRUN -np 4 ./fsdp $ARGS --strategy full_shard 2>&1); rc=$?
 [ $rc -eq 0 ] && echo "ok: full_shard on 4 ranks trains at the same budget" || { echo "FAIL: full_shard exit $rc"; echo "$fsdp" | tail -15; fail=1; }
 peak=$(echo "$fsdp" | awk '/total \(peak of the sum\)/ {m = $6; for (i = 6; i <= NF; i++) if ($i > m) m = $i; print m}')
 awk -v p="$peak" 'BEGIN {exit !(p != "" && p <= 160)}' && echo "ok: full_shard peak $peak MiB <= 160 MiB" || { echo "FAIL: full_shard peak '$peak'"; fail=1; }
+
+# --cpu-offload: the small model on 2 ranks needs 8.4 MiB of device memory
+# under full_shard (--plan says 8756992 bytes) and 4.5 MiB with its shards
+# and optimizer state on the host (4763648). At 6M full_shard runs out;
+# with --cpu-offload it trains, and --vram counts the device alone.
+OFF="--model small --vram 6M --steps 2 --log-every 1"
+out=$(timeout 120 $MPIRUN -np 2 ./fsdp $OFF 2>&1); rc=$?
+[ $rc -eq 3 ] && echo "$out" | grep -qF "budget 6.00 MiB per rank" && echo "ok: full_shard at --vram 6M: out of memory (exit 3)" || { echo "FAIL: full_shard at 6M exit $rc"; fail=1; }
+out=$(timeout 120 $MPIRUN -np 2 ./fsdp $OFF --cpu-offload 2>&1); rc=$?
+[ $rc -eq 0 ] && echo "$out" | grep -q "^host memory per rank" && echo "ok: --cpu-offload trains at the same budget, its shards on the host" || { echo "FAIL: offload exit $rc"; echo "$out" | tail -5; fail=1; }
 exit $fail
