@@ -109,6 +109,7 @@
  * params with their offsets swapped) is told apart too.
  * ========================================================================== */
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -970,6 +971,10 @@ static void meta_write_lines(const CkptMeta *m, MetaWriter *W) {
     mw_line(W, MW_OTHER, "lr_schedule %s lr %08x warmup %ld step_size %ld gamma %08x steps %ld\n",
             m->lr_schedule[0] ? m->lr_schedule : "constant", (unsigned)m->lr_bits, m->warmup,
             m->step_size > 0 ? m->step_size : 1, (unsigned)m->gamma_bits, m->schedule_steps);
+    if (m->scaler_on)
+        mw_line(W, MW_OTHER, "grad_scaler scale %08x growth %ld\n", (unsigned)m->scale_bits,
+                m->scaler_growth);
+    else mw_line(W, MW_OTHER, "grad_scaler off\n");
     mw_line(W, MW_LAYOUT, "units %d\n", m->n_units);
     for (int i = 0; i < m->n_units; i++) {
         const MetaUnit *u = &m->units[i];
@@ -1289,13 +1294,14 @@ static int meta_field_is(const MetaReader *R, int i, const char *word) {
 static int meta_parse_version(MetaReader *R, CkptMeta *m) {
     if (meta_next_line(R, "fsdp-checkpoint") || meta_fields(R, "fsdp-checkpoint %d", &m->version))
         return 2;
-    if (m->version == 1 || m->version == 2)
+    static const char *const lacked[] = {"", "checksums", "learning-rate schedule",
+                                         "loss scaler's state"};
+    if (m->version >= 1 && m->version < META_VERSION)
         return meta_fail(R,
                          "version %d was written by an older fsdp.c, before checkpoints carried "
                          "their own %s; this fsdp.c reads version %d only: train again to "
                          "re-create it",
-                         m->version, m->version == 1 ? "checksums" : "learning-rate schedule",
-                         META_VERSION);
+                         m->version, lacked[m->version], META_VERSION);
     if (m->version != META_VERSION)
         return meta_fail(R, "version %d; this fsdp.c reads version %d only", m->version,
                          META_VERSION);
@@ -1318,6 +1324,24 @@ static int meta_parse_data(MetaReader *R, CkptMeta *m) {
     if (bytes < 1) return meta_fail(R, "data file bytes 0: training data cannot be an empty file");
     m->data_is_file = 1;
     m->data_bytes = (uint64_t)bytes;
+    return 0;
+}
+
+/* "grad_scaler off", or "grad_scaler scale BITS growth N" */
+static int meta_parse_scaler(MetaReader *R, CkptMeta *m) {
+    if (meta_next_line(R, "grad_scaler")) return 2;
+    m->scaler_on = !meta_field_is(R, 1, "off");
+    if (!m->scaler_on) return meta_fields(R, "grad_scaler off");
+    if (meta_fields(R, "grad_scaler scale %X growth %L", &m->scale_bits, &m->scaler_growth))
+        return 2;
+    float scale;
+    memcpy(&scale, &m->scale_bits, sizeof(scale));
+    if (!(scale > 0.0f) || !isfinite(scale))
+        return meta_fail(R, "grad_scaler scale %08x is not a positive finite float",
+                         (unsigned)m->scale_bits);
+    if (m->scaler_growth >= 2000)
+        return meta_fail(R, "grad_scaler growth %ld: the scale doubles at 2000, so it is below",
+                         m->scaler_growth);
     return 0;
 }
 
@@ -1370,7 +1394,7 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
         strcmp(m->lr_schedule, "cosine"))
         return meta_fail(R, "unknown lr_schedule '%s' (constant, step or cosine)", m->lr_schedule);
     if (m->step_size < 1) return meta_fail(R, "step_size %ld must be >= 1", m->step_size);
-    return 0;
+    return meta_parse_scaler(R, m);
 }
 
 /* units N, then N unit lines, each padded and sharded as fsdp.c does. */

@@ -133,7 +133,7 @@ void st_free(StHeader *h);
  * this order (numbers are plain non-negative decimals; fields are separated
  * by exactly one space; lines end with "\n"):
  *
- *   fsdp-checkpoint 2                                  magic and version
+ *   fsdp-checkpoint 4                                  magic and version
  *   world 4                                            ranks that wrote it
  *   strategy full_shard                                or shard_grad_op, no_shard
  *   model vocab 256 embed_dim 16 context 16 width 128 depth 4
@@ -146,6 +146,9 @@ void st_free(StHeader *h);
  *   lr_schedule cosine lr 3b449ba6 warmup 10 step_size 30 gamma 3dcccccd steps 200
  *                                                      the learning-rate schedule
  *                                                      (lr, gamma: float bits)
+ *   grad_scaler scale 47000000 growth 12               the loss scaler's state (the
+ *                                                      scale's float bits), or
+ *                                                      "grad_scaler off"
  *   units 5                                            then one line per unit,
  *   unit 0 numel 70272 padded 70272 shard 17568          indices 0, 1, 2, ...
  *   unit 1 numel 131968 padded 131968 shard 32992
@@ -171,9 +174,12 @@ void st_free(StHeader *h);
  *     the file was cut short, and is refused (only the newline after "end"
  *     may be missing); CR, tabs, extra spaces, empty lines and bytes other
  *     than printable ASCII are refused;
- *   - the version is 3 (META_VERSION). Version 1, written by older fsdp.c,
- *     had no "batch", "data" or end checksum, version 2 no "lr_schedule";
- *     both are refused with a message that says to train again;
+ *   - the version is 4 (META_VERSION). Version 1, written by older fsdp.c,
+ *     had no "batch", "data" or end checksum, version 2 no "lr_schedule",
+ *     version 3 no "grad_scaler"; all are refused with a message that says
+ *     to train again;
+ *   - grad_scaler: "off", or a scale that is a positive finite float and a
+ *     growth count below 2000 (the growth interval);
  *   - lr_schedule: constant, step or cosine; warmup and steps at most 2^53,
  *     step_size >= 1; lr and gamma are the 8 hex digits of the floats'
  *     bits, so a resumed run can tell it is given exactly the same schedule;
@@ -201,7 +207,7 @@ void st_free(StHeader *h);
  *     plausible (a changed step, seed or crc of a shard), and a structural
  *     mistake still gets its own message rather than "crc32 mismatch".
  * ------------------------------------------------------------------------- */
-#define META_VERSION 3
+#define META_VERSION 4
 #define META_MAX_NAME 96
 #define META_MAX_COUNT (1 << 20)
 
@@ -236,6 +242,9 @@ typedef struct {
     char lr_schedule[32];
     uint32_t lr_bits, gamma_bits;
     long warmup, step_size, schedule_steps;
+    int scaler_on;       /* --grad-scaler's state: on, its scale (float bits) */
+    uint32_t scale_bits; /* and the steps since the scale last changed */
+    long scaler_growth;
     int n_units;
     MetaUnit *units;
     int n_params;

@@ -4029,6 +4029,9 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     m->batch = c->batch;
     m->step = next_step;
     m->adam_step = t->adam_step;
+    m->scaler_on = c->grad_scaler;
+    memcpy(&m->scale_bits, &t->loss_scale, sizeof(float));
+    m->scaler_growth = t->scaler_growth;
     lr_schedule_to_meta(c, m);
     m->n_units = t->n_units;
     m->units = (MetaUnit *)calloc((size_t)t->n_units, sizeof(MetaUnit));
@@ -4677,6 +4680,10 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     }
     if (rc == 0) {
         t->adam_step = (int)m.adam_step;
+        if (t->cfg.grad_scaler && m.scaler_on) { /* the scale goes on where it was */
+            memcpy(&t->loss_scale, &m.scale_bits, sizeof(float));
+            t->scaler_growth = (int)m.scaler_growth;
+        }
         *next_step = m.step;
         if (t->comm.rank == 0)
             printf("resumed from %s: step %ld, written by %d rank%s with %s, loaded on %d\n", dir,
@@ -5497,11 +5504,6 @@ static int config_check_precision(const Config *c, int argc, char **argv, char *
     if (flag_given(argc, argv, "--init-scale") && !c->grad_scaler)
         return usage_error(err, errlen,
                            "--init-scale is the first scale of --grad-scaler; add --grad-scaler.");
-    if (c->grad_scaler && (c->save_dir || c->resume_dir))
-        return usage_error(err, errlen,
-                           "--grad-scaler's scale is not kept in checkpoints yet, so a resumed run "
-                           "would not continue it: leave out --save-dir/--resume with it, or "
-                           "train in bf16 (no scaler needed).");
     return 0;
 }
 

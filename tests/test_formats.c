@@ -798,8 +798,8 @@ static void test_meta(void) {
         m.version = 1; /* meta_format writes META_VERSION whatever this says */
         size_t len;
         char *text = meta_format(&m, &len);
-        check(text && !strncmp(text, "fsdp-checkpoint 3\n", 18),
-              "meta_format writes version 3, whatever m->version says", "%.17s",
+        check(text && !strncmp(text, "fsdp-checkpoint 4\n", 18),
+              "meta_format writes version 4, whatever m->version says", "%.17s",
               text ? text : "(NULL)");
         free(text);
         meta_free(&m);
@@ -839,22 +839,36 @@ static void test_meta(void) {
     free(more);
 
     printf("meta.txt: every rule broken once\n");
-    meta_edit_refuses("wrong magic", "fsdp-checkpoint 3\n", "fsdp-checkpoinT 3\n",
+    meta_edit_refuses("wrong magic", "fsdp-checkpoint 4\n", "fsdp-checkpoinT 4\n",
                       "not an fsdp.c checkpoint");
     meta_refuses("not a checkpoint at all", "{\"a\":1}\n", "not an fsdp.c checkpoint");
     meta_refuses("empty text", "", "cut short");
-    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 3\n", "fsdp-checkpoint 1\n",
+    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 4\n", "fsdp-checkpoint 1\n",
                       "line 1: version 1 was written by an older fsdp.c, before checkpoints "
                       "carried their own checksums; "
-                      "this fsdp.c reads version 3 only: train again to re-create it");
-    meta_edit_refuses("version 2 (before the lr schedule)", "fsdp-checkpoint 3\n",
+                      "this fsdp.c reads version 4 only: train again to re-create it");
+    meta_edit_refuses("version 2 (before the lr schedule)", "fsdp-checkpoint 4\n",
                       "fsdp-checkpoint 2\n",
                       "line 1: version 2 was written by an older fsdp.c, before checkpoints "
-                      "carried their own learning-rate schedule; this fsdp.c reads version 3");
-    meta_edit_refuses("version 4", "fsdp-checkpoint 3\n", "fsdp-checkpoint 4\n",
-                      "version 4; this fsdp.c reads version 3 only");
-    meta_edit_refuses("version 0", "fsdp-checkpoint 3\n", "fsdp-checkpoint 0\n",
-                      "version 0; this fsdp.c reads version 3 only");
+                      "carried their own learning-rate schedule; this fsdp.c reads version 4");
+    meta_edit_refuses("version 3 (before the loss scaler)", "fsdp-checkpoint 4\n",
+                      "fsdp-checkpoint 3\n",
+                      "line 1: version 3 was written by an older fsdp.c, before checkpoints "
+                      "carried their own loss scaler's state; this fsdp.c reads version 4");
+    meta_edit_refuses("version 5", "fsdp-checkpoint 4\n", "fsdp-checkpoint 5\n",
+                      "version 5; this fsdp.c reads version 4 only");
+    meta_edit_refuses("version 0", "fsdp-checkpoint 4\n", "fsdp-checkpoint 0\n",
+                      "version 0; this fsdp.c reads version 4 only");
+    meta_edit_refuses("grad_scaler neither off nor a state", "grad_scaler off\n", "grad_scaler on\n",
+                      "expected 'grad_scaler scale XXXXXXXX growth N' (5 fields), found 2");
+    meta_edit_refuses("grad_scaler scale 0", "grad_scaler off\n", "grad_scaler scale 00000000 growth 0\n",
+                      "grad_scaler scale 00000000 is not a positive finite float");
+    meta_edit_refuses("grad_scaler scale inf", "grad_scaler off\n", "grad_scaler scale 7f800000 growth 0\n",
+                      "is not a positive finite float");
+    meta_edit_refuses("grad_scaler growth 2000", "grad_scaler off\n", "grad_scaler scale 47800000 growth 2000\n",
+                      "grad_scaler growth 2000: the scale doubles at 2000");
+    meta_edit_refuses("no grad_scaler line (a version-3 body)", "grad_scaler off\n", "",
+                      "expected 'grad_scaler', found 'units'");
     meta_edit_refuses("an unknown lr_schedule", "lr_schedule constant ", "lr_schedule linear ",
                       "unknown lr_schedule 'linear' (constant, step or cosine)");
     meta_edit_refuses("lr_schedule step_size 0", "step_size 1 ", "step_size 0 ",
@@ -864,7 +878,7 @@ static void test_meta(void) {
     meta_edit_refuses("no lr_schedule line (a version-2 body)",
                       "adam_step 100\nlr_schedule constant lr 00000000 warmup 0 step_size 1 gamma "
                       "00000000 steps 0\n",
-                      "adam_step 100\n", "expected 'lr_schedule', found 'units'");
+                      "adam_step 100\n", "expected 'lr_schedule', found the unknown key 'grad_scaler'");
     meta_edit_refuses("world 0", "world 4\n", "world 0\n", "out of range");
     meta_edit_refuses("units 0", "units 3\n", "units 0\n", "units 0 is out of range");
     meta_edit_refuses("params over 2^20", "params 19\n", "params 1048577\n", "out of range");
@@ -886,7 +900,7 @@ static void test_meta(void) {
     meta_edit_refuses("a strategy of 40 characters", "strategy full_shard\n", "strategy full_shard_full_shard_full_shard_full\n", "is too long");
     /* found by the fuzzer: the message read 40 bytes of a word at the very end */
     meta_refuses("a 35-character word at the end of the text",
-                 "fsdp-checkpoint 3\nworld 2\nstrategy full_shard_full_shard_full_shard_",
+                 "fsdp-checkpoint 4\nworld 2\nstrategy full_shard_full_shard_full_shard_",
                  "is too long");
     meta_edit_refuses("model dims 0", "width 128", "width 0", "width 0 is out of range");
     meta_edit_refuses("a model field renamed", "embed_dim 16", "embed 16", "expected 'embed_dim' as field 4");
@@ -922,7 +936,7 @@ static void test_meta(void) {
     meta_edit_refuses("file name with a backslash", "file shard-00000.bin ", "file a\\b ", "character other than");
     meta_edit_refuses("two files with the same name", "file shard-00001.bin ",
                       "file shard-00000.bin ",
-                      "line 38: file name 'shard-00000.bin' is listed twice (also on line 37)");
+                      "line 39: file name 'shard-00000.bin' is listed twice (also on line 38)");
     meta_edit_refuses("bytes not 64 + 3 * 4 * sum of shards", "bytes 1002688 crc32 1a2b3c4d",
                       "bytes 1002684 crc32 1a2b3c4d",
                       "bytes 1002684, but a shard file takes 1002688 (a 64-byte header, then 3 * 4 "
@@ -937,8 +951,8 @@ static void test_meta(void) {
         snprintf(twice, sizeof(twice), "%s%s", end, end);
         snprintf(after, sizeof(after), "%smore\n", end);
         meta_edit_refuses("no end line", end, "",
-                          "line 41: the file ends where 'end' was expected (cut short?)");
-        meta_edit_refuses("end written twice", end, twice, "line 42: text after 'end'");
+                          "line 42: the file ends where 'end' was expected (cut short?)");
+        meta_edit_refuses("end written twice", end, twice, "line 43: text after 'end'");
         meta_edit_refuses("text after end", end, after, "text after 'end'");
         meta_edit_refuses("end without its crc32 (as version 1 wrote it)", end, "end\n",
                           "expected 'end crc32 XXXXXXXX' (3 fields), found 1");
@@ -1019,7 +1033,7 @@ static void test_meta_v2(void) {
     printf("meta.txt: the crc32 on the end line\n");
     char *end = sample_end_line();
     meta_edit_refuses("an edited step, the crc32 left alone", "step 100\n", "step 101\n",
-                      "line 41: crc32 of the lines above is ");
+                      "line 42: crc32 of the lines above is ");
     meta_edit_refuses("... the message says what to do", "step 100\n", "step 101\n",
                       ": meta.txt was edited or damaged. Use another checkpoint, or train again");
     meta_edit_fixed("... the same edit with the crc32 fixed: accepted", "step 100\n", "step 101\n",
@@ -1037,7 +1051,7 @@ static void test_meta_v2(void) {
         snprintf(wrong, sizeof(wrong), "%.10s%08x\n", end,
                  (unsigned)(strtoul(end + 10, NULL, 16) ^ 1u));
         meta_edit_refuses("the end crc32 itself off by one bit", end, wrong,
-                          "line 41: crc32 of the lines above is ");
+                          "line 42: crc32 of the lines above is ");
     }
     {
         /* the crc32 is checked last: a structural mistake keeps its own message */

@@ -35,6 +35,11 @@ train 4 "$d/h4.log" --steps 10 --resume "$d/zero1/step-00000005" --export "$d/h4
 tests/st_diff "$d/zero1.st" "$d/h4.st" 1e-5 >"$d/diff" && ok "zero1 -> hybrid_shard_zero2 on 2 nodes of 2: $(cat "$d/diff")" || bad "zero1 -> hybrid zero2: $(cat "$d/diff")"
 
 case_of offload 2 --cpu-offload --strategy shard_grad_op
+case_of fp16 2 --param-dtype fp16 --grad-scaler --init-scale 1e6
+grep -q "^grad_scaler scale " "$d/fp16/step-00000005/meta.txt" && grep -q "step skipped" "$d/fp16.log" \
+  && ok "fp16: the loss scaler's state is in meta.txt, and the resumed run skipped the same steps" || bad "fp16 scaler state: $(grep grad_scaler "$d/fp16/step-00000005/meta.txt")"
+[ "$(grep -o 'loss scale [0-9]*.*' "$d/fp16.log" | tail -5)" = "$(grep -o 'loss scale [0-9]*.*' "$d/fp16-r.log" | tail -5)" ] \
+  && ok "fp16: steps 6-10 used the same loss scales after the resume" || bad "scales differ after resume"
 case_of bf16 3 --param-dtype bf16
 grep -q "mixed precision: param_dtype bf16" "$d/bf16.log" && ok "bf16: the checkpoint keeps the fp32 master parameters" || bad "bf16 run"
 exit $fail
