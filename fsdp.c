@@ -3714,8 +3714,13 @@ static void print_unit_table(const Trainer *t);
 static void gather_stats(Trainer *t, double *peaks, double *sent);
 static void print_rank_table(const Trainer *t, const double *peaks, const double *sent);
 typedef struct RunSummary RunSummary;
-static int json_write(const Trainer *t, const RunSummary *s, const float *losses,
-                      const float *norms, const float *lrs, const double *step_seconds,
+/* What each step of a run did, for --json: one entry per step run */
+typedef struct {
+    float *loss, *grad_norm, *lr; /* the grad norm when clipping; the lr the step used */
+    float *loss_scale, *skipped;  /* --grad-scaler: the scale, and 1 if inf/NaN skipped it */
+    double *seconds;
+} StepLog;
+static int json_write(const Trainer *t, const RunSummary *s, const StepLog *log,
                       const double *peaks, const double *sent, char *err, size_t errlen);
 static void print_step_breakdown(const Trainer *t, double seconds, int steps);
 
@@ -3745,6 +3750,12 @@ static void stop_diverged(const Config *cfg, int root, int step, double loss) {
     exit_all(5);
 }
 
+/* The learning rate the last step used (a step the loss scaler skipped
+ * used none: the one the next step will use) */
+static float step_lr(const Trainer *t) {
+    return lr_at(&t->cfg, t->skipped_step ? t->adam_step : t->adam_step - 1);
+}
+
 /* What the step line adds for the optimizer's options: the learning rate
  * the step used when a schedule changes it, and with --clip-grad-norm the
  * norm before clipping. */
@@ -3754,7 +3765,7 @@ static const char *optimizer_note(const Trainer *t) {
     int n = 0;
     note[0] = '\0';
     if (c->lr_schedule != LR_CONSTANT || c->warmup > 0)
-        n = snprintf(note, sizeof(note), " | lr %.6f", (double)lr_at(c, t->adam_step - 1));
+        n = snprintf(note, sizeof(note), " | lr %.6f", (double)step_lr(t));
     if (c->clip_grad_norm > 0.0f)
         n += snprintf(note + n, sizeof(note) - (size_t)n, " | grad norm %.4f%s",
                       (double)t->grad_norm, t->grad_norm > c->clip_grad_norm ? " (clipped)" : "");
@@ -3787,19 +3798,24 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         printf("--steps 0: nothing to train; the model stays as initialised\n");
     double t0 = now_seconds(), loss = 0.0;
     int n_steps = cfg->steps > first ? cfg->steps - (int)first : 0;
-    float *losses = (float *)calloc(3 * ((size_t)n_steps + 1), sizeof(float)); /* for --json: */
-    float *norms = losses + n_steps + 1; /* the loss, the gradient norm (when clipping), */
-    float *lrs = norms + n_steps + 1;    /* and the learning rate of each step */
-    double *step_seconds = (double *)calloc((size_t)n_steps + 1, sizeof(double));
-    if (!losses || !step_seconds) FATAL("the machine is out of host memory", "cannot log steps");
+    StepLog log; /* for --json */
+    size_t slots = (size_t)n_steps + 1;
+    log.loss = (float *)calloc(5 * slots, sizeof(float));
+    log.seconds = (double *)calloc(slots, sizeof(double));
+    if (!log.loss || !log.seconds) FATAL("the machine is out of host memory", "cannot log steps");
+    log.grad_norm = log.loss + slots, log.lr = log.grad_norm + slots;
+    log.loss_scale = log.lr + slots, log.skipped = log.loss_scale + slots;
     for (int step = (int)first; step < cfg->steps; step++) {
         double ts = now_seconds();
         loss = trainer_step(t, step);
         double dt = now_seconds() - ts;
-        losses[step - first] = (float)loss;
-        norms[step - first] = t->grad_norm;
-        lrs[step - first] = lr_at(cfg, t->adam_step - 1);
-        step_seconds[step - first] = dt;
+        long i = step - first;
+        log.loss[i] = (float)loss;
+        log.grad_norm[i] = t->grad_norm;
+        log.lr[i] = step_lr(t);
+        log.loss_scale[i] = t->step_scale;
+        log.skipped[i] = (float)t->skipped_step;
+        log.seconds[i] = dt;
         if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
         if (root && !sim_owns_terminal(&t->sim) &&
             (step % cfg->log_every == 0 || step == cfg->steps - 1))
@@ -3857,13 +3873,12 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     if (cfg->json_path) {
         char err[2048] = "";
         int rc = 0;
-        if (root)
-            rc = json_write(t, &s, losses, norms, lrs, step_seconds, peaks, sent, err, sizeof(err));
+        if (root) rc = json_write(t, &s, &log, peaks, sent, err, sizeof(err));
         if (ckpt_agree(t, rc, err)) exit_all(1);
         if (root) printf("figures written to %s (JSON)\n", cfg->json_path);
     }
-    free(losses);
-    free(step_seconds);
+    free(log.loss);
+    free(log.seconds);
     free(peaks);
     free(sent);
     if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
@@ -5671,7 +5686,7 @@ static void print_unit_table(const Trainer *t) {
         printf("%4d %-34s %10ld %10ld %10ld %14ld\n", ui, both, u->numel, u->padded, u->shard,
                u->shard * 4L * (long)sizeof(float));
     }
-    printf("* the shard's parameters, gradient and optimizer state: 16 bytes an element (fp32: "
+    printf("* parameters + gradients + optimizer state of the shard: 16 bytes an element (fp32: "
            "4 + 4 + 8; mixed precision: 2 + 2 + 12 with the fp32 master)\n\n");
 }
 
@@ -5833,13 +5848,17 @@ static void json_units(FILE *f, const Trainer *t) {
     fprintf(f, "\n  ],\n");
 }
 
-static void json_steps(FILE *f, const Trainer *t, const RunSummary *s, const float *losses,
-                       const float *norms, const float *lrs, const double *seconds) {
+static void json_steps(FILE *f, const Trainer *t, const RunSummary *s, const StepLog *log) {
     fprintf(f, "  \"steps\": [");
     for (int i = 0; i < s->steps; i++) {
         fprintf(f, "%s\n    {\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"seconds\": %.9g",
-                i ? "," : "", s->first + i + 1, (double)losses[i], (double)lrs[i], seconds[i]);
-        if (t->cfg.clip_grad_norm > 0.0f) fprintf(f, ", \"grad_norm\": %.9g", (double)norms[i]);
+                i ? "," : "", s->first + i + 1, (double)log->loss[i], (double)log->lr[i],
+                log->seconds[i]);
+        if (t->cfg.clip_grad_norm > 0.0f)
+            fprintf(f, ", \"grad_norm\": %.9g", (double)log->grad_norm[i]);
+        if (t->cfg.grad_scaler)
+            fprintf(f, ", \"loss_scale\": %.9g, \"skipped\": %s", (double)log->loss_scale[i],
+                    log->skipped[i] ? "true" : "false");
         fprintf(f, "}");
     }
     fprintf(f, "\n  ],\n  \"seconds\": %.9g,\n", s->seconds);
@@ -5875,8 +5894,7 @@ static void json_memory_and_traffic(FILE *f, const Trainer *t, const double *pea
             t->copy_bytes[TO_HOST], t->copy_sim_seconds);
 }
 
-static int json_write(const Trainer *t, const RunSummary *s, const float *losses,
-                      const float *norms, const float *lrs, const double *step_seconds,
+static int json_write(const Trainer *t, const RunSummary *s, const StepLog *log,
                       const double *peaks, const double *sent, char *err, size_t errlen) {
     char *text = NULL;
     size_t len = 0;
@@ -5885,7 +5903,7 @@ static int json_write(const Trainer *t, const RunSummary *s, const float *losses
     fprintf(f, "{\n  \"schema\": \"fsdp.c run\",\n  \"version\": 1,\n");
     json_config(f, t);
     json_units(f, t);
-    json_steps(f, t, s, losses, norms, lrs, step_seconds);
+    json_steps(f, t, s, log);
     json_memory_and_traffic(f, t, peaks, sent);
     StepBreakdown b = step_breakdown(t, s->seconds, s->steps ? s->steps : 1);
     fprintf(f, ",\n  \"rank0_compute_seconds\": %.9g,\n  \"rank0_wait_seconds\": %.9g", b.compute,
