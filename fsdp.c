@@ -203,7 +203,7 @@ enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
  * compared with one.
  * ========================================================================== */
 
-/* --plan (section 13) runs one training step with the backend switched off:
+/* --plan (section 11) runs training steps with the backend switched off:
  * the ledger books every buffer, the collectives are counted, and nothing
  * is allocated, computed, copied or sent. Every function of this seam
  * returns at once while this is set; it is set once, before the trainer
@@ -691,8 +691,10 @@ static char *ledger_oom_report(const Ledger *l, MemCategory cat, size_t bytes, c
                       MEM_CATEGORY_NAMES[k], human_bytes((double)l->current[k], a, sizeof(a)));
     n += backend_memory_line(r + n, (size_t)(4096 - n), l->rank);
     snprintf(r + n, (size_t)(4096 - n),
-             "HINT: shard more (--strategy full_shard, more ranks), shrink the model or the "
-             "batch, or raise --vram.\n");
+             "HINT: shard more (--strategy full_shard, more ranks), move the shards to the host "
+             "(--cpu-offload), use 16 bits (--param-dtype bf16), shrink the activations "
+             "(--activation-checkpointing, --grad-accum), or raise --vram. --plan shows each "
+             "option's memory without running it.\n");
     return r;
 }
 
@@ -1086,13 +1088,18 @@ static void collective_run_host(Comm *c, const CommTask *k) {
             ring_all_gather(c, k->full, S);
         }
         break;
-    case COMM_REDUCE_SCATTER:
-        if (mpi)
+    case COMM_REDUCE_SCATTER: /* out may be full's own chunk (zero1): in place */
+        if (mpi && k->out == k->full + (long)c->rank * S) { /* MPI wants MPI_IN_PLACE then */
+            mpiCheck(MPI_Reduce_scatter_block(MPI_IN_PLACE, k->full, (int)S, MPI_FLOAT, MPI_SUM,
+                                              c->stream_comm));
+            memmove(k->out, k->full, (size_t)S * sizeof(float)); /* it left the sum at 0 */
+        } else if (mpi) {
             mpiCheck(MPI_Reduce_scatter_block(k->full, k->out, (int)S, MPI_FLOAT, MPI_SUM,
                                               c->stream_comm));
-        else {
+        } else {
             ring_reduce_scatter(c, k->full, S, k->tmp);
-            memcpy(k->out, k->full + (long)c->rank * S, (size_t)S * sizeof(float));
+            if (k->out != k->full + (long)c->rank * S)
+                memcpy(k->out, k->full + (long)c->rank * S, (size_t)S * sizeof(float));
         }
         break;
     default: /* all-reduce: literally a reduce-scatter, then an all-gather */
@@ -1228,7 +1235,7 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
     mpiCheck(MPI_Op_create(mpi_sum_bf16, 1, &c->half_sum[DTYPE_BF16]));
     mpiCheck(MPI_Op_create(mpi_sum_fp16, 1, &c->half_sum[DTYPE_FP16]));
 #ifdef __CUDACC__
-    if (impl == COLLECTIVES_NCCL) {
+    if (impl == COLLECTIVES_NCCL && !backend_dry) { /* --plan runs no collective */
         nccl_init(c);
         threaded = 0; /* NCCL's own stream runs in the background; no thread needed */
     }
@@ -1360,6 +1367,11 @@ static CommRun nccl_wait(Comm *c, CommHandle *h) {
 
 /* Puts a collective on the stream; h learns its number. */
 static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
+    if (backend_dry) { /* --plan: counted by comm_record, never run */
+        h->number = ++c->queued;
+        c->finished = c->queued;
+        return;
+    }
 #ifdef __CUDACC__
     if (c->impl == COLLECTIVES_NCCL) {
         comm_sim_queued(c, h, now_seconds());
@@ -1502,8 +1514,7 @@ static void comm_wait(Comm *c, CommHandle *h) {
     if (h->skipped) return; /* by the test-only fault switch */
     CommRun run;
 #ifdef __CUDACC__
-    if (c->impl == COLLECTIVES_NCCL)
-        run = nccl_wait(c, h);
+    if (c->impl == COLLECTIVES_NCCL && !backend_dry) run = nccl_wait(c, h);
     else
 #endif
         run = comm_wait_for_run(c, h);
@@ -1544,7 +1555,7 @@ static Comm *comm_group_new(const Comm *c, int color, const NetModel *net) {
     g->half_sum[DTYPE_FP16] = c->half_sum[DTYPE_FP16];
     g->group[GROUP_WORLD] = g->group[GROUP_SHARD] = g;
 #ifdef __CUDACC__
-    if (c->impl == COLLECTIVES_NCCL) nccl_init(g);
+    if (c->impl == COLLECTIVES_NCCL && !backend_dry) nccl_init(g);
 #endif
     return g;
 }
@@ -2312,6 +2323,7 @@ struct Trainer {
     double copy_bytes[2];    /* ... and their bytes, as booked */
     double copy_sim_seconds; /* ... priced on PCIe (sim/net.c's pcie) */
     double *host_peaks;      /* rank 0, after gather_stats: every rank's host peaks */
+    int steps_run;           /* trainer_step calls so far (a resumed run counts its own) */
     int adam_step;     /* AdamW's t, for bias correction */
     float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
     uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
@@ -3503,7 +3515,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->cfg = *cfg;
     /* stepping, checking and debugging want every collective on the main thread */
     int threaded = !cfg->inline_collectives && !cfg->step_mode && !cfg->check_collectives &&
-                   !cfg->wait_for_debugger;
+                   !cfg->wait_for_debugger && !backend_dry; /* --plan sends nothing */
     comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"),
               threaded);
     t->ledger.budget = cfg->vram;
@@ -3677,6 +3689,7 @@ static void trainer_load_batch(Trainer *t, int step, int micro) {
  * --------------------------------------------------------------------- */
 float trainer_step(Trainer *t, int step) {
     int K = t->cfg.grad_accum;
+    t->steps_run++;
     double loss = 0.0;
     t->comm.step = step;
     sim_on_step(&t->sim, step);
@@ -3890,14 +3903,14 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
  * --plan: the memory of a run, without the run
  *
  * The ledger's figures do not depend on the numbers in the buffers, only on
- * which buffers exist when: so one training step with the backend switched
- * off (backend_dry: nothing allocated, computed, copied or sent) books
- * exactly what a real step books, for a model of any size. The step is the
- * real trainer_step, through the same lifecycle, so the plan cannot drift
- * from the program: tests/test_plan.sh holds it equal to a real run's
- * ledger. Printed: each category's peak (the largest over the ranks), the
- * peak of the total, the model states as the ZeRO paper counts them, and
- * the collectives of one step.
+ * which buffers exist when: so training steps with the backend switched
+ * off (backend_dry: nothing allocated, computed, copied or sent) book
+ * exactly what real steps book, for a model of any size. They are the real
+ * trainer_step, through the same lifecycle, so the plan cannot drift from
+ * the program: tests/test_plan.sh holds it equal to a real run's ledger.
+ * Two steps, as forward prefetch starts in the second. Printed: each
+ * category's peak (the largest over the ranks), the peak of the total, the
+ * model states as the ZeRO paper counts them, and one step's collectives.
  * --------------------------------------------------------------------- */
 static void print_plan_row(const char *name, double bytes) {
     printf("  %-28s %18.0f bytes %12.3f GB %12.3f GiB\n", name, bytes, bytes / 1e9,
@@ -3914,7 +3927,14 @@ static void run_plan(const Config *cfg, MPI_Comm comm) {
         print_header(t);
         print_unit_table(t);
     }
+    /* Two steps: the first records the order units run in, which forward
+     * prefetch needs (section 8), so only the second is the steady state. */
+    long calls[COMM_NUM_KINDS];
+    double bytes[COMM_NUM_KINDS];
     trainer_step(t, 0);
+    for (int k = 0; k < COMM_NUM_KINDS; k++) calls[k] = t->comm.calls[k];
+    for (int k = 0; k < COMM_NUM_KINDS; k++) bytes[k] = t->comm.bytes_sent[k];
+    trainer_step(t, 1);
     double *peaks = (double *)calloc((size_t)N * (MEM_NUM_CATEGORIES + 1), sizeof(double));
     double *sent = (double *)calloc((size_t)N * COMM_NUM_KINDS, sizeof(double));
     if (!peaks || !sent) FATAL("the machine is out of host memory", "cannot collect the plan");
@@ -3924,7 +3944,7 @@ static void run_plan(const Config *cfg, MPI_Comm comm) {
         for (int r = 0; r < N; r++)
             for (int k = 0; k <= MEM_NUM_CATEGORIES; k++)
                 peak[k] = fmax(peak[k], peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]);
-        printf("plan: one step booked by the ledger, nothing allocated or run; the peak per rank "
+        printf("plan: two steps booked by the ledger, nothing allocated or run; the peak per rank "
                "(the largest over the %d ranks)\n",
                N);
         for (int k = 0; k < MEM_NUM_CATEGORIES; k++) print_plan_row(MEM_CATEGORY_NAMES[k], peak[k]);
@@ -3943,8 +3963,8 @@ static void run_plan(const Config *cfg, MPI_Comm comm) {
             print_plan_row(name, most);
         }
         for (int k = 0; k < COMM_NUM_KINDS; k++)
-            printf("  %-14s %4ld calls, %18.0f bytes sent per rank in the step\n",
-                   COMM_KIND_NAMES[k], t->comm.calls[k], t->comm.bytes_sent[k]);
+            printf("  %-14s %4ld calls, %18.0f bytes sent per rank in a step\n", COMM_KIND_NAMES[k],
+                   t->comm.calls[k] - calls[k], t->comm.bytes_sent[k] - bytes[k]);
         if (cfg->vram) {
             char a[32], b[32];
             double over = peak[MEM_NUM_CATEGORIES] - (double)cfg->vram;
@@ -4991,7 +5011,7 @@ void config_usage(FILE *out) {
             "  --cpu-offload         keep the shards and AdamW's state in host memory, step on\n"
             "                        the CPU (CPUOffload(offload_params=True)); --vram\n"
             "                        limits the device alone\n"
-            "  --plan                print each rank's memory by category for one step, from the\n"
+            "  --plan                print each rank's memory by category for two steps, from the\n"
             "                        ledger, without allocating or training: any model size\n"
             "checkpoints\n"
             "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
@@ -5761,7 +5781,7 @@ static void print_rank_table(const Trainer *t, const double *peaks, const double
         printf("\n");
     }
     printf("  (all_gather includes the loss: one float per rank per step)\n");
-    if (t->cfg.cpu_offload) print_offload_table(t, t->adam_step ? t->adam_step : 1);
+    if (t->cfg.cpu_offload) print_offload_table(t, t->steps_run ? t->steps_run : 1);
 }
 
 /* A run of `seconds` over `steps` steps, on rank 0: the time it computed

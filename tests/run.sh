@@ -162,10 +162,20 @@ run "cluster files: the Slurm script, the MPIJob manifest and the hostfile parse
 gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
   make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu &&
-    make -s tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors"
+    make -s tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
+    gpu_plan
 }
+# --plan runs no kernel and needs no GPU, so the GPU build's plan can be held
+# against the CPU build's here: the same ledger, line for line.
+gpu_plan() {
+  local P=(--plan --width 512 --depth 4 --param-dtype bf16 --cpu-offload --strategy hybrid_shard --ranks-per-node 2 --collectives ring)
+  diff <($MPIRUN -np 4 ./fsdp "${P[@]}" 2>&1 | grep -E 'bytes|calls') <($MPIRUN -np 4 ./fsdp-gpu "${P[@]}" 2>&1 | grep -E 'bytes|calls') &&
+    echo "./fsdp-gpu --plan (no GPU needed) prints ./fsdp's plan, line for line"
+}
+export -f gpu_plan
+export MPIRUN
 export -f gpu_build
-run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu), warnings as errors" bash -c gpu_build
+run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu), warnings as errors; its --plan is the CPU build's" bash -c gpu_build
 
 echo
 [ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"

@@ -11,6 +11,8 @@
 #   g. bad input exits 2 on every rank
 #   h. more ranks than GPUs under NCCL stops with a HINT towards --collectives mpi
 #   i. --trace writes JSON
+#   j. the course's options: zero1 and hybrid_shard == 1 GPU rank, --cpu-offload
+#      and bf16 within rounding, --plan the CPU build's plan
 #
 # One line per check (ok/FAIL), then "N passed, N failed"; exit 1 if any failed.
 # No GPU: says why and exits 77 (skipped, never a pass). Every run is under
@@ -265,6 +267,52 @@ if command -v python3 >/dev/null 2>&1; then
 else
   echo "note: i. python3 not found: the trace JSON was not checked (not counted)"
 fi
+
+# ---- j. the course's options (lectures 10-11) on a GPU -------------------------------
+# The options change where state lives and how it is rounded, not the
+# mathematics, so each is held to the tolerances above:
+#  - zero1, and hybrid_shard as 2 nodes of 2 (4 ranks sharing one GPU over
+#    --collectives mpi, or NCCL across 4 GPUs when there are 4), against
+#    eq1 (1 GPU rank): c.'s N-vs-1 tolerances;
+#  - --cpu-offload on 1 GPU rank against the same run without it: AdamW
+#    runs on the CPU instead of the GPU, and nvcc contracts its a*b+c into
+#    fused multiply-adds where the host compiler does not, so not bitwise:
+#    a.'s GPU-vs-CPU tolerances (the same kernels otherwise);
+#  - bf16 on 1 GPU rank against bf16 on 1 CPU rank: both round every stored
+#    value to bf16 the same way (one FSDP_HD function), so they part only
+#    where cuBLAS's and the CPU's fp32 sums, differing by ~1e-6 relative
+#    (a.), round to different bf16 neighbours: one bf16 ulp (2^-8) on a few
+#    values. On the CPU suite the like comparison (N ranks vs 1 in bf16)
+#    stays within 5e-4 relative over 8 steps; the losses are held to 1e-2
+#    (abs, losses ~5), the parameters to a.'s 2 * lr * K;
+#  - --plan: the GPU build plans exactly what the CPU build plans (the same
+#    ledger; nothing runs), text for text, with the same collectives (NCCL,
+#    the GPU build's default, needs no ring buffer: its comm buffers differ).
+if [ -f "$d/eq1.st" ]; then
+  for st in zero1 "hybrid_shard --ranks-per-node 2"; do
+    name="j_$(echo "$st" | cut -d' ' -f1)"
+    if [ "$GPUS" -ge 4 ]; then
+      train "$name" fsdp-gpu 4 "${EQ[@]}" --strategy $st --collectives nccl --trace "$d/$name.json"
+    else
+      CUDA_VISIBLE_DEVICES=$ONE_GPU train "$name" fsdp-gpu 4 "${EQ[@]}" --strategy $st --collectives mpi --trace "$d/$name.json"
+    fi && equivalent "$name" "j. --strategy $st on 4 ranks vs 1 GPU rank"
+  done
+fi
+J=(--model small --batch 32 --log-every 1 --lr "$LR" --steps $STEPS)
+if [ -f "$d/g_small.st" ] && train j_offload fsdp-gpu 1 "${J[@]}" --cpu-offload; then
+  check_losses "j. --cpu-offload on 1 GPU rank vs without it" 2e-4 "$d/g_small.log" "$d/j_offload.log"
+  check_params "j. --cpu-offload: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/g_small.st" "$d/j_offload.st"
+fi
+if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu fsdp-gpu 1 "${J[@]}" --param-dtype bf16; then
+  check_losses "j. bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_bf16_cpu.log" "$d/j_bf16_gpu.log"
+  check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
+fi
+P=(--plan --width 1024 --depth 8 --param-dtype bf16 --cpu-offload --strategy hybrid_shard --ranks-per-node 2 --collectives ring)
+timeout 120 $MPIRUN -np 4 ./fsdp "${P[@]}" 2>&1 | grep -E 'bytes|calls' >"$d/plan_cpu.txt"
+timeout 120 $MPIRUN -np 4 ./fsdp-gpu "${P[@]}" 2>&1 | grep -E 'bytes|calls' >"$d/plan_gpu.txt"
+[ -s "$d/plan_cpu.txt" ] && cmp -s "$d/plan_cpu.txt" "$d/plan_gpu.txt" \
+  && pass "j. --plan: the GPU build's plan is the CPU build's, line for line ($(wc -l <"$d/plan_cpu.txt") lines)" \
+  || flunk "j. --plan differs: $(diff "$d/plan_cpu.txt" "$d/plan_gpu.txt" | head -4)"
 
 echo
 echo "$n_ok passed, $n_bad failed"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --plan books one step in the ledger with nothing allocated or run. Its
+# --plan books two steps in the ledger with nothing allocated or run. Its
 # figures must be those of a real run of the same configuration: every
 # category's peak (the largest over the ranks), byte for byte, against the
 # run's --json, for each strategy and option that changes memory. And a
@@ -34,6 +34,7 @@ PY
 }
 same 3 --batch 48
 same 2 --strategy shard_grad_op --backward-prefetch post
+same 2 --model small --forward-prefetch --backward-prefetch none
 same 4 --strategy no_shard
 same 4 --strategy zero1 --param-dtype bf16
 same 4 --strategy hybrid_shard --ranks-per-node 2 --forward-prefetch
