@@ -4,6 +4,7 @@
 #   (a) training throughput: 1 rank, DDP and FSDP on 2 and 4 ranks
 #   (a2) overlap: with and without the communication thread and prefetch,
 #        here and on modelled links
+#   (a3) the course's options: time and memory of each, beside fp32 full_shard
 #   (b) collectives: our ring against Open MPI's built-ins, on 2 and 4 ranks
 #   (c) the Linear layers against a textbook matmul and OpenBLAS, on one core
 #
@@ -105,6 +106,40 @@ row "FSDP (full_shard)"         2 ring --strategy full_shard
 row "FSDP (full_shard)"         4 ring --strategy full_shard
 row "FSDP (full_shard)"         4 mpi  --strategy full_shard
 echo "(1 rank communicates nothing: with one rank there is nothing to gather or reduce)"
+
+# ---- (a3) the course's options: what each costs in time and saves in memory --------
+# 2 ranks, full_shard, the same job; the peak is rank 0's ledger peak (device
+# memory). On a CPU, 16-bit numbers are fp32 numbers rounded (section 2 of
+# fsdp.c): they save memory and bytes here, not time; recomputation and
+# offload copies cost time as they would on a GPU.
+options_row() { # label fsdp-args...
+    local label=$1; shift
+    local best="" r out ms peak
+    for ((r = 0; r < REPEATS; r++)); do
+        out=$("${MPIRUN_CMD[@]}" -np 2 ./fsdp "${TRAIN_ARGS[@]}" "$@" 2>&1) || {
+            echo "error: fsdp $* failed:" >&2; echo "$out" | tail -n 20 >&2; exit 1; }
+        ms=$(echo "$out" | grep -E '^[0-9]+ steps in' | sed -E 's/.*: ([0-9.]+) ms\/step.*/\1/')
+        if [[ -z $best ]] || awk -v a="$ms" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$ms; fi
+    done
+    peak=$(echo "$out" | awk '/total \(peak of the sum\)/ {print $6}')
+    [[ -n ${opt_ms:-} ]] || { opt_ms=$best; opt_peak=$peak; }
+    printf "%-40s %9s %7.2fx %10s %7.2fx\n" "$label" "$best" "$(awk -v a="$best" -v b="$opt_ms" 'BEGIN { print a / b }')" \
+        "$peak" "$(awk -v a="$peak" -v b="$opt_peak" 'BEGIN { print a / b }')"
+}
+echo
+echo "------------------------------------------------------------------"
+echo "(a3) the course's options: 2 ranks, full_shard, ./fsdp ${TRAIN_ARGS[*]}"
+echo "     ms/step (best of $REPEATS) and rank 0's peak device memory, beside fp32 full_shard"
+echo "------------------------------------------------------------------"
+printf "%-40s %9s %8s %10s %8s\n" "option" "ms/step" "vs fp32" "peak MiB" "vs fp32"
+options_row "fp32 (the reference)"
+options_row "--param-dtype bf16" --param-dtype bf16
+options_row "--param-dtype fp16 --grad-scaler" --param-dtype fp16 --grad-scaler
+options_row "--activation-checkpointing" --activation-checkpointing
+options_row "--grad-accum 4" --grad-accum 4
+options_row "--grad-accum 4 --no-sync" --grad-accum 4 --no-sync
+options_row "--cpu-offload" --cpu-offload
+options_row "--strategy zero1" --strategy zero1
 
 # ---- (a2) overlap: the communication thread and prefetch ------------------------
 # Real ms/step on this machine (best of REPEATS), and what the same schedule
