@@ -2491,15 +2491,9 @@ static const float *unit_gather_input(Trainer *t, int ui) {
     return u->device_shard;
 }
 
-/* Before the reduce-scatter: it writes a shard on the device */
-static void unit_stage_grad_on_device(Trainer *t, Unit *u) {
-    u->host_grad = u->shard_grad;
-    u->shard_grad = ledger_alloc_floats(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
-                                        t->cfg.reduce_dtype, u->name);
-}
-
-/* ... and after it: the averaged shard to the host, added to the earlier
- * micro-batches' there */
+/* After the reduce-scatter (which wrote a fresh shard on the device,
+ * unit_fresh_grad_shard): the averaged shard to the host, added to the
+ * earlier micro-batches' there */
 static void unit_grad_to_host(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     int add = t->micro > 0 && !t->cfg.no_sync;
@@ -2611,14 +2605,18 @@ static void unit_post_forward(Trainer *t, int ui) {
     if (reshards_after_forward(t) && ui != 0) unit_free_full_params(t, ui);
 }
 
-/* --grad-accum without --no-sync: the shard already holds the gradient of
- * the earlier micro-batches, and this one's reduce-scatter would overwrite
- * it. So, as PyTorch does, the sum so far is put aside and the
- * reduce-scatter, about to start, writes a fresh shard; unit_reduce_wait
- * adds the two. The sum is kept in reduce_dtype, the shard's format
- * (PyTorch keeps it in fp32, beside the fp32 parameters). */
-static void unit_save_grad_shard(Trainer *t, Unit *u) {
-    u->saved_grad_shard = u->shard_grad;
+/* The reduce-scatter about to start writes a fresh shard of the gradient;
+ * the one the unit holds is kept in *keep, for unit_reduce_wait:
+ *   --grad-accum without --no-sync (keep = &saved_grad_shard): the shard
+ *     holds the sum of the earlier micro-batches, which the reduce-scatter
+ *     would overwrite; unit_reduce_wait adds the two (PyTorch:
+ *     _saved_grad_shard). The sum is kept in reduce_dtype, the shard's
+ *     format (PyTorch keeps it in fp32, beside the fp32 parameters);
+ *   --cpu-offload (keep = &host_grad): the shard lives in the host's
+ *     memory, and the reduce-scatter writes the device's; unit_reduce_wait
+ *     copies it over (unit_grad_to_host). */
+static void unit_fresh_grad_shard(Trainer *t, Unit *u, float **keep) {
+    *keep = u->shard_grad;
     u->shard_grad = ledger_alloc_floats(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
                                         t->cfg.reduce_dtype, u->name);
 }
@@ -2837,8 +2835,9 @@ static void module_post_backward(Trainer *t, int module) {
     int ui = mod->unit;
     if (ui < 0) return;
     Unit *u = &t->units[ui];
-    if (u->offloaded && t->sync_grads) unit_stage_grad_on_device(t, u);
-    else if (is_sharded(t) && t->micro > 0 && !t->cfg.no_sync) unit_save_grad_shard(t, u);
+    if (u->offloaded && t->sync_grads) unit_fresh_grad_shard(t, u, &u->host_grad);
+    else if (is_sharded(t) && t->micro > 0 && !t->cfg.no_sync)
+        unit_fresh_grad_shard(t, u, &u->saved_grad_shard);
     if (is_zero1(t)) unit_post_backward_zero1(t, ui);
     else if (t->sync_grads) unit_post_backward(t, ui);
     else unit_post_backward_no_sync(t, ui);

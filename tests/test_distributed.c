@@ -442,6 +442,22 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
     trainer_destroy(t);
 }
 
+/* Trains t and ref side by side for `steps` steps: an option that changes
+ * where state lives, not what is computed, must give the same losses and
+ * parameters bit for bit. */
+static void train_both_bitwise(Trainer *t, Trainer *ref, int steps) {
+    long P = trainer_num_params(t);
+    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
+    int same_loss = 1;
+    for (int s = 0; s < steps; s++) same_loss &= trainer_step(t, s) == trainer_step(ref, s);
+    trainer_gather_params(t, a);
+    trainer_gather_params(ref, b);
+    check(same_loss && memcmp(a, b, (size_t)P * sizeof(float)) == 0, "bitwise equal to without it",
+          "losses of %d steps and %ld parameters", steps, P);
+    free(a);
+    free(b);
+}
+
 /* ---- mixed precision: N ranks == 1 rank in the same formats ------------------------
  * Both runs round every stored value to the same 16-bit format; what
  * differs is where the gradient's sums are rounded. One rank sums its B
@@ -645,13 +661,7 @@ static void test_offload(int argc, char **argv, const char *strategy) {
     make_config_more(&cfg, argc, argv, strategy, NULL, on);
     make_config(&ref_cfg, argc, argv, strategy, NULL);
     Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD), *ref = trainer_create(&ref_cfg, MPI_COMM_WORLD);
-    long P = trainer_num_params(t);
-    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
-    int same_loss = 1;
-    for (int s = 0; s < cfg.steps; s++) same_loss &= trainer_step(t, s) == trainer_step(ref, s);
-    trainer_gather_params(t, a);
-    trainer_gather_params(ref, b);
-    check(same_loss && memcmp(a, b, (size_t)P * sizeof(float)) == 0, "bitwise equal to without it", "losses of %d steps and %ld parameters", cfg.steps, P);
+    train_both_bitwise(t, ref, cfg.steps);
     for (int k = MEM_PARAM_SHARD; k <= MEM_OPTIM_STATE; k++) {
         if (k == MEM_GRAD_SHARD && cfg.grad_accum > 1) continue; /* accumulates otherwise */
         double mine = (double)t->ledger.host_peak[k], host = 0.0, dev = peak_of(ref, (MemCategory)k);
@@ -679,8 +689,6 @@ static void test_offload(int argc, char **argv, const char *strategy) {
     check(t->copy_calls[TO_DEVICE] == calls_dev * S && t->copy_bytes[TO_DEVICE] == to_dev * S, "copies to the device: the parameter shard per all-gather", "%ld calls, %.0f bytes a step", t->copy_calls[TO_DEVICE] / S, t->copy_bytes[TO_DEVICE] / S);
     check(t->copy_calls[TO_HOST] == calls_host * S && t->copy_bytes[TO_HOST] == to_host * S, "copies to the host: the gradient shard per reduce-scatter", "%ld calls, %.0f bytes a step", t->copy_calls[TO_HOST] / S, t->copy_bytes[TO_HOST] / S);
     check(fabs(t->copy_sim_seconds - price * S) <= 1e-9 * price * S, "priced on PCIe", "%.3f us a step", 1e6 * t->copy_sim_seconds / S);
-    free(a);
-    free(b);
     trainer_destroy(t);
     trainer_destroy(ref);
     if (cfg.param_dtype == DTYPE_FP32 && cfg.reduce_dtype == DTYPE_FP32) /* else: mode precision */
@@ -700,14 +708,7 @@ static void test_checkpointing(int argc, char **argv, const char *strategy) {
     make_config(&ref_cfg, argc, argv, strategy, NULL);
     make_config_more(&cfg, argc, argv, strategy, NULL, ac);
     Trainer *ref = trainer_create(&ref_cfg, MPI_COMM_WORLD), *t = trainer_create(&cfg, MPI_COMM_WORLD);
-    long P = trainer_num_params(t);
-    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
-    int same_loss = 1;
-    for (int s = 0; s < cfg.steps; s++) same_loss &= trainer_step(t, s) == trainer_step(ref, s);
-    trainer_gather_params(t, a);
-    trainer_gather_params(ref, b);
-    check(same_loss && memcmp(a, b, (size_t)P * sizeof(float)) == 0, "bitwise equal to without it",
-          "losses of %d steps and %ld parameters", cfg.steps, P);
+    train_both_bitwise(t, ref, cfg.steps);
     double B = t->micro_batch, D = cfg.width;
     double saved = (cfg.depth - 1) * (B * D + 2 * B + 2 * B * 4 * D) * sizeof(float);
     double with = peak_of(t, MEM_ACTIVATIONS), without = peak_of(ref, MEM_ACTIVATIONS);
@@ -717,8 +718,6 @@ static void test_checkpointing(int argc, char **argv, const char *strategy) {
     for (int k = 0; k < COMM_NUM_KINDS; k++)
         same_traffic &= t->comm.calls[k] == ref->comm.calls[k] && t->comm.bytes_sent[k] == ref->comm.bytes_sent[k];
     check(same_traffic, "no collective more", "all-gathers %ld == %ld", t->comm.calls[COMM_ALL_GATHER], ref->comm.calls[COMM_ALL_GATHER]);
-    free(a);
-    free(b);
     trainer_destroy(t);
     trainer_destroy(ref);
 }
