@@ -481,9 +481,10 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
      * same verdict on both builds), and caps the pool too, with room for its
      * rounding (512 bytes a block, for up to 2048 blocks). With mixed
      * precision 16-bit values sit in float slots (section 2): the ledger
-     * books 2 bytes, the pool holds 4, so its cap doubles. */
+     * books 2 bytes, the pool holds 4, and NCCL's packed 16-bit copies of
+     * the buffers in flight (nccl_pack) 2 more: its cap triples. */
     int halves = cfg->param_dtype != DTYPE_FP32 || cfg->reduce_dtype != DTYPE_FP32;
-    gpu.cap = cfg->vram ? (halves ? 2 : 1) * cfg->vram + ((size_t)1 << 20) : 0;
+    gpu.cap = cfg->vram ? (halves ? 3 : 1) * cfg->vram + ((size_t)1 << 20) : 0;
     gpu.clock_event = event_record(gpu.compute, 1);
     cudaCheck(cudaEventSynchronize(gpu.clock_event));
     gpu.clock_host = now_seconds();
@@ -737,6 +738,9 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
     void *p = backend_dry ? (void *)(l->plan_next += 64)
               : host      ? calloc(physical ? physical : 1, 1)
                           : dev_alloc(physical);
+    if (!p && host)
+        FATAL("the machine is out of host memory", "cannot allocate %zu bytes (%s)", bytes,
+              MEM_CATEGORY_NAMES[cat]);
     if (!p) {
 #ifdef __CUDACC__
         if (!l->oom_report) ledger_out_of_memory(l, cat, bytes, what); /* the GPU itself is full */
@@ -891,6 +895,7 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, i
     h->group_world = g->world;
     h->predivide = 1.0f;
     c->elem_bytes = dtype_bytes(wire);
+    c->group_world = g->world;
     SimVerdict verdict = sim_on_collective(c->sim, c, kind, unit, count);
     if (verdict == SIM_QUIT) exit_all(0);     /* --step, q: every rank got the key */
     if (verdict == SIM_MISMATCH) exit_all(4); /* every rank saw the same notes */
@@ -918,6 +923,7 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, i
     e->unit = unit;
     e->count = count;
     e->elem_bytes = c->elem_bytes;
+    e->group_world = g->world;
     e->t_start = h->t_start;
     e->t_end = h->t_start;
     e->sim_seconds = sim_seconds;
@@ -1593,9 +1599,6 @@ static void comm_group_free(Comm *g) {
 
 /* Stops the stream (after what is queued) and frees what it holds. */
 static void comm_release(Comm *c) {
-    for (int k = GROUP_SHARD; k < COMM_NUM_GROUPS; k++)
-        if (c->group[k] && c->group[k] != c) comm_group_free(c->group[k]);
-    c->group[GROUP_SHARD] = c->group[GROUP_REPLICA] = NULL;
     if (c->threaded) {
         pthread_mutex_lock(&c->lock);
         c->stopping = 1;
@@ -1607,6 +1610,9 @@ static void comm_release(Comm *c) {
         pthread_cond_destroy(&c->done);
         c->threaded = 0;
     }
+    for (int k = GROUP_SHARD; k < COMM_NUM_GROUPS; k++) /* the stream is done with them */
+        if (c->group[k] && c->group[k] != c) comm_group_free(c->group[k]);
+    c->group[GROUP_SHARD] = c->group[GROUP_REPLICA] = NULL;
     if (c->stream_comm != MPI_COMM_NULL) MPI_Comm_free(&c->stream_comm);
     for (int d = DTYPE_BF16; d <= DTYPE_FP16; d++)
         if (c->half_sum[d] != MPI_OP_NULL) MPI_Op_free(&c->half_sum[d]);
@@ -2393,8 +2399,16 @@ static float *unit_gather(Trainer *t, int ui) {
     if (is_zero1(t) && !u->master_param) return u->full_param;
     float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
                                         sizeof(float), u->name);
-    CommHandle h = comm_all_gather_start(&t->comm, full, unit_master(u), u->shard, ui, DTYPE_FP32);
+    float *mine = unit_master(u), *staged = NULL;
+    if (u->offloaded) { /* the master is in the host's memory: to the device first */
+        staged = ledger_alloc_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, DTYPE_FP32,
+                                     "the shard, from the host");
+        dev_from_host(staged, mine, (size_t)u->shard * sizeof(float));
+        mine = staged;
+    }
+    CommHandle h = comm_all_gather_start(&t->comm, full, mine, u->shard, ui, DTYPE_FP32);
     comm_wait(&t->comm, &h);
+    if (staged) ledger_free(&t->ledger, staged);
     return full;
 }
 
@@ -3455,10 +3469,13 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
     const Config *c = &t->cfg;
     Ledger *l = &t->ledger;
     size_t S = (size_t)u->shard;
+    /* a gradient kept whole holds param_dtype values in backward and
+     * reduce_dtype ones after the reduction: the wider of the two */
+    Dtype whole_grad = c->param_dtype == DTYPE_FP32 ? DTYPE_FP32 : c->reduce_dtype;
     if (is_zero1(t)) { /* whole parameters and gradient; the shards are slices of them */
         size_t P = (size_t)u->padded, lo = (size_t)shard_begin(u, t->shard_rank);
         u->full_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, P, c->param_dtype, u->name);
-        u->full_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, P, c->reduce_dtype, u->name);
+        u->full_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, P, whole_grad, u->name);
         u->shard_param = u->full_param ? u->full_param + lo : NULL;
         u->shard_grad = u->full_grad ? u->full_grad + lo : NULL;
     } else if (c->cpu_offload) { /* all of it in the host's memory (section 8) */
@@ -3471,8 +3488,9 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
             u->master_param = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
         return;
     } else {
+        Dtype g = c->strategy == STRATEGY_NO_SHARD ? whole_grad : c->reduce_dtype;
         u->shard_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name);
-        u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name);
+        u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, g, u->name);
     }
     if (c->strategy == STRATEGY_NO_SHARD) { /* DDP: the "shard" is the whole flat parameter */
         u->full_param = u->shard_param;
@@ -5564,11 +5582,13 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
             "on the device, which the model computes with. Use a sharded strategy "
             "(full_shard, shard_grad_op or the hybrid ones) with it.",
             strategy_name(c->strategy));
-    if (c->plan && (c->compare || c->trace_path || c->json_path || c->step_mode || c->view ||
-                    c->save_dir || c->resume_dir || c->export_path || c->init_from))
+    if (c->plan &&
+        (c->compare || c->trace_path || c->json_path || c->step_mode || c->view ||
+         c->check_collectives || c->save_dir || c->resume_dir || c->export_path || c->init_from))
         return usage_error(err, errlen,
                            "--plan trains nothing and writes nothing: leave out --compare, "
-                           "--trace, --json, --step, --view and the checkpoint options.");
+                           "--trace, --json, --step, --view, --check-collectives and the "
+                           "checkpoint options.");
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->weight_decay < 0.0f) c->weight_decay = c->optimizer == OPTIMIZER_ADAM ? 0.0f : 0.01f;
     if ((int)c->reduce_dtype < 0) c->reduce_dtype = c->param_dtype;

@@ -242,6 +242,7 @@ typedef struct {
     int unit;              /* unit index, -1 for the loss (not model state) */
     long count;            /* elements in the full buffer */
     int elem_bytes;        /* each element's bytes on the wire: 4, or 2 (bf16, fp16) */
+    int group_world;       /* the ranks it ran over: N, or a hybrid strategy's group */
     double t_start, t_end; /* MPI_Wtime() seconds: when the stream ran it */
     double sim_seconds;    /* its duration on the --net interconnect */
     int step;              /* the training step it belongs to */
@@ -284,7 +285,8 @@ typedef struct Comm {
     /* The groups (GROUP_WORLD is this Comm itself): each a Comm of its own
      * ranks, with its own stream_comm, link model and NCCL communicator,
      * which the collectives of that group run on. Set up at init, read-only
-     * afterwards; NULL where a group has one rank. */
+     * afterwards. GROUP_SHARD is this Comm too unless a hybrid strategy
+     * spans nodes; GROUP_REPLICA is NULL then. */
     struct Comm *group[COMM_NUM_GROUPS];
     CollectivesImpl impl;
     /* per kind: calls, and bytes this rank sent and received (ring volume) */
@@ -301,7 +303,8 @@ typedef struct Comm {
     const struct NetModel *net;
     struct Sim *sim;   /* the instruments, told of every collective */
     int step;          /* the training step now running */
-    int elem_bytes;    /* the collective being recorded: bytes per element on the wire */
+    int elem_bytes;    /* the collective being recorded: bytes per element on the wire, */
+    int group_world;   /* ... and the ranks it runs over (its group's) */
     Dtype reduce_dtype; /* the gradients' format on the wire (--reduce-dtype) */
     MPI_Op half_sum[3]; /* --collectives mpi: the sum of two bf16 or fp16 values, rounded */
     CommEvent *events; /* every collective, in order */

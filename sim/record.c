@@ -226,7 +226,7 @@ static void rank_events(Text *t, const Sim *s, const Comm *c, const Clock *k) {
          * on the --net schedule */
         double ts = k->sim ? (e->sim_start - k->t0) * 1e6 : clock_us(k, e->t_start);
         double te = k->sim ? ts + e->sim_seconds * 1e6 : clock_us(k, e->t_end);
-        double bytes = ring_bytes(e->kind, c->world, e->count, e->elem_bytes);
+        double bytes = ring_bytes(e->kind, e->group_world, e->count, e->elem_bytes);
         text_printf(t,
                     ",\n{\"ph\":\"X\",\"cat\":\"comm\",\"name\":\"%s "
                     "%s\",\"pid\":%d,\"tid\":2,\"ts\":%.3f,\"dur\":%.3f,"

@@ -96,13 +96,16 @@ static void picture_row(char *out, int N, int rank, CommKind kind, int after) {
 
 static void draw_step_picture(const Sim *s, const Comm *c, CommKind kind, int unit, long count,
                               const double *mem) {
-    int N = c->world;
+    int N = c->group_world; /* the ranks it runs over: all, or a hybrid group */
     long S = count / N;
     double moved = ring_bytes(kind, N, count, c->elem_bytes);
     printf("\n---- step %d, collective #%ld: %s of %s ----\n", s->step, s->seq - 1,
            COMM_KIND_NAMES[kind], unit_label(s, unit));
     printf("%ld elements = %d slices of %ld; each rank sends %.1f KiB and receives %.1f KiB\n",
            count, N, S, moved / 1024, moved / 1024);
+    if (N != c->world)
+        printf("(a hybrid strategy's group of %d of the %d ranks: the first %d are shown)\n", N,
+               c->world, N);
     if (kind == COMM_ALL_GATHER)
         printf("each rank holds its own shard; afterwards every rank holds the full state\n");
     if (kind == COMM_REDUCE_SCATTER)
