@@ -37,6 +37,8 @@
  *   mpirun -np 4 ./fsdp --strategy ddp          # the DDP baseline
  *   mpirun -np 4 ./fsdp --compare               # both, side by side
  *   mpirun -np 4 ./fsdp --model tiny --step     # stop before every collective
+ *   mpirun -np 4 ./fsdp --param-dtype bf16 --grad-accum 4 --activation-checkpointing
+ *   mpirun -np 64 ./fsdp --plan --width 8192 --depth 14  # 7.5B parameters' memory
  *   ./fsdp --help
  *
  * The same file compiles as CUDA C++ (nvcc -x cu fsdp.c ...; `make gpu`):

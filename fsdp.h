@@ -23,7 +23,10 @@
  *   full state      the gathered, unsharded flat parameter (or gradient)
  *   padding         zeros appended so the flat parameter divides by N
  *   strategy        full_shard (ZeRO-3), shard_grad_op (ZeRO-2),
- *                   no_shard (DDP): PyTorch's ShardingStrategy names
+ *                   no_shard (DDP), hybrid_shard and hybrid_shard_zero2
+ *                   (sharded within a node, replicated across nodes):
+ *                   PyTorch's ShardingStrategy names; and zero1 (ZeRO-1,
+ *                   DeepSpeed's stage 1: only the optimizer state sharded)
  * ========================================================================== */
 #ifndef FSDP_H
 #define FSDP_H
