@@ -7,6 +7,12 @@ MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
 fail=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
+# run_fsdp NP LOG ARGS...: ./fsdp $ARGS ARGS... on NP ranks, its output in
+# LOG; a run that fails (or takes 5 minutes) is a FAIL, with its last lines.
+run_fsdp() {
+  local np=$1 log=$2; shift 2
+  timeout 300 $MPIRUN -np "$np" ./fsdp $ARGS "$@" >"$log" 2>&1 || { bad "run -np $np $*: exit $?"; tail -5 "$log"; }
+}
 
 # find_gpus TARGET: sets GPUS (how many the ranks will see), GPU_LIST
 # (nvidia-smi -L) and VISIBLE (CUDA_VISIBLE_DEVICES as an array, if set);

@@ -9,29 +9,25 @@
 source "$(dirname "$0")/lib.sh"
 ARGS="--model tiny --batch 24 --log-every 1"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
-train() { # NP LOG ARGS...
-  local np=$1 log=$2; shift 2
-  timeout 300 $MPIRUN -np "$np" ./fsdp $ARGS "$@" >"$log" 2>&1 || { bad "run -np $np $*: exit $?"; tail -5 "$log"; }
-}
 
 case_of() { # NAME NP ARGS... : save at 5 of 10, resume bitwise on the same ranks
   local name=$1 np=$2; shift 2
-  train "$np" "$d/$name.log" --steps 10 --save-dir "$d/$name" --save-every 5 --export "$d/$name.st" "$@"
-  train "$np" "$d/$name-r.log" --steps 10 --resume "$d/$name/step-00000005" --export "$d/$name-r.st" "$@"
+  run_fsdp "$np" "$d/$name.log" --steps 10 --save-dir "$d/$name" --save-every 5 --export "$d/$name.st" "$@"
+  run_fsdp "$np" "$d/$name-r.log" --steps 10 --resume "$d/$name/step-00000005" --export "$d/$name-r.st" "$@"
   tests/st_diff "$d/$name.st" "$d/$name-r.st" && ok "$name on $np ranks: resume bitwise" || bad "$name: resume differs"
 }
 
 case_of zero1 4 --strategy zero1
 [ "$(ls "$d/zero1/step-00000005" | grep -c '^shard')" -eq 4 ] && ok "zero1 writes a shard file per rank (its optimizer state)" || bad "zero1 files: $(ls "$d/zero1/step-00000005")"
-train 3 "$d/z3.log" --steps 10 --resume "$d/zero1/step-00000005" --export "$d/z3.st"
+run_fsdp 3 "$d/z3.log" --steps 10 --resume "$d/zero1/step-00000005" --export "$d/z3.st"
 tests/st_diff "$d/zero1.st" "$d/z3.st" 1e-5 >"$d/diff" && ok "zero1 on 4 -> full_shard on 3: $(cat "$d/diff")" || bad "zero1 -> full_shard: $(cat "$d/diff")"
 
 case_of hybrid 4 --strategy hybrid_shard --ranks-per-node 2
 [ "$(ls "$d/hybrid/step-00000005" | grep -c '^shard')" -eq 2 ] && grep -q "^world 2" "$d/hybrid/step-00000005/meta.txt" \
   && ok "hybrid_shard on 2 nodes of 2: one copy of the shards (2 files, world 2)" || bad "hybrid files: $(ls "$d/hybrid/step-00000005")"
-train 2 "$d/h2.log" --steps 10 --resume "$d/hybrid/step-00000005" --export "$d/h2.st"
+run_fsdp 2 "$d/h2.log" --steps 10 --resume "$d/hybrid/step-00000005" --export "$d/h2.st"
 tests/st_diff "$d/hybrid.st" "$d/h2.st" 1e-5 >"$d/diff" && ok "hybrid_shard on 4 -> full_shard on 2: $(cat "$d/diff")" || bad "hybrid -> full_shard: $(cat "$d/diff")"
-train 4 "$d/h4.log" --steps 10 --resume "$d/zero1/step-00000005" --export "$d/h4.st" --strategy hybrid_shard_zero2 --ranks-per-node 2
+run_fsdp 4 "$d/h4.log" --steps 10 --resume "$d/zero1/step-00000005" --export "$d/h4.st" --strategy hybrid_shard_zero2 --ranks-per-node 2
 tests/st_diff "$d/zero1.st" "$d/h4.st" 1e-5 >"$d/diff" && ok "zero1 -> hybrid_shard_zero2 on 2 nodes of 2: $(cat "$d/diff")" || bad "zero1 -> hybrid zero2: $(cat "$d/diff")"
 
 case_of offload 2 --cpu-offload --strategy shard_grad_op
