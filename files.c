@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,6 +51,56 @@ static const char *kind_of_mode(mode_t m) {
     if (S_ISLNK(m)) return "a symbolic link";
     if (S_ISSOCK(m)) return "a socket";
     return "not a regular file";
+}
+
+/* The watched mapping and its message, written when the watch starts: a
+ * signal handler may call only async-signal-safe functions (write, _exit),
+ * never printf, so the text must be ready before the fault. A handler can
+ * reach nothing but globals: this is the one place fsdp keeps any. */
+static struct {
+    const char *begin, *end;
+    char message[FILES_MAX_PATH + 512];
+    size_t message_len;
+    struct sigaction before; /* the handler we replaced (Open MPI's backtrace) */
+} watched;
+
+static void on_sigbus(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    const char *at = (const char *)info->si_addr;
+    if (watched.begin && at >= watched.begin && at < watched.end) {
+        ssize_t n = write(STDERR_FILENO, watched.message, watched.message_len);
+        (void)n; /* nothing better to do if stderr fails too */
+        _exit(2);
+    }
+    /* Not our mapping: give the fault back to the handler we replaced. On
+     * return the faulting read runs again and faults into it. */
+    (void)sig;
+    sigaction(SIGBUS, &watched.before, NULL);
+}
+
+void file_watch_mapping(const char *label, const char *path, const void *addr, size_t len) {
+    int n = snprintf(watched.message, sizeof(watched.message),
+                     "error: %s %s: the file shrank while this run was reading it (it was "
+                     "truncated or rewritten): the bytes it had are gone.\n"
+                     "HINT: do not change a training file while a run reads it; write a new file "
+                     "and rename it into place, or copy it first. Restore it, then --resume from "
+                     "the last checkpoint.\n",
+                     label, path);
+    watched.message_len = n < 0 ? 0 : (size_t)n >= sizeof(watched.message) ? sizeof(watched.message) - 1 : (size_t)n;
+    watched.begin = (const char *)addr;
+    watched.end = watched.begin + len;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &watched.before);
+}
+
+void file_unwatch_mapping(const void *addr) {
+    if (watched.begin != (const char *)addr) return;
+    watched.begin = watched.end = NULL;
+    sigaction(SIGBUS, &watched.before, NULL);
 }
 
 const char *file_kind(const char *path) {
@@ -214,13 +265,21 @@ int file_same(const char *a, const char *b) {
     return strcmp(ca, cb) == 0;
 }
 
-int file_within(const char *path, const char *dir) {
+int file_within_entry(const char *path, const char *dir, char *entry, size_t len) {
     char cp[FILES_MAX_PATH + 256], cd[FILES_MAX_PATH + 256];
+    if (len) entry[0] = '\0';
     if (canonical(path, cp, sizeof(cp)) != 0 || canonical(dir, cd, sizeof(cd)) != 0)
         return strcmp(path, dir) == 0;
     size_t n = strlen(cd);
-    if (n == 1) return 1; /* everything is inside "/" */
-    return strncmp(cp, cd, n) == 0 && (cp[n] == '\0' || cp[n] == '/');
+    if (n == 1) n = 0; /* everything is inside "/" */
+    if (strncmp(cp, cd, n) != 0 || (cp[n] != '\0' && cp[n] != '/')) return 0;
+    if (cp[n] == '/' && len) /* the entry of dir on the way to path */
+        snprintf(entry, len, "%.*s", (int)strcspn(cp + n + 1, "/"), cp + n + 1);
+    return 1;
+}
+
+int file_within(const char *path, const char *dir) {
+    return file_within_entry(path, dir, NULL, 0);
 }
 
 static void out_start(OutFile *o, const char *label, const char *path, int atomic) {

@@ -53,6 +53,15 @@ int file_read_at(int fd, void *buf, size_t n, uint64_t offset);
 char *file_read_small(const char *label, const char *path, size_t max, size_t *len, char *err,
                       size_t errlen);
 
+/* A file mapped with mmap that shrinks while mapped (a user truncates or
+ * rewrites it) makes every read of a vanished page fault with SIGBUS: a
+ * crash with a backtrace. file_watch_mapping turns that fault, for reads
+ * inside [addr, addr + len), into "error: LABEL PATH: ..." with a HINT and
+ * exit status 2; a SIGBUS anywhere else still crashes as it would. One
+ * mapping is watched at a time; file_unwatch_mapping before munmap. */
+void file_watch_mapping(const char *label, const char *path, const void *addr, size_t len);
+void file_unwatch_mapping(const void *addr);
+
 /* What kind of thing is at path, in words ("a directory", "a named pipe
  * (FIFO)", ...), for messages; "a regular file" or "nothing" too. Follows
  * symbolic links. */
@@ -71,6 +80,9 @@ int file_same(const char *a, const char *b);
 /* Whether path is the directory dir or lies inside it, however either is
  * spelled (symbolic links, "..", "."). */
 int file_within(const char *path, const char *dir);
+/* The same, and the name of dir's entry that path lies in (dir/ENTRY/...),
+ * in entry: "" when path is dir itself. */
+int file_within_entry(const char *path, const char *dir, char *entry, size_t len);
 
 /* An output being written. The first failure sticks: later writes do
  * nothing, and out_commit reports it. */

@@ -971,6 +971,14 @@ static void meta_write_lines(const CkptMeta *m, MetaWriter *W) {
     mw_line(W, MW_OTHER, "lr_schedule %s lr %08x warmup %ld step_size %ld gamma %08x steps %ld\n",
             m->lr_schedule[0] ? m->lr_schedule : "constant", (unsigned)m->lr_bits, m->warmup,
             m->step_size > 0 ? m->step_size : 1, (unsigned)m->gamma_bits, m->schedule_steps);
+    mw_line(W, MW_OTHER,
+            "optimizer %s beta1 %08x beta2 %08x eps %08x weight_decay %08x clip_grad_norm %08x\n",
+            m->optimizer[0] ? m->optimizer : "adamw", (unsigned)m->beta1_bits,
+            (unsigned)m->beta2_bits, (unsigned)m->eps_bits, (unsigned)m->weight_decay_bits,
+            (unsigned)m->clip_bits);
+    mw_line(W, MW_OTHER, "precision param_dtype %s reduce_dtype %s\n",
+            m->param_dtype[0] ? m->param_dtype : "fp32",
+            m->reduce_dtype[0] ? m->reduce_dtype : "fp32");
     if (m->scaler_on)
         mw_line(W, MW_OTHER, "grad_scaler scale %08x growth %ld\n", (unsigned)m->scale_bits,
                 m->scaler_growth);
@@ -1065,8 +1073,9 @@ static int meta_fail(MetaReader *R, const char *fmt, ...) {
 /* The keys in the order the file has them; used to explain a wrong key. */
 static const char *const META_KEYS[] = {
     "fsdp-checkpoint", "world", "strategy", "model",     "min_params", "seed",
-    "batch",           "data",  "step",     "adam_step", "lr_schedule", "units", "unit",
-    "params",          "param", "files",    "file",      "end"};
+    "batch",           "data",  "step",     "adam_step", "lr_schedule", "optimizer",
+    "precision",       "grad_scaler", "units", "unit", "params",   "param",     "files",
+    "file",            "end"};
 
 static int meta_key_index(const char *s, size_t n) {
     for (int i = 0; i < (int)(sizeof(META_KEYS) / sizeof(META_KEYS[0])); i++)
@@ -1295,7 +1304,7 @@ static int meta_parse_version(MetaReader *R, CkptMeta *m) {
     if (meta_next_line(R, "fsdp-checkpoint") || meta_fields(R, "fsdp-checkpoint %d", &m->version))
         return 2;
     static const char *const lacked[] = {"", "checksums", "learning-rate schedule",
-                                         "loss scaler's state"};
+                                         "loss scaler's state", "optimizer settings"};
     if (m->version >= 1 && m->version < META_VERSION)
         return meta_fail(R,
                          "version %d was written by an older fsdp.c, before checkpoints carried "
@@ -1336,12 +1345,62 @@ static int meta_parse_scaler(MetaReader *R, CkptMeta *m) {
         return 2;
     float scale;
     memcpy(&scale, &m->scale_bits, sizeof(scale));
-    if (!(scale > 0.0f) || !isfinite(scale))
-        return meta_fail(R, "grad_scaler scale %08x is not a positive finite float",
+    if (!(scale > 0.0f) || !isnormal(scale)) /* a denormal's 1/scale is inf */
+        return meta_fail(R, "grad_scaler scale %08x is not a positive normal float",
                          (unsigned)m->scale_bits);
     if (m->scaler_growth >= 2000)
         return meta_fail(R, "grad_scaler growth %ld: the scale doubles at 2000, so it is below",
                          m->scaler_growth);
+    return 0;
+}
+
+static float float_of_bits(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* "optimizer adamw beta1 X beta2 X eps X weight_decay X clip_grad_norm X":
+ * the settings torch.optim.AdamW (or Adam) and clip_grad_norm_ were given. */
+static int meta_parse_optimizer(MetaReader *R, CkptMeta *m) {
+    if (meta_next_line(R, "optimizer") ||
+        meta_fields(R, "optimizer %W beta1 %X beta2 %X eps %X weight_decay %X clip_grad_norm %X",
+                    m->optimizer, &m->beta1_bits, &m->beta2_bits, &m->eps_bits,
+                    &m->weight_decay_bits, &m->clip_bits))
+        return 2;
+    if (strcmp(m->optimizer, "adamw") && strcmp(m->optimizer, "adam"))
+        return meta_fail(R, "unknown optimizer '%s' (adamw or adam)", m->optimizer);
+    const char *names[] = {"beta1", "beta2"};
+    uint32_t betas[] = {m->beta1_bits, m->beta2_bits};
+    for (int i = 0; i < 2; i++) {
+        float b = float_of_bits(betas[i]);
+        if (!(b >= 0.0f && b < 1.0f))
+            return meta_fail(R, "%s %08x is not a float in [0, 1)", names[i], (unsigned)betas[i]);
+    }
+    float eps = float_of_bits(m->eps_bits), wd = float_of_bits(m->weight_decay_bits),
+          clip = float_of_bits(m->clip_bits);
+    if (!(eps > 0.0f) || !isnormal(eps))
+        return meta_fail(R, "eps %08x is not a positive normal float", (unsigned)m->eps_bits);
+    if (!(wd >= 0.0f && wd <= 1.0f))
+        return meta_fail(R, "weight_decay %08x is not a float in [0, 1]",
+                         (unsigned)m->weight_decay_bits);
+    if (!(clip >= 0.0f) || !isfinite(clip))
+        return meta_fail(R, "clip_grad_norm %08x is not a finite float >= 0 (0: off)",
+                         (unsigned)m->clip_bits);
+    return 0;
+}
+
+/* "precision param_dtype D reduce_dtype D": MixedPrecision's formats */
+static int meta_parse_precision(MetaReader *R, CkptMeta *m) {
+    if (meta_next_line(R, "precision") ||
+        meta_fields(R, "precision param_dtype %W reduce_dtype %W", m->param_dtype,
+                    m->reduce_dtype))
+        return 2;
+    const char *d[] = {m->param_dtype, m->reduce_dtype};
+    for (int i = 0; i < 2; i++)
+        if (strcmp(d[i], "fp32") && strcmp(d[i], "bf16") && strcmp(d[i], "fp16"))
+            return meta_fail(R, "unknown %s '%s' (fp32, bf16 or fp16)",
+                             i ? "reduce_dtype" : "param_dtype", d[i]);
     return 0;
 }
 
@@ -1394,6 +1453,7 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
         strcmp(m->lr_schedule, "cosine"))
         return meta_fail(R, "unknown lr_schedule '%s' (constant, step or cosine)", m->lr_schedule);
     if (m->step_size < 1) return meta_fail(R, "step_size %ld must be >= 1", m->step_size);
+    if (meta_parse_optimizer(R, m) || meta_parse_precision(R, m)) return 2;
     return meta_parse_scaler(R, m);
 }
 
@@ -1667,8 +1727,8 @@ static uint64_t get_u64(const unsigned char *p) {
     return v;
 }
 
-/* The reserved bytes: 20..23 and 40..63. */
-static int shard_byte_is_reserved(int i) { return (i >= 20 && i < 24) || i >= 40; }
+/* The reserved bytes: 20..23 and 56..63. */
+static int shard_byte_is_reserved(int i) { return (i >= 20 && i < 24) || i >= 56; }
 
 void shard_header_encode(const ShardHeader *h, unsigned char out[SHARD_HEADER_BYTES]) {
     memset(out, 0, SHARD_HEADER_BYTES);
@@ -1678,6 +1738,9 @@ void shard_header_encode(const ShardHeader *h, unsigned char out[SHARD_HEADER_BY
     put_u32(out + 16, h->world);
     put_u64(out + 24, h->step);
     put_u64(out + 32, h->layout);
+    put_u64(out + 40, h->adam_step);
+    put_u32(out + 48, h->scale_bits);
+    put_u32(out + 52, h->scaler_growth);
 }
 
 int shard_header_decode(const unsigned char *buf, size_t len, ShardHeader *h, char *err,
@@ -1698,7 +1761,7 @@ int shard_header_decode(const unsigned char *buf, size_t len, ShardHeader *h, ch
     for (int i = 0; i < SHARD_HEADER_BYTES; i++)
         if (shard_byte_is_reserved(i) && buf[i] != 0)
             return fm_fail(err, errlen,
-                           "header byte %d is 0x%02x, but bytes 20..23 and 40..63 are reserved "
+                           "header byte %d is 0x%02x, but bytes 20..23 and 56..63 are reserved "
                            "and must be zero (damaged?)",
                            i, buf[i]);
     ShardHeader got;
@@ -1706,6 +1769,9 @@ int shard_header_decode(const unsigned char *buf, size_t len, ShardHeader *h, ch
     got.world = get_u32(buf + 16);
     got.step = get_u64(buf + 24);
     got.layout = get_u64(buf + 32);
+    got.adam_step = get_u64(buf + 40);
+    got.scale_bits = get_u32(buf + 48);
+    got.scaler_growth = get_u32(buf + 52);
     if (got.world == 0)
         return fm_fail(err, errlen, "world 0: a checkpoint is written by at least one rank");
     if (got.rank >= got.world)

@@ -133,7 +133,7 @@ void st_free(StHeader *h);
  * this order (numbers are plain non-negative decimals; fields are separated
  * by exactly one space; lines end with "\n"):
  *
- *   fsdp-checkpoint 4                                  magic and version
+ *   fsdp-checkpoint 5                                  magic and version
  *   world 4                                            ranks that wrote it
  *   strategy full_shard                                or shard_grad_op, no_shard
  *   model vocab 256 embed_dim 16 context 16 width 128 depth 4
@@ -146,6 +146,10 @@ void st_free(StHeader *h);
  *   lr_schedule cosine lr 3b449ba6 warmup 10 step_size 30 gamma 3dcccccd steps 200
  *                                                      the learning-rate schedule
  *                                                      (lr, gamma: float bits)
+ *   optimizer adamw beta1 3f666666 beta2 3f7fbe77 eps 322bcc77 weight_decay 3c23d70a clip_grad_norm 00000000
+ *                                                      the optimizer and its settings
+ *                                                      (float bits; clip 0: off)
+ *   precision param_dtype bf16 reduce_dtype fp32       MixedPrecision's formats
  *   grad_scaler scale 47000000 growth 12               the loss scaler's state (the
  *                                                      scale's float bits), or
  *                                                      "grad_scaler off"
@@ -174,12 +178,17 @@ void st_free(StHeader *h);
  *     the file was cut short, and is refused (only the newline after "end"
  *     may be missing); CR, tabs, extra spaces, empty lines and bytes other
  *     than printable ASCII are refused;
- *   - the version is 4 (META_VERSION). Version 1, written by older fsdp.c,
+ *   - the version is 5 (META_VERSION). Version 1, written by older fsdp.c,
  *     had no "batch", "data" or end checksum, version 2 no "lr_schedule",
- *     version 3 no "grad_scaler"; all are refused with a message that says
- *     to train again;
- *   - grad_scaler: "off", or a scale that is a positive finite float and a
- *     growth count below 2000 (the growth interval);
+ *     version 3 no "grad_scaler", version 4 no "optimizer" or "precision";
+ *     all are refused with a message that says to train again;
+ *   - optimizer: adamw or adam; beta1 and beta2 floats in [0, 1), eps a
+ *     positive normal float, weight_decay in [0, 1], clip_grad_norm >= 0
+ *     and finite (0: off);
+ *   - precision: param_dtype and reduce_dtype each fp32, bf16 or fp16;
+ *   - grad_scaler: "off", or a scale that is a positive normal float (a
+ *     denormal one has lost its digits, and 1/scale is inf) and a growth
+ *     count below 2000 (the growth interval);
  *   - lr_schedule: constant, step or cosine; warmup and steps at most 2^53,
  *     step_size >= 1; lr and gamma are the 8 hex digits of the floats'
  *     bits, so a resumed run can tell it is given exactly the same schedule;
@@ -207,7 +216,7 @@ void st_free(StHeader *h);
  *     plausible (a changed step, seed or crc of a shard), and a structural
  *     mistake still gets its own message rather than "crc32 mismatch".
  * ------------------------------------------------------------------------- */
-#define META_VERSION 4
+#define META_VERSION 5
 #define META_MAX_NAME 96
 #define META_MAX_COUNT (1 << 20)
 
@@ -242,6 +251,11 @@ typedef struct {
     char lr_schedule[32];
     uint32_t lr_bits, gamma_bits;
     long warmup, step_size, schedule_steps;
+    /* the optimizer and MixedPrecision: a resumed run must use the same */
+    char optimizer[32];                      /* adamw or adam */
+    uint32_t beta1_bits, beta2_bits, eps_bits; /* floats' bits, as lr_bits */
+    uint32_t weight_decay_bits, clip_bits;     /* clip_grad_norm; 0: off */
+    char param_dtype[32], reduce_dtype[32];  /* fp32, bf16 or fp16 */
     int scaler_on;       /* --grad-scaler's state: on, its scale (float bits) */
     uint32_t scale_bits; /* and the steps since the scale last changed */
     long scaler_growth;
@@ -302,15 +316,22 @@ uint64_t meta_layout_hash(const CkptMeta *m);
  *   bytes 20..23  zero
  *   bytes 24..31  u64 step: meta.txt's step
  *   bytes 32..39  u64 layout: meta_layout_hash() of the checkpoint's meta.txt
- *   bytes 40..63  zero (room for later versions)
+ *   bytes 40..47  u64 adam_step: meta.txt's adam_step
+ *   bytes 48..51  u32 the loss scale's float bits from meta.txt's grad_scaler
+ *                 line (0 when it says off)
+ *   bytes 52..55  u32 its growth count (0 when off)
+ *   bytes 56..63  zero (room for later versions)
  *
  * meta.txt's crc32 of a file says the bytes did not change since they were
  * written; the header says whose bytes they are: a shard file copied in from
  * another rank, another step or another model is refused by name, even with
- * a meta.txt written to match it.
+ * a meta.txt written to match it. And the optimizer's state in meta.txt
+ * (adam_step, the loss scale) is bound to the shards it goes with: an edit
+ * of meta.txt with its checksum recomputed still disagrees with the header.
+ * Version 1 had bytes 40..55 zero.
  * ------------------------------------------------------------------------- */
 #define SHARD_HEADER_BYTES 64
-#define SHARD_HEADER_VERSION 1
+#define SHARD_HEADER_VERSION 2
 #define SHARD_MAGIC "FSDPSHRD" /* 8 bytes, no NUL in the file */
 
 typedef struct {
@@ -318,6 +339,9 @@ typedef struct {
     uint32_t world;  /* ranks that wrote the checkpoint */
     uint64_t step;   /* meta.txt's step */
     uint64_t layout; /* meta_layout_hash() of the checkpoint it belongs to */
+    uint64_t adam_step;     /* meta.txt's adam_step */
+    uint32_t scale_bits;    /* meta.txt's loss scale (0: grad_scaler off) */
+    uint32_t scaler_growth; /* and its growth count */
 } ShardHeader;
 
 /* Writes the 64 header bytes for h (the reserved bytes zero). */

@@ -48,6 +48,7 @@
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
 #include <dirent.h>
 #include <errno.h>
+#include <float.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
@@ -3157,7 +3158,8 @@ static void corpus_synthetic(Corpus *c, uint64_t seed) {
  * to the operating system's page cache, so the ranks on one machine share
  * one copy (4 ranks on a 2 GiB file hold 2 GiB, not 8), and only the pages
  * the sampler touches are ever read from the disk. The file must not change
- * while training (a shorter file would fault on its vanished pages).
+ * while training: a shorter file faults (SIGBUS) on its vanished pages,
+ * which file_watch_mapping turns into a message and exit 2.
  * Returns 0, or 2 with a message in err. */
 static int corpus_load_file(Corpus *c, const char *path, int context, char *err, size_t errlen) {
     uint64_t size = 0;
@@ -3187,25 +3189,30 @@ static int corpus_load_file(Corpus *c, const char *path, int context, char *err,
     c->bytes = (unsigned char *)p;
     c->len = (long)size;
     c->mapped = 1;
+    file_watch_mapping("--data", path, p, (size_t)size);
     c->entropy_floor = -1.0;
     return 0;
 }
 
 static void corpus_release(Corpus *c) {
+    if (c->mapped) file_unwatch_mapping(c->bytes);
     if (c->mapped) munmap(c->bytes, (size_t)c->len);
     else free(c->bytes);
     c->bytes = NULL;
 }
 
-/* This rank's share of the global batch of `step`: samples j = rank,
- * rank + N, rank + 2N, ... (DistributedSampler's interleaving). */
-static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int global_batch,
-                                int rank, int world, int T, unsigned char *tokens, int *targets) {
-    int B = global_batch / world;
+/* This rank's share of the global batch of `step` is samples j = rank,
+ * rank + N, rank + 2N, ... (DistributedSampler's interleaving); this draws
+ * its samples k = first .. first + count - 1 (a micro-batch). Each sample
+ * depends on (seed, step, j) alone, so drawing a part of the local batch
+ * gives the same bytes as drawing all of it. */
+static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int rank, int world,
+                                int first, int count, int T, unsigned char *tokens,
+                                int *targets) {
     uint64_t positions = (uint64_t)(c->len - T);
-    for (int k = 0; k < B; k++) {
-        int j = rank + k * world;
-        long pos = (long)(rng_u64(seed, STREAM_SAMPLER, (uint64_t)step, (uint64_t)j) % positions);
+    for (int k = 0; k < count; k++) {
+        uint64_t j = (uint64_t)rank + (uint64_t)(first + k) * (uint64_t)world;
+        long pos = (long)(rng_u64(seed, STREAM_SAMPLER, (uint64_t)step, j) % positions);
         memcpy(tokens + (long)k * T, c->bytes + pos, (size_t)T);
         targets[k] = c->bytes[pos + T];
     }
@@ -3671,19 +3678,20 @@ static void grad_scaler_update(Trainer *t) {
 }
 
 /* Micro-batch `micro` of this rank's part of global batch number `step`:
- * the local batch is drawn on the host, and its samples [micro * B,
- * (micro + 1) * B) are copied to the device (on the CPU, from one host
- * buffer to another). The K micro-batches together are the local batch. */
+ * its samples [micro * B, (micro + 1) * B) of the local batch are drawn on
+ * the host and copied to the device (on the CPU, from one host buffer to
+ * another). The K micro-batches together are the local batch. */
 static void trainer_load_batch(Trainer *t, int step, int micro) {
     const Config *c = &t->cfg;
-    int LB = t->local_batch, B = t->micro_batch;
-    unsigned char *tokens = (unsigned char *)malloc((size_t)LB * c->context);
-    int *targets = (int *)malloc((size_t)LB * sizeof(int));
+    int B = t->micro_batch;
+    if (backend_dry) return; /* --plan: the batch is booked in the ledger, never drawn */
+    unsigned char *tokens = (unsigned char *)malloc((size_t)B * c->context);
+    int *targets = (int *)malloc((size_t)B * sizeof(int));
     if (!tokens || !targets) FATAL("the machine is out of host memory", "cannot draw a batch");
-    sampler_local_batch(&t->corpus, c->seed, step, c->batch, t->comm.rank, t->comm.world,
+    sampler_local_batch(&t->corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
                         c->context, tokens, targets);
-    dev_from_host(t->act.tokens, tokens + (size_t)micro * B * c->context, (size_t)B * c->context);
-    dev_from_host(t->act.targets, targets + (size_t)micro * B, (size_t)B * sizeof(int));
+    dev_from_host(t->act.tokens, tokens, (size_t)B * c->context);
+    dev_from_host(t->act.targets, targets, (size_t)B * sizeof(int));
     free(tokens);
     free(targets);
 }
@@ -3738,6 +3746,7 @@ float trainer_step(Trainer *t, int step) {
 static int trainer_init_from(Trainer *t, const char *path); /* 11. checkpoints */
 static int ckpt_load(Trainer *t, const char *from, long *next_step);
 static int ckpt_check_save_dir(Trainer *t, long first);
+static int ckpt_saves_after(const Config *c, long first, long n);
 static int ckpt_save(Trainer *t, long next_step);
 static int trainer_export(Trainer *t, const char *path);
 static int ckpt_agree(Trainer *t, int rc, const char *err); /* every rank, one verdict */
@@ -3856,8 +3865,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
                    step + 1, cfg->steps, loss, dt * 1e3, cfg->batch / dt,
                    mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total),
                    optimizer_note(t));
-        int last = step == cfg->steps - 1;
-        if (cfg->save_dir && ((cfg->save_every && (step + 1) % cfg->save_every == 0) || last)) {
+        if (ckpt_saves_after(cfg, first, step + 1)) {
             if (ckpt_save(t, step + 1)) exit_all(1);
             if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);
         }
@@ -4067,6 +4075,20 @@ static uint32_t trainer_data_crc(Trainer *t) {
 
 /* The metadata of this trainer's layout (files and data filled in by the
  * caller). Every rank can build it: the shard files carry its layout hash. */
+/* The optimizer's settings and MixedPrecision's formats as meta.txt keeps
+ * them: the floats as their bits, so a resume can tell they are the same. */
+static void optimizer_to_meta(const Config *c, CkptMeta *m) {
+    snprintf(m->optimizer, sizeof(m->optimizer), "%s",
+             c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw");
+    memcpy(&m->beta1_bits, &c->beta1, sizeof(float));
+    memcpy(&m->beta2_bits, &c->beta2, sizeof(float));
+    memcpy(&m->eps_bits, &c->eps, sizeof(float));
+    memcpy(&m->weight_decay_bits, &c->weight_decay, sizeof(float));
+    memcpy(&m->clip_bits, &c->clip_grad_norm, sizeof(float));
+    snprintf(m->param_dtype, sizeof(m->param_dtype), "%s", DTYPE_NAMES[c->param_dtype]);
+    snprintf(m->reduce_dtype, sizeof(m->reduce_dtype), "%s", DTYPE_NAMES[c->reduce_dtype]);
+}
+
 static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     const Config *c = &t->cfg;
     memset(m, 0, sizeof(*m));
@@ -4087,6 +4109,7 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     memcpy(&m->scale_bits, &t->loss_scale, sizeof(float));
     m->scaler_growth = t->scaler_growth;
     lr_schedule_to_meta(c, m);
+    optimizer_to_meta(c, m);
     m->n_units = t->n_units;
     m->units = (MetaUnit *)calloc((size_t)t->n_units, sizeof(MetaUnit));
     for (int u = 0; m->units && u < t->n_units; u++) {
@@ -4121,7 +4144,11 @@ static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64
     OutFile f;
     if (out_create(&f, "checkpoint", path, err, errlen)) return 2;
     ShardHeader h = {(uint32_t)t->shard_rank, (uint32_t)t->shard_world, (uint64_t)next_step,
-                     layout};
+                     layout, (uint64_t)t->adam_step, 0, 0};
+    if (t->cfg.grad_scaler) { /* as meta.txt's grad_scaler line says */
+        memcpy(&h.scale_bits, &t->loss_scale, sizeof(float));
+        h.scaler_growth = (uint32_t)t->scaler_growth;
+    }
     unsigned char head[SHARD_HEADER_BYTES];
     shard_header_encode(&h, head);
     out_write(&f, head, sizeof(head));
@@ -4186,6 +4213,13 @@ static void ckpt_remove_dir(const char *dir) {
 }
 
 enum { CKPT_KEEP = 2 }; /* checkpoints kept in --save-dir */
+
+/* Whether a run that starts at step `first` saves a checkpoint after step
+ * n (named step-n): every --save-every steps, and after its last. */
+static int ckpt_saves_after(const Config *c, long first, long n) {
+    return c->save_dir && n > first && n <= c->steps &&
+           (n == c->steps || (c->save_every && n % c->save_every == 0));
+}
 
 /* "step-00000100" -> 100; -1 for any other name (a .tmp-step-N, a copy
  * named step-00000100.bak, ...). */
@@ -4331,22 +4365,53 @@ static int ckpt_save(Trainer *t, long next_step) {
     return ckpt_agree(t, rc, err);
 }
 
-/* A save renames its directory to step-N: a step-N that is there and is
- * not a directory (a file, a pipe) would make that rename fail after all
- * the training. Refuse it before the first step. */
-static int ckpt_check_step_names(const char *dir, char *err, size_t errlen) {
+/* Whether ckpt_remove_dir would clear path away: a directory (not a link
+ * to one) that holds checkpoint files only, each a regular file. */
+static int ckpt_removable(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return 1; /* nothing there: nothing in the way */
+    DIR *d = S_ISDIR(st.st_mode) ? opendir(path) : NULL;
+    if (!d) return 0;
+    struct dirent *e;
+    char file[2048 + 256];
+    int ok = 1;
+    while (ok && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+        ok = ckpt_is_own_file(e->d_name) && lstat(file, &st) == 0 && S_ISREG(st.st_mode);
+    }
+    closedir(d);
+    return ok;
+}
+
+/* The names a save uses: it writes .tmp-step-N, then renames it to step-N.
+ * A step-N that is not a directory (a file, a pipe), or a .tmp-step-N or
+ * step-N that this run will save and cannot clear away (a user's files in
+ * it), would make the save fail after all the training. Refuse them before
+ * the first step. */
+static int ckpt_check_step_names(const Config *c, long first, char *err, size_t errlen) {
+    const char *dir = c->save_dir;
     DIR *d = opendir(dir);
     struct dirent *e;
     struct stat st;
     char path[2048];
     int rc = 0;
     while (d && rc == 0 && (e = readdir(d)) != NULL) {
+        int tmp = !strncmp(e->d_name, ".tmp-", 5);
+        long step = ckpt_step_of(e->d_name + (tmp ? 5 : 0));
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        if (ckpt_step_of(e->d_name) >= 0 && stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+        if (step >= 0 && !tmp && stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
             rc = usage_error(err, errlen,
                              "--save-dir %s: %s is %s, where checkpoints are directories. Move it "
                              "away, or save elsewhere.",
                              dir, e->d_name, file_kind(path));
+        else if (step >= 0 && ckpt_saves_after(c, first, step) && !ckpt_removable(path))
+            rc = usage_error(err, errlen,
+                             "--save-dir %s: %s is in the way of the checkpoint saved after step "
+                             "%ld: it is %s fsdp.c did not write. Move it away, or save elsewhere.",
+                             dir, e->d_name, step,
+                             lstat(path, &st) == 0 && S_ISDIR(st.st_mode) ? "a directory of files"
+                                                                          : "a file or link");
     }
     if (d) closedir(d);
     return rc;
@@ -4369,7 +4434,7 @@ static int ckpt_check_save_dir(Trainer *t, long first) {
                 "(step %ld). Continue that run with --resume %s, or save elsewhere.",
                 t->cfg.save_dir, steps[0], first, t->cfg.save_dir);
         free(steps);
-        if (rc == 0) rc = ckpt_check_step_names(t->cfg.save_dir, err, sizeof(err));
+        if (rc == 0) rc = ckpt_check_step_names(&t->cfg, first, err, sizeof(err));
     }
     return ckpt_agree(t, rc, err);
 }
@@ -4467,6 +4532,69 @@ static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char
     return 0;
 }
 
+/* "0.01": the shortest decimal that reads back as the float of these bits */
+static const char *float_text(uint32_t bits, char *out, size_t len) {
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(out, len, "%.*g", digits, (double)f);
+        if (strtof(out, NULL) == f) break;
+    }
+    return out;
+}
+
+/* A resumed run goes on with the optimizer it was trained with: Adam's
+ * moments were accumulated under those betas and eps, and a changed decay,
+ * clipping or format would silently make it another run. So a change is
+ * refused, naming both values. (PyTorch users who want one reload the
+ * optimizer and edit its param_groups; here --init-from an export starts
+ * fresh with any settings.) */
+static int ckpt_check_optimizer(const Config *c, const CkptMeta *m, const char *path, char *err,
+                                size_t errlen) {
+    CkptMeta mine;
+    memset(&mine, 0, sizeof(mine));
+    optimizer_to_meta(c, &mine);
+    const struct {
+        const char *flag;
+        uint32_t was, is;
+    } floats[] = {{"--beta1", m->beta1_bits, mine.beta1_bits},
+                  {"--beta2", m->beta2_bits, mine.beta2_bits},
+                  {"--eps", m->eps_bits, mine.eps_bits},
+                  {"--weight-decay", m->weight_decay_bits, mine.weight_decay_bits},
+                  {"--clip-grad-norm", m->clip_bits, mine.clip_bits}};
+    const char *flag = NULL, *was = NULL, *is = NULL;
+    char a[32], b[32];
+    if (strcmp(m->optimizer, mine.optimizer)) {
+        flag = "--optimizer";
+        was = m->optimizer;
+        is = mine.optimizer;
+    }
+    for (size_t i = 0; !flag && i < sizeof(floats) / sizeof(floats[0]); i++) {
+        if (floats[i].was == floats[i].is) continue;
+        int clip = !strcmp(floats[i].flag, "--clip-grad-norm"); /* 0: off */
+        flag = floats[i].flag;
+        was = clip && !floats[i].was ? "off" : float_text(floats[i].was, a, sizeof(a));
+        is = clip && !floats[i].is ? "off" : float_text(floats[i].is, b, sizeof(b));
+    }
+    const char *formats[][3] = {{"--param-dtype", m->param_dtype, mine.param_dtype},
+                                {"--reduce-dtype", m->reduce_dtype, mine.reduce_dtype}};
+    for (int i = 0; !flag && i < 2; i++) {
+        if (!strcmp(formats[i][1], formats[i][2])) continue;
+        flag = formats[i][0];
+        was = formats[i][1];
+        is = formats[i][2];
+    }
+    if (!flag) return 0;
+    char advice[96];
+    if (!strcmp(was, "off")) snprintf(advice, sizeof(advice), "Leave out %s", flag);
+    else snprintf(advice, sizeof(advice), "Give %s %s", flag, was);
+    return usage_error(err, errlen,
+                       "%s: the checkpoint was trained with %s %s, this run has %s %s: the "
+                       "optimizer's state belongs to the first setting. %s to continue that "
+                       "run (or --init-from an export to start anew with other settings).",
+                       path, flag, was, flag, is, advice);
+}
+
 /* The checkpoint must be of this model: same shape, and every parameter of
  * ours present under its name with the same shape. */
 static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map,
@@ -4552,6 +4680,17 @@ static int ckpt_check_shard_header(int fd, int f, const CkptMeta *m, uint64_t la
             "%s: was written for another layout than meta.txt describes (layout hash "
             "%016llx, meta.txt gives %016llx): meta.txt was edited. Use another checkpoint.",
             path, (unsigned long long)h.layout, (unsigned long long)layout);
+    uint32_t scale_bits = m->scaler_on ? m->scale_bits : 0,
+             growth = m->scaler_on ? (uint32_t)m->scaler_growth : 0;
+    if ((long)h.adam_step != m->adam_step || h.scale_bits != scale_bits ||
+        h.scaler_growth != growth)
+        return usage_error(
+            err, errlen,
+            "%s: was written with adam_step %llu and loss scale %08x (growth %u), but meta.txt "
+            "says adam_step %ld and %08x (growth %u): meta.txt was edited. Use another "
+            "checkpoint.",
+            path, (unsigned long long)h.adam_step, (unsigned)h.scale_bits,
+            (unsigned)h.scaler_growth, m->adam_step, (unsigned)scale_bits, (unsigned)growth);
     return 0;
 }
 
@@ -4655,6 +4794,7 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
  * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
  * [3, 17] is nan", in out; returns 0 when every value is a number. */
 static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
+    Dtype dtype = t->cfg.param_dtype;
     static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
@@ -4665,14 +4805,24 @@ static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
             if (!param_in_shard(p, lo, hi, &a, &b)) continue;
             for (long e = a; e < b; e++) {
                 float v = x[e - lo];
-                if (isfinite(v) && (k != 2 || v >= 0.0f)) continue;
+                /* a parameter is computed with in param_dtype: fp16 ends at 65504 */
+                int overflows = k == 0 && isfinite(v) && !isfinite(round_to(v, dtype));
+                if (isfinite(v) && (k != 2 || v >= 0.0f) && !overflows) continue;
                 long i = e - p->offset;
-                if (p->shape[1] == 1)
-                    snprintf(out, outlen, "%s%s[%ld] is %g", what[k], p->name, i, (double)v);
-                else
-                    snprintf(out, outlen, "%s%s[%ld, %ld] is %g", what[k], p->name, i / p->shape[1],
-                             i % p->shape[1], (double)v);
-                return 1;
+                int n = p->shape[1] == 1
+                            ? snprintf(out, outlen, "%s%s[%ld] is %g", what[k], p->name, i,
+                                       (double)v)
+                            : snprintf(out, outlen, "%s%s[%ld, %ld] is %g", what[k], p->name,
+                                       i / p->shape[1], i % p->shape[1], (double)v);
+                if (!overflows) return 1;
+                float largest = bits_float(dtype == DTYPE_FP16 ? 0x477FE000u : 0x7F7F0000u);
+                if (n > 0 && (size_t)n < outlen)
+                    snprintf(out + n, outlen - (size_t)n,
+                             ", beyond the largest %s (%g): --param-dtype %s would compute with "
+                             "inf. Use --param-dtype %s",
+                             DTYPE_NAMES[dtype], (double)largest, DTYPE_NAMES[dtype],
+                             dtype == DTYPE_FP16 ? "bf16, which has fp32's range" : "fp32");
+                return 2;
             }
         }
     }
@@ -4719,17 +4869,18 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     if (rc == 0) rc = ckpt_check_step(dir, &m, path, err, sizeof(err));
     if (rc == 0) rc = ckpt_check_model(t, &m, path, map, err, sizeof(err));
     if (rc == 0) rc = ckpt_check_data(t, &m, path, err, sizeof(err));
+    if (rc == 0) rc = ckpt_check_optimizer(&t->cfg, &m, path, err, sizeof(err));
     rc = ckpt_agree(t, rc, err); /* the same verdict on every rank so far */
     if (rc == 0) rc = ckpt_agree(t, ckpt_verify_files(t, dir, &m, err, sizeof(err)), err);
     if (rc == 0) rc = ckpt_agree(t, ckpt_load_shards(t, dir, &m, map, err, sizeof(err)), err);
     for (int k = 0; k < 3 && rc == 0;
          k++) { /* a CRC cannot tell whether the numbers were numbers */
-        if (shard_first_nonfinite(t, k, why, sizeof(why)))
-            rc =
-                usage_error(err, sizeof(err),
-                            "%s: %s. A checkpoint of a run that diverged cannot be trained on; use "
-                            "an earlier one.",
-                            path, why);
+        int bad = shard_first_nonfinite(t, k, why, sizeof(why));
+        if (bad)
+            rc = usage_error(err, sizeof(err), "%s: %s.%s", path, why,
+                             bad == 1 ? " A checkpoint of a run that diverged cannot be trained "
+                                        "on; use an earlier one."
+                                      : "");
         rc = ckpt_agree(t, rc, err);
     }
     if (rc == 0) {
@@ -4812,6 +4963,15 @@ static int trainer_export(Trainer *t, const char *path) {
 
 /* Checks a safetensors header against our model: the same names, each
  * F32 with our shape, and nothing else. */
+/* "(256)", "(128, 256)": a tensor's shape as PyTorch prints it */
+static const char *st_shape_text(const StTensor *s, char *out, size_t len) {
+    size_t n = (size_t)snprintf(out, len, "(");
+    for (int d = 0; d < s->ndim && n < len; d++)
+        n += (size_t)snprintf(out + n, len - n, "%s%ld", d ? ", " : "", s->shape[d]);
+    if (n < len) snprintf(out + n, len - n, ")");
+    return out;
+}
+
 static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map,
                           char *err, size_t errlen) {
     if (h->n != t->model.n_params)
@@ -4834,13 +4994,14 @@ static int st_check_model(const Trainer *t, const StHeader *h, const char *path,
                                s->name, s->dtype);
         int same = s->ndim == want.ndim;
         for (int d = 0; d < want.ndim && same; d++) same = s->shape[d] == want.shape[d];
-        if (!same)
-            return usage_error(
-                err, errlen,
-                "--init-from %s: %s has the wrong shape (%d dims, first %ld); expected "
-                "(%ld%s%ld).",
-                path, s->name, s->ndim, s->ndim ? s->shape[0] : 0L, want.shape[0],
-                want.ndim == 2 ? ", " : "", want.ndim == 2 ? want.shape[1] : 0L);
+        if (!same) {
+            char got[128], expected[128];
+            return usage_error(err, errlen,
+                               "--init-from %s: %s has shape %s, but this model's is %s. Export "
+                               "it from a run of the same model.",
+                               path, s->name, st_shape_text(s, got, sizeof(got)),
+                               st_shape_text(&want, expected, sizeof(expected)));
+        }
     }
     return 0;
 }
@@ -4934,12 +5095,12 @@ static int trainer_init_from(Trainer *t, const char *path) {
     rc = ckpt_agree(t, rc, err); /* every rank reached the same verdict */
     if (rc == 0) rc = ckpt_agree(t, st_read_shards(t, &h, map, path, err, sizeof(err)), err);
     if (rc == 0) {
-        int bad = 0;
-        if (shard_first_nonfinite(t, 0, why, sizeof(why)))
-            bad = usage_error(err, sizeof(err),
-                              "--init-from %s: %s; training on it would give NaN at every step. "
-                              "Export from a run that did not diverge.",
-                              path, why);
+        int bad = shard_first_nonfinite(t, 0, why, sizeof(why));
+        if (bad)
+            bad = usage_error(err, sizeof(err), "--init-from %s: %s%s", path, why,
+                              bad == 1 ? "; training on it would give NaN at every step. Export "
+                                         "from a run that did not diverge."
+                                       : ".");
         rc = ckpt_agree(t, bad, err);
     }
     st_free(&h);
@@ -5121,7 +5282,17 @@ static int parse_float(const char *flag, const char *s, double lo, int lo_open, 
         return usage_error(err, errlen, "%s: %s is out of range. Give a value %s %g and <= %g.",
                            flag, s, lo_open ? ">" : ">=", lo,
                            hi); /* s, not v: %g would print 0.99999999999 as 1 */
-    *out = (float)v;
+    /* The range is checked in double, but the optimizer computes in float:
+     * 1e-50 passes "> 0" and then becomes 0 (or a denormal, which loses its
+     * digits and turns 1/x into inf). Judge the float that will be used. */
+    float f = (float)v;
+    if (v != 0.0 && !isnormal(f))
+        return usage_error(err, errlen,
+                           "%s: %s is below the smallest normal 32-bit float (%g), the format "
+                           "the optimizer computes in: it would become %g. Give %s%g or more.",
+                           flag, s, (double)FLT_MIN, (double)f, lo_open ? "" : "0, or ",
+                           (double)FLT_MIN);
+    *out = f;
     return 0;
 }
 
@@ -5162,11 +5333,20 @@ static int parse_size(const char *flag, const char *s, size_t *out, char *err, s
         }
         if (unit > 1.0 && (!strcmp(end, "iB") || !strcmp(end, "B"))) end += strlen(end);
     }
-    if (errno || end == s || *end != '\0' || !isfinite(v))
+    /* strtod also reads hex (0x10), exponents and "inf": a size is decimal */
+    const char *num = s + (*s == '-'); /* a sign reaches the range check */
+    size_t digits = strspn(num, "0123456789.");
+    int then_suffix = num[digits] == '\0' || strchr("KkMmGgTtPp", num[digits]) != NULL;
+    if (errno || end == s || *end != '\0' || !isfinite(v) || digits == 0 || !then_suffix)
         return usage_error(err, errlen,
                            "%s: '%s' is not a size. Give bytes with an optional K, M, G, T or P "
                            "suffix, e.g. %s 512M.",
                            flag, s, flag);
+    if (v * unit != floor(v * unit))
+        return usage_error(err, errlen,
+                           "%s: '%s' is %g bytes, not a whole number of bytes. Give whole bytes, "
+                           "e.g. %s 1536K for 1.5M.",
+                           flag, s, v * unit, flag);
     if (v * unit < 1.0 || v * unit > 1125899906842624.0)
         return usage_error(
             err, errlen,
@@ -5214,6 +5394,7 @@ static int config_apply_preset(Config *c, const char *name, char *err, size_t er
 }
 
 enum { MAX_PATH_CHARS = 1000 }; /* room for "/step-N/shard-N.bin" in the path buffers */
+enum { MAX_STEPS = 99999999 };   /* the checkpoint names' 8 digits hold every step */
 
 /* The options whose value is a path. */
 static int flag_takes_path(const char *flag) {
@@ -5241,7 +5422,8 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return parse_int(flag, val, 1, 4096, &c->embed_dim, err, errlen);
     if (!strcmp(flag, "--min-params"))
         return parse_long(flag, val, 1, LONG_MAX, &c->min_params, err, errlen);
-    if (!strcmp(flag, "--steps")) return parse_int(flag, val, 0, 100000000, &c->steps, err, errlen);
+    if (!strcmp(flag, "--steps")) /* at most 8 digits: checkpoints are named step-%08d */
+        return parse_int(flag, val, 0, MAX_STEPS, &c->steps, err, errlen);
     if (!strcmp(flag, "--batch")) return parse_int(flag, val, 1, 1 << 20, &c->batch, err, errlen);
     if (!strcmp(flag, "--grad-accum"))
         return parse_int(flag, val, 1, 1 << 20, &c->grad_accum, err, errlen);
@@ -5546,6 +5728,13 @@ static int flag_given(int argc, char **argv, const char *flag) {
     return 0;
 }
 
+/* Whether --net prices some link: "none" and "none+none" price nothing. */
+static int config_has_network(const Config *c) {
+    const NetModel *intra = NULL, *inter = NULL;
+    if (!c->net || net_models_of(c->net, &intra, &inter)) return 0;
+    return strcmp(intra->name, "none") != 0 || strcmp(inter->name, "none") != 0;
+}
+
 /* Mixed precision's combinations; returns 0 or 2 with a message. */
 static int config_check_precision(const Config *c, int argc, char **argv, char *err,
                                   size_t errlen) {
@@ -5596,6 +5785,11 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
     if ((int)c->reduce_dtype < 0) c->reduce_dtype = c->param_dtype;
     rc = config_check_precision(c, argc, argv, err, errlen);
     if (rc) return rc;
+    if (c->lr_schedule != LR_STEP &&
+        (flag_given(argc, argv, "--step-size") || flag_given(argc, argv, "--gamma")))
+        return usage_error(err, errlen,
+                           "--step-size and --gamma are StepLR's: they apply to --lr-schedule "
+                           "step only. Add --lr-schedule step, or leave them out.");
     if (c->lr_schedule == LR_STEP && c->step_size == 0)
         return usage_error(err, errlen,
                            "--lr-schedule step needs --step-size N: every N steps the learning "
@@ -5629,7 +5823,7 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
         return usage_error(err, errlen,
                            "--compare runs two trainings; checkpoint options (--save-dir, "
                            "--resume, --export, --init-from) apply to single runs only.");
-    if (c->trace_clock_sim && (!c->net || !strcmp(c->net, "none")))
+    if (c->trace_clock_sim && !config_has_network(c))
         return usage_error(err, errlen,
                            "--trace-clock sim times the collectives with a network model, but none "
                            "is chosen. Add --net nvlink, pcie, ib or ethernet.");
@@ -6020,13 +6214,25 @@ typedef struct {
     int dir; /* a checkpoint directory: what is inside it is the run's too */
 } NamedFile;
 
-/* Whether two named paths collide: the same file, or a file inside a
- * checkpoint directory. Two directories never collide: --resume DIR
- * --save-dir DIR is how a run continues. */
+/* Whether path is a checkpoint directory itself or lies in what a run
+ * writes, prunes or reads there: its step-N and .tmp-step-N directories.
+ * Anything else in it (the --data file, notes) is none of the run's. */
+static int within_checkpoints(const char *path, const char *dir) {
+    char entry[1024], meta[2048];
+    struct stat st;
+    if (!file_within_entry(path, dir, entry, sizeof(entry))) return 0;
+    snprintf(meta, sizeof(meta), "%s/meta.txt", dir); /* --resume DIR/step-N: all of it */
+    if (entry[0] == '\0' || lstat(meta, &st) == 0) return 1;
+    return ckpt_step_of(entry) >= 0 || !strncmp(entry, ".tmp-step-", 10);
+}
+
+/* Whether two named paths collide: the same file, or a file among a
+ * checkpoint directory's checkpoints. Two directories never collide:
+ * --resume DIR --save-dir DIR is how a run continues. */
 static int files_collide(const NamedFile *a, const NamedFile *b) {
     if (a->dir && b->dir) return 0;
-    if (a->dir) return file_within(b->path, a->path);
-    if (b->dir) return file_within(a->path, b->path);
+    if (a->dir) return within_checkpoints(b->path, a->path);
+    if (b->dir) return within_checkpoints(a->path, b->path);
     return file_same(a->path, b->path);
 }
 
@@ -6092,9 +6298,10 @@ static void debugger_wait(MPI_Comm comm) {
 }
 
 static void print_comparison(const RunSummary *a, const char *na, const RunSummary *b,
-                             const char *nb) {
+                             const char *nb, int offload) {
     printf("\n==================================================================\n");
     printf("DDP vs FSDP on %d ranks: the same model, data and optimizer\n", a->world);
+    if (offload) printf("(%s with --cpu-offload; %s without: DDP keeps its replicas on the device)\n", nb, na);
     printf("==================================================================\n");
     printf("%-30s %14s %14s %8s\n", "", na, nb, "ratio");
     printf("%-30s %14.4f %14.4f\n", "final loss", a->final_loss, b->final_loss);
@@ -6127,13 +6334,34 @@ static void print_comparison(const RunSummary *a, const char *na, const RunSumma
 
 #ifndef FSDP_NO_MAIN
 /* Every rank parses the same argv and reaches the same verdict, so on bad
- * input every rank exits 2 on its own; only rank 0 prints. */
+ * input every rank exits 2 on its own; only rank 0 prints. What a run
+ * prints is its result (--plan's only one), so output that could not be
+ * written (a full disk, /dev/full) fails the run instead of exiting 0. */
 static int finish(int code) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr,
+                "error: cannot write the standard output (%s): what this run printed is "
+                "incomplete.\nHINT: make room where it goes, or send it to another file.\n",
+                errno ? strerror(errno) : "a write failed");
+        if (code == 0) code = 1;
+    }
     MPI_Finalize();
     return code;
 }
 
+/* A closed standard output (./fsdp >&-) would hand its descriptor to the
+ * next file opened, and print into that file: refuse it before anything
+ * is opened. */
+static int stdout_is_open(void) {
+    if (fcntl(STDOUT_FILENO, F_GETFD) != -1) return 1;
+    fprintf(stderr, "error: the standard output is closed, and it is where fsdp prints its "
+                    "results.\nHINT: send it to a file (> out.txt) or to /dev/null.\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (!stdout_is_open()) return 2;
     int provided = 0; /* section 4: the communication thread calls MPI beside the main thread */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank = 0, world = 1;
@@ -6148,6 +6376,7 @@ int main(int argc, char **argv) {
          json_sharded[1024] = "";
     Config ddp = cfg, fsdp = cfg;
     ddp.strategy = STRATEGY_NO_SHARD;
+    ddp.cpu_offload = 0; /* no_shard computes with whole replicas on the device: nothing to move */
     if (fsdp.strategy == STRATEGY_NO_SHARD) fsdp.strategy = STRATEGY_FULL_SHARD;
     if (rc == 0 && cfg.trace_path && cfg.compare) {
         trace_path_for(trace_ddp, sizeof(trace_ddp), cfg.trace_path, ddp.strategy);
@@ -6212,7 +6441,8 @@ int main(int argc, char **argv) {
         if (rank == 0) printf("\n");
         RunSummary b = run_training(&fsdp, MPI_COMM_WORLD, 0);
         if (rank == 0)
-            print_comparison(&a, strategy_name(ddp.strategy), &b, strategy_name(fsdp.strategy));
+            print_comparison(&a, strategy_name(ddp.strategy), &b, strategy_name(fsdp.strategy),
+                             fsdp.cpu_offload);
     }
     backend_release();
     return finish(0);

@@ -600,6 +600,14 @@ static void sample_meta(CkptMeta *m, int world, const char *strategy, int depth)
     m->data_is_file = 0; /* "data synthetic"; meta_round_trip tries the other form too */
     m->step = 100;
     m->adam_step = 100;
+    snprintf(m->optimizer, sizeof(m->optimizer), "adamw");
+    m->beta1_bits = 0x3f666666u; /* 0.9 */
+    m->beta2_bits = 0x3f7fbe77u; /* 0.999 */
+    m->eps_bits = 0x322bcc77u;   /* 1e-8 */
+    m->weight_decay_bits = 0x3c23d70au; /* 0.01 */
+    m->clip_bits = 0x3f800000u;  /* 1.0 */
+    snprintf(m->param_dtype, sizeof(m->param_dtype), "bf16");
+    snprintf(m->reduce_dtype, sizeof(m->reduce_dtype), "fp32");
     int sharded = strcmp(strategy, "no_shard") != 0, D = m->width;
     m->n_units = 1 + m->depth;
     m->units = (MetaUnit *)calloc((size_t)m->n_units, sizeof(MetaUnit));
@@ -655,6 +663,10 @@ static int meta_equal(const CkptMeta *a, const CkptMeta *b) {
              a->step == b->step && a->adam_step == b->adam_step && a->n_units == b->n_units && a->n_params == b->n_params && a->n_files == b->n_files;
     eq = eq && a->batch == b->batch && a->data_is_file == b->data_is_file &&
          a->data_bytes == b->data_bytes && a->data_crc == b->data_crc;
+    eq = eq && !strcmp(a->optimizer, b->optimizer) && a->beta1_bits == b->beta1_bits &&
+         a->beta2_bits == b->beta2_bits && a->eps_bits == b->eps_bits &&
+         a->weight_decay_bits == b->weight_decay_bits && a->clip_bits == b->clip_bits &&
+         !strcmp(a->param_dtype, b->param_dtype) && !strcmp(a->reduce_dtype, b->reduce_dtype);
     for (int i = 0; eq && i < a->n_units; i++)
         eq = a->units[i].numel == b->units[i].numel && a->units[i].padded == b->units[i].padded && a->units[i].shard == b->units[i].shard;
     for (int i = 0; eq && i < a->n_params; i++) {
@@ -798,7 +810,7 @@ static void test_meta(void) {
         m.version = 1; /* meta_format writes META_VERSION whatever this says */
         size_t len;
         char *text = meta_format(&m, &len);
-        check(text && !strncmp(text, "fsdp-checkpoint 4\n", 18),
+        check(text && !strncmp(text, "fsdp-checkpoint 5\n", 18),
               "meta_format writes version 4, whatever m->version says", "%.17s",
               text ? text : "(NULL)");
         free(text);
@@ -839,32 +851,59 @@ static void test_meta(void) {
     free(more);
 
     printf("meta.txt: every rule broken once\n");
-    meta_edit_refuses("wrong magic", "fsdp-checkpoint 4\n", "fsdp-checkpoinT 4\n",
+    meta_edit_refuses("wrong magic", "fsdp-checkpoint 5\n", "fsdp-checkpoinT 4\n",
                       "not an fsdp.c checkpoint");
     meta_refuses("not a checkpoint at all", "{\"a\":1}\n", "not an fsdp.c checkpoint");
     meta_refuses("empty text", "", "cut short");
-    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 4\n", "fsdp-checkpoint 1\n",
+    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 5\n", "fsdp-checkpoint 1\n",
                       "line 1: version 1 was written by an older fsdp.c, before checkpoints "
                       "carried their own checksums; "
-                      "this fsdp.c reads version 4 only: train again to re-create it");
-    meta_edit_refuses("version 2 (before the lr schedule)", "fsdp-checkpoint 4\n",
+                      "this fsdp.c reads version 5 only: train again to re-create it");
+    meta_edit_refuses("version 2 (before the lr schedule)", "fsdp-checkpoint 5\n",
                       "fsdp-checkpoint 2\n",
                       "line 1: version 2 was written by an older fsdp.c, before checkpoints "
-                      "carried their own learning-rate schedule; this fsdp.c reads version 4");
-    meta_edit_refuses("version 3 (before the loss scaler)", "fsdp-checkpoint 4\n",
+                      "carried their own learning-rate schedule; this fsdp.c reads version 5");
+    meta_edit_refuses("version 3 (before the loss scaler)", "fsdp-checkpoint 5\n",
                       "fsdp-checkpoint 3\n",
                       "line 1: version 3 was written by an older fsdp.c, before checkpoints "
-                      "carried their own loss scaler's state; this fsdp.c reads version 4");
-    meta_edit_refuses("version 5", "fsdp-checkpoint 4\n", "fsdp-checkpoint 5\n",
-                      "version 5; this fsdp.c reads version 4 only");
-    meta_edit_refuses("version 0", "fsdp-checkpoint 4\n", "fsdp-checkpoint 0\n",
-                      "version 0; this fsdp.c reads version 4 only");
+                      "carried their own loss scaler's state; this fsdp.c reads version 5");
+    meta_edit_refuses("version 4 (before the optimizer settings)", "fsdp-checkpoint 5\n",
+                      "fsdp-checkpoint 4\n",
+                      "line 1: version 4 was written by an older fsdp.c, before checkpoints "
+                      "carried their own optimizer settings; this fsdp.c reads version 5");
+    meta_edit_refuses("version 6", "fsdp-checkpoint 5\n", "fsdp-checkpoint 6\n",
+                      "version 6; this fsdp.c reads version 5 only");
+    meta_edit_refuses("version 0", "fsdp-checkpoint 5\n", "fsdp-checkpoint 0\n",
+                      "version 0; this fsdp.c reads version 5 only");
     meta_edit_refuses("grad_scaler neither off nor a state", "grad_scaler off\n", "grad_scaler on\n",
                       "expected 'grad_scaler scale XXXXXXXX growth N' (5 fields), found 2");
     meta_edit_refuses("grad_scaler scale 0", "grad_scaler off\n", "grad_scaler scale 00000000 growth 0\n",
-                      "grad_scaler scale 00000000 is not a positive finite float");
+                      "grad_scaler scale 00000000 is not a positive normal float");
     meta_edit_refuses("grad_scaler scale inf", "grad_scaler off\n", "grad_scaler scale 7f800000 growth 0\n",
-                      "is not a positive finite float");
+                      "is not a positive normal float");
+    meta_edit_refuses("grad_scaler scale a denormal (1/scale is inf)", "grad_scaler off\n",
+                      "grad_scaler scale 00000001 growth 0\n",
+                      "grad_scaler scale 00000001 is not a positive normal float");
+    meta_edit_refuses("an unknown optimizer", "optimizer adamw ", "optimizer sgd ",
+                      "unknown optimizer 'sgd' (adamw or adam)");
+    meta_edit_refuses("beta1 1.0", "beta1 3f666666", "beta1 3f800000",
+                      "beta1 3f800000 is not a float in [0, 1)");
+    meta_edit_refuses("beta2 NaN", "beta2 3f7fbe77", "beta2 7fc00000",
+                      "beta2 7fc00000 is not a float in [0, 1)");
+    meta_edit_refuses("eps 0", "eps 322bcc77", "eps 00000000",
+                      "eps 00000000 is not a positive normal float");
+    meta_edit_refuses("eps a denormal", "eps 322bcc77", "eps 00000010",
+                      "eps 00000010 is not a positive normal float");
+    meta_edit_refuses("weight_decay 2", "weight_decay 3c23d70a", "weight_decay 40000000",
+                      "weight_decay 40000000 is not a float in [0, 1]");
+    meta_edit_refuses("clip_grad_norm inf", "clip_grad_norm 3f800000", "clip_grad_norm 7f800000",
+                      "clip_grad_norm 7f800000 is not a finite float >= 0 (0: off)");
+    meta_edit_refuses("no optimizer line (a version-4 body)", "optimizer adamw ", "xoptimizer adamw ",
+                      "expected 'optimizer'");
+    meta_edit_refuses("an unknown param_dtype", "param_dtype bf16", "param_dtype fp8",
+                      "unknown param_dtype 'fp8' (fp32, bf16 or fp16)");
+    meta_edit_refuses("an unknown reduce_dtype", "reduce_dtype fp32", "reduce_dtype half",
+                      "unknown reduce_dtype 'half' (fp32, bf16 or fp16)");
     meta_edit_refuses("grad_scaler growth 2000", "grad_scaler off\n", "grad_scaler scale 47800000 growth 2000\n",
                       "grad_scaler growth 2000: the scale doubles at 2000");
     meta_edit_refuses("no grad_scaler line (a version-3 body)", "grad_scaler off\n", "",
@@ -878,7 +917,7 @@ static void test_meta(void) {
     meta_edit_refuses("no lr_schedule line (a version-2 body)",
                       "adam_step 100\nlr_schedule constant lr 00000000 warmup 0 step_size 1 gamma "
                       "00000000 steps 0\n",
-                      "adam_step 100\n", "expected 'lr_schedule', found the unknown key 'grad_scaler'");
+                      "adam_step 100\n", "expected 'lr_schedule', found 'optimizer'");
     meta_edit_refuses("world 0", "world 4\n", "world 0\n", "out of range");
     meta_edit_refuses("units 0", "units 3\n", "units 0\n", "units 0 is out of range");
     meta_edit_refuses("params over 2^20", "params 19\n", "params 1048577\n", "out of range");
@@ -900,7 +939,7 @@ static void test_meta(void) {
     meta_edit_refuses("a strategy of 40 characters", "strategy full_shard\n", "strategy full_shard_full_shard_full_shard_full\n", "is too long");
     /* found by the fuzzer: the message read 40 bytes of a word at the very end */
     meta_refuses("a 35-character word at the end of the text",
-                 "fsdp-checkpoint 4\nworld 2\nstrategy full_shard_full_shard_full_shard_",
+                 "fsdp-checkpoint 5\nworld 2\nstrategy full_shard_full_shard_full_shard_",
                  "is too long");
     meta_edit_refuses("model dims 0", "width 128", "width 0", "width 0 is out of range");
     meta_edit_refuses("a model field renamed", "embed_dim 16", "embed 16", "expected 'embed_dim' as field 4");
@@ -936,7 +975,7 @@ static void test_meta(void) {
     meta_edit_refuses("file name with a backslash", "file shard-00000.bin ", "file a\\b ", "character other than");
     meta_edit_refuses("two files with the same name", "file shard-00001.bin ",
                       "file shard-00000.bin ",
-                      "line 39: file name 'shard-00000.bin' is listed twice (also on line 38)");
+                      "line 41: file name 'shard-00000.bin' is listed twice (also on line 40)");
     meta_edit_refuses("bytes not 64 + 3 * 4 * sum of shards", "bytes 1002688 crc32 1a2b3c4d",
                       "bytes 1002684 crc32 1a2b3c4d",
                       "bytes 1002684, but a shard file takes 1002688 (a 64-byte header, then 3 * 4 "
@@ -951,8 +990,8 @@ static void test_meta(void) {
         snprintf(twice, sizeof(twice), "%s%s", end, end);
         snprintf(after, sizeof(after), "%smore\n", end);
         meta_edit_refuses("no end line", end, "",
-                          "line 42: the file ends where 'end' was expected (cut short?)");
-        meta_edit_refuses("end written twice", end, twice, "line 43: text after 'end'");
+                          "line 44: the file ends where 'end' was expected (cut short?)");
+        meta_edit_refuses("end written twice", end, twice, "line 45: text after 'end'");
         meta_edit_refuses("text after end", end, after, "text after 'end'");
         meta_edit_refuses("end without its crc32 (as version 1 wrote it)", end, "end\n",
                           "expected 'end crc32 XXXXXXXX' (3 fields), found 1");
@@ -1033,7 +1072,7 @@ static void test_meta_v2(void) {
     printf("meta.txt: the crc32 on the end line\n");
     char *end = sample_end_line();
     meta_edit_refuses("an edited step, the crc32 left alone", "step 100\n", "step 101\n",
-                      "line 42: crc32 of the lines above is ");
+                      "line 44: crc32 of the lines above is ");
     meta_edit_refuses("... the message says what to do", "step 100\n", "step 101\n",
                       ": meta.txt was edited or damaged. Use another checkpoint, or train again");
     meta_edit_fixed("... the same edit with the crc32 fixed: accepted", "step 100\n", "step 101\n",
@@ -1051,7 +1090,7 @@ static void test_meta_v2(void) {
         snprintf(wrong, sizeof(wrong), "%.10s%08x\n", end,
                  (unsigned)(strtoul(end + 10, NULL, 16) ^ 1u));
         meta_edit_refuses("the end crc32 itself off by one bit", end, wrong,
-                          "line 42: crc32 of the lines above is ");
+                          "line 44: crc32 of the lines above is ");
     }
     {
         /* the crc32 is checked last: a structural mistake keeps its own message */
@@ -1235,17 +1274,22 @@ static void shard_refuses(const char *what, const unsigned char *buf, size_t len
 
 static void test_shard_header(void) {
     printf("shard file header\n");
-    ShardHeader h = {1, 4, 0x0102030405060708ull, 0x1122334455667788ull}, back;
+    ShardHeader h = {1, 4, 0x0102030405060708ull, 0x1122334455667788ull, 0x0a0b0c0d0e0f1011ull,
+                     0x47000000u, 1999u},
+                back;
     unsigned char buf[SHARD_HEADER_BYTES + 8], want[SHARD_HEADER_BYTES];
     memset(buf, 0xee, sizeof(buf)); /* encode must write all 64 bytes */
     shard_header_encode(&h, buf);
     memset(want, 0, sizeof(want));
     memcpy(want, "FSDPSHRD", 8);
-    want[8] = 1;  /* version, little-endian */
+    want[8] = 2;  /* version, little-endian */
     want[12] = 1; /* rank */
     want[16] = 4; /* world */
     for (int i = 0; i < 8; i++) want[24 + i] = (unsigned char)(8 - i);          /* 08 07 .. 01 */
     for (int i = 0; i < 8; i++) want[32 + i] = (unsigned char)(0x88 - 0x11 * i); /* 88 77 .. 11 */
+    for (int i = 0; i < 8; i++) want[40 + i] = (unsigned char)(0x11 - i);        /* 11 10 .. 0a */
+    want[51] = 0x47;                                                             /* 47000000 */
+    want[52] = 0xcf, want[53] = 0x07;                                            /* 1999 */
     int first_diff = -1;
     for (int i = SHARD_HEADER_BYTES - 1; i >= 0; i--)
         if (buf[i] != want[i]) first_diff = i;
@@ -1255,13 +1299,16 @@ static void test_shard_header(void) {
     char err[256] = "";
     int rc = shard_header_decode(buf, SHARD_HEADER_BYTES, &back, err, sizeof(err));
     check(rc == 0 && back.rank == h.rank && back.world == h.world && back.step == h.step &&
-              back.layout == h.layout,
+              back.layout == h.layout && back.adam_step == h.adam_step &&
+              back.scale_bits == h.scale_bits && back.scaler_growth == h.scaler_growth,
           "decode(encode(h)) == h", "rc %d %s", rc, err);
-    ShardHeader big = {0xfffffffeu, 0xffffffffu, UINT64_MAX, UINT64_MAX};
+    ShardHeader big = {0xfffffffeu, 0xffffffffu, UINT64_MAX, UINT64_MAX, UINT64_MAX, 0xffffffffu,
+                       0xffffffffu};
     shard_header_encode(&big, buf);
     rc = shard_header_decode(buf, sizeof(buf), &back, err, sizeof(err));
     check(rc == 0 && back.rank == big.rank && back.world == big.world && back.step == UINT64_MAX &&
-              back.layout == UINT64_MAX,
+              back.layout == UINT64_MAX && back.adam_step == UINT64_MAX &&
+              back.scale_bits == 0xffffffffu && back.scaler_growth == 0xffffffffu,
           "the largest values survive; bytes after 64 are not looked at", "rc %d %s", rc, err);
 
     shard_header_encode(&h, buf);
@@ -1276,15 +1323,15 @@ static void test_shard_header(void) {
     shard_refuses("a header-less shard file (floats)", bad, sizeof(bad),
                   "not an fsdp.c shard file");
     memcpy(bad, buf, sizeof(bad));
-    bad[8] = 2;
-    shard_refuses("version 2", bad, sizeof(bad),
-                  "shard file version 2; this fsdp.c reads version 1 only");
+    bad[8] = 1;
+    shard_refuses("version 1 (no adam_step or loss scale)", bad, sizeof(bad),
+                  "shard file version 1; this fsdp.c reads version 2 only");
     memcpy(bad, buf, sizeof(bad));
-    bad[11] = 1; /* version 0x01000001: a big-endian writer would get this wrong */
-    shard_refuses("version in the wrong byte order", bad, sizeof(bad), "version 16777217");
+    bad[11] = 1; /* version 0x01000002: a big-endian writer would get this wrong */
+    shard_refuses("version in the wrong byte order", bad, sizeof(bad), "version 16777218");
     int reserved = 0, refused = 0;
     for (int i = 0; i < SHARD_HEADER_BYTES; i++) {
-        if (!((i >= 20 && i < 24) || i >= 40)) continue;
+        if (!((i >= 20 && i < 24) || i >= 56)) continue;
         memcpy(bad, buf, sizeof(bad));
         bad[i] = 0x80;
         char msg[256] = "", needle[32];
@@ -1293,9 +1340,9 @@ static void test_shard_header(void) {
         refused += shard_header_decode(bad, sizeof(bad), &back, msg, sizeof(msg)) == 2 &&
                    strstr(msg, needle) != NULL;
     }
-    check(reserved == 28 && refused == reserved, "a nonzero reserved byte (20..23, 40..63)",
+    check(reserved == 12 && refused == reserved, "a nonzero reserved byte (20..23, 56..63)",
           "%d of %d refused, each named", refused, reserved);
-    ShardHeader odd = {4, 4, 1, 1};
+    ShardHeader odd = {4, 4, 1, 1, 1, 0, 0};
     shard_header_encode(&odd, bad);
     shard_refuses("rank 4 of world 4", bad, sizeof(bad),
                   "rank 4 of world 4: the rank must be below the world size");
@@ -1313,7 +1360,9 @@ static void test_shard_header(void) {
                 rc = shard_header_decode(bad, sizeof(bad), &back, err, sizeof(err));
                 flips++;
                 seen += rc == 2 || back.rank != h.rank || back.world != h.world ||
-                        back.step != h.step || back.layout != h.layout;
+                        back.step != h.step || back.layout != h.layout ||
+                        back.adam_step != h.adam_step || back.scale_bits != h.scale_bits ||
+                        back.scaler_growth != h.scaler_growth;
             }
         check(seen == flips, "every one-bit change is refused or read differently", "%d of %d",
               seen, flips);
@@ -1387,7 +1436,7 @@ static int write_seeds(const char *dir) {
     free(head);
     /* a shard file: its header and a few floats' worth of bytes */
     unsigned char shard[SHARD_HEADER_BYTES + 16] = {0};
-    ShardHeader sh = {1, 4, 100, 0x1122334455667788ull};
+    ShardHeader sh = {1, 4, 100, 0x1122334455667788ull, 100, 0x47800000u, 12};
     shard_header_encode(&sh, shard);
     snprintf(path, sizeof(path), "%s/shard-0.bin", dir);
     bad += write_file(path, shard, sizeof(shard)) != 0;

@@ -164,7 +164,7 @@ static void test_model_gradients(void) {
     char *argv[] = {(char *)"t", (char *)"--model", (char *)"tiny", (char *)"--strategy", (char *)"no_shard", (char *)"--batch", (char *)"4"};
     if (config_parse(&cfg, 7, argv, err, sizeof(err)) != 0) { check(0, "model config", "%s", err); return; }
     Trainer *t = trainer_create(&cfg, MPI_COMM_SELF);
-    sampler_local_batch(&t->corpus, cfg.seed, 0, cfg.batch, 0, 1, cfg.context, t->act.tokens, t->act.targets);
+    sampler_local_batch(&t->corpus, cfg.seed, 0, 0, 1, 0, cfg.batch, cfg.context, t->act.tokens, t->act.targets);
     model_forward(t);
     model_backward(t);
     const float h = 1e-2f;
