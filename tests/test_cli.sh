@@ -179,7 +179,20 @@ bad "--seed: 'x' is not a whole number" --seed x
 bad "--lr: 'x' is not a number" --lr x
 bad "--lr: 'nan' is not a number" --lr nan
 bad "--eps: 'inf' is not a number" --eps inf
-bad "between 0 and 100000000" --steps 99999999999999999999
+bad "between 0 and 99999999" --steps 99999999999999999999
+# checkpoints are named step-%08d: a step the name cannot hold is refused
+bad "--steps: 100000000 is out of range. Give an integer between 0 and 99999999." --steps 100000000
+
+# ---- floats that a double holds but a float does not -------------------------------
+# 1e-50 passes "> 0" in double and becomes 0 (or a denormal) in the float the
+# optimizer uses: NaN exports, clipping silently off, every step skipped.
+bad "--eps: 1e-50 is below the smallest normal 32-bit float" --eps 1e-50
+bad "--clip-grad-norm: 1e-50 is below the smallest normal 32-bit float" --clip-grad-norm 1e-50
+bad "--init-scale: 1e-40 is below the smallest normal 32-bit float" --grad-scaler --init-scale 1e-40
+bad "--lr: 1e-50 is below the smallest normal 32-bit float" --lr 1e-50
+bad "--gamma: 1e-50 is below the smallest normal 32-bit float" --lr-schedule step --step-size 2 --gamma 1e-50
+bad "--weight-decay: 1e-45 is below the smallest normal 32-bit float (1.17549e-38), the format the optimizer computes in: it would become 1.4013e-45. Give 0, or" --weight-decay 1e-45
+good "2 steps in" --model tiny --steps 2 --batch 4 --weight-decay 0 --eps 1.2e-38
 
 # ---- out of range: zero, negative, too large -----------------------------------
 bad "--steps: -1 is out of range" --steps -1
@@ -210,6 +223,8 @@ bad "--lr-schedule: unknown schedule 'linear'" --lr-schedule linear
 bad "--lr-schedule step needs --step-size N" --lr-schedule step
 bad "--lr-schedule cosine anneals over the steps after --warmup" --lr-schedule cosine --warmup 200
 bad "--gamma: 0 is out of range" --gamma 0
+bad "--step-size and --gamma are StepLR's: they apply to --lr-schedule step only" --step-size 3
+bad "--step-size and --gamma are StepLR's: they apply to --lr-schedule step only" --lr-schedule cosine --warmup 2 --gamma 0.5
 bad "--step-size: 0 is out of range" --lr-schedule step --step-size 0
 bad "--warmup: -1 is out of range" --warmup -1
 bad "--clip-grad-norm: 0 is out of range" --clip-grad-norm 0
@@ -225,6 +240,10 @@ bad "--vram: 'abc' is not a size" --vram abc
 bad "--vram: '12X' is not a size" --vram 12X
 bad "--vram: '0' is out of range" --vram 0
 bad "--vram: '-1M' is out of range" --vram -1M
+bad "--vram: '1.5' is 1.5 bytes, not a whole number of bytes" --vram 1.5
+bad "--vram: '0x10M' is not a size" --vram 0x10M
+bad "--vram: '1e3' is not a size" --vram 1e3
+good "simulated VRAM: 1.50 MiB per rank" --model tiny --steps 2 --batch 4 --vram 1.5M
 bad "--net: unknown network 'infiniband'. Choose nvlink, pcie, ib, ethernet or none, or two joined by +" --net infiniband
 
 # ---- the instruments ----------------------------------------------------------
@@ -233,6 +252,7 @@ bad "--trace /nonexistent-dir/run.no_shard.json: the directory /nonexistent-dir 
 bad "--trace: the file name is empty" --trace ""
 bad "--trace-clock: unknown clock 'wall'" --trace-clock wall
 bad "--trace-clock sim times the collectives with a network model, but none is chosen" --trace /tmp/x.json --trace-clock sim
+bad "--trace-clock sim times the collectives with a network model, but none is chosen" --trace /tmp/x.json --trace-clock sim --net none+none
 bad "--step=slow: the values are auto and ring" --step=slow
 bad "--view takes no value" --view=yes
 bad "--backward-prefetch: unknown value 'sideways'. Choose pre" --backward-prefetch sideways
@@ -269,6 +289,9 @@ bad "--plan trains nothing and writes nothing: leave out --compare" --plan --com
 bad "--plan trains nothing and writes nothing" --plan --json /tmp/x.json
 bad "--cpu-offload moves the shards to the host, but no_shard keeps whole replicas" --cpu-offload --strategy ddp
 bad "--cpu-offload moves the shards to the host, but zero1 keeps whole replicas" --cpu-offload --strategy zero1
+# --compare's DDP half is no_shard, which offload does not apply to: it runs without
+good "(full_shard with --cpu-offload; no_shard without" --model tiny --steps 2 --batch 4 --compare --cpu-offload
+good "(hybrid_shard with --cpu-offload; no_shard without" --model tiny --steps 2 --batch 4 --compare --cpu-offload --strategy hybrid_shard
 
 # ---- --data --------------------------------------------------------------------
 bad "--data $MISSING: cannot open it" --data "$MISSING"

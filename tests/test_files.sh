@@ -11,17 +11,23 @@
 #                no partial file under the final name
 #   inputs       a reader never blocks or reads without bound: a named pipe,
 #                a link to /dev/zero or /dev/urandom, a directory, for every
-#                file fsdp.c reads, is refused by name within seconds
+#                file fsdp.c reads, is refused by name within seconds; a
+#                --data file truncated while training is a message, exit 2
 #   checkpoints  an edited checkpoint is refused: meta.txt's own checksum,
 #                its step against the directory and the shard headers,
-#                adam_step <= step, swapped offsets, swapped shard files, a
-#                shard from another checkpoint; --resume with other data,
-#                batch or context
-#   numbers      NaN or Inf in --init-from is refused by name; a loss that
+#                adam_step <= step, adam_step and the loss scale against the
+#                shard headers, a denormal scale, swapped offsets, swapped
+#                shard files, a shard from another checkpoint; --resume with
+#                other data, batch, context, optimizer settings or formats;
+#                a .tmp-step-N or step-N a save needs, refused before step 1
+#   numbers      NaN or Inf in --init-from is refused by name, and so is a
+#                value beyond fp16 under --param-dtype fp16; a loss that
 #                stops being a number ends the run with exit 5
 #   messages     sizes in units that show them, once; 1P; the value as typed;
 #                meta.txt that is a directory; --resume of a file; a trace
-#                of a run with nothing to train
+#                of a run with nothing to train; a 1-D shape as (N); output
+#                to a full disk or a closed stdout; --plan of a huge shape
+#                in seconds with flat memory
 #
 # Each case runs under `timeout`, so a hang is a FAIL (exit 124), never a
 # stuck suite. Device nodes are made with mknod in a temporary directory (the
@@ -91,6 +97,14 @@ outputs() {
   [ -e "$d/same" ] && bad "a refused output was created" || ok "no refused output was created"
   refused "--export into the --save-dir's own path" "name the same place" 2 --steps 2 --save-dir "$d/out" --export "$d/out"
   [ -e "$d/out" ] && bad "the refused --save-dir was created" || ok "... and neither was created"
+  mkdir -p "$d/out2/step-00000002"
+  refused "--export into a step-N of the --save-dir" "name the same place" 2 --steps 2 --save-dir "$d/out2" \
+    --export "$d/out2/step-00000002/model.st"
+  # a save writes only step-N and .tmp-step-N: a file beside them is not in its way
+  mkdir -p "$d/sd"; cp "$d/data.txt" "$d/sd/data.txt"
+  runs_ok "--data inside the --save-dir (a save replaces nothing there)" 2 --steps 2 --data "$d/sd/data.txt" --save-dir "$d/sd"
+  grep -q "some text" "$d/sd/data.txt" && [ -d "$d/sd/step-00000002" ] && ok "... the data is untouched and the checkpoint saved" \
+    || bad "data or checkpoint missing: $(ls "$d/sd")"
 
   # Checkpoint directories: rotation and crash sweeping delete only what
   # fsdp.c wrote. A step-N or .tmp-step-N that is a symbolic link to a
@@ -165,7 +179,23 @@ inputs() {
     if [ $c = fifo ]; then mkfifo "$d/s$c/shard-00001.bin"; else ln -s /dev/$c "$d/s$c/shard-00001.bin"; fi
     refused "a shard file that is $kind" "shard-00001.bin: $why" 2 --steps 4 --resume "$d/s$c"
   done
-  # --data is mapped, not copied: checked in tests/test_units (data_is_mapped)
+  # --data is mapped, not copied: checked in tests/test_units (data_is_mapped).
+  # So a file cut short while training faults (SIGBUS) on its vanished pages:
+  # a message and exit 2, not a crash with a backtrace.
+  head -c 16000000 /dev/urandom >"$d/big.bin"
+  local out rc
+  timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --batch 4 --steps 50000000 --log-every 1000 --data "$d/big.bin" >"$d/trunc.log" 2>&1 &
+  local pid=$! i
+  for i in $(seq 1 100); do grep -q '^step' "$d/trunc.log" && break; sleep 0.2; done
+  truncate -s 100 "$d/big.bin"
+  wait $pid; rc=$?
+  out=$(cat "$d/trunc.log")
+  if [ $rc -eq 2 ] && grep -q "^error: --data $d/big.bin: the file shrank while this run was reading it" <<<"$out" \
+     && grep -q "^HINT:" <<<"$out" && ! grep -qiE "backtrace|signal|core dumped" <<<"$out"; then
+    ok "--data truncated while training: exit 2, $(grep -m1 '^error:' <<<"$out" | cut -c1-120)"
+  else
+    bad "--data truncated while training: exit $rc (124 = hang), wanted 2 and a message"; tail -6 <<<"$out"
+  fi
 }
 
 # meta.txt with its checksum recomputed, as a careful editor would: what is
@@ -191,6 +221,51 @@ checkpoints() {
   refused "... copied under another name: the shard headers say step 4" "was written at step 4" 3 --steps 6 --resume "$d/e2"
   cp -r "$ck" "$d/e3"; sed -i 's/^adam_step 4$/adam_step 9/' "$d/e3/meta.txt"; resum "$d/e3/meta.txt"
   refused "adam_step beyond step" "adam_step must be <= step" 3 --steps 6 --resume "$d/e3"
+  # a plausible adam_step (bias correction off by one step), checksum recomputed
+  cp -r "$ck" "$d/e3b"; sed -i 's/^adam_step 4$/adam_step 3/' "$d/e3b/meta.txt"; resum "$d/e3b/meta.txt"
+  refused "a lower adam_step, checksum recomputed: the shard headers say 4" \
+    "was written with adam_step 4 and loss scale 00000000 (growth 0), but meta.txt says adam_step 3" 3 --steps 6 --resume "$d/e3b"
+  timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 2 --grad-scaler --save-dir "$d/cks" >/dev/null 2>&1 || bad "could not save with --grad-scaler"
+  cp -r "$d/cks/step-00000002" "$d/e3c"; sed -i 's/^grad_scaler scale [0-9a-f]* /grad_scaler scale 00000001 /' "$d/e3c/meta.txt"
+  resum "$d/e3c/meta.txt"
+  refused "a denormal loss scale, checksum recomputed" "grad_scaler scale 00000001 is not a positive normal float" 2 \
+    --steps 4 --grad-scaler --resume "$d/e3c"
+  cp -r "$d/cks/step-00000002" "$d/e3d"; sed -i 's/^grad_scaler scale 47800000 /grad_scaler scale 47000000 /' "$d/e3d/meta.txt"
+  resum "$d/e3d/meta.txt"
+  refused "a halved loss scale, checksum recomputed: the shard headers say 47800000" "loss scale 47800000 (growth 2)" 2 \
+    --steps 4 --grad-scaler --resume "$d/e3d"
+  # the optimizer's settings and formats: the state belongs to the ones it was trained with
+  local flags
+  while IFS='|' read -r flags frag; do
+    # shellcheck disable=SC2086  # flags is a list
+    refused "--resume with $flags" "$frag" 3 --steps 6 --resume "$ck" $flags
+  done <<'CASES'
+--optimizer adam|trained with --optimizer adamw, this run has --optimizer adam
+--weight-decay 0.1|trained with --weight-decay 0.01, this run has --weight-decay 0.1: the optimizer's state belongs to the first setting. Give --weight-decay 0.01 to continue
+--beta1 0.8|trained with --beta1 0.9, this run has --beta1 0.8
+--beta2 0.99|trained with --beta2 0.999, this run has --beta2 0.99
+--eps 1e-6|trained with --eps 1e-08, this run has --eps 1e-06
+--clip-grad-norm 1|trained with --clip-grad-norm off, this run has --clip-grad-norm 1: the optimizer's state belongs to the first setting. Leave out --clip-grad-norm
+--param-dtype bf16|trained with --param-dtype fp32, this run has --param-dtype bf16
+--reduce-dtype bf16|trained with --reduce-dtype fp32, this run has --reduce-dtype bf16
+CASES
+  runs_ok "--resume with the same settings given explicitly" 3 --steps 6 --resume "$ck" --weight-decay 0.01 --beta1 0.9 --eps 1e-8
+  # the names a save needs, checked before step 1 rather than after training
+  mkdir -p "$d/tk/.tmp-step-00000002"; echo "my notes" >"$d/tk/.tmp-step-00000002/notes.txt"
+  local t0=$SECONDS
+  refused "a .tmp-step-N of someone else's files where a save will go" \
+    ".tmp-step-00000002 is in the way of the checkpoint saved after step 2: it is a directory of files fsdp.c did not write" \
+    2 --steps 1000000 --save-every 2 --save-dir "$d/tk"
+  [ $((SECONDS - t0)) -lt 20 ] && grep -q "my notes" "$d/tk/.tmp-step-00000002/notes.txt" \
+    && ok "... refused in $((SECONDS - t0)) s, before training, and the notes are kept" || bad "the .tmp-step-N case took $((SECONDS - t0)) s or lost the notes"
+  mkdir -p "$d/tf"; echo x >"$d/tf/.tmp-step-00000004"
+  refused "a file named .tmp-step-N where the last save goes" "it is a file or link fsdp.c did not write" 2 --steps 4 --save-dir "$d/tf"
+  mkdir -p "$d/tn/step-00000003"; echo x >"$d/tn/step-00000003/README"
+  refused "a step-N directory without meta.txt where a save goes" "step-00000003 is in the way" 2 --steps 6 --save-every 3 --save-dir "$d/tn"
+  mkdir -p "$d/tc/.tmp-step-00000002" "$d/tc/.tmp-step-00000009"; echo x >"$d/tc/.tmp-step-00000002/shard-00000.bin"
+  echo x >"$d/tc/.tmp-step-00000009/notes"
+  runs_ok "a crashed save's .tmp-step-N (its own files) and one no save needs are no obstacle" 2 --steps 2 --save-dir "$d/tc"
+  [ -d "$d/tc/step-00000002" ] && [ -f "$d/tc/.tmp-step-00000009/notes" ] && ok "... saved, and the other one kept" || bad "tc: $(ls -a "$d/tc")"
   # two tensors of the same size trade places: the weights would be scrambled
   cp -r "$ck" "$d/e4"
   python3 - "$d/e4/meta.txt" <<'PY'
@@ -245,7 +320,7 @@ PY
 numbers() {
   command -v python3 >/dev/null || { echo "python3 is needed to write a file with NaN (apt-get install python3)"; exit 77; }
   timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 2 --export "$d/good.st" >/dev/null 2>&1 || bad "could not export"
-  python3 - "$d/good.st" "$d/nan.st" "$d/inf.st" <<'PY'
+  python3 - "$d/good.st" "$d/nan.st" "$d/inf.st" "$d/big.st" <<'PY'
 import json, struct, sys
 raw = bytearray(open(sys.argv[1], "rb").read())
 n = struct.unpack("<Q", raw[:8])[0]
@@ -258,9 +333,15 @@ def poison(path, name, index, value):
 cols = head["blocks.1.fc1.weight"]["shape"][1]
 poison(sys.argv[2], "blocks.1.fc1.weight", 2 * cols + 5, float("nan"))
 poison(sys.argv[3], "head.bias", 7, float("inf"))
+poison(sys.argv[4], "blocks.0.norm.weight", 3, 1e5)
 PY
   refused "--init-from a file holding NaN (3 ranks)" "blocks.1.fc1.weight[2, 5] is nan" 3 --steps 2 --init-from "$d/nan.st"
   refused "--init-from a file holding Inf (1 rank)" "head.bias[7] is inf" 1 --steps 2 --init-from "$d/inf.st"
+  # fp16 ends at 65504: 1e5 is a number, but inf in every forward pass
+  refused "--init-from a value beyond fp16 under --param-dtype fp16" \
+    "blocks.0.norm.weight[3] is 100000, beyond the largest fp16 (65504): --param-dtype fp16 would compute with inf. Use --param-dtype bf16" \
+    2 --steps 2 --param-dtype fp16 --grad-scaler --init-from "$d/big.st"
+  runs_ok "... the same file under --param-dtype bf16" 2 --steps 2 --param-dtype bf16 --init-from "$d/big.st"
   local out rc
   out=$(timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --batch 12 --steps 100 --lr 10 --save-dir "$d/ck" --save-every 1 2>&1); rc=$?
   if [ $rc -eq 5 ] && grep -q "^error: the loss is [-a-z]* at step [0-9]*: training diverged" <<<"$out" && grep -q "lower --lr" <<<"$out" \
@@ -300,6 +381,73 @@ messages() {
   else
     bad "nothing-to-train trace: exit $rc, header $(head -c 300 "$d/t.json" 2>&1)"
   fi
+  shapes
+  stdout_failures
+  plan_is_flat
+}
+
+# --init-from a file whose 1-D proj_in.bias has 2 values more than the
+# model's D: the shapes as PyTorch prints them, (D + 2) and (D)
+shapes() {
+  timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 0 --export "$d/s.st" >/dev/null 2>&1 || bad "could not export"
+  local D
+  D=$(python3 - "$d/s.st" "$d/s130.st" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+out, blob = {}, b""
+for name, t in sorted(((k, v) for k, v in head.items() if k != "__metadata__"), key=lambda kv: kv[1]["data_offsets"][0]):
+    b = data[t["data_offsets"][0]:t["data_offsets"][1]]
+    if name == "proj_in.bias":
+        b += bytes(8); t["shape"] = [t["shape"][0] + 2]; print(t["shape"][0] - 2)
+    out[name] = {"dtype": t["dtype"], "shape": t["shape"], "data_offsets": [len(blob), len(blob) + len(b)]}
+    blob += b
+j = json.dumps(out).encode()
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(j)) + j + blob)
+PY
+)
+  refused "--init-from with a 1-D shape mismatch" "proj_in.bias has shape ($((D + 2))), but this model's is ($D)" 2 --steps 2 --init-from "$d/s130.st"
+}
+
+# What a run prints is its result (--plan's only one): output that cannot
+# be written fails the run. Run as one process (MPI's singleton), since
+# under mpirun a rank's stdout is a pipe to mpirun, which writes the file.
+stdout_failures() {
+  local out rc
+  if [ -c /dev/full ]; then
+    out=$(timeout 60 ./fsdp --plan --model tiny 2>&1 >/dev/full); rc=$?
+    [ $rc -eq 1 ] && grep -q "^error: cannot write the standard output (No space left on device)" <<<"$out" \
+      && ok "--plan > /dev/full: exit 1, $(grep '^error:' <<<"$out" | cut -c1-90)" || { bad "--plan > /dev/full: exit $rc"; tail -3 <<<"$out"; }
+    out=$(timeout 60 ./fsdp --help 2>&1 >/dev/full); rc=$?
+    [ $rc -eq 1 ] && grep -q "^error: cannot write the standard output" <<<"$out" && ok "--help > /dev/full: exit 1" \
+      || { bad "--help > /dev/full: exit $rc"; tail -3 <<<"$out"; }
+  else
+    echo "skip: /dev/full is missing here (Linux has it); the closed-stdout case still runs"
+  fi
+  out=$(timeout 60 ./fsdp --plan --model tiny 2>&1 >&-); rc=$?
+  [ $rc -eq 2 ] && grep -q "^error: the standard output is closed" <<<"$out" && ok "--plan with stdout closed: exit 2, $(grep '^error:' <<<"$out" | cut -c1-70)" \
+    || { bad "--plan >&-: exit $rc"; tail -3 <<<"$out"; }
+}
+
+# --plan allocates, computes and sends nothing, whatever the shape: a batch
+# of 2^20 sequences of 4096 in 1024 micro-batches is planned in seconds, in
+# the memory of a small run (it once drew every micro-batch: a minute, 1 GB).
+plan_is_flat() {
+  local got
+  got=$(python3 - <<'PY'
+import resource, subprocess, time
+t = time.time()
+r = subprocess.run(["./fsdp", "--plan", "--model", "tiny", "--context", "4096", "--batch", "1048576",
+                    "--grad-accum", "1024"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+print(r.returncode, round(time.time() - t, 1), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+PY
+)
+  local rc secs mib
+  read -r rc secs mib <<<"$got"
+  [ "$rc" = 0 ] && awk -v s="$secs" -v m="$mib" 'BEGIN { exit !(s < 20 && m < 200) }' \
+    && ok "--plan of a 2^20 x 4096 batch in 1024 micro-batches: ${secs} s, peak RSS ${mib} MiB (< 20 s, < 200 MiB)" \
+    || bad "--plan of a huge batch: exit $rc, ${secs} s, ${mib} MiB (wanted < 20 s, < 200 MiB)"
 }
 
 "$SECTION"
