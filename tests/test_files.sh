@@ -238,7 +238,7 @@ checkpoints() {
   local flags
   while IFS='|' read -r flags frag; do
     # shellcheck disable=SC2086  # flags is a list
-    refused "--resume with $flags" "$frag" 3 --steps 6 --resume "$ck" $flags
+    refused "--resume with $flags" "$frag" 3 --steps 6 --resume "$ck" $flags </dev/null # mpirun reads stdin
   done <<'CASES'
 --optimizer adam|trained with --optimizer adamw, this run has --optimizer adam
 --weight-decay 0.1|trained with --weight-decay 0.01, this run has --weight-decay 0.1: the optimizer's state belongs to the first setting. Give --weight-decay 0.01 to continue
@@ -438,9 +438,13 @@ plan_is_flat() {
   got=$(python3 - <<'PY'
 import resource, subprocess, time
 t = time.time()
-r = subprocess.run(["./fsdp", "--plan", "--model", "tiny", "--context", "4096", "--batch", "1048576",
-                    "--grad-accum", "1024"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
-print(r.returncode, round(time.time() - t, 1), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+try:
+    rc = subprocess.run(["./fsdp", "--plan", "--model", "tiny", "--context", "4096", "--batch", "1048576",
+                         "--grad-accum", "1024"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        timeout=120).returncode
+except subprocess.TimeoutExpired:
+    rc = "timeout"
+print(rc, round(time.time() - t, 1), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
 PY
 )
   local rc secs mib
