@@ -23,8 +23,9 @@
  *     sim_on_ring_step(c->sim, c, COMM_ALL_GATHER, s, send_chunk, recv_chunk);
  * and run the build the grader leaves you with --step=ring (the grader
  * prints the command): after every step, rank 0 pictures who sent which
- * chunk and who holds what, and flags a rank that expected another chunk
- * than its neighbour sent.
+ * chunk and who holds what, and flags a rank that received a chunk its
+ * neighbour did not send (it reads the ring's direction from step 1, so a
+ * ring turning the other way is pictured too).
  */
 static void ring_all_gather(Comm *c, float *full, long S) {
     /* TODO: N - 1 steps of MPI_Sendrecv around the ring */
