@@ -2,26 +2,44 @@
  *
  * Write the body. `make exercise EX=adamw` compiles fsdp.c with this
  * function in place of its own (fsdp.c, section 9) and grades it: training
- * must equal the reference (torch.optim.AdamW) on 1..4 ranks and for every
- * strategy.
+ * must equal the reference (torch.optim.AdamW) on 1..4 ranks, under
+ * full_shard and no_shard, with a learning-rate schedule (--lr-schedule
+ * cosine --warmup 2), with --optimizer adam, with --param-dtype bf16, and
+ * across a checkpoint (2 steps saved, then --resume to step 4).
  *
- * The task. One optimizer step on this rank's shards only: for every unit
- * u = &t->units[ui] (ui < t->n_units), for its u->shard elements i, update
- * u->shard_param[i], u->exp_avg[i] and u->exp_avg_sq[i] from the gradient
- * u->shard_grad[i] with adamw_update_one (it does one element; read it).
- * Its last two arguments are the bias corrections for step t, where t
- * counts optimizer steps from 1 (t->adam_step holds the previous step's
- * t): 1 - beta1^t, and sqrt(1 - beta2^t). The hyperparameters are in
- * t->cfg (lr, beta1, beta2, eps, weight_decay). Compute in float, with
- * powf and sqrtf, as the reference does, so the numbers match bitwise.
+ * The task. trainer_step calls adamw_step once per optimizer step taken
+ * (after gradient clipping; a step the loss scaler skips never comes
+ * here). One step, on this rank's shards only, c = &t->cfg:
+ *   1. Count it: t->adam_step is the number of steps taken so far; add
+ *      one. Its new value is t, the step of the bias corrections (1 on the
+ *      first step). Keep the count there, not in a variable of your own: a
+ *      checkpoint saves t->adam_step and --resume restores it.
+ *   2. The step's learning rate is lr_at(c, t - 1): the schedule's rate
+ *      for step t - 1 counting from 0 (--lr-schedule, --warmup). c->lr is
+ *      only the base rate. The bias corrections are 1 - beta1^t and
+ *      sqrt(1 - beta2^t), in float with powf and sqrtf, as the reference
+ *      computes them, so the numbers match bitwise; beta1, beta2, eps and
+ *      weight_decay are in c too.
+ *   3. For every unit u = &t->units[ui] (ui < t->n_units) and its u->shard
+ *      elements i, update the fp32 parameter unit_master(u)[i], u->exp_avg[i]
+ *      and u->exp_avg_sq[i] from the gradient u->shard_grad[i] with
+ *      adamw_update_one (it does one element; read it). With --optimizer
+ *      adam (c->optimizer == OPTIMIZER_ADAM, torch.optim.Adam) weight decay
+ *      is L2: add c->weight_decay * p to the gradient, and pass 0 as
+ *      adamw_update_one's (decoupled) weight decay.
+ *   4. unit_master(u) is u->shard_param itself in fp32; with mixed
+ *      precision (--param-dtype bf16) it is the fp32 master copy, and
+ *      shard_param holds it rounded, which the next all-gather sends. So
+ *      after stepping a unit call unit_refresh_low_precision(u,
+ *      c->param_dtype) (it does nothing in fp32).
  * Call span_begin(t, -1, PHASE_OPTIMIZER) first and span_end(t, -1,
  * PHASE_OPTIMIZER) last, for the trace.
  * Why no communication? Each element's update depends on that element
  * alone, so the optimizer state is sharded for free.
- * (A plain loop runs on the CPU; the reference uses FOR_EACH with
- * adamw_one, which also runs on a GPU.)
+ * (A plain loop runs on the CPU; the reference uses STATE_FOR_EACH with
+ * adamw_one, which also runs on a GPU, and on the host with --cpu-offload.)
  */
 static void adamw_step(Trainer *t) {
-    /* TODO: bias corrections for the new step, then every unit's shard */
+    /* TODO: count the step, its learning rate and bias corrections, then every unit's shard */
     (void)t;
 }

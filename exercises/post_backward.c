@@ -3,8 +3,9 @@
  * Write the body. `make exercise EX=post_backward` compiles fsdp.c with this
  * function in place of its own (fsdp.c, section 8, "After a unit's
  * backward") and grades it: training must equal the reference for
- * full_shard, shard_grad_op and no_shard on 1..4 ranks, and the memory
- * peaks and traffic must be what the reference promises.
+ * full_shard, shard_grad_op and no_shard on 1..4 ranks, with
+ * --backward-prefetch post, and under hybrid_shard on 4 ranks, and the
+ * memory peaks and traffic must be what the reference promises.
  *
  * The task (PyTorch: _post_backward_hook). Unit ui has just finished its
  * backward: u->full_grad holds this rank's full-size gradient of the unit.

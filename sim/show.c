@@ -226,14 +226,22 @@ int show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) 
 
 /* ---- --step=ring: the ring itself, step by step ---------------------------------
  * After each of the N-1 steps of a ring all-gather or reduce-scatter, every
- * rank tells rank 0 which chunk it sent to the right and which it received
- * from the left. Rank 0 keeps what each rank holds of each chunk: a set of
- * ranks (a bit each) whose contribution it contains. Before step 0 rank r
- * holds, of an all-gather, its own chunk r ({r} there, nothing elsewhere),
- * and of a reduce-scatter its own part of every chunk ({r} everywhere).
- * Receiving chunk j from the left neighbour adds what the neighbour held of
- * j: a copy for the all-gather, a sum for the reduce-scatter. An all-reduce
- * shows both phases in turn. Up to 16 ranks are drawn. */
+ * rank tells rank 0 which chunk it sent and which it received. Rank 0 keeps
+ * what each rank holds of each chunk: a set of ranks (a bit each) whose
+ * contribution it contains. Before step 0 rank r holds, of an all-gather,
+ * its own chunk r ({r} there, nothing elsewhere), and of a reduce-scatter
+ * its own part of every chunk ({r} everywhere). Receiving chunk j from a
+ * neighbour adds what the neighbour held of j: a copy for the all-gather, a
+ * sum for the reduce-scatter. An all-reduce shows both phases in turn. Up
+ * to 16 ranks are drawn.
+ * A ring may turn either way (fsdp.c's sends right; a student's may send
+ * left), and the ranks report chunks, not peers. So the direction is read
+ * from the collective's first step: most ranks received the chunk either
+ * their left neighbour or their right one sent (a tie is the textbook
+ * direction, from the left; on 2 ranks both are the same rank). From then
+ * on a rank receives from that side, and a chunk it received that this
+ * neighbour did not send is flagged (and not counted as held: what arrived
+ * was another chunk). */
 static int bits(unsigned long long x) {
     int n = 0;
     for (; x; x &= x - 1) n++;
@@ -278,16 +286,31 @@ void show_ring_step(Sim *s, const Comm *c, CommKind kind, int step, int sent, in
     unsigned long long *before = (unsigned long long *)malloc((size_t)N * N * sizeof(*before));
     if (!before) return;
     memcpy(before, s->ring, (size_t)N * N * sizeof(*before));
+    if (step == 0) { /* which way this ring turns: most ranks say */
+        int left = 0, right = 0;
+        for (int r = 0; r < N; r++) {
+            left += all[2 * ((r - 1 + N) % N)] == all[2 * r + 1];
+            right += all[2 * ((r + 1) % N)] == all[2 * r + 1];
+        }
+        s->ring_from_right = right > left;
+    }
+    int turn = s->ring_from_right ? -1 : 1; /* rank r sends to r + turn */
     printf("  ring %s, step %d of %d:", kind == COMM_ALL_GATHER ? "all-gather" : "reduce-scatter",
            step + 1, N - 1);
-    for (int r = 0; r < N; r++) printf("  %d -[%d]-> %d", r, all[2 * r], (r + 1) % N);
+    for (int r = 0; r < N; r++) printf("  %d -[%d]-> %d", r, all[2 * r], (r + turn + N) % N);
     printf("\n");
     for (int r = 0; r < N; r++) {
-        int left = (r - 1 + N) % N, j = all[2 * r + 1];
-        if (all[2 * left] != j)
-            printf("    rank %d expected chunk %d from rank %d, which sent chunk %d\n", r, j, left,
-                   all[2 * left]);
-        s->ring[r * N + j] |= before[left * N + j];
+        int from = (r - turn + N) % N, other = (r + turn + N) % N, j = all[2 * r + 1];
+        if (all[2 * from] != j) {
+            printf("    rank %d received chunk %d, but rank %d, which sends to it, sent chunk %d", r,
+                   j, from, all[2 * from]);
+            if (other != from && all[2 * other] == j)
+                printf(" (rank %d, on its other side, sent chunk %d: the ring turned around?)",
+                       other, j);
+            printf("\n");
+            continue; /* what arrived is not chunk j: the picture does not count it */
+        }
+        s->ring[r * N + j] |= before[from * N + j];
     }
     for (int r = 0; r < N; r++) {
         char row[64];

@@ -112,6 +112,7 @@ typedef struct Sim {
     SimPhase cur_phase;
     int skip_to_next_step; /* 'c' pressed: no stops until the next step */
     unsigned long long *ring; /* --step=ring, rank 0: (N, N) what rank r holds of chunk j */
+    int ring_from_right;      /* ... and whether this ring receives from the right */
     double last_draw;      /* --view redraw throttle */
     /* test-only fault injection: FSDP_FAULT=skip:RANK:SEQ or alter:RANK:SEQ */
     int fault_alter, fault_rank;
@@ -142,7 +143,8 @@ SimVerdict sim_on_collective(Sim *s, const Comm *c, CommKind kind, int unit, lon
 int sim_owns_terminal(const Sim *s);
 void sim_on_step(Sim *s, int step);
 /* --step=ring: called by the ring after each of its N-1 steps, with the
- * chunks this rank just sent to the right and received from the left. */
+ * chunks this rank just sent to one neighbour and received from the other
+ * (the ring may turn either way). */
 void sim_on_ring_step(Sim *s, const Comm *c, CommKind kind, int step, int sent, int received);
 /* test-only: FSDP_FAULT=killsave:RANK:STEP kills that rank (SIGKILL) half
  * way through writing the checkpoint of that step. */

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # --step: (1) --step=auto on a 2-rank tiny run pictures every collective, in
 # the order rank 0 really called them (checked against the run's own trace);
+# --step=ring pictures each ring step, whichever way the ring turns, and
+# flags a chunk its neighbour did not send;
 # (2) --step with no terminal to read keys from is refused with exit 2;
 # (3) in a real terminal (tmux), a 4-rank session stops before each
 # collective, shows the all-gather picture, follows n / c / q.
@@ -38,9 +40,37 @@ ag=$(echo "$out" | sed -n '/collective #1: all_gather/,/collective #2/p')
 rs=$(echo "$out" | sed -n '/reduce_scatter of unit 3/,/collective #/p')
 echo "$rs" | sed -n '/reduce-scatter, step 3 of 3/,$p' | grep -q "rank 2 holds \[[0-9] [0-9] S [0-9]\]" \
   && [ "$(echo "$rs" | grep -c '^  ring reduce-scatter, step')" = 3 ] \
-  && ! echo "$out" | grep -q "expected chunk" \
+  && ! echo "$out" | grep -q "received chunk" \
   && ok "--step=ring: reduce-scatter: after 3 steps rank 2's chunk 2 has all 4 contributions (S)" \
   || { bad "--step=ring reduce-scatter pictures"; echo "$rs" | head -24; }
+
+# (1c) --step=ring reads a ring's direction from what the ranks report: a
+# right ring that turns the other way (sends left) is pictured without a
+# complaint, and a wrong one (each rank re-sends its own chunk) is flagged
+# from its second step. Both are built as a student's ring is (the
+# exercise path: fsdp.c with the fixture's ring_all_gather in its place).
+build_ring() { # build_ring NAME: $dir/NAME from tests/fixtures/exercises/NAME.c
+  mpicc -O0 -std=c11 -I. -DEXERCISE_RING_ALL_GATHER \
+    -DEXERCISE_FILE="\"$PWD/tests/fixtures/exercises/$1.c\"" fsdp.c files.c formats.c \
+    sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c -o "$dir/$1" -lm -lpthread
+}
+first_all_gather() { sed -n '/collective #0: all_gather/,/collective #1/p'; }
+if build_ring ring_all_gather_reverse; then
+  out=$(timeout 60 $MPIRUN -np 4 "$dir/ring_all_gather_reverse" --model tiny --steps 1 --batch 4 --step=ring 2>&1); rc=$?
+  ag=$(echo "$out" | first_all_gather)
+  [ $rc -eq 0 ] && echo "$ag" | grep -q "step 1 of 3:  0 -\[0\]-> 3  1 -\[1\]-> 0  2 -\[2\]-> 1  3 -\[3\]-> 2" \
+    && [ "$(echo "$ag" | sed -n '/step 3 of 3/,$p' | grep -c 'holds \[0 1 2 3\]')" = 4 ] \
+    && ! echo "$out" | grep -q "received chunk" \
+    && ok "--step=ring: a ring turning the other way (0 -[0]-> 3) is pictured, all hold [0 1 2 3], no complaint" \
+    || { bad "--step=ring on a ring turning left (rc $rc)"; echo "$ag" | head -20; }
+else bad "tests/fixtures/exercises/ring_all_gather_reverse.c does not build"; fi
+if build_ring ring_all_gather_stale; then
+  ag=$(timeout 60 $MPIRUN -np 4 "$dir/ring_all_gather_stale" --model tiny --steps 1 --batch 4 --step=ring 2>&1 | first_all_gather)
+  echo "$ag" | sed -n '/step 2 of 3/,/step 3 of 3/p' | grep -q "rank 0 received chunk 2, but rank 3, which sends to it, sent chunk 3" \
+    && ! echo "$ag" | sed -n '/step 1 of 3/,/step 2 of 3/p' | grep -q "received chunk" \
+    && ok "--step=ring: a ring re-sending its own chunk is flagged at step 2 (rank 0 received chunk 2, rank 3 sent 3)" \
+    || { bad "--step=ring did not flag a wrong ring"; echo "$ag" | head -20; }
+else bad "tests/fixtures/exercises/ring_all_gather_stale.c does not build"; fi
 
 # (2) no terminal: setsid starts it in a new session without one
 out=$(setsid timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --steps 1 --batch 4 --step </dev/null 2>&1); rc=$?
