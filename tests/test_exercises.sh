@@ -5,11 +5,32 @@
 # student's file takes) PASSES it. `make exercise EX=NAME` is the grader.
 # Then wrong student files (tests/fixtures/exercises/), several of which
 # once fooled it, FAIL it, each with the hint that names its mistake.
+#
+# Gradings run EXERCISE_JOBS at a time (default 3): a grading is mostly
+# mpirun starting and stopping, asleep, so on 2 cores three at once take
+# half the time of one after another.
 cd "$(dirname "$0")/.."
 source tests/lib.sh
-log=$(mktemp) keep=$(mktemp)
-trap 'rm -f "$log" "$keep"' EXIT
-for ex in ring_all_gather ring_reduce_scatter post_backward adamw auto_wrap; do
+JOBS=${EXERCISE_JOBS:-3}
+out=$(mktemp -d) keep=$(mktemp)
+# every grading of one exercise compares with the same reference results:
+# computed once, by the first (the stub's), and reused; the overwrite case
+# below computes its own, as a student's grading does
+export GRADE_REFERENCE_CACHE
+GRADE_REFERENCE_CACHE=$(mktemp -d)
+trap 'rm -rf "$out" "$keep"; chmod -R u+w "$GRADE_REFERENCE_CACHE"; rm -rf "$GRADE_REFERENCE_CACHE"' EXIT
+
+n_cases=0
+spawn() { # spawn FUNCTION ARGS...: in the background, its report kept in order
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+  n_cases=$((n_cases + 1))
+  local log=$out/$n_cases.log
+  (log=$log; "$@") >"$out/$n_cases.report" 2>&1 &
+}
+
+# stub_and_reference EX: the stub fails its grader, the reference passes it
+stub_and_reference() {
+  local ex=$1
   if bash exercises/grade.sh "$ex" "exercises/$ex.c" --fail-fast >"$log" 2>&1; then
     bad "$ex: the starting stub passed its grader"
   elif grep -q '^PASS  compiles' "$log" && grep -q '^FAIL ' "$log"; then
@@ -22,62 +43,66 @@ for ex in ring_all_gather ring_reduce_scatter post_backward adamw auto_wrap; do
   else
     bad "$ex: the reference failed its grader"; grep -v '^PASS' "$log" | sed 's/^/    /' | tail -8
   fi
-done
+}
 
-# wrong EX FIXTURE [OPTIONS]: grades tests/fixtures/exercises/FIXTURE.c as
-# exercise EX (its verdicts in $log); a pass is a FAIL of this test
+# wrong EX FIXTURE [OPTIONS] -- CHECK HINT [CHECK HINT ...]: grades
+# tests/fixtures/exercises/FIXTURE.c as exercise EX; it must fail, and fail
+# each CHECK with a verdict that says its HINT
 wrong() {
-  FIXTURE=$2
-  if bash exercises/grade.sh "$1" "tests/fixtures/exercises/$2.c" "${@:3}" >"$log" 2>&1; then
-    bad "$2 passed its grader: $(tail -1 "$log")"
+  local ex=$1 fixture=$2 options=()
+  shift 2
+  while [ "$1" != -- ]; do options+=("$1"); shift; done
+  shift
+  if bash exercises/grade.sh "$ex" "tests/fixtures/exercises/$fixture.c" "${options[@]}" >"$log" 2>&1; then
+    bad "$fixture passed its grader: $(tail -1 "$log")"
+    return
   fi
+  while [ $# -ge 2 ]; do
+    if grep '^FAIL ' "$log" | grep -F -- "$1" | grep -qF -- "$2"; then ok "$fixture fails '$1', saying '$2'"
+    else bad "$fixture: no FAIL verdict on '$1' that says '$2':"; grep -E '^(FAIL|error)' "$log" | head -6 | sed 's/^/    /'; fi
+    shift 2
+  done
 }
-# failed_with CHECK HINT: the last grading failed the check named CHECK,
-# and its verdict says HINT
-failed_with() {
-  local line
-  line=$(grep '^FAIL ' "$log" | grep -F -- "$1" | grep -F -m1 -- "$2")
-  if [ -n "$line" ]; then ok "$FIXTURE fails '$1', saying '$2'"
-  else bad "$FIXTURE: no FAIL verdict on '$1' that says '$2':"; grep -E '^(FAIL|error)' "$log" | head -6 | sed 's/^/    /'; fi
+
+# A student's program that copies itself over ./fsdp must not become the
+# reference: the grader runs a private copy made before, elsewhere. (If it
+# ever did overwrite ./fsdp, the test says so and puts it back.)
+overwrite() {
+  cp ./fsdp "$keep"
+  GRADE_REFERENCE_CACHE="" wrong adamw adamw_overwrite --fail-fast -- "full_shard on 2 rank(s)" "parameters differ"
+  if cmp -s ./fsdp "$keep"; then ok "adamw_overwrite: ./fsdp is untouched (its copy went to its own directory)"
+  else bad "adamw_overwrite replaced ./fsdp (put back)"; cp "$keep" ./fsdp; fi
 }
+
+for ex in ring_all_gather ring_reduce_scatter post_backward adamw auto_wrap; do
+  spawn stub_and_reference "$ex"
+done
+wait # the reference results are cached now
 
 # A run that stops early with exit status 0 (MPI_Abort(comm, 0), or
 # MPI_Finalize and exit(0)) is graded on what it wrote: nothing. It must
 # not be graded on an older run's result, nor a test program that ran none
 # of its checks pass.
-wrong ring_all_gather ring_all_gather_abort
-failed_with "full_shard on 2 rank(s)" "stopped before its end"
-failed_with "bytes your ring sends" "0 check(s) ran"
-wrong ring_all_gather ring_all_gather_finalize --fail-fast
-failed_with "full_shard on 2 rank(s)" "MPI_Finalize"
-
+spawn wrong ring_all_gather ring_all_gather_abort -- \
+  "full_shard on 2 rank(s)" "stopped before its end" "bytes your ring sends" "0 check(s) ran"
+spawn wrong ring_all_gather ring_all_gather_finalize --fail-fast -- "full_shard on 2 rank(s)" "MPI_Finalize"
 # A ring on MPI_COMM_WORLD instead of its own communicator is right on the
 # whole world, and hangs in a hybrid strategy's group. (It hangs on
 # purpose: a shorter wait than a student's 60 s.)
-GRADE_TIMEOUT=15 wrong ring_all_gather ring_all_gather_world --fail-fast
-failed_with "hybrid_shard on 4 rank(s)" "not MPI_COMM_WORLD"
-
-# A student's program that copies itself over ./fsdp must not become the
-# reference: the grader runs a private copy made before, elsewhere. (If it
-# ever did overwrite ./fsdp, the test says so and puts it back.)
-cp ./fsdp "$keep"
-wrong adamw adamw_overwrite --fail-fast
-failed_with "full_shard on 2 rank(s)" "parameters differ"
-if cmp -s ./fsdp "$keep"; then ok "adamw_overwrite: ./fsdp is untouched (its copy went to its own directory)"
-else bad "adamw_overwrite replaced ./fsdp (put back)"; cp "$keep" ./fsdp; fi
-
+GRADE_TIMEOUT=15 spawn wrong ring_all_gather ring_all_gather_world --fail-fast -- \
+  "hybrid_shard on 4 rank(s)" "not MPI_COMM_WORLD"
+spawn overwrite
 # adamw: the learning rate of the step, and the step count a checkpoint keeps
-wrong adamw adamw_cfg_lr --fail-fast
-failed_with "--lr-schedule cosine" "lr_at"
-wrong adamw adamw_own_count --fail-fast
-failed_with "--resume" "t->adam_step"
-
+spawn wrong adamw adamw_cfg_lr --fail-fast -- "--lr-schedule cosine" "lr_at"
+spawn wrong adamw adamw_own_count --fail-fast -- "--resume" "t->adam_step"
 # What a failure says: the signal that killed a rank, the negative % a
 # hanging ring often has, and a gradient off by the factor N.
-wrong ring_all_gather ring_all_gather_unsigned --fail-fast
-failed_with "full_shard on 2 rank(s)" "SIGSEGV"
-GRADE_TIMEOUT=15 wrong ring_all_gather ring_all_gather_negmod --fail-fast
-failed_with "full_shard on 2 rank(s)" "(-1) % N is -1"
-wrong ring_reduce_scatter ring_reduce_scatter_twice --fail-fast
-failed_with "full_shard on 2 rank(s)" "0.5 times the reference's (1/2: divided by N twice?"
-exit $fail
+spawn wrong ring_all_gather ring_all_gather_unsigned --fail-fast -- "full_shard on 2 rank(s)" "SIGSEGV"
+GRADE_TIMEOUT=15 spawn wrong ring_all_gather ring_all_gather_negmod --fail-fast -- \
+  "full_shard on 2 rank(s)" "(-1) % N is -1"
+spawn wrong ring_reduce_scatter ring_reduce_scatter_twice --fail-fast -- \
+  "full_shard on 2 rank(s)" "0.5 times the reference's (1/2: divided by N twice?"
+wait
+
+for i in $(seq 1 "$n_cases"); do cat "$out/$i.report"; done
+! grep -q '^FAIL:' "$out"/*.report
