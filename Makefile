@@ -3,7 +3,8 @@
 #   make run     the demo: DDP vs FSDP on 4 simulated GPUs (CPU ranks)
 #   make test    every test; ends with "N passed, N failed"
 #   make bench   speed figures side by side with references
-#   make gpu     fsdp.c compiled as CUDA C++ with nvcc (no GPU needed to build)
+#   make gpu     main.c (fsdp.c and the program around it) compiled as CUDA C++
+#                with nvcc (no GPU needed to build)
 #   make test-gpu  the GPU build against the CPU build, on this machine's GPUs
 #                  (exit 77 from tests/test_gpu.sh, "Error 77" from make: no GPU here)
 #   make bench-gpu fsdp-gpu on a 1B-parameter model: tokens/s, TFLOP/s, MFU, beside
@@ -60,15 +61,18 @@ mpi:
 # byte formats of checkpoints (formats.c) and the simulator's instruments (sim/).
 SIM_SRC := files.c formats.c sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c
 SIM_DEPS := $(SIM_SRC) files.h formats.h sim/sim.h
+# The program: fsdp.c (the algorithm) and main.c around it, which includes
+# fsdp.c and the plumbing headers in run/: one translation unit.
+PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h
 
-fsdp: fsdp.c fsdp.h $(SIM_DEPS) | mpi
-	$(CC) $(CFLAGS) $(NATIVE) fsdp.c $(SIM_SRC) -o $@ $(LDLIBS)
+fsdp: $(PROGRAM) $(SIM_DEPS) | mpi
+	$(CC) $(CFLAGS) $(NATIVE) main.c $(SIM_SRC) -o $@ $(LDLIBS)
 
-# Test programs #include fsdp.c, so main's helpers are unused there.
+# Test programs #include main.c (FSDP_NO_MAIN), so main's helpers are unused there.
 # For gdb: no optimisation, so every variable and argument can be printed
 # (sim/gdb-ranks.sh and tests/test_debugger.sh use it).
-fsdp-debug: fsdp.c fsdp.h $(SIM_DEPS) | mpi
-	$(CC) -O0 -g -std=c11 -Wall -Wextra fsdp.c $(SIM_SRC) -o $@ $(LDLIBS)
+fsdp-debug: $(PROGRAM) $(SIM_DEPS) | mpi
+	$(CC) -O0 -g -std=c11 -Wall -Wextra main.c $(SIM_SRC) -o $@ $(LDLIBS)
 
 # Stand-alone tools over formats.c alone.
 tests/st_diff: tests/st_diff.c formats.c formats.h
@@ -85,7 +89,7 @@ tests/failio.so: tests/failio.c
 fuzz:
 	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),300) bash tests/test_fuzz.sh
 
-tests/%: tests/%.c fsdp.c fsdp.h $(SIM_DEPS) | mpi
+tests/%: tests/%.c $(PROGRAM) $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)
 
 # ---- the demo --------------------------------------------------------------
@@ -166,7 +170,7 @@ openblas:
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libopenblas-dev pkg-config || exit 1; \
 	else echo "HINT: install OpenBLAS (brew install openblas), then make bench again"; exit 1; fi
-tests/bench_matmul_blas: tests/bench_matmul.c fsdp.c fsdp.h $(SIM_DEPS) | mpi openblas
+tests/bench_matmul_blas: tests/bench_matmul.c $(PROGRAM) $(SIM_DEPS) | mpi openblas
 	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -DFSDP_BENCH_OPENBLAS -I. $(shell pkg-config --cflags openblas 2>/dev/null) \
 	  $< $(SIM_SRC) -o $@ $(LDLIBS) $(shell pkg-config --libs openblas 2>/dev/null)
 
@@ -179,8 +183,8 @@ GPU_WARNINGS := -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Werror all-warnings -Xco
 GPU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
 gpu: fsdp-gpu
-fsdp-gpu: fsdp.c fsdp.h $(SIM_DEPS) | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(MPI_CFLAGS) fsdp.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm -lpthread
+fsdp-gpu: $(PROGRAM) $(SIM_DEPS) | mpi
+	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(MPI_CFLAGS) main.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm -lpthread
 
 # What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
 # bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.

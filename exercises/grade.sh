@@ -82,7 +82,7 @@ build() {
   mpicc -O1 -g -std=c11 -Wall -Wextra -Wno-unused-function -I. -D"$MACRO" \
     -DEXERCISE_FILE="\"$SRC\"" "$1" $SIM_SRC -o "$2" -lm -lpthread >"$B/cc.log" 2>&1
 }
-if build fsdp.c "$YOU/fsdp"; then verdict 0 "compiles" "fsdp.c with your $EX"
+if build main.c "$YOU/fsdp"; then verdict 0 "compiles" "fsdp.c with your $EX"
 else verdict 1 "compiles" "the compiler says:"; sed 's/^/      /' "$B/cc.log" | head -30; exit 1; fi
 # The build stays, to run by hand (e.g. to watch a ring with --step=ring).
 mkdir -p exercises/build && cp "$YOU/fsdp" "exercises/build/fsdp-$EX"

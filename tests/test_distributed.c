@@ -10,7 +10,7 @@
  * Exit code 0 when every check passes, 1 otherwise (on every rank).
  */
 #define FSDP_NO_MAIN
-#include "fsdp.c"
+#include "main.c"
 
 static int failures = 0;
 

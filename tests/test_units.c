@@ -13,7 +13,7 @@
  * failed checks (0 = all passed). Run: ./tests/test_units
  */
 #define FSDP_NO_MAIN
-#include "fsdp.c"
+#include "main.c"
 
 #include <sys/resource.h>
 

@@ -1,0 +1,516 @@
+/* ============================================================================
+ * main.c — the program around fsdp.c
+ *
+ * fsdp.c is the algorithm: units, shards, the lifecycle, sharded AdamW, one
+ * training step, checkpoints. This file is what makes it a program: the
+ * command line (run/cli.h), the training loop and --plan, what a run prints
+ * and writes (run/report.h), --compare, and main. It #includes fsdp.c, so
+ * the whole program is one translation unit in which everything is static,
+ * and `nvcc -x cu main.c` compiles the same text for GPUs. The dependency
+ * runs one way: this file calls fsdp.c, never the reverse.
+ *
+ * Build (the Makefile does this for you):
+ *   mpicc -O2 -std=c11 main.c files.c formats.c sim/net.c sim/sim.c sim/record.c \
+ *         sim/check.c sim/show.c -o fsdp -lm
+ * Test programs #include this file with FSDP_NO_MAIN defined: everything
+ * but main().
+ * ========================================================================== */
+#include "fsdp.c"
+
+/* defines: config_usage, config_parse, config_check_world */
+#include "run/cli.h"
+/* defines: RunSummary, StepLog, print_header, print_unit_table, gather_stats,
+ *          print_rank_table, print_step_breakdown, json_write */
+#include "run/report.h"
+
+/* ------------------------------------------------------------------------
+ * The training loop
+ *
+ * Everything a run is: build the trainer, start from scratch, from a
+ * checkpoint (--resume) or from exported parameters (--init-from), take
+ * trainer_step after trainer_step, save checkpoints as asked, and report.
+ * --------------------------------------------------------------------- */
+
+/* The loss is the same number on every rank (global_mean_loss), so every
+ * rank sees it leave the numbers at the same step and stops there, before
+ * a checkpoint of NaN parameters could be saved: exit 5. */
+static void stop_diverged(const Config *cfg, int root, int step, double loss) {
+    if (root) {
+        fflush(stdout);
+        fprintf(stderr,
+                "error: the loss is %g at step %d: training diverged, and every step after this "
+                "one would train on NaN.\n"
+                "HINT: lower --lr (it is %g; the default is 0.003), or clip the gradients "
+                "(--clip-grad-norm 1.0, PyTorch's clip_grad_norm_).\n",
+                loss, step + 1, (double)cfg->lr);
+        fflush(stderr);
+    }
+    exit_all(5);
+}
+
+/* The learning rate the last step used (a step the loss scaler skipped
+ * used none: the one the next step will use) */
+static float step_lr(const Trainer *t) {
+    return lr_at(&t->cfg, t->skipped_step ? t->adam_step : t->adam_step - 1);
+}
+
+/* What the step line adds for the optimizer's options: the learning rate
+ * the step used when a schedule changes it, and with --clip-grad-norm the
+ * norm before clipping. */
+static const char *optimizer_note(const Trainer *t) {
+    static char note[96];
+    const Config *c = &t->cfg;
+    int n = 0;
+    note[0] = '\0';
+    if (c->lr_schedule != LR_CONSTANT || c->warmup > 0)
+        n = snprintf(note, sizeof(note), " | lr %.6f", (double)step_lr(t));
+    if (c->clip_grad_norm > 0.0f)
+        n += snprintf(note + n, sizeof(note) - (size_t)n, " | grad norm %.4f%s",
+                      (double)t->grad_norm, t->grad_norm > c->clip_grad_norm ? " (clipped)" : "");
+    if (c->grad_scaler) /* the scale the step used, and whether inf/NaN skipped it */
+        snprintf(note + n, sizeof(note) - (size_t)n, " | loss scale %.0f%s", (double)t->step_scale,
+                 t->skipped_step ? " (inf/NaN: step skipped)" : "");
+    return note;
+}
+
+/* Trains with cfg on comm; rank 0 prints as it goes. */
+static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table) {
+    RunSummary s;
+    memset(&s, 0, sizeof(s));
+    Trainer *t = trainer_create(cfg, comm);
+    int root = t->comm.rank == 0;
+    if (root) {
+        print_header(t);
+        backend_describe(cfg);
+        print_unit_table(t);
+    }
+    long first = 0; /* the step to start from: 0, or where a checkpoint left off */
+    if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
+    if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
+    if ((cfg->init_from || cfg->resume_dir) && is_zero1(t)) units_gather_replicas(t);
+    if (cfg->save_dir && ckpt_check_save_dir(t, first)) exit_all(2);
+    if (root && cfg->resume_dir && first >= cfg->steps)
+        printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first,
+               cfg->steps);
+    else if (root && cfg->steps == 0)
+        printf("--steps 0: nothing to train; the model stays as initialised\n");
+    double t0 = now_seconds(), loss = 0.0;
+    int n_steps = cfg->steps > first ? cfg->steps - (int)first : 0;
+    StepLog log; /* for --json */
+    size_t slots = (size_t)n_steps + 1;
+    log.loss = (float *)calloc(5 * slots, sizeof(float));
+    log.seconds = (double *)calloc(slots, sizeof(double));
+    if (!log.loss || !log.seconds) FATAL("the machine is out of host memory", "cannot log steps");
+    log.grad_norm = log.loss + slots, log.lr = log.grad_norm + slots;
+    log.loss_scale = log.lr + slots, log.skipped = log.loss_scale + slots;
+    for (int step = (int)first; step < cfg->steps; step++) {
+        double ts = now_seconds();
+        loss = trainer_step(t, step);
+        double dt = now_seconds() - ts;
+        long i = step - first;
+        log.loss[i] = (float)loss;
+        log.grad_norm[i] = t->grad_norm;
+        log.lr[i] = step_lr(t);
+        log.loss_scale[i] = t->step_scale;
+        log.skipped[i] = (float)t->skipped_step;
+        log.seconds[i] = dt;
+        if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
+        if (root && !sim_owns_terminal(&t->sim) &&
+            (step % cfg->log_every == 0 || step == cfg->steps - 1))
+            printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB "
+                   "(peak %.3f)%s\n",
+                   step + 1, cfg->steps, loss, dt * 1e3, cfg->batch / dt,
+                   mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total),
+                   optimizer_note(t));
+        if (ckpt_saves_after(cfg, first, step + 1)) {
+            if (ckpt_save(t, step + 1)) exit_all(1);
+            if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);
+        }
+    }
+    s.seconds = now_seconds() - t0;
+    s.final_loss = loss;
+    s.first = (int)first;
+    s.steps = n_steps;
+    s.world = t->comm.world;
+    s.batch = cfg->batch;
+    if (cfg->trace_path) {
+        SimRunSummary run = {s.seconds, s.final_loss, s.steps};
+        char err[4096];
+        if (sim_trace_write(&t->sim, &t->comm, &run, cfg->trace_path, cfg->trace_clock_sim, err,
+                            sizeof(err)) != 0) {
+            if (root) fprintf(stderr, "error: %s\n", err);
+            exit_all(1); /* every rank: the verdict was broadcast */
+        } else if (root) {
+            printf("trace written to %s (%s clock): open it at https://ui.perfetto.dev or "
+                   "chrome://tracing\n",
+                   cfg->trace_path, cfg->trace_clock_sim ? "simulated" : "real");
+        }
+    }
+    double *peaks = (double *)calloc((size_t)s.world * (MEM_NUM_CATEGORIES + 1), sizeof(double));
+    double *sent = (double *)calloc((size_t)s.world * COMM_NUM_KINDS, sizeof(double));
+    gather_stats(t, peaks, sent);
+    if (root && s.steps > 0) {
+        for (int r = 0; r < s.world; r++) {
+            for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
+                s.peak[k] = fmax(s.peak[k], peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]);
+            s.peak_total =
+                fmax(s.peak_total, peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + MEM_NUM_CATEGORIES]);
+            for (int k = 0; k < COMM_NUM_KINDS; k++)
+                s.bytes_sent[k] =
+                    fmax(s.bytes_sent[k], sent[(long)r * COMM_NUM_KINDS + k] / s.steps);
+        }
+        for (int k = 0; k < COMM_NUM_KINDS; k++) s.calls[k] = t->comm.calls[k] / s.steps;
+        printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n",
+               s.steps, s.seconds, 1e3 * s.seconds / s.steps,
+               (double)cfg->batch * s.steps / s.seconds);
+        print_step_breakdown(t, s.seconds, s.steps);
+        if (rank_table) print_rank_table(t, peaks, sent);
+        backend_print_memory(t->ledger.peak_total);
+    }
+    if (cfg->json_path) {
+        char err[2048] = "";
+        int rc = 0;
+        if (root) rc = json_write(t, &s, &log, peaks, sent, err, sizeof(err));
+        if (ckpt_agree(t, rc, err)) exit_all(1);
+        if (root) printf("figures written to %s (JSON)\n", cfg->json_path);
+    }
+    free(log.loss);
+    free(log.seconds);
+    free(peaks);
+    free(sent);
+    if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
+    trainer_destroy(t);
+    return s;
+}
+
+/* ------------------------------------------------------------------------
+ * --plan: the memory of a run, without the run
+ *
+ * The ledger's figures do not depend on the numbers in the buffers, only on
+ * which buffers exist when: so training steps with the backend switched
+ * off (backend_dry: nothing allocated, computed, copied or sent) book
+ * exactly what real steps book, for a model of any size. They are the real
+ * trainer_step, through the same lifecycle, so the plan cannot drift from
+ * the program: tests/test_plan.sh holds it equal to a real run's ledger.
+ * Two steps, as forward prefetch starts in the second. Printed: each
+ * category's peak (the largest over the ranks), the peak of the total, the
+ * model states as the ZeRO paper counts them, and one step's collectives.
+ * --------------------------------------------------------------------- */
+static void print_plan_row(const char *name, double bytes) {
+    printf("  %-28s %18.0f bytes %12.3f GB %12.3f GiB\n", name, bytes, bytes / 1e9,
+           bytes / 1073741824.0);
+}
+
+static void run_plan(const Config *cfg, MPI_Comm comm) {
+    Config c = *cfg;
+    c.vram = 0; /* the plan books everything, and says below whether it fits */
+    backend_dry = 1;
+    Trainer *t = trainer_create(&c, comm);
+    int root = t->comm.rank == 0, N = t->comm.world;
+    if (root) {
+        print_header(t);
+        print_unit_table(t);
+    }
+    /* Two steps: the first records the order units run in, which forward
+     * prefetch needs (section 8), so only the second is the steady state. */
+    long calls[COMM_NUM_KINDS];
+    double bytes[COMM_NUM_KINDS];
+    trainer_step(t, 0);
+    for (int k = 0; k < COMM_NUM_KINDS; k++) calls[k] = t->comm.calls[k];
+    for (int k = 0; k < COMM_NUM_KINDS; k++) bytes[k] = t->comm.bytes_sent[k];
+    trainer_step(t, 1);
+    double *peaks = (double *)calloc((size_t)N * (MEM_NUM_CATEGORIES + 1), sizeof(double));
+    double *sent = (double *)calloc((size_t)N * COMM_NUM_KINDS, sizeof(double));
+    if (!peaks || !sent) FATAL("the machine is out of host memory", "cannot collect the plan");
+    gather_stats(t, peaks, sent);
+    if (root) {
+        double peak[MEM_NUM_CATEGORIES + 1] = {0}, states = 0.0;
+        for (int r = 0; r < N; r++)
+            for (int k = 0; k <= MEM_NUM_CATEGORIES; k++)
+                peak[k] = fmax(peak[k], peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]);
+        printf("plan: two steps booked by the ledger, nothing allocated or run; the peak per rank "
+               "(the largest over the %d ranks)\n",
+               N);
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) print_plan_row(MEM_CATEGORY_NAMES[k], peak[k]);
+        print_plan_row("total (peak of the sum)", peak[MEM_NUM_CATEGORIES]);
+        for (int k = MEM_PARAM_SHARD; k <= MEM_OPTIM_STATE; k++) states += peak[k];
+        if (!is_sharded(t) || t->cfg.strategy == STRATEGY_SHARD_GRAD_OP ||
+            t->cfg.strategy == STRATEGY_HYBRID_SHARD_ZERO2) /* full parameters kept all step */
+            states += peak[MEM_FULL_PARAMS];
+        print_plan_row("model states (ZeRO's count)", states);
+        for (int k = 0; t->cfg.cpu_offload && k < MEM_NUM_CATEGORIES; k++) {
+            char name[64];
+            double most = 0.0;
+            for (int r = 0; r < N; r++)
+                most = fmax(most, t->host_peaks[(long)r * MEM_NUM_CATEGORIES + k]);
+            snprintf(name, sizeof(name), "host: %s", MEM_CATEGORY_NAMES[k]);
+            print_plan_row(name, most);
+        }
+        for (int k = 0; k < COMM_NUM_KINDS; k++)
+            printf("  %-14s %4ld calls, %18.0f bytes sent per rank in a step\n", COMM_KIND_NAMES[k],
+                   t->comm.calls[k] - calls[k], t->comm.bytes_sent[k] - bytes[k]);
+        if (cfg->vram) {
+            char a[32], b[32];
+            double over = peak[MEM_NUM_CATEGORIES] - (double)cfg->vram;
+            printf("--vram %s: %s (%s %s)\n", human_bytes((double)cfg->vram, a, sizeof(a)),
+                   over > 0 ? "does not fit" : "fits", human_bytes(fabs(over), b, sizeof(b)),
+                   over > 0 ? "over" : "to spare");
+        }
+    }
+    free(peaks);
+    free(sent);
+    trainer_destroy(t);
+}
+
+/* ------------------------------------------------------------------------
+ * --compare, the files a run names, and main
+ * --------------------------------------------------------------------- */
+
+/* --compare writes two traces: "run.json" -> "run.no_shard.json". */
+static void trace_path_for(char *out, size_t len, const char *path, Strategy strategy) {
+    const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+    if (!dot || (slash && dot < slash)) dot = path + strlen(path);
+    snprintf(out, len, "%.*s.%s%s", (int)(dot - path), path, strategy_name(strategy), dot);
+}
+
+/* Every file or directory an option names, and whether the run writes it. */
+typedef struct {
+    const char *flag, *path;
+    int output;
+    int dir; /* a checkpoint directory: what is inside it is the run's too */
+} NamedFile;
+
+/* Whether path is a checkpoint directory itself or lies in what a run
+ * writes, prunes or reads there: its step-N and .tmp-step-N directories.
+ * Anything else in it (the --data file, notes) is none of the run's. */
+static int within_checkpoints(const char *path, const char *dir) {
+    char entry[1024], meta[2048];
+    struct stat st;
+    if (!file_within_entry(path, dir, entry, sizeof(entry))) return 0;
+    snprintf(meta, sizeof(meta), "%s/meta.txt", dir); /* --resume DIR/step-N: all of it */
+    if (entry[0] == '\0' || lstat(meta, &st) == 0) return 1;
+    return ckpt_step_of(entry) >= 0 || !strncmp(entry, ".tmp-step-", 10);
+}
+
+/* Whether two named paths collide: the same file, or a file among a
+ * checkpoint directory's checkpoints. Two directories never collide:
+ * --resume DIR --save-dir DIR is how a run continues. */
+static int files_collide(const NamedFile *a, const NamedFile *b) {
+    if (a->dir && b->dir) return 0;
+    if (a->dir) return within_checkpoints(b->path, a->path);
+    if (b->dir) return within_checkpoints(a->path, b->path);
+    return file_same(a->path, b->path);
+}
+
+/* Two options naming one file would lose one of them: two outputs keep only
+ * the last written, and an output over an input (or into a checkpoint
+ * directory) destroys what the run, or the next, reads. Found before any
+ * step is spent. Returns 0 or 2. */
+static int check_distinct_files(const NamedFile *f, int n, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            if (!f[i].path || !f[j].path || (!f[i].output && !f[j].output) ||
+                !files_collide(&f[i], &f[j]))
+                continue;
+            const NamedFile *out = f[i].output ? &f[i] : &f[j],
+                            *other = out == &f[i] ? &f[j] : &f[i];
+            if (other->output)
+                return usage_error(err, errlen,
+                                   "%s %s and %s %s name the same %s, so one output would replace "
+                                   "the other. Give each output its own path.",
+                                   f[i].flag, f[i].path, f[j].flag, f[j].path,
+                                   out->dir || other->dir ? "place" : "file");
+            return usage_error(err, errlen,
+                               "%s %s would replace %s %s, which this run reads. Give the output "
+                               "another path.",
+                               out->flag, out->path, other->flag, other->path);
+        }
+    return 0;
+}
+
+/* --save-dir must be a directory we can write into (created if missing,
+ * its parent must exist), found out before any step is spent. */
+static int check_save_dir(const char *dir, char *err, size_t errlen) {
+    struct stat st;
+    if (stat(dir, &st) != 0 && mkdir(dir, 0755) != 0)
+        return usage_error(
+            err, errlen,
+            "--save-dir %s: cannot create it (%s). Give a path in an existing, writable directory.",
+            dir, strerror(errno));
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return usage_error(err, errlen, "--save-dir %s: exists and is not a directory.", dir);
+    if (access(dir, W_OK) != 0)
+        return usage_error(err, errlen, "--save-dir %s: not writable.", dir);
+    return 0;
+}
+
+/* --wait-for-debugger: each rank prints its PID and spins until a debugger
+ * sets `attached` (the variable is local so no global state exists for it):
+ *   gdb -p PID -ex 'frame function debugger_wait' -ex 'set var attached = 1' -ex continue
+ * sim/gdb-ranks.sh opens one such gdb per rank in tmux panes. */
+static void debugger_wait(MPI_Comm comm) {
+    volatile int attached = 0;
+    int rank = 0;
+    char host[256] = "?";
+    MPI_Comm_rank(comm, &rank);
+    gethostname(host, sizeof(host));
+    printf("rank %d: pid %ld on %s waiting for a debugger\n", rank, (long)getpid(), host);
+    fflush(stdout);
+    while (!attached) {
+        struct timespec pause = {0, 100 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    MPI_Barrier(comm);
+}
+
+static void print_comparison(const RunSummary *a, const char *na, const RunSummary *b,
+                             const char *nb, int offload) {
+    printf("\n==================================================================\n");
+    printf("DDP vs FSDP on %d ranks: the same model, data and optimizer\n", a->world);
+    if (offload) printf("(%s with --cpu-offload; %s without: DDP keeps its replicas on the device)\n", nb, na);
+    printf("==================================================================\n");
+    printf("%-30s %14s %14s %8s\n", "", na, nb, "ratio");
+    printf("%-30s %14.4f %14.4f\n", "final loss", a->final_loss, b->final_loss);
+    printf("%-30s %14.2f %14.2f %8.2f\n", "step time, ms", 1e3 * a->seconds / a->steps,
+           1e3 * b->seconds / b->steps, (b->seconds / b->steps) / (a->seconds / a->steps));
+    printf("peak memory per rank, MiB (max over ranks)\n");
+    for (int k = 0; k < MEM_NUM_CATEGORIES; k++) {
+        printf("  %-28s %14.3f %14.3f", MEM_CATEGORY_NAMES[k], mib(a->peak[k]), mib(b->peak[k]));
+        if (a->peak[k] > 0) printf(" %8.2f", b->peak[k] / a->peak[k]);
+        printf("\n");
+    }
+    printf("  %-28s %14.3f %14.3f %8.2f\n", "total (peak of the sum)", mib(a->peak_total),
+           mib(b->peak_total), b->peak_total / a->peak_total);
+    printf("traffic per rank per step, MiB sent\n");
+    double ta = 0, tb = 0;
+    for (int k = 0; k < COMM_NUM_KINDS; k++) {
+        char label[64];
+        snprintf(label, sizeof(label), "%s (%ld/%ld calls)", COMM_KIND_NAMES[k], a->calls[k],
+                 b->calls[k]);
+        printf("  %-28s %14.3f %14.3f\n", label, mib(a->bytes_sent[k]), mib(b->bytes_sent[k]));
+        ta += a->bytes_sent[k];
+        tb += b->bytes_sent[k];
+    }
+    printf("  %-28s %14.3f %14.3f %8.2f\n", "total", mib(ta), mib(tb), ta > 0 ? tb / ta : 0.0);
+    printf("\nFSDP keeps 1/%d of the parameters, gradients and optimizer state per rank,\n"
+           "gathering each unit's full state only while it computes; it pays with about\n"
+           "1.5x DDP's traffic (all-gather twice + reduce-scatter vs one all-reduce).\n",
+           a->world);
+}
+
+#ifndef FSDP_NO_MAIN
+/* Every rank parses the same argv and reaches the same verdict, so on bad
+ * input every rank exits 2 on its own; only rank 0 prints. What a run
+ * prints is its result (--plan's only one), so output that could not be
+ * written (a full disk, /dev/full) fails the run instead of exiting 0. */
+static int finish(int code) {
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr,
+                "error: cannot write the standard output (%s): what this run printed is "
+                "incomplete.\nHINT: make room where it goes, or send it to another file.\n",
+                errno ? strerror(errno) : "a write failed");
+        if (code == 0) code = 1;
+    }
+    MPI_Finalize();
+    return code;
+}
+
+/* A closed standard output (./fsdp >&-) would hand its descriptor to the
+ * next file opened, and print into that file: refuse it before anything
+ * is opened. */
+static int stdout_is_open(void) {
+    if (fcntl(STDOUT_FILENO, F_GETFD) != -1) return 1;
+    fprintf(stderr, "error: the standard output is closed, and it is where fsdp prints its "
+                    "results.\nHINT: send it to a file (> out.txt) or to /dev/null.\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (!stdout_is_open()) return 2;
+    int provided = 0; /* section 4: the communication thread calls MPI beside the main thread */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    int rank = 0, world = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    Config cfg;
+    char err[4096];
+    int rc = config_parse(&cfg, argc, argv, err, sizeof(err));
+    if (rc == 0) rc = config_check_world(&cfg, world, err, sizeof(err));
+    /* Files: rank 0 checks them; all ranks agree on its verdict. */
+    char trace_ddp[1024] = "", trace_sharded[1024] = "", json_ddp[1024] = "",
+         json_sharded[1024] = "";
+    Config ddp = cfg, fsdp = cfg;
+    ddp.strategy = STRATEGY_NO_SHARD;
+    ddp.cpu_offload = 0; /* no_shard computes with whole replicas on the device: nothing to move */
+    if (fsdp.strategy == STRATEGY_NO_SHARD) fsdp.strategy = STRATEGY_FULL_SHARD;
+    if (rc == 0 && cfg.trace_path && cfg.compare) {
+        trace_path_for(trace_ddp, sizeof(trace_ddp), cfg.trace_path, ddp.strategy);
+        trace_path_for(trace_sharded, sizeof(trace_sharded), cfg.trace_path, fsdp.strategy);
+        ddp.trace_path = trace_ddp;
+        fsdp.trace_path = trace_sharded;
+    }
+    if (rc == 0 && cfg.json_path && cfg.compare) {
+        trace_path_for(json_ddp, sizeof(json_ddp), cfg.json_path, ddp.strategy);
+        trace_path_for(json_sharded, sizeof(json_sharded), cfg.json_path, fsdp.strategy);
+        ddp.json_path = json_ddp;
+        fsdp.json_path = json_sharded;
+    }
+    if (rc == 0 && rank == 0) {
+        if (cfg.data_path) {
+            Corpus probe;
+            memset(&probe, 0, sizeof(probe));
+            rc = corpus_load_file(&probe, cfg.data_path, cfg.context, err, sizeof(err));
+            corpus_release(&probe);
+        }
+        NamedFile files[] = {
+            {"--trace", cfg.compare ? NULL : cfg.trace_path, 1, 0},
+            {"--trace", cfg.compare && cfg.trace_path ? trace_ddp : NULL, 1, 0},
+            {"--trace", cfg.compare && cfg.trace_path ? trace_sharded : NULL, 1, 0},
+            {"--json", cfg.compare ? NULL : cfg.json_path, 1, 0},
+            {"--json", cfg.compare && cfg.json_path ? json_ddp : NULL, 1, 0},
+            {"--json", cfg.compare && cfg.json_path ? json_sharded : NULL, 1, 0},
+            {"--export", cfg.export_path, 1, 0},
+            {"--save-dir", cfg.save_dir, 1, 1},
+            {"--data", cfg.data_path, 0, 0},
+            {"--init-from", cfg.init_from, 0, 0},
+            {"--resume", cfg.resume_dir, 0, 1}};
+        int n_files = (int)(sizeof(files) / sizeof(files[0]));
+        for (int i = 0; i < n_files && rc == 0; i++)
+            if (files[i].output && !files[i].dir && files[i].path)
+                rc = file_check_output(files[i].flag, files[i].path, err, sizeof(err));
+        if (rc == 0) rc = check_distinct_files(files, n_files, err, sizeof(err));
+        if (rc == 0 && cfg.save_dir) rc = check_save_dir(cfg.save_dir, err, sizeof(err));
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rc == 1) {
+        if (rank == 0) config_usage(stdout);
+        return finish(0);
+    }
+    if (rc != 0) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "error: %s\nusage: mpirun -np N ./fsdp [options]; ./fsdp --help lists them.\n",
+                    err);
+        return finish(2);
+    }
+    if (cfg.plan) { /* no GPU needed: nothing runs */
+        run_plan(&cfg, MPI_COMM_WORLD);
+        return finish(0);
+    }
+    if (backend_init(&cfg, MPI_COMM_WORLD)) return finish(1); /* section 2: the GPU, if any */
+    if (cfg.wait_for_debugger) debugger_wait(MPI_COMM_WORLD);
+    if (!cfg.compare) {
+        run_training(&cfg, MPI_COMM_WORLD, 1);
+    } else {
+        RunSummary a = run_training(&ddp, MPI_COMM_WORLD, 0);
+        if (rank == 0) printf("\n");
+        RunSummary b = run_training(&fsdp, MPI_COMM_WORLD, 0);
+        if (rank == 0)
+            print_comparison(&a, strategy_name(ddp.strategy), &b, strategy_name(fsdp.strategy),
+                             fsdp.cpu_offload);
+    }
+    backend_release();
+    return finish(0);
+}
+#endif /* FSDP_NO_MAIN */
