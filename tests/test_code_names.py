@@ -29,21 +29,32 @@ DEFINITION = re.compile(r"^(?:#define\s+([A-Za-z_]\w*)\(|(?!return\b)[A-Za-z_][\
 POINTER = re.compile(r"((?:`\w+`(?:,\s*|\s+and\s+|\s+or\s+)?)+)\s*(?:\(end of |\(|in )section (\d+)")
 
 
-def definitions(path):
-    """{name: section} for fsdp.c (section 0 before the first banner), {name: path} otherwise."""
-    found, section = {}, 0
+INCLUDE = re.compile(r'^#include "(kernels/[^"]+)"')
+
+
+def definitions(path, section=None):
+    """{name: section} for fsdp.c (section 0 before the first banner; a
+    kernels/ header counts as the section that includes it), {name: path}
+    otherwise."""
+    found, in_fsdp = {}, path == "fsdp.c" or section is not None
+    section = section or 0
     with open(path) as f:
         lines = f.read().split("\n")
     for i, line in enumerate(lines):
         m = BANNER.match(line)
-        if m and i > 0 and lines[i - 1].startswith("/* ====="):
+        if path == "fsdp.c" and m and i > 0 and lines[i - 1].startswith("/* ====="):
             section = int(m.group(1))
+            continue
+        m = INCLUDE.match(line)
+        if m and in_fsdp:
+            for name, where in definitions(m.group(1), section).items():
+                found.setdefault(name, where)
             continue
         m = DEFINITION.match(line)
         if not m or line.rstrip().endswith(";") and not m.group(3):
             continue
         name = m.group(1) or m.group(2) or m.group(3)
-        found.setdefault(name, section if path == "fsdp.c" else path)
+        found.setdefault(name, section if in_fsdp else path)
     return found
 
 

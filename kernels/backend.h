@@ -1,0 +1,390 @@
+/* ============================================================================
+ * kernels/backend.h — section 2 of fsdp.c, the backend seam, as code: the
+ * GPU build (CUDA memory with a caching pool, streams and events, kernels,
+ * choosing the GPU) and the CPU build (the same names on host memory), side
+ * by side. fsdp.c includes it in place; section 2's opening comment there
+ * says what the seam is and why it is small.
+ *
+ * Every `#ifdef __CUDACC__` of the seam is here: what follows fsdp.c's
+ * section 2 is the same text on CPU ranks and on GPUs.
+ * ========================================================================== */
+
+#ifdef __CUDACC__
+/* ---- the GPU build -------------------------------------------------------- */
+
+static void cuda_check(cudaError_t err, const char *file, int line) {
+    if (err == cudaSuccess) return;
+    fsdp_fatal(file, line,
+               "check nvidia-smi; run with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel",
+               "CUDA: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
+}
+#define cudaCheck(call) cuda_check((call), __FILE__, __LINE__)
+
+static void cublas_check(cublasStatus_t status, const char *file, int line) {
+    if (status == CUBLAS_STATUS_SUCCESS) return;
+    fsdp_fatal(file, line, "a matmul failed: check the GPU with nvidia-smi",
+               "cuBLAS: status %d", (int)status);
+}
+#define cublasCheck(call) cublas_check((call), __FILE__, __LINE__)
+
+static void nccl_check(ncclResult_t result, const char *file, int line) {
+    if (result == ncclSuccess) return;
+    fsdp_fatal(file, line,
+               "run with NCCL_DEBUG=WARN to see why; --collectives mpi avoids NCCL altogether",
+               "NCCL: %s", ncclGetErrorString(result));
+}
+#define ncclCheck(call) nccl_check((call), __FILE__, __LINE__)
+
+/* A block the pool holds from cudaMalloc and does not lend right now. */
+typedef struct {
+    void *ptr;
+    size_t bytes;
+} PoolBlock;
+
+/* The one process-wide state of the GPU build: this process's device, its
+ * two streams, cuBLAS, and the caching pool. One process drives one GPU
+ * (several processes may share one), so this belongs to the process, not
+ * to a trainer. */
+static struct {
+    int device;
+    cudaStream_t compute, comm;
+    cublasHandle_t cublas;
+    PoolBlock *cached; /* freed blocks, kept for the next allocation of their size */
+    int n_cached, cap_cached;
+    size_t reserved, peak_reserved; /* bytes held from cudaMalloc (PyTorch: "reserved") */
+    size_t cap;                     /* --vram: the pool never holds more; 0: the GPU's size */
+    cudaEvent_t clock_event;        /* recorded at start, when MPI_Wtime() was clock_host: */
+    double clock_host;              /* a CUDA event's time on this machine's clock */
+} gpu;
+
+/* Sizes are rounded up to 512 bytes, as PyTorch's allocator rounds them,
+ * so the same buffer every step finds its old block again, and the pool
+ * holds at most 511 bytes more per block than the ledger books. */
+static size_t pool_round(size_t bytes) {
+    if (bytes == 0) bytes = 1; /* an empty unit still gets a block: cudaMalloc(0) gives none */
+    return (bytes + 511) / 512 * 512;
+}
+
+/* Gives every cached block back to the driver (torch.cuda.empty_cache).
+ * A cached block may still be read by queued work (it was freed once the
+ * streams, not the host, had waited), so the host waits for the GPU first. */
+static void pool_empty_cache(void) {
+    if (gpu.n_cached) cudaCheck(cudaDeviceSynchronize());
+    for (int i = 0; i < gpu.n_cached; i++) {
+        cudaCheck(cudaFree(gpu.cached[i].ptr));
+        gpu.reserved -= gpu.cached[i].bytes;
+    }
+    gpu.n_cached = 0;
+}
+
+/* A block of exactly `bytes` (rounded): a cached one, or a new one from
+ * cudaMalloc; NULL when neither the cap nor the GPU has room. */
+static void *pool_take(size_t bytes) {
+    for (int i = gpu.n_cached - 1; i >= 0; i--)
+        if (gpu.cached[i].bytes == bytes) {
+            void *p = gpu.cached[i].ptr;
+            gpu.cached[i] = gpu.cached[--gpu.n_cached];
+            return p;
+        }
+    void *p = NULL;
+    for (int attempt = 0; attempt < 2 && !p; attempt++) {
+        if (attempt == 1) pool_empty_cache(); /* as PyTorch: free the cache, try again */
+        if (gpu.cap && gpu.reserved + bytes > gpu.cap) continue;
+        if (cudaMalloc(&p, bytes) != cudaSuccess) {
+            (void)cudaGetLastError(); /* an out-of-memory is reported by the ledger */
+            p = NULL;
+        }
+    }
+    if (!p) return NULL;
+    gpu.reserved += bytes;
+    if (gpu.reserved > gpu.peak_reserved) gpu.peak_reserved = gpu.reserved;
+    return p;
+}
+
+static void pool_give_back(void *p, size_t bytes) {
+    if (gpu.n_cached == gpu.cap_cached) {
+        gpu.cap_cached = gpu.cap_cached ? 2 * gpu.cap_cached : 64;
+        gpu.cached = (PoolBlock *)realloc(gpu.cached, (size_t)gpu.cap_cached * sizeof(PoolBlock));
+        if (!gpu.cached) FATAL("the machine is out of host memory", "cannot grow the GPU pool");
+    }
+    gpu.cached[gpu.n_cached].ptr = p;
+    gpu.cached[gpu.n_cached].bytes = bytes;
+    gpu.n_cached++;
+}
+
+/* Device memory, zeroed (padding must be 0), or NULL when the GPU is full.
+ * A block freed while kernels that use it are still queued is safe to lend
+ * again: whatever uses it next is queued after them on the compute stream,
+ * or on the communication stream after an event recorded on it (section 4). */
+static void *dev_alloc(size_t bytes) {
+    void *p = pool_take(pool_round(bytes));
+    if (p) cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+    return p;
+}
+static void dev_free(void *p, size_t bytes) { pool_give_back(p, pool_round(bytes)); }
+/* After a run (--compare runs two): the next run's figures start afresh. */
+static void dev_empty_cache(void) {
+    pool_empty_cache();
+    gpu.peak_reserved = gpu.reserved;
+}
+static void dev_zero(void *p, size_t bytes) {
+    if (!backend_dry) cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+}
+/* Copies the host waits for: what the compute stream has queued runs first. */
+static void dev_to_host(void *host, const void *dev, size_t bytes) {
+    if (backend_dry) return;
+    cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, gpu.compute));
+    cudaCheck(cudaStreamSynchronize(gpu.compute));
+}
+static void dev_from_host(void *dev, const void *host, size_t bytes) {
+    if (backend_dry) return;
+    cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, gpu.compute));
+    cudaCheck(cudaStreamSynchronize(gpu.compute));
+}
+/* device to device, in the compute stream's order: the host does not wait */
+static void dev_copy(void *dst, const void *src, size_t bytes) {
+    if (!backend_dry)
+        cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu.compute));
+}
+/* The host waits until the GPU has done what it was given: before a picture
+ * is drawn or a time is read, never in the hot path otherwise. */
+static void dev_synchronize(void) {
+    if (!backend_dry) cudaCheck(cudaStreamSynchronize(gpu.compute));
+}
+
+/* An event recorded on a stream: the other stream (or the host) can wait
+ * for it; with `timed`, it also says when the stream reached it. */
+static cudaEvent_t event_record(cudaStream_t stream, int timed) {
+    cudaEvent_t e;
+    cudaCheck(cudaEventCreateWithFlags(&e, timed ? cudaEventDefault : cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(e, stream));
+    return e;
+}
+
+/* An event's moment on this machine's clock (MPI_Wtime), from the
+ * reference pair backend_init took. */
+static double event_seconds(cudaEvent_t e) {
+    float ms = 0.0f;
+    cudaCheck(cudaEventElapsedTime(&ms, gpu.clock_event, e));
+    return gpu.clock_host + ms / 1e3;
+}
+
+/* The out-of-memory report's first words, and its line about the GPU: the
+ * ledger's "allocated" beside the driver's view and the pool's "reserved". */
+#define OOM_WORDS "CUDA out of memory"
+static int backend_memory_line(char *buf, size_t len, int rank) {
+    size_t free_bytes = 0, total = 0;
+    char a[32], b[32], c[32];
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return 0;
+    int n = snprintf(buf, len,
+                     "[rank %d] GPU %d: %s free of %s (cudaMemGetInfo); this rank's pool has "
+                     "reserved %s\n",
+                     rank, gpu.device, human_bytes((double)free_bytes, a, sizeof(a)),
+                     human_bytes((double)total, b, sizeof(b)),
+                     human_bytes((double)gpu.reserved, c, sizeof(c)));
+    return n < 0 ? 0 : (n < (int)len ? n : (int)len - 1);
+}
+
+/* The one kernel every element-wise op is launched as: thread i calls
+ * fn(i, args...), the same function the CPU's loop calls. */
+template <auto fn, typename... Args> __global__ void for_each_kernel(long n, Args... args) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) fn(i, args...);
+}
+static unsigned blocks_for(long n) { return (unsigned)((n + 255) / 256); }
+#define FOR_EACH(n, fn, ...)                                                                       \
+    do {                                                                                           \
+        if ((n) <= 0 || backend_dry) break;                                                        \
+        for_each_kernel<fn><<<blocks_for(n), 256, 0, gpu.compute>>>((long)(n), __VA_ARGS__);       \
+        cudaCheck(cudaGetLastError()); /* a launch that failed says so here, not never */          \
+    } while (0)
+
+/* ---- choosing the GPU ------------------------------------------------------
+ * Each rank drives the GPU of its local rank, its number among the ranks on
+ * its node, as the launcher says (Open MPI, Slurm, then torchrun's
+ * variable), or else as MPI works it out, modulo the GPUs it can see (a
+ * launcher that gives each rank its own GPU shows it one). NCCL needs a GPU
+ * per rank; ring and mpi let ranks share one, as a lab with one GPU does. */
+static int local_rank(MPI_Comm node) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
+    for (int i = 0; i < 3; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && *v) return atoi(v);
+    }
+    int r = 0;
+    mpiCheck(MPI_Comm_rank(node, &r));
+    return r;
+}
+
+/* With NCCL, two ranks of a node on one GPU (the same PCI bus id) would stop
+ * NCCL with "Duplicate GPU detected": say so first, and what to do. */
+static void gpu_check_shared(const Config *cfg, MPI_Comm node, const char *bus, char *why,
+                             size_t len) {
+    int n = 1, me = 0;
+    MPI_Comm_size(node, &n);
+    MPI_Comm_rank(node, &me);
+    char *all = (char *)calloc((size_t)n, 32);
+    if (!all) FATAL("the machine is out of host memory", "cannot compare GPUs");
+    mpiCheck(MPI_Allgather(bus, 32, MPI_CHAR, all, 32, MPI_CHAR, node));
+    for (int r = 0; r < n && !why[0] && cfg->collectives == COLLECTIVES_NCCL; r++)
+        if (r != me && bus[0] && !strcmp(all + 32L * r, bus))
+            snprintf(why, len,
+                     "this rank and another on the same node would both use GPU %s, and NCCL "
+                     "needs a GPU per rank (it stops with \"Duplicate GPU detected\").\n"
+                     "HINT: add --collectives mpi to let ranks share a GPU (buffers are staged "
+                     "through host memory), or start at most as many ranks per node as GPUs.",
+                     bus);
+    free(all);
+}
+
+/* Picks this rank's GPU, makes its streams and cuBLAS. Every rank agrees
+ * on the verdict: on failure the lowest failing rank says why, and every
+ * rank returns 1 (none is left waiting). */
+static int backend_init(const Config *cfg, MPI_Comm comm) {
+    int rank = 0, world = 1, count = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &world);
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    int local = local_rank(node);
+    cudaError_t err = cudaGetDeviceCount(&count);
+    char why[1024] = "", bus[32] = "", host[256] = "?";
+    gethostname(host, sizeof(host));
+    if (err != cudaSuccess || count == 0)
+        snprintf(why, sizeof(why),
+                 "no CUDA GPU is visible on %s (cudaGetDeviceCount: %s).\n"
+                 "HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES; without a GPU, run the "
+                 "simulator build ./fsdp with the same flags.",
+                 host, err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    else if (cudaDeviceGetPCIBusId(bus, sizeof(bus), local % count) != cudaSuccess)
+        bus[0] = '\0';
+    gpu_check_shared(cfg, node, bus, why, sizeof(why));
+    mpiCheck(MPI_Comm_free(&node));
+    int mine = why[0] ? rank : world, first = world;
+    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    if (first != world) {
+        if (first == rank) fprintf(stderr, "[rank %d] error: %s\n", rank, why);
+        return 1;
+    }
+    gpu.device = local % count;
+    cudaCheck(cudaSetDevice(gpu.device));
+    cudaCheck(cudaStreamCreateWithFlags(&gpu.compute, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&gpu.comm, cudaStreamNonBlocking));
+    cublasCheck(cublasCreate(&gpu.cublas));
+    cublasCheck(cublasSetStream(gpu.cublas, gpu.compute));
+    /* fp32 by default, so a GPU run can be held against a CPU run; TF32
+     * (a 10-bit mantissa on tensor cores) only when asked */
+    cublasCheck(cublasSetMathMode(gpu.cublas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                         : CUBLAS_DEFAULT_MATH));
+    /* --vram is the ledger's budget, as in the simulator (exact bytes: the
+     * same verdict on both builds), and caps the pool too, with room for its
+     * rounding (512 bytes a block, for up to 2048 blocks). With mixed
+     * precision 16-bit values sit in float slots (section 2): the ledger
+     * books 2 bytes, the pool holds 4, and NCCL's packed 16-bit copies of
+     * the buffers in flight (nccl_pack) 2 more: its cap triples. */
+    int halves = cfg->param_dtype != DTYPE_FP32 || cfg->reduce_dtype != DTYPE_FP32;
+    gpu.cap = cfg->vram ? (halves ? 3 : 1) * cfg->vram + ((size_t)1 << 20) : 0;
+    gpu.clock_event = event_record(gpu.compute, 1);
+    cudaCheck(cudaEventSynchronize(gpu.clock_event));
+    gpu.clock_host = now_seconds();
+    return 0;
+}
+
+/* After a run: what the ledger booked ("allocated", PyTorch's
+ * memory_allocated) beside what the pool holds from the driver ("reserved",
+ * memory_reserved) and what the driver says of the whole GPU. */
+static void backend_print_memory(size_t allocated_peak) {
+    size_t free_bytes = 0, total = 0;
+    cudaCheck(cudaMemGetInfo(&free_bytes, &total));
+    char a[32], r[32], u[32], t[32];
+    printf("GPU memory on rank 0: allocated (the ledger) peak %s; reserved (the pool) peak %s; "
+           "the driver: %s in use of %s (cudaMemGetInfo, every process on this GPU)\n",
+           human_bytes((double)allocated_peak, a, sizeof(a)),
+           human_bytes((double)gpu.peak_reserved, r, sizeof(r)),
+           human_bytes((double)(total - free_bytes), u, sizeof(u)),
+           human_bytes((double)total, t, sizeof(t)));
+}
+
+static void backend_release(void) {
+    pool_empty_cache();
+    free(gpu.cached);
+    cudaCheck(cudaEventDestroy(gpu.clock_event));
+    cublasCheck(cublasDestroy(gpu.cublas));
+    cudaCheck(cudaStreamDestroy(gpu.compute));
+    cudaCheck(cudaStreamDestroy(gpu.comm));
+}
+
+/* One line under the run's header: which GPU, and how it computes. */
+static void backend_describe(const Config *cfg) {
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, gpu.device));
+    int nccl = 0;
+    ncclGetVersion(&nccl);
+    char total[32];
+    printf("GPU: rank 0 on device %d, %s (%s, %d SMs) | cuBLAS %s | NCCL %d.%d.%d\n",
+           gpu.device, prop.name, human_bytes((double)prop.totalGlobalMem, total, sizeof(total)),
+           prop.multiProcessorCount, cfg->tf32 ? "TF32 (--tf32)" : "fp32", nccl / 10000,
+           (nccl % 10000) / 100, nccl % 100);
+}
+
+#else
+/* ---- the CPU build: the same names, on host memory ------------------------ */
+
+static void *dev_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+static void dev_free(void *p, size_t bytes) {
+    (void)bytes;
+    free(p);
+}
+static void dev_zero(void *p, size_t bytes) {
+    if (!backend_dry) memset(p, 0, bytes);
+}
+static void dev_empty_cache(void) {} /* free() gave everything back already */
+static void dev_to_host(void *host, const void *dev, size_t bytes) {
+    if (!backend_dry) memcpy(host, dev, bytes);
+}
+static void dev_from_host(void *dev, const void *host, size_t bytes) {
+    if (!backend_dry) memcpy(dev, host, bytes);
+}
+static void dev_copy(void *dst, const void *src, size_t bytes) {
+    if (!backend_dry) memcpy(dst, src, bytes);
+}
+static void dev_synchronize(void) {} /* the main thread is the compute stream */
+
+/* The CPU needs no device: each rank is a process, its memory the host's. */
+static int backend_init(const Config *cfg, MPI_Comm comm) {
+    (void)cfg, (void)comm;
+    return 0;
+}
+static void backend_release(void) {}
+static void backend_describe(const Config *cfg) { (void)cfg; }
+static void backend_print_memory(size_t allocated_peak) { (void)allocated_peak; }
+
+#define OOM_WORDS "simulated CUDA out of memory"
+static int backend_memory_line(char *buf, size_t len, int rank) {
+    (void)buf, (void)len, (void)rank;
+    return 0; /* no driver to ask */
+}
+
+#define FOR_EACH(n, fn, ...)                                                                       \
+    do {                                                                                           \
+        if (!backend_dry)                                                                          \
+            for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__);                           \
+    } while (0)
+#endif
+
+/* The same loop over buffers in the host's memory (--cpu-offload keeps
+ * the shards and the optimizer there, and AdamW runs on the CPU): a plain
+ * loop in both builds. STATE_FOR_EACH picks by where the state lives. */
+#define HOST_FOR_EACH(n, fn, ...)                                                                  \
+    do {                                                                                           \
+        if (!backend_dry)                                                                          \
+            for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__);                           \
+    } while (0)
+#define STATE_FOR_EACH(on_host, n, fn, ...)                                                        \
+    do {                                                                                           \
+        if (on_host) HOST_FOR_EACH(n, fn, __VA_ARGS__);                                            \
+        else FOR_EACH(n, fn, __VA_ARGS__);                                                         \
+    } while (0)
+
+/* x *= f, element i: how the collectives turn a sum into a mean */
+FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }
