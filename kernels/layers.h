@@ -1,0 +1,305 @@
+/* ============================================================================
+ * kernels/layers.h — section 5 of fsdp.c, the model's layer math: each
+ * layer's forward and backward (Linear, LayerNorm, GELU, the embedding,
+ * softmax cross-entropy) as element functions shared by CPU and GPU, and
+ * the matmuls: register-blocked loops on the CPU, cuBLAS on a GPU, side by
+ * side. fsdp.c includes it in place; section 5 there says what the model
+ * is, and builds its module tree from these layers.
+ * ========================================================================== */
+
+/* ---- element-wise math, shared by CPU and GPU ------------------------------
+ * Each function computes element (or row) i of one layer. The CPU calls it
+ * in a loop, a GPU from one thread per i (FOR_EACH, section 2), so both
+ * compute the same arithmetic in the same order. */
+
+FSDP_HD static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
+FSDP_HD static inline float gelu_grad(float x) {
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678f));
+    float pdf = 0.39894228f * expf(-0.5f * x * x);
+    return cdf + x * pdf;
+}
+FSDP_HD static inline void gelu_forward_one(long i, float *out, const float *inp) {
+    out[i] = gelu(inp[i]);
+}
+FSDP_HD static inline void gelu_backward_one(long i, float *dinp, const float *dout,
+                                             const float *inp) {
+    dinp[i] += dout[i] * gelu_grad(inp[i]);
+}
+FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
+
+/* out row b of (B, O) starts as the bias; the matmul then adds to it */
+FSDP_HD static inline void bias_broadcast_one(long i, float *out, const float *bias, int O) {
+    out[i] = bias[i % O];
+}
+/* dbias[o] += the sum over the B rows of dout, in increasing b */
+FSDP_HD static inline void bias_backward_one(long o, float *dbias, const float *dout, int B,
+                                             int O) {
+    float db = 0.0f;
+    for (int b = 0; b < B; b++) db += dout[(long)b * O + o];
+    dbias[o] += db;
+}
+
+/* LayerNorm of row b: out = (x - mean) * rstd * weight + bias; saves mean, rstd */
+FSDP_HD static inline void layernorm_forward_row(long b, float *out, float *mean, float *rstd,
+                                                 const float *inp, const float *weight,
+                                                 const float *bias, int D) {
+    const float *x = inp + b * D;
+    float m = 0.0f, v = 0.0f;
+    for (int i = 0; i < D; i++) m += x[i];
+    m /= (float)D;
+    for (int i = 0; i < D; i++) v += (x[i] - m) * (x[i] - m);
+    v /= (float)D;
+    float s = 1.0f / sqrtf(v + 1e-5f);
+    for (int i = 0; i < D; i++) out[b * D + i] = (x[i] - m) * s * weight[i] + bias[i];
+    mean[b] = m;
+    rstd[b] = s;
+}
+/* The input gradient of row b. With n = normalised input, g = dy * weight:
+ * dx = rstd * (g - mean(g) - n * mean(g * n)) */
+FSDP_HD static inline void layernorm_backward_row(long b, float *dinp, const float *dout,
+                                                  const float *inp, const float *weight,
+                                                  const float *mean, const float *rstd, int D) {
+    const float *x = inp + b * D, *dy = dout + b * D;
+    float *dx = dinp + b * D;
+    float g_mean = 0.0f, gn_mean = 0.0f;
+    for (int i = 0; i < D; i++) {
+        float n = (x[i] - mean[b]) * rstd[b];
+        float g = dy[i] * weight[i];
+        g_mean += g;
+        gn_mean += g * n;
+    }
+    g_mean /= (float)D;
+    gn_mean /= (float)D;
+    for (int i = 0; i < D; i++) {
+        float n = (x[i] - mean[b]) * rstd[b];
+        dx[i] += rstd[b] * (dy[i] * weight[i] - g_mean - n * gn_mean);
+    }
+}
+/* The parameter gradients of column i: a sum over the rows, in increasing
+ * b, from one thread (a row per thread would need atomics here). */
+FSDP_HD static inline void layernorm_backward_col(long i, float *dweight, float *dbias,
+                                                  const float *dout, const float *inp,
+                                                  const float *mean, const float *rstd, int B,
+                                                  int D) {
+    for (int b = 0; b < B; b++) {
+        long at = (long)b * D + i;
+        float n = (inp[at] - mean[b]) * rstd[b];
+        dweight[i] += dout[at] * n;
+        dbias[i] += dout[at];
+    }
+}
+
+/* element i of out (B, T*C): channel i % C of the embedding of context byte i / C */
+FSDP_HD static inline void embedding_forward_one(long i, float *out, const unsigned char *tokens,
+                                                 const float *weight, int C) {
+    out[i] = weight[(long)tokens[i / C] * C + i % C];
+}
+/* channel c of every byte's embedding gradient: the B*T context bytes in
+ * order, each adding to the row of its byte. One thread per channel, so two
+ * samples with the same byte never add at once. */
+FSDP_HD static inline void embedding_backward_col(long c, float *dweight, const float *dout,
+                                                  const unsigned char *tokens, long BT, int C) {
+    for (long n = 0; n < BT; n++) dweight[(long)tokens[n] * C + c] += dout[n * C + c];
+}
+
+/* Softmax of row b into probs, and the row's loss -log p[target] */
+FSDP_HD static inline void crossentropy_forward_row(long b, float *probs, float *losses,
+                                                    const float *logits, const int *targets,
+                                                    int V) {
+    const float *z = logits + b * V;
+    float *p = probs + b * V;
+    float zmax = z[0], sum = 0.0f;
+    for (int v = 1; v < V; v++) zmax = z[v] > zmax ? z[v] : zmax;
+    for (int v = 0; v < V; v++) {
+        p[v] = expf(z[v] - zmax);
+        sum += p[v];
+    }
+    for (int v = 0; v < V; v++) p[v] /= sum;
+    losses[b] = -logf(p[targets[b]]);
+}
+/* dlogits = (probs - onehot(target)) * dloss */
+FSDP_HD static inline void crossentropy_backward_one(long i, float *dlogits, const float *probs,
+                                                     const int *targets, float dloss, int V) {
+    dlogits[i] += (probs[i] - (i % V == targets[i / V] ? 1.0f : 0.0f)) * dloss;
+}
+
+/* ---- layers ------------------------------------------------------------------
+ * A Linear layer is three matmuls, and the backends differ most here: the
+ * CPU's own blocked loops, or cuBLAS. Everything else is a FOR_EACH over
+ * the functions above. */
+
+#ifdef __CUDACC__
+/* cuBLAS is column-major: a row-major (R, K) matrix is, to cuBLAS, its
+ * (K, R) transpose with leading dimension K. So each product below is
+ * written for the transposes, as llm.c does:
+ *   out^T (O, B)    = weight (O, I) @ inp^T (I, B)     -> weight transposed
+ *   dinp^T (I, B)  += weight^T (I, O) @ dout^T (O, B)
+ *   dweight^T (I, O) += inp^T (I, B) @ dout (B, O)     -> dout transposed
+ * beta = 1 accumulates (backward adds into gradients; forward adds to the
+ * bias already in out). fp32 unless --tf32 (backend_init). */
+static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int B, int I, int O) {
+    if (backend_dry) return; /* --plan */
+    const float one = 1.0f;
+    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
+    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, weight, I, inp, I,
+                            &one, out, O));
+}
+
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int B, int I, int O) {
+    if (backend_dry) return; /* --plan */
+    const float one = 1.0f;
+    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, weight, I, dout,
+                            O, &one, dinp, I));
+    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout, O,
+                            &one, dweight, I));
+    FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
+}
+#else
+/* The Linear layers are three matmuls, and a matmul's time goes to loading
+ * operands, not to multiplying them: a plain loop loads one or two numbers
+ * per multiply-add. Register blocking keeps a block of 4 rows x 32 columns
+ * of sums in SIMD registers (eight AVX-512 registers) while one row of the
+ * other operand streams by: one load serves 4 multiply-adds. Every output
+ * element is still a sum over one index in increasing order (i in forward,
+ * o for dinp, b for dweight), a fixed order written in the source, which
+ * the compiler may vectorise across columns but never reorder. */
+enum { BWD_ROWS = 4, BWD_VEC = 32 };
+
+/* dst (R, n) rows += coef (R, K) @ src (K, n), for columns [i, i + BWD_VEC):
+ * dst row r is dst + r * dst_stride; coef[r][k] is coef[r * coef_row + k *
+ * coef_col]; src row k is src + k * src_stride. */
+static void accumulate_block(float *dst, long dst_stride, const float *coef, long coef_row,
+                             long coef_col, const float *src, long src_stride, int K, int i) {
+    float acc[BWD_ROWS][BWD_VEC];
+    for (int r = 0; r < BWD_ROWS; r++)
+        for (int j = 0; j < BWD_VEC; j++) acc[r][j] = dst[r * dst_stride + i + j];
+    for (int k = 0; k < K; k++) {
+        const float *s = src + (long)k * src_stride + i;
+        for (int r = 0; r < BWD_ROWS; r++) {
+            float d = coef[r * coef_row + (long)k * coef_col];
+            for (int j = 0; j < BWD_VEC; j++) acc[r][j] += d * s[j];
+        }
+    }
+    for (int r = 0; r < BWD_ROWS; r++)
+        for (int j = 0; j < BWD_VEC; j++) dst[r * dst_stride + i + j] = acc[r][j];
+}
+
+/* The same for what is left: rows [r0, r1) and columns [i0, n), plainly. */
+static void accumulate_rest(float *dst, long dst_stride, const float *coef, long coef_row,
+                            long coef_col, const float *src, long src_stride, int K, int r0, int r1,
+                            int i0, int n) {
+    for (int r = r0; r < r1; r++)
+        for (int k = 0; k < K; k++) {
+            float d = coef[r * coef_row + (long)k * coef_col];
+            const float *s = src + (long)k * src_stride;
+            float *t = dst + r * dst_stride;
+            for (int j = i0; j < n; j++) t[j] += d * s[j];
+        }
+}
+
+/* dst (R, n) += coef (R, K) @ src (K, n), blocked, each element summed over
+ * k in increasing order. */
+static void accumulate(float *dst, const float *coef, long coef_row, long coef_col,
+                       const float *src, int R, int K, int n) {
+    int r = 0;
+    for (; r + BWD_ROWS <= R; r += BWD_ROWS) {
+        int i = 0;
+        for (; i + BWD_VEC <= n; i += BWD_VEC)
+            accumulate_block(dst + (long)r * n, n, coef + r * coef_row, coef_row, coef_col, src, n,
+                             K, i);
+        accumulate_rest(dst + (long)r * n, n, coef + r * coef_row, coef_row, coef_col, src, n, K, 0,
+                        BWD_ROWS, i, n);
+    }
+    accumulate_rest(dst, n, coef, coef_row, coef_col, src, n, K, r, R, 0, n);
+}
+
+/* out (B, O) = inp (B, I) @ weight^T + bias, weight (O, I) as nn.Linear.
+ * The same kernel as backward: 32 outputs at a time, their weights first
+ * copied into a panel laid out (I, 32), so that each sample's row streams
+ * by while the block of sums stays in registers. out[b][o] is bias[o] plus
+ * the products in increasing i: it depends only on sample b and the
+ * weights, so a sample's forward gives the same bits on every rank and
+ * every batch size. (The panel is scratch in host memory, outside the
+ * ledger, as cuBLAS's workspace would be on a GPU.) */
+static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+                           int B, int I, int O) {
+    if (backend_dry) return; /* --plan */
+    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
+    float *panel = (float *)malloc((size_t)I * BWD_VEC * sizeof(float));
+    if (!panel) FATAL("the machine is out of host memory", "cannot allocate a matmul panel");
+    for (int o0 = 0; o0 < O; o0 += BWD_VEC) {
+        int w = O - o0 < BWD_VEC ? O - o0 : BWD_VEC;
+        for (int i = 0; i < I; i++)
+            for (int j = 0; j < w; j++)
+                panel[(long)i * BWD_VEC + j] = weight[(long)(o0 + j) * I + i];
+        int b = 0;
+        for (; w == BWD_VEC && b + BWD_ROWS <= B; b += BWD_ROWS)
+            accumulate_block(out + (long)b * O + o0, O, inp + (long)b * I, I, 1, panel, BWD_VEC, I,
+                             0);
+        accumulate_rest(out + o0, O, inp, I, 1, panel, BWD_VEC, I, b, B, 0, w);
+    }
+    free(panel);
+}
+
+static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, int B, int I, int O) {
+    if (backend_dry) return; /* --plan */
+    /* dinp (B, I) += dout (B, O) @ weight (O, I): summed over o */
+    accumulate(dinp, dout, O, 1, weight, B, O, I);
+    /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
+    accumulate(dweight, dout, 1, O, inp, O, B, I);
+    FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
+}
+
+#endif
+
+/* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B) */
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int B, int D) {
+    FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, D);
+}
+static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int B, int D) {
+    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, D);
+    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D);
+}
+
+static void gelu_forward(float *out, const float *inp, long n) {
+    FOR_EACH(n, gelu_forward_one, out, inp);
+}
+static void gelu_backward(float *dinp, const float *dout, const float *inp, long n) {
+    FOR_EACH(n, gelu_backward_one, dinp, dout, inp);
+}
+
+/* out (B, T*C): the embeddings of the T context bytes of each sample, end to end */
+static void embedding_forward(float *out, const unsigned char *tokens, const float *weight, int B,
+                              int T, int C) {
+    FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight, C);
+}
+static void embedding_backward(float *dweight, const float *dout, const unsigned char *tokens,
+                               int B, int T, int C) {
+    FOR_EACH(C, embedding_backward_col, dweight, dout, tokens, (long)B * T, C);
+}
+
+/* Softmax cross-entropy, averaged over the B samples: writes probs (B, V)
+ * and each sample's loss (B), and returns their mean (summed on the host in
+ * sample order, so the same bits on every backend). Its backward, for loss
+ * scale `dloss`, is dlogits = (probs - onehot(target)) * dloss. */
+static float crossentropy_forward(float *probs, float *losses, const float *logits,
+                                  const int *targets, int B, int V) {
+    FOR_EACH(B, crossentropy_forward_row, probs, losses, logits, targets, V);
+    float *host = (float *)calloc(B > 0 ? (size_t)B : 1, sizeof(float));
+    if (!host) FATAL("the machine is out of host memory", "cannot read the losses back");
+    dev_to_host(host, losses, (size_t)B * sizeof(float));
+    double loss = 0.0;
+    for (int b = 0; b < B; b++) loss += host[b];
+    free(host);
+    return (float)(loss / B);
+}
+static void crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                  float dloss, int B, int V) {
+    FOR_EACH((long)B * V, crossentropy_backward_one, dlogits, probs, targets, dloss, V);
+}
