@@ -1,0 +1,697 @@
+/* ============================================================================
+ * io/checkpoint.h — section 12's plumbing: what a checkpoint directory holds
+ * and how each file is judged before a byte of it is trained on.
+ *
+ * fsdp.c includes it in place, in section 12. The lessons stay there: who
+ * writes which shard (ckpt_save), and how a new world size reads the old
+ * shards (ckpt_load_shards, ckpt_read_range). Here is what surrounds them:
+ * meta.txt's description of a trainer (ckpt_meta_of), the step-N and
+ * .tmp-step-N directories (listing, pruning, removing only fsdp.c's own
+ * files, the names a save needs), and every check of a checkpoint or a
+ * safetensors file against the run that loads it (ckpt_check_*,
+ * ckpt_verify_files, st_check_model, shard_first_nonfinite).
+ * ========================================================================== */
+
+/* ---- writing: meta.txt and the checkpoint directories ---------------------------- */
+
+/* The CRC-32 of the --data file, so that a checkpoint can say which data it
+ * was trained on. Computed once, when a checkpoint first needs it. */
+static uint32_t trainer_data_crc(Trainer *t) {
+    if (!t->data_crc_known) t->data_crc = crc32_update(0, t->corpus.bytes, (size_t)t->corpus.len);
+    t->data_crc_known = 1;
+    return t->data_crc;
+}
+
+/* The metadata of this trainer's layout (files and data filled in by the
+ * caller). Every rank can build it: the shard files carry its layout hash. */
+/* The optimizer's settings and MixedPrecision's formats as meta.txt keeps
+ * them: the floats as their bits, so a resume can tell they are the same. */
+static void optimizer_to_meta(const Config *c, CkptMeta *m) {
+    snprintf(m->optimizer, sizeof(m->optimizer), "%s",
+             c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw");
+    memcpy(&m->beta1_bits, &c->beta1, sizeof(float));
+    memcpy(&m->beta2_bits, &c->beta2, sizeof(float));
+    memcpy(&m->eps_bits, &c->eps, sizeof(float));
+    memcpy(&m->weight_decay_bits, &c->weight_decay, sizeof(float));
+    memcpy(&m->clip_bits, &c->clip_grad_norm, sizeof(float));
+    snprintf(m->param_dtype, sizeof(m->param_dtype), "%s", DTYPE_NAMES[c->param_dtype]);
+    snprintf(m->reduce_dtype, sizeof(m->reduce_dtype), "%s", DTYPE_NAMES[c->reduce_dtype]);
+}
+
+static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
+    const Config *c = &t->cfg;
+    memset(m, 0, sizeof(*m));
+    m->version = 2;
+    m->world = t->shard_world;
+    snprintf(m->strategy, sizeof(m->strategy), "%s", strategy_name(c->strategy));
+    m->vocab = c->vocab;
+    m->embed_dim = c->embed_dim;
+    m->context = c->context;
+    m->width = c->width;
+    m->depth = c->depth;
+    m->min_params = c->min_params;
+    m->seed = c->seed;
+    m->batch = c->batch;
+    m->step = next_step;
+    m->adam_step = t->adam_step;
+    m->scaler_on = c->grad_scaler;
+    memcpy(&m->scale_bits, &t->loss_scale, sizeof(float));
+    m->scaler_growth = t->scaler_growth;
+    lr_schedule_to_meta(c, m);
+    optimizer_to_meta(c, m);
+    m->n_units = t->n_units;
+    m->units = (MetaUnit *)calloc((size_t)t->n_units, sizeof(MetaUnit));
+    for (int u = 0; m->units && u < t->n_units; u++) {
+        m->units[u].numel = t->units[u].numel;
+        m->units[u].padded = t->units[u].padded;
+        m->units[u].shard = t->units[u].shard;
+    }
+    m->n_params = t->model.n_params;
+    m->params = (MetaParam *)calloc((size_t)m->n_params, sizeof(MetaParam));
+    for (int i = 0; m->params && i < m->n_params; i++) {
+        const Param *p = &t->model.params[i];
+        snprintf(m->params[i].name, sizeof(m->params[i].name), "%s", p->name);
+        m->params[i].unit = p->unit;
+        m->params[i].offset = p->offset;
+        m->params[i].shape[0] = p->shape[0];
+        m->params[i].shape[1] = p->shape[1];
+        m->params[i].numel = p->numel;
+    }
+    m->n_files = c->strategy == STRATEGY_NO_SHARD ? 1 : t->shard_world;
+    m->files = (MetaFile *)calloc((size_t)m->n_files, sizeof(MetaFile));
+    if (!m->units || !m->params || !m->files)
+        FATAL("the machine is out of host memory", "cannot describe the checkpoint");
+}
+
+static int ckpt_write_text(const char *path, const char *text, size_t len, char *err,
+                           size_t errlen) {
+    OutFile f;
+    if (out_create(&f, "checkpoint", path, err, errlen)) return 2;
+    out_write(&f, text, len);
+    return out_commit(&f, err, errlen) ? 2 : 0;
+}
+
+/* The names of the files a checkpoint directory holds: meta.txt and
+ * shard-NNNNN.bin (five or more digits). */
+static int ckpt_is_own_file(const char *name) {
+    size_t n = strlen(name);
+    if (!strcmp(name, "meta.txt")) return 1;
+    if (n < 15 || strncmp(name, "shard-", 6) != 0 || strcmp(name + n - 4, ".bin") != 0) return 0;
+    for (size_t i = 6; i < n - 4; i++)
+        if (name[i] < '0' || name[i] > '9') return 0;
+    return 1;
+}
+
+/* Removes a checkpoint directory that fsdp.c wrote, and nothing else: the
+ * directory itself must be a directory (a symbolic link is never followed),
+ * only its checkpoint files are deleted, and only if they are regular
+ * files. Anything else in it (a note the user put there) keeps it. */
+static void ckpt_remove_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    struct dirent *e;
+    struct stat st;
+    while ((e = readdir(d)) != NULL)
+        if (ckpt_is_own_file(e->d_name) && fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISREG(st.st_mode))
+            unlinkat(fd, e->d_name, 0);
+    closedir(d); /* closes fd too */
+    rmdir(dir);  /* fails, harmlessly, if anything else is left in it */
+}
+
+enum { CKPT_KEEP = 2 }; /* checkpoints kept in --save-dir */
+
+/* Whether a run that starts at step `first` saves a checkpoint after step
+ * n (named step-n): every --save-every steps, and after its last. */
+static int ckpt_saves_after(const Config *c, long first, long n) {
+    return c->save_dir && n > first && n <= c->steps &&
+           (n == c->steps || (c->save_every && n % c->save_every == 0));
+}
+
+/* "step-00000100" -> 100; -1 for any other name (a .tmp-step-N, a copy
+ * named step-00000100.bak, ...). */
+static long ckpt_step_of(const char *name) {
+    if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13) return -1;
+    long step = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        step = 10 * step + (*p - '0');
+    }
+    return step;
+}
+
+static int cmp_newest_first(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x < y) - (x > y);
+}
+
+/* The step numbers of the complete checkpoints in dir (a step-N directory
+ * with its meta.txt, written last), newest first; malloc'd, or NULL. */
+static long *ckpt_list(const char *dir, int *n) {
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    int cap = 64;
+    long *steps = (long *)malloc((size_t)cap * sizeof(long));
+    struct dirent *e;
+    while (steps && (e = readdir(d)) != NULL) {
+        long step = ckpt_step_of(e->d_name);
+        char meta[2048];
+        struct stat st;
+        snprintf(meta, sizeof(meta), "%s/%s/meta.txt", dir, e->d_name);
+        if (step < 0 || stat(meta, &st) != 0) continue;
+        if (*n == cap) steps = (long *)realloc(steps, (size_t)(cap *= 2) * sizeof(long));
+        if (steps) steps[(*n)++] = step;
+    }
+    closedir(d);
+    if (!steps)
+        FATAL("the machine is out of host memory", "cannot list the checkpoints in %s", dir);
+    qsort(steps, (size_t)*n, sizeof(long), cmp_newest_first);
+    return steps;
+}
+
+/* After a save of step `saved`: keep it and the CKPT_KEEP - 1 newest before
+ * it, and sweep away .tmp directories that crashed saves left behind. */
+static void ckpt_prune(const char *dir, long saved) {
+    int n = 0, kept = 0;
+    long *steps = ckpt_list(dir, &n);
+    char path[2048];
+    for (int i = 0; i < n; i++) {
+        if (steps[i] > saved) continue; /* never happens: run_training refuses it */
+        if (kept++ < CKPT_KEEP) continue;
+        snprintf(path, sizeof(path), "%s/step-%08ld", dir, steps[i]);
+        ckpt_remove_dir(path);
+    }
+    free(steps);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, ".tmp-step-", 10) != 0) continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        ckpt_remove_dir(path);
+    }
+    if (d) closedir(d);
+}
+
+/* Whether ckpt_remove_dir would clear path away: a directory (not a link
+ * to one) that holds checkpoint files only, each a regular file. */
+static int ckpt_removable(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return 1; /* nothing there: nothing in the way */
+    DIR *d = S_ISDIR(st.st_mode) ? opendir(path) : NULL;
+    if (!d) return 0;
+    struct dirent *e;
+    char file[2048 + 256];
+    int ok = 1;
+    while (ok && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(file, sizeof(file), "%s/%s", path, e->d_name);
+        ok = ckpt_is_own_file(e->d_name) && lstat(file, &st) == 0 && S_ISREG(st.st_mode);
+    }
+    closedir(d);
+    return ok;
+}
+
+/* The names a save uses: it writes .tmp-step-N, then renames it to step-N.
+ * A step-N that is not a directory (a file, a pipe), or a .tmp-step-N or
+ * step-N that this run will save and cannot clear away (a user's files in
+ * it), would make the save fail after all the training. Refuse them before
+ * the first step. */
+static int ckpt_check_step_names(const Config *c, long first, char *err, size_t errlen) {
+    const char *dir = c->save_dir;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    struct stat st;
+    char path[2048];
+    int rc = 0;
+    while (d && rc == 0 && (e = readdir(d)) != NULL) {
+        int tmp = !strncmp(e->d_name, ".tmp-", 5);
+        long step = ckpt_step_of(e->d_name + (tmp ? 5 : 0));
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if (step >= 0 && !tmp && stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+            rc = usage_error(err, errlen,
+                             "--save-dir %s: %s is %s, where checkpoints are directories. Move it "
+                             "away, or save elsewhere.",
+                             dir, e->d_name, file_kind(path));
+        else if (step >= 0 && ckpt_saves_after(c, first, step) && !ckpt_removable(path))
+            rc = usage_error(err, errlen,
+                             "--save-dir %s: %s is in the way of the checkpoint saved after step "
+                             "%ld: it is %s fsdp.c did not write. Move it away, or save elsewhere.",
+                             dir, e->d_name, step,
+                             lstat(path, &st) == 0 && S_ISDIR(st.st_mode) ? "a directory of files"
+                                                                          : "a file or link");
+    }
+    if (d) closedir(d);
+    return rc;
+}
+
+/* A --save-dir holding checkpoints beyond where this run starts belongs to
+ * another run (or this one's future): saving next to them would mix two
+ * runs, and --resume would later pick the wrong one. Refuse before
+ * training rather than delete anything. */
+static int ckpt_check_save_dir(Trainer *t, long first) {
+    char err[4096] = "";
+    int rc = 0;
+    if (t->comm.rank == 0) {
+        int n = 0;
+        long *steps = ckpt_list(t->cfg.save_dir, &n);
+        if (n > 0 && steps[0] > first)
+            rc = usage_error(
+                err, sizeof(err),
+                "--save-dir %s already holds a checkpoint at step %ld, beyond this run's start "
+                "(step %ld). Continue that run with --resume %s, or save elsewhere.",
+                t->cfg.save_dir, steps[0], first, t->cfg.save_dir);
+        free(steps);
+        if (rc == 0) rc = ckpt_check_step_names(&t->cfg, first, err, sizeof(err));
+    }
+    return ckpt_agree(t, rc, err);
+}
+
+/* ---- reading -------------------------------------------------------------------- */
+
+/* Where to load from: DIR itself if it holds meta.txt, else its newest
+ * complete step-N subdirectory. */
+static int ckpt_locate(const char *dir, char *out, size_t outlen, char *err, size_t errlen) {
+    struct stat st;
+    char meta[2048];
+    if (stat(dir, &st) != 0)
+        return usage_error(err, errlen,
+                           "--resume %s: no such directory. Give the --save-dir of an earlier run.",
+                           dir);
+    if (!S_ISDIR(st.st_mode))
+        return usage_error(
+            err, errlen,
+            "--resume %s: is %s, not a directory. Give the --save-dir of an earlier run, "
+            "or one of its step-N directories.",
+            dir, file_kind(dir));
+    snprintf(meta, sizeof(meta), "%s/meta.txt", dir);
+    if (lstat(meta, &st) == 0) { /* whatever it is: reading it will say what is wrong */
+        snprintf(out, outlen, "%s", dir);
+        return 0;
+    }
+    int n = 0;
+    long *steps = ckpt_list(dir, &n);
+    if (n == 0) {
+        free(steps);
+        return usage_error(
+            err, errlen,
+            "--resume %s: no complete checkpoint in it (no step-N/meta.txt). A save that "
+            "crashed leaves only a .tmp-step-N directory, which is never loaded.",
+            dir);
+    }
+    snprintf(out, outlen, "%s/step-%08ld", dir, steps[0]);
+    free(steps);
+    return 0;
+}
+
+/* The run being resumed must see the batches it would have seen: the same
+ * seed, global batch and data (the sampler draws from all three). */
+static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char *err,
+                           size_t errlen) {
+    const Config *c = &t->cfg;
+    if (m->seed != c->seed)
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained with --seed %llu, this run has --seed %llu: the "
+            "batches would differ from the run being resumed. Use --seed %llu.",
+            path, (unsigned long long)m->seed, (unsigned long long)c->seed,
+            (unsigned long long)m->seed);
+    if (m->batch != c->batch)
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained with --batch %d, this run has --batch %d: the "
+            "batches would differ from the run being resumed. Use --batch %d.",
+            path, m->batch, c->batch, m->batch);
+    CkptMeta mine;
+    memset(&mine, 0, sizeof(mine));
+    lr_schedule_to_meta(c, &mine);
+    if (strcmp(m->lr_schedule, mine.lr_schedule) || m->lr_bits != mine.lr_bits ||
+        m->warmup != mine.warmup || m->step_size != mine.step_size ||
+        m->gamma_bits != mine.gamma_bits || m->schedule_steps != mine.schedule_steps) {
+        char was[160], is[160];
+        lr_schedule_describe(m, was, sizeof(was));
+        lr_schedule_describe(&mine, is, sizeof(is));
+        return usage_error(err, errlen,
+                           "%s: the checkpoint was trained with %s, this run has %s: the "
+                           "learning rate would jump. Give the same flags to continue that run "
+                           "(or --init-from an export to start a new schedule).",
+                           path, was, is);
+    }
+    if (!m->data_is_file && c->data_path)
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained on the embedded corpus, this run has --data %s. "
+            "Leave out --data to continue that run.",
+            path, c->data_path);
+    if (m->data_is_file && !c->data_path)
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained on a --data file (%llu bytes, crc32 %08x), this "
+            "run on the embedded corpus. Give the same --data file.",
+            path, (unsigned long long)m->data_bytes, (unsigned)m->data_crc);
+    if (m->data_is_file && t->comm.rank == 0 && /* one rank reads the whole file */
+        ((uint64_t)t->corpus.len != m->data_bytes || trainer_data_crc(t) != m->data_crc))
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint was trained on a --data file of %llu bytes (crc32 %08x); "
+            "--data %s has %ld bytes (crc32 %08x): other data. Give the file it was trained on.",
+            path, (unsigned long long)m->data_bytes, (unsigned)m->data_crc, c->data_path,
+            t->corpus.len, (unsigned)trainer_data_crc(t));
+    return 0;
+}
+
+/* "0.01": the shortest decimal that reads back as the float of these bits */
+static const char *float_text(uint32_t bits, char *out, size_t len) {
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(out, len, "%.*g", digits, (double)f);
+        if (strtof(out, NULL) == f) break;
+    }
+    return out;
+}
+
+/* A resumed run goes on with the optimizer it was trained with: Adam's
+ * moments were accumulated under those betas and eps, and a changed decay,
+ * clipping or format would silently make it another run. So a change is
+ * refused, naming both values. (PyTorch users who want one reload the
+ * optimizer and edit its param_groups; here --init-from an export starts
+ * fresh with any settings.) */
+static int ckpt_check_optimizer(const Config *c, const CkptMeta *m, const char *path, char *err,
+                                size_t errlen) {
+    CkptMeta mine;
+    memset(&mine, 0, sizeof(mine));
+    optimizer_to_meta(c, &mine);
+    const struct {
+        const char *flag;
+        uint32_t was, is;
+    } floats[] = {{"--beta1", m->beta1_bits, mine.beta1_bits},
+                  {"--beta2", m->beta2_bits, mine.beta2_bits},
+                  {"--eps", m->eps_bits, mine.eps_bits},
+                  {"--weight-decay", m->weight_decay_bits, mine.weight_decay_bits},
+                  {"--clip-grad-norm", m->clip_bits, mine.clip_bits}};
+    const char *flag = NULL, *was = NULL, *is = NULL;
+    char a[32], b[32];
+    if (strcmp(m->optimizer, mine.optimizer)) {
+        flag = "--optimizer";
+        was = m->optimizer;
+        is = mine.optimizer;
+    }
+    for (size_t i = 0; !flag && i < sizeof(floats) / sizeof(floats[0]); i++) {
+        if (floats[i].was == floats[i].is) continue;
+        int clip = !strcmp(floats[i].flag, "--clip-grad-norm"); /* 0: off */
+        flag = floats[i].flag;
+        was = clip && !floats[i].was ? "off" : float_text(floats[i].was, a, sizeof(a));
+        is = clip && !floats[i].is ? "off" : float_text(floats[i].is, b, sizeof(b));
+    }
+    const char *formats[][3] = {{"--param-dtype", m->param_dtype, mine.param_dtype},
+                                {"--reduce-dtype", m->reduce_dtype, mine.reduce_dtype}};
+    for (int i = 0; !flag && i < 2; i++) {
+        if (!strcmp(formats[i][1], formats[i][2])) continue;
+        flag = formats[i][0];
+        was = formats[i][1];
+        is = formats[i][2];
+    }
+    if (!flag) return 0;
+    char advice[96];
+    if (!strcmp(was, "off")) snprintf(advice, sizeof(advice), "Leave out %s", flag);
+    else snprintf(advice, sizeof(advice), "Give %s %s", flag, was);
+    return usage_error(err, errlen,
+                       "%s: the checkpoint was trained with %s %s, this run has %s %s: the "
+                       "optimizer's state belongs to the first setting. %s to continue that "
+                       "run (or --init-from an export to start anew with other settings).",
+                       path, flag, was, flag, is, advice);
+}
+
+/* The checkpoint must be of this model: same shape, and every parameter of
+ * ours present under its name with the same shape. */
+static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map,
+                            char *err, size_t errlen) {
+    const Config *c = &t->cfg;
+    if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context ||
+        m->width != c->width || m->depth != c->depth)
+        return usage_error(
+            err, errlen,
+            "%s: the checkpoint is of a different model (embed_dim %d context %d width %d "
+            "depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same "
+            "--model and "
+            "overrides.",
+            path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context, c->width,
+            c->depth);
+    if (m->step > INT_MAX)
+        return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path,
+                           m->step);
+    for (int i = 0; i < t->model.n_params; i++) {
+        const Param *p = &t->model.params[i];
+        map[i] = -1;
+        for (int j = 0; j < m->n_params && map[i] < 0; j++)
+            if (!strcmp(m->params[j].name, p->name)) map[i] = j;
+        if (map[i] < 0)
+            return usage_error(err, errlen, "%s: parameter %s is missing from the checkpoint.",
+                               path, p->name);
+        const MetaParam *q = &m->params[map[i]];
+        if (q->shape[0] != p->shape[0] || q->shape[1] != p->shape[1])
+            return usage_error(err, errlen,
+                               "%s: %s has shape (%d, %d) in the checkpoint but (%d, %d) here.",
+                               path, p->name, q->shape[0], q->shape[1], p->shape[0], p->shape[1]);
+    }
+    return 0;
+}
+
+/* meta.txt's step is the directory's: step-00000010/meta.txt says step 10.
+ * (A checkpoint copied to a directory of another name is still loaded.) */
+static int ckpt_check_step(const char *dir, const CkptMeta *m, const char *path, char *err,
+                           size_t errlen) {
+    char name[1536];
+    snprintf(name, sizeof(name), "%s", dir);
+    for (size_t n = strlen(name); n > 1 && name[n - 1] == '/'; n--)
+        name[n - 1] = '\0'; /* "step-4/" */
+    const char *slash = strrchr(name, '/');
+    long named = ckpt_step_of(slash ? slash + 1 : name);
+    if (named >= 0 && named != m->step)
+        return usage_error(
+            err, errlen,
+            "%s: says step %ld, but its directory is step %ld: the checkpoint was edited. "
+            "Use another checkpoint.",
+            path, m->step, named);
+    return 0;
+}
+
+/* Whose shard is this file? Its header must name the rank of its place in
+ * meta.txt's list, the checkpoint's world size and step, and the layout
+ * meta.txt describes: a shard file swapped with another, or brought in from
+ * another checkpoint, is refused here rather than trained on. */
+static int ckpt_check_shard_header(int fd, int f, const CkptMeta *m, uint64_t layout,
+                                   const char *path, char *err, size_t errlen) {
+    unsigned char head[SHARD_HEADER_BYTES];
+    ShardHeader h;
+    char why[256];
+    if (file_read_at(fd, head, sizeof(head), 0) != 0)
+        return usage_error(err, errlen, "%s: cannot read its header.", path);
+    if (shard_header_decode(head, sizeof(head), &h, why, sizeof(why)) != 0)
+        return usage_error(err, errlen, "%s: %s. Use another checkpoint.", path, why);
+    if ((int)h.rank != f || (int)h.world != m->world)
+        return usage_error(
+            err, errlen,
+            "%s: holds rank %u of %u's shard, but meta.txt lists it as rank %d of %d's: "
+            "shard files were swapped or copied. Use another checkpoint.",
+            path, (unsigned)h.rank, (unsigned)h.world, f, m->world);
+    if ((long)h.step != m->step)
+        return usage_error(
+            err, errlen,
+            "%s: was written at step %llu, but meta.txt says step %ld: it belongs to another "
+            "checkpoint. Use another checkpoint.",
+            path, (unsigned long long)h.step, m->step);
+    if (h.layout != layout)
+        return usage_error(
+            err, errlen,
+            "%s: was written for another layout than meta.txt describes (layout hash "
+            "%016llx, meta.txt gives %016llx): meta.txt was edited. Use another checkpoint.",
+            path, (unsigned long long)h.layout, (unsigned long long)layout);
+    uint32_t scale_bits = m->scaler_on ? m->scale_bits : 0,
+             growth = m->scaler_on ? (uint32_t)m->scaler_growth : 0;
+    if ((long)h.adam_step != m->adam_step || h.scale_bits != scale_bits ||
+        h.scaler_growth != growth)
+        return usage_error(
+            err, errlen,
+            "%s: was written with adam_step %llu and loss scale %08x (growth %u), but meta.txt "
+            "says adam_step %ld and %08x (growth %u): meta.txt was edited. Use another "
+            "checkpoint.",
+            path, (unsigned long long)h.adam_step, (unsigned)h.scale_bits,
+            (unsigned)h.scaler_growth, m->adam_step, (unsigned)scale_bits, (unsigned)growth);
+    return 0;
+}
+
+/* Every shard file must be the one meta.txt lists: the right size, the
+ * right CRC-32, and a header saying it is that rank's shard of this
+ * checkpoint. Each file is checked by one rank (file f by rank f mod N). */
+static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, char *err,
+                             size_t errlen) {
+    int rc = 0;
+    char path[2048], why[1024];
+    uint64_t layout = meta_layout_hash(m);
+    unsigned char *buf = (unsigned char *)malloc(1 << 20);
+    if (!buf) FATAL("the machine is out of host memory", "cannot verify the checkpoint");
+    for (int f = t->comm.rank; f < m->n_files && rc == 0; f += t->comm.world) {
+        snprintf(path, sizeof(path), "%s/%s", dir, m->files[f].name);
+        uint64_t size = 0, want = m->files[f].bytes;
+        int fd = file_open_input("checkpoint", path, &size, why, sizeof(why));
+        if (fd < 0) {
+            rc = usage_error(err, errlen, "%s", why);
+            break;
+        }
+        uint32_t crc = 0;
+        for (uint64_t at = 0; size == want && at < size && rc == 0; at += 1 << 20) {
+            size_t n = size - at < (1 << 20) ? (size_t)(size - at) : (size_t)1 << 20;
+            if (file_read_at(fd, buf, n, at) != 0)
+                rc = usage_error(err, errlen, "%s: cannot read it (%s).", path,
+                                 errno ? strerror(errno) : "it became shorter");
+            crc = crc32_update(crc, buf, n);
+        }
+        if (rc == 0 && size != want)
+            rc = usage_error(
+                err, errlen,
+                "%s: %llu bytes, but meta.txt says %llu: the file is truncated or was replaced. "
+                "Use another checkpoint.",
+                path, (unsigned long long)size, (unsigned long long)want);
+        else if (rc == 0 && crc != m->files[f].crc)
+            rc = usage_error(err, errlen,
+                             "%s: checksum mismatch (crc32 %08x, meta.txt says %08x): the file is "
+                             "corrupted. Use another checkpoint.",
+                             path, crc, m->files[f].crc);
+        if (rc == 0) rc = ckpt_check_shard_header(fd, f, m, layout, path, err, errlen);
+        close(fd);
+    }
+    free(buf);
+    return rc;
+}
+
+/* The first value in this rank's shards of tensor k (0 parameters,
+ * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
+ * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
+ * [3, 17] is nan", in out; returns 0 when every value is a number. */
+static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
+    Dtype dtype = t->cfg.param_dtype;
+    static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        const float *x = unit_state_host(u, k); /* as just loaded */
+        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
+        for (int j = 0; j < u->n_params; j++) {
+            const Param *p = &t->model.params[u->params[j]];
+            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
+            for (long e = a; e < b; e++) {
+                float v = x[e - lo];
+                /* a parameter is computed with in param_dtype: fp16 ends at 65504 */
+                int overflows = k == 0 && isfinite(v) && !isfinite(round_to(v, dtype));
+                if (isfinite(v) && (k != 2 || v >= 0.0f) && !overflows) continue;
+                long i = e - p->offset;
+                int n = p->shape[1] == 1
+                            ? snprintf(out, outlen, "%s%s[%ld] is %g", what[k], p->name, i,
+                                       (double)v)
+                            : snprintf(out, outlen, "%s%s[%ld, %ld] is %g", what[k], p->name,
+                                       i / p->shape[1], i % p->shape[1], (double)v);
+                if (!overflows) return 1;
+                float largest = bits_float(dtype == DTYPE_FP16 ? 0x477FE000u : 0x7F7F0000u);
+                if (n > 0 && (size_t)n < outlen)
+                    snprintf(out + n, outlen - (size_t)n,
+                             ", beyond the largest %s (%g): --param-dtype %s would compute with "
+                             "inf. Use --param-dtype %s",
+                             DTYPE_NAMES[dtype], (double)largest, DTYPE_NAMES[dtype],
+                             dtype == DTYPE_FP16 ? "bf16, which has fp32's range" : "fp32");
+                return 2;
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---- the full state as safetensors ----------------------------------------------- */
+
+/* 1-D for vectors (biases, norms), 2-D (out, in) for matrices: the shapes
+ * PyTorch's state_dict has. */
+static void st_tensor_of(const Param *p, StTensor *s) {
+    memset(s, 0, sizeof(*s));
+    snprintf(s->name, sizeof(s->name), "%s", p->name);
+    snprintf(s->dtype, sizeof(s->dtype), "F32");
+    s->ndim = p->shape[1] == 1 ? 1 : 2;
+    s->shape[0] = p->shape[0];
+    s->shape[1] = p->shape[1];
+}
+
+/* Checks a safetensors header against our model: the same names, each
+ * F32 with our shape, and nothing else. */
+/* "(256)", "(128, 256)": a tensor's shape as PyTorch prints it */
+static const char *st_shape_text(const StTensor *s, char *out, size_t len) {
+    size_t n = (size_t)snprintf(out, len, "(");
+    for (int d = 0; d < s->ndim && n < len; d++)
+        n += (size_t)snprintf(out + n, len - n, "%s%ld", d ? ", " : "", s->shape[d]);
+    if (n < len) snprintf(out + n, len - n, ")");
+    return out;
+}
+
+static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map,
+                          char *err, size_t errlen) {
+    if (h->n != t->model.n_params)
+        return usage_error(
+            err, errlen,
+            "--init-from %s: %d tensors, but the model has %d parameters. Export it from a "
+            "run of the same model.",
+            path, h->n, t->model.n_params);
+    for (int i = 0; i < t->model.n_params; i++) {
+        StTensor want;
+        st_tensor_of(&t->model.params[i], &want);
+        map[i] = -1;
+        for (int j = 0; j < h->n && map[i] < 0; j++)
+            if (!strcmp(h->tensors[j].name, want.name)) map[i] = j;
+        if (map[i] < 0)
+            return usage_error(err, errlen, "--init-from %s: no tensor named %s.", path, want.name);
+        const StTensor *s = &h->tensors[map[i]];
+        if (strcmp(s->dtype, "F32") != 0)
+            return usage_error(err, errlen, "--init-from %s: %s is %s; fsdp.c trains in F32.", path,
+                               s->name, s->dtype);
+        int same = s->ndim == want.ndim;
+        for (int d = 0; d < want.ndim && same; d++) same = s->shape[d] == want.shape[d];
+        if (!same) {
+            char got[128], expected[128];
+            return usage_error(err, errlen,
+                               "--init-from %s: %s has shape %s, but this model's is %s. Export "
+                               "it from a run of the same model.",
+                               path, s->name, st_shape_text(s, got, sizeof(got)),
+                               st_shape_text(&want, expected, sizeof(expected)));
+        }
+    }
+    return 0;
+}
+
+/* Reads rank 0's copy of a safetensors header: the 8-byte length, then the
+ * JSON. Returns the bytes (all ranks judge these same bytes). */
+static int st_read_header(const char *path, unsigned char **out, size_t *len, uint64_t *file_size,
+                          char *err, size_t errlen) {
+    int fd = file_open_input("--init-from", path, file_size, err, errlen);
+    if (fd < 0) return 2;
+    unsigned char prefix[8];
+    uint64_t n = 0;
+    int got = *file_size >= 8 && file_read_at(fd, prefix, 8, 0) == 0;
+    for (int i = 7; i >= 0 && got; i--) n = (n << 8) | prefix[i];
+    if (!got || n > *file_size - 8 || n > ST_MAX_HEADER) {
+        close(fd);
+        return usage_error(
+            err, errlen,
+            "--init-from %s: not a safetensors file (%llu bytes; its first 8 bytes do not "
+            "give a header length that fits the file).",
+            path, (unsigned long long)*file_size);
+    }
+    *len = 8 + (size_t)n;
+    *out = (unsigned char *)malloc(*len);
+    if (!*out) FATAL("the machine is out of host memory", "cannot hold the safetensors header");
+    memcpy(*out, prefix, 8);
+    int ok = file_read_at(fd, *out + 8, (size_t)n, 8) == 0;
+    close(fd);
+    if (!ok) return usage_error(err, errlen, "--init-from %s: the header is cut short.", path);
+    return 0;
+}
