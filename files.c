@@ -86,7 +86,9 @@ void file_watch_mapping(const char *label, const char *path, const void *addr, s
                      "and rename it into place, or copy it first. Restore it, then --resume from "
                      "the last checkpoint.\n",
                      label, path);
-    watched.message_len = n < 0 ? 0 : (size_t)n >= sizeof(watched.message) ? sizeof(watched.message) - 1 : (size_t)n;
+    watched.message_len = n < 0                                  ? 0
+                          : (size_t)n >= sizeof(watched.message) ? sizeof(watched.message) - 1
+                                                                 : (size_t)n;
     watched.begin = (const char *)addr;
     watched.end = watched.begin + len;
     struct sigaction sa;

@@ -146,9 +146,9 @@ void st_free(StHeader *h);
  *   lr_schedule cosine lr 3b449ba6 warmup 10 step_size 30 gamma 3dcccccd steps 200
  *                                                      the learning-rate schedule
  *                                                      (lr, gamma: float bits)
- *   optimizer adamw beta1 3f666666 beta2 3f7fbe77 eps 322bcc77 weight_decay 3c23d70a clip_grad_norm 00000000
- *                                                      the optimizer and its settings
- *                                                      (float bits; clip 0: off)
+ *   optimizer adamw beta1 3f666666 beta2 3f7fbe77 eps 322bcc77 weight_decay 3c23d70a
+ *     clip_grad_norm 00000000                          (one line) the optimizer and its
+ *                                                      settings (float bits; clip 0: off)
  *   precision param_dtype bf16 reduce_dtype fp32       MixedPrecision's formats
  *   grad_scaler scale 47000000 growth 12               the loss scaler's state (the
  *                                                      scale's float bits), or

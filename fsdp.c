@@ -107,6 +107,19 @@ static void fsdp_fatal(const char *file, int line, const char *hint, const char 
 }
 #define FATAL(hint, ...) fsdp_fatal(__FILE__, __LINE__, hint, __VA_ARGS__)
 
+/* Host memory that is there or ends the run (llm.c's mallocCheck): what
+ * says what it was for, "cannot WHAT" in the message. Every caller gets
+ * memory or never returns, so no caller checks for NULL. */
+static void *host_memory_or_die(void *p, const char *what, const char *file, int line) {
+    if (!p) fsdp_fatal(file, line, "the machine is out of host memory", "cannot %s", what);
+    return p;
+}
+#define host_malloc(bytes, what) host_memory_or_die(malloc(bytes), what, __FILE__, __LINE__)
+#define host_calloc(n, size, what)                                                                 \
+    host_memory_or_die(calloc((n), (size)), what, __FILE__, __LINE__)
+#define host_realloc(p, bytes, what)                                                               \
+    host_memory_or_die(realloc((p), (bytes)), what, __FILE__, __LINE__)
+
 static void mpi_check(int err, const char *file, int line) {
     if (err == MPI_SUCCESS) return;
     char msg[MPI_MAX_ERROR_STRING];
@@ -385,9 +398,8 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
     }
     if (l->n_entries == l->cap_entries) {
         l->cap_entries = l->cap_entries ? 2 * l->cap_entries : 64;
-        l->entries =
-            (LedgerEntry *)realloc(l->entries, (size_t)l->cap_entries * sizeof(LedgerEntry));
-        if (!l->entries) FATAL("the machine is out of host memory", "cannot grow the ledger");
+        l->entries = (LedgerEntry *)host_realloc(
+            l->entries, (size_t)l->cap_entries * sizeof(LedgerEntry), "grow the ledger");
     }
     l->entries[l->n_entries].ptr = p;
     l->entries[l->n_entries].bytes = bytes;
@@ -548,8 +560,8 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, i
         if (c->cap_events > INT_MAX / 4)
             FATAL("record fewer --steps with --trace", "the trace has too many events");
         c->cap_events = c->cap_events ? 2 * c->cap_events : 256;
-        c->events = (CommEvent *)realloc(c->events, (size_t)c->cap_events * sizeof(CommEvent));
-        if (!c->events) FATAL("the machine is out of host memory", "cannot grow the event record");
+        c->events = (CommEvent *)host_realloc(c->events, (size_t)c->cap_events * sizeof(CommEvent),
+                                              "grow the event record");
     }
     CommEvent *e = &c->events[c->n_events];
     e->kind = kind;
@@ -672,9 +684,9 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
     long S = k->S, N = c->world;
     int mpi = c->impl == COLLECTIVES_MPI;
     Dtype d = k->wire;
-    uint16_t *w = (uint16_t *)malloc((size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2);
+    uint16_t *w = (uint16_t *)host_malloc((size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2,
+                                          "pack a 16-bit collective");
     uint16_t *tmp = w + N * S, *mine = w + c->rank * S;
-    if (!w) FATAL("the machine is out of host memory", "cannot pack a 16-bit collective");
     if (k->kind == COMM_ALL_GATHER) {
         for (long i = 0; i < S; i++) pack_one(i, mine, k->shard, d, 1.0f);
         if (mpi)
@@ -763,8 +775,7 @@ static void collective_run(Comm *c, const CommTask *k) {
     long S = k->S, N = c->world, need = (N + 2) * S; /* full, the ring's tmp, out */
     if (c->stage_count < need) {
         free(c->stage);
-        c->stage = (float *)malloc((size_t)need * sizeof(float));
-        if (!c->stage) FATAL("the machine is out of host memory", "cannot stage a collective");
+        c->stage = (float *)host_malloc((size_t)need * sizeof(float), "stage a collective");
         c->stage_count = need;
     }
     cudaEvent_t ready = (cudaEvent_t)k->ready;
@@ -1182,8 +1193,7 @@ static void comm_wait(Comm *c, CommHandle *h) {
  * stream, so collectives of all groups keep one order. With --net A+B a
  * group within one node is priced on A, one that spans nodes on B. */
 static Comm *comm_group_new(const Comm *c, int color, const NetModel *net) {
-    Comm *g = (Comm *)calloc(1, sizeof(Comm));
-    if (!g) FATAL("the machine is out of host memory", "cannot make a group of ranks");
+    Comm *g = (Comm *)host_calloc(1, sizeof(Comm), "make a group of ranks");
     mpiCheck(MPI_Comm_split(c->comm, color, c->rank, &g->comm));
     mpiCheck(MPI_Comm_rank(g->comm, &g->rank));
     mpiCheck(MPI_Comm_size(g->comm, &g->world));
@@ -1352,11 +1362,9 @@ static void model_build(Model *m, const Config *cfg) {
     char name[FSDP_MAX_NAME];
     memset(m, 0, sizeof(*m));
     int max_modules = 6 + 4 * L;
-    m->modules = (Module *)calloc((size_t)max_modules, sizeof(Module));
-    m->params = (Param *)calloc((size_t)(7 + 6 * L), sizeof(Param));
-    m->block = (int *)calloc((size_t)L * 4, sizeof(int));
-    if (!m->modules || !m->params || !m->block)
-        FATAL("the machine is out of host memory", "cannot build the model");
+    m->modules = (Module *)host_calloc((size_t)max_modules, sizeof(Module), "build the model");
+    m->params = (Param *)host_calloc((size_t)(7 + 6 * L), sizeof(Param), "build the model");
+    m->block = (int *)host_calloc((size_t)L * 4, sizeof(int), "build the model");
     m->block_norm = m->block + L;
     m->block_fc1 = m->block + 2 * L;
     m->block_fc2 = m->block + 3 * L;
@@ -1479,9 +1487,8 @@ static int autowrap(Model *m, long min_params) {
 static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy strategy) {
     for (int u = 0; u < n_units; u++) {
         memset(&units[u], 0, sizeof(Unit));
-        units[u].params = (int *)calloc((size_t)m->n_params + 1, sizeof(int));
-        if (!units[u].params)
-            FATAL("the machine is out of host memory", "cannot lay out unit %d", u);
+        units[u].params =
+            (int *)host_calloc((size_t)m->n_params + 1, sizeof(int), "lay out a unit");
     }
     for (int i = 0; i < m->n_params; i++) { /* model order */
         Param *p = &m->params[i];
@@ -1588,8 +1595,9 @@ static void unit_refresh_low_precision(Unit *u, Dtype param_dtype) {
 static float *unit_state_host(Unit *u, int k) {
 #ifdef __CUDACC__
     if (u->offloaded) return k == 0 ? unit_master(u) : k == 1 ? u->exp_avg : u->exp_avg_sq;
-    if (!u->host_state && !(u->host_state = (float *)calloc((size_t)(3 * u->shard + 1), 4)))
-        FATAL("the machine is out of host memory", "cannot copy a shard to the host");
+    if (!u->host_state)
+        u->host_state =
+            (float *)host_calloc((size_t)(3 * u->shard + 1), 4, "copy a shard to the host");
     return u->host_state + (long)k * u->shard;
 #else
     return k == 0 ? unit_master(u) : k == 1 ? u->exp_avg : u->exp_avg_sq;
@@ -2205,8 +2213,7 @@ static double sum_over_ranks(Trainer *t, CommGroup group, float mine, const char
     int N = t->comm.group[group]->world, rank = t->comm.group[group]->rank;
     float *all =
         (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float), what);
-    float *host = (float *)calloc((size_t)N, sizeof(float));
-    if (!host) FATAL("the machine is out of host memory", "cannot gather %s", what);
+    float *host = (float *)host_calloc((size_t)N, sizeof(float), "gather one float per rank");
     dev_from_host(all + rank, &mine, sizeof(float)); /* in place: our slot is the input */
     CommHandle h = comm_all_gather_in(&t->comm, group, all, all + rank, 1, -1, DTYPE_FP32);
     comm_wait(&t->comm, &h);
@@ -2332,8 +2339,9 @@ static double sum_squares(Trainer *t, const float *x, long n, int on_host) {
     long blocks = ceil_div(n, NORM_BLOCK);
     if (blocks == 0) return 0.0;
     if (on_host) {
-        double *part = (double *)calloc((size_t)blocks, sizeof(double)), sum = 0.0;
-        if (!part) FATAL("the machine is out of host memory", "cannot sum the gradient norm");
+        double *part =
+            (double *)host_calloc((size_t)blocks, sizeof(double), "sum the gradient norm");
+        double sum = 0.0;
         HOST_FOR_EACH(blocks, sum_squares_block, part, x, n);
         for (long b = 0; b < blocks; b++) sum += part[b];
         free(part);
@@ -2341,8 +2349,8 @@ static double sum_squares(Trainer *t, const float *x, long n, int on_host) {
     }
     double *partial = (double *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)blocks,
                                              sizeof(double), "clip_grad_norm's partial sums");
-    double *host = (double *)calloc((size_t)blocks, sizeof(double)), sum = 0.0;
-    if (!host) FATAL("the machine is out of host memory", "cannot sum the gradient norm");
+    double *host = (double *)host_calloc((size_t)blocks, sizeof(double), "sum the gradient norm");
+    double sum = 0.0;
     FOR_EACH(blocks, sum_squares_block, partial, x, n);
     dev_to_host(host, partial, (size_t)blocks * sizeof(double));
     for (long b = 0; b < blocks; b++) sum += host[b];
@@ -2476,8 +2484,7 @@ static double chain_entropy_per_byte(const WordChain *ch) {
 static void corpus_synthetic(Corpus *c, uint64_t seed) {
     WordChain ch;
     chain_build(&ch, seed);
-    c->bytes = (unsigned char *)malloc(CORPUS_BYTES);
-    if (!c->bytes) FATAL("the machine is out of host memory", "cannot allocate the corpus");
+    c->bytes = (unsigned char *)host_malloc(CORPUS_BYTES, "allocate the corpus");
     long n = 0;
     int w = 0;
     for (uint64_t i = 0; n < CORPUS_BYTES; i++) {
@@ -2852,8 +2859,7 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
 /* zero1: every rank's replica of the parameters starts as the same
  * initial values, computed whole (as DDP's), and rounded to param_dtype */
 static void unit_init_replica(Trainer *t, Unit *u) {
-    float *host = (float *)calloc((size_t)u->padded + 1, sizeof(float));
-    if (!host) FATAL("the machine is out of host memory", "cannot initialise %s", u->name);
+    float *host = (float *)host_calloc((size_t)u->padded + 1, sizeof(float), "initialise a unit");
     unit_init_range(u, &t->model, 0, u->padded, t->cfg.seed, host);
     dev_from_host(u->full_param, host, (size_t)u->padded * sizeof(float));
     round_all(u->full_param, u->padded, t->cfg.param_dtype);
@@ -2874,8 +2880,7 @@ static void trainer_split_nodes(Trainer *t) {
 }
 
 Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
-    Trainer *t = (Trainer *)calloc(1, sizeof(Trainer));
-    if (!t) FATAL("the machine is out of host memory", "cannot allocate the trainer");
+    Trainer *t = (Trainer *)host_calloc(1, sizeof(Trainer), "allocate the trainer");
     t->cfg = *cfg;
     /* stepping, checking and debugging want every collective on the main thread */
     int threaded = !cfg->inline_collectives && !cfg->step_mode && !cfg->check_collectives &&
@@ -2893,11 +2898,9 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->loss_scale = cfg->grad_scaler ? cfg->init_scale : 1.0f;
     model_build(&t->model, cfg);
     t->n_units = autowrap(&t->model, cfg->min_params);
-    t->units = (Unit *)calloc((size_t)t->n_units, sizeof(Unit));
-    t->pre_order = (int *)calloc((size_t)t->n_units, sizeof(int));
-    t->post_order = (int *)calloc((size_t)t->n_units, sizeof(int));
-    if (!t->units || !t->pre_order || !t->post_order)
-        FATAL("the machine is out of host memory", "cannot allocate the units");
+    t->units = (Unit *)host_calloc((size_t)t->n_units, sizeof(Unit), "allocate the units");
+    t->pre_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
+    t->post_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
     units_layout(t->units, t->n_units, &t->model, t->shard_world, cfg->strategy);
     char err[512];
     if (sim_init(&t->sim, &t->cfg, &t->ledger, t->units, t->n_units, comm, err, sizeof(err)) != 0) {
@@ -3023,9 +3026,8 @@ static void trainer_load_batch(Trainer *t, int step, int micro) {
     const Config *c = &t->cfg;
     int B = t->micro_batch;
     if (backend_dry) return; /* --plan: the batch is booked in the ledger, never drawn */
-    unsigned char *tokens = (unsigned char *)malloc((size_t)B * c->context);
-    int *targets = (int *)malloc((size_t)B * sizeof(int));
-    if (!tokens || !targets) FATAL("the machine is out of host memory", "cannot draw a batch");
+    unsigned char *tokens = (unsigned char *)host_malloc((size_t)B * c->context, "draw a batch");
+    int *targets = (int *)host_malloc((size_t)B * sizeof(int), "draw a batch");
     sampler_local_batch(&t->corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
                         c->context, tokens, targets);
     dev_from_host(t->act.tokens, tokens, (size_t)B * c->context);
@@ -3216,9 +3218,9 @@ static int ckpt_save(Trainer *t, long next_step) {
     }
     /* checksums to rank 0: bookkeeping, not training traffic */
     unsigned long long my[2] = {bytes, crc}, *all = NULL;
-    if (t->comm.rank == 0 && !(all = (unsigned long long *)calloc((size_t)t->comm.world * 2,
-                                                                  sizeof(unsigned long long))))
-        FATAL("the machine is out of host memory", "cannot gather the checksums");
+    if (t->comm.rank == 0)
+        all = (unsigned long long *)host_calloc((size_t)t->comm.world * 2,
+                                                sizeof(unsigned long long), "gather the checksums");
     MPI_Gather(my, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
     if (t->comm.rank == 0) {
         for (int f = 0; f < m.n_files; f++) {
@@ -3335,14 +3337,12 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     if (ckpt_agree(t, rc, err)) return 2;
     MPI_Bcast(dir, (int)sizeof(dir), MPI_CHAR, 0, t->comm.comm);
     MPI_Bcast(&len, 1, MPI_LONG, 0, t->comm.comm);
-    if (t->comm.rank != 0) text = (char *)malloc((size_t)len + 1);
-    if (!text) FATAL("the machine is out of host memory", "cannot hold meta.txt");
+    if (t->comm.rank != 0) text = (char *)host_malloc((size_t)len + 1, "hold meta.txt");
     MPI_Bcast(text, (int)len, MPI_CHAR, 0, t->comm.comm);
     snprintf(path, sizeof(path), "%s/meta.txt", dir);
     CkptMeta m;
     memset(&m, 0, sizeof(m));
-    int *map = (int *)calloc((size_t)t->model.n_params, sizeof(int));
-    if (!map) FATAL("the machine is out of host memory", "cannot map the checkpoint");
+    int *map = (int *)host_calloc((size_t)t->model.n_params, sizeof(int), "map the checkpoint");
     char why[768] = "";
     if (meta_parse(text, (size_t)len, &m, why, sizeof(why)) != 0)
         rc = usage_error(err, sizeof(err), "%s: %s", path, why);
@@ -3395,8 +3395,7 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
 static int trainer_export(Trainer *t, const char *path) {
     char err[8192] = "";
     int n = t->model.n_params, root = t->comm.rank == 0, rc = 0;
-    StTensor *st = (StTensor *)calloc((size_t)n, sizeof(StTensor));
-    if (!st) FATAL("the machine is out of host memory", "cannot describe the export");
+    StTensor *st = (StTensor *)host_calloc((size_t)n, sizeof(StTensor), "describe the export");
     for (int i = 0; i < n; i++) st_tensor_of(&t->model.params[i], &st[i]);
     size_t head_len = 0;
     unsigned char *head =
@@ -3411,8 +3410,8 @@ static int trainer_export(Trainer *t, const char *path) {
         float *full = unit_gather(t, ui);
         /* rank 0 writes the unit's tensors at their offsets in the header,
          * from a host copy (on a GPU the full state is in device memory) */
-        float *host = root ? (float *)malloc((size_t)u->padded * sizeof(float)) : NULL;
-        if (root && !host) FATAL("the machine is out of host memory", "cannot export a unit");
+        float *host =
+            root ? (float *)host_malloc((size_t)u->padded * sizeof(float), "export a unit") : NULL;
         if (root) dev_to_host(host, full, (size_t)u->padded * sizeof(float));
         for (int j = 0; j < u->n_params && root && rc == 0; j++) {
             const Param *p = &t->model.params[u->params[j]];
@@ -3478,13 +3477,12 @@ static int trainer_init_from(Trainer *t, const char *path) {
     MPI_Bcast(sizes, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
     len = (size_t)sizes[0];
     file_size = sizes[1];
-    if (t->comm.rank != 0 && !(head = (unsigned char *)malloc(len)))
-        FATAL("the machine is out of host memory", "cannot hold the safetensors header");
+    if (t->comm.rank != 0) head = (unsigned char *)host_malloc(len, "hold the safetensors header");
     MPI_Bcast(head, (int)len, MPI_UNSIGNED_CHAR, 0, t->comm.comm);
     StHeader h;
     memset(&h, 0, sizeof(h));
-    int *map = (int *)calloc((size_t)t->model.n_params, sizeof(int));
-    if (!map) FATAL("the machine is out of host memory", "cannot map the safetensors file");
+    int *map =
+        (int *)host_calloc((size_t)t->model.n_params, sizeof(int), "map the safetensors file");
     if (st_parse_header(head, len, file_size, &h, why, sizeof(why)) != 0)
         rc = usage_error(err, sizeof(err), "--init-from %s: %s", path, why);
     free(head);

@@ -98,9 +98,8 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     int n_steps = cfg->steps > first ? cfg->steps - (int)first : 0;
     StepLog log; /* for --json */
     size_t slots = (size_t)n_steps + 1;
-    log.loss = (float *)calloc(5 * slots, sizeof(float));
-    log.seconds = (double *)calloc(slots, sizeof(double));
-    if (!log.loss || !log.seconds) FATAL("the machine is out of host memory", "cannot log steps");
+    log.loss = (float *)host_calloc(5 * slots, sizeof(float), "log steps");
+    log.seconds = (double *)host_calloc(slots, sizeof(double), "log steps");
     log.grad_norm = log.loss + slots, log.lr = log.grad_norm + slots;
     log.loss_scale = log.lr + slots, log.skipped = log.loss_scale + slots;
     for (int step = (int)first; step < cfg->steps; step++) {
@@ -146,8 +145,10 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
                    cfg->trace_path, cfg->trace_clock_sim ? "simulated" : "real");
         }
     }
-    double *peaks = (double *)calloc((size_t)s.world * (MEM_NUM_CATEGORIES + 1), sizeof(double));
-    double *sent = (double *)calloc((size_t)s.world * COMM_NUM_KINDS, sizeof(double));
+    double *peaks = (double *)host_calloc((size_t)s.world * (MEM_NUM_CATEGORIES + 1),
+                                          sizeof(double), "gather the statistics");
+    double *sent = (double *)host_calloc((size_t)s.world * COMM_NUM_KINDS, sizeof(double),
+                                         "gather the statistics");
     gather_stats(t, peaks, sent);
     if (root && s.steps > 0) {
         for (int r = 0; r < s.world; r++) {
@@ -219,9 +220,10 @@ static void run_plan(const Config *cfg, MPI_Comm comm) {
     for (int k = 0; k < COMM_NUM_KINDS; k++) calls[k] = t->comm.calls[k];
     for (int k = 0; k < COMM_NUM_KINDS; k++) bytes[k] = t->comm.bytes_sent[k];
     trainer_step(t, 1);
-    double *peaks = (double *)calloc((size_t)N * (MEM_NUM_CATEGORIES + 1), sizeof(double));
-    double *sent = (double *)calloc((size_t)N * COMM_NUM_KINDS, sizeof(double));
-    if (!peaks || !sent) FATAL("the machine is out of host memory", "cannot collect the plan");
+    double *peaks = (double *)host_calloc((size_t)N * (MEM_NUM_CATEGORIES + 1), sizeof(double),
+                                          "collect the plan");
+    double *sent =
+        (double *)host_calloc((size_t)N * COMM_NUM_KINDS, sizeof(double), "collect the plan");
     gather_stats(t, peaks, sent);
     if (root) {
         double peak[MEM_NUM_CATEGORIES + 1] = {0}, states = 0.0;
@@ -367,7 +369,9 @@ static void print_comparison(const RunSummary *a, const char *na, const RunSumma
                              const char *nb, int offload) {
     printf("\n==================================================================\n");
     printf("DDP vs FSDP on %d ranks: the same model, data and optimizer\n", a->world);
-    if (offload) printf("(%s with --cpu-offload; %s without: DDP keeps its replicas on the device)\n", nb, na);
+    if (offload)
+        printf("(%s with --cpu-offload; %s without: DDP keeps its replicas on the device)\n", nb,
+               na);
     printf("==================================================================\n");
     printf("%-30s %14s %14s %8s\n", "", na, nb, "ratio");
     printf("%-30s %14.4f %14.4f\n", "final loss", a->final_loss, b->final_loss);

@@ -60,15 +60,17 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     lr_schedule_to_meta(c, m);
     optimizer_to_meta(c, m);
     m->n_units = t->n_units;
-    m->units = (MetaUnit *)calloc((size_t)t->n_units, sizeof(MetaUnit));
-    for (int u = 0; m->units && u < t->n_units; u++) {
+    m->units =
+        (MetaUnit *)host_calloc((size_t)t->n_units, sizeof(MetaUnit), "describe the checkpoint");
+    for (int u = 0; u < t->n_units; u++) {
         m->units[u].numel = t->units[u].numel;
         m->units[u].padded = t->units[u].padded;
         m->units[u].shard = t->units[u].shard;
     }
     m->n_params = t->model.n_params;
-    m->params = (MetaParam *)calloc((size_t)m->n_params, sizeof(MetaParam));
-    for (int i = 0; m->params && i < m->n_params; i++) {
+    m->params =
+        (MetaParam *)host_calloc((size_t)m->n_params, sizeof(MetaParam), "describe the checkpoint");
+    for (int i = 0; i < m->n_params; i++) {
         const Param *p = &t->model.params[i];
         snprintf(m->params[i].name, sizeof(m->params[i].name), "%s", p->name);
         m->params[i].unit = p->unit;
@@ -78,9 +80,8 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
         m->params[i].numel = p->numel;
     }
     m->n_files = c->strategy == STRATEGY_NO_SHARD ? 1 : t->shard_world;
-    m->files = (MetaFile *)calloc((size_t)m->n_files, sizeof(MetaFile));
-    if (!m->units || !m->params || !m->files)
-        FATAL("the machine is out of host memory", "cannot describe the checkpoint");
+    m->files =
+        (MetaFile *)host_calloc((size_t)m->n_files, sizeof(MetaFile), "describe the checkpoint");
 }
 
 static int ckpt_write_text(const char *path, const char *text, size_t len, char *err,
@@ -150,26 +151,27 @@ static int cmp_newest_first(const void *a, const void *b) {
 }
 
 /* The step numbers of the complete checkpoints in dir (a step-N directory
- * with its meta.txt, written last), newest first; malloc'd, or NULL. */
+ * with its meta.txt, written last), newest first; malloc'd, or NULL when
+ * dir cannot be read. */
 static long *ckpt_list(const char *dir, int *n) {
     *n = 0;
     DIR *d = opendir(dir);
     if (!d) return NULL;
     int cap = 64;
-    long *steps = (long *)malloc((size_t)cap * sizeof(long));
+    long *steps = (long *)host_malloc((size_t)cap * sizeof(long), "list the checkpoints");
     struct dirent *e;
-    while (steps && (e = readdir(d)) != NULL) {
+    while ((e = readdir(d)) != NULL) {
         long step = ckpt_step_of(e->d_name);
         char meta[2048];
         struct stat st;
         snprintf(meta, sizeof(meta), "%s/%s/meta.txt", dir, e->d_name);
         if (step < 0 || stat(meta, &st) != 0) continue;
-        if (*n == cap) steps = (long *)realloc(steps, (size_t)(cap *= 2) * sizeof(long));
-        if (steps) steps[(*n)++] = step;
+        if (*n == cap)
+            steps = (long *)host_realloc(steps, (size_t)(cap *= 2) * sizeof(long),
+                                         "list the checkpoints");
+        steps[(*n)++] = step;
     }
     closedir(d);
-    if (!steps)
-        FATAL("the machine is out of host memory", "cannot list the checkpoints in %s", dir);
     qsort(steps, (size_t)*n, sizeof(long), cmp_newest_first);
     return steps;
 }
@@ -534,8 +536,7 @@ static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, cha
     int rc = 0;
     char path[2048], why[1024];
     uint64_t layout = meta_layout_hash(m);
-    unsigned char *buf = (unsigned char *)malloc(1 << 20);
-    if (!buf) FATAL("the machine is out of host memory", "cannot verify the checkpoint");
+    unsigned char *buf = (unsigned char *)host_malloc(1 << 20, "verify the checkpoint");
     for (int f = t->comm.rank; f < m->n_files && rc == 0; f += t->comm.world) {
         snprintf(path, sizeof(path), "%s/%s", dir, m->files[f].name);
         uint64_t size = 0, want = m->files[f].bytes;
@@ -687,8 +688,7 @@ static int st_read_header(const char *path, unsigned char **out, size_t *len, ui
             path, (unsigned long long)*file_size);
     }
     *len = 8 + (size_t)n;
-    *out = (unsigned char *)malloc(*len);
-    if (!*out) FATAL("the machine is out of host memory", "cannot hold the safetensors header");
+    *out = (unsigned char *)host_malloc(*len, "hold the safetensors header");
     memcpy(*out, prefix, 8);
     int ok = file_read_at(fd, *out + 8, (size_t)n, 8) == 0;
     close(fd);

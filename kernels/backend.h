@@ -104,8 +104,8 @@ static void *pool_take(size_t bytes) {
 static void pool_give_back(void *p, size_t bytes) {
     if (gpu.n_cached == gpu.cap_cached) {
         gpu.cap_cached = gpu.cap_cached ? 2 * gpu.cap_cached : 64;
-        gpu.cached = (PoolBlock *)realloc(gpu.cached, (size_t)gpu.cap_cached * sizeof(PoolBlock));
-        if (!gpu.cached) FATAL("the machine is out of host memory", "cannot grow the GPU pool");
+        gpu.cached = (PoolBlock *)host_realloc(
+            gpu.cached, (size_t)gpu.cap_cached * sizeof(PoolBlock), "grow the GPU pool");
     }
     gpu.cached[gpu.n_cached].ptr = p;
     gpu.cached[gpu.n_cached].bytes = bytes;
@@ -223,8 +223,7 @@ static void gpu_check_shared(const Config *cfg, MPI_Comm node, const char *bus, 
     int n = 1, me = 0;
     MPI_Comm_size(node, &n);
     MPI_Comm_rank(node, &me);
-    char *all = (char *)calloc((size_t)n, 32);
-    if (!all) FATAL("the machine is out of host memory", "cannot compare GPUs");
+    char *all = (char *)host_calloc((size_t)n, 32, "compare GPUs");
     mpiCheck(MPI_Allgather(bus, 32, MPI_CHAR, all, 32, MPI_CHAR, node));
     for (int r = 0; r < n && !why[0] && cfg->collectives == COLLECTIVES_NCCL; r++)
         if (r != me && bus[0] && !strcmp(all + 32L * r, bus))

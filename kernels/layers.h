@@ -227,8 +227,8 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
                            int B, int I, int O) {
     if (backend_dry) return; /* --plan */
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
-    float *panel = (float *)malloc((size_t)I * BWD_VEC * sizeof(float));
-    if (!panel) FATAL("the machine is out of host memory", "cannot allocate a matmul panel");
+    float *panel =
+        (float *)host_malloc((size_t)I * BWD_VEC * sizeof(float), "allocate a matmul panel");
     for (int o0 = 0; o0 < O; o0 += BWD_VEC) {
         int w = O - o0 < BWD_VEC ? O - o0 : BWD_VEC;
         for (int i = 0; i < I; i++)
@@ -291,8 +291,8 @@ static void embedding_backward(float *dweight, const float *dout, const unsigned
 static float crossentropy_forward(float *probs, float *losses, const float *logits,
                                   const int *targets, int B, int V) {
     FOR_EACH(B, crossentropy_forward_row, probs, losses, logits, targets, V);
-    float *host = (float *)calloc(B > 0 ? (size_t)B : 1, sizeof(float));
-    if (!host) FATAL("the machine is out of host memory", "cannot read the losses back");
+    float *host =
+        (float *)host_calloc(B > 0 ? (size_t)B : 1, sizeof(float), "read the losses back");
     dev_to_host(host, losses, (size_t)B * sizeof(float));
     double loss = 0.0;
     for (int b = 0; b < B; b++) loss += host[b];

@@ -103,8 +103,8 @@ static void gather_stats(Trainer *t, double *peaks, double *sent) {
     for (int k = 0; k < COMM_NUM_KINDS; k++)
         mine[MEM_NUM_CATEGORIES + 1 + k] = t->comm.bytes_sent[k];
     int n = MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS;
-    double *all = (double *)malloc((size_t)n * t->comm.world * sizeof(double));
-    if (!all) FATAL("the machine is out of host memory", "cannot gather the statistics");
+    double *all =
+        (double *)host_malloc((size_t)n * t->comm.world * sizeof(double), "gather the statistics");
     mpiCheck(MPI_Gather(mine, n, MPI_DOUBLE, all, n, MPI_DOUBLE, 0, t->comm.comm));
     if (t->comm.rank == 0) {
         for (int r = 0; r < t->comm.world; r++) {
