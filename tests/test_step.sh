@@ -48,10 +48,10 @@ echo "$rs" | sed -n '/reduce-scatter, step 3 of 3/,$p' | grep -q "rank 2 holds \
 # right ring that turns the other way (sends left) is pictured without a
 # complaint, and a wrong one (each rank re-sends its own chunk) is flagged
 # from its second step. Both are built as a student's ring is (the
-# exercise path: fsdp.c with the fixture's ring_all_gather in its place).
+# exercise path: main.c (and so fsdp.c) with the fixture's ring_all_gather in its place).
 build_ring() { # build_ring NAME: $dir/NAME from tests/fixtures/exercises/NAME.c
   mpicc -O0 -std=c11 -I. -DEXERCISE_RING_ALL_GATHER \
-    -DEXERCISE_FILE="\"$PWD/tests/fixtures/exercises/$1.c\"" fsdp.c files.c formats.c \
+    -DEXERCISE_FILE="\"$PWD/tests/fixtures/exercises/$1.c\"" main.c files.c formats.c \
     sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c -o "$dir/$1" -lm -lpthread
 }
 first_all_gather() { sed -n '/collective #0: all_gather/,/collective #1/p'; }
