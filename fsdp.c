@@ -11,7 +11,7 @@
  *   4. collectives                  11. the trainer: one step, end to end
  *   5. the model                    12. checkpoints
  *   6. auto-wrap
- *   7. flat parameters and shards
+ *   7. flat parameters and shards, and the runtime (the Trainer)
  *
  * The program around it (the command line, the training loop, what a run
  * prints, main) lives beside it in main.c, which #includes this file: one
@@ -684,6 +684,8 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
     long S = k->S, N = c->world;
     int mpi = c->impl == COLLECTIVES_MPI;
     Dtype d = k->wire;
+    /* N slices and the ring's tmp; + 2 bytes so that a group holding none
+     * of a unit's parameters (S = 0) still asks for some memory */
     uint16_t *w = (uint16_t *)host_malloc((size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2,
                                           "pack a 16-bit collective");
     uint16_t *tmp = w + N * S, *mine = w + c->rank * S;
@@ -948,6 +950,7 @@ static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
 static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     long S = k->S, N = c->world;
     CommTask w = *k;
+    /* N slices and the reduce-scatter's output; + 2 bytes, never 0 (S = 0) */
     h->wire_bytes = (size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2;
     uint16_t *buf = (uint16_t *)dev_alloc(h->wire_bytes);
     if (!buf) FATAL("the GPU is out of memory; try a smaller model", "cannot pack a collective");
@@ -1617,13 +1620,11 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
     unit_refresh_low_precision(u, param_dtype);
 }
 
-/* ============================================================================
- * The runtime: one rank's whole training state
- *
- * This is the one mutable structure the program has. Nothing global: the
- * tests build several trainers in one process (a 1-rank reference next to an
- * N-rank run) and compare them.
- * ========================================================================== */
+/* ---- the runtime: one rank's whole training state ------------------------------
+ * The Trainer is the one mutable structure the program has, the units and
+ * shards above included. Nothing global: the tests build several trainers
+ * in one process (a 1-rank reference next to an N-rank run) and compare
+ * them. (backend_dry, section 2, and the GPU's streams are the process's.) */
 
 typedef struct {
     unsigned char *bytes;
@@ -2564,7 +2565,9 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int ra
 }
 
 /* ============================================================================
- * 11. The trainer: one step, end to end, then the training loop
+ * 11. The trainer: one step, end to end
+ *
+ * (The training loop around it, run_training, is the program's: main.c.)
  *
  * forward:  enter each module (unit hooks gather), compute, leave (free)
  * backward: the same modules in reverse (hooks gather, reduce-scatter, free)
@@ -2577,38 +2580,39 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int ra
 static long saved_blocks(const Config *c) { return c->activation_checkpointing ? 1 : c->depth; }
 static long saved_block(const Config *c, int l) { return c->activation_checkpointing ? 0 : l; }
 
+/* An activation buffer: in param_dtype with mixed precision. LayerNorm's
+ * statistics, the softmax and the losses stay fp32, as PyTorch keeps them. */
+static float *activation(Ledger *l, const Config *c, long count) {
+    return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, c->param_dtype, "activations");
+}
+static float *activation_fp32(Ledger *l, long count) {
+    return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, DTYPE_FP32, "activations");
+}
+
 static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
     long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
-/* in param_dtype with mixed precision; LayerNorm's statistics and the
- * softmax and losses stay fp32, as PyTorch keeps them (FP32 below) */
-#define ACT(count)                                                                                 \
-    ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)(count), c->param_dtype, "activations")
-#define FP32(count)                                                                                \
-    ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)(count), DTYPE_FP32, "activations")
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
-    a->x_emb = ACT(B * T * C);
-    a->h = ACT((c->depth + 1) * B * D); /* every block's input: the checkpoints */
-    a->ln = ACT(L * B * D);
-    a->ln_mean = FP32(L * B);
-    a->ln_rstd = FP32(L * B);
-    a->fc1 = ACT(L * B * 4 * D);
-    a->act = ACT(L * B * 4 * D);
-    a->nf = ACT(B * D);
-    a->nf_mean = FP32(B);
-    a->nf_rstd = FP32(B);
-    a->logits = ACT(B * V);
-    a->probs = FP32(B * V);
-    a->losses = FP32(B);
-    a->d_logits = ACT(B * V);
-    a->d_nf = ACT(B * D);
-    a->d_h = ACT(B * D);
-    a->d_ln = ACT(B * D);
-    a->d_act = ACT(B * 4 * D);
-    a->d_fc1 = ACT(B * 4 * D);
-    a->d_emb = ACT(B * T * C);
-#undef ACT
-#undef FP32
+    a->x_emb = activation(l, c, B * T * C);
+    a->h = activation(l, c, (c->depth + 1) * B * D); /* every block's input: the checkpoints */
+    a->ln = activation(l, c, L * B * D);
+    a->ln_mean = activation_fp32(l, L * B);
+    a->ln_rstd = activation_fp32(l, L * B);
+    a->fc1 = activation(l, c, L * B * 4 * D);
+    a->act = activation(l, c, L * B * 4 * D);
+    a->nf = activation(l, c, B * D);
+    a->nf_mean = activation_fp32(l, B);
+    a->nf_rstd = activation_fp32(l, B);
+    a->logits = activation(l, c, B * V);
+    a->probs = activation_fp32(l, B * V);
+    a->losses = activation_fp32(l, B);
+    a->d_logits = activation(l, c, B * V);
+    a->d_nf = activation(l, c, B * D);
+    a->d_h = activation(l, c, B * D);
+    a->d_ln = activation(l, c, B * D);
+    a->d_act = activation(l, c, B * 4 * D);
+    a->d_fc1 = activation(l, c, B * 4 * D);
+    a->d_emb = activation(l, c, B * T * C);
 }
 
 static void zero(float *x, long n) { dev_zero(x, (size_t)n * sizeof(float)); }
