@@ -54,22 +54,22 @@ static float step_lr(const Trainer *t) {
     return lr_at(&t->cfg, t->skipped_step ? t->adam_step : t->adam_step - 1);
 }
 
-/* What the step line adds for the optimizer's options: the learning rate
- * the step used when a schedule changes it, and with --clip-grad-norm the
- * norm before clipping. */
-static const char *optimizer_note(const Trainer *t) {
-    static char note[96];
+/* What the step line adds for the optimizer's options, into note: the
+ * learning rate the step used when a schedule changes it, with
+ * --clip-grad-norm the norm before clipping, with --grad-scaler the scale.
+ * Each part is cut, never written past the end, whatever its numbers. */
+static const char *optimizer_note(const Trainer *t, char *note, size_t len) {
     const Config *c = &t->cfg;
-    int n = 0;
-    note[0] = '\0';
+    char lr[32] = "", norm[96] = "", scale[96] = "";
     if (c->lr_schedule != LR_CONSTANT || c->warmup > 0)
-        n = snprintf(note, sizeof(note), " | lr %.6f", (double)step_lr(t));
+        snprintf(lr, sizeof(lr), " | lr %.6f", (double)step_lr(t));
     if (c->clip_grad_norm > 0.0f)
-        n += snprintf(note + n, sizeof(note) - (size_t)n, " | grad norm %.4f%s",
-                      (double)t->grad_norm, t->grad_norm > c->clip_grad_norm ? " (clipped)" : "");
+        snprintf(norm, sizeof(norm), " | grad norm %.4f%s", (double)t->grad_norm,
+                 t->grad_norm > c->clip_grad_norm ? " (clipped)" : "");
     if (c->grad_scaler) /* the scale the step used, and whether inf/NaN skipped it */
-        snprintf(note + n, sizeof(note) - (size_t)n, " | loss scale %.0f%s", (double)t->step_scale,
+        snprintf(scale, sizeof(scale), " | loss scale %.0f%s", (double)t->step_scale,
                  t->skipped_step ? " (inf/NaN: step skipped)" : "");
+    snprintf(note, len, "%s%s%s", lr, norm, scale);
     return note;
 }
 
@@ -104,6 +104,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     log.loss_scale = log.lr + slots, log.skipped = log.loss_scale + slots;
     for (int step = (int)first; step < cfg->steps; step++) {
         double ts = now_seconds();
+        char note[256];
         loss = trainer_step(t, step);
         double dt = now_seconds() - ts;
         long i = step - first;
@@ -120,7 +121,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
                    "(peak %.3f)%s\n",
                    step + 1, cfg->steps, loss, dt * 1e3, cfg->batch / dt,
                    mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total),
-                   optimizer_note(t));
+                   optimizer_note(t, note, sizeof(note)));
         if (ckpt_saves_after(cfg, first, step + 1)) {
             if (ckpt_save(t, step + 1)) exit_all(1);
             if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);
