@@ -73,10 +73,119 @@ static const char *optimizer_note(const Trainer *t, char *note, size_t len) {
     return note;
 }
 
+/* Where training starts: step 0, or --init-from's parameters, or a
+ * checkpoint (--resume) and the step it left off at. Checks that --save-dir
+ * can take this run's saves before any step is spent. */
+static long run_start(Trainer *t) {
+    const Config *cfg = &t->cfg;
+    long first = 0;
+    if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
+    if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
+    if ((cfg->init_from || cfg->resume_dir) && is_zero1(t)) units_gather_replicas(t);
+    if (cfg->save_dir && ckpt_check_save_dir(t, first)) exit_all(2);
+    if (t->comm.rank != 0) return first;
+    if (cfg->resume_dir && first >= cfg->steps)
+        printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first,
+               cfg->steps);
+    else if (cfg->steps == 0)
+        printf("--steps 0: nothing to train; the model stays as initialised\n");
+    return first;
+}
+
+/* The step log (--json): one entry per step run, each series its own array */
+static StepLog step_log_create(long steps) {
+    size_t n = (size_t)steps + 1;
+    StepLog log = {(float *)host_calloc(n, sizeof(float), "log steps"),
+                   (float *)host_calloc(n, sizeof(float), "log steps"),
+                   (float *)host_calloc(n, sizeof(float), "log steps"),
+                   (float *)host_calloc(n, sizeof(float), "log steps"),
+                   (float *)host_calloc(n, sizeof(float), "log steps"),
+                   (double *)host_calloc(n, sizeof(double), "log steps")};
+    return log;
+}
+static void step_log_record(StepLog *log, long i, const Trainer *t, double loss, double seconds) {
+    log->loss[i] = (float)loss;
+    log->grad_norm[i] = t->grad_norm;
+    log->lr[i] = step_lr(t);
+    log->loss_scale[i] = t->step_scale;
+    log->skipped[i] = (float)t->skipped_step;
+    log->seconds[i] = seconds;
+}
+static void step_log_free(StepLog *log) {
+    free(log->loss);
+    free(log->grad_norm);
+    free(log->lr);
+    free(log->loss_scale);
+    free(log->skipped);
+    free(log->seconds);
+}
+
+/* Rank 0's line for a step, every --log-every steps and after the last */
+static void print_step_line(const Trainer *t, int step, double loss, double seconds) {
+    const Config *cfg = &t->cfg;
+    if (t->comm.rank != 0 || sim_owns_terminal(&t->sim)) return;
+    if (step % cfg->log_every != 0 && step != cfg->steps - 1) return;
+    char note[256];
+    printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB "
+           "(peak %.3f)%s\n",
+           step + 1, cfg->steps, loss, seconds * 1e3, cfg->batch / seconds,
+           mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total),
+           optimizer_note(t, note, sizeof(note)));
+}
+
+/* --trace: every rank's record in one file (the verdict is every rank's) */
+static void write_trace(Trainer *t, const RunSummary *s) {
+    const Config *cfg = &t->cfg;
+    SimRunSummary run = {s->seconds, s->final_loss, s->steps};
+    char err[4096];
+    if (sim_trace_write(&t->sim, &t->comm, &run, cfg->trace_path, cfg->trace_clock_sim, err,
+                        sizeof(err)) != 0) {
+        if (t->comm.rank == 0) fprintf(stderr, "error: %s\n", err);
+        exit_all(1);
+    }
+    if (t->comm.rank == 0)
+        printf("trace written to %s (%s clock): open it at https://ui.perfetto.dev or "
+               "chrome://tracing\n",
+               cfg->trace_path, cfg->trace_clock_sim ? "simulated" : "real");
+}
+
+/* On rank 0: the run's peaks and traffic per step, the largest over the
+ * ranks (peaks and sent hold every rank's, from gather_stats) */
+static void summarize(RunSummary *s, const Trainer *t, const double *peaks, const double *sent) {
+    for (int r = 0; r < s->world; r++) {
+        const double *mine = peaks + (long)r * (MEM_NUM_CATEGORIES + 1);
+        for (int k = 0; k < MEM_NUM_CATEGORIES; k++) s->peak[k] = fmax(s->peak[k], mine[k]);
+        s->peak_total = fmax(s->peak_total, mine[MEM_NUM_CATEGORIES]);
+        for (int k = 0; k < COMM_NUM_KINDS; k++)
+            s->bytes_sent[k] =
+                fmax(s->bytes_sent[k], sent[(long)r * COMM_NUM_KINDS + k] / s->steps);
+    }
+    for (int k = 0; k < COMM_NUM_KINDS; k++) s->calls[k] = t->comm.calls[k] / s->steps;
+}
+
+/* Rank 0's end of a run: speed, where a step's time went, and the memory
+ * and traffic of every rank */
+static void print_run_end(const Trainer *t, const RunSummary *s, const double *peaks,
+                          const double *sent, int rank_table) {
+    printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n",
+           s->steps, s->seconds, 1e3 * s->seconds / s->steps,
+           (double)s->batch * s->steps / s->seconds);
+    print_step_breakdown(t, s->seconds, s->steps);
+    if (rank_table) print_rank_table(t, peaks, sent);
+    backend_print_memory(t->ledger.peak_total);
+}
+
+/* --json: written by rank 0; every rank learns whether it was */
+static void write_json(Trainer *t, const RunSummary *s, const StepLog *log, const double *peaks,
+                       const double *sent) {
+    char err[2048] = "";
+    int rc = t->comm.rank == 0 ? json_write(t, s, log, peaks, sent, err, sizeof(err)) : 0;
+    if (ckpt_agree(t, rc, err)) exit_all(1);
+    if (t->comm.rank == 0) printf("figures written to %s (JSON)\n", t->cfg.json_path);
+}
+
 /* Trains with cfg on comm; rank 0 prints as it goes. */
 static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table) {
-    RunSummary s;
-    memset(&s, 0, sizeof(s));
     Trainer *t = trainer_create(cfg, comm);
     int root = t->comm.rank == 0;
     if (root) {
@@ -84,100 +193,40 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         backend_describe(cfg);
         print_unit_table(t);
     }
-    long first = 0; /* the step to start from: 0, or where a checkpoint left off */
-    if (cfg->init_from && trainer_init_from(t, cfg->init_from)) exit_all(2);
-    if (cfg->resume_dir && ckpt_load(t, cfg->resume_dir, &first)) exit_all(2);
-    if ((cfg->init_from || cfg->resume_dir) && is_zero1(t)) units_gather_replicas(t);
-    if (cfg->save_dir && ckpt_check_save_dir(t, first)) exit_all(2);
-    if (root && cfg->resume_dir && first >= cfg->steps)
-        printf("the checkpoint is at step %ld and --steps is %d: nothing to train\n", first,
-               cfg->steps);
-    else if (root && cfg->steps == 0)
-        printf("--steps 0: nothing to train; the model stays as initialised\n");
-    double t0 = now_seconds(), loss = 0.0;
-    int n_steps = cfg->steps > first ? cfg->steps - (int)first : 0;
-    StepLog log; /* for --json */
-    size_t slots = (size_t)n_steps + 1;
-    log.loss = (float *)host_calloc(5 * slots, sizeof(float), "log steps");
-    log.seconds = (double *)host_calloc(slots, sizeof(double), "log steps");
-    log.grad_norm = log.loss + slots, log.lr = log.grad_norm + slots;
-    log.loss_scale = log.lr + slots, log.skipped = log.loss_scale + slots;
+    long first = run_start(t);
+    RunSummary s;
+    memset(&s, 0, sizeof(s));
+    s.first = (int)first;
+    s.steps = cfg->steps > first ? cfg->steps - (int)first : 0;
+    s.world = t->comm.world;
+    s.batch = cfg->batch;
+    StepLog log = step_log_create(s.steps);
+    double t0 = now_seconds();
     for (int step = (int)first; step < cfg->steps; step++) {
         double ts = now_seconds();
-        char note[256];
-        loss = trainer_step(t, step);
-        double dt = now_seconds() - ts;
-        long i = step - first;
-        log.loss[i] = (float)loss;
-        log.grad_norm[i] = t->grad_norm;
-        log.lr[i] = step_lr(t);
-        log.loss_scale[i] = t->step_scale;
-        log.skipped[i] = (float)t->skipped_step;
-        log.seconds[i] = dt;
+        double loss = trainer_step(t, step), dt = now_seconds() - ts;
+        step_log_record(&log, step - first, t, loss, dt);
+        s.final_loss = loss;
         if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
-        if (root && !sim_owns_terminal(&t->sim) &&
-            (step % cfg->log_every == 0 || step == cfg->steps - 1))
-            printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB "
-                   "(peak %.3f)%s\n",
-                   step + 1, cfg->steps, loss, dt * 1e3, cfg->batch / dt,
-                   mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total),
-                   optimizer_note(t, note, sizeof(note)));
+        print_step_line(t, step, loss, dt);
         if (ckpt_saves_after(cfg, first, step + 1)) {
             if (ckpt_save(t, step + 1)) exit_all(1);
             if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);
         }
     }
     s.seconds = now_seconds() - t0;
-    s.final_loss = loss;
-    s.first = (int)first;
-    s.steps = n_steps;
-    s.world = t->comm.world;
-    s.batch = cfg->batch;
-    if (cfg->trace_path) {
-        SimRunSummary run = {s.seconds, s.final_loss, s.steps};
-        char err[4096];
-        if (sim_trace_write(&t->sim, &t->comm, &run, cfg->trace_path, cfg->trace_clock_sim, err,
-                            sizeof(err)) != 0) {
-            if (root) fprintf(stderr, "error: %s\n", err);
-            exit_all(1); /* every rank: the verdict was broadcast */
-        } else if (root) {
-            printf("trace written to %s (%s clock): open it at https://ui.perfetto.dev or "
-                   "chrome://tracing\n",
-                   cfg->trace_path, cfg->trace_clock_sim ? "simulated" : "real");
-        }
-    }
+    if (cfg->trace_path) write_trace(t, &s);
     double *peaks = (double *)host_calloc((size_t)s.world * (MEM_NUM_CATEGORIES + 1),
                                           sizeof(double), "gather the statistics");
     double *sent = (double *)host_calloc((size_t)s.world * COMM_NUM_KINDS, sizeof(double),
                                          "gather the statistics");
     gather_stats(t, peaks, sent);
     if (root && s.steps > 0) {
-        for (int r = 0; r < s.world; r++) {
-            for (int k = 0; k < MEM_NUM_CATEGORIES; k++)
-                s.peak[k] = fmax(s.peak[k], peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + k]);
-            s.peak_total =
-                fmax(s.peak_total, peaks[(long)r * (MEM_NUM_CATEGORIES + 1) + MEM_NUM_CATEGORIES]);
-            for (int k = 0; k < COMM_NUM_KINDS; k++)
-                s.bytes_sent[k] =
-                    fmax(s.bytes_sent[k], sent[(long)r * COMM_NUM_KINDS + k] / s.steps);
-        }
-        for (int k = 0; k < COMM_NUM_KINDS; k++) s.calls[k] = t->comm.calls[k] / s.steps;
-        printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n",
-               s.steps, s.seconds, 1e3 * s.seconds / s.steps,
-               (double)cfg->batch * s.steps / s.seconds);
-        print_step_breakdown(t, s.seconds, s.steps);
-        if (rank_table) print_rank_table(t, peaks, sent);
-        backend_print_memory(t->ledger.peak_total);
+        summarize(&s, t, peaks, sent);
+        print_run_end(t, &s, peaks, sent, rank_table);
     }
-    if (cfg->json_path) {
-        char err[2048] = "";
-        int rc = 0;
-        if (root) rc = json_write(t, &s, &log, peaks, sent, err, sizeof(err));
-        if (ckpt_agree(t, rc, err)) exit_all(1);
-        if (root) printf("figures written to %s (JSON)\n", cfg->json_path);
-    }
-    free(log.loss);
-    free(log.seconds);
+    if (cfg->json_path) write_json(t, &s, &log, peaks, sent);
+    step_log_free(&log);
     free(peaks);
     free(sent);
     if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
