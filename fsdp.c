@@ -47,7 +47,8 @@
  *
  * The same file compiles as CUDA C++ (nvcc -x cu main.c ...; `make gpu`):
  *   mpirun -np 4 ./fsdp-gpu                     # the same flags, on 4 GPUs
- * Section 2 is all that differs: memory, streams, kernels and matmul.
+ * Section 2 (kernels/backend.h) and the device side of the collectives
+ * (comm/device.h, in section 4) are all that differs.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
 #include <dirent.h>
@@ -71,18 +72,6 @@
 #include "formats.h"
 #include "sim/sim.h"
 
-#ifdef __CUDACC__
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
-#include <nccl.h>
-/* Element-wise math is written once and marked for both host and device, so
- * the CPU tests check the very arithmetic the GPU kernels will run. */
-#define FSDP_HD __host__ __device__
-#define FSDP_GPU 1
-#else
-#define FSDP_HD
-#define FSDP_GPU 0
-#endif
 
 /* ============================================================================
  * 1. Checks and utilities
@@ -372,6 +361,15 @@ static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const
     MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
+/* Zeroed memory (padding must be 0), on the device or the host. --plan
+ * allocates nothing: a distinct address the ledger can recognise at
+ * ledger_free stands in. */
+static void *ledger_memory(Ledger *l, size_t physical, int host) {
+    if (backend_dry) return (void *)(l->plan_next += 64);
+    if (host) return calloc(physical ? physical : 1, 1);
+    return dev_alloc(physical);
+}
+
 /* Allocates `physical` bytes and books `bytes` of them: the two differ
  * only for 16-bit values kept in float slots (section 2). `what` names the
  * owner (a unit, "activations", ...) for that report. */
@@ -379,22 +377,13 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
                          const char *what, int host) {
     if (!host && l->budget && l->current_total + bytes > l->budget)
         ledger_out_of_memory(l, cat, bytes, what);
-    /* zeroed: padding must be 0. --plan allocates nothing: a distinct
-     * address the ledger can recognise at ledger_free stands in. */
-    void *p = backend_dry ? (void *)(l->plan_next += 64)
-              : host      ? calloc(physical ? physical : 1, 1)
-                          : dev_alloc(physical);
+    void *p = ledger_memory(l, physical, host);
     if (!p && host)
         FATAL("the machine is out of host memory", "cannot allocate %zu bytes (%s)", bytes,
               MEM_CATEGORY_NAMES[cat]);
-    if (!p) {
-#ifdef __CUDACC__
-        if (!l->oom_report) ledger_out_of_memory(l, cat, bytes, what); /* the GPU itself is full */
+    if (!p) { /* the GPU itself is full (the CPU build's dev_alloc never returns NULL) */
+        if (!l->oom_report) ledger_out_of_memory(l, cat, bytes, what);
         return NULL; /* during setup: noted, and trainer_create builds nothing more */
-#else
-        FATAL("the machine is out of host memory; try a smaller --model",
-              "cannot allocate %zu bytes (%s)", bytes, MEM_CATEGORY_NAMES[cat]);
-#endif
     }
     if (l->n_entries == l->cap_entries) {
         l->cap_entries = l->cap_entries ? 2 * l->cap_entries : 64;
@@ -635,87 +624,12 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
 }
 #endif /* EXERCISE_RING_REDUCE_SCATTER */
 
-/* ------------------------------------------------------------------------
- * The same two rings on 16-bit values (mixed precision)
- *
- * The schedule is the one above; each chunk is a uint16_t array, so the
- * wire carries half the bytes, and the reduce step adds in fp32 and rounds
- * the partial sum back to 16 bits before passing it on, as NCCL does for
- * bf16 and fp16. Each of the N-1 additions rounds: the sum of N gradients
- * carries up to N-1 roundings of 2^-8 (bf16) or 2^-11 (fp16) relative.
- * --------------------------------------------------------------------- */
-static void ring_all_gather_16(Comm *c, uint16_t *full, long S) {
-    int N = c->world;
-    for (int s = 0; s < N - 1; s++) {
-        int send_chunk = (c->rank - s + N) % N, recv_chunk = (c->rank - s - 1 + N) % N;
-        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_UINT16_T, ring_right(c),
-                              COMM_ALL_GATHER, full + recv_chunk * S, (int)S, MPI_UINT16_T,
-                              ring_left(c), COMM_ALL_GATHER, c->stream_comm, MPI_STATUS_IGNORE));
-        sim_on_ring_step(c->sim, c, COMM_ALL_GATHER, s, send_chunk, recv_chunk);
-    }
-}
-
-static void ring_reduce_scatter_16(Comm *c, uint16_t *full, long S, uint16_t *tmp, Dtype d) {
-    int N = c->world;
-    for (int s = 0; s < N - 1; s++) {
-        int send_chunk = (c->rank - s - 1 + 2 * N) % N, recv_chunk = (c->rank - s - 2 + 2 * N) % N;
-        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_UINT16_T, ring_right(c),
-                              COMM_REDUCE_SCATTER, tmp, (int)S, MPI_UINT16_T, ring_left(c),
-                              COMM_REDUCE_SCATTER, c->stream_comm, MPI_STATUS_IGNORE));
-        for (long i = 0; i < S; i++) add_half_one(i, full + recv_chunk * S, tmp, d);
-        sim_on_ring_step(c->sim, c, COMM_REDUCE_SCATTER, s, send_chunk, recv_chunk);
-    }
-}
-
-/* Open MPI's reductions on 16-bit values need the sum as a user operation */
-static void mpi_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    for (long i = 0; i < *len; i++) add_half_one(i, (uint16_t *)inout, (uint16_t *)in, DTYPE_BF16);
-}
-static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
-    (void)type;
-    for (long i = 0; i < *len; i++) add_half_one(i, (uint16_t *)inout, (uint16_t *)in, DTYPE_FP16);
-}
-
-/* A collective whose wire format is 16-bit, on host buffers: the float
- * slots are packed into uint16_t, the collective runs on those, and the
- * result is unpacked into the slots. */
-static void collective_run_host_16(Comm *c, const CommTask *k) {
-    long S = k->S, N = c->world;
-    int mpi = c->impl == COLLECTIVES_MPI;
-    Dtype d = k->wire;
-    /* N slices and the ring's tmp; + 2 bytes so that a group holding none
-     * of a unit's parameters (S = 0) still asks for some memory */
-    uint16_t *w = (uint16_t *)host_malloc((size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2,
-                                          "pack a 16-bit collective");
-    uint16_t *tmp = w + N * S, *mine = w + c->rank * S;
-    if (k->kind == COMM_ALL_GATHER) {
-        for (long i = 0; i < S; i++) pack_one(i, mine, k->shard, d, 1.0f);
-        if (mpi)
-            mpiCheck(MPI_Allgather(MPI_IN_PLACE, (int)S, MPI_UINT16_T, w, (int)S, MPI_UINT16_T,
-                                   c->stream_comm));
-        else ring_all_gather_16(c, w, S);
-        for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
-    } else if (k->kind == COMM_REDUCE_SCATTER) {
-        for (long i = 0; i < N * S; i++) pack_one(i, w, k->full, d, k->prescale);
-        if (mpi)
-            mpiCheck(MPI_Reduce_scatter_block(w, tmp, (int)S, MPI_UINT16_T, c->half_sum[d],
-                                              c->stream_comm));
-        else ring_reduce_scatter_16(c, w, S, tmp, d);
-        for (long i = 0; i < S; i++) unpack_one(i, k->out, mpi ? tmp : mine, d);
-    } else {
-        for (long i = 0; i < N * S; i++) pack_one(i, w, k->full, d, k->prescale);
-        if (mpi)
-            mpiCheck(MPI_Allreduce(MPI_IN_PLACE, w, (int)(N * S), MPI_UINT16_T, c->half_sum[d],
-                                   c->stream_comm));
-        else {
-            ring_reduce_scatter_16(c, w, S, tmp, d);
-            ring_all_gather_16(c, w, S);
-        }
-        for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
-    }
-    free(w);
-}
+/* The same two rings, and Open MPI's collectives, on 16-bit values (mixed
+ * precision): the float slots are packed into uint16_t, so the wire carries
+ * half the bytes, and each reduce step adds in fp32 and rounds the partial
+ * sum back to 16 bits, as NCCL does for bf16 and fp16. */
+/* defines: collective_run_host_16, mpi_sum_bf16, mpi_sum_fp16 */
+#include "comm/wire16.h"
 
 /* Runs one collective on host buffers to completion, on whichever thread
  * the stream uses: our ring, or Open MPI's own (blocking: the stream is
@@ -767,44 +681,39 @@ static void collective_run_host(Comm *c, const CommTask *k) {
     }
 }
 
-#ifdef __CUDACC__
-/* On a GPU, ring and mpi run on host copies of the device buffers: the
- * stream waits until the compute stream has written the inputs (the task's
- * `ready` event), copies them into c->stage, runs the collective there and
- * copies the result back. That costs two copies over PCIe, and it is what
- * lets several ranks share one GPU, which NCCL refuses. */
-static void collective_run(Comm *c, const CommTask *k) {
-    long S = k->S, N = c->world, need = (N + 2) * S; /* full, the ring's tmp, out */
-    if (c->stage_count < need) {
-        free(c->stage);
-        c->stage = (float *)host_malloc((size_t)need * sizeof(float), "stage a collective");
-        c->stage_count = need;
-    }
-    cudaEvent_t ready = (cudaEvent_t)k->ready;
-    cudaCheck(cudaEventSynchronize(ready));
-    cudaCheck(cudaEventDestroy(ready));
-    if (S == 0 || backend_dry) return; /* no parameters, or --plan: nothing to move */
-    CommTask host = comm_task(k->kind, k->group, c->stage, NULL, c->stage + (N + 1) * S,
-                              c->stage + N * S, S, k->wire, k->prescale);
-    size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
-    if (k->kind == COMM_ALL_GATHER) {
-        host.shard = c->stage + c->rank * S; /* in place on the host */
-        cudaCheck(cudaMemcpyAsync(host.full + c->rank * S, k->shard, chunk,
-                                  cudaMemcpyDeviceToHost, gpu.comm));
-    } else {
-        cudaCheck(cudaMemcpyAsync(host.full, k->full, all, cudaMemcpyDeviceToHost, gpu.comm));
-    }
-    cudaCheck(cudaStreamSynchronize(gpu.comm));
-    collective_run_host(c, &host);
-    if (k->kind == COMM_REDUCE_SCATTER)
-        cudaCheck(cudaMemcpyAsync(k->out, host.out, chunk, cudaMemcpyHostToDevice, gpu.comm));
-    else
-        cudaCheck(cudaMemcpyAsync(k->full, host.full, all, cudaMemcpyHostToDevice, gpu.comm));
-    cudaCheck(cudaStreamSynchronize(gpu.comm));
+/* The main thread waited for h from wb to we (this machine's clock). On the
+ * --net schedule it waits from the same point of its own work until the
+ * collective's simulated end, which may be sooner or later: the difference
+ * moves every later moment of the main thread. Prefetching shows here: a
+ * collective queued early has run by the time it is needed, and the wait
+ * shrinks to nothing, however long the link takes. */
+static void comm_sim_waited(Comm *c, const CommHandle *h, double wb, double we) {
+    double sim_wb = wb + c->sim_shift, sim_we = fmax(sim_wb, h->sim_end);
+    double before = c->sim_shift;
+    c->sim_shift += (sim_we - sim_wb) - (we - wb);
+    if (h->event < 0) return;
+    CommEvent *e = &c->events[h->event];
+    e->wait_begin = wb;
+    e->wait_end = we;
+    e->shift_before = before;
+    e->shift_after = c->sim_shift;
 }
-#else
-static void collective_run(Comm *c, const CommTask *k) { collective_run_host(c, k); }
-#endif
+
+/* The --net schedule: on a real link the stream starts a collective once it
+ * is queued (at `now`) and the one before it is done, and it lasts what the
+ * model says. Where the main thread has to wait for it is comm_sim_waited's
+ * business. */
+static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
+    double sim_start = fmax(now + c->sim_shift, c->sim_stream_end);
+    c->sim_stream_end = sim_start + h->sim_seconds;
+    h->sim_end = c->sim_stream_end;
+    if (h->event >= 0) c->events[h->event].sim_start = sim_start;
+}
+
+/* defines: collective_run (a task on the group's buffers, wherever they live),
+ *          device_comm_open, device_comm_close, device_comm_submit,
+ *          device_comm_wait (NCCL on a GPU; nothing on the CPU) */
+#include "comm/device.h"
 
 /* ------------------------------------------------------------------------
  * The communication stream
@@ -827,9 +736,7 @@ static void collective_run(Comm *c, const CommTask *k) { collective_run_host(c, 
  * --------------------------------------------------------------------- */
 static void *comm_stream_main(void *arg) {
     Comm *c = (Comm *)arg;
-#ifdef __CUDACC__
-    cudaCheck(cudaSetDevice(gpu.device)); /* the device is chosen per thread */
-#endif
+    backend_thread_begin(); /* a GPU is chosen per thread */
     pthread_mutex_lock(&c->lock);
     for (;;) {
         while (c->finished == c->queued && !c->stopping) pthread_cond_wait(&c->work, &c->lock);
@@ -861,19 +768,6 @@ static void comm_require_threads(const Comm *c) {
     exit_all(1);
 }
 
-#ifdef __CUDACC__
-/* One NCCL communicator over the MPI ranks: rank 0 makes the unique id,
- * MPI broadcasts it, and every rank joins with it. */
-static void nccl_init(Comm *c) {
-    ncclUniqueId id;
-    if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-    mpiCheck(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->comm));
-    ncclComm_t nc;
-    ncclCheck(ncclCommInitRank(&nc, c->world, id, c->rank));
-    c->nccl = nc;
-}
-#endif
-
 static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const NetModel *net,
                       int threaded) {
     memset(c, 0, sizeof(*c));
@@ -886,12 +780,7 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
     c->group[GROUP_WORLD] = c->group[GROUP_SHARD] = c; /* until comm_split_nodes */
     mpiCheck(MPI_Op_create(mpi_sum_bf16, 1, &c->half_sum[DTYPE_BF16]));
     mpiCheck(MPI_Op_create(mpi_sum_fp16, 1, &c->half_sum[DTYPE_FP16]));
-#ifdef __CUDACC__
-    if (impl == COLLECTIVES_NCCL && !backend_dry) { /* --plan runs no collective */
-        nccl_init(c);
-        threaded = 0; /* NCCL's own stream runs in the background; no thread needed */
-    }
-#endif
+    if (device_comm_open(c)) threaded = 0; /* NCCL's own stream runs in the background */
     c->threaded = threaded;
     if (!threaded) return;
     comm_require_threads(c);
@@ -903,121 +792,6 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
               "cannot start the communication thread");
 }
 
-/* The main thread waited for h from wb to we (this machine's clock). On the
- * --net schedule it waits from the same point of its own work until the
- * collective's simulated end, which may be sooner or later: the difference
- * moves every later moment of the main thread. Prefetching shows here: a
- * collective queued early has run by the time it is needed, and the wait
- * shrinks to nothing, however long the link takes. */
-static void comm_sim_waited(Comm *c, const CommHandle *h, double wb, double we) {
-    double sim_wb = wb + c->sim_shift, sim_we = fmax(sim_wb, h->sim_end);
-    double before = c->sim_shift;
-    c->sim_shift += (sim_we - sim_wb) - (we - wb);
-    if (h->event < 0) return;
-    CommEvent *e = &c->events[h->event];
-    e->wait_begin = wb;
-    e->wait_end = we;
-    e->shift_before = before;
-    e->shift_after = c->sim_shift;
-}
-
-/* The --net schedule: on a real link the stream starts a collective once it
- * is queued (at `now`) and the one before it is done, and it lasts what the
- * model says. Where the main thread has to wait for it is comm_sim_waited's
- * business. */
-static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
-    double sim_start = fmax(now + c->sim_shift, c->sim_stream_end);
-    c->sim_stream_end = sim_start + h->sim_seconds;
-    h->sim_end = c->sim_stream_end;
-    if (h->event >= 0) c->events[h->event].sim_start = sim_start;
-}
-
-#ifdef __CUDACC__
-/* ------------------------------------------------------------------------
- * NCCL on the GPU's communication stream
- *
- * A collective reads what the compute stream wrote, so the communication
- * stream first waits for an event recorded on the compute stream now
- * (PyTorch does the same before each all-gather and reduce-scatter). The
- * collective is then queued on the communication stream and the host goes
- * on at once; comm_wait makes the compute stream wait for the event
- * recorded after it. Neither stream blocks the host.
- * --------------------------------------------------------------------- */
-/* Mixed precision on NCCL: the float slots are packed into a 16-bit device
- * buffer on the compute stream (before the `ready` event), NCCL works on
- * that in ncclBfloat16 or ncclFloat16, and nccl_wait unpacks the result.
- * The returned task points NCCL at the packed buffer. */
-static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
-    long S = k->S, N = c->world;
-    CommTask w = *k;
-    /* N slices and the reduce-scatter's output; + 2 bytes, never 0 (S = 0) */
-    h->wire_bytes = (size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2;
-    uint16_t *buf = (uint16_t *)dev_alloc(h->wire_bytes);
-    if (!buf) FATAL("the GPU is out of memory; try a smaller model", "cannot pack a collective");
-    h->wire_buf = buf;
-    w.full = (float *)buf; /* NCCL sees 16-bit elements from here on */
-    if (k->kind == COMM_ALL_GATHER) {
-        FOR_EACH(S, pack_one, buf + c->rank * S, k->shard, k->wire, 1.0f);
-        w.shard = (float *)(buf + c->rank * S);
-        h->unpack_to = k->full, h->unpack_count = N * S, h->unpack_from = 0;
-    } else {
-        FOR_EACH(N * S, pack_one, buf, k->full, k->wire, k->prescale);
-        w.out = (float *)(buf + N * S);
-        h->unpack_to = k->kind == COMM_REDUCE_SCATTER ? k->out : k->full;
-        h->unpack_count = k->kind == COMM_REDUCE_SCATTER ? S : N * S;
-        h->unpack_from = k->kind == COMM_REDUCE_SCATTER ? N * S : 0;
-    }
-    return w;
-}
-
-static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
-    const Comm *g = c->group[task->group]; /* its ranks, and their NCCL communicator */
-    CommTask k = task->wire == DTYPE_FP32 ? *task : nccl_pack(g, h, task);
-    ncclDataType_t type = k.wire == DTYPE_FP32   ? ncclFloat
-                          : k.wire == DTYPE_BF16 ? ncclBfloat16
-                                                 : ncclFloat16;
-    cudaEvent_t ready = event_record(gpu.compute, 0);
-    cudaCheck(cudaStreamWaitEvent(gpu.comm, ready, 0));
-    cudaCheck(cudaEventDestroy(ready));
-    ncclComm_t nc = (ncclComm_t)g->nccl;
-    size_t S = (size_t)k.S;
-    h->began = event_record(gpu.comm, 1);
-    if (k.kind == COMM_ALL_GATHER) ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, gpu.comm));
-    else if (k.kind == COMM_REDUCE_SCATTER)
-        ncclCheck(ncclReduceScatter(k.full, k.out, S, type, ncclSum, nc, gpu.comm));
-    else ncclCheck(ncclAllReduce(k.full, k.full, S * g->world, type, ncclSum, nc, gpu.comm));
-    h->done = event_record(gpu.comm, 1);
-    h->number = ++c->queued;
-}
-
-/* The compute stream waits for the collective; the host does not. Only a
- * trace needs to know when it ran: then the host waits for it too. */
-static CommRun nccl_wait(Comm *c, CommHandle *h) {
-    cudaEvent_t began = (cudaEvent_t)h->began, done = (cudaEvent_t)h->done;
-    cudaCheck(cudaStreamWaitEvent(gpu.compute, done, 0));
-    CommRun run = {h->number, h->t_start, h->t_start};
-    if (c->keep_events) {
-        cudaCheck(cudaEventSynchronize(done));
-        run.t_start = event_seconds(began);
-        run.t_end = event_seconds(done);
-        c->gpu_busy_seconds += run.t_end - run.t_start;
-    }
-    cudaCheck(cudaEventDestroy(began));
-    cudaCheck(cudaEventDestroy(done));
-    if (h->wire_buf) { /* mixed precision: the 16-bit result back into its float slots */
-        const uint16_t *w = (const uint16_t *)h->wire_buf + h->unpack_from;
-        FOR_EACH(h->unpack_count, unpack_one, h->unpack_to, w, h->wire);
-        dev_free(h->wire_buf, h->wire_bytes);
-        h->wire_buf = NULL;
-    }
-    double now = now_seconds();
-    comm_sim_waited(c, h, now, now);
-    c->finished = h->number;
-    return run;
-}
-
-#endif
-
 /* Puts a collective on the stream; h learns its number. */
 static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
     if (backend_dry) { /* --plan: counted by comm_record, never run */
@@ -1025,16 +799,9 @@ static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
         c->finished = c->queued;
         return;
     }
-#ifdef __CUDACC__
-    if (c->impl == COLLECTIVES_NCCL) {
-        comm_sim_queued(c, h, now_seconds());
-        nccl_submit(c, h, task);
-        return;
-    }
-    CommTask staged = *task; /* ring and mpi: the CPU stream waits for this event */
-    staged.ready = event_record(gpu.compute, 0);
+    CommTask staged = *task;
+    if (device_comm_submit(c, h, &staged)) return; /* NCCL took it */
     task = &staged;
-#endif
     if (!c->threaded) {
         double t0 = now_seconds();
         comm_sim_queued(c, h, t0);
@@ -1166,11 +933,7 @@ static CommRun comm_wait_for_run(Comm *c, const CommHandle *h) {
 static void comm_wait(Comm *c, CommHandle *h) {
     if (h->skipped) return; /* by the test-only fault switch */
     CommRun run;
-#ifdef __CUDACC__
-    if (c->impl == COLLECTIVES_NCCL && !backend_dry) run = nccl_wait(c, h);
-    else
-#endif
-        run = comm_wait_for_run(c, h);
+    if (!device_comm_wait(c, h, &run)) run = comm_wait_for_run(c, h);
     if (h->kind != COMM_ALL_GATHER) {
         /* the mean: 1/G, in one part, or two with a predivide */
         FOR_EACH(h->scale_count, scale_one, h->buf, h->predivide / (float)h->group_world);
@@ -1206,9 +969,7 @@ static Comm *comm_group_new(const Comm *c, int color, const NetModel *net) {
     g->half_sum[DTYPE_BF16] = c->half_sum[DTYPE_BF16];
     g->half_sum[DTYPE_FP16] = c->half_sum[DTYPE_FP16];
     g->group[GROUP_WORLD] = g->group[GROUP_SHARD] = g;
-#ifdef __CUDACC__
-    if (c->impl == COLLECTIVES_NCCL && !backend_dry) nccl_init(g);
-#endif
+    device_comm_open(g);
     return g;
 }
 
@@ -1235,11 +996,8 @@ static void comm_split_nodes(Comm *c, int G, int hybrid, const NetModel *intra,
 }
 
 static void comm_group_free(Comm *g) {
-#ifdef __CUDACC__
-    if (g->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)g->nccl));
-#endif
+    device_comm_close(g);
     MPI_Comm_free(&g->comm);
-    free(g->stage);
     free(g);
 }
 
@@ -1262,12 +1020,7 @@ static void comm_release(Comm *c) {
     if (c->stream_comm != MPI_COMM_NULL) MPI_Comm_free(&c->stream_comm);
     for (int d = DTYPE_BF16; d <= DTYPE_FP16; d++)
         if (c->half_sum[d] != MPI_OP_NULL) MPI_Op_free(&c->half_sum[d]);
-#ifdef __CUDACC__
-    if (c->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)c->nccl));
-    c->nccl = NULL;
-#endif
-    free(c->stage);
-    c->stage = NULL;
+    device_comm_close(c);
     free(c->events);
     c->events = NULL;
     c->n_events = c->cap_events = 0;
@@ -1591,32 +1344,35 @@ static void unit_refresh_low_precision(Unit *u, Dtype param_dtype) {
                        param_dtype);
 }
 
+/* Tensor k of a unit's sharded state, where it lives: 0 the fp32 master
+ * shard, 1 exp_avg, 2 exp_avg_sq. */
+static float *unit_state_tensor(Unit *u, int k) {
+    if (k == 1) return u->exp_avg;
+    return k == 2 ? u->exp_avg_sq : unit_master(u);
+}
+
 /* A unit's state as the host sees it: tensor k (0 shard_param, 1 exp_avg,
  * 2 exp_avg_sq) in host memory, for initialisation and checkpoints. On the
  * CPU that is the tensor itself. On a GPU it is a host copy, filled by
  * unit_state_to_host and written back by unit_state_to_device. */
 static float *unit_state_host(Unit *u, int k) {
-#ifdef __CUDACC__
-    if (u->offloaded) return k == 0 ? unit_master(u) : k == 1 ? u->exp_avg : u->exp_avg_sq;
+    if (DEVICE_IS_HOST || u->offloaded) return unit_state_tensor(u, k);
     if (!u->host_state)
         u->host_state =
             (float *)host_calloc((size_t)(3 * u->shard + 1), 4, "copy a shard to the host");
     return u->host_state + (long)k * u->shard;
-#else
-    return k == 0 ? unit_master(u) : k == 1 ? u->exp_avg : u->exp_avg_sq;
-#endif
 }
 static void unit_state_to_host(Unit *u) {
-    const float *dev[3] = {unit_master(u), u->exp_avg, u->exp_avg_sq};
     for (int k = 0; k < 3; k++)
-        if (unit_state_host(u, k) != dev[k])
-            dev_to_host(unit_state_host(u, k), dev[k], (size_t)u->shard * sizeof(float));
+        if (unit_state_host(u, k) != unit_state_tensor(u, k))
+            dev_to_host(unit_state_host(u, k), unit_state_tensor(u, k),
+                        (size_t)u->shard * sizeof(float));
 }
 static void unit_state_to_device(Unit *u, Dtype param_dtype) {
-    float *dev[3] = {unit_master(u), u->exp_avg, u->exp_avg_sq};
     for (int k = 0; k < 3; k++)
-        if (unit_state_host(u, k) != dev[k])
-            dev_from_host(dev[k], unit_state_host(u, k), (size_t)u->shard * sizeof(float));
+        if (unit_state_host(u, k) != unit_state_tensor(u, k))
+            dev_from_host(unit_state_tensor(u, k), unit_state_host(u, k),
+                          (size_t)u->shard * sizeof(float));
     unit_refresh_low_precision(u, param_dtype);
 }
 
@@ -2425,127 +2181,9 @@ static void adamw_step(Trainer *t) {
  * would train on, so the averaged gradient is the same mathematics.
  * ========================================================================== */
 
-enum { CORPUS_WORDS = 48, CORPUS_SUCCESSORS = 6, CORPUS_MAX_WORD = 7, CORPUS_BYTES = 1 << 17 };
-
-typedef struct {
-    char word[CORPUS_WORDS][CORPUS_MAX_WORD + 1];
-    int len[CORPUS_WORDS];
-    int next[CORPUS_WORDS][CORPUS_SUCCESSORS];
-    double cum[CORPUS_SUCCESSORS]; /* cumulative Zipf weights, ending at 1 */
-} WordChain;
-
-static void chain_build(WordChain *ch, uint64_t seed) {
-    uint64_t draw = 0;
-    for (int w = 0; w < CORPUS_WORDS; w++) {
-        int unique = 0;
-        while (!unique) { /* distinct spellings keep the entropy exact */
-            ch->len[w] = 2 + (int)(rng_u64(seed, STREAM_CORPUS, 0, draw++) % (CORPUS_MAX_WORD - 1));
-            for (int i = 0; i < ch->len[w]; i++)
-                ch->word[w][i] = (char)('a' + rng_u64(seed, STREAM_CORPUS, 0, draw++) % 26);
-            ch->word[w][ch->len[w]] = '\0';
-            unique = 1;
-            for (int o = 0; o < w; o++) unique &= strcmp(ch->word[o], ch->word[w]) != 0;
-        }
-        for (int k = 0; k < CORPUS_SUCCESSORS; k++)
-            ch->next[w][k] = (int)(rng_u64(seed, STREAM_CORPUS, 1, draw++) % CORPUS_WORDS);
-    }
-    double total = 0.0;
-    for (int k = 0; k < CORPUS_SUCCESSORS; k++) total += 1.0 / (k + 1);
-    double acc = 0.0;
-    for (int k = 0; k < CORPUS_SUCCESSORS; k++) ch->cum[k] = (acc += 1.0 / (k + 1) / total);
-}
-
-/* Entropy rate of the text in nats per byte: the word chain's entropy per
- * word (weighted by how often each word occurs in the long run) divided by
- * the average bytes per word, space included. Words are distinct and
- * space-separated, so the bytes determine the words and nothing is lost. */
-static double chain_entropy_per_byte(const WordChain *ch) {
-    double P[CORPUS_WORDS][CORPUS_WORDS]; /* P[w][v]: chance that v follows w */
-    double pi[CORPUS_WORDS], nxt[CORPUS_WORDS];
-    memset(P, 0, sizeof(P));
-    for (int w = 0; w < CORPUS_WORDS; w++)
-        for (int k = 0; k < CORPUS_SUCCESSORS; k++)
-            P[w][ch->next[w][k]] += ch->cum[k] - (k ? ch->cum[k - 1] : 0.0);
-    for (int w = 0; w < CORPUS_WORDS; w++) pi[w] = (w == 0); /* the text starts at word 0 */
-    for (int it = 0; it < 2000; it++) { /* long-run frequencies; averaged to damp periodic chains */
-        memset(nxt, 0, sizeof(nxt));
-        for (int w = 0; w < CORPUS_WORDS; w++)
-            for (int v = 0; v < CORPUS_WORDS; v++) nxt[v] += pi[w] * P[w][v];
-        for (int w = 0; w < CORPUS_WORDS; w++) pi[w] = 0.5 * (pi[w] + nxt[w]);
-    }
-    double h = 0.0, bytes = 0.0;
-    for (int w = 0; w < CORPUS_WORDS; w++) {
-        bytes += pi[w] * (ch->len[w] + 1);
-        for (int v = 0; v < CORPUS_WORDS; v++)
-            if (P[w][v] > 0) h -= pi[w] * P[w][v] * log(P[w][v]);
-    }
-    return h / bytes;
-}
-
-static void corpus_synthetic(Corpus *c, uint64_t seed) {
-    WordChain ch;
-    chain_build(&ch, seed);
-    c->bytes = (unsigned char *)host_malloc(CORPUS_BYTES, "allocate the corpus");
-    long n = 0;
-    int w = 0;
-    for (uint64_t i = 0; n < CORPUS_BYTES; i++) {
-        for (int k = 0; k <= ch.len[w] && n < CORPUS_BYTES; k++)
-            c->bytes[n++] = (unsigned char)(k < ch.len[w] ? ch.word[w][k] : ' ');
-        double u = rng_uniform(seed, STREAM_CORPUS, 2, i);
-        int k = 0;
-        while (k < CORPUS_SUCCESSORS - 1 && u >= ch.cum[k]) k++;
-        w = ch.next[w][k];
-    }
-    c->len = n;
-    c->entropy_floor = chain_entropy_per_byte(&ch);
-}
-
-/* --data FILE: the file is mapped read-only, not copied. The pages belong
- * to the operating system's page cache, so the ranks on one machine share
- * one copy (4 ranks on a 2 GiB file hold 2 GiB, not 8), and only the pages
- * the sampler touches are ever read from the disk. The file must not change
- * while training: a shorter file faults (SIGBUS) on its vanished pages,
- * which file_watch_mapping turns into a message and exit 2.
- * Returns 0, or 2 with a message in err. */
-static int corpus_load_file(Corpus *c, const char *path, int context, char *err, size_t errlen) {
-    uint64_t size = 0;
-    char why[1024];
-    int fd = file_open_input("--data", path, &size, why, sizeof(why));
-    if (fd < 0)
-        return usage_error(err, errlen, "%s Leave out --data to use the embedded corpus.", why);
-    if (size < (uint64_t)context + 1) {
-        close(fd);
-        return usage_error(
-            err, errlen,
-            "--data %s: has %llu bytes, but one sample needs --context + 1 = %d. Give a "
-            "larger file or a smaller --context.",
-            path, (unsigned long long)size, context + 1);
-    }
-    if (size > (uint64_t)LONG_MAX / 2) {
-        close(fd);
-        return usage_error(err, errlen, "--data %s: %llu bytes is more than this program indexes.",
-                           path, (unsigned long long)size);
-    }
-    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd); /* the mapping keeps the file open */
-    if (p == MAP_FAILED)
-        return usage_error(err, errlen,
-                           "--data %s: cannot map its %llu bytes into memory (mmap: %s).", path,
-                           (unsigned long long)size, strerror(errno));
-    c->bytes = (unsigned char *)p;
-    c->len = (long)size;
-    c->mapped = 1;
-    file_watch_mapping("--data", path, p, (size_t)size);
-    c->entropy_floor = -1.0;
-    return 0;
-}
-
-static void corpus_release(Corpus *c) {
-    if (c->mapped) file_unwatch_mapping(c->bytes);
-    if (c->mapped) munmap(c->bytes, (size_t)c->len);
-    else free(c->bytes);
-    c->bytes = NULL;
-}
+/* defines: corpus_synthetic (the embedded corpus and its entropy floor),
+ *          corpus_load_file (--data, memory-mapped), corpus_release */
+#include "data/corpus.h"
 
 /* This rank's share of the global batch of `step` is samples j = rank,
  * rank + N, rank + 2N, ... (DistributedSampler's interleaving); this draws
@@ -2574,246 +2212,10 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int ra
  * step:     AdamW on this rank's shards
  * ========================================================================== */
 
-/* How many blocks' inner activations (norm output and statistics, fc1,
- * GELU) are kept from forward to backward: all L, or with
- * --activation-checkpointing one block's worth, reused by every block. */
-static long saved_blocks(const Config *c) { return c->activation_checkpointing ? 1 : c->depth; }
-static long saved_block(const Config *c, int l) { return c->activation_checkpointing ? 0 : l; }
-
-/* An activation buffer: in param_dtype with mixed precision. LayerNorm's
- * statistics, the softmax and the losses stay fp32, as PyTorch keeps them. */
-static float *activation(Ledger *l, const Config *c, long count) {
-    return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, c->param_dtype, "activations");
-}
-static float *activation_fp32(Ledger *l, long count) {
-    return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, DTYPE_FP32, "activations");
-}
-
-static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
-    long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
-    a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
-    a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
-    a->x_emb = activation(l, c, B * T * C);
-    a->h = activation(l, c, (c->depth + 1) * B * D); /* every block's input: the checkpoints */
-    a->ln = activation(l, c, L * B * D);
-    a->ln_mean = activation_fp32(l, L * B);
-    a->ln_rstd = activation_fp32(l, L * B);
-    a->fc1 = activation(l, c, L * B * 4 * D);
-    a->act = activation(l, c, L * B * 4 * D);
-    a->nf = activation(l, c, B * D);
-    a->nf_mean = activation_fp32(l, B);
-    a->nf_rstd = activation_fp32(l, B);
-    a->logits = activation(l, c, B * V);
-    a->probs = activation_fp32(l, B * V);
-    a->losses = activation_fp32(l, B);
-    a->d_logits = activation(l, c, B * V);
-    a->d_nf = activation(l, c, B * D);
-    a->d_h = activation(l, c, B * D);
-    a->d_ln = activation(l, c, B * D);
-    a->d_act = activation(l, c, B * 4 * D);
-    a->d_fc1 = activation(l, c, B * 4 * D);
-    a->d_emb = activation(l, c, B * T * C);
-}
-
-static void zero(float *x, long n) { dev_zero(x, (size_t)n * sizeof(float)); }
-
-/* The parameter tensors of a module, once its unit's full state is present. */
-static float *weight_of(Trainer *t, int module) {
-    return t->model.params[t->model.modules[module].params[0]].data;
-}
-static float *bias_of(Trainer *t, int module) {
-    return t->model.params[t->model.modules[module].params[1]].data;
-}
-static float *dweight_of(Trainer *t, int module) {
-    return t->model.params[t->model.modules[module].params[0]].grad;
-}
-static float *dbias_of(Trainer *t, int module) {
-    return t->model.params[t->model.modules[module].params[1]].grad;
-}
-
-/* A block's first half: norm, fc1 and GELU, from the block's input into
- * the saved slots. Forward runs it once; with activation checkpointing
- * backward runs it again (block_recompute). */
-/* Mixed precision: a layer's output as the GPU stores it, in param_dtype.
- * (The layers compute in fp32 from 16-bit inputs, as tensor cores
- * accumulate; the result is rounded once, when it is written.) */
-static void lowp(Trainer *t, float *x, long n) { round_all(x, n, t->cfg.param_dtype); }
-
-static void block_norm_fc1_gelu(Trainer *t, int l) {
-    const Model *m = &t->model;
-    Activations *a = &t->act;
-    const Config *c = &t->cfg;
-    int B = t->micro_batch, D = c->width;
-    long k = saved_block(c, l), BD = (long)B * D, BF = 4 * BD;
-    float *ln = a->ln + k * BD, *fc1 = a->fc1 + k * BF;
-    module_pre_forward(t, m->block_norm[l]);
-    layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, a->h + l * BD,
-                      weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D);
-    lowp(t, ln, BD);
-    module_post_forward(t, m->block_norm[l]);
-    module_pre_forward(t, m->block_fc1[l]);
-    linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D,
-                   4 * D);
-    lowp(t, fc1, BF);
-    module_post_forward(t, m->block_fc1[l]);
-    gelu_forward(a->act + k * BF, fc1, BF);
-    lowp(t, a->act + k * BF, BF);
-}
-
-static float model_forward(Trainer *t) {
-    Model *m = &t->model;
-    Activations *a = &t->act;
-    const Config *c = &t->cfg;
-    int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
-    long BD = (long)B * D, BF = (long)B * 4 * D;
-
-    module_pre_forward(t, m->root);
-    module_pre_forward(t, m->embed);
-    embedding_forward(a->x_emb, a->tokens, weight_of(t, m->embed), B, T, C);
-    module_post_forward(t, m->embed);
-
-    module_pre_forward(t, m->proj_in);
-    linear_forward(a->h, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B, T * C, D);
-    lowp(t, a->h, BD);
-    module_post_forward(t, m->proj_in);
-
-    module_pre_forward(t, m->blocks);
-    for (int l = 0; l < c->depth; l++) {
-        long k = saved_block(c, l);
-        float *h_in = a->h + l * BD, *h_out = a->h + (l + 1) * BD, *act = a->act + k * BF;
-        module_pre_forward(t, m->block[l]);
-        block_norm_fc1_gelu(t, l);
-        module_pre_forward(t, m->block_fc2[l]);
-        linear_forward(h_out, act, weight_of(t, m->block_fc2[l]), bias_of(t, m->block_fc2[l]), B,
-                       4 * D, D);
-        lowp(t, h_out, BD);
-        module_post_forward(t, m->block_fc2[l]);
-        FOR_EACH(BD, add_one, h_out, h_in); /* the residual connection */
-        lowp(t, h_out, BD);
-        module_post_forward(t, m->block[l]);
-    }
-    module_post_forward(t, m->blocks);
-
-    module_pre_forward(t, m->norm_f);
-    layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, a->h + c->depth * BD, weight_of(t, m->norm_f),
-                      bias_of(t, m->norm_f), B, D);
-    lowp(t, a->nf, BD);
-    module_post_forward(t, m->norm_f);
-    module_pre_forward(t, m->head);
-    linear_forward(a->logits, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
-    lowp(t, a->logits, (long)B * V); /* the loss then runs in fp32 on them, as logits.float() */
-    module_post_forward(t, m->head);
-    float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
-    module_post_forward(t, m->root);
-    return loss;
-}
-
-/* ------------------------------------------------------------------------
- * Activation checkpointing                  PyTorch: checkpoint_wrapper,
- *                                            apply_activation_checkpointing
- *
- * Without it the forward keeps, for every block, its input and everything
- * computed inside it for backward to read: the norm's output (B*D) and
- * statistics (2*B), fc1's output and GELU's (B*4D each), 9*B*D + 2*B
- * floats, nine times the block's input. With --activation-checkpointing
- * forward keeps only each block's input (a->h, the checkpoint) and one
- * block's inner buffers, which every block overwrites; backward, on
- * reaching block l, runs the block's first half again from its checkpoint
- * (norm, fc1, GELU: what backward reads; fc2's output is read by nothing,
- * so unlike PyTorch's checkpoint_wrapper, which reruns the whole block, we
- * skip fc2), then its backward. The memory of the saved activations falls
- * from L blocks' to one's, and the price is fc1's matmul once more per
- * block: one of the block's six matmuls of a step, a sixth more compute.
- * The recomputation needs the block's parameters: when the block is a unit,
- * its pre-backward hook has just gathered it, so the recomputation costs no
- * collective. When units are smaller than a block (a low --min-params),
- * the norm and fc1 units are gathered for it and stay gathered until their
- * own backward, a moment later: no all-gather more, one unit's full state
- * held a little longer. The recomputed numbers are the forward's numbers,
- * bit for bit: the same kernels on the same inputs.
- * --------------------------------------------------------------------- */
-static void block_recompute(Trainer *t, int l) {
-    t->recomputing = 1; /* the forward hooks only unshard (module_pre_forward) */
-    block_norm_fc1_gelu(t, l);
-    t->recomputing = 0;
-}
-
-/* The loss is the mean over this rank's local batch, so dloss = 1/(K*B)
- * for each sample of each of the K micro-batches of B samples (K = 1
- * without --grad-accum), and the gradients of the K backward passes add up;
- * the reduce-scatter's mean over N ranks then makes it the mean over the
- * global batch, as one rank training on the whole batch would get. */
-static void model_backward(Trainer *t) {
-    Model *m = &t->model;
-    Activations *a = &t->act;
-    const Config *c = &t->cfg;
-    int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
-    long BD = (long)B * D, BF = (long)B * 4 * D;
-
-    module_pre_backward(t, m->root);
-    zero(a->d_logits, (long)B * V);
-    crossentropy_backward(a->d_logits, a->probs, a->targets, t->loss_scale / (float)t->local_batch,
-                          B, V);
-    lowp(t, a->d_logits, (long)B * V);
-    module_pre_backward(t, m->head);
-    zero(a->d_nf, BD);
-    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), a->d_logits, a->nf,
-                    weight_of(t, m->head), B, D, V);
-    lowp(t, a->d_nf, BD);
-    module_post_backward(t, m->head);
-    module_pre_backward(t, m->norm_f);
-    zero(a->d_h, BD);
-    layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), a->d_nf,
-                       a->h + c->depth * BD, weight_of(t, m->norm_f), a->nf_mean, a->nf_rstd, B, D);
-    lowp(t, a->d_h, BD);
-    module_post_backward(t, m->norm_f);
-
-    module_pre_backward(t, m->blocks);
-    for (int l = c->depth - 1; l >= 0; l--) {
-        long k = saved_block(c, l);
-        float *h_in = a->h + l * BD, *ln = a->ln + k * BD, *fc1 = a->fc1 + k * BF,
-              *act = a->act + k * BF;
-        module_pre_backward(t, m->block[l]);
-        if (c->activation_checkpointing) block_recompute(t, l);
-        /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
-         * the MLP branch adds its own part through norm's backward. */
-        zero(a->d_act, BF);
-        module_pre_backward(t, m->block_fc2[l]);
-        linear_backward(a->d_act, dweight_of(t, m->block_fc2[l]), dbias_of(t, m->block_fc2[l]),
-                        a->d_h, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
-        lowp(t, a->d_act, BF);
-        module_post_backward(t, m->block_fc2[l]);
-        zero(a->d_fc1, BF);
-        gelu_backward(a->d_fc1, a->d_act, fc1, BF);
-        lowp(t, a->d_fc1, BF);
-        zero(a->d_ln, BD);
-        module_pre_backward(t, m->block_fc1[l]);
-        linear_backward(a->d_ln, dweight_of(t, m->block_fc1[l]), dbias_of(t, m->block_fc1[l]),
-                        a->d_fc1, ln, weight_of(t, m->block_fc1[l]), B, D, 4 * D);
-        lowp(t, a->d_ln, BD);
-        module_post_backward(t, m->block_fc1[l]);
-        module_pre_backward(t, m->block_norm[l]);
-        layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
-                           a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + k * B,
-                           a->ln_rstd + k * B, B, D);
-        lowp(t, a->d_h, BD);
-        module_post_backward(t, m->block_norm[l]);
-        module_post_backward(t, m->block[l]);
-    }
-    module_post_backward(t, m->blocks);
-
-    module_pre_backward(t, m->proj_in);
-    zero(a->d_emb, (long)B * T * C);
-    linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h, a->x_emb,
-                    weight_of(t, m->proj_in), B, T * C, D);
-    lowp(t, a->d_emb, (long)B * T * C);
-    module_post_backward(t, m->proj_in);
-    module_pre_backward(t, m->embed);
-    embedding_backward(dweight_of(t, m->embed), a->d_emb, a->tokens, B, T, C);
-    module_post_backward(t, m->embed);
-    module_post_backward(t, m->root);
-    units_finish_backward(t);
-}
+/* defines: activations_alloc, model_forward, model_backward, block_recompute
+ *          (activation checkpointing) and the layers' glue (weight_of, lowp, ...):
+ *          the model FSDP wraps, with the hooks of section 8 at every module */
+#include "model/mlp.h"
 
 /* A unit's persistent state on this rank: its shard of the parameters and
  * of the gradient, and AdamW's two moments. With mixed precision the

@@ -10,6 +10,21 @@
  * ========================================================================== */
 
 #ifdef __CUDACC__
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+/* Element-wise math is written once and marked for both host and device, so
+ * the CPU tests check the very arithmetic the GPU kernels will run. */
+#define FSDP_HD __host__ __device__
+#define FSDP_GPU 1
+#else
+#define FSDP_HD
+#define FSDP_GPU 0
+#endif
+/* On CPU ranks "the device" is the host's memory: no copy is ever needed */
+#define DEVICE_IS_HOST (!FSDP_GPU)
+
+#ifdef __CUDACC__
 /* ---- the GPU build -------------------------------------------------------- */
 
 static void cuda_check(cudaError_t err, const char *file, int line) {
@@ -151,6 +166,9 @@ static void dev_copy(void *dst, const void *src, size_t bytes) {
 static void dev_synchronize(void) {
     if (!backend_dry) cudaCheck(cudaStreamSynchronize(gpu.compute));
 }
+
+/* CUDA's current device is per thread: the communication thread picks it */
+static void backend_thread_begin(void) { cudaCheck(cudaSetDevice(gpu.device)); }
 
 /* An event recorded on a stream: the other stream (or the host) can wait
  * for it; with `timed`, it also says when the stream reached it. */
@@ -329,7 +347,11 @@ static void backend_describe(const Config *cfg) {
 #else
 /* ---- the CPU build: the same names, on host memory ------------------------ */
 
-static void *dev_alloc(size_t bytes) { return calloc(1, bytes ? bytes : 1); }
+/* Never NULL: a simulated GPU that runs out of memory is the ledger's
+ * business (--vram); the host running out is the end of the run. */
+static void *dev_alloc(size_t bytes) {
+    return host_calloc(1, bytes ? bytes : 1, "allocate a simulated GPU's buffer; try a smaller --model");
+}
 static void dev_free(void *p, size_t bytes) {
     (void)bytes;
     free(p);
@@ -348,6 +370,7 @@ static void dev_copy(void *dst, const void *src, size_t bytes) {
     if (!backend_dry) memcpy(dst, src, bytes);
 }
 static void dev_synchronize(void) {} /* the main thread is the compute stream */
+static void backend_thread_begin(void) {} /* the thread's device is the host */
 
 /* The CPU needs no device: each rank is a process, its memory the host's. */
 static int backend_init(const Config *cfg, MPI_Comm comm) {

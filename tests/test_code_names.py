@@ -29,12 +29,13 @@ DEFINITION = re.compile(r"^(?:#define\s+([A-Za-z_]\w*)\(|(?!return\b)[A-Za-z_][\
 POINTER = re.compile(r"((?:`\w+`(?:,\s*|\s+and\s+|\s+or\s+)?)+)\s*(?:\(end of |\(|in )section (\d+)")
 
 
-INCLUDE = re.compile(r'^#include "((?:kernels|io)/[^"]+)"')
+INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io)/[^"]+)"')
 
 
 def definitions(path, section=None):
     """{name: section} for fsdp.c (section 0 before the first banner; a
-    kernels/ or io/ header counts as the section that includes it), {name:
+    header it includes in place, kernels/ comm/ data/ model/ io/, counts as
+    the section that includes it), {name:
     path} otherwise."""
     found, in_fsdp = {}, path == "fsdp.c" or section is not None
     section = section or 0

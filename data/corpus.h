@@ -1,0 +1,129 @@
+/* ============================================================================
+ * data/corpus.h — section 10 of fsdp.c, the bytes a run trains on: the
+ * embedded corpus (a random "language" generated from the seed, whose
+ * entropy per byte is known) and --data FILE (mapped, not copied). fsdp.c
+ * includes it in place; section 10's opening comment says what the corpus
+ * is, and the sampler that deals it out to the ranks stays there.
+ * ========================================================================== */
+
+enum { CORPUS_WORDS = 48, CORPUS_SUCCESSORS = 6, CORPUS_MAX_WORD = 7, CORPUS_BYTES = 1 << 17 };
+
+typedef struct {
+    char word[CORPUS_WORDS][CORPUS_MAX_WORD + 1];
+    int len[CORPUS_WORDS];
+    int next[CORPUS_WORDS][CORPUS_SUCCESSORS];
+    double cum[CORPUS_SUCCESSORS]; /* cumulative Zipf weights, ending at 1 */
+} WordChain;
+
+static void chain_build(WordChain *ch, uint64_t seed) {
+    uint64_t draw = 0;
+    for (int w = 0; w < CORPUS_WORDS; w++) {
+        int unique = 0;
+        while (!unique) { /* distinct spellings keep the entropy exact */
+            ch->len[w] = 2 + (int)(rng_u64(seed, STREAM_CORPUS, 0, draw++) % (CORPUS_MAX_WORD - 1));
+            for (int i = 0; i < ch->len[w]; i++)
+                ch->word[w][i] = (char)('a' + rng_u64(seed, STREAM_CORPUS, 0, draw++) % 26);
+            ch->word[w][ch->len[w]] = '\0';
+            unique = 1;
+            for (int o = 0; o < w; o++) unique &= strcmp(ch->word[o], ch->word[w]) != 0;
+        }
+        for (int k = 0; k < CORPUS_SUCCESSORS; k++)
+            ch->next[w][k] = (int)(rng_u64(seed, STREAM_CORPUS, 1, draw++) % CORPUS_WORDS);
+    }
+    double total = 0.0;
+    for (int k = 0; k < CORPUS_SUCCESSORS; k++) total += 1.0 / (k + 1);
+    double acc = 0.0;
+    for (int k = 0; k < CORPUS_SUCCESSORS; k++) ch->cum[k] = (acc += 1.0 / (k + 1) / total);
+}
+
+/* Entropy rate of the text in nats per byte: the word chain's entropy per
+ * word (weighted by how often each word occurs in the long run) divided by
+ * the average bytes per word, space included. Words are distinct and
+ * space-separated, so the bytes determine the words and nothing is lost. */
+static double chain_entropy_per_byte(const WordChain *ch) {
+    double P[CORPUS_WORDS][CORPUS_WORDS]; /* P[w][v]: chance that v follows w */
+    double pi[CORPUS_WORDS], nxt[CORPUS_WORDS];
+    memset(P, 0, sizeof(P));
+    for (int w = 0; w < CORPUS_WORDS; w++)
+        for (int k = 0; k < CORPUS_SUCCESSORS; k++)
+            P[w][ch->next[w][k]] += ch->cum[k] - (k ? ch->cum[k - 1] : 0.0);
+    for (int w = 0; w < CORPUS_WORDS; w++) pi[w] = (w == 0); /* the text starts at word 0 */
+    for (int it = 0; it < 2000; it++) { /* long-run frequencies; averaged to damp periodic chains */
+        memset(nxt, 0, sizeof(nxt));
+        for (int w = 0; w < CORPUS_WORDS; w++)
+            for (int v = 0; v < CORPUS_WORDS; v++) nxt[v] += pi[w] * P[w][v];
+        for (int w = 0; w < CORPUS_WORDS; w++) pi[w] = 0.5 * (pi[w] + nxt[w]);
+    }
+    double h = 0.0, bytes = 0.0;
+    for (int w = 0; w < CORPUS_WORDS; w++) {
+        bytes += pi[w] * (ch->len[w] + 1);
+        for (int v = 0; v < CORPUS_WORDS; v++)
+            if (P[w][v] > 0) h -= pi[w] * P[w][v] * log(P[w][v]);
+    }
+    return h / bytes;
+}
+
+static void corpus_synthetic(Corpus *c, uint64_t seed) {
+    WordChain ch;
+    chain_build(&ch, seed);
+    c->bytes = (unsigned char *)host_malloc(CORPUS_BYTES, "allocate the corpus");
+    long n = 0;
+    int w = 0;
+    for (uint64_t i = 0; n < CORPUS_BYTES; i++) {
+        for (int k = 0; k <= ch.len[w] && n < CORPUS_BYTES; k++)
+            c->bytes[n++] = (unsigned char)(k < ch.len[w] ? ch.word[w][k] : ' ');
+        double u = rng_uniform(seed, STREAM_CORPUS, 2, i);
+        int k = 0;
+        while (k < CORPUS_SUCCESSORS - 1 && u >= ch.cum[k]) k++;
+        w = ch.next[w][k];
+    }
+    c->len = n;
+    c->entropy_floor = chain_entropy_per_byte(&ch);
+}
+
+/* --data FILE: the file is mapped read-only, not copied. The pages belong
+ * to the operating system's page cache, so the ranks on one machine share
+ * one copy (4 ranks on a 2 GiB file hold 2 GiB, not 8), and only the pages
+ * the sampler touches are ever read from the disk. The file must not change
+ * while training: a shorter file faults (SIGBUS) on its vanished pages,
+ * which file_watch_mapping turns into a message and exit 2.
+ * Returns 0, or 2 with a message in err. */
+static int corpus_load_file(Corpus *c, const char *path, int context, char *err, size_t errlen) {
+    uint64_t size = 0;
+    char why[1024];
+    int fd = file_open_input("--data", path, &size, why, sizeof(why));
+    if (fd < 0)
+        return usage_error(err, errlen, "%s Leave out --data to use the embedded corpus.", why);
+    if (size < (uint64_t)context + 1) {
+        close(fd);
+        return usage_error(
+            err, errlen,
+            "--data %s: has %llu bytes, but one sample needs --context + 1 = %d. Give a "
+            "larger file or a smaller --context.",
+            path, (unsigned long long)size, context + 1);
+    }
+    if (size > (uint64_t)LONG_MAX / 2) {
+        close(fd);
+        return usage_error(err, errlen, "--data %s: %llu bytes is more than this program indexes.",
+                           path, (unsigned long long)size);
+    }
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd); /* the mapping keeps the file open */
+    if (p == MAP_FAILED)
+        return usage_error(err, errlen,
+                           "--data %s: cannot map its %llu bytes into memory (mmap: %s).", path,
+                           (unsigned long long)size, strerror(errno));
+    c->bytes = (unsigned char *)p;
+    c->len = (long)size;
+    c->mapped = 1;
+    file_watch_mapping("--data", path, p, (size_t)size);
+    c->entropy_floor = -1.0;
+    return 0;
+}
+
+static void corpus_release(Corpus *c) {
+    if (c->mapped) file_unwatch_mapping(c->bytes);
+    if (c->mapped) munmap(c->bytes, (size_t)c->len);
+    else free(c->bytes);
+    c->bytes = NULL;
+}

@@ -1,0 +1,253 @@
+/* ============================================================================
+ * model/mlp.h — section 11 of fsdp.c, the model FSDP wraps: the byte-level
+ * MLP's activations, its forward and its backward (with activation
+ * checkpointing). fsdp.c includes it in place.
+ *
+ * As in PyTorch, where the model is the user's nn.Module and FSDP only
+ * wraps it, this is the model's code, not FSDP's: what FSDP adds is the
+ * module_pre_forward / module_post_forward / module_pre_backward /
+ * module_post_backward calls at every module's boundary (section 8), which
+ * gather a unit before it computes, free it after, and reduce-scatter its
+ * gradient.
+ * ========================================================================== */
+
+/* How many blocks' inner activations (norm output and statistics, fc1,
+ * GELU) are kept from forward to backward: all L, or with
+ * --activation-checkpointing one block's worth, reused by every block. */
+static long saved_blocks(const Config *c) { return c->activation_checkpointing ? 1 : c->depth; }
+static long saved_block(const Config *c, int l) { return c->activation_checkpointing ? 0 : l; }
+
+/* An activation buffer: in param_dtype with mixed precision. LayerNorm's
+ * statistics, the softmax and the losses stay fp32, as PyTorch keeps them. */
+static float *activation(Ledger *l, const Config *c, long count) {
+    return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, c->param_dtype, "activations");
+}
+static float *activation_fp32(Ledger *l, long count) {
+    return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, DTYPE_FP32, "activations");
+}
+
+static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
+    long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
+    a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
+    a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
+    a->x_emb = activation(l, c, B * T * C);
+    a->h = activation(l, c, (c->depth + 1) * B * D); /* every block's input: the checkpoints */
+    a->ln = activation(l, c, L * B * D);
+    a->ln_mean = activation_fp32(l, L * B);
+    a->ln_rstd = activation_fp32(l, L * B);
+    a->fc1 = activation(l, c, L * B * 4 * D);
+    a->act = activation(l, c, L * B * 4 * D);
+    a->nf = activation(l, c, B * D);
+    a->nf_mean = activation_fp32(l, B);
+    a->nf_rstd = activation_fp32(l, B);
+    a->logits = activation(l, c, B * V);
+    a->probs = activation_fp32(l, B * V);
+    a->losses = activation_fp32(l, B);
+    a->d_logits = activation(l, c, B * V);
+    a->d_nf = activation(l, c, B * D);
+    a->d_h = activation(l, c, B * D);
+    a->d_ln = activation(l, c, B * D);
+    a->d_act = activation(l, c, B * 4 * D);
+    a->d_fc1 = activation(l, c, B * 4 * D);
+    a->d_emb = activation(l, c, B * T * C);
+}
+
+static void zero(float *x, long n) { dev_zero(x, (size_t)n * sizeof(float)); }
+
+/* The parameter tensors of a module, once its unit's full state is present. */
+static float *weight_of(Trainer *t, int module) {
+    return t->model.params[t->model.modules[module].params[0]].data;
+}
+static float *bias_of(Trainer *t, int module) {
+    return t->model.params[t->model.modules[module].params[1]].data;
+}
+static float *dweight_of(Trainer *t, int module) {
+    return t->model.params[t->model.modules[module].params[0]].grad;
+}
+static float *dbias_of(Trainer *t, int module) {
+    return t->model.params[t->model.modules[module].params[1]].grad;
+}
+
+/* A block's first half: norm, fc1 and GELU, from the block's input into
+ * the saved slots. Forward runs it once; with activation checkpointing
+ * backward runs it again (block_recompute). */
+/* Mixed precision: a layer's output as the GPU stores it, in param_dtype.
+ * (The layers compute in fp32 from 16-bit inputs, as tensor cores
+ * accumulate; the result is rounded once, when it is written.) */
+static void lowp(Trainer *t, float *x, long n) { round_all(x, n, t->cfg.param_dtype); }
+
+static void block_norm_fc1_gelu(Trainer *t, int l) {
+    const Model *m = &t->model;
+    Activations *a = &t->act;
+    const Config *c = &t->cfg;
+    int B = t->micro_batch, D = c->width;
+    long k = saved_block(c, l), BD = (long)B * D, BF = 4 * BD;
+    float *ln = a->ln + k * BD, *fc1 = a->fc1 + k * BF;
+    module_pre_forward(t, m->block_norm[l]);
+    layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, a->h + l * BD,
+                      weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D);
+    lowp(t, ln, BD);
+    module_post_forward(t, m->block_norm[l]);
+    module_pre_forward(t, m->block_fc1[l]);
+    linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D,
+                   4 * D);
+    lowp(t, fc1, BF);
+    module_post_forward(t, m->block_fc1[l]);
+    gelu_forward(a->act + k * BF, fc1, BF);
+    lowp(t, a->act + k * BF, BF);
+}
+
+static float model_forward(Trainer *t) {
+    Model *m = &t->model;
+    Activations *a = &t->act;
+    const Config *c = &t->cfg;
+    int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
+    long BD = (long)B * D, BF = (long)B * 4 * D;
+
+    module_pre_forward(t, m->root);
+    module_pre_forward(t, m->embed);
+    embedding_forward(a->x_emb, a->tokens, weight_of(t, m->embed), B, T, C);
+    module_post_forward(t, m->embed);
+
+    module_pre_forward(t, m->proj_in);
+    linear_forward(a->h, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B, T * C, D);
+    lowp(t, a->h, BD);
+    module_post_forward(t, m->proj_in);
+
+    module_pre_forward(t, m->blocks);
+    for (int l = 0; l < c->depth; l++) {
+        long k = saved_block(c, l);
+        float *h_in = a->h + l * BD, *h_out = a->h + (l + 1) * BD, *act = a->act + k * BF;
+        module_pre_forward(t, m->block[l]);
+        block_norm_fc1_gelu(t, l);
+        module_pre_forward(t, m->block_fc2[l]);
+        linear_forward(h_out, act, weight_of(t, m->block_fc2[l]), bias_of(t, m->block_fc2[l]), B,
+                       4 * D, D);
+        lowp(t, h_out, BD);
+        module_post_forward(t, m->block_fc2[l]);
+        FOR_EACH(BD, add_one, h_out, h_in); /* the residual connection */
+        lowp(t, h_out, BD);
+        module_post_forward(t, m->block[l]);
+    }
+    module_post_forward(t, m->blocks);
+
+    module_pre_forward(t, m->norm_f);
+    layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, a->h + c->depth * BD, weight_of(t, m->norm_f),
+                      bias_of(t, m->norm_f), B, D);
+    lowp(t, a->nf, BD);
+    module_post_forward(t, m->norm_f);
+    module_pre_forward(t, m->head);
+    linear_forward(a->logits, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
+    lowp(t, a->logits, (long)B * V); /* the loss then runs in fp32 on them, as logits.float() */
+    module_post_forward(t, m->head);
+    float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
+    module_post_forward(t, m->root);
+    return loss;
+}
+
+/* ------------------------------------------------------------------------
+ * Activation checkpointing                  PyTorch: checkpoint_wrapper,
+ *                                            apply_activation_checkpointing
+ *
+ * Without it the forward keeps, for every block, its input and everything
+ * computed inside it for backward to read: the norm's output (B*D) and
+ * statistics (2*B), fc1's output and GELU's (B*4D each), 9*B*D + 2*B
+ * floats, nine times the block's input. With --activation-checkpointing
+ * forward keeps only each block's input (a->h, the checkpoint) and one
+ * block's inner buffers, which every block overwrites; backward, on
+ * reaching block l, runs the block's first half again from its checkpoint
+ * (norm, fc1, GELU: what backward reads; fc2's output is read by nothing,
+ * so unlike PyTorch's checkpoint_wrapper, which reruns the whole block, we
+ * skip fc2), then its backward. The memory of the saved activations falls
+ * from L blocks' to one's, and the price is fc1's matmul once more per
+ * block: one of the block's six matmuls of a step, a sixth more compute.
+ * The recomputation needs the block's parameters: when the block is a unit,
+ * its pre-backward hook has just gathered it, so the recomputation costs no
+ * collective. When units are smaller than a block (a low --min-params),
+ * the norm and fc1 units are gathered for it and stay gathered until their
+ * own backward, a moment later: no all-gather more, one unit's full state
+ * held a little longer. The recomputed numbers are the forward's numbers,
+ * bit for bit: the same kernels on the same inputs.
+ * --------------------------------------------------------------------- */
+static void block_recompute(Trainer *t, int l) {
+    t->recomputing = 1; /* the forward hooks only unshard (module_pre_forward) */
+    block_norm_fc1_gelu(t, l);
+    t->recomputing = 0;
+}
+
+/* The loss is the mean over this rank's local batch, so dloss = 1/(K*B)
+ * for each sample of each of the K micro-batches of B samples (K = 1
+ * without --grad-accum), and the gradients of the K backward passes add up;
+ * the reduce-scatter's mean over N ranks then makes it the mean over the
+ * global batch, as one rank training on the whole batch would get. */
+static void model_backward(Trainer *t) {
+    Model *m = &t->model;
+    Activations *a = &t->act;
+    const Config *c = &t->cfg;
+    int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
+    long BD = (long)B * D, BF = (long)B * 4 * D;
+
+    module_pre_backward(t, m->root);
+    zero(a->d_logits, (long)B * V);
+    crossentropy_backward(a->d_logits, a->probs, a->targets, t->loss_scale / (float)t->local_batch,
+                          B, V);
+    lowp(t, a->d_logits, (long)B * V);
+    module_pre_backward(t, m->head);
+    zero(a->d_nf, BD);
+    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), a->d_logits, a->nf,
+                    weight_of(t, m->head), B, D, V);
+    lowp(t, a->d_nf, BD);
+    module_post_backward(t, m->head);
+    module_pre_backward(t, m->norm_f);
+    zero(a->d_h, BD);
+    layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), a->d_nf,
+                       a->h + c->depth * BD, weight_of(t, m->norm_f), a->nf_mean, a->nf_rstd, B, D);
+    lowp(t, a->d_h, BD);
+    module_post_backward(t, m->norm_f);
+
+    module_pre_backward(t, m->blocks);
+    for (int l = c->depth - 1; l >= 0; l--) {
+        long k = saved_block(c, l);
+        float *h_in = a->h + l * BD, *ln = a->ln + k * BD, *fc1 = a->fc1 + k * BF,
+              *act = a->act + k * BF;
+        module_pre_backward(t, m->block[l]);
+        if (c->activation_checkpointing) block_recompute(t, l);
+        /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
+         * the MLP branch adds its own part through norm's backward. */
+        zero(a->d_act, BF);
+        module_pre_backward(t, m->block_fc2[l]);
+        linear_backward(a->d_act, dweight_of(t, m->block_fc2[l]), dbias_of(t, m->block_fc2[l]),
+                        a->d_h, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
+        lowp(t, a->d_act, BF);
+        module_post_backward(t, m->block_fc2[l]);
+        zero(a->d_fc1, BF);
+        gelu_backward(a->d_fc1, a->d_act, fc1, BF);
+        lowp(t, a->d_fc1, BF);
+        zero(a->d_ln, BD);
+        module_pre_backward(t, m->block_fc1[l]);
+        linear_backward(a->d_ln, dweight_of(t, m->block_fc1[l]), dbias_of(t, m->block_fc1[l]),
+                        a->d_fc1, ln, weight_of(t, m->block_fc1[l]), B, D, 4 * D);
+        lowp(t, a->d_ln, BD);
+        module_post_backward(t, m->block_fc1[l]);
+        module_pre_backward(t, m->block_norm[l]);
+        layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
+                           a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + k * B,
+                           a->ln_rstd + k * B, B, D);
+        lowp(t, a->d_h, BD);
+        module_post_backward(t, m->block_norm[l]);
+        module_post_backward(t, m->block[l]);
+    }
+    module_post_backward(t, m->blocks);
+
+    module_pre_backward(t, m->proj_in);
+    zero(a->d_emb, (long)B * T * C);
+    linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h, a->x_emb,
+                    weight_of(t, m->proj_in), B, T * C, D);
+    lowp(t, a->d_emb, (long)B * T * C);
+    module_post_backward(t, m->proj_in);
+    module_pre_backward(t, m->embed);
+    embedding_backward(dweight_of(t, m->embed), a->d_emb, a->tokens, B, T, C);
+    module_post_backward(t, m->embed);
+    module_post_backward(t, m->root);
+    units_finish_backward(t);
+}
