@@ -212,14 +212,8 @@ enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
  * compared with one.
  * ========================================================================== */
 
-/* --plan (run_plan, in main.c) runs training steps with the backend off:
- * the ledger books every buffer, the collectives are counted, and nothing
- * is allocated, computed, copied or sent. Every function of this seam
- * returns at once while this is set; it is set once, before the trainer
- * is built. */
-static int backend_dry = 0;
-
-/* defines: dev_alloc, dev_free, dev_zero, dev_copy, dev_to_host, dev_from_host,
+/* defines: backend (the process's device; backend.dry: --plan, nothing runs),
+ *          dev_alloc, dev_free, dev_zero, dev_copy, dev_to_host, dev_from_host,
  *          dev_synchronize, event_record, event_seconds, FOR_EACH, HOST_FOR_EACH,
  *          STATE_FOR_EACH, scale_one, backend_init, backend_describe,
  *          backend_print_memory, backend_release (and, on GPUs, the pool) */
@@ -365,7 +359,7 @@ static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const
  * allocates nothing: a distinct address the ledger can recognise at
  * ledger_free stands in. */
 static void *ledger_memory(Ledger *l, size_t physical, int host) {
-    if (backend_dry) return (void *)(l->plan_next += 64);
+    if (backend.dry) return (void *)(l->plan_next += 64);
     if (host) return calloc(physical ? physical : 1, 1);
     return dev_alloc(physical);
 }
@@ -434,13 +428,13 @@ static void ledger_free(Ledger *l, void *p) {
         if (l->entries[i].ptr != p) continue;
         if (l->entries[i].host) {
             l->host_current[l->entries[i].cat] -= l->entries[i].bytes;
-            if (!backend_dry) free(p);
+            if (!backend.dry) free(p);
             l->entries[i] = l->entries[--l->n_entries];
             return;
         }
         l->current[l->entries[i].cat] -= l->entries[i].bytes;
         l->current_total -= l->entries[i].bytes;
-        if (!backend_dry) dev_free(p, l->entries[i].physical);
+        if (!backend.dry) dev_free(p, l->entries[i].physical);
         l->entries[i] = l->entries[--l->n_entries];
         sim_on_memory(l->sim, l);
         return;
@@ -469,7 +463,7 @@ static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
 
 static void ledger_release_all(Ledger *l) {
     for (int i = 0; i < l->n_entries; i++)
-        if (l->entries[i].ptr && !backend_dry) {
+        if (l->entries[i].ptr && !backend.dry) {
             if (l->entries[i].host) free(l->entries[i].ptr);
             else dev_free(l->entries[i].ptr, l->entries[i].physical);
         }
@@ -637,7 +631,7 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
  * means. An all-gather may be in place: its input is then its own chunk of
  * the output, as MPI_IN_PLACE and NCCL allow. */
 static void collective_run_host(Comm *c, const CommTask *k) {
-    if (backend_dry) return; /* --plan: counted, not sent */
+    if (backend.dry) return; /* --plan: counted, not sent */
     if (k->wire != DTYPE_FP32) {
         collective_run_host_16(c, k);
         return;
@@ -794,7 +788,7 @@ static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const Ne
 
 /* Puts a collective on the stream; h learns its number. */
 static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
-    if (backend_dry) { /* --plan: counted by comm_record, never run */
+    if (backend.dry) { /* --plan: counted by comm_record, never run */
         h->number = ++c->queued;
         c->finished = c->queued;
         return;
@@ -1378,9 +1372,9 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
 
 /* ---- the runtime: one rank's whole training state ------------------------------
  * The Trainer is the one mutable structure the program has, the units and
- * shards above included. Nothing global: the tests build several trainers
- * in one process (a 1-rank reference next to an N-rank run) and compare
- * them. (backend_dry, section 2, and the GPU's streams are the process's.) */
+ * shards above included. Nothing global but the process's device (section
+ * 2's `backend`): the tests build several trainers in one process (a 1-rank
+ * reference next to an N-rank run) and compare them. */
 
 typedef struct {
     unsigned char *bytes;
@@ -1409,6 +1403,20 @@ typedef struct {
     float *d_act, *d_fc1;     /* (B, 4D) */
     float *d_emb;             /* (B, T*C)                                      */
 } Activations;
+
+/* A unit's gradient reduction on its way: started by the unit's
+ * post-backward hook, finished by the next one's (or at the end of
+ * backward), so it travels while the next unit computes. There is at most
+ * one, and the trainer owns it, as PyTorch's FSDP keeps one queue of
+ * _post_reduce_grad_callback work on its reduce-scatter stream. */
+typedef struct {
+    int in_flight;     /* 0: nothing pending */
+    int unit;          /* whose gradient */
+    CommHandle handle; /* its reduce-scatter (no_shard: all-reduce) */
+    float *kept;       /* the gradient shard the reduction does not write, to finish into:
+                        * the sum of earlier micro-batches (--grad-accum), or the host's
+                        * shard (--cpu-offload); NULL if none */
+} PendingReduce;
 
 struct Trainer {
     Config cfg;
@@ -1447,6 +1455,7 @@ struct Trainer {
     int *post_order, n_post; /* (n_units) ... and ends; backward is its reverse */
     int order_known;         /* a whole forward has been recorded */
     int gathers_in_flight, max_gathers_in_flight; /* all-gathers started, not waited */
+    PendingReduce pending_reduce; /* the one gradient reduction in flight (section 8) */
 };
 
 /* ============================================================================
@@ -1612,24 +1621,24 @@ static const float *unit_gather_input(Trainer *t, int ui) {
 }
 
 /* After the reduce-scatter (which wrote a fresh shard on the device,
- * unit_fresh_grad_shard): the averaged shard to the host, added to the
+ * reduce_grad_start): the averaged shard to the host's shard, added to the
  * earlier micro-batches' there */
-static void unit_grad_to_host(Trainer *t, int ui) {
+static void unit_grad_to_host(Trainer *t, int ui, float *host_shard) {
     Unit *u = &t->units[ui];
     int add = t->micro > 0 && !t->cfg.no_sync;
     Dtype d = t->cfg.reduce_dtype;
-    float *dst = add ? ledger_alloc_host_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, d,
-                                                "the gradient from the device")
-                     : u->host_grad;
+    float *dst = host_shard;
+    if (add)
+        dst = ledger_alloc_host_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, d,
+                                       "the gradient from the device");
     offload_copy(t, ui, dst, u->shard_grad, u->shard, d, TO_HOST);
     if (add) {
-        HOST_FOR_EACH(u->shard, add_one, u->host_grad, dst);
-        if (d != DTYPE_FP32) HOST_FOR_EACH(u->shard, round_one, u->host_grad, d);
+        HOST_FOR_EACH(u->shard, add_one, host_shard, dst);
+        if (d != DTYPE_FP32) HOST_FOR_EACH(u->shard, round_one, host_shard, d);
         ledger_free(&t->ledger, dst);
     }
     ledger_free(&t->ledger, u->shard_grad);
-    u->shard_grad = u->host_grad;
-    u->host_grad = NULL;
+    u->shard_grad = host_shard;
 }
 
 static void unit_unshard_start(Trainer *t, int ui) {
@@ -1725,22 +1734,6 @@ static void unit_post_forward(Trainer *t, int ui) {
     if (reshards_after_forward(t) && ui != 0) unit_free_full_params(t, ui);
 }
 
-/* The reduce-scatter about to start writes a fresh shard of the gradient;
- * the one the unit holds is kept in *keep, for unit_reduce_wait:
- *   --grad-accum without --no-sync (keep = &saved_grad_shard): the shard
- *     holds the sum of the earlier micro-batches, which the reduce-scatter
- *     would overwrite; unit_reduce_wait adds the two (PyTorch:
- *     _saved_grad_shard). The sum is kept in reduce_dtype, the shard's
- *     format (PyTorch keeps it in fp32, beside the fp32 parameters);
- *   --cpu-offload (keep = &host_grad): the shard lives in the host's
- *     memory, and the reduce-scatter writes the device's; unit_reduce_wait
- *     copies it over (unit_grad_to_host). */
-static void unit_fresh_grad_shard(Trainer *t, Unit *u, float **keep) {
-    *keep = u->shard_grad;
-    u->shard_grad = ledger_alloc_floats(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
-                                        t->cfg.reduce_dtype, u->name);
-}
-
 /* ------------------------------------------------------------------------
  * Before a unit's backward                PyTorch: _pre_backward_hook,
  *                                          which unshards again
@@ -1799,27 +1792,65 @@ static void unit_reduce_replicas(Trainer *t, int ui) {
     ledger_free(&t->ledger, buf);
 }
 
-/* Waits for unit ui's reduce-scatter (or, with no_shard, all-reduce), if
- * one is on its way, and frees the full gradient a reduce-scatter consumed
- * (no_shard's gradient is permanent: the all-reduce averaged it in place). */
-static void unit_reduce_wait(Trainer *t, int ui) {
+/* --grad-accum without --no-sync: the reduce-scatter wrote this
+ * micro-batch's averaged shard into a fresh buffer; added into the sum of
+ * the earlier ones (kept), which becomes the shard again. The sum is kept
+ * in reduce_dtype, the shard's format (PyTorch keeps its _saved_grad_shard
+ * in fp32, beside the fp32 parameters). */
+static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept) {
+    FOR_EACH(u->shard, add_one, kept, u->shard_grad);
+    round_all(kept, u->shard, t->cfg.reduce_dtype);
+    ledger_free(&t->ledger, u->shard_grad);
+    u->shard_grad = kept;
+}
+
+/* Starts unit ui's gradient reduction and makes it the pending one. DDP
+ * (no_shard) all-reduces its permanent gradient in place, zero1
+ * reduce-scatters into its own slice of it; the sharded strategies
+ * reduce-scatter the full gradient into the shard. Where the shard holds
+ * something the reduce-scatter must not overwrite (the earlier
+ * micro-batches' sum; with --cpu-offload the shard is the host's, and the
+ * reduce-scatter writes the device's), it is kept, and the reduce-scatter
+ * writes a fresh shard (PyTorch: _saved_grad_shard). */
+static void reduce_grad_start(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
-    if (!u->reducing) return;
-    comm_wait(&t->comm, &u->reduce);
-    u->reducing = 0;
+    PendingReduce *p = &t->pending_reduce;
+    if (p->in_flight) FATAL("this is a bug in fsdp.c's lifecycle", "two reductions in flight");
+    p->in_flight = 1;
+    p->unit = ui;
+    p->kept = NULL;
+    if (t->cfg.strategy == STRATEGY_NO_SHARD) {
+        p->handle = comm_all_reduce_start(&t->comm, u->shard_grad, u->padded, ui, &t->ledger);
+        return;
+    }
+    if (u->offloaded || (is_sharded(t) && t->micro > 0 && !t->cfg.no_sync)) {
+        p->kept = u->shard_grad;
+        u->shard_grad = ledger_alloc_floats(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
+                                            t->cfg.reduce_dtype, u->name);
+    }
+    p->handle =
+        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
+}
+
+/* Waits for the pending reduction, if any (comm_wait turns the sum into
+ * the mean), and settles the unit's gradient shard: the full gradient the
+ * reduce-scatter consumed is freed (DDP's and zero1's are permanent), the
+ * hybrid strategies average across nodes, and the result goes where the
+ * shard lives (--cpu-offload) or is added to the micro-batches before. */
+static void reduce_grad_finish(Trainer *t) {
+    PendingReduce *p = &t->pending_reduce;
+    if (!p->in_flight) return;
+    Unit *u = &t->units[p->unit];
+    comm_wait(&t->comm, &p->handle);
+    p->in_flight = 0;
     if (!is_sharded(t)) return;
     ledger_free(&t->ledger, u->full_grad);
     u->full_grad = NULL;
     unit_set_views(u, &t->model);
-    if (t->comm.group[GROUP_REPLICA]) unit_reduce_replicas(t, ui);
-    if (u->host_grad) unit_grad_to_host(t, ui); /* --cpu-offload */
-    if (u->saved_grad_shard) { /* --grad-accum: add this micro-batch's into the sum */
-        FOR_EACH(u->shard, add_one, u->saved_grad_shard, u->shard_grad);
-        round_all(u->saved_grad_shard, u->shard, t->cfg.reduce_dtype);
-        ledger_free(&t->ledger, u->shard_grad);
-        u->shard_grad = u->saved_grad_shard;
-        u->saved_grad_shard = NULL;
-    }
+    if (t->comm.group[GROUP_REPLICA]) unit_reduce_replicas(t, p->unit);
+    if (u->offloaded) unit_grad_to_host(t, p->unit, p->kept);
+    else if (p->kept) unit_grad_accumulate(t, u, p->kept);
+    p->kept = NULL;
 }
 
 /* ------------------------------------------------------------------------
@@ -1838,53 +1869,46 @@ static void unit_reduce_wait(Trainer *t, int ui) {
  * the root beside one unit), at the price of less time to hide the
  * all-gather in. Then the reduce-scatter goes on the stream and the main
  * thread moves on to the next unit's backward: the reduce-scatter travels
- * while that computes. The full gradient must live until it is done; the
- * next unit's post-backward waits for it (at most one in flight, so the
- * memory stays what the tests expect), and the last is waited for at the
- * end of backward (PyTorch: _post_backward_final_callback). Afterwards the
- * unit is back to its shard: parameters, gradient and optimizer state,
- * 1/N each.
- * With no_shard (DDP) every rank keeps everything, so the gradient is
- * all-reduced instead: twice the traffic of a reduce-scatter, and every rank
- * then runs the same optimizer step on the whole model. It travels while
- * the next unit computes, as DDP's gradient buckets do, one at a time.
+ * while that computes. The full gradient must live until it is done. The
+ * trainer holds that one reduction as its pending_reduce: the next unit's
+ * post-backward finishes it before starting its own (so at most one is in
+ * flight, and the memory stays what the tests expect), and the end of
+ * backward finishes the last (PyTorch: _post_backward_final_callback).
+ * Afterwards the unit is back to its shard: parameters, gradient and
+ * optimizer state, 1/N each.
+ *
+ * The other strategies take the same path with less to do. no_shard (DDP)
+ * keeps everything, so nothing is resharded and the gradient is
+ * all-reduced instead: twice the traffic of a reduce-scatter, and every
+ * rank then runs the same optimizer step on the whole model. It travels
+ * while the next unit computes, as DDP's gradient buckets do. zero1
+ * reduce-scatters into its own slice of its whole gradient (below).
+ *
+ * Inside no_sync() (--no-sync, every micro-batch of --grad-accum but the
+ * last; PyTorch's _sync_gradients False) nothing is reduced: the full
+ * gradient stays, and the next micro-batch's backward adds into it. The
+ * full parameters are freed as usual under full_shard; shard_grad_op
+ * keeps them until the last micro-batch, as PyTorch does
+ * (_should_free_in_backward), so its next forward needs no all-gather.
  * --------------------------------------------------------------------- */
+static int reshards_after_backward(const Trainer *t) {
+    return is_sharded(t) && (t->sync_grads || reshards_after_forward(t));
+}
+
 #ifdef EXERCISE_POST_BACKWARD /* graded exercise: make exercise EX=post_backward */
 #include EXERCISE_FILE
 #else
 static void unit_post_backward(Trainer *t, int ui) {
-    Unit *u = &t->units[ui];
     span_end(t, ui, PHASE_BACKWARD);
-    for (int v = 0; v < t->n_units; v++) unit_reduce_wait(t, v); /* the previous unit's */
-    if (!is_sharded(t)) {
-        u->reduce = comm_all_reduce_start(&t->comm, u->shard_grad, u->padded, ui, &t->ledger);
-        u->reducing = 1;
-        return;
+    reduce_grad_finish(t); /* the previous unit's: one reduction in flight at a time */
+    if (reshards_after_backward(t)) {
+        unit_free_full_params(t, ui);
+        if (t->cfg.backward_prefetch == BACKWARD_POST)
+            unit_unshard_start(t, unit_next_backward(t, ui));
     }
-    unit_free_full_params(t, ui);
-    if (t->cfg.backward_prefetch == BACKWARD_POST) unit_unshard_start(t, unit_next_backward(t, ui));
-    u->reduce =
-        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
-    u->reducing = 1;
+    if (t->sync_grads) reduce_grad_start(t, ui);
 }
 #endif /* EXERCISE_POST_BACKWARD */
-
-/* ------------------------------------------------------------------------
- * After a unit's backward, inside no_sync()  PyTorch: _post_backward_hook
- *                                             with _sync_gradients False
- *
- * --no-sync, every micro-batch but the last: no collective. The full
- * gradient stays, and the next micro-batch's backward adds into it. The
- * full parameters are freed as usual under full_shard; shard_grad_op keeps
- * them until the last micro-batch, as PyTorch does (_should_free_in_backward),
- * so its next forward needs no all-gather either.
- * --------------------------------------------------------------------- */
-static void unit_post_backward_no_sync(Trainer *t, int ui) {
-    span_end(t, ui, PHASE_BACKWARD);
-    if (!reshards_after_forward(t)) return;
-    unit_free_full_params(t, ui);
-    if (t->cfg.backward_prefetch == BACKWARD_POST) unit_unshard_start(t, unit_next_backward(t, ui));
-}
 
 /* ------------------------------------------------------------------------
  * zero1 (DeepSpeed's ZeRO stage 1)
@@ -1893,22 +1917,13 @@ static void unit_post_backward_no_sync(Trainer *t, int ui) {
  * but AdamW's state only for its 1/N shard. So after backward the gradient
  * needs averaging only on the rank that updates it: a reduce-scatter,
  * written in place into the rank's own slice of the full gradient, instead
- * of DDP's all-reduce. After the step each rank has updated its slice of
- * the parameters, and an all-gather in place hands every rank the others':
- * the other half of DDP's all-reduce, so the traffic equals DDP's, and the
- * optimizer state falls by N. As in DeepSpeed, the gradients are reduced
- * once a step, after the last micro-batch of --grad-accum.
+ * of DDP's all-reduce (reduce_grad_start). After the step each rank has
+ * updated its slice of the parameters, and an all-gather in place hands
+ * every rank the others': the other half of DDP's all-reduce, so the
+ * traffic equals DDP's, and the optimizer state falls by N. As in
+ * DeepSpeed, the gradients are reduced once a step, after the last
+ * micro-batch of --grad-accum (sync_grads, section 11).
  * --------------------------------------------------------------------- */
-static void unit_post_backward_zero1(Trainer *t, int ui) {
-    Unit *u = &t->units[ui];
-    span_end(t, ui, PHASE_BACKWARD);
-    for (int v = 0; v < t->n_units; v++) unit_reduce_wait(t, v); /* the previous unit's */
-    if (!t->sync_grads) return;
-    u->reduce =
-        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
-    u->reducing = 1;
-}
-
 /* After zero1's step: every rank's slice of the parameters to every rank */
 static void units_gather_replicas(Trainer *t) {
     for (int ui = 0; ui < t->n_units; ui++) {
@@ -1922,8 +1937,8 @@ static void units_gather_replicas(Trainer *t) {
 /* The end of backward: every reduce-scatter done, every shard gradient
  * ready for the optimizer (or, inside no_sync, every full gradient kept). */
 static void units_finish_backward(Trainer *t) {
+    reduce_grad_finish(t);
     for (int v = 0; v < t->n_units; v++) {
-        unit_reduce_wait(t, v);
         /* a full state kept past backward would be stale after the step */
         if (is_sharded(t) && t->sync_grads && (t->units[v].full_param || t->units[v].gathering))
             FATAL("this is a bug in fsdp.c's lifecycle", "%s is still gathered after backward",
@@ -1952,15 +1967,7 @@ static void module_post_backward(Trainer *t, int module) {
         const Param *p = &t->model.params[mod->params[i]];
         round_all(p->grad, p->numel, t->cfg.param_dtype);
     }
-    int ui = mod->unit;
-    if (ui < 0) return;
-    Unit *u = &t->units[ui];
-    if (u->offloaded && t->sync_grads) unit_fresh_grad_shard(t, u, &u->host_grad);
-    else if (is_sharded(t) && t->micro > 0 && !t->cfg.no_sync)
-        unit_fresh_grad_shard(t, u, &u->saved_grad_shard);
-    if (is_zero1(t)) unit_post_backward_zero1(t, ui);
-    else if (t->sync_grads) unit_post_backward(t, ui);
-    else unit_post_backward_no_sync(t, ui);
+    if (mod->unit >= 0) unit_post_backward(t, mod->unit);
 }
 
 /* The sum over ranks of one number each, the same bits on every rank: an
@@ -2121,12 +2128,9 @@ static void clip_grad_norm(Trainer *t, float max_norm) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         long lo = shard_begin(u, t->shard_rank);
-        long real = u->numel - lo; /* this rank's elements before the padding */
-        local += sum_squares(t, u->shard_grad,
-                             real < 0          ? 0
-                             : real < u->shard ? real
-                                               : u->shard,
-                             u->offloaded);
+        /* this rank's elements before the padding: none of a shard past numel */
+        long real = u->numel - lo < u->shard ? u->numel - lo : u->shard;
+        local += sum_squares(t, u->shard_grad, real > 0 ? real : 0, u->offloaded);
     }
     /* the ranks sharing the shards add theirs; hybrid's other nodes hold the same */
     int alone = t->cfg.strategy == STRATEGY_NO_SHARD;
@@ -2290,7 +2294,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->cfg = *cfg;
     /* stepping, checking and debugging want every collective on the main thread */
     int threaded = !cfg->inline_collectives && !cfg->step_mode && !cfg->check_collectives &&
-                   !cfg->wait_for_debugger && !backend_dry; /* --plan sends nothing */
+                   !cfg->wait_for_debugger && !backend.dry; /* --plan sends nothing */
     comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"),
               threaded);
     t->ledger.budget = cfg->vram;
@@ -2322,7 +2326,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         unit_alloc_state(t, u);
         if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
         if (!is_sharded(t)) unit_set_views(u, &t->model); /* the full state, always there */
-        if (backend_dry) continue; /* --plan: no values, only the ledger's bookings */
+        if (backend.dry) continue; /* --plan: no values, only the ledger's bookings */
         unit_init_shard(u, &t->model, t->shard_rank, cfg->seed, unit_state_host(u, 0));
         unit_state_to_device(u, cfg->param_dtype);
         if (is_zero1(t)) unit_init_replica(t, u);
@@ -2431,7 +2435,7 @@ static void grad_scaler_update(Trainer *t) {
 static void trainer_load_batch(Trainer *t, int step, int micro) {
     const Config *c = &t->cfg;
     int B = t->micro_batch;
-    if (backend_dry) return; /* --plan: the batch is booked in the ledger, never drawn */
+    if (backend.dry) return; /* --plan: the batch is booked in the ledger, never drawn */
     unsigned char *tokens = (unsigned char *)host_malloc((size_t)B * c->context, "draw a batch");
     int *targets = (int *)host_malloc((size_t)B * sizeof(int), "draw a batch");
     sampler_local_batch(&t->corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,

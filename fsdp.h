@@ -402,21 +402,15 @@ typedef struct {
     int offloaded;       /* --cpu-offload: the shards and AdamW's state live in host memory */
     float *device_shard; /* (shard) --cpu-offload: shard_param's copy on the device, the
                           * input of an all-gather on its way */
-    float *host_grad;    /* (shard) --cpu-offload: the host's gradient shard, while the
-                          * reduce-scatter writes shard_grad on the device */
     float *master_param;           /* (shard) mixed precision: the fp32 parameters AdamW
                                     * updates; shard_param is then their param_dtype copy.
                                     * NULL in fp32: shard_param is the master itself */
     float *full_param;             /* (padded) gathered full state, or NULL */
     float *full_grad;              /* (padded) full-size gradient, or NULL */
-    float *saved_grad_shard; /* --grad-accum: the gradient shard of the micro-batches before
-                              * this one, while this one's is reduce-scattered (PyTorch's
-                              * _saved_grad_shard) */
-    /* collectives on their way (fsdp.c, section 8) */
+    /* its all-gather on the way (fsdp.c, section 8; a gradient's reduction
+     * is the trainer's pending_reduce) */
     CommHandle gather; /* the all-gather of full_param, while `gathering` */
     int gathering;
-    CommHandle reduce; /* the reduce-scatter of full_grad, while `reducing` */
-    int reducing;
     int needs_backward; /* ran forward this step, its backward not begun yet */
     float *host_state;  /* (3, shard) GPU build: a host copy of shard_param, exp_avg,
                          * exp_avg_sq for checkpoints; NULL on the CPU */

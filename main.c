@@ -239,7 +239,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
  *
  * The ledger's figures do not depend on the numbers in the buffers, only on
  * which buffers exist when: so training steps with the backend switched
- * off (backend_dry: nothing allocated, computed, copied or sent) book
+ * off (backend.dry: nothing allocated, computed, copied or sent) book
  * exactly what real steps book, for a model of any size. They are the real
  * trainer_step, through the same lifecycle, so the plan cannot drift from
  * the program: tests/test_plan.sh holds it equal to a real run's ledger.
@@ -255,7 +255,7 @@ static void print_plan_row(const char *name, double bytes) {
 static void run_plan(const Config *cfg, MPI_Comm comm) {
     Config c = *cfg;
     c.vram = 0; /* the plan books everything, and says below whether it fits */
-    backend_dry = 1;
+    backend.dry = 1;
     Trainer *t = trainer_create(&c, comm);
     int root = t->comm.rank == 0, N = t->comm.world;
     if (root) {

@@ -27,24 +27,24 @@ static void collective_run(Comm *c, const CommTask *k) {
     cudaEvent_t ready = (cudaEvent_t)k->ready;
     cudaCheck(cudaEventSynchronize(ready));
     cudaCheck(cudaEventDestroy(ready));
-    if (S == 0 || backend_dry) return; /* no parameters, or --plan: nothing to move */
+    if (S == 0 || backend.dry) return; /* no parameters, or --plan: nothing to move */
     CommTask host = comm_task(k->kind, k->group, c->stage, NULL, c->stage + (N + 1) * S,
                               c->stage + N * S, S, k->wire, k->prescale);
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
     if (k->kind == COMM_ALL_GATHER) {
         host.shard = c->stage + c->rank * S; /* in place on the host */
         cudaCheck(cudaMemcpyAsync(host.full + c->rank * S, k->shard, chunk,
-                                  cudaMemcpyDeviceToHost, gpu.comm));
+                                  cudaMemcpyDeviceToHost, backend.comm));
     } else {
-        cudaCheck(cudaMemcpyAsync(host.full, k->full, all, cudaMemcpyDeviceToHost, gpu.comm));
+        cudaCheck(cudaMemcpyAsync(host.full, k->full, all, cudaMemcpyDeviceToHost, backend.comm));
     }
-    cudaCheck(cudaStreamSynchronize(gpu.comm));
+    cudaCheck(cudaStreamSynchronize(backend.comm));
     collective_run_host(c, &host);
     if (k->kind == COMM_REDUCE_SCATTER)
-        cudaCheck(cudaMemcpyAsync(k->out, host.out, chunk, cudaMemcpyHostToDevice, gpu.comm));
+        cudaCheck(cudaMemcpyAsync(k->out, host.out, chunk, cudaMemcpyHostToDevice, backend.comm));
     else
-        cudaCheck(cudaMemcpyAsync(k->full, host.full, all, cudaMemcpyHostToDevice, gpu.comm));
-    cudaCheck(cudaStreamSynchronize(gpu.comm));
+        cudaCheck(cudaMemcpyAsync(k->full, host.full, all, cudaMemcpyHostToDevice, backend.comm));
+    cudaCheck(cudaStreamSynchronize(backend.comm));
 }
 
 /* One NCCL communicator over the MPI ranks of c: rank 0 makes the unique
@@ -52,7 +52,7 @@ static void collective_run(Comm *c, const CommTask *k) {
  * runs c's collectives: its own stream runs them in the background, so the
  * communication thread is not needed. */
 static int device_comm_open(Comm *c) {
-    if (c->impl != COLLECTIVES_NCCL || backend_dry) return 0; /* --plan runs no collective */
+    if (c->impl != COLLECTIVES_NCCL || backend.dry) return 0; /* --plan runs no collective */
     ncclUniqueId id;
     if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
     mpiCheck(MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, c->comm));
@@ -116,17 +116,17 @@ static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
     const Comm *g = c->group[task->group]; /* its ranks, and their NCCL communicator */
     CommTask k = task->wire == DTYPE_FP32 ? *task : nccl_pack(g, h, task);
     ncclDataType_t type = nccl_type(k.wire);
-    cudaEvent_t ready = event_record(gpu.compute, 0);
-    cudaCheck(cudaStreamWaitEvent(gpu.comm, ready, 0));
+    cudaEvent_t ready = event_record(backend.compute, 0);
+    cudaCheck(cudaStreamWaitEvent(backend.comm, ready, 0));
     cudaCheck(cudaEventDestroy(ready));
     ncclComm_t nc = (ncclComm_t)g->nccl;
     size_t S = (size_t)k.S;
-    h->began = event_record(gpu.comm, 1);
-    if (k.kind == COMM_ALL_GATHER) ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, gpu.comm));
+    h->began = event_record(backend.comm, 1);
+    if (k.kind == COMM_ALL_GATHER) ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, backend.comm));
     else if (k.kind == COMM_REDUCE_SCATTER)
-        ncclCheck(ncclReduceScatter(k.full, k.out, S, type, ncclSum, nc, gpu.comm));
-    else ncclCheck(ncclAllReduce(k.full, k.full, S * g->world, type, ncclSum, nc, gpu.comm));
-    h->done = event_record(gpu.comm, 1);
+        ncclCheck(ncclReduceScatter(k.full, k.out, S, type, ncclSum, nc, backend.comm));
+    else ncclCheck(ncclAllReduce(k.full, k.full, S * g->world, type, ncclSum, nc, backend.comm));
+    h->done = event_record(backend.comm, 1);
     h->number = ++c->queued;
 }
 
@@ -134,7 +134,7 @@ static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
  * trace needs to know when it ran: then the host waits for it too. */
 static CommRun nccl_wait(Comm *c, CommHandle *h) {
     cudaEvent_t began = (cudaEvent_t)h->began, done = (cudaEvent_t)h->done;
-    cudaCheck(cudaStreamWaitEvent(gpu.compute, done, 0));
+    cudaCheck(cudaStreamWaitEvent(backend.compute, done, 0));
     CommRun run = {h->number, h->t_start, h->t_start};
     if (c->keep_events) {
         cudaCheck(cudaEventSynchronize(done));
@@ -165,14 +165,14 @@ static int device_comm_submit(Comm *c, CommHandle *h, CommTask *task) {
         nccl_submit(c, h, task);
         return 1;
     }
-    task->ready = event_record(gpu.compute, 0);
+    task->ready = event_record(backend.compute, 0);
     return 0;
 }
 
 /* Waits for a collective the device ran (returns 1, its run in *run), or
  * returns 0: the CPU stream ran it, and comm_wait_for_run waits. */
 static int device_comm_wait(Comm *c, CommHandle *h, CommRun *run) {
-    if (c->impl != COLLECTIVES_NCCL || backend_dry) return 0;
+    if (c->impl != COLLECTIVES_NCCL || backend.dry) return 0;
     *run = nccl_wait(c, h);
     return 1;
 }

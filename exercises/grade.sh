@@ -286,6 +286,11 @@ plan() {
       same_training "1 2 3 4" no_shard
       same_training "1 2 3 4" full_shard --backward-prefetch post
       same_training 4 hybrid_shard --ranks-per-node 2
+      HINT="Inside no_sync (t->sync_grads 0) nothing is reduced, and shard_grad_op keeps its full parameters (reshards_after_backward)." \
+        same_training 3 shard_grad_op --grad-accum 2 --no-sync
+      HINT="zero1 reduces too: reduce_grad_start whenever t->sync_grads, whatever the strategy." \
+        same_training 3 zero1 --grad-accum 2
+      same_training 2 full_shard --grad-accum 2 --cpu-offload
       suite "memory: the full-state peaks each prefetch option promises (4 ranks)" test_distributed 4 \
         memory $T
       suite "traffic: one reduce-scatter per unit per step (3 ranks)" test_distributed 3 \

@@ -10,22 +10,24 @@
  * The task (PyTorch: _post_backward_hook). Unit ui has just finished its
  * backward: u->full_grad holds this rank's full-size gradient of the unit.
  *   1. span_end(t, ui, PHASE_BACKWARD) tells the instruments.
- *   2. Wait for the previous unit's reduction: unit_reduce_wait(t, v) for
- *      every unit v (at most one is ever in flight).
- *   3. no_shard (DDP, !is_sharded(t)): start an all-reduce of the unit's
- *      gradient in place (comm_all_reduce_start on u->shard_grad, u->padded
- *      elements), remember it in u->reduce, set u->reducing = 1; done.
- *   4. Otherwise reshard: free the full parameters (unit_free_full_params).
- *   5. With --backward-prefetch post, start the next unit's all-gather now:
- *      unit_unshard_start(t, unit_next_backward(t, ui)).
- *   6. Start the reduce-scatter of u->full_grad into u->shard_grad
- *      (comm_reduce_scatter_start: it averages over ranks when waited for),
- *      keep its handle in u->reduce and set u->reducing = 1. Do not wait:
- *      it travels while the next unit computes, and unit_reduce_wait frees
- *      the full gradient once it is done.
+ *   2. Finish the previous unit's gradient reduction: reduce_grad_finish(t).
+ *      The trainer holds at most one in flight (t->pending_reduce), so it
+ *      must be done before this unit's starts.
+ *   3. Reshard, where the strategy frees the full parameters in backward
+ *      (reshards_after_backward(t): the sharded strategies, but not
+ *      shard_grad_op inside no_sync): unit_free_full_params(t, ui), then,
+ *      with --backward-prefetch post, start the next unit's all-gather:
+ *      unit_unshard_start(t, unit_next_backward(t, ui)). Freeing first is
+ *      what makes post hold one unit's full parameters less than pre.
+ *   4. When this backward reduces the gradients (t->sync_grads; not inside
+ *      no_sync), start this unit's reduction: reduce_grad_start(t, ui) puts
+ *      the reduce-scatter (no_shard: all-reduce) on the stream and makes it
+ *      the pending one. Do not wait: it travels while the next unit
+ *      computes, and the next post-backward (or the end of backward)
+ *      finishes it and frees the full gradient.
  */
 static void unit_post_backward(Trainer *t, int ui) {
-    /* TODO: the six steps above */
+    /* TODO: the four steps above */
     (void)t;
     (void)ui;
 }

@@ -56,11 +56,21 @@ typedef struct {
     size_t bytes;
 } PoolBlock;
 
-/* The one process-wide state of the GPU build: this process's device, its
- * two streams, cuBLAS, and the caching pool. One process drives one GPU
- * (several processes may share one), so this belongs to the process, not
- * to a trainer. */
-static struct {
+#endif
+
+/* The one process-wide state: this process's device. One process drives
+ * one device (several processes may share a GPU), and CUDA keeps the
+ * current device, its streams and its memory per process, so this belongs
+ * to the process, not to a trainer: the trainers one process builds (the
+ * tests build several) share it. */
+typedef struct {
+    /* --plan (run_plan, in main.c) runs training steps with the backend
+     * off: the ledger books every buffer, the collectives are counted, and
+     * nothing is allocated, computed, copied or sent. Every function of the
+     * seam returns at once while this is set; it is set once, before the
+     * trainer is built. */
+    int dry;
+#ifdef __CUDACC__
     int device;
     cudaStream_t compute, comm;
     cublasHandle_t cublas;
@@ -70,7 +80,11 @@ static struct {
     size_t cap;                     /* --vram: the pool never holds more; 0: the GPU's size */
     cudaEvent_t clock_event;        /* recorded at start, when MPI_Wtime() was clock_host: */
     double clock_host;              /* a CUDA event's time on this machine's clock */
-} gpu;
+#endif
+} Backend;
+static Backend backend;
+
+#ifdef __CUDACC__
 
 /* Sizes are rounded up to 512 bytes, as PyTorch's allocator rounds them,
  * so the same buffer every step finds its old block again, and the pool
@@ -84,47 +98,47 @@ static size_t pool_round(size_t bytes) {
  * A cached block may still be read by queued work (it was freed once the
  * streams, not the host, had waited), so the host waits for the GPU first. */
 static void pool_empty_cache(void) {
-    if (gpu.n_cached) cudaCheck(cudaDeviceSynchronize());
-    for (int i = 0; i < gpu.n_cached; i++) {
-        cudaCheck(cudaFree(gpu.cached[i].ptr));
-        gpu.reserved -= gpu.cached[i].bytes;
+    if (backend.n_cached) cudaCheck(cudaDeviceSynchronize());
+    for (int i = 0; i < backend.n_cached; i++) {
+        cudaCheck(cudaFree(backend.cached[i].ptr));
+        backend.reserved -= backend.cached[i].bytes;
     }
-    gpu.n_cached = 0;
+    backend.n_cached = 0;
 }
 
 /* A block of exactly `bytes` (rounded): a cached one, or a new one from
  * cudaMalloc; NULL when neither the cap nor the GPU has room. */
 static void *pool_take(size_t bytes) {
-    for (int i = gpu.n_cached - 1; i >= 0; i--)
-        if (gpu.cached[i].bytes == bytes) {
-            void *p = gpu.cached[i].ptr;
-            gpu.cached[i] = gpu.cached[--gpu.n_cached];
+    for (int i = backend.n_cached - 1; i >= 0; i--)
+        if (backend.cached[i].bytes == bytes) {
+            void *p = backend.cached[i].ptr;
+            backend.cached[i] = backend.cached[--backend.n_cached];
             return p;
         }
     void *p = NULL;
     for (int attempt = 0; attempt < 2 && !p; attempt++) {
         if (attempt == 1) pool_empty_cache(); /* as PyTorch: free the cache, try again */
-        if (gpu.cap && gpu.reserved + bytes > gpu.cap) continue;
+        if (backend.cap && backend.reserved + bytes > backend.cap) continue;
         if (cudaMalloc(&p, bytes) != cudaSuccess) {
             (void)cudaGetLastError(); /* an out-of-memory is reported by the ledger */
             p = NULL;
         }
     }
     if (!p) return NULL;
-    gpu.reserved += bytes;
-    if (gpu.reserved > gpu.peak_reserved) gpu.peak_reserved = gpu.reserved;
+    backend.reserved += bytes;
+    if (backend.reserved > backend.peak_reserved) backend.peak_reserved = backend.reserved;
     return p;
 }
 
 static void pool_give_back(void *p, size_t bytes) {
-    if (gpu.n_cached == gpu.cap_cached) {
-        gpu.cap_cached = gpu.cap_cached ? 2 * gpu.cap_cached : 64;
-        gpu.cached = (PoolBlock *)host_realloc(
-            gpu.cached, (size_t)gpu.cap_cached * sizeof(PoolBlock), "grow the GPU pool");
+    if (backend.n_cached == backend.cap_cached) {
+        backend.cap_cached = backend.cap_cached ? 2 * backend.cap_cached : 64;
+        backend.cached = (PoolBlock *)host_realloc(
+            backend.cached, (size_t)backend.cap_cached * sizeof(PoolBlock), "grow the GPU pool");
     }
-    gpu.cached[gpu.n_cached].ptr = p;
-    gpu.cached[gpu.n_cached].bytes = bytes;
-    gpu.n_cached++;
+    backend.cached[backend.n_cached].ptr = p;
+    backend.cached[backend.n_cached].bytes = bytes;
+    backend.n_cached++;
 }
 
 /* Device memory, zeroed (padding must be 0), or NULL when the GPU is full.
@@ -133,42 +147,42 @@ static void pool_give_back(void *p, size_t bytes) {
  * or on the communication stream after an event recorded on it (section 4). */
 static void *dev_alloc(size_t bytes) {
     void *p = pool_take(pool_round(bytes));
-    if (p) cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+    if (p) cudaCheck(cudaMemsetAsync(p, 0, bytes, backend.compute));
     return p;
 }
 static void dev_free(void *p, size_t bytes) { pool_give_back(p, pool_round(bytes)); }
 /* After a run (--compare runs two): the next run's figures start afresh. */
 static void dev_empty_cache(void) {
     pool_empty_cache();
-    gpu.peak_reserved = gpu.reserved;
+    backend.peak_reserved = backend.reserved;
 }
 static void dev_zero(void *p, size_t bytes) {
-    if (!backend_dry) cudaCheck(cudaMemsetAsync(p, 0, bytes, gpu.compute));
+    if (!backend.dry) cudaCheck(cudaMemsetAsync(p, 0, bytes, backend.compute));
 }
 /* Copies the host waits for: what the compute stream has queued runs first. */
 static void dev_to_host(void *host, const void *dev, size_t bytes) {
-    if (backend_dry) return;
-    cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, gpu.compute));
-    cudaCheck(cudaStreamSynchronize(gpu.compute));
+    if (backend.dry) return;
+    cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, backend.compute));
+    cudaCheck(cudaStreamSynchronize(backend.compute));
 }
 static void dev_from_host(void *dev, const void *host, size_t bytes) {
-    if (backend_dry) return;
-    cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, gpu.compute));
-    cudaCheck(cudaStreamSynchronize(gpu.compute));
+    if (backend.dry) return;
+    cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, backend.compute));
+    cudaCheck(cudaStreamSynchronize(backend.compute));
 }
 /* device to device, in the compute stream's order: the host does not wait */
 static void dev_copy(void *dst, const void *src, size_t bytes) {
-    if (!backend_dry)
-        cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, gpu.compute));
+    if (!backend.dry)
+        cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, backend.compute));
 }
 /* The host waits until the GPU has done what it was given: before a picture
  * is drawn or a time is read, never in the hot path otherwise. */
 static void dev_synchronize(void) {
-    if (!backend_dry) cudaCheck(cudaStreamSynchronize(gpu.compute));
+    if (!backend.dry) cudaCheck(cudaStreamSynchronize(backend.compute));
 }
 
 /* CUDA's current device is per thread: the communication thread picks it */
-static void backend_thread_begin(void) { cudaCheck(cudaSetDevice(gpu.device)); }
+static void backend_thread_begin(void) { cudaCheck(cudaSetDevice(backend.device)); }
 
 /* An event recorded on a stream: the other stream (or the host) can wait
  * for it; with `timed`, it also says when the stream reached it. */
@@ -183,8 +197,8 @@ static cudaEvent_t event_record(cudaStream_t stream, int timed) {
  * reference pair backend_init took. */
 static double event_seconds(cudaEvent_t e) {
     float ms = 0.0f;
-    cudaCheck(cudaEventElapsedTime(&ms, gpu.clock_event, e));
-    return gpu.clock_host + ms / 1e3;
+    cudaCheck(cudaEventElapsedTime(&ms, backend.clock_event, e));
+    return backend.clock_host + ms / 1e3;
 }
 
 /* The out-of-memory report's first words, and its line about the GPU: the
@@ -197,10 +211,11 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
     int n = snprintf(buf, len,
                      "[rank %d] GPU %d: %s free of %s (cudaMemGetInfo); this rank's pool has "
                      "reserved %s\n",
-                     rank, gpu.device, human_bytes((double)free_bytes, a, sizeof(a)),
+                     rank, backend.device, human_bytes((double)free_bytes, a, sizeof(a)),
                      human_bytes((double)total, b, sizeof(b)),
-                     human_bytes((double)gpu.reserved, c, sizeof(c)));
-    return n < 0 ? 0 : (n < (int)len ? n : (int)len - 1);
+                     human_bytes((double)backend.reserved, c, sizeof(c)));
+    if (n < 0) return 0;
+    return n < (int)len ? n : (int)len - 1; /* what snprintf wrote, cut or not */
 }
 
 /* The one kernel every element-wise op is launched as: thread i calls
@@ -212,8 +227,8 @@ template <auto fn, typename... Args> __global__ void for_each_kernel(long n, Arg
 static unsigned blocks_for(long n) { return (unsigned)((n + 255) / 256); }
 #define FOR_EACH(n, fn, ...)                                                                       \
     do {                                                                                           \
-        if ((n) <= 0 || backend_dry) break;                                                        \
-        for_each_kernel<fn><<<blocks_for(n), 256, 0, gpu.compute>>>((long)(n), __VA_ARGS__);       \
+        if ((n) <= 0 || backend.dry) break;                                                        \
+        for_each_kernel<fn><<<blocks_for(n), 256, 0, backend.compute>>>((long)(n), __VA_ARGS__);       \
         cudaCheck(cudaGetLastError()); /* a launch that failed says so here, not never */          \
     } while (0)
 
@@ -283,15 +298,15 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
         if (first == rank) fprintf(stderr, "[rank %d] error: %s\n", rank, why);
         return 1;
     }
-    gpu.device = local % count;
-    cudaCheck(cudaSetDevice(gpu.device));
-    cudaCheck(cudaStreamCreateWithFlags(&gpu.compute, cudaStreamNonBlocking));
-    cudaCheck(cudaStreamCreateWithFlags(&gpu.comm, cudaStreamNonBlocking));
-    cublasCheck(cublasCreate(&gpu.cublas));
-    cublasCheck(cublasSetStream(gpu.cublas, gpu.compute));
+    backend.device = local % count;
+    cudaCheck(cudaSetDevice(backend.device));
+    cudaCheck(cudaStreamCreateWithFlags(&backend.compute, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&backend.comm, cudaStreamNonBlocking));
+    cublasCheck(cublasCreate(&backend.cublas));
+    cublasCheck(cublasSetStream(backend.cublas, backend.compute));
     /* fp32 by default, so a GPU run can be held against a CPU run; TF32
      * (a 10-bit mantissa on tensor cores) only when asked */
-    cublasCheck(cublasSetMathMode(gpu.cublas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+    cublasCheck(cublasSetMathMode(backend.cublas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                          : CUBLAS_DEFAULT_MATH));
     /* --vram is the ledger's budget, as in the simulator (exact bytes: the
      * same verdict on both builds), and caps the pool too, with room for its
@@ -300,10 +315,11 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
      * books 2 bytes, the pool holds 4, and NCCL's packed 16-bit copies of
      * the buffers in flight (nccl_pack) 2 more: its cap triples. */
     int halves = cfg->param_dtype != DTYPE_FP32 || cfg->reduce_dtype != DTYPE_FP32;
-    gpu.cap = cfg->vram ? (halves ? 3 : 1) * cfg->vram + ((size_t)1 << 20) : 0;
-    gpu.clock_event = event_record(gpu.compute, 1);
-    cudaCheck(cudaEventSynchronize(gpu.clock_event));
-    gpu.clock_host = now_seconds();
+    backend.cap = 0; /* no --vram: the GPU's own size limits the pool */
+    if (cfg->vram) backend.cap = (halves ? 3 : 1) * cfg->vram + ((size_t)1 << 20);
+    backend.clock_event = event_record(backend.compute, 1);
+    cudaCheck(cudaEventSynchronize(backend.clock_event));
+    backend.clock_host = now_seconds();
     return 0;
 }
 
@@ -317,29 +333,29 @@ static void backend_print_memory(size_t allocated_peak) {
     printf("GPU memory on rank 0: allocated (the ledger) peak %s; reserved (the pool) peak %s; "
            "the driver: %s in use of %s (cudaMemGetInfo, every process on this GPU)\n",
            human_bytes((double)allocated_peak, a, sizeof(a)),
-           human_bytes((double)gpu.peak_reserved, r, sizeof(r)),
+           human_bytes((double)backend.peak_reserved, r, sizeof(r)),
            human_bytes((double)(total - free_bytes), u, sizeof(u)),
            human_bytes((double)total, t, sizeof(t)));
 }
 
 static void backend_release(void) {
     pool_empty_cache();
-    free(gpu.cached);
-    cudaCheck(cudaEventDestroy(gpu.clock_event));
-    cublasCheck(cublasDestroy(gpu.cublas));
-    cudaCheck(cudaStreamDestroy(gpu.compute));
-    cudaCheck(cudaStreamDestroy(gpu.comm));
+    free(backend.cached);
+    cudaCheck(cudaEventDestroy(backend.clock_event));
+    cublasCheck(cublasDestroy(backend.cublas));
+    cudaCheck(cudaStreamDestroy(backend.compute));
+    cudaCheck(cudaStreamDestroy(backend.comm));
 }
 
 /* One line under the run's header: which GPU, and how it computes. */
 static void backend_describe(const Config *cfg) {
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, gpu.device));
+    cudaCheck(cudaGetDeviceProperties(&prop, backend.device));
     int nccl = 0;
     ncclGetVersion(&nccl);
     char total[32];
     printf("GPU: rank 0 on device %d, %s (%s, %d SMs) | cuBLAS %s | NCCL %d.%d.%d\n",
-           gpu.device, prop.name, human_bytes((double)prop.totalGlobalMem, total, sizeof(total)),
+           backend.device, prop.name, human_bytes((double)prop.totalGlobalMem, total, sizeof(total)),
            prop.multiProcessorCount, cfg->tf32 ? "TF32 (--tf32)" : "fp32", nccl / 10000,
            (nccl % 10000) / 100, nccl % 100);
 }
@@ -357,17 +373,17 @@ static void dev_free(void *p, size_t bytes) {
     free(p);
 }
 static void dev_zero(void *p, size_t bytes) {
-    if (!backend_dry) memset(p, 0, bytes);
+    if (!backend.dry) memset(p, 0, bytes);
 }
 static void dev_empty_cache(void) {} /* free() gave everything back already */
 static void dev_to_host(void *host, const void *dev, size_t bytes) {
-    if (!backend_dry) memcpy(host, dev, bytes);
+    if (!backend.dry) memcpy(host, dev, bytes);
 }
 static void dev_from_host(void *dev, const void *host, size_t bytes) {
-    if (!backend_dry) memcpy(dev, host, bytes);
+    if (!backend.dry) memcpy(dev, host, bytes);
 }
 static void dev_copy(void *dst, const void *src, size_t bytes) {
-    if (!backend_dry) memcpy(dst, src, bytes);
+    if (!backend.dry) memcpy(dst, src, bytes);
 }
 static void dev_synchronize(void) {} /* the main thread is the compute stream */
 static void backend_thread_begin(void) {} /* the thread's device is the host */
@@ -389,7 +405,7 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
 
 #define FOR_EACH(n, fn, ...)                                                                       \
     do {                                                                                           \
-        if (!backend_dry)                                                                          \
+        if (!backend.dry)                                                                          \
             for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__);                           \
     } while (0)
 #endif
@@ -399,7 +415,7 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
  * loop in both builds. STATE_FOR_EACH picks by where the state lives. */
 #define HOST_FOR_EACH(n, fn, ...)                                                                  \
     do {                                                                                           \
-        if (!backend_dry)                                                                          \
+        if (!backend.dry)                                                                          \
             for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__);                           \
     } while (0)
 #define STATE_FOR_EACH(on_host, n, fn, ...)                                                        \

@@ -139,20 +139,20 @@ FSDP_HD static inline void crossentropy_backward_one(long i, float *dlogits, con
  * bias already in out). fp32 unless --tf32 (backend_init). */
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
-    if (backend_dry) return; /* --plan */
+    if (backend.dry) return; /* --plan */
     const float one = 1.0f;
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
-    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, weight, I, inp, I,
+    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, weight, I, inp, I,
                             &one, out, O));
 }
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int B, int I, int O) {
-    if (backend_dry) return; /* --plan */
+    if (backend.dry) return; /* --plan */
     const float one = 1.0f;
-    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, weight, I, dout,
+    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, weight, I, dout,
                             O, &one, dinp, I));
-    cublasCheck(cublasSgemm(gpu.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout, O,
+    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout, O,
                             &one, dweight, I));
     FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
 }
@@ -225,7 +225,7 @@ static void accumulate(float *dst, const float *coef, long coef_row, long coef_c
  * ledger, as cuBLAS's workspace would be on a GPU.) */
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
-    if (backend_dry) return; /* --plan */
+    if (backend.dry) return; /* --plan */
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
     float *panel =
         (float *)host_malloc((size_t)I * BWD_VEC * sizeof(float), "allocate a matmul panel");
@@ -245,7 +245,7 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int B, int I, int O) {
-    if (backend_dry) return; /* --plan */
+    if (backend.dry) return; /* --plan */
     /* dinp (B, I) += dout (B, O) @ weight (O, I): summed over o */
     accumulate(dinp, dout, O, 1, weight, B, O, I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */

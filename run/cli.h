@@ -24,116 +24,117 @@ static const ModelPreset MODEL_PRESETS[] = {
 };
 enum { N_PRESETS = sizeof(MODEL_PRESETS) / sizeof(MODEL_PRESETS[0]) };
 
-void config_usage(FILE *out) {
-    fprintf(out,
-            "usage: mpirun -np N ./fsdp [options]\n"
-            "\n"
-            "Trains a byte-level language model with FSDP on N ranks (one per simulated GPU).\n"
-            "\n"
-            "model\n"
-            "  --model NAME          tiny | small | medium | large          (default small)\n"
-            "  --depth L             residual MLP blocks, 1..64              (preset)\n"
-            "  --width D             residual stream width, 1..8192          (preset)\n"
-            "  --context T           bytes of context, 1..4096               (preset)\n"
-            "  --embed-dim C         width of a byte's embedding, 1..4096    (preset)\n"
-            "FSDP\n"
-            "  --strategy S          full_shard | shard_grad_op | no_shard (alias ddp) |\n"
-            "                        hybrid_shard | hybrid_shard_zero2 (shard within a node,\n"
-            "                        replicate across nodes) | zero1 (DeepSpeed stage 1: only\n"
-            "                        the optimizer state sharded)         (default full_shard)\n"
-            "  --ranks-per-node G    ranks per node: hybrid strategies shard within G, and\n"
-            "                        --net A+B prices A inside a node   (default: all ranks)\n"
-            "  --min-params N        auto-wrap threshold: a module whose unclaimed parameters\n"
-            "                        reach N becomes a unit (default: one block's parameters)\n"
-            "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins) |\n"
-            "                        nccl (GPU build; one GPU per rank). On GPUs ring and mpi\n"
-            "                        stage through host memory, so ranks may share a GPU\n"
-            "                                                    (default ring; GPU build nccl)\n"
-            "  --tf32                GPU build: let cuBLAS use TF32 tensor cores (10-bit\n"
-            "                        mantissa); default fp32, as the CPU computes\n"
-            "  --backward-prefetch P pre | post | none: when backward starts the next unit's\n"
-            "                        all-gather (PyTorch's BackwardPrefetch)     (default pre)\n"
-            "  --forward-prefetch    start the next unit's all-gather while this one computes its\n"
-            "                        forward (PyTorch's forward_prefetch)        (default off)\n"
-            "  --limit-all-gathers X on | off: at most two all-gathers in flight (default on)\n"
-            "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
-            "                        and print memory and traffic side by side\n"
-            "simulator\n"
-            "  --vram SIZE           simulated GPU memory per rank, e.g. 512M or 2G (K M G T P);\n"
-            "                        going over it fails like CUDA's out-of-memory\n"
-            "                                                                (default unlimited)\n"
-            "  --net NAME            price every collective on a modelled interconnect:\n"
-            "                        nvlink | pcie | ib | ethernet | none (default none), or\n"
-            "                        A+B: A within a node, B between nodes (e.g. nvlink+ib)\n"
-            "  --trace FILE          write a trace for ui.perfetto.dev / chrome://tracing; with\n"
-            "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
-            "  --trace-clock CLOCK   real (this machine) | sim (collectives timed by --net)\n"
-            "  --json FILE           the run's figures as JSON (README: \"--json\"): config,\n"
-            "                        units, loss per step, memory and traffic per rank; with\n"
-            "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
-            "  --view                live terminal view of memory per rank and traffic\n"
-            "  --step                stop before every collective and picture it; keys:\n"
-            "                        n next, c continue to the next step, q quit\n"
-            "  --step=auto           the same pictures without stopping\n"
-            "  --step=ring           ... and inside each ring collective, after each of its\n"
-            "                        N-1 steps, which chunk went where and what each rank holds\n"
-            "  --check-collectives   ranks compare each collective before calling it and stop\n"
-            "                        with a report on a mismatch, instead of hanging\n"
-            "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
-            "  --inline-collectives  run each collective on the main thread at once, not on the\n"
-            "                        communication thread (implied by --step, --check-collectives\n"
-            "                        and --wait-for-debugger)\n"
-            "  --cpu-offload         keep the shards and AdamW's state in host memory, step on\n"
-            "                        the CPU (CPUOffload(offload_params=True)); --vram\n"
-            "                        limits the device alone\n"
-            "  --plan                print each rank's memory by category for two steps, from the\n"
-            "                        ledger, without allocating or training: any model size\n"
-            "checkpoints\n"
-            "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
-            "  --save-every K        every K steps); the two newest are kept\n"
-            "  --resume DIR          continue from DIR's newest complete checkpoint, on any\n"
-            "                        number of ranks; --steps is the total to reach\n"
-            "  --export FILE         write the full parameters as safetensors at the end\n"
-            "  --init-from FILE      start from a safetensors file (fresh optimizer)\n"
-            "training\n"
-            "  --steps N             optimizer steps; 0 with --export saves the initial model\n"
-            "                                                                (default 200)\n"
-            "  --batch N             global batch, split evenly over ranks   (default 64)\n"
-            "  --grad-accum K        split each rank's batch into K micro-batches, one forward\n"
-            "                        and backward each, then one step         (default 1)\n"
-            "  --no-sync             with --grad-accum: keep full gradients and reduce-scatter\n"
-            "                        once per step (PyTorch's no_sync()); default: every\n"
-            "                        micro-batch\n"
-            "  --activation-checkpointing  keep only each block's input in forward and run the\n"
-            "                        block again in backward (PyTorch's checkpoint_wrapper)\n"
-            "  --lr X                AdamW learning rate                     (default 0.003)\n"
-            "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
-            "  --eps X               AdamW eps                               (default 1e-8)\n"
-            "  --optimizer O         adamw (torch.optim.AdamW) | adam (torch.optim.Adam: weight\n"
-            "                        decay as L2 on the gradient)           (default adamw)\n"
-            "  --weight-decay X      weight decay                 (default 0.01; 0 with adam)\n"
-            "  --param-dtype D       fp32 | bf16 | fp16: gathered parameters, compute and the\n"
-            "                        all-gather (MixedPrecision's param_dtype)  (default fp32)\n"
-            "  --reduce-dtype D      fp32 | bf16 | fp16: the gradients' reduce-scatter\n"
-            "                        (MixedPrecision's reduce_dtype)   (default: --param-dtype)\n"
-            "  --grad-scaler         dynamic loss scaling, needed by fp16 (ShardedGradScaler)\n"
-            "  --init-scale X        its first scale                        (default 65536)\n"
-            "  --clip-grad-norm X    scale the gradients so their total norm is at most X, as\n"
-            "                        FSDP's clip_grad_norm_                  (default off)\n"
-            "  --lr-schedule S       constant | step (StepLR: lr x gamma every --step-size\n"
-            "                        steps) | cosine (CosineAnnealingLR over --steps), after\n"
-            "                        --warmup N steps of linear warmup    (default constant)\n"
-            "  --warmup N --step-size N --gamma X    the schedule's  (defaults 0, none, 0.1)\n"
-            "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
-            "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
-            "  --log-every N         print a line every N steps              (default 20)\n"
-            "  --help                this text\n"
-            "\n"
-            "exit codes (the same on every rank)\n"
-            "  0 trained   1 a file could not be written, or an internal error   2 bad input\n"
-            "  3 simulated out of memory (--vram)   4 the ranks' collectives disagree\n"
-            "  5 the loss became NaN or infinite (training diverged)\n");
-}
+/* --help: the options by theme, each with its range and default */
+static const char USAGE[] =
+    "usage: mpirun -np N ./fsdp [options]\n"
+    "\n"
+    "Trains a byte-level language model with FSDP on N ranks (one per simulated GPU).\n"
+    "\n"
+    "model\n"
+    "  --model NAME          tiny | small | medium | large          (default small)\n"
+    "  --depth L             residual MLP blocks, 1..64              (preset)\n"
+    "  --width D             residual stream width, 1..8192          (preset)\n"
+    "  --context T           bytes of context, 1..4096               (preset)\n"
+    "  --embed-dim C         width of a byte's embedding, 1..4096    (preset)\n"
+    "FSDP\n"
+    "  --strategy S          full_shard | shard_grad_op | no_shard (alias ddp) |\n"
+    "                        hybrid_shard | hybrid_shard_zero2 (shard within a node,\n"
+    "                        replicate across nodes) | zero1 (DeepSpeed stage 1: only\n"
+    "                        the optimizer state sharded)         (default full_shard)\n"
+    "  --ranks-per-node G    ranks per node: hybrid strategies shard within G, and\n"
+    "                        --net A+B prices A inside a node   (default: all ranks)\n"
+    "  --min-params N        auto-wrap threshold: a module whose unclaimed parameters\n"
+    "                        reach N becomes a unit (default: one block's parameters)\n"
+    "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins) |\n"
+    "                        nccl (GPU build; one GPU per rank). On GPUs ring and mpi\n"
+    "                        stage through host memory, so ranks may share a GPU\n"
+    "                                                    (default ring; GPU build nccl)\n"
+    "  --tf32                GPU build: let cuBLAS use TF32 tensor cores (10-bit\n"
+    "                        mantissa); default fp32, as the CPU computes\n"
+    "  --backward-prefetch P pre | post | none: when backward starts the next unit's\n"
+    "                        all-gather (PyTorch's BackwardPrefetch)     (default pre)\n"
+    "  --forward-prefetch    start the next unit's all-gather while this one computes its\n"
+    "                        forward (PyTorch's forward_prefetch)        (default off)\n"
+    "  --limit-all-gathers X on | off: at most two all-gathers in flight (default on)\n"
+    "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
+    "                        and print memory and traffic side by side\n"
+    "simulator\n"
+    "  --vram SIZE           simulated GPU memory per rank, e.g. 512M or 2G (K M G T P);\n"
+    "                        going over it fails like CUDA's out-of-memory\n"
+    "                                                                (default unlimited)\n"
+    "  --net NAME            price every collective on a modelled interconnect:\n"
+    "                        nvlink | pcie | ib | ethernet | none (default none), or\n"
+    "                        A+B: A within a node, B between nodes (e.g. nvlink+ib)\n"
+    "  --trace FILE          write a trace for ui.perfetto.dev / chrome://tracing; with\n"
+    "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
+    "  --trace-clock CLOCK   real (this machine) | sim (collectives timed by --net)\n"
+    "  --json FILE           the run's figures as JSON (README: \"--json\"): config,\n"
+    "                        units, loss per step, memory and traffic per rank; with\n"
+    "                        --compare, FILE.no_shard.json and FILE.<strategy>.json\n"
+    "  --view                live terminal view of memory per rank and traffic\n"
+    "  --step                stop before every collective and picture it; keys:\n"
+    "                        n next, c continue to the next step, q quit\n"
+    "  --step=auto           the same pictures without stopping\n"
+    "  --step=ring           ... and inside each ring collective, after each of its\n"
+    "                        N-1 steps, which chunk went where and what each rank holds\n"
+    "  --check-collectives   ranks compare each collective before calling it and stop\n"
+    "                        with a report on a mismatch, instead of hanging\n"
+    "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
+    "  --inline-collectives  run each collective on the main thread at once, not on the\n"
+    "                        communication thread (implied by --step, --check-collectives\n"
+    "                        and --wait-for-debugger)\n"
+    "  --cpu-offload         keep the shards and AdamW's state in host memory, step on\n"
+    "                        the CPU (CPUOffload(offload_params=True)); --vram\n"
+    "                        limits the device alone\n"
+    "  --plan                print each rank's memory by category for two steps, from the\n"
+    "                        ledger, without allocating or training: any model size\n"
+    "checkpoints\n"
+    "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
+    "  --save-every K        every K steps); the two newest are kept\n"
+    "  --resume DIR          continue from DIR's newest complete checkpoint, on any\n"
+    "                        number of ranks; --steps is the total to reach\n"
+    "  --export FILE         write the full parameters as safetensors at the end\n"
+    "  --init-from FILE      start from a safetensors file (fresh optimizer)\n"
+    "training\n"
+    "  --steps N             optimizer steps; 0 with --export saves the initial model\n"
+    "                                                                (default 200)\n"
+    "  --batch N             global batch, split evenly over ranks   (default 64)\n"
+    "  --grad-accum K        split each rank's batch into K micro-batches, one forward\n"
+    "                        and backward each, then one step         (default 1)\n"
+    "  --no-sync             with --grad-accum: keep full gradients and reduce-scatter\n"
+    "                        once per step (PyTorch's no_sync()); default: every\n"
+    "                        micro-batch\n"
+    "  --activation-checkpointing  keep only each block's input in forward and run the\n"
+    "                        block again in backward (PyTorch's checkpoint_wrapper)\n"
+    "  --lr X                AdamW learning rate                     (default 0.003)\n"
+    "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
+    "  --eps X               AdamW eps                               (default 1e-8)\n"
+    "  --optimizer O         adamw (torch.optim.AdamW) | adam (torch.optim.Adam: weight\n"
+    "                        decay as L2 on the gradient)           (default adamw)\n"
+    "  --weight-decay X      weight decay                 (default 0.01; 0 with adam)\n"
+    "  --param-dtype D       fp32 | bf16 | fp16: gathered parameters, compute and the\n"
+    "                        all-gather (MixedPrecision's param_dtype)  (default fp32)\n"
+    "  --reduce-dtype D      fp32 | bf16 | fp16: the gradients' reduce-scatter\n"
+    "                        (MixedPrecision's reduce_dtype)   (default: --param-dtype)\n"
+    "  --grad-scaler         dynamic loss scaling, needed by fp16 (ShardedGradScaler)\n"
+    "  --init-scale X        its first scale                        (default 65536)\n"
+    "  --clip-grad-norm X    scale the gradients so their total norm is at most X, as\n"
+    "                        FSDP's clip_grad_norm_                  (default off)\n"
+    "  --lr-schedule S       constant | step (StepLR: lr x gamma every --step-size\n"
+    "                        steps) | cosine (CosineAnnealingLR over --steps), after\n"
+    "                        --warmup N steps of linear warmup    (default constant)\n"
+    "  --warmup N --step-size N --gamma X    the schedule's  (defaults 0, none, 0.1)\n"
+    "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
+    "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
+    "  --log-every N         print a line every N steps              (default 20)\n"
+    "  --help                this text\n"
+    "\n"
+    "exit codes (the same on every rank)\n"
+    "  0 trained   1 a file could not be written, or an internal error   2 bad input\n"
+    "  3 simulated out of memory (--vram)   4 the ranks' collectives disagree\n"
+    "  5 the loss became NaN or infinite (training diverged)\n";
+
+void config_usage(FILE *out) { fputs(USAGE, out); }
 
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out, char *err,
                       size_t errlen) {
@@ -300,16 +301,22 @@ static int flag_takes_path(const char *flag) {
     return 0;
 }
 
-/* One option and its value; returns 0, or 2 with a message. */
-static int config_set(Config *c, const char *flag, const char *val, char *err, size_t errlen) {
-    long lv = 0;
-    int rc = 0;
-    if (flag_takes_path(flag) && strlen(val) > MAX_PATH_CHARS)
-        return usage_error(err, errlen,
-                           "%s: the path is %zu characters long; at most %d are handled. "
-                           "Use a shorter (relative) path.",
-                           flag, strlen(val), (int)MAX_PATH_CHARS);
-    if (!strcmp(flag, "--model")) return 0; /* applied first, in config_parse */
+enum { NOT_MINE = -1 }; /* config_set_*: the option belongs to another group */
+
+/* Where an option whose value is a path is kept, or NULL (--trace and
+ * --data check more, in config_set_run). */
+static const char **config_path_slot(Config *c, const char *flag) {
+    if (!strcmp(flag, "--save-dir")) return &c->save_dir;
+    if (!strcmp(flag, "--resume")) return &c->resume_dir;
+    if (!strcmp(flag, "--export")) return &c->export_path;
+    if (!strcmp(flag, "--init-from")) return &c->init_from;
+    return !strcmp(flag, "--json") ? &c->json_path : NULL;
+}
+
+/* The model's shape, the batch and the run's length. Returns 0, 2 with a message, or
+ * NOT_MINE. */
+static int config_set_shape(Config *c, const char *flag, const char *val, char *err,
+                            size_t errlen) {
     if (!strcmp(flag, "--depth")) return parse_int(flag, val, 1, 64, &c->depth, err, errlen);
     if (!strcmp(flag, "--width")) return parse_int(flag, val, 1, 8192, &c->width, err, errlen);
     if (!strcmp(flag, "--context")) return parse_int(flag, val, 1, 4096, &c->context, err, errlen);
@@ -324,6 +331,13 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         return parse_int(flag, val, 1, 1 << 20, &c->grad_accum, err, errlen);
     if (!strcmp(flag, "--log-every"))
         return parse_int(flag, val, 1, INT_MAX, &c->log_every, err, errlen);
+    return NOT_MINE;
+}
+
+/* The optimizer, its schedule, and mixed precision. Returns 0, 2 with a message, or
+ * NOT_MINE. */
+static int config_set_optimizer(Config *c, const char *flag, const char *val, char *err,
+                                size_t errlen) {
     if (!strcmp(flag, "--lr")) return parse_float(flag, val, 0.0, 1, 10.0, &c->lr, err, errlen);
     if (!strcmp(flag, "--beta1"))
         return parse_float(flag, val, 0.0, 0, 0.999999, &c->beta1, err, errlen);
@@ -375,6 +389,14 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
                                val);
         return 0;
     }
+    return NOT_MINE;
+}
+
+/* The seed, the budget, checkpoints, outputs, the network and the data.
+ * Returns 0, 2 with a message, or NOT_MINE. */
+static int config_set_run(Config *c, const char *flag, const char *val, char *err, size_t errlen) {
+    long lv = 0;
+    int rc = 0;
     if (!strcmp(flag, "--seed")) {
         rc = parse_long(flag, val, 0, LONG_MAX, &lv, err, errlen);
         c->seed = (uint64_t)lv;
@@ -383,12 +405,7 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
     if (!strcmp(flag, "--vram")) return parse_size(flag, val, &c->vram, err, errlen);
     if (!strcmp(flag, "--save-every"))
         return parse_int(flag, val, 1, INT_MAX, &c->save_every, err, errlen);
-    const char **path = !strcmp(flag, "--save-dir")    ? &c->save_dir
-                        : !strcmp(flag, "--resume")    ? &c->resume_dir
-                        : !strcmp(flag, "--export")    ? &c->export_path
-                        : !strcmp(flag, "--init-from") ? &c->init_from
-                        : !strcmp(flag, "--json")      ? &c->json_path
-                                                       : NULL;
+    const char **path = config_path_slot(c, flag);
     if (path) {
         if (!*val) return usage_error(err, errlen, "%s: the path is empty.", flag);
         *path = val;
@@ -428,6 +445,13 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
         c->data_path = val;
         return 0;
     }
+    return NOT_MINE;
+}
+
+/* How the model is spread: strategy, nodes, prefetch, collectives. Returns 0, 2 with a message, or
+ * NOT_MINE. */
+static int config_set_parallel(Config *c, const char *flag, const char *val, char *err,
+                               size_t errlen) {
     if (!strcmp(flag, "--ranks-per-node"))
         return parse_int(flag, val, 1, 1 << 20, &c->ranks_per_node, err, errlen);
     if (!strcmp(flag, "--strategy")) {
@@ -476,6 +500,23 @@ static int config_set(Config *c, const char *flag, const char *val, char *err, s
                                val, FSDP_GPU ? " or nccl" : " (or nccl in the GPU build)");
         return 0;
     }
+    return NOT_MINE;
+}
+
+/* One option and its value; returns 0, or 2 with a message. */
+static int config_set(Config *c, const char *flag, const char *val, char *err, size_t errlen) {
+    if (flag_takes_path(flag) && strlen(val) > MAX_PATH_CHARS)
+        return usage_error(err, errlen,
+                           "%s: the path is %zu characters long; at most %d are handled. "
+                           "Use a shorter (relative) path.",
+                           flag, strlen(val), (int)MAX_PATH_CHARS);
+    if (!strcmp(flag, "--model")) return 0; /* applied first, in config_parse */
+    int (*const groups[])(Config *, const char *, const char *, char *, size_t) = {
+        config_set_shape, config_set_optimizer, config_set_run, config_set_parallel};
+    for (size_t g = 0; g < sizeof(groups) / sizeof(groups[0]); g++) {
+        int rc = groups[g](c, flag, val, err, errlen);
+        if (rc != NOT_MINE) return rc;
+    }
     return usage_error(err, errlen,
                        "this is a bug in fsdp.c: option '%s' is listed but not handled.", flag);
 }
@@ -511,7 +552,8 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
                                "--step=%s: the values are auto and ring (--step waits for keys; "
                                "--step=auto does not; --step=ring also pictures each ring step).",
                                val);
-        c->step_mode = !val ? STEP_INTERACTIVE : !strcmp(val, "ring") ? STEP_RING : STEP_AUTO;
+        c->step_mode = STEP_INTERACTIVE;
+        if (val) c->step_mode = !strcmp(val, "ring") ? STEP_RING : STEP_AUTO;
         return 0;
     }
     if (val) return usage_error(err, errlen, "%s takes no value.", flag);
