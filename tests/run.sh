@@ -152,7 +152,7 @@ run "README's commands run and print what it shows (tests/check_docs.py), and th
 for f in lectures/[0-9]*.md; do
   [ -e "$f" ] && run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
 done
-run "the functions the course names by section are in that section of fsdp.c (and the check can fail)" \
+run "the functions the course names by section are in that section of fsdp.c, and fsdp.c has no #ifdef __CUDACC__ (the check can fail)" \
   bash -c "python3 tests/test_code_names.py --self-test && python3 tests/test_code_names.py"
 run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh
 run "notebooks: every notebook executes top to bottom (nbclient)" bash tests/test_notebooks.sh

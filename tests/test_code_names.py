@@ -8,7 +8,9 @@ a pointer can go stale without any command failing. This checks every one:
 each name before "(section N)", "in section N" or "(end of section N)" must
 be a function, macro or type defined in section N of fsdp.c, and every
 "section N" must be one of fsdp.c's sections. A name that now lives in
-main.c or run/ is reported with its file.
+main.c or run/ is reported with its file. It also checks the docs' other
+promise about fsdp.c: no line of it tests for __CUDACC__ (the CPU and GPU
+builds differ only behind the seam, kernels/backend.h and comm/device.h).
 
   python3 tests/test_code_names.py             the docs of the repository
   python3 tests/test_code_names.py --self-test proves it reports a wrong
@@ -82,6 +84,17 @@ def check(docs_text, algorithm, program):
     return results
 
 
+def seam_results(fsdp_text):
+    """The docs say the backend seam is all that differs between the CPU and
+    GPU builds: no line of fsdp.c itself may test for CUDA."""
+    lines = [no for no, line in enumerate(fsdp_text.split("\n"), 1)
+             if re.match(r"\s*#\s*if.*__CUDACC__", line)]
+    if lines:
+        return [(False, f"fsdp.c:{no}", "#if on __CUDACC__: move it behind the seam "
+                 "(kernels/backend.h, comm/device.h)") for no in lines]
+    return [(True, "fsdp.c", "no #if on __CUDACC__: the seam holds them all")]
+
+
 def main():
     algorithm = definitions("fsdp.c")
     program = {}
@@ -92,12 +105,14 @@ def main():
                            "`no_such_function` (section 8), `adamw_one` (section 99), "
                            "`adamw_one` in section 9"}
         got = [ok for ok, _, _ in check(fake, algorithm, program)]
-        want = [False, False, False, False, True]
-        print("self-test:", "reports a wrong section, a moved name, a missing name and a wrong "
-              "section number, and passes a right one" if got == want else f"got {got}, want {want}")
+        got += [ok for ok, _, _ in seam_results("int a;\n#ifdef __CUDACC__\n#endif\n")]
+        got += [ok for ok, _, _ in seam_results("int a;\n")]
+        want = [False, False, False, False, True, False, True]
+        print("self-test:", "reports a wrong section, a moved name, a missing name, a wrong "
+              "section number and an #ifdef __CUDACC__ in fsdp.c, and passes the right ones" if got == want else f"got {got}, want {want}")
         return 0 if got == want else 1
     texts = {p: open(p).read() for p in DOCS}
-    results = check(texts, algorithm, program)
+    results = check(texts, algorithm, program) + seam_results(open("fsdp.c").read())
     for ok, where, message in results:
         print(f"{'ok  ' if ok else 'FAIL'} {where}: {message}")
     bad = sum(not ok for ok, _, _ in results)
