@@ -16,6 +16,10 @@
  * The program around it (the command line, the training loop, what a run
  * prints, main) lives beside it in main.c, which #includes this file: one
  * translation unit. Nothing here calls the program; the program calls this.
+ * Some sections #include a header in place, under a "defines:" line: code
+ * the section needs and a first reading may skip (the backend's two builds
+ * in kernels/ and comm/, the corpus in data/, the model FSDP wraps in
+ * model/, checkpoint plumbing in io/).
  *
  * The idea in one paragraph. Data parallel training keeps a full copy of the
  * model, its gradients and its optimizer state on every GPU (DDP). FSDP
@@ -494,7 +498,7 @@ static void ledger_release_all(Ledger *l) {
  *         MPI_Reduce_scatter_block, MPI_Allreduce), which choose their own
  *         algorithm per message size. They block, but they run on the
  *         communication stream below, so the caller does not wait for them.
- *   nccl  NVIDIA's NCCL, in the GPU build (section 2 and below).
+ *   nccl  NVIDIA's NCCL, in the GPU build (comm/device.h, included below).
  *
  * Every collective is started (comm_*_start) and later waited on
  * (comm_wait), so a caller can compute in between: the communication

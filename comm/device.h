@@ -33,8 +33,8 @@ static void collective_run(Comm *c, const CommTask *k) {
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
     if (k->kind == COMM_ALL_GATHER) {
         host.shard = c->stage + c->rank * S; /* in place on the host */
-        cudaCheck(cudaMemcpyAsync(host.full + c->rank * S, k->shard, chunk,
-                                  cudaMemcpyDeviceToHost, backend.comm));
+        cudaCheck(cudaMemcpyAsync(host.full + c->rank * S, k->shard, chunk, cudaMemcpyDeviceToHost,
+                                  backend.comm));
     } else {
         cudaCheck(cudaMemcpyAsync(host.full, k->full, all, cudaMemcpyDeviceToHost, backend.comm));
     }
@@ -42,8 +42,7 @@ static void collective_run(Comm *c, const CommTask *k) {
     collective_run_host(c, &host);
     if (k->kind == COMM_REDUCE_SCATTER)
         cudaCheck(cudaMemcpyAsync(k->out, host.out, chunk, cudaMemcpyHostToDevice, backend.comm));
-    else
-        cudaCheck(cudaMemcpyAsync(k->full, host.full, all, cudaMemcpyHostToDevice, backend.comm));
+    else cudaCheck(cudaMemcpyAsync(k->full, host.full, all, cudaMemcpyHostToDevice, backend.comm));
     cudaCheck(cudaStreamSynchronize(backend.comm));
 }
 
@@ -122,7 +121,8 @@ static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
     ncclComm_t nc = (ncclComm_t)g->nccl;
     size_t S = (size_t)k.S;
     h->began = event_record(backend.comm, 1);
-    if (k.kind == COMM_ALL_GATHER) ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, backend.comm));
+    if (k.kind == COMM_ALL_GATHER)
+        ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, backend.comm));
     else if (k.kind == COMM_REDUCE_SCATTER)
         ncclCheck(ncclReduceScatter(k.full, k.out, S, type, ncclSum, nc, backend.comm));
     else ncclCheck(ncclAllReduce(k.full, k.full, S * g->world, type, ncclSum, nc, backend.comm));

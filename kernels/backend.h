@@ -228,7 +228,7 @@ static unsigned blocks_for(long n) { return (unsigned)((n + 255) / 256); }
 #define FOR_EACH(n, fn, ...)                                                                       \
     do {                                                                                           \
         if ((n) <= 0 || backend.dry) break;                                                        \
-        for_each_kernel<fn><<<blocks_for(n), 256, 0, backend.compute>>>((long)(n), __VA_ARGS__);       \
+        for_each_kernel<fn><<<blocks_for(n), 256, 0, backend.compute>>>((long)(n), __VA_ARGS__);   \
         cudaCheck(cudaGetLastError()); /* a launch that failed says so here, not never */          \
     } while (0)
 
@@ -355,9 +355,9 @@ static void backend_describe(const Config *cfg) {
     ncclGetVersion(&nccl);
     char total[32];
     printf("GPU: rank 0 on device %d, %s (%s, %d SMs) | cuBLAS %s | NCCL %d.%d.%d\n",
-           backend.device, prop.name, human_bytes((double)prop.totalGlobalMem, total, sizeof(total)),
-           prop.multiProcessorCount, cfg->tf32 ? "TF32 (--tf32)" : "fp32", nccl / 10000,
-           (nccl % 10000) / 100, nccl % 100);
+           backend.device, prop.name,
+           human_bytes((double)prop.totalGlobalMem, total, sizeof(total)), prop.multiProcessorCount,
+           cfg->tf32 ? "TF32 (--tf32)" : "fp32", nccl / 10000, (nccl % 10000) / 100, nccl % 100);
 }
 
 #else
@@ -366,7 +366,8 @@ static void backend_describe(const Config *cfg) {
 /* Never NULL: a simulated GPU that runs out of memory is the ledger's
  * business (--vram); the host running out is the end of the run. */
 static void *dev_alloc(size_t bytes) {
-    return host_calloc(1, bytes ? bytes : 1, "allocate a simulated GPU's buffer; try a smaller --model");
+    return host_calloc(1, bytes ? bytes : 1,
+                       "allocate a simulated GPU's buffer; try a smaller --model");
 }
 static void dev_free(void *p, size_t bytes) {
     (void)bytes;

@@ -142,18 +142,18 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
     if (backend.dry) return; /* --plan */
     const float one = 1.0f;
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
-    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, weight, I, inp, I,
-                            &one, out, O));
+    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, weight, I, inp,
+                            I, &one, out, O));
 }
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     const float one = 1.0f;
-    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, weight, I, dout,
-                            O, &one, dinp, I));
-    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout, O,
-                            &one, dweight, I));
+    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, weight, I,
+                            dout, O, &one, dinp, I));
+    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout,
+                            O, &one, dweight, I));
     FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
 }
 #else
