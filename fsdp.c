@@ -1819,7 +1819,11 @@ static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept) {
 static void reduce_grad_start(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     PendingReduce *p = &t->pending_reduce;
-    if (p->in_flight) FATAL("this is a bug in fsdp.c's lifecycle", "two reductions in flight");
+    if (p->in_flight)
+        FATAL("finish the pending one first (reduce_grad_finish): one reduction is in flight at "
+              "a time",
+              "%s: its reduction started while %s's is still in flight", u->name,
+              t->units[p->unit].name);
     p->in_flight = 1;
     p->unit = ui;
     p->kept = NULL;

@@ -102,6 +102,12 @@ GRADE_TIMEOUT=15 spawn wrong ring_all_gather ring_all_gather_negmod --fail-fast 
   "full_shard on 2 rank(s)" "(-1) % N is -1"
 spawn wrong ring_reduce_scatter ring_reduce_scatter_twice --fail-fast -- \
   "full_shard on 2 rank(s)" "0.5 times the reference's (1/2: divided by N twice?"
+# post_backward: the one pending reduction is finished before the next
+# starts, and inside no_sync nothing is reduced.
+spawn wrong post_backward post_backward_no_finish --fail-fast -- \
+  "full_shard on 1 rank(s)" "still in flight"
+spawn wrong post_backward post_backward_always_reduce --fail-fast -- \
+  "shard_grad_op on 3 rank(s) (--grad-accum 2 --no-sync)" "Inside no_sync"
 wait
 
 for i in $(seq 1 "$n_cases"); do cat "$out/$i.report"; done
