@@ -1557,8 +1557,12 @@ static void unit_release_gathered(Trainer *t, int ui, float *full) {
  * starts, the oldest is waited for. On a GPU the CPU queues kernels far
  * ahead of the compute stream, and without the limiter it would queue
  * all-gather after all-gather and fill the memory with prefetched units.
- * Here compute runs on the main thread itself, so the schedules below never
- * reach a third; the limiter is the guarantee, and the tests check it.
+ * (PyTorch bounds the same run-ahead by frees: before an all-gather, the
+ * CPU waits until the GPU has passed the free of the unit resharded two
+ * frees ago; _FreeEventQueue. Ours counts all-gathers: the same guard,
+ * measured at the other end.) Here compute runs on the main thread itself,
+ * so the schedules below never reach a third; the limiter is the
+ * guarantee, and the tests check it.
  * --------------------------------------------------------------------- */
 static void unit_unshard_wait(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
