@@ -38,7 +38,7 @@ MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas exercise notebook-deps test-deps
+.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps
 
 all: fsdp
 
@@ -119,7 +119,7 @@ test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul te
 # the reason (exit 77), never pass.
 
 TEST_PY  := safetensors numpy pyyaml
-test-deps: notebook-deps
+test-deps: notebook-deps torch-deps
 	@need=""; for p in tmux gdb chromium clang; do command -v $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
 	ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need="$$need libclang-rt-14-dev"; \
 	if [ -n "$$need" ] && command -v apt-get >/dev/null 2>&1; then \
@@ -150,6 +150,19 @@ notebook-deps:
 	  fi; \
 	python3 -c "import nbclient, nbformat, ipykernel, matplotlib, numpy" 2>/dev/null || \
 	  echo "note: could not install $(NOTEBOOK_PY): make test skips the notebooks (exit 77)"
+
+# What tests/test_bridge.sh and lecture 12 need: PyTorch 2.x (FSDP, DCP,
+# torchrun) in a virtual environment of its own, .venv-torch/, from PyPI
+# (about 5 GB with the CUDA libraries PyPI's wheel depends on; a minute or
+# two). Debian's python3-torch is 1.13, whose FSDP does not import on
+# Python 3.11. If it cannot be installed, those checks skip (exit 77), saying so.
+TORCH_VENV := .venv-torch
+TORCH_PY   := torch numpy
+torch-deps:
+	@$(TORCH_VENV)/bin/python -c "import torch.distributed.fsdp, torch.distributed.checkpoint, numpy" 2>/dev/null && exit 0; \
+	echo "installing PyTorch into $(TORCH_VENV)/ for the bridge to the PyTorch lab (about 5 GB, once)"; \
+	python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/python -m pip install --quiet $(TORCH_PY) || \
+	  echo "note: could not install PyTorch into $(TORCH_VENV)/: make test skips the bridge (exit 77)"
 
 # ---- graded exercises (exercises/README.md) ------------------------------------
 # make exercise EX=ring_all_gather [FILE=my_ring.c]: fsdp.c built with your

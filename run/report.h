@@ -224,7 +224,8 @@ static void json_config(FILE *f, const Trainer *t) {
             "\"width\": %d, \"depth\": %d, \"strategy\": \"%s\", \"world\": %d, \"batch\": %d, "
             "\"local_batch\": %d, \"steps\": %d, \"min_params\": %ld, \"collectives\": \"%s\", "
             "\"backward_prefetch\": \"%s\", \"forward_prefetch\": %s, \"limit_all_gathers\": %s, "
-            "\"optimizer\": \"%s\", \"lr\": %.7g, \"weight_decay\": %.7g, "
+            "\"optimizer\": \"%s\", \"lr\": %.7g, \"beta1\": %.7g, \"beta2\": %.7g, "
+            "\"eps\": %.7g, \"weight_decay\": %.7g, "
             "\"clip_grad_norm\": %.7g, \"lr_schedule\": \"%s\", \"warmup\": %ld, "
             "\"step_size\": %ld, \"gamma\": %.7g, %s"
             "\"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
@@ -232,10 +233,11 @@ static void json_config(FILE *f, const Trainer *t) {
             c->depth, strategy_name(c->strategy), t->comm.world, c->batch, t->local_batch, c->steps,
             c->min_params, COLLECTIVES_NAMES[c->collectives], prefetch[c->backward_prefetch],
             c->forward_prefetch ? "true" : "false", c->limit_all_gathers ? "true" : "false",
-            c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw", (double)c->lr,
-            (double)c->weight_decay, (double)c->clip_grad_norm, LR_SCHEDULE_NAMES[c->lr_schedule],
-            c->warmup, c->step_size, (double)c->gamma, json_options(t), (unsigned long long)c->seed,
-            c->vram, c->net ? c->net : "none", FSDP_GPU ? "gpu" : "cpu");
+            c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw", (double)c->lr, (double)c->beta1,
+            (double)c->beta2, (double)c->eps, (double)c->weight_decay, (double)c->clip_grad_norm,
+            LR_SCHEDULE_NAMES[c->lr_schedule], c->warmup, c->step_size, (double)c->gamma,
+            json_options(t), (unsigned long long)c->seed, c->vram, c->net ? c->net : "none",
+            FSDP_GPU ? "gpu" : "cpu");
 }
 
 static void json_units(FILE *f, const Trainer *t) {

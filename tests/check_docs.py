@@ -355,9 +355,17 @@ def explain(cmd, chunk, actual, pos):
 # ---------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------
+# PyTorch lives in a virtual environment of the repository's (make torch-deps),
+# never copied into a sandbox: its torchrun is put on the commands' PATH alone.
+TORCH_VENV = ".venv-torch"
+TORCH_BIN = os.path.join(REPO, TORCH_VENV, "bin")
+
+
 def program_here(name):
-    """Whether `name` is on PATH, or where the CUDA toolkit puts its tools."""
-    return bool(shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin"))
+    """Whether `name` is on PATH, where the CUDA toolkit puts its tools, or
+    (torchrun) in the repository's PyTorch environment."""
+    return bool(shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin")
+                or (name == "torchrun" and shutil.which(name, path=TORCH_BIN)))
 
 
 def gpu_here(no_gpu):
@@ -394,7 +402,7 @@ def repo_files():
         for d, dirs, files in os.walk(REPO):
             dirs[:] = [x for x in dirs if not (d == REPO and x in (".git", "out"))]
             names |= {os.path.relpath(os.path.join(d, f), REPO) for f in files}
-    return sorted(n for n in names if not n.startswith(("out/", ".git/")))
+    return sorted(n for n in names if not n.startswith(("out/", ".git/", TORCH_VENV)))
 
 
 SKIP_VARS = ("BASH*|EUID|PPID|UID|SHELLOPTS|SHLVL|PWD|OLDPWD|RANDOM|SRANDOM|SECONDS|LINENO|FUNCNAME|"
@@ -445,6 +453,11 @@ class Sandbox:
         for k, v in MAKE_ENV.items():
             self.env.setdefault(k, v)
         self.env.update(__CHECK_STATE=self.state, __CHECK_WORK=self.work)
+        torchrun = os.path.join(TORCH_BIN, "torchrun")
+        if not shutil.which("torchrun") and os.path.exists(torchrun):
+            os.makedirs(os.path.join(self.root, "bin"))
+            os.symlink(torchrun, os.path.join(self.root, "bin", "torchrun"))
+            self.env["PATH"] = os.path.join(self.root, "bin") + os.pathsep + self.env["PATH"]
 
     def run(self, command, timeout):
         """(exit code or None on timeout, output: stdout and stderr together)."""

@@ -1,0 +1,333 @@
+"""bridge/fsdp_lab.py: the fsdp.c run, again in PyTorch FSDP, on CPU ranks.
+
+The labs this course prepares for are written in PyTorch. This script trains
+the very model of an fsdp.c run with stock torch modules wrapped in
+FullyShardedDataParallel, from the same initial parameters (fsdp.c's
+--export at --steps 0), on the same batches (fsdp.c's sampler, written again
+below), and compares the losses with those fsdp.c wrote to --json.
+
+    mpirun -np 4 ./fsdp --model tiny --data FILE --steps 4 --json run.json
+    mpirun -np 4 ./fsdp --model tiny --data FILE --steps 0 --export init.st
+    torchrun --standalone --nproc-per-node 4 bridge/fsdp_lab.py \\
+        --fsdp-run run.json --init init.st --data FILE
+
+The model, the strategy, the auto-wrap threshold and the optimizer's
+settings all come from run.json's "config", so the two runs cannot drift
+apart. --save-dir DIR --save-at K writes a DCP checkpoint after step K;
+--resume DIR continues from one, on any number of ranks. Rank 0 prints one
+line per step and a verdict; the exit status is 1 if a loss differs from
+fsdp.c's by more than --rtol (relative).
+
+Why a tolerance, and why 1e-4: both runs compute in fp32, but not in the
+same order. A matmul's sums (our register-blocked loops against PyTorch's
+CPU kernels), LayerNorm's statistics, erf in GELU and the order in which a
+reduce-scatter adds the ranks' gradients each round differently, by a few
+units in the last place (about 1e-7 relative). AdamW's first steps divide
+each gradient by its own magnitude, which carries those differences into
+the parameters without shrinking them; after a handful of steps the losses
+of the two programs agree to about 1e-6 relative. 1e-4 leaves room for
+that, and is still a thousand times tighter than any real mistake (a wrong
+mean over ranks, a missed step, another learning rate) moves the loss.
+"""
+import argparse
+import contextlib
+import datetime
+import functools
+import json
+import os
+import struct
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.fsdp import BackwardPrefetch, ShardingStrategy
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+
+STRATEGIES = {
+    "full_shard": ShardingStrategy.FULL_SHARD,
+    "shard_grad_op": ShardingStrategy.SHARD_GRAD_OP,
+    "no_shard": ShardingStrategy.NO_SHARD,
+}
+PREFETCH = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST,
+            "none": None}
+
+
+# ---- the model: fsdp.c's section 5, in torch.nn ---------------------------------------
+
+class Block(nn.Module):
+    """h + fc2(gelu(fc1(norm(h)))): one residual MLP block."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm = nn.LayerNorm(width, eps=1e-5)
+        self.fc1 = nn.Linear(width, 4 * width)
+        self.fc2 = nn.Linear(4 * width, width)
+
+    def forward(self, h):
+        return h + self.fc2(F.gelu(self.fc1(self.norm(h))))  # exact erf GELU, as nn.GELU()
+
+
+class ByteMLP(nn.Module):
+    """The byte-level model: the last T bytes -> the next byte. Its module
+    names are fsdp.c's, so its --export loads with load_state_dict."""
+
+    def __init__(self, vocab, embed_dim, context, width, depth):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, embed_dim)
+        self.proj_in = nn.Linear(context * embed_dim, width)
+        self.blocks = nn.ModuleList(Block(width) for _ in range(depth))
+        self.norm_f = nn.LayerNorm(width, eps=1e-5)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens):
+        h = self.proj_in(self.embed(tokens).flatten(1))
+        for block in self.blocks:
+            h = block(h)
+        return self.head(self.norm_f(h))
+
+
+def read_safetensors(path):
+    """{name: tensor} of an F32 safetensors file: an 8-byte little-endian
+    header length, a JSON header, then the tensors' bytes."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n])
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        if info["dtype"] != "F32":
+            sys.exit(f"{path}: {name} is {info['dtype']}; export from an fp32 run")
+        a, b = info["data_offsets"]
+        data = bytearray(blob[8 + n + a:8 + n + b])
+        tensors[name] = torch.frombuffer(data, dtype=torch.float32).reshape(info["shape"])
+    return tensors
+
+
+# ---- the data: fsdp.c's sampler (section 10), bit for bit -------------------------------
+
+MASK = (1 << 64) - 1
+STREAM_SAMPLER = 2
+
+
+def mix64(x):
+    """SplitMix64's finaliser, as fsdp.c's mix64"""
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & MASK
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & MASK
+    return x ^ (x >> 31)
+
+
+def rng_u64(seed, stream, a, b):
+    inner = mix64(seed ^ mix64((stream + 0x9E3779B97F4A7C15) & MASK))
+    return mix64((mix64((inner + a) & MASK) + b) & MASK)
+
+
+def local_batch(data, seed, step, rank, world, first, count, context):
+    """Samples first .. first + count - 1 of this rank's share of global
+    batch `step`: j = rank, rank + N, ... (DistributedSampler's
+    interleaving), each a window at a position fixed by (seed, step, j)."""
+    positions = len(data) - context
+    tokens, targets = [], []
+    for k in range(first, first + count):
+        j = rank + k * world
+        pos = rng_u64(seed, STREAM_SAMPLER, step, j) % positions
+        tokens.append(list(data[pos:pos + context]))
+        targets.append(data[pos + context])
+    return torch.tensor(tokens, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
+
+
+# ---- the run ------------------------------------------------------------------------------
+
+def check_config(cfg, world):
+    """The fsdp.c options this bridge reproduces; anything else is refused
+    with the option to drop, rather than compared wrongly."""
+    unsupported = {
+        "param_dtype": "fp32", "reduce_dtype": "fp32", "cpu_offload": False,
+        "activation_checkpointing": False, "grad_scaler": False, "lr_schedule": "constant",
+        "warmup": 0, "optimizer": "adamw",
+    }
+    for key, want in unsupported.items():
+        if cfg[key] != want:
+            sys.exit(f"error: the bridge reproduces {key} = {want} only; this run has {cfg[key]}")
+    if cfg["strategy"] not in STRATEGIES:
+        sys.exit(f"error: the bridge runs {', '.join(STRATEGIES)}; this run is {cfg['strategy']}")
+    if cfg["batch"] % (world * cfg["grad_accum"]):
+        sys.exit(f"error: --batch {cfg['batch']} does not divide by {world} ranks x "
+                 f"{cfg['grad_accum']} micro-batches")
+
+
+def wrap(cfg, init):
+    """The model, loaded with fsdp.c's initial parameters and wrapped as the
+    run was: PyTorch's size-based auto-wrap with fsdp.c's threshold."""
+    model = ByteMLP(cfg["vocab"], cfg["embed_dim"], cfg["context"], cfg["width"], cfg["depth"])
+    model.load_state_dict(read_safetensors(init))
+    policy = functools.partial(size_based_auto_wrap_policy, min_num_params=cfg["min_params"])
+    return FSDP(model, auto_wrap_policy=policy, sharding_strategy=STRATEGIES[cfg["strategy"]],
+                backward_prefetch=PREFETCH[cfg["backward_prefetch"]],
+                forward_prefetch=cfg["forward_prefetch"],
+                limit_all_gathers=cfg["limit_all_gathers"],
+                device_id=torch.device("cpu"), use_orig_params=True)
+
+
+def save(model, optimizer, path, next_step):
+    """A DCP checkpoint: every rank writes its shards; any world size can
+    load it (fsdp.c's --save-dir does the same with its own format)."""
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optim": optim_sd, "next_step": torch.tensor(next_step)},
+             checkpoint_id=path)
+
+
+def load(model, optimizer, path):
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    state = {"model": model_sd, "optim": optim_sd, "next_step": torch.tensor(0)}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    return int(state["next_step"])
+
+
+MISTAKES = {
+    "clip": "torch.nn.utils.clip_grad_norm_ on the FSDP model: each rank clips by the norm of "
+            "its own shards",
+    "accumulation": "optimizer.step() when micro_batch_index % K == 0, the loss not divided "
+                    "by K",
+    "barrier": "dist.barrier() inside `if rank == 0:`",
+}
+
+
+class Trainer:
+    """The FSDP model and its optimizer, and one training step as the lab
+    writes it, or (with a `mistake`) as one of the three case studies of
+    lecture 12 wrote it."""
+
+    def __init__(self, cfg, init, mistake=None):
+        self.cfg, self.mistake = cfg, mistake
+        self.norms_differ = False  # did the ranks clip by different norms?
+        self.model = wrap(cfg, init)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"],
+                                           betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"],
+                                           weight_decay=cfg["weight_decay"])
+
+    def step(self, data, step):
+        """--grad-accum K micro-batches of B samples, each loss divided by K
+        so that the K backward passes add up to the gradient of the mean over
+        the local batch (inside no_sync() for all but the last, with
+        --no-sync); then clip and step. Returns the local mean loss."""
+        cfg, rank, world = self.cfg, dist.get_rank(), dist.get_world_size()
+        K = cfg["grad_accum"]
+        B = cfg["batch"] // world // K
+        total = 0.0
+        if self.mistake == "barrier" and rank == 0:
+            dist.barrier()  # rank 0 alone: the others are already in the forward's all-gather
+        for m in range(K):
+            tokens, targets = local_batch(data, cfg["seed"], step, rank, world, m * B, B,
+                                          cfg["context"])
+            sync = m == K - 1 or not cfg["no_sync"]
+            with contextlib.nullcontext() if sync else self.model.no_sync():
+                loss = F.cross_entropy(self.model(tokens), targets)  # the mean over B samples
+                (loss if self.mistake == "accumulation" else loss / K).backward()
+            total += loss.item()
+            if self.mistake == "accumulation" and (step * K + m) % K == 0:
+                self.optimizer_step()  # the lab's: after micro-batch 0 of every K
+        if self.mistake != "accumulation":
+            self.optimizer_step()
+        return total / K
+
+    def optimizer_step(self):
+        """Clip (if the run did) and step. FSDP's own clip_grad_norm_ adds the
+        ranks' sums of squares, so every rank clips by the whole model's norm,
+        as fsdp.c's --clip-grad-norm does; torch.nn.utils.clip_grad_norm_
+        sees only this rank's shards."""
+        max_norm = self.cfg["clip_grad_norm"]
+        if max_norm > 0 and self.mistake == "clip":
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        elif max_norm > 0:
+            norm = self.model.clip_grad_norm_(max_norm)
+        if max_norm > 0:
+            self.norms_differ |= report_norms(norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def report_norms(norm):
+    """Every rank's view of the gradient norm, printed by rank 0; returns
+    whether they differ (then the ranks scaled their shards differently)."""
+    norms = [torch.zeros(1) for _ in range(dist.get_world_size())]
+    dist.all_gather(norms, norm.detach().reshape(1).float())
+    if dist.get_rank() == 0:
+        print("  gradient norm as each rank saw it: " + ", ".join(f"{n.item():.6f}" for n in norms))
+    return any(n.item() != norms[0].item() for n in norms)
+
+
+def compare(rank, step, mean, theirs):
+    """Rank 0's line for one step; returns the relative difference (0 if
+    fsdp.c's run has no such step)."""
+    ref = theirs.get(step + 1)
+    if rank == 0 and ref is None:
+        print(f"step {step + 1:4d} | PyTorch FSDP loss {mean:.6f} | fsdp.c: not in --fsdp-run")
+    if ref is None:
+        return 0.0
+    diff = abs(mean - ref) / abs(ref)
+    if rank == 0:
+        print(f"step {step + 1:4d} | PyTorch FSDP loss {mean:.6f} | fsdp.c {ref:.6f} | "
+              f"relative difference {diff:.1e}")
+    return diff
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fsdp-run", required=True, help="fsdp.c's --json of the run to reproduce")
+    ap.add_argument("--init", required=True, help="fsdp.c's --export of that run at --steps 0")
+    ap.add_argument("--data", required=True, help="the --data file both runs train on")
+    ap.add_argument("--steps", type=int, help="train to this step (default: the run's)")
+    ap.add_argument("--save-dir", help="write a DCP checkpoint here after --save-at steps")
+    ap.add_argument("--save-at", type=int)
+    ap.add_argument("--resume", help="continue from this DCP checkpoint")
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--mistake", choices=sorted(MISTAKES), help="a case study of lecture 12")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
+    args = ap.parse_args()
+
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with open(args.fsdp_run) as f:
+        run = json.load(f)
+    cfg = run["config"]
+    check_config(cfg, world)
+    with open(args.data, "rb") as f:
+        data = f.read()
+    if rank == 0 and args.mistake:
+        print(f"case study: {MISTAKES[args.mistake]}")
+    trainer = Trainer(cfg, args.init, args.mistake)
+    first = load(trainer.model, trainer.optimizer, args.resume) if args.resume else 0
+    theirs = {s["step"]: s["loss"] for s in run["steps"]}
+    worst = 0.0
+    for step in range(first, args.steps or cfg["steps"]):
+        mean = torch.tensor(trainer.step(data, step))
+        dist.all_reduce(mean)  # the global mean, as fsdp.c prints it
+        worst = max(worst, compare(rank, step, mean.item() / world, theirs))
+        if args.save_dir and step + 1 == args.save_at:
+            save(trainer.model, trainer.optimizer, args.save_dir, step + 1)
+            if rank == 0:
+                print(f"saved a DCP checkpoint of step {step + 1} to {args.save_dir}")
+    ok = worst <= args.rtol and not trainer.norms_differ
+    if rank == 0 and trainer.norms_differ:
+        print("FAIL: the ranks clipped by different gradient norms (each saw its own shards)")
+    if rank == 0:
+        print(f"{world} ranks, {cfg['strategy']}: the losses agree with fsdp.c's within "
+              f"{args.rtol:g} (worst {worst:.1e})" if worst <= args.rtol else
+              f"FAIL: a loss differs from fsdp.c's by {worst:.1e} > {args.rtol:g}")
+    dist.destroy_process_group()
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
