@@ -159,6 +159,7 @@ run "one glossary: every lecture's terms in lectures/glossary.md with the same K
 run "the PyTorch lab beside fsdp.c: FSDP on CPU ranks computes the same losses, its DCP checkpoint resumes on another world size, the case studies' mistakes are caught" bash tests/test_bridge.sh
 run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh
 run "notebooks: every notebook executes top to bottom (nbclient)" bash tests/test_notebooks.sh
+run "notebook 09: the PyTorch lab's losses beside fsdp.c's, plotted and asserted (nbclient)" bash tests/test_notebooks.sh --torch
 
 # -- many nodes: the launch files in cluster/ (checked to parse, not run on a cluster) ----------
 run "cluster files: the Slurm script, the MPIJob manifest and the hostfile parse and agree" bash tests/test_cluster.sh

@@ -5,15 +5,29 @@
 # notebook whose assert fails, so a PASS below means something.
 # Without the Python packages: exit 77 (skipped, never a pass), with the reason;
 # `make test` installs them first (make notebook-deps).
+#
+#   bash tests/test_notebooks.sh          every notebook but those needing PyTorch
+#   bash tests/test_notebooks.sh --torch  those (notebooks/*pytorch*), which
+#                                         need .venv-torch/ (make torch-deps):
+#                                         without it exit 77, saying so
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.."
 export MPIRUN MPLBACKEND=Agg
+TORCH_NOTEBOOKS=(notebooks/*pytorch*.ipynb)
 if ! err=$(python3 -c "import nbclient, nbformat, ipykernel, matplotlib, numpy" 2>&1); then
   echo "cannot execute notebooks: ${err##*$'\n'}"
   echo "install them with: make notebook-deps (python3 -m pip install nbclient nbformat ipykernel matplotlib numpy)"
   exit 77
 fi
 [ -x ./fsdp ] || make -s fsdp || exit 1
+if [ "${1:-}" = --torch ]; then
+  if ! .venv-torch/bin/python -c "import torch.distributed.fsdp" 2>/dev/null; then
+    echo "skip: ${TORCH_NOTEBOOKS[*]} need PyTorch 2.x in .venv-torch/ (make torch-deps installs it)"
+    exit 77
+  fi
+  python3 tests/run_notebooks.py "${TORCH_NOTEBOOKS[@]}" || bad "a notebook failed (above); its executed copy is in out/notebooks/"
+  exit $fail
+fi
 
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 python3 - "$d/fails.ipynb" <<'PY'
@@ -29,5 +43,7 @@ else
   bad "the runner did not fail a failing notebook (exit $rc):"; cat "$d/log"
 fi
 
-python3 tests/run_notebooks.py notebooks/*.ipynb || bad "a notebook failed (above); its executed copy is in out/notebooks/"
+others=()
+for nb in notebooks/*.ipynb; do [[ " ${TORCH_NOTEBOOKS[*]} " == *" $nb "* ]] || others+=("$nb"); done
+python3 tests/run_notebooks.py "${others[@]}" || bad "a notebook failed (above); its executed copy is in out/notebooks/"
 exit $fail
