@@ -206,7 +206,7 @@ MISTAKES = {
 class Trainer:
     """The FSDP model and its optimizer, and one training step as the lab
     writes it, or (with a `mistake`) as one of the three case studies of
-    lecture 12 wrote it."""
+    lecture 17 wrote it."""
 
     def __init__(self, cfg, init, mistake=None):
         self.cfg, self.mistake = cfg, mistake
@@ -292,7 +292,7 @@ def main():
     ap.add_argument("--save-at", type=int)
     ap.add_argument("--resume", help="continue from this DCP checkpoint")
     ap.add_argument("--rtol", type=float, default=1e-4)
-    ap.add_argument("--mistake", choices=sorted(MISTAKES), help="a case study of lecture 12")
+    ap.add_argument("--mistake", choices=sorted(MISTAKES), help="a case study of lecture 17")
     ap.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     args = ap.parse_args()
 

@@ -199,7 +199,7 @@ static void json_numbers(FILE *f, const double *x, int n, long stride) {
     fputc(']', f);
 }
 
-/* The config's fields for the options of lecture 10 (accumulation,
+/* The config's fields for the options of lectures 10-15 (accumulation,
  * precision, offload, checkpointing), as one piece of JSON text. */
 static const char *json_options(const Trainer *t) {
     static char out[256];

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_bridge.sh: PyTorch FSDP, run beside fsdp.c (bridge/fsdp_lab.py),
-# computes the same losses where lecture 12 does not look: an odd number of
+# computes the same losses where lecture 17 does not look: an odd number of
 # ranks, shard_grad_op with accumulation inside no_sync() and clipping,
 # no_shard with a low auto-wrap threshold and POST prefetch. A loss off by
-# 0.1 % fails it, so the comparison can fail. (Lecture 12's commands, run by
+# 0.1 % fails it, so the comparison can fail. (Lecture 17's commands, run by
 # make test too, cover full_shard on 4 ranks, DCP resumed on another world
 # size, and the three case studies' mistakes, each exiting 1.) Needs
 # PyTorch 2.x in .venv-torch/ (make torch-deps); without it: exit 77, a skip
@@ -53,7 +53,7 @@ if bridge 2 ddp; then bad "a loss 0.1 % off passed: $(verdict)"
 elif grep -qF "a loss differs from fsdp.c's" "$D/out"; then ok "a loss 0.1 % off fails: $(verdict)"
 else bad "a loss 0.1 % off failed for another reason:"; tail -4 "$D/out"; fi
 
-# fsdp.c's own resume across world sizes keeps the losses that lecture 12
+# fsdp.c's own resume across world sizes keeps the losses that lecture 17
 # holds PyTorch's DCP resume to (within 1e-5: steps 4..6 on 2 ranks add the
 # gradients in another order)
 run_fsdp 4 "$D/fs.log" $BASE --steps 6 --batch 24 --json "$D/fs.json"

@@ -268,7 +268,7 @@ else
   echo "note: i. python3 not found: the trace JSON was not checked (not counted)"
 fi
 
-# ---- j. the course's options (lectures 10-11) on a GPU -------------------------------
+# ---- j. the course's options (lectures 10-16) on a GPU -------------------------------
 # The options change where state lives and how it is rounded, not the
 # mathematics, so each is held to the tolerances above:
 #  - zero1, and hybrid_shard as 2 nodes of 2 (4 ranks sharing one GPU over

@@ -4,7 +4,7 @@
 # category's peak (the largest over the ranks), byte for byte, against the
 # run's --json, for each strategy and option that changes memory. And a
 # model far over the 2^30 parameters the simulator trains is planned
-# (the ZeRO paper's 7.5B, lecture 11) without allocating it.
+# (the ZeRO paper's 7.5B, lecture 16) without allocating it.
 source "$(dirname "$0")/lib.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 i=0
