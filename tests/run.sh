@@ -156,6 +156,7 @@ run "the functions the course names by section are in that section of fsdp.c, an
   bash -c "python3 tests/test_code_names.py --self-test && python3 tests/test_code_names.py"
 run "one glossary: every lecture's terms in lectures/glossary.md with the same Korean word, every lecture links it (the check can fail)" \
   bash -c "python3 tests/test_glossary.py --self-test && python3 tests/test_glossary.py"
+run "lecture 17's table maps every option of ./fsdp --help to PyTorch (the check can fail)" bash tests/test_flag_table.sh
 run "the PyTorch lab beside fsdp.c: FSDP on CPU ranks computes the same losses on 3 ranks (shard_grad_op, accumulation in no_sync, clipping) and 2 (no_shard), a loss 0.1 % off fails; fsdp.c resumes 4 -> 2 ranks as DCP does (lecture 17 runs the rest)" bash tests/test_bridge.sh
 run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh
 run "notebooks: every notebook executes top to bottom (nbclient)" bash tests/test_notebooks.sh
