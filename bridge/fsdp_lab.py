@@ -16,7 +16,10 @@ settings all come from run.json's "config", so the two runs cannot drift
 apart. --save-dir DIR --save-at K writes a DCP checkpoint after step K;
 --resume DIR continues from one, on any number of ranks. Rank 0 prints one
 line per step and a verdict; the exit status is 1 if a loss differs from
-fsdp.c's by more than --rtol (relative).
+fsdp.c's by more than --rtol (relative). Bad input (a file that is not
+what it should be, a world size that does not divide the batch, an option
+the bridge does not reproduce) is refused before the ranks connect: one
+message, exit 2 on every rank (torchrun itself then exits 1).
 
 Why a tolerance, and why 1e-4: both runs compute in fp32, but not in the
 same order. A matmul's sums (our register-blocked loops against PyTorch's
@@ -94,18 +97,23 @@ class ByteMLP(nn.Module):
 
 def read_safetensors(path):
     """{name: tensor} of an F32 safetensors file: an 8-byte little-endian
-    header length, a JSON header, then the tensors' bytes."""
+    header length, a JSON header, then the tensors' bytes. Raises ValueError
+    (or OSError) with what is wrong."""
     with open(path, "rb") as f:
         blob = f.read()
+    if len(blob) < 8:
+        raise ValueError("too short for a safetensors header")
     (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
+    header = json.loads(blob[8:8 + n])  # a json.JSONDecodeError is a ValueError
     tensors = {}
     for name, info in header.items():
         if name == "__metadata__":
             continue
         if info["dtype"] != "F32":
-            sys.exit(f"{path}: {name} is {info['dtype']}; export from an fp32 run")
+            raise ValueError(f"{name} is {info['dtype']}; export from an fp32 run")
         a, b = info["data_offsets"]
+        if not 0 <= a <= b <= len(blob) - 8 - n:
+            raise ValueError(f"{name}'s bytes lie outside the file")
         data = bytearray(blob[8 + n + a:8 + n + b])
         tensors[name] = torch.frombuffer(data, dtype=torch.float32).reshape(info["shape"])
     return tensors
@@ -147,6 +155,21 @@ def local_batch(data, seed, step, rank, world, first, count, context):
 
 # ---- the run ------------------------------------------------------------------------------
 
+def refuse(message):
+    """Bad input: one message (from rank 0) and exit 2 on every rank, before
+    the process group starts, so no rank waits for one that has left."""
+    if os.environ.get("RANK", "0") == "0":
+        print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+# what the bridge reads from fsdp.c's --json "config"
+CONFIG_KEYS = ("vocab embed_dim context width depth min_params strategy batch steps seed lr beta1 "
+               "beta2 eps weight_decay clip_grad_norm grad_accum no_sync backward_prefetch "
+               "forward_prefetch limit_all_gathers param_dtype reduce_dtype cpu_offload "
+               "activation_checkpointing grad_scaler lr_schedule warmup optimizer").split()
+
+
 def check_config(cfg, world):
     """The fsdp.c options this bridge reproduces; anything else is refused
     with the option to drop, rather than compared wrongly."""
@@ -157,19 +180,67 @@ def check_config(cfg, world):
     }
     for key, want in unsupported.items():
         if cfg[key] != want:
-            sys.exit(f"error: the bridge reproduces {key} = {want} only; this run has {cfg[key]}")
+            refuse(f"the bridge reproduces {key} = {want} only; this run has {cfg[key]}")
     if cfg["strategy"] not in STRATEGIES:
-        sys.exit(f"error: the bridge runs {', '.join(STRATEGIES)}; this run is {cfg['strategy']}")
+        refuse(f"the bridge runs {', '.join(STRATEGIES)}; this run is {cfg['strategy']}")
     if cfg["batch"] % (world * cfg["grad_accum"]):
-        sys.exit(f"error: --batch {cfg['batch']} does not divide by {world} ranks x "
-                 f"{cfg['grad_accum']} micro-batches")
+        refuse(f"--batch {cfg['batch']} does not divide by {world} ranks x "
+               f"{cfg['grad_accum']} micro-batches: run torchrun with a world size that "
+               "divides it")
 
 
-def wrap(cfg, init):
-    """The model, loaded with fsdp.c's initial parameters and wrapped as the
-    run was: PyTorch's size-based auto-wrap with fsdp.c's threshold."""
+def read_inputs(args, world):
+    """Every input, checked before any collective: (the run, the initial
+    parameters, the data)."""
+    if args.timeout <= 0 or args.rtol <= 0:
+        refuse("--timeout and --rtol must be positive")
+    if args.steps is not None and args.steps < 1:
+        refuse(f"--steps {args.steps}: give at least 1")
+    if (args.save_dir is None) != (args.save_at is None):
+        refuse("--save-dir and --save-at go together: where, and after which step")
+    try:
+        with open(args.fsdp_run) as f:
+            run = json.load(f)
+        cfg = run["config"]
+        if not isinstance(run["steps"], list):  # fsdp.c's losses, one per step
+            raise ValueError("'steps' is not a list")
+        missing = [k for k in CONFIG_KEYS if k not in cfg]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        refuse(f"--fsdp-run {args.fsdp_run}: not the --json of an fsdp.c run ({e!r})")
+    if missing:
+        refuse(f"--fsdp-run {args.fsdp_run}: its config lacks {', '.join(missing)}: write it "
+               "with this fsdp.c's --json")
+    check_config(cfg, world)
+    if args.save_at is not None and not 1 <= args.save_at <= (args.steps or cfg["steps"]):
+        refuse(f"--save-at {args.save_at}: give a step from 1 to the last one trained")
+    if args.resume and not os.path.exists(os.path.join(args.resume, ".metadata")):
+        refuse(f"--resume {args.resume}: no DCP checkpoint there (no .metadata)")
     model = ByteMLP(cfg["vocab"], cfg["embed_dim"], cfg["context"], cfg["width"], cfg["depth"])
-    model.load_state_dict(read_safetensors(init))
+    hint = "write them with the run's fsdp.c flags and --steps 0 --export FILE"
+    try:
+        init = read_safetensors(args.init)
+    except (OSError, ValueError, struct.error) as e:
+        refuse(f"--init {args.init}: not a safetensors file ({e}); {hint}")
+    want = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    for name in sorted(set(want) | set(init)):
+        got = tuple(init[name].shape) if name in init else None
+        if got != want.get(name):
+            refuse(f"--init {args.init}: {name} is {got or 'missing'} where this run's model has "
+                   f"{want.get(name) or 'no such tensor'}; {hint}")
+    model.load_state_dict(init)
+    try:
+        with open(args.data, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        refuse(f"--data {args.data}: {e.strerror}")
+    if len(data) <= cfg["context"]:
+        refuse(f"--data {args.data}: {len(data)} bytes, but a sample needs {cfg['context'] + 1}")
+    return run, model, data
+
+
+def wrap(cfg, model):
+    """The model, loaded with fsdp.c's initial parameters, wrapped as the
+    run was: PyTorch's size-based auto-wrap with fsdp.c's threshold."""
     policy = functools.partial(size_based_auto_wrap_policy, min_num_params=cfg["min_params"])
     return FSDP(model, auto_wrap_policy=policy, sharding_strategy=STRATEGIES[cfg["strategy"]],
                 backward_prefetch=PREFETCH[cfg["backward_prefetch"]],
@@ -212,10 +283,10 @@ class Trainer:
     writes it, or (with a `mistake`) as one of the three case studies of
     lecture 17 wrote it."""
 
-    def __init__(self, cfg, init, mistake=None):
+    def __init__(self, cfg, model, mistake=None):
         self.cfg, self.mistake = cfg, mistake
         self.norms_differ = False  # did the ranks clip by different norms?
-        self.model = wrap(cfg, init)
+        self.model = wrap(cfg, model)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"],
                                            betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"],
                                            weight_decay=cfg["weight_decay"])
@@ -300,17 +371,13 @@ def main():
     ap.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     args = ap.parse_args()
 
+    run, model, data = read_inputs(args, int(os.environ.get("WORLD_SIZE", "1")))
+    cfg = run["config"]
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
-    with open(args.fsdp_run) as f:
-        run = json.load(f)
-    cfg = run["config"]
-    check_config(cfg, world)
-    with open(args.data, "rb") as f:
-        data = f.read()
     if rank == 0 and args.mistake:
         print(f"case study: {MISTAKES[args.mistake]}")
-    trainer = Trainer(cfg, args.init, args.mistake)
+    trainer = Trainer(cfg, model, args.mistake)
     first = load(trainer.model, trainer.optimizer, args.resume) if args.resume else 0
     theirs = {s["step"]: s["loss"] for s in run["steps"]}
     worst = 0.0

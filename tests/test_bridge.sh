@@ -53,6 +53,25 @@ if bridge 2 ddp; then bad "a loss 0.1 % off passed: $(verdict)"
 elif grep -qF "a loss differs from fsdp.c's" "$D/out"; then ok "a loss 0.1 % off fails: $(verdict)"
 else bad "a loss 0.1 % off failed for another reason:"; tail -4 "$D/out"; fi
 
+# bad input: one message, from rank 0, and exit 2 (torchrun itself then
+# exits 1), before any collective
+refused() { # refused WHAT SAYING NAME [ARGS...]
+  local what=$1 saying=$2; shift 2
+  if bridge 2 "$@"; then bad "$what was accepted"; return; fi
+  # (torchrun stops the other ranks once one has exited, so its report
+  # names the first rank's exit code, not always both)
+  local said
+  said=$(grep -c "^error: .*$saying" "$D/out")
+  if [ "$said" = 1 ] && grep -q 'exitcode *: 2' "$D/out"; then ok "$what refused: $(grep '^error' "$D/out")"
+  else bad "$what: $said messages with '$saying', or no rank exited 2:"; grep -v Warning "$D/out" | tail -4; fi
+}
+head -c 5 "$D/data.txt" >"$D/short.txt"
+echo '{"config": {}}' >"$D/notarun.json"
+refused "a --json that is not a run's" "--fsdp-run" ddp --fsdp-run "$D/notarun.json"
+run_fsdp 1 "$D/small.log" --model small --steps 0 --export "$D/small.st"
+refused "another model's initial parameters" "--init .*where this run's model has" ddp --init "$D/small.st"
+refused "a --data file shorter than one sample" "--data .*a sample needs" ddp --data "$D/short.txt"
+
 # fsdp.c's own resume across world sizes keeps the losses that lecture 17
 # holds PyTorch's DCP resume to (within 1e-5: steps 4..6 on 2 ranks add the
 # gradients in another order)
