@@ -37,3 +37,12 @@ find_gpus() {
     exit 77
   fi
 }
+
+# torch_or_skip WHAT: returns when PyTorch 2.x (FSDP and DCP) is in
+# .venv-torch/, where make torch-deps puts it; otherwise says that WHAT
+# needs it and exits 77, a skip
+torch_or_skip() {
+  .venv-torch/bin/python -c "import torch.distributed.fsdp, torch.distributed.checkpoint" 2>/dev/null && return
+  echo "skip: $1 needs PyTorch 2.x in .venv-torch/ (make torch-deps installs it from PyPI, about 5 GB)"
+  exit 77
+}

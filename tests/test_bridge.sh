@@ -13,10 +13,7 @@ cd "$(dirname "$0")/.."
 source tests/lib.sh
 ARGS=""
 TORCHRUN=.venv-torch/bin/torchrun
-if ! .venv-torch/bin/python -c "import torch.distributed.fsdp, torch.distributed.checkpoint" 2>/dev/null; then
-  echo "skip: PyTorch 2.x is not in .venv-torch/ (make torch-deps installs it from PyPI, about 5 GB)"
-  exit 77
-fi
+torch_or_skip "the bridge to the PyTorch lab"
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
 cat fsdp.h fsdp.c >"$D/data.txt" # bytes both programs train on (--data)

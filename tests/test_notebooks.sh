@@ -21,10 +21,7 @@ if ! err=$(python3 -c "import nbclient, nbformat, ipykernel, matplotlib, numpy" 
 fi
 [ -x ./fsdp ] || make -s fsdp || exit 1
 if [ "${1:-}" = --torch ]; then
-  if ! .venv-torch/bin/python -c "import torch.distributed.fsdp" 2>/dev/null; then
-    echo "skip: ${TORCH_NOTEBOOKS[*]} need PyTorch 2.x in .venv-torch/ (make torch-deps installs it)"
-    exit 77
-  fi
+  torch_or_skip "${TORCH_NOTEBOOKS[*]}"
   python3 tests/run_notebooks.py "${TORCH_NOTEBOOKS[@]}" || bad "a notebook failed (above); its executed copy is in out/notebooks/"
   exit $fail
 fi
