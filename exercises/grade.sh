@@ -135,6 +135,12 @@ stopped_early() { # stopped_early WHAT DETAIL: WHAT ended with exit status 0 but
   echo "$1 stopped before its end (exit 0; $2): does your code call MPI_Abort, exit or MPI_Finalize?"
 }
 
+# The ring's most common mistake, named whatever it leads to: a negative
+# neighbour (-1 is MPI_ANY_SOURCE in Open MPI) and a negative chunk index
+# (a write before the buffer) hang a run on one machine, crash it or
+# corrupt its parameters on another, depending on what lies before it.
+NEGMOD_HINT="In C, (-1) % N is -1, not N - 1: add N before taking % (as ring_left does)."
+
 # What a hang says. A ring hangs when two neighbours disagree about a step;
 # the causes common enough to name come first.
 hang_hint() { # hang_hint FLAGS...
@@ -142,10 +148,12 @@ hang_hint() { # hang_hint FLAGS...
     case " $* " in *" hybrid_shard"*)
       printf "A hybrid strategy runs the ring on a group of the ranks: use the communicator you are given (c->stream_comm), not MPI_COMM_WORLD. " ;;
     esac
-    printf "In C, (-1) %% N is -1, not N - 1: add N before taking %% (as ring_left does). " ;;
+    printf "%s " "$NEGMOD_HINT" ;;
   esac
   echo "Do all ranks make the same MPI calls in the same order?"
 }
+
+ring_only() { case $EX in ring_*) printf "%s" "$1" ;; esac; } # ring_only TEXT
 
 # How a run that failed ended: a signal by name (Open MPI's handler prints
 # "Signal: Segmentation fault (11)"; a shell reports 128 + n), else the
@@ -157,9 +165,10 @@ crash_reason() { # crash_reason LOG RC
   [ -z "$n" ] && [ "$rc" -gt 128 ] && [ "$rc" -lt 192 ] && n=$((rc - 128))
   if [ -n "$n" ]; then
     echo "crashed: a rank was killed by SIG$(kill -l "$n" 2>/dev/null || echo "$n")${text:+ ($text)} (exit $rc):" \
-      "a chunk index out of range, or a pointer past its buffer? Run exercises/build/fsdp-$EX by hand, or under gdb (--wait-for-debugger)"
+      "a chunk index out of range, or a pointer past its buffer?$(ring_only " $NEGMOD_HINT")" \
+      "Run exercises/build/fsdp-$EX by hand, or under gdb (--wait-for-debugger)"
   else
-    echo "exit $rc: $(grep -v '\*\*\*' "$log" | grep -m1 -i 'error')"
+    echo "exit $rc: $(grep -v '\*\*\*' "$log" | grep -m1 -i 'error')$(ring_only " $NEGMOD_HINT")"
   fi
 }
 
@@ -273,9 +282,9 @@ T="--model tiny --steps 8 --batch 12"
 plan() {
   case $EX in
     ring_all_gather | ring_reduce_scatter)
-      same_training "1 2 3 4" full_shard
+      HINT=$NEGMOD_HINT same_training "1 2 3 4" full_shard
       # a hybrid strategy runs the rings on groups of 2 of the 4 ranks
-      same_training 4 hybrid_shard --ranks-per-node 2
+      HINT=$NEGMOD_HINT same_training 4 hybrid_shard --ranks-per-node 2
       suite "bytes your ring sends == the ring volume counted (3 ranks)" test_distributed 3 \
         traffic full_shard $T
       suite "N ranks == 1 rank inside one program (4 ranks)" test_distributed 4 \

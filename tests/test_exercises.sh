@@ -95,8 +95,9 @@ spawn overwrite
 # adamw: the learning rate of the step, and the step count a checkpoint keeps
 spawn wrong adamw adamw_cfg_lr --fail-fast -- "--lr-schedule cosine" "lr_at"
 spawn wrong adamw adamw_own_count --fail-fast -- "--resume" "t->adam_step"
-# What a failure says: the signal that killed a rank, the negative % a
-# hanging ring often has, and a gradient off by the factor N.
+# What a failure says: the signal that killed a rank, the negative % of a
+# ring (named whether the run hangs, crashes or ends wrong: which one it
+# does depends on the heap), and a gradient off by the factor N.
 spawn wrong ring_all_gather ring_all_gather_unsigned --fail-fast -- "full_shard on 2 rank(s)" "SIGSEGV"
 GRADE_TIMEOUT=15 spawn wrong ring_all_gather ring_all_gather_negmod --fail-fast -- \
   "full_shard on 2 rank(s)" "(-1) % N is -1"
