@@ -157,10 +157,10 @@ notebook-deps:
 # two). Debian's python3-torch is 1.13, whose FSDP does not import on
 # Python 3.11. If it cannot be installed, those checks skip (exit 77), saying so.
 TORCH_VENV := .venv-torch
-TORCH_PY   := torch numpy
+TORCH_PY   := torch numpy transformers safetensors
 torch-deps:
-	@$(TORCH_VENV)/bin/python -c "import torch.distributed.fsdp, torch.distributed.checkpoint, numpy" 2>/dev/null && exit 0; \
-	echo "installing PyTorch into $(TORCH_VENV)/ for the bridge to the PyTorch lab (about 5 GB, once)"; \
+	@$(TORCH_VENV)/bin/python -c "import torch.distributed.fsdp, torch.distributed.checkpoint, numpy, transformers, safetensors" 2>/dev/null && exit 0; \
+	echo "installing PyTorch and transformers into $(TORCH_VENV)/ for the bridge to the PyTorch lab and GPT-2's interop (about 5 GB, once)"; \
 	python3 -m venv $(TORCH_VENV) && $(TORCH_VENV)/bin/python -m pip install --quiet $(TORCH_PY) || \
 	  echo "note: could not install PyTorch into $(TORCH_VENV)/: make test skips the bridge (exit 77)"
 

@@ -1049,6 +1049,10 @@ static void comm_release(Comm *c) {
  *          and the element functions under them (gelu, layernorm_forward_row, ...) */
 #include "kernels/layers.h"
 
+/* defines: GPT-2's layers: gelu_tanh_ (Hugging Face's gelu_new), token and
+ *          position embeddings, causal attention_forward and _backward */
+#include "kernels/transformer.h"
+
 /* ---- the module tree -------------------------------------------------------- */
 
 typedef struct {
@@ -1060,6 +1064,10 @@ typedef struct {
     /* the modules the forward pass calls, by role */
     int root, embed, proj_in, blocks, norm_f, head;
     int *block, *block_norm, *block_fc1, *block_fc2; /* (L) each */
+    /* GPT-2 (model/gpt2.h): the same idea, Hugging Face's names */
+    int transformer, wte, wpe, h, ln_f, lm_head;
+    int *gpt2_block;    /* (L, GPT2_ROLES): block l's module of each role */
+    float residual_std; /* the std of GPT-2's residual projections' initial weights */
 } Model;
 
 static int model_add_module(Model *m, const char *name, int parent) {
@@ -1125,13 +1133,14 @@ static void model_build(Model *m, const Config *cfg) {
 
     m->root = model_add_module(m, "", -1);
     m->embed = model_add_module(m, "embed", m->root);
-    model_add_param(m, m->embed, "weight", cfg->vocab, cfg->embed_dim, INIT_NORMAL, 0.0f);
+    model_add_param(m, m->embed, "weight", cfg->vocab, cfg->embed_dim, INIT_NORMAL, 1.0f);
     m->proj_in = model_add_linear(m, "proj_in", m->root, cfg->context * cfg->embed_dim, D);
     m->blocks = model_add_module(m, "blocks", m->root);
     m->modules[m->blocks].is_module_list = 1;
     for (int i = 0; i < L; i++) {
         snprintf(name, sizeof(name), "blocks.%d", i);
         m->block[i] = model_add_module(m, name, m->blocks);
+        m->modules[m->block[i]].is_block = 1;
         snprintf(name, sizeof(name), "blocks.%d.norm", i);
         m->block_norm[i] = model_add_layernorm(m, name, m->block[i], D);
         snprintf(name, sizeof(name), "blocks.%d.fc1", i);
@@ -1143,10 +1152,15 @@ static void model_build(Model *m, const Config *cfg) {
     m->head = model_add_linear(m, "head", m->root, D, cfg->vocab);
 }
 
+/* defines: gpt2_build (GPT-2's module tree, Hugging Face's names) and
+ *          gpt2_module (block l's module of a role) */
+#include "model/gpt2_tree.h"
+
 static void model_free(Model *m) {
     free(m->modules);
     free(m->params);
     free(m->block);
+    free(m->gpt2_block);
     memset(m, 0, sizeof(*m));
 }
 
@@ -1154,11 +1168,17 @@ static void model_free(Model *m) {
  * that by default each block becomes its own unit. */
 static long config_block_numel(const Config *cfg) {
     long D = cfg->width;
+    if (cfg->arch == ARCH_GPT2) /* ln_1, c_attn, c_proj, ln_2, c_fc, c_proj */
+        return 2 * D + (3 * D * D + 3 * D) + (D * D + D) + 2 * D + (4 * D * D + 4 * D) +
+               (4 * D * D + D);
     return 2 * D + (4 * D * D + 4 * D) + (4 * D * D + D);
 }
 static long config_total_numel(const Config *cfg) {
     long V = cfg->vocab, C = cfg->embed_dim, T = cfg->context, D = cfg->width;
-    return V * C + (T * C * D + D) + cfg->depth * config_block_numel(cfg) + 2 * D + (V * D + V);
+    long blocks = cfg->depth * config_block_numel(cfg);
+    if (cfg->arch == ARCH_GPT2) /* wte (tied to lm_head: counted once), wpe, blocks, ln_f */
+        return V * D + (long)cfg->n_ctx * D + blocks + 2 * D;
+    return V * C + (T * C * D + D) + blocks + 2 * D + (V * D + V);
 }
 
 /* ============================================================================
@@ -1173,6 +1193,21 @@ static long config_total_numel(const Config *cfg) {
  *   - the root is always a unit and takes whatever is left (it may be left
  *     with no parameters at all, which PyTorch allows too).
  * A parameter belongs to the unit of its nearest wrapped ancestor.
+ *
+ * --auto-wrap transformer is PyTorch's transformer_auto_wrap_policy: every
+ * module of the block class (GPT2Block, our blocks.i) is a unit, nothing
+ * else but the root. One unit per block is what transformers are wrapped
+ * with in practice: the units are equal, and each is gathered exactly while
+ * its block computes.
+ *
+ * Tied parameters. GPT-2's lm_head multiplies by wte's weight, the same
+ * tensor. A unit frees its full state after its forward, so a tensor that
+ * two modules use must sit in a unit that is gathered while both compute:
+ * the unit of their lowest common ancestor. PyTorch requires the same
+ * ("shared parameters must belong to the same FSDP unit"). Here the
+ * modules on the way from that ancestor to a user (transformer, wte) are
+ * marked holds_tied, and neither policy wraps them, so wte stays in the
+ * root's unit.
  * ========================================================================== */
 
 /* Returns the parameters in `module`'s subtree not claimed by a unit below. */
@@ -1186,7 +1221,7 @@ static long autowrap_visit(Model *m, int module, long min_params) {
         remainder += autowrap_visit(m, mod->children[i], min_params);
     for (int i = 0; i < mod->n_params; i++) remainder += m->params[mod->params[i]].numel;
     int is_root = (mod->parent < 0);
-    if (!is_root && !mod->is_module_list && remainder >= min_params) {
+    if (!is_root && !mod->is_module_list && !mod->holds_tied && remainder >= min_params) {
         mod->unit = 1; /* marked; numbered in autowrap_number */
         return 0;
     }
@@ -1208,10 +1243,17 @@ static void autowrap_number(Model *m, int module, int enclosing, int *n_units) {
         autowrap_number(m, mod->children[i], enclosing, n_units);
 }
 
+/* transformer_auto_wrap_policy: the blocks, and only they, are units */
+static void autowrap_blocks(Model *m) {
+    for (int i = 0; i < m->n_modules; i++)
+        if (m->modules[i].is_block) m->modules[i].unit = 1; /* marked */
+}
+
 /* Wraps the model; returns the number of units. */
-static int autowrap(Model *m, long min_params) {
+static int autowrap(Model *m, AutoWrapPolicy policy, long min_params) {
     for (int i = 0; i < m->n_modules; i++) m->modules[i].unit = -1;
-    autowrap_visit(m, m->root, min_params);
+    if (policy == AUTO_WRAP_TRANSFORMER) autowrap_blocks(m);
+    else autowrap_visit(m, m->root, min_params);
     int n_units = 0;
     autowrap_number(m, m->root, 0, &n_units);
     return n_units;
@@ -1270,7 +1312,8 @@ static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy
  * world size, the strategy or the auto-wrap threshold. */
 static float param_init_value(const Param *p, int param_index, long i, uint64_t seed) {
     switch (p->init) {
-    case INIT_NORMAL: return rng_normal(seed, STREAM_INIT, (uint64_t)param_index, (uint64_t)i);
+    case INIT_NORMAL:
+        return rng_normal(seed, STREAM_INIT, (uint64_t)param_index, (uint64_t)i) * p->init_bound;
     case INIT_UNIFORM:
         return (2.0f * rng_uniform(seed, STREAM_INIT, (uint64_t)param_index, (uint64_t)i) - 1.0f) *
                p->init_bound;
@@ -1382,7 +1425,9 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
 
 typedef struct {
     unsigned char *bytes;
-    long len;
+    const uint16_t *tokens; /* --data FILE.bin: llm.c's GPT-2 tokens (bytes is NULL) */
+    long len;               /* bytes, or tokens */
+    size_t map_bytes;       /* the mapped file's size */
     double entropy_floor; /* nats per byte the source cannot go below; <0: unknown */
     int mapped;           /* bytes is a read-only map of the --data file */
 } Corpus;
@@ -1408,6 +1453,30 @@ typedef struct {
     float *d_emb;             /* (B, T*C)                                      */
 } Activations;
 
+/* GPT-2's (model/gpt2.h), B sequences of T tokens (BT rows of width D).
+ * Per block: S = L blocks' worth, or one with activation checkpointing. */
+typedef struct {
+    int *tokens, *targets;        /* (B, T) each: the targets are the tokens shifted by one */
+    float *res;                   /* (L+1, BT, D) the residual stream before each block */
+    float *ln1, *ln2;             /* (S, BT, D) ln_1, ln_2 outputs */
+    float *ln1_mean, *ln1_rstd;   /* (S, BT) */
+    float *ln2_mean, *ln2_rstd;   /* (S, BT) */
+    float *qkv;                   /* (S, BT, 3D) c_attn's output */
+    float *att;                   /* (S, B, H, T, T) attention probabilities (fp32) */
+    float *atty;                  /* (S, BT, D) attention output, c_proj's input */
+    float *res_mid;               /* (S, BT, D) residual after the attention branch */
+    float *fc, *fc_gelu;          /* (S, BT, 4D) c_fc's output, and after GELU */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, D), (BT), (BT) */
+    float *logits, *probs;        /* (BT, V) */
+    float *losses;                /* (BT) */
+    float *proj;                  /* (BT, D) a projection's output before it joins the stream */
+    float *d_logits;              /* (BT, V) */
+    float *d_res, *d_x, *d_atty;  /* (BT, D) */
+    float *d_qkv;                 /* (BT, 3D) */
+    float *d_att;                 /* (B, H, T, T) */
+    float *d_fc, *d_fc_gelu;      /* (BT, 4D) */
+} Gpt2Activations;
+
 /* A unit's gradient reduction on its way: started by the unit's
  * post-backward hook, finished by the next one's (or at the end of
  * backward), so it travels while the next unit computes. There is at most
@@ -1429,7 +1498,8 @@ struct Trainer {
     Model model;
     Unit *units; /* unit 0 is the root */
     int n_units;
-    Activations act;
+    Activations act;     /* the byte MLP's, or ... */
+    Gpt2Activations gpt; /* ... GPT-2's */
     Corpus corpus;
     int shard_rank, shard_world; /* this rank among those sharing its units' shards, and
                                   * their number: N, or a node's G with hybrid strategies */
@@ -2218,6 +2288,21 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int ra
     }
 }
 
+/* GPT-2's samples: sequence k is T tokens at a position drawn as above,
+ * and its targets the T tokens one further on */
+static void sampler_local_sequences(const Corpus *c, uint64_t seed, int step, int rank, int world,
+                                    int first, int count, int T, int *tokens, int *targets) {
+    uint64_t positions = (uint64_t)(c->len - T);
+    for (int k = 0; k < count; k++) {
+        uint64_t j = (uint64_t)rank + (uint64_t)(first + k) * (uint64_t)world;
+        long pos = (long)(rng_u64(seed, STREAM_SAMPLER, (uint64_t)step, j) % positions);
+        for (int i = 0; i < T; i++) {
+            tokens[(long)k * T + i] = corpus_token(c, pos + i);
+            targets[(long)k * T + i] = corpus_token(c, pos + i + 1);
+        }
+    }
+}
+
 /* ============================================================================
  * 11. The trainer: one step, end to end
  *
@@ -2232,6 +2317,10 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int ra
  *          (activation checkpointing) and the layers' glue (weight_of, lowp, ...):
  *          the model FSDP wraps, with the hooks of section 8 at every module */
 #include "model/mlp.h"
+
+/* defines: gpt2_activations_alloc, gpt2_forward, gpt2_backward (GPT-2, on
+ *          the same hooks; activation checkpointing reruns a whole block) */
+#include "model/gpt2.h"
 
 /* A unit's persistent state on this rank: its shard of the parameters and
  * of the gradient, and AdamW's two moments. With mixed precision the
@@ -2318,8 +2407,9 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->micro_batch = t->local_batch / cfg->grad_accum;
     t->sync_grads = 1;
     t->loss_scale = cfg->grad_scaler ? cfg->init_scale : 1.0f;
-    model_build(&t->model, cfg);
-    t->n_units = autowrap(&t->model, cfg->min_params);
+    if (cfg->arch == ARCH_GPT2) gpt2_build(&t->model, cfg);
+    else model_build(&t->model, cfg);
+    t->n_units = autowrap(&t->model, cfg->auto_wrap, cfg->min_params);
     t->units = (Unit *)host_calloc((size_t)t->n_units, sizeof(Unit), "allocate the units");
     t->pre_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
     t->post_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
@@ -2343,10 +2433,13 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         unit_state_to_device(u, cfg->param_dtype);
         if (is_zero1(t)) unit_init_replica(t, u);
     }
-    if (!t->ledger.oom_report) activations_alloc(&t->act, &t->ledger, cfg, t->micro_batch);
+    if (!t->ledger.oom_report && cfg->arch == ARCH_GPT2)
+        gpt2_activations_alloc(&t->gpt, &t->ledger, cfg, t->micro_batch);
+    else if (!t->ledger.oom_report)
+        activations_alloc(&t->act, &t->ledger, cfg, t->micro_batch);
     ledger_agree_fits(&t->ledger, comm);
     if (cfg->data_path) {
-        if (corpus_load_file(&t->corpus, cfg->data_path, cfg->context, err, sizeof(err)) != 0)
+        if (corpus_load_file(&t->corpus, "--data", cfg->data_path, cfg, err, sizeof(err)) != 0)
             FATAL("the file changed since the command line was checked", "%s", err);
     } else {
         corpus_synthetic(&t->corpus, cfg->seed);
@@ -2444,10 +2537,28 @@ static void grad_scaler_update(Trainer *t) {
  * its samples [micro * B, (micro + 1) * B) of the local batch are drawn on
  * the host and copied to the device (on the CPU, from one host buffer to
  * another). The K micro-batches together are the local batch. */
+static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micro) {
+    const Config *c = &t->cfg;
+    int B = t->micro_batch;
+    size_t bytes = (size_t)B * c->context * sizeof(int);
+    int *tokens = (int *)host_malloc(bytes, "draw a batch");
+    int *targets = (int *)host_malloc(bytes, "draw a batch");
+    sampler_local_sequences(corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
+                            c->context, tokens, targets);
+    dev_from_host(t->gpt.tokens, tokens, bytes);
+    dev_from_host(t->gpt.targets, targets, bytes);
+    free(tokens);
+    free(targets);
+}
+
 static void trainer_load_batch(Trainer *t, int step, int micro) {
     const Config *c = &t->cfg;
     int B = t->micro_batch;
     if (backend.dry) return; /* --plan: the batch is booked in the ledger, never drawn */
+    if (c->arch == ARCH_GPT2) {
+        gpt2_load_batch(t, &t->corpus, step, micro);
+        return;
+    }
     unsigned char *tokens = (unsigned char *)host_malloc((size_t)B * c->context, "draw a batch");
     int *targets = (int *)host_malloc((size_t)B * sizeof(int), "draw a batch");
     sampler_local_batch(&t->corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
@@ -2476,6 +2587,15 @@ static void trainer_load_batch(Trainer *t, int step, int micro) {
  *              from the first backward to the last.
  * Both are one batch of local_batch samples, up to the order of the sums.
  * --------------------------------------------------------------------- */
+/* The model FSDP wraps: the byte MLP (model/mlp.h) or GPT-2 (model/gpt2.h) */
+static float trainer_forward(Trainer *t) {
+    return t->cfg.arch == ARCH_GPT2 ? gpt2_forward(t) : model_forward(t);
+}
+static void trainer_backward(Trainer *t) {
+    if (t->cfg.arch == ARCH_GPT2) gpt2_backward(t);
+    else model_backward(t);
+}
+
 float trainer_step(Trainer *t, int step) {
     int K = t->cfg.grad_accum;
     t->steps_run++;
@@ -2485,8 +2605,8 @@ float trainer_step(Trainer *t, int step) {
     for (t->micro = 0; t->micro < K; t->micro++) {
         t->sync_grads = (!t->cfg.no_sync && !is_zero1(t)) || t->micro == K - 1;
         trainer_load_batch(t, step, t->micro);
-        loss += model_forward(t);
-        model_backward(t);
+        loss += trainer_forward(t);
+        trainer_backward(t);
     }
     t->skipped_step = t->cfg.grad_scaler && !grad_scaler_unscale(t);
     if (!t->skipped_step) {
@@ -2814,6 +2934,47 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
  * nn.Module's load_state_dict() take the file as it is. Written beside the
  * path and renamed into place (files.c), like the checkpoints.
  * --------------------------------------------------------------------- */
+/* One parameter of a unit's full state (on the host) into the file, at
+ * its place; a Conv1D weight transposed to Hugging Face's (in, out). */
+static void export_param(OutFile *f, const Param *p, const float *full, uint64_t at) {
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    if (!p->conv1d) {
+        out_write_at(f, full + p->offset, bytes, at);
+        return;
+    }
+    float *t = (float *)host_malloc(bytes, "export a Conv1D weight");
+    transpose_into(t, full + p->offset, p->shape[0], p->shape[1]);
+    out_write_at(f, t, bytes, at);
+    free(t);
+}
+
+/* GPT-2's config.json beside the exported weights, so that Hugging Face's
+ * GPT2LMHeadModel.from_pretrained(that directory) builds the same model:
+ * gelu_new, LayerNorm eps 1e-5, no dropout, tied embeddings. The file is
+ * named model.safetensors for from_pretrained to find it. */
+static int gpt2_write_config(Trainer *t, const char *path, char *err) {
+    const Config *c = &t->cfg;
+    char dir[1024], file[1100], text[1024];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    snprintf(file, sizeof(file), "%s/config.json", dir);
+    int n = snprintf(text, sizeof(text),
+                     "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                     "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_embd\": %d,\n"
+                     "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+                     "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                     "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+                     "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+                     "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
+                     "  \"torch_dtype\": \"float32\"\n}\n",
+                     c->vocab, c->n_ctx, c->width, c->depth, c->n_head, c->vocab - 1, c->vocab - 1);
+    OutFile f;
+    memset(&f, 0, sizeof(f));
+    int rc = out_open(&f, "--export", file, err, 8192);
+    if (rc == 0) out_write(&f, text, (size_t)n);
+    return rc == 0 ? out_commit(&f, err, 8192) : rc;
+}
+
 static int trainer_export(Trainer *t, const char *path) {
     char err[8192] = "";
     int n = t->model.n_params, root = t->comm.rank == 0, rc = 0;
@@ -2835,18 +2996,19 @@ static int trainer_export(Trainer *t, const char *path) {
         float *host =
             root ? (float *)host_malloc((size_t)u->padded * sizeof(float), "export a unit") : NULL;
         if (root) dev_to_host(host, full, (size_t)u->padded * sizeof(float));
-        for (int j = 0; j < u->n_params && root && rc == 0; j++) {
-            const Param *p = &t->model.params[u->params[j]];
-            out_write_at(&f, host + p->offset, (size_t)p->numel * sizeof(float),
+        for (int j = 0; j < u->n_params && root && rc == 0; j++)
+            export_param(&f, &t->model.params[u->params[j]], host,
                          head_len + st[u->params[j]].begin);
-        }
         free(host);
         unit_release_gathered(t, ui, full);
     }
     if (root && rc == 0) rc = out_commit(&f, err, sizeof(err));
+    if (root && rc == 0 && t->cfg.arch == ARCH_GPT2) rc = gpt2_write_config(t, path, err);
     if (root && rc == 0)
-        printf("exported %ld parameters in %d tensors to %s (safetensors, F32, PyTorch names)\n",
-               trainer_num_params(t), n, path);
+        printf("exported %ld parameters in %d tensors to %s (safetensors, F32, %s)\n",
+               trainer_num_params(t), n, path,
+               t->cfg.arch == ARCH_GPT2 ? "Hugging Face's GPT-2, with config.json beside it"
+                                        : "PyTorch names");
     free(head);
     free(st);
     return ckpt_agree(t, rc, err);
@@ -2854,6 +3016,23 @@ static int trainer_export(Trainer *t, const char *path) {
 
 /* Reads this rank's shard of every parameter from the safetensors file
  * (the header says where each tensor is). Returns 0 or 2. */
+/* Elements [a, b) of Conv1D weight p (offsets in its unit's flat
+ * parameter) from the file's (in, out) copy at `at`: the file holds it
+ * transposed, so a shard's slice of ours is scattered over the file's. */
+static int st_read_conv1d(int fd, uint64_t at, const Param *p, long a, long b, float *out) {
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    float *file = (float *)host_malloc(bytes, "read a Conv1D weight");
+    float *ours = (float *)host_malloc(bytes, "read a Conv1D weight");
+    int rc = file_read_at(fd, file, bytes, at);
+    if (rc == 0) {
+        transpose_into(ours, file, p->shape[1], p->shape[0]);
+        memcpy(out, ours + (a - p->offset), (size_t)(b - a) * sizeof(float));
+    }
+    free(file);
+    free(ours);
+    return rc;
+}
+
 static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const char *path,
                           char *err, size_t errlen) {
     uint64_t size = 0;
@@ -2867,9 +3046,14 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
         for (int j = 0; j < u->n_params && rc == 0; j++) {
             const Param *p = &t->model.params[u->params[j]];
             if (!param_in_shard(p, lo, hi, &a, &b)) continue;
-            uint64_t at = h->data_start + h->tensors[map[u->params[j]]].begin +
-                          (uint64_t)(a - p->offset) * sizeof(float);
-            if (file_read_at(fd, shard_param + (a - lo), (size_t)(b - a) * sizeof(float), at) != 0)
+            uint64_t at = h->data_start + h->tensors[map[u->params[j]]].begin;
+            if (p->conv1d) { /* transposed in the file: read it whole, take our part */
+                rc = st_read_conv1d(fd, at, p, a, b, shard_param + (a - lo));
+            } else {
+                at += (uint64_t)(a - p->offset) * sizeof(float);
+                rc = file_read_at(fd, shard_param + (a - lo), (size_t)(b - a) * sizeof(float), at);
+            }
+            if (rc)
                 rc = usage_error(err, errlen, "--init-from %s: cannot read %s (the file changed?).",
                                  path, p->name);
         }

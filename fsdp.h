@@ -88,14 +88,28 @@ typedef enum {
 
 static const char *const COLLECTIVES_NAMES[] = {"ring", "mpi", "nccl"};
 
+typedef enum {
+    ARCH_MLP,  /* the byte-level MLP (model/mlp.h): the lectures' model */
+    ARCH_GPT2, /* Hugging Face's GPT2LMHeadModel (model/gpt2.h) */
+} ModelArch;
+
+typedef enum {
+    AUTO_WRAP_SIZE,        /* size_based_auto_wrap_policy(min_num_params) */
+    AUTO_WRAP_TRANSFORMER, /* transformer_auto_wrap_policy: one unit per block */
+} AutoWrapPolicy;
+
 typedef struct {
     /* model shape (the --model preset, then overrides) */
-    int vocab;     /* V: bytes, always 256 */
-    int embed_dim; /* C: width of one byte's embedding */
-    int context;   /* T: how many previous bytes the model sees */
-    int width;     /* D: width of the residual stream */
-    int depth;     /* L: number of residual MLP blocks */
+    ModelArch arch;
+    int vocab;     /* V: 256 bytes; GPT-2's 50257 tokens */
+    int embed_dim; /* C: width of one byte's embedding (the MLP only) */
+    int context;   /* T: the MLP's bytes of context; GPT-2's sequence length */
+    int width;     /* D: width of the residual stream (GPT-2's n_embd) */
+    int depth;     /* L: number of blocks (GPT-2's n_layer) */
+    int n_head;    /* GPT-2: attention heads; D % n_head == 0 */
+    int n_ctx;     /* GPT-2: positions wpe holds; context <= n_ctx */
     /* FSDP */
+    AutoWrapPolicy auto_wrap; /* --auto-wrap size | transformer */
     long min_params; /* auto-wrap threshold, size_based_auto_wrap_policy */
     Strategy strategy;
     int ranks_per_node; /* --ranks-per-node G: the hybrid strategies shard within G ranks,
@@ -147,6 +161,13 @@ typedef struct {
     const char *resume_dir;  /* --resume: continue from the newest complete one */
     const char *export_path; /* --export: full state as safetensors at the end */
     const char *init_from;   /* --init-from: start from a safetensors file */
+    /* GPT-2: validation and generation */
+    const char *val_path; /* --val-data: held-out tokens (default: none) */
+    int val_every;        /* --val-every N: the validation loss every N steps */
+    int val_batches;      /* --val-batches: batches the validation loss averages */
+    int sample;           /* --sample N: tokens rank 0 generates after training */
+    float temperature;    /* --temperature: 0 takes the most likely token */
+    const char *tokenizer_path; /* --tokenizer: llm.c's gpt2_tokenizer.bin */
 } Config;
 
 /* In run/cli.h, the program's (beside fsdp.c): fills cfg from argv. Returns
@@ -368,7 +389,8 @@ typedef struct {
     int unit;         /* unit whose flat parameter holds it */
     long offset;      /* where it starts in that flat parameter */
     ParamInit init;   /* how its elements start (PyTorch defaults) */
-    float init_bound; /* INIT_UNIFORM: uniform(-bound, bound) */
+    float init_bound; /* INIT_UNIFORM: uniform(-bound, bound); INIT_NORMAL: the std */
+    int conv1d;       /* GPT-2's Conv1D weight: Hugging Face's files hold it (in, out) */
     float *data;      /* view into the unit's full state, or NULL */
     float *grad;      /* view into the unit's full gradient, or NULL */
 } Param;
@@ -381,6 +403,9 @@ typedef struct {
     int params[2]; /* weight, bias (-1 if absent) */
     int n_params;
     int is_module_list; /* nn.ModuleList: never wrapped, as in PyTorch */
+    int is_block;       /* a transformer block: transformer_auto_wrap_policy wraps it */
+    int holds_tied;     /* holds a tied parameter (GPT-2's wte) or a user of it: never
+                         * wrapped, so the tied weight stays in the root's unit */
     int unit;           /* the unit whose root this module is, or -1 */
 } Module;
 

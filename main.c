@@ -514,7 +514,7 @@ int main(int argc, char **argv) {
         if (cfg.data_path) {
             Corpus probe;
             memset(&probe, 0, sizeof(probe));
-            rc = corpus_load_file(&probe, cfg.data_path, cfg.context, err, sizeof(err));
+            rc = corpus_load_file(&probe, "--data", cfg.data_path, &cfg, err, sizeof(err));
             corpus_release(&probe);
         }
         NamedFile files[] = {

@@ -6,6 +6,7 @@
  * is, and the sampler that deals it out to the ranks stays there.
  * ========================================================================== */
 
+enum { LLMC_TOKENS_MAGIC = 20240520, LLMC_HEADER_BYTES = 256 * 4 }; /* llm.c's .bin */
 enum { CORPUS_WORDS = 48, CORPUS_SUCCESSORS = 6, CORPUS_MAX_WORD = 7, CORPUS_BYTES = 1 << 17 };
 
 typedef struct {
@@ -88,42 +89,113 @@ static void corpus_synthetic(Corpus *c, uint64_t seed) {
  * while training: a shorter file faults (SIGBUS) on its vanished pages,
  * which file_watch_mapping turns into a message and exit 2.
  * Returns 0, or 2 with a message in err. */
-static int corpus_load_file(Corpus *c, const char *path, int context, char *err, size_t errlen) {
+/* llm.c's token files (dev/data/, .bin files): a header of 256 int32, of which
+ * [0] is the magic 20240520, [1] the version 1 and [2] the number of
+ * tokens; then the tokens, uint16 each (GPT-2's 50257 fit). Mapped like a
+ * byte file; every token is checked against the model's vocabulary once,
+ * here, because an embedding row past the table's end would read memory
+ * that is not the model's. Returns 0, or 2 with a message. */
+static int corpus_load_tokens(Corpus *c, const char *flag, const char *path, uint64_t size,
+                              const Config *cfg, char *err, size_t errlen) {
+    if (cfg->arch != ARCH_GPT2)
+        return usage_error(err, errlen,
+                           "%s %s is llm.c's GPT-2 token file (magic %d), but the byte MLP "
+                           "reads bytes. Add --model gpt2-tiny (or another GPT-2), or give a "
+                           "text file.",
+                           flag, path, LLMC_TOKENS_MAGIC);
+    if (size < LLMC_HEADER_BYTES)
+        return usage_error(err, errlen, "%s %s: %llu bytes, shorter than the token file's "
+                           "1024-byte header.", flag, path, (unsigned long long)size);
+    int fd = open(path, O_RDONLY);
+    void *p = fd < 0 ? MAP_FAILED : mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
+    if (fd >= 0) close(fd);
+    if (p == MAP_FAILED)
+        return usage_error(err, errlen, "%s %s: cannot map it (%s).", flag, path, strerror(errno));
+    const int32_t *head = (const int32_t *)p;
+    long n = head[2];
+    const uint16_t *tokens = (const uint16_t *)((const char *)p + LLMC_HEADER_BYTES);
+    int rc = 0;
+    if (head[1] != 1)
+        rc = usage_error(err, errlen, "%s %s: token file version %d; this program reads "
+                         "version 1 (llm.c's uint16 GPT-2 tokens).", flag, path, head[1]);
+    else if (n < 0 || (uint64_t)LLMC_HEADER_BYTES + 2 * (uint64_t)n != size)
+        rc = usage_error(err, errlen, "%s %s: its header says %ld tokens (%llu bytes with the "
+                         "header), but the file has %llu bytes: cut short, or not a token file. "
+                         "Write it again.", flag, path, n,
+                         (unsigned long long)(LLMC_HEADER_BYTES + 2 * (uint64_t)(n > 0 ? n : 0)),
+                         (unsigned long long)size);
+    else if (n < (long)cfg->context + 1)
+        rc = usage_error(err, errlen, "%s %s: %ld tokens, but one sequence needs --context + 1 "
+                         "= %d. Give a longer file or a smaller --context.", flag, path, n,
+                         cfg->context + 1);
+    for (long i = 0; rc == 0 && i < n; i++)
+        if (tokens[i] >= cfg->vocab)
+            rc = usage_error(err, errlen, "%s %s: token %ld is %d, but the model's vocabulary "
+                             "is %d. Use --vocab %d or more (GPT-2's is 50257), or the "
+                             "tokenizer the model was made for.", flag, path, i, tokens[i],
+                             cfg->vocab, tokens[i] + 1);
+    if (rc) {
+        munmap(p, (size_t)size);
+        return rc;
+    }
+    c->bytes = (unsigned char *)p; /* the mapping, for corpus_release */
+    c->map_bytes = (size_t)size;
+    c->tokens = tokens;
+    c->len = n;
+    c->mapped = 1;
+    file_watch_mapping(flag, path, p, (size_t)size);
+    c->entropy_floor = -1.0;
+    return 0;
+}
+
+/* Token i of the corpus: a byte, or a GPT-2 token of a token file */
+static int corpus_token(const Corpus *c, long i) { return c->tokens ? c->tokens[i] : c->bytes[i]; }
+
+static int corpus_load_file(Corpus *c, const char *flag, const char *path, const Config *cfg,
+                            char *err, size_t errlen) {
     uint64_t size = 0;
+    int context = cfg->context;
     char why[1024];
-    int fd = file_open_input("--data", path, &size, why, sizeof(why));
+    int fd = file_open_input(flag, path, &size, why, sizeof(why));
     if (fd < 0)
-        return usage_error(err, errlen, "%s Leave out --data to use the embedded corpus.", why);
+        return usage_error(err, errlen, "%s Leave out %s to use the embedded corpus.", why, flag);
+    uint32_t head[3] = {0, 0, 0};
+    if (size >= sizeof(head) && pread(fd, head, sizeof(head), 0) == (ssize_t)sizeof(head) &&
+        head[0] == LLMC_TOKENS_MAGIC) {
+        close(fd);
+        return corpus_load_tokens(c, flag, path, size, cfg, err, errlen);
+    }
     if (size < (uint64_t)context + 1) {
         close(fd);
         return usage_error(
             err, errlen,
-            "--data %s: has %llu bytes, but one sample needs --context + 1 = %d. Give a "
+            "%s %s: has %llu bytes, but one sample needs --context + 1 = %d. Give a "
             "larger file or a smaller --context.",
-            path, (unsigned long long)size, context + 1);
+            flag, path, (unsigned long long)size, context + 1);
     }
     if (size > (uint64_t)LONG_MAX / 2) {
         close(fd);
-        return usage_error(err, errlen, "--data %s: %llu bytes is more than this program indexes.",
-                           path, (unsigned long long)size);
+        return usage_error(err, errlen, "%s %s: %llu bytes is more than this program indexes.",
+                           flag, path, (unsigned long long)size);
     }
     void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_SHARED, fd, 0);
     close(fd); /* the mapping keeps the file open */
     if (p == MAP_FAILED)
         return usage_error(err, errlen,
-                           "--data %s: cannot map its %llu bytes into memory (mmap: %s).", path,
-                           (unsigned long long)size, strerror(errno));
+                           "%s %s: cannot map its %llu bytes into memory (mmap: %s).", flag,
+                           path, (unsigned long long)size, strerror(errno));
     c->bytes = (unsigned char *)p;
     c->len = (long)size;
+    c->map_bytes = (size_t)size;
     c->mapped = 1;
-    file_watch_mapping("--data", path, p, (size_t)size);
+    file_watch_mapping(flag, path, p, (size_t)size);
     c->entropy_floor = -1.0;
     return 0;
 }
 
 static void corpus_release(Corpus *c) {
     if (c->mapped) file_unwatch_mapping(c->bytes);
-    if (c->mapped) munmap(c->bytes, (size_t)c->len);
+    if (c->mapped) munmap(c->bytes, c->map_bytes);
     else free(c->bytes);
     c->bytes = NULL;
 }

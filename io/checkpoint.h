@@ -614,14 +614,38 @@ static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
 /* ---- the full state as safetensors ----------------------------------------------- */
 
 /* 1-D for vectors (biases, norms), 2-D (out, in) for matrices: the shapes
- * PyTorch's state_dict has. */
+ * PyTorch's state_dict has; GPT-2's Conv1D weights (in, out), as Hugging
+ * Face's files hold them. */
 static void st_tensor_of(const Param *p, StTensor *s) {
     memset(s, 0, sizeof(*s));
     snprintf(s->name, sizeof(s->name), "%s", p->name);
     snprintf(s->dtype, sizeof(s->dtype), "F32");
     s->ndim = p->shape[1] == 1 ? 1 : 2;
-    s->shape[0] = p->shape[0];
-    s->shape[1] = p->shape[1];
+    s->shape[0] = p->shape[p->conv1d ? 1 : 0];
+    s->shape[1] = p->shape[p->conv1d ? 0 : 1];
+}
+
+/* (R, C) -> (C, R): a Conv1D weight between our layout and Hugging Face's */
+static void transpose_into(float *out, const float *in, long R, long C) {
+    for (long r = 0; r < R; r++)
+        for (long c = 0; c < C; c++) out[c * R + r] = in[r * C + c];
+}
+
+/* Hugging Face's files name GPT-2's tensors with "transformer." (saved from
+ * GPT2LMHeadModel) or without it (OpenAI's checkpoint, saved from
+ * GPT2Model): either is the parameter `ours`. */
+static int st_name_is(const char *file_name, const char *ours) {
+    if (!strcmp(file_name, ours)) return 1;
+    return !strncmp(ours, "transformer.", 12) && !strcmp(file_name, ours + 12);
+}
+/* What else a Hugging Face GPT-2 file may hold that is not a parameter:
+ * the tied lm_head.weight (wte's tensor, when saved twice) and the causal
+ * mask buffers older versions saved (attn.bias, attn.masked_bias). */
+static int st_is_gpt2_extra(const char *name) {
+    size_t n = strlen(name);
+    return !strcmp(name, "lm_head.weight") ||
+           (n > 10 && !strcmp(name + n - 10, ".attn.bias")) ||
+           (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
 }
 
 /* Checks a safetensors header against our model: the same names, each
@@ -637,18 +661,21 @@ static const char *st_shape_text(const StTensor *s, char *out, size_t len) {
 
 static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map,
                           char *err, size_t errlen) {
-    if (h->n != t->model.n_params)
+    int extra = 0;
+    for (int j = 0; j < h->n && t->cfg.arch == ARCH_GPT2; j++)
+        extra += st_is_gpt2_extra(h->tensors[j].name);
+    if (h->n - extra != t->model.n_params)
         return usage_error(
             err, errlen,
             "--init-from %s: %d tensors, but the model has %d parameters. Export it from a "
             "run of the same model.",
-            path, h->n, t->model.n_params);
+            path, h->n - extra, t->model.n_params);
     for (int i = 0; i < t->model.n_params; i++) {
         StTensor want;
         st_tensor_of(&t->model.params[i], &want);
         map[i] = -1;
         for (int j = 0; j < h->n && map[i] < 0; j++)
-            if (!strcmp(h->tensors[j].name, want.name)) map[i] = j;
+            if (st_name_is(h->tensors[j].name, want.name)) map[i] = j;
         if (map[i] < 0)
             return usage_error(err, errlen, "--init-from %s: no tensor named %s.", path, want.name);
         const StTensor *s = &h->tensors[map[i]];

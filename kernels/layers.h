@@ -27,9 +27,10 @@ FSDP_HD static inline void gelu_backward_one(long i, float *dinp, const float *d
 }
 FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
 
-/* out row b of (B, O) starts as the bias; the matmul then adds to it */
+/* out row b of (B, O) starts as the bias (or 0 with none: GPT-2's
+ * lm_head); the matmul then adds to it */
 FSDP_HD static inline void bias_broadcast_one(long i, float *out, const float *bias, int O) {
-    out[i] = bias[i % O];
+    out[i] = bias ? bias[i % O] : 0.0f;
 }
 /* dbias[o] += the sum over the B rows of dout, in increasing b */
 FSDP_HD static inline void bias_backward_one(long o, float *dbias, const float *dout, int B,
@@ -154,7 +155,7 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
                             dout, O, &one, dinp, I));
     cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout,
                             O, &one, dweight, I));
-    FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
+    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
 }
 #else
 /* The Linear layers are three matmuls, and a matmul's time goes to loading
@@ -250,7 +251,7 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
     accumulate(dinp, dout, O, 1, weight, B, O, I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
     accumulate(dweight, dout, 1, O, inp, O, B, I);
-    FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
+    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
 }
 
 #endif

@@ -11,16 +11,29 @@
 typedef struct {
     const char *name;
     int embed_dim, context, width, depth;
+    ModelArch arch;
+    int n_head, n_ctx, vocab; /* GPT-2 (for the MLP: 0, 0, and 256 bytes) */
 } ModelPreset;
 
 /* tiny: for tests; small: the demo (about 0.6M parameters); medium: about
  * 3.5M; large: about 18M (72 MB of fp32 parameters, ~290 MB with gradients
  * and AdamW state under DDP). */
+/* GPT-2: gpt2-tiny and gpt2-mini train on bytes on a laptop's ranks (vocab
+ * 256); the other four are OpenAI's shapes (n_layer, n_embd, n_head; n_ctx
+ * 1024, vocab 50257): 124M, 355M, 774M and 1558M parameters, for a GPU or
+ * --plan. A GPT-2's context is its sequence length T, at most n_ctx (the
+ * positions wpe holds). */
 static const ModelPreset MODEL_PRESETS[] = {
-    {"tiny", 4, 8, 16, 2},
-    {"small", 16, 16, 128, 4},
-    {"medium", 32, 32, 256, 6},
-    {"large", 32, 64, 512, 8},
+    {"tiny", 4, 8, 16, 2, ARCH_MLP, 0, 0, 256},
+    {"small", 16, 16, 128, 4, ARCH_MLP, 0, 0, 256},
+    {"medium", 32, 32, 256, 6, ARCH_MLP, 0, 0, 256},
+    {"large", 32, 64, 512, 8, ARCH_MLP, 0, 0, 256},
+    {"gpt2-tiny", 0, 16, 32, 2, ARCH_GPT2, 2, 32, 256},
+    {"gpt2-mini", 0, 64, 128, 4, ARCH_GPT2, 4, 128, 256},
+    {"gpt2", 0, 1024, 768, 12, ARCH_GPT2, 12, 1024, 50257},
+    {"gpt2-medium", 0, 1024, 1024, 24, ARCH_GPT2, 16, 1024, 50257},
+    {"gpt2-large", 0, 1024, 1280, 36, ARCH_GPT2, 20, 1024, 50257},
+    {"gpt2-xl", 0, 1024, 1600, 48, ARCH_GPT2, 25, 1024, 50257},
 };
 enum { N_PRESETS = sizeof(MODEL_PRESETS) / sizeof(MODEL_PRESETS[0]) };
 
@@ -28,14 +41,21 @@ enum { N_PRESETS = sizeof(MODEL_PRESETS) / sizeof(MODEL_PRESETS[0]) };
 static const char USAGE[] =
     "usage: mpirun -np N ./fsdp [options]\n"
     "\n"
-    "Trains a byte-level language model with FSDP on N ranks (one per simulated GPU).\n"
+    "Trains a language model with FSDP on N ranks (one per simulated GPU): a byte-level\n"
+    "MLP, or GPT-2 (Hugging Face's GPT2LMHeadModel).\n"
     "\n"
     "model\n"
-    "  --model NAME          tiny | small | medium | large          (default small)\n"
-    "  --depth L             residual MLP blocks, 1..64              (preset)\n"
-    "  --width D             residual stream width, 1..8192          (preset)\n"
-    "  --context T           bytes of context, 1..4096               (preset)\n"
-    "  --embed-dim C         width of a byte's embedding, 1..4096    (preset)\n"
+    "  --model NAME          the byte MLP: tiny | small | medium | large (default small);\n"
+    "                        GPT-2: gpt2-tiny | gpt2-mini (bytes, for CPU ranks) |\n"
+    "                        gpt2 | gpt2-medium | gpt2-large | gpt2-xl (OpenAI's shapes)\n"
+    "  --depth L             blocks, 1..64 (GPT-2: alias --n-layer)  (preset)\n"
+    "  --width D             residual stream width, 1..8192 (alias --n-embd)  (preset)\n"
+    "  --context T           the MLP's bytes of context; GPT-2's sequence length,\n"
+    "                        1..4096, at most --n-ctx                (preset)\n"
+    "  --embed-dim C         the MLP: width of a byte's embedding, 1..4096 (preset)\n"
+    "  --n-head H            GPT-2: attention heads, dividing --n-embd   (preset)\n"
+    "  --n-ctx N             GPT-2: positions wpe holds                  (preset)\n"
+    "  --vocab V             GPT-2: vocabulary size, 2..65536 (presets 256 or 50257)\n"
     "FSDP\n"
     "  --strategy S          full_shard | shard_grad_op | no_shard (alias ddp) |\n"
     "                        hybrid_shard | hybrid_shard_zero2 (shard within a node,\n"
@@ -43,6 +63,9 @@ static const char USAGE[] =
     "                        the optimizer state sharded)         (default full_shard)\n"
     "  --ranks-per-node G    ranks per node: hybrid strategies shard within G, and\n"
     "                        --net A+B prices A inside a node   (default: all ranks)\n"
+    "  --auto-wrap P         size (size_based_auto_wrap_policy, with --min-params) |\n"
+    "                        transformer (transformer_auto_wrap_policy: one unit per\n"
+    "                        block)                                  (default size)\n"
     "  --min-params N        auto-wrap threshold: a module whose unclaimed parameters\n"
     "                        reach N becomes a unit (default: one block's parameters)\n"
     "  --collectives IMPL    ring (ours, point-to-point) | mpi (Open MPI's built-ins) |\n"
@@ -125,7 +148,18 @@ static const char USAGE[] =
     "                        --warmup N steps of linear warmup    (default constant)\n"
     "  --warmup N --step-size N --gamma X    the schedule's  (defaults 0, none, 0.1)\n"
     "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
-    "  --data FILE           train on FILE's bytes instead of the embedded corpus\n"
+    "  --data FILE           train on FILE's bytes instead of the embedded corpus; for\n"
+    "                        GPT-2 also llm.c's token files (FILE.bin, uint16 tokens)\n"
+    "  --val-data FILE       GPT-2: held-out text or tokens for the validation loss\n"
+    "  --val-every N         GPT-2: print the validation loss every N steps (and at\n"
+    "                        the end); with no --val-data, on the corpus (default off)\n"
+    "  --val-batches N       batches of --batch sequences it averages   (default 4)\n"
+    "  --sample N            GPT-2: after training, rank 0 generates N tokens from the\n"
+    "                        first token of the corpus and prints them      (default 0)\n"
+    "  --temperature X       their softmax temperature; 0: always the likeliest token\n"
+    "                                                                (default 1.0)\n"
+    "  --tokenizer FILE      decode them with llm.c's gpt2_tokenizer.bin (default: as\n"
+    "                        bytes, which the byte-vocabulary models are)\n"
     "  --log-every N         print a line every N steps              (default 20)\n"
     "  --help                this text\n"
     "\n"
@@ -270,6 +304,8 @@ static void config_defaults(Config *c) {
     c->grad_accum = 1;
     c->seed = 1337;
     c->log_every = 20;
+    c->val_batches = 4;
+    c->temperature = 1.0f;
     c->min_params = -1;                  /* -1: one block's parameters, resolved below */
     c->backward_prefetch = BACKWARD_PRE; /* PyTorch's defaults */
     c->limit_all_gathers = 1;
@@ -278,15 +314,22 @@ static void config_defaults(Config *c) {
 static int config_apply_preset(Config *c, const char *name, char *err, size_t errlen) {
     for (int i = 0; i < N_PRESETS; i++) {
         if (strcmp(MODEL_PRESETS[i].name, name) != 0) continue;
-        c->model_name = MODEL_PRESETS[i].name;
-        c->embed_dim = MODEL_PRESETS[i].embed_dim;
-        c->context = MODEL_PRESETS[i].context;
-        c->width = MODEL_PRESETS[i].width;
-        c->depth = MODEL_PRESETS[i].depth;
+        const ModelPreset *p = &MODEL_PRESETS[i];
+        c->model_name = p->name;
+        c->embed_dim = p->embed_dim;
+        c->context = p->context;
+        c->width = p->width;
+        c->depth = p->depth;
+        c->arch = p->arch;
+        c->n_head = p->n_head;
+        c->n_ctx = p->n_ctx;
+        c->vocab = p->vocab;
         return 0;
     }
     return usage_error(err, errlen,
-                       "--model: unknown model '%s'. Choose tiny, small, medium or large.", name);
+                       "--model: unknown model '%s'. Choose tiny, small, medium or large (the byte "
+                       "MLP), or gpt2-tiny, gpt2-mini, gpt2, gpt2-medium, gpt2-large or gpt2-xl.",
+                       name);
 }
 
 enum { MAX_PATH_CHARS = 1000 }; /* room for "/step-N/shard-N.bin" in the path buffers */
@@ -294,8 +337,9 @@ enum { MAX_STEPS = 99999999 };   /* the checkpoint names' 8 digits hold every st
 
 /* The options whose value is a path. */
 static int flag_takes_path(const char *flag) {
-    static const char *const flags[] = {"--save-dir", "--resume", "--export", "--init-from",
-                                        "--trace",    "--json",   "--data"};
+    static const char *const flags[] = {"--save-dir", "--resume",   "--export",
+                                        "--init-from", "--trace",   "--json",
+                                        "--data",      "--val-data", "--tokenizer"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -310,6 +354,8 @@ static const char **config_path_slot(Config *c, const char *flag) {
     if (!strcmp(flag, "--resume")) return &c->resume_dir;
     if (!strcmp(flag, "--export")) return &c->export_path;
     if (!strcmp(flag, "--init-from")) return &c->init_from;
+    if (!strcmp(flag, "--val-data")) return &c->val_path;
+    if (!strcmp(flag, "--tokenizer")) return &c->tokenizer_path;
     return !strcmp(flag, "--json") ? &c->json_path : NULL;
 }
 
@@ -322,6 +368,18 @@ static int config_set_shape(Config *c, const char *flag, const char *val, char *
     if (!strcmp(flag, "--context")) return parse_int(flag, val, 1, 4096, &c->context, err, errlen);
     if (!strcmp(flag, "--embed-dim"))
         return parse_int(flag, val, 1, 4096, &c->embed_dim, err, errlen);
+    if (!strcmp(flag, "--n-layer")) return parse_int(flag, val, 1, 64, &c->depth, err, errlen);
+    if (!strcmp(flag, "--n-embd")) return parse_int(flag, val, 1, 8192, &c->width, err, errlen);
+    if (!strcmp(flag, "--n-head")) return parse_int(flag, val, 1, 1024, &c->n_head, err, errlen);
+    if (!strcmp(flag, "--n-ctx")) return parse_int(flag, val, 1, 65536, &c->n_ctx, err, errlen);
+    if (!strcmp(flag, "--vocab")) return parse_int(flag, val, 2, 65536, &c->vocab, err, errlen);
+    if (!strcmp(flag, "--val-every"))
+        return parse_int(flag, val, 1, INT_MAX, &c->val_every, err, errlen);
+    if (!strcmp(flag, "--val-batches"))
+        return parse_int(flag, val, 1, 1 << 20, &c->val_batches, err, errlen);
+    if (!strcmp(flag, "--sample")) return parse_int(flag, val, 1, 1 << 20, &c->sample, err, errlen);
+    if (!strcmp(flag, "--temperature"))
+        return parse_float(flag, val, 0.0, 0, 100.0, &c->temperature, err, errlen);
     if (!strcmp(flag, "--min-params"))
         return parse_long(flag, val, 1, LONG_MAX, &c->min_params, err, errlen);
     if (!strcmp(flag, "--steps")) /* at most 8 digits: checkpoints are named step-%08d */
@@ -454,6 +512,17 @@ static int config_set_parallel(Config *c, const char *flag, const char *val, cha
                                size_t errlen) {
     if (!strcmp(flag, "--ranks-per-node"))
         return parse_int(flag, val, 1, 1 << 20, &c->ranks_per_node, err, errlen);
+    if (!strcmp(flag, "--auto-wrap")) {
+        if (!strcmp(val, "size")) c->auto_wrap = AUTO_WRAP_SIZE;
+        else if (!strcmp(val, "transformer")) c->auto_wrap = AUTO_WRAP_TRANSFORMER;
+        else
+            return usage_error(err, errlen,
+                               "--auto-wrap: unknown policy '%s'. Choose size "
+                               "(size_based_auto_wrap_policy, the default) or transformer "
+                               "(transformer_auto_wrap_policy: one unit per block).",
+                               val);
+        return 0;
+    }
     if (!strcmp(flag, "--strategy")) {
         if (!strcmp(val, "full_shard")) c->strategy = STRATEGY_FULL_SHARD;
         else if (!strcmp(val, "shard_grad_op")) c->strategy = STRATEGY_SHARD_GRAD_OP;
@@ -614,7 +683,19 @@ static int flag_takes_value(const char *flag) {
                                         "--export",
                                         "--init-from",
                                         "--backward-prefetch",
-                                        "--limit-all-gathers"};
+                                        "--limit-all-gathers",
+                                        "--auto-wrap",
+                                        "--n-layer",
+                                        "--n-embd",
+                                        "--n-head",
+                                        "--n-ctx",
+                                        "--vocab",
+                                        "--val-data",
+                                        "--val-every",
+                                        "--val-batches",
+                                        "--sample",
+                                        "--temperature",
+                                        "--tokenizer"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -672,6 +753,42 @@ static int config_has_network(const Config *c) {
     return strcmp(intra->name, "none") != 0 || strcmp(inter->name, "none") != 0;
 }
 
+/* The model's shape: the options of one model are refused with the
+ * other's. Returns 0 or 2 with a message. */
+static int config_check_model(Config *c, int argc, char **argv, char *err, size_t errlen) {
+    static const char *const gpt2_only[] = {"--n-head", "--n-ctx", "--vocab", "--val-data",
+                                            "--val-every", "--sample", "--tokenizer",
+                                            "--temperature", "--val-batches"};
+    for (size_t i = 0; i < sizeof(gpt2_only) / sizeof(gpt2_only[0]); i++)
+        if (c->arch != ARCH_GPT2 && flag_given(argc, argv, gpt2_only[i]))
+            return usage_error(err, errlen,
+                               "%s is GPT-2's; the byte MLP (--model %s) has no such thing. Add "
+                               "--model gpt2-tiny (or another GPT-2), or leave it out.",
+                               gpt2_only[i], c->model_name ? c->model_name : "small");
+    if (c->arch != ARCH_GPT2) return 0;
+    if (flag_given(argc, argv, "--embed-dim"))
+        return usage_error(err, errlen,
+                           "--embed-dim is the byte MLP's; GPT-2's embeddings are --n-embd wide. "
+                           "Leave it out.");
+    if (c->width % c->n_head != 0)
+        return usage_error(err, errlen,
+                           "--n-embd %d does not divide into --n-head %d heads: each head takes "
+                           "n_embd / n_head channels. Give a divisor of %d as --n-head.",
+                           c->width, c->n_head, c->width);
+    if (c->context > c->n_ctx)
+        return usage_error(err, errlen,
+                           "--context %d is longer than the %d positions wpe holds (--n-ctx): "
+                           "position %d would have no embedding. Give --context %d or less, or "
+                           "a larger --n-ctx.",
+                           c->context, c->n_ctx, c->n_ctx, c->n_ctx);
+    if (c->vocab < 256 && !c->data_path)
+        return usage_error(err, errlen,
+                           "--vocab %d is smaller than the embedded corpus's 256 byte values. Use "
+                           "--vocab 256 or more, or --data a token file within it.",
+                           c->vocab);
+    return 0;
+}
+
 /* Mixed precision's combinations; returns 0 or 2 with a message. */
 static int config_check_precision(const Config *c, int argc, char **argv, char *err,
                                   size_t errlen) {
@@ -695,6 +812,8 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
      * whatever their order on the command line. */
     int rc = config_each_option(c, argc, argv, 1, err, errlen);
     if (rc == 0) rc = config_each_option(c, argc, argv, 0, err, errlen);
+    if (rc) return rc;
+    rc = config_check_model(c, argc, argv, err, errlen);
     if (rc) return rc;
     long total = config_total_numel(c);
     if (total > (1L << 30) && !c->plan)

@@ -378,7 +378,7 @@ static void test_autowrap(void) {
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         Model m;
         model_build(&m, &cfg);
-        int n_units = autowrap(&m, cases[c].min_params);
+        int n_units = autowrap(&m, AUTO_WRAP_SIZE, cases[c].min_params);
         Unit *units = (Unit *)calloc((size_t)n_units, sizeof(Unit));
         units_layout(units, n_units, &m, 1, STRATEGY_FULL_SHARD);
         int ok = (n_units == cases[c].n_units) && m.total_numel == 10256;
@@ -412,7 +412,7 @@ static void test_shards(void) {
     const int worlds[] = {1, 2, 3, 5, 7, 64};
     Model m;
     model_build(&m, &cfg);
-    int n_units = autowrap(&m, 1);
+    int n_units = autowrap(&m, AUTO_WRAP_SIZE, 1);
     Unit *ref = (Unit *)calloc((size_t)n_units, sizeof(Unit));
     units_layout(ref, n_units, &m, 1, STRATEGY_FULL_SHARD);
     for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++) {

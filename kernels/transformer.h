@@ -1,0 +1,165 @@
+/* ============================================================================
+ * kernels/transformer.h — section 5 of fsdp.c, the layers GPT-2 adds to
+ * kernels/layers.h: GELU's tanh form, token and position embeddings, and
+ * causal multi-head attention, each forward beside its backward, as
+ * element functions that the CPU loops over and a GPU runs one thread per
+ * element (FOR_EACH). fsdp.c includes it in place; model/gpt2.h uses it.
+ * ========================================================================== */
+
+/* GPT-2's GELU, Hugging Face's "gelu_new": the tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), not nn.GELU()'s erf. */
+#define GELU_TANH_K 0.7978845608f /* sqrt(2 / pi) */
+FSDP_HD static inline float gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(GELU_TANH_K * (x + 0.044715f * x * x * x)));
+}
+FSDP_HD static inline float gelu_tanh_grad(float x) {
+    float u = GELU_TANH_K * (x + 0.044715f * x * x * x), th = tanhf(u);
+    float du = GELU_TANH_K * (1.0f + 3.0f * 0.044715f * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+FSDP_HD static inline void gelu_tanh_forward_one(long i, float *out, const float *inp) {
+    out[i] = gelu_tanh(inp[i]);
+}
+FSDP_HD static inline void gelu_tanh_backward_one(long i, float *dinp, const float *dout,
+                                                  const float *inp) {
+    dinp[i] += dout[i] * gelu_tanh_grad(inp[i]);
+}
+
+/* element i of out (B*T, D): channel i % D of token i / D's embedding */
+FSDP_HD static inline void token_embedding_forward_one(long i, float *out, const int *tokens,
+                                                       const float *wte, int D) {
+    out[i] = wte[(long)tokens[i / D] * D + i % D];
+}
+/* ... plus its position's: row b*T + t gets wpe row t */
+FSDP_HD static inline void position_embedding_forward_one(long i, float *out, const float *wpe,
+                                                          int T, int D) {
+    out[i] += wpe[((i / D) % T) * D + i % D];
+}
+/* channel c of every token's gradient, the B*T tokens in order, as
+ * embedding_backward_col: one thread per channel, so no two add at once */
+FSDP_HD static inline void token_embedding_backward_col(long c, float *dwte, const float *dout,
+                                                        const int *tokens, long BT, int D) {
+    for (long n = 0; n < BT; n++) dwte[(long)tokens[n] * D + c] += dout[n * D + c];
+}
+/* element i = t*D + c of wpe's gradient: the sum over the B sequences */
+FSDP_HD static inline void position_embedding_backward_one(long i, float *dwpe, const float *dout,
+                                                           int B, int T, int D) {
+    float g = 0.0f;
+    for (int b = 0; b < B; b++) g += dout[(long)b * T * D + i];
+    dwpe[i] += g;
+}
+
+/* ---- causal multi-head attention --------------------------------------------
+ * qkv (B, T, 3D) is c_attn's output: q, k and v side by side, and head h
+ * their columns [h*hd, (h+1)*hd) with hd = D / H. Row r = (b*H + h)*T + t
+ * of the attention is position t of head h of sequence b: its query q_t
+ * meets the keys k_s of positions s <= t (causal: nothing from the future)
+ *   score_s = q_t . k_s / sqrt(hd)       p = softmax(score)     y_t = sum_s p_s v_s
+ * and y (B, T, D) puts the heads side by side again for c_proj. att
+ * (B, H, T, T) keeps every p for backward: B*H*T^2 numbers, the term of
+ * the activation memory that grows with T squared, and the first thing
+ * activation checkpointing saves. (A fused kernel, as FlashAttention,
+ * recomputes p in backward instead of keeping it.) */
+
+FSDP_HD static inline const float *attention_vec(const float *qkv, long b, int t, int part,
+                                                 int h, int T, int D, int hd) {
+    return qkv + (b * T + t) * 3L * D + (long)part * D + (long)h * hd;
+}
+
+FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, const float *qkv,
+                                                 int T, int D, int H) {
+    int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
+    long b = r / ((long)T * H);
+    float scale = 1.0f / sqrtf((float)hd), zmax = -INFINITY, sum = 0.0f;
+    const float *q = attention_vec(qkv, b, t, 0, h, T, D, hd);
+    float *p = att + r * T;
+    for (int s = 0; s <= t; s++) {
+        const float *k = attention_vec(qkv, b, s, 1, h, T, D, hd);
+        float z = 0.0f;
+        for (int j = 0; j < hd; j++) z += q[j] * k[j];
+        p[s] = z * scale;
+        zmax = p[s] > zmax ? p[s] : zmax;
+    }
+    for (int s = 0; s <= t; s++) {
+        p[s] = expf(p[s] - zmax);
+        sum += p[s];
+    }
+    for (int s = 0; s < T; s++) p[s] = s <= t ? p[s] / sum : 0.0f;
+    float *out = y + (b * T + t) * D + (long)h * hd;
+    for (int j = 0; j < hd; j++) out[j] = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        const float *v = attention_vec(qkv, b, s, 2, h, T, D, hd);
+        for (int j = 0; j < hd; j++) out[j] += p[s] * v[j];
+    }
+}
+
+/* Backward, part 1, row r: the gradient of the scores, then of q_t.
+ *   dp_s = dy_t . v_s                       (y_t = sum_s p_s v_s)
+ *   dscore_s = p_s (dp_s - sum_u p_u dp_u)  (softmax's Jacobian is
+ *       diag(p) - p p^T: a change in one score moves every p of the row,
+ *       and the row's p always sum to 1, hence the subtracted mean)
+ *   dq_t += sum_s dscore_s k_s / sqrt(hd)
+ * datt row r keeps dscore for part 2. Each row writes only its own q. */
+FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *datt,
+                                                    const float *dy, const float *qkv,
+                                                    const float *att, int T, int D, int H) {
+    int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
+    long b = r / ((long)T * H);
+    float scale = 1.0f / sqrtf((float)hd), pdp = 0.0f;
+    const float *p = att + r * T, *g = dy + (b * T + t) * D + (long)h * hd;
+    float *ds = datt + r * T;
+    for (int s = 0; s <= t; s++) {
+        const float *v = attention_vec(qkv, b, s, 2, h, T, D, hd);
+        float dp = 0.0f;
+        for (int j = 0; j < hd; j++) dp += g[j] * v[j];
+        ds[s] = dp;
+        pdp += p[s] * dp;
+    }
+    float *dq = dqkv + (b * T + t) * 3L * D + (long)h * hd;
+    for (int s = 0; s <= t; s++) {
+        ds[s] = p[s] * (ds[s] - pdp);
+        const float *k = attention_vec(qkv, b, s, 1, h, T, D, hd);
+        for (int j = 0; j < hd; j++) dq[j] += ds[s] * k[j] * scale;
+    }
+}
+
+/* Backward, part 2, row r = (b*H + h)*T + s: key and value s, which every
+ * later query t >= s read, so they gather from the column s of datt and
+ * att (a row per thread writing into k_s and v_s of another row would
+ * collide on a GPU; a column per thread does not).
+ *   dk_s += sum_t dscore_ts q_t / sqrt(hd)     dv_s += sum_t p_ts dy_t */
+FSDP_HD static inline void attention_backward_key(long r, float *dqkv, const float *datt,
+                                                  const float *dy, const float *qkv,
+                                                  const float *att, int T, int D, int H) {
+    int hd = D / H, s = (int)(r % T), h = (int)((r / T) % H);
+    long b = r / ((long)T * H), row0 = r - s; /* row of (b, h, t = 0) */
+    float scale = 1.0f / sqrtf((float)hd);
+    float *dk = dqkv + (b * T + s) * 3L * D + D + (long)h * hd, *dv = dk + D;
+    for (int t = s; t < T; t++) {
+        float ds = datt[(row0 + t) * T + s], p = att[(row0 + t) * T + s];
+        const float *q = attention_vec(qkv, b, t, 0, h, T, D, hd);
+        const float *g = dy + (b * T + t) * D + (long)h * hd;
+        for (int j = 0; j < hd; j++) {
+            dk[j] += ds * q[j] * scale;
+            dv[j] += p * g[j];
+        }
+    }
+}
+
+/* ---- the layers ------------------------------------------------------------- */
+
+static void gelu_tanh_forward(float *out, const float *inp, long n) {
+    FOR_EACH(n, gelu_tanh_forward_one, out, inp);
+}
+static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp, long n) {
+    FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp);
+}
+static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H) {
+    FOR_EACH((long)B * H * T, attention_forward_row, y, att, qkv, T, D, H);
+}
+/* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
+static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
+                               const float *att, int B, int T, int D, int H) {
+    FOR_EACH((long)B * H * T, attention_backward_query, dqkv, datt, dy, qkv, att, T, D, H);
+    FOR_EACH((long)B * H * T, attention_backward_key, dqkv, datt, dy, qkv, att, T, D, H);
+}

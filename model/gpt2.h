@@ -1,0 +1,268 @@
+/* ============================================================================
+ * model/gpt2.h — section 11 of fsdp.c, the second model FSDP wraps:
+ * GPT-2, exactly Hugging Face's GPT2LMHeadModel (model/gpt2_tree.h builds
+ * its modules): its activations, forward and backward, with activation
+ * checkpointing. fsdp.c includes it in place, beside model/mlp.h.
+ *
+ * The FSDP calls are the MLP's: module_pre_forward / _post_forward /
+ * _pre_backward / _post_backward at every module's boundary. What a
+ * transformer adds to FSDP's decisions is visible in three places:
+ *   - lm_head reads wte's weight, in the root's unit (section 6), gathered
+ *     from the first module of forward to the last, and its gradient is
+ *     the sum of what lm_head's and wte's backward add into it;
+ *   - the attention probabilities, B*H*T^2 numbers a block, dominate the
+ *     activations as T grows (kernels/transformer.h);
+ *   - activation checkpointing reruns a block's forward from its input.
+ * ========================================================================== */
+
+/* Each sequence is T tokens and the T that follow them by one: position t
+ * predicts token t+1, and the loss is the mean over all B*T positions. */
+static long gpt2_saved_blocks(const Config *c) { return c->activation_checkpointing ? 1 : c->depth; }
+
+static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *c, int B) {
+    long S = gpt2_saved_blocks(c), D = c->width, T = c->context, V = c->vocab, BT = B * T;
+    long att = (long)B * c->n_head * T * T;
+    a->tokens = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
+    a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
+    a->res = activation(l, c, (c->depth + 1) * BT * D); /* every block's input: the checkpoints */
+    a->ln1 = activation(l, c, S * BT * D);
+    a->ln1_mean = activation_fp32(l, S * BT);
+    a->ln1_rstd = activation_fp32(l, S * BT);
+    a->qkv = activation(l, c, S * BT * 3 * D);
+    a->att = activation_fp32(l, S * att);
+    a->atty = activation(l, c, S * BT * D);
+    a->res_mid = activation(l, c, S * BT * D);
+    a->ln2 = activation(l, c, S * BT * D);
+    a->ln2_mean = activation_fp32(l, S * BT);
+    a->ln2_rstd = activation_fp32(l, S * BT);
+    a->fc = activation(l, c, S * BT * 4 * D);
+    a->fc_gelu = activation(l, c, S * BT * 4 * D);
+    a->lnf = activation(l, c, BT * D);
+    a->lnf_mean = activation_fp32(l, BT);
+    a->lnf_rstd = activation_fp32(l, BT);
+    a->logits = activation(l, c, BT * V);
+    a->probs = activation_fp32(l, BT * V);
+    a->losses = activation_fp32(l, BT);
+    a->proj = activation(l, c, BT * D);
+    a->d_logits = activation(l, c, BT * V);
+    a->d_res = activation(l, c, BT * D);
+    a->d_x = activation(l, c, BT * D);
+    a->d_atty = activation(l, c, BT * D);
+    a->d_qkv = activation(l, c, BT * 3 * D);
+    a->d_att = activation_fp32(l, att);
+    a->d_fc = activation(l, c, BT * 4 * D);
+    a->d_fc_gelu = activation(l, c, BT * 4 * D);
+}
+
+/* Block l's saved buffers: its own with every block kept, else the one
+ * slot every block shares (--activation-checkpointing) */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res_mid;
+    float *ln2, *ln2_mean, *ln2_rstd, *fc, *fc_gelu;
+} Gpt2Saved;
+
+static Gpt2Saved gpt2_saved(Trainer *t, int l) {
+    const Config *c = &t->cfg;
+    Gpt2Activations *a = &t->gpt;
+    long k = c->activation_checkpointing ? 0 : l, BT = (long)t->micro_batch * c->context;
+    long D = c->width, att = (long)t->micro_batch * c->n_head * c->context * c->context;
+    Gpt2Saved s = {a->ln1 + k * BT * D,      a->ln1_mean + k * BT, a->ln1_rstd + k * BT,
+                   a->qkv + k * BT * 3 * D,  a->att + k * att,     a->atty + k * BT * D,
+                   a->res_mid + k * BT * D,  a->ln2 + k * BT * D,  a->ln2_mean + k * BT,
+                   a->ln2_rstd + k * BT,     a->fc + k * BT * 4 * D, a->fc_gelu + k * BT * 4 * D};
+    return s;
+}
+
+/* A Linear module's forward between its hooks: out (BT, O) = inp @ W^T + b */
+static void gpt2_linear(Trainer *t, int module, float *out, const float *inp, long BT, int I,
+                        int O) {
+    module_pre_forward(t, module);
+    linear_forward(out, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
+    lowp(t, out, BT * O);
+    module_post_forward(t, module);
+}
+static void gpt2_layernorm(Trainer *t, int module, float *out, float *mean, float *rstd,
+                           const float *inp, long BT) {
+    int D = t->cfg.width;
+    module_pre_forward(t, module);
+    layernorm_forward(out, mean, rstd, inp, weight_of(t, module), bias_of(t, module), (int)BT, D);
+    lowp(t, out, BT * D);
+    module_post_forward(t, module);
+}
+
+/* Block l up to the MLP's second projection, from its input res[l]:
+ * h_mid = h + attn(ln_1(h)), then gelu(c_fc(ln_2(h_mid))). Forward runs it
+ * once; with activation checkpointing backward runs it again (what
+ * backward reads is all here: mlp.c_proj's output is read by nothing). */
+static void gpt2_block_inner(Trainer *t, int l) {
+    const Model *m = &t->model;
+    const Config *c = &t->cfg;
+    Gpt2Activations *a = &t->gpt;
+    Gpt2Saved s = gpt2_saved(t, l);
+    int B = t->micro_batch, T = c->context, D = c->width;
+    long BT = (long)B * T;
+    const float *h = a->res + l * BT * D;
+    gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_1), s.ln1, s.ln1_mean, s.ln1_rstd, h, BT);
+    module_pre_forward(t, gpt2_module(m, l, GPT2_ATTN));
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, s.ln1, BT, D, 3 * D);
+    attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head);
+    lowp(t, s.atty, BT * D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, s.atty, BT, D, D);
+    module_post_forward(t, gpt2_module(m, l, GPT2_ATTN));
+    dev_copy(s.res_mid, h, (size_t)(BT * D) * sizeof(float));
+    FOR_EACH(BT * D, add_one, s.res_mid, a->proj); /* the attention's residual connection */
+    lowp(t, s.res_mid, BT * D);
+    gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_2), s.ln2, s.ln2_mean, s.ln2_rstd, s.res_mid, BT);
+    module_pre_forward(t, gpt2_module(m, l, GPT2_MLP));
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, s.ln2, BT, D, 4 * D);
+    gelu_tanh_forward(s.fc_gelu, s.fc, BT * 4 * D);
+    lowp(t, s.fc_gelu, BT * 4 * D);
+}
+
+static float gpt2_forward(Trainer *t) {
+    Model *m = &t->model;
+    Gpt2Activations *a = &t->gpt;
+    const Config *c = &t->cfg;
+    int B = t->micro_batch, T = c->context, D = c->width, V = c->vocab;
+    long BT = (long)B * T;
+
+    module_pre_forward(t, m->root);
+    module_pre_forward(t, m->transformer);
+    module_pre_forward(t, m->wte);
+    FOR_EACH(BT * D, token_embedding_forward_one, a->res, a->tokens, weight_of(t, m->wte), D);
+    module_post_forward(t, m->wte);
+    module_pre_forward(t, m->wpe);
+    FOR_EACH(BT * D, position_embedding_forward_one, a->res, weight_of(t, m->wpe), T, D);
+    lowp(t, a->res, BT * D);
+    module_post_forward(t, m->wpe);
+
+    module_pre_forward(t, m->h);
+    for (int l = 0; l < c->depth; l++) {
+        Gpt2Saved s = gpt2_saved(t, l);
+        float *h_out = a->res + (l + 1) * BT * D;
+        module_pre_forward(t, m->block[l]);
+        gpt2_block_inner(t, l);
+        gpt2_linear(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->proj, s.fc_gelu, BT, 4 * D, D);
+        module_post_forward(t, gpt2_module(m, l, GPT2_MLP));
+        dev_copy(h_out, s.res_mid, (size_t)(BT * D) * sizeof(float));
+        FOR_EACH(BT * D, add_one, h_out, a->proj); /* the MLP's residual connection */
+        lowp(t, h_out, BT * D);
+        module_post_forward(t, m->block[l]);
+    }
+    module_post_forward(t, m->h);
+    gpt2_layernorm(t, m->ln_f, a->lnf, a->lnf_mean, a->lnf_rstd, a->res + c->depth * BT * D, BT);
+    module_post_forward(t, m->transformer);
+
+    module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
+    linear_forward(a->logits, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
+    lowp(t, a->logits, BT * V);
+    module_post_forward(t, m->lm_head);
+    float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, (int)BT, V);
+    module_post_forward(t, m->root);
+    return loss;
+}
+
+/* A Linear module's backward between its hooks: dinp (zeroed first) gets
+ * dout @ W, and its weight and bias gradients add dout's share */
+static void gpt2_linear_backward(Trainer *t, int module, float *dinp, const float *dout,
+                                 const float *inp, long BT, int I, int O) {
+    module_pre_backward(t, module);
+    zero(dinp, BT * I);
+    linear_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, inp,
+                    weight_of(t, module), (int)BT, I, O);
+    lowp(t, dinp, BT * I);
+    module_post_backward(t, module);
+}
+/* LayerNorm's backward adds into dinp (the residual stream's gradient) */
+static void gpt2_layernorm_backward(Trainer *t, int module, float *dinp, const float *dout,
+                                    const float *inp, const float *mean, const float *rstd,
+                                    long BT) {
+    int D = t->cfg.width;
+    module_pre_backward(t, module);
+    layernorm_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, inp,
+                       weight_of(t, module), mean, rstd, (int)BT, D);
+    lowp(t, dinp, BT * D);
+    module_post_backward(t, module);
+}
+
+/* Block l's backward: d_res holds dL/d(block output) and leaves holding
+ * dL/d(block input). Each residual connection passes the gradient through
+ * unchanged, and its branch adds its own share through the LayerNorm that
+ * opened it. */
+static void gpt2_block_backward(Trainer *t, int l) {
+    const Model *m = &t->model;
+    const Config *c = &t->cfg;
+    Gpt2Activations *a = &t->gpt;
+    int B = t->micro_batch, T = c->context, D = c->width;
+    long BT = (long)B * T;
+    module_pre_backward(t, m->block[l]);
+    if (c->activation_checkpointing) {
+        t->recomputing = 1; /* the forward hooks only unshard (module_pre_forward) */
+        gpt2_block_inner(t, l);
+        t->recomputing = 0;
+    }
+    Gpt2Saved s = gpt2_saved(t, l);
+    /* the MLP branch: c_proj, GELU, c_fc, then ln_2 into d_res */
+    module_pre_backward(t, gpt2_module(m, l, GPT2_MLP));
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, a->d_res, s.fc_gelu,
+                         BT, 4 * D, D);
+    zero(a->d_fc, BT * 4 * D);
+    gelu_tanh_backward(a->d_fc, a->d_fc_gelu, s.fc, BT * 4 * D);
+    lowp(t, a->d_fc, BT * 4 * D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, a->d_fc, s.ln2, BT, D, 4 * D);
+    module_post_backward(t, gpt2_module(m, l, GPT2_MLP));
+    gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_2), a->d_res, a->d_x, s.res_mid,
+                            s.ln2_mean, s.ln2_rstd, BT);
+    /* the attention branch: c_proj, attention, c_attn, then ln_1 into d_res */
+    module_pre_backward(t, gpt2_module(m, l, GPT2_ATTN));
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, a->d_res, s.atty, BT,
+                         D, D);
+    zero(a->d_qkv, BT * 3 * D);
+    attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head);
+    lowp(t, a->d_qkv, BT * 3 * D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, a->d_qkv, s.ln1, BT, D,
+                         3 * D);
+    module_post_backward(t, gpt2_module(m, l, GPT2_ATTN));
+    gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_1), a->d_res, a->d_x,
+                            a->res + l * BT * D, s.ln1_mean, s.ln1_rstd, BT);
+    module_post_backward(t, m->block[l]);
+}
+
+/* dloss = 1/(K*B*T) for each position (the mean over the local batch's
+ * positions, K micro-batches of B sequences; see model_backward) */
+static void gpt2_backward(Trainer *t) {
+    Model *m = &t->model;
+    Gpt2Activations *a = &t->gpt;
+    const Config *c = &t->cfg;
+    int B = t->micro_batch, T = c->context, D = c->width, V = c->vocab;
+    long BT = (long)B * T;
+
+    module_pre_backward(t, m->root);
+    zero(a->d_logits, BT * V);
+    crossentropy_backward(a->d_logits, a->probs, a->targets,
+                          t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V);
+    lowp(t, a->d_logits, BT * V);
+    module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
+    zero(a->d_x, BT * D);
+    linear_backward(a->d_x, dweight_of(t, m->wte), NULL, a->d_logits, a->lnf,
+                    weight_of(t, m->wte), (int)BT, D, V);
+    lowp(t, a->d_x, BT * D);
+    module_post_backward(t, m->lm_head);
+    module_pre_backward(t, m->transformer);
+    zero(a->d_res, BT * D);
+    gpt2_layernorm_backward(t, m->ln_f, a->d_res, a->d_x, a->res + c->depth * BT * D, a->lnf_mean,
+                            a->lnf_rstd, BT);
+    module_pre_backward(t, m->h);
+    for (int l = c->depth - 1; l >= 0; l--) gpt2_block_backward(t, l);
+    module_post_backward(t, m->h);
+    module_pre_backward(t, m->wpe);
+    FOR_EACH((long)T * D, position_embedding_backward_one, dweight_of(t, m->wpe), a->d_res, B, T,
+             D);
+    module_post_backward(t, m->wpe);
+    module_pre_backward(t, m->wte); /* ... and its second */
+    FOR_EACH(D, token_embedding_backward_col, dweight_of(t, m->wte), a->d_res, a->tokens, BT, D);
+    module_post_backward(t, m->wte);
+    module_post_backward(t, m->transformer);
+    module_post_backward(t, m->root);
+    units_finish_backward(t);
+}

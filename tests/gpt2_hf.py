@@ -1,0 +1,108 @@
+"""tests/gpt2_hf.py: fsdp.c's GPT-2 is Hugging Face's GPT2LMHeadModel.
+
+Run by tests/test_gpt2.sh with the Python of .venv-torch/ (PyTorch and
+transformers). It makes a small GPT-2 with transformers from a GPT2Config
+(no download), saves it, and checks, for fsdp.c on N ranks:
+  1. --init-from reads Hugging Face's model.safetensors;
+  2. the loss of every step equals transformers' on the same tokens,
+     trained by torch.optim.AdamW with the same hyperparameters;
+  3. the exported model.safetensors + config.json load with
+     GPT2LMHeadModel.from_pretrained (no missing or unexpected keys), hold
+     the parameters AdamW reached, and give transformers' logits.
+
+The data is one sequence of T+1 bytes, so every sample of every batch is
+that sequence (fsdp.c's sampler has one position to draw) and both sides
+see the same tokens without sharing a sampler.
+
+Tolerances. Both sides compute in fp32 with different summation orders
+(fsdp.c's blocked matmuls and per-row loops, PyTorch's BLAS): one step's
+loss differs by ~1e-7 relative, and we allow 1e-5. AdamW's first steps
+move a parameter by about lr * sign(g) whatever g's size, so rounding in g
+shows in the parameters only where g is near zero; after a few steps of lr
+1e-3 the parameters agree to ~1e-6, and we allow 1e-4 (a tenth of one
+step's move). A wrong gradient in any tensor moves it by lr per step in
+the wrong direction and fails both checks.
+"""
+import argparse, json, os, subprocess, sys, tempfile
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+p = argparse.ArgumentParser()
+p.add_argument("--fsdp", default="./fsdp")
+p.add_argument("--mpirun", default="mpirun")
+p.add_argument("--ranks", type=int, default=3)
+p.add_argument("--steps", type=int, default=4)
+p.add_argument("--flags", default="", help="more fsdp.c flags (a strategy, --activation-checkpointing)")
+p.add_argument("--break-grad", action="store_true",
+               help="self-test: scale one gradient in transformers' training, which must fail")
+a = p.parse_args()
+
+L, D, H, T, V, B, LR = 2, 32, 2, 16, 256, 6, 1e-3
+torch.manual_seed(0)
+cfg = GPT2Config(n_layer=L, n_embd=D, n_head=H, n_positions=32, vocab_size=V,
+                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, activation_function="gelu_new",
+                 layer_norm_epsilon=1e-5, bos_token_id=V - 1, eos_token_id=V - 1)
+ref = GPT2LMHeadModel(cfg).float()
+tmp = tempfile.mkdtemp()
+src, out = os.path.join(tmp, "hf"), os.path.join(tmp, "out")
+ref.save_pretrained(src, safe_serialization=True)
+text = b"the cat sat on a mat"[: T + 1]
+with open(os.path.join(tmp, "seq.txt"), "wb") as f:
+    f.write(text)
+
+cmd = (a.mpirun.split() + ["-np", str(a.ranks), a.fsdp, "--model", "gpt2-tiny",
+       "--init-from", os.path.join(src, "model.safetensors"), "--data", os.path.join(tmp, "seq.txt"),
+       "--steps", str(a.steps), "--batch", str(B), "--lr", str(LR), "--log-every", "1",
+       "--json", os.path.join(tmp, "run.json"), "--export", os.path.join(out, "model.safetensors")]
+       + a.flags.split())
+os.makedirs(out)
+r = subprocess.run(cmd, capture_output=True, text=True)
+if r.returncode != 0:
+    print("FAIL: fsdp.c exited %d:\n%s%s" % (r.returncode, r.stdout[-2000:], r.stderr[-2000:]))
+    sys.exit(1)
+losses = [s["loss"] for s in json.load(open(os.path.join(tmp, "run.json")))["steps"]]
+
+x = torch.tensor(list(text[:T]), dtype=torch.long).repeat(B, 1)
+y = torch.tensor(list(text[1:T + 1]), dtype=torch.long).repeat(B, 1)
+opt = torch.optim.AdamW(ref.parameters(), lr=LR, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+worst = 0.0
+for step in range(a.steps):
+    logits = ref(input_ids=x).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    if a.break_grad:
+        ref.transformer.h[0].attn.c_attn.weight.grad *= 1.5
+    opt.step()
+    rel = abs(losses[step] - loss.item()) / abs(loss.item())
+    worst = max(worst, rel)
+    if rel > 1e-5:
+        print("FAIL: step %d: fsdp.c's loss %.7f, transformers' %.7f (%.1e relative > 1e-5)"
+              % (step + 1, losses[step], loss.item(), rel))
+        sys.exit(1)
+print("ok: %d steps on %d ranks (%s): every loss equals transformers' within 1e-5 (worst %.1e)"
+      % (a.steps, a.ranks, a.flags or "full_shard", worst))
+
+back, info = GPT2LMHeadModel.from_pretrained(out, output_loading_info=True)
+bad = {k: v for k, v in info.items() if v}
+if bad:
+    print("FAIL: from_pretrained(%s): %s" % (out, bad))
+    sys.exit(1)
+if back.lm_head.weight.data_ptr() != back.transformer.wte.weight.data_ptr():
+    print("FAIL: the exported model's lm_head is not tied to wte")
+    sys.exit(1)
+diff = max((pa - pb).abs().max().item()
+           for pa, pb in zip(ref.state_dict().values(), back.state_dict().values()))
+if diff > 1e-4:
+    name = max(ref.state_dict(), key=lambda k: (ref.state_dict()[k] - back.state_dict()[k]).abs().max())
+    print("FAIL: the exported parameters differ from AdamW's by %.1e (> 1e-4), worst in %s" % (diff, name))
+    sys.exit(1)
+with torch.no_grad():
+    dl = (back(input_ids=x).logits - ref(input_ids=x).logits).abs().max().item()
+if dl > 1e-3:
+    print("FAIL: the exported model's logits differ from transformers' by %.1e" % dl)
+    sys.exit(1)
+print("ok: the export loads with from_pretrained (no missing or unexpected keys, lm_head tied to wte), "
+      "its parameters are AdamW's within 1e-4 (worst %.1e) and its logits transformers' (worst %.1e)"
+      % (diff, dl))
