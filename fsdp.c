@@ -2596,6 +2596,39 @@ static void trainer_backward(Trainer *t) {
     else model_backward(t);
 }
 
+/* ------------------------------------------------------------------------
+ * Forward only                               PyTorch: model.eval() and
+ *                                            torch.no_grad()
+ *
+ * The validation loss and generation (GPT-2) run the model's forward on
+ * the training buffers, through the same hooks, so every unit is gathered
+ * and freed as in training. No backward follows, so what a forward leaves
+ * gathered for backward (the root's unit; with shard_grad_op every unit)
+ * is freed at its end, and no unit waits for a backward that never comes.
+ * --------------------------------------------------------------------- */
+static float trainer_forward_only(Trainer *t) {
+    float loss = trainer_forward(t);
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        u->needs_backward = 0;
+        if (u->gathering) unit_unshard_wait(t, ui); /* a prefetch on its way */
+        if (is_sharded(t) && u->full_param) unit_free_full_params(t, ui);
+    }
+    return loss;
+}
+
+/* GPT-2's loss on `batches` batches of `val` (one micro-batch a rank
+ * each), drawn as training draws its batches but from steps -1, -2, ...,
+ * which training never uses: the same sequences for any number of ranks. */
+static float trainer_val_loss(Trainer *t, const Corpus *val, int batches) {
+    double loss = 0.0;
+    for (int k = 0; k < batches; k++) {
+        gpt2_load_batch(t, val, -1 - k, 0);
+        loss += trainer_forward_only(t);
+    }
+    return global_mean_loss(t, (float)(loss / batches));
+}
+
 float trainer_step(Trainer *t, int step) {
     int K = t->cfg.grad_accum;
     t->steps_run++;

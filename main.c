@@ -23,6 +23,9 @@
  *          print_rank_table, print_step_breakdown, json_write */
 #include "run/report.h"
 
+/* defines: val_open, print_val_loss, sample_print, tokenizer_load (GPT-2) */
+#include "run/generate.h"
+
 /* ------------------------------------------------------------------------
  * The training loop
  *
@@ -120,6 +123,11 @@ static void step_log_free(StepLog *log) {
     free(log->seconds);
 }
 
+/* The tokens a step predicts: one a sample for the MLP, T for GPT-2 */
+static double tokens_per_step(const Config *c) {
+    return (double)c->batch * (c->arch == ARCH_GPT2 ? c->context : 1);
+}
+
 /* Rank 0's line for a step, every --log-every steps and after the last */
 static void print_step_line(const Trainer *t, int step, double loss, double seconds) {
     const Config *cfg = &t->cfg;
@@ -128,7 +136,7 @@ static void print_step_line(const Trainer *t, int step, double loss, double seco
     char note[256];
     printf("step %5d/%d | loss %.4f | %7.2f ms | %9.0f tok/s | rank 0 memory %.3f MiB "
            "(peak %.3f)%s\n",
-           step + 1, cfg->steps, loss, seconds * 1e3, cfg->batch / seconds,
+           step + 1, cfg->steps, loss, seconds * 1e3, tokens_per_step(cfg) / seconds,
            mib((double)t->ledger.current_total), mib((double)t->ledger.peak_total),
            optimizer_note(t, note, sizeof(note)));
 }
@@ -167,9 +175,10 @@ static void summarize(RunSummary *s, const Trainer *t, const double *peaks, cons
  * and traffic of every rank */
 static void print_run_end(const Trainer *t, const RunSummary *s, const double *peaks,
                           const double *sent, int rank_table) {
-    printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted byte)\n",
+    printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted %s)\n",
            s->steps, s->seconds, 1e3 * s->seconds / s->steps,
-           (double)s->batch * s->steps / s->seconds);
+           tokens_per_step(&t->cfg) * s->steps / s->seconds,
+           t->cfg.arch == ARCH_GPT2 ? "token: batch x context a step" : "byte");
     print_step_breakdown(t, s->seconds, s->steps);
     if (rank_table) print_rank_table(t, peaks, sent);
     backend_print_memory(t->ledger.peak_total);
@@ -194,6 +203,12 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         print_unit_table(t);
     }
     long first = run_start(t);
+    Corpus val;
+    char err[1024];
+    if (val_open(t, &val, err, sizeof(err))) {
+        if (root) fprintf(stderr, "error: %s\n", err);
+        exit_all(2);
+    }
     RunSummary s;
     memset(&s, 0, sizeof(s));
     s.first = (int)first;
@@ -209,6 +224,8 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         s.final_loss = loss;
         if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
         print_step_line(t, step, loss, dt);
+        if (cfg->val_every && ((step + 1) % cfg->val_every == 0 || step == cfg->steps - 1))
+            print_val_loss(t, &val, step);
         if (ckpt_saves_after(cfg, first, step + 1)) {
             if (ckpt_save(t, step + 1)) exit_all(1);
             if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);
@@ -229,6 +246,14 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
     step_log_free(&log);
     free(peaks);
     free(sent);
+    if (cfg->sample) {
+        Tokenizer tk;
+        memset(&tk, 0, sizeof(tk));
+        if (root && cfg->tokenizer_path) tokenizer_load(&tk, cfg->tokenizer_path, err, sizeof(err));
+        sample_print(t, &tk);
+        tokenizer_free(&tk);
+    }
+    val_close(cfg, &val);
     if (cfg->export_path && trainer_export(t, cfg->export_path)) exit_all(1);
     trainer_destroy(t);
     return s;
@@ -517,6 +542,17 @@ int main(int argc, char **argv) {
             rc = corpus_load_file(&probe, "--data", cfg.data_path, &cfg, err, sizeof(err));
             corpus_release(&probe);
         }
+        if (rc == 0 && cfg.val_path) {
+            Corpus probe;
+            memset(&probe, 0, sizeof(probe));
+            rc = corpus_load_file(&probe, "--val-data", cfg.val_path, &cfg, err, sizeof(err));
+            corpus_release(&probe);
+        }
+        if (rc == 0 && cfg.tokenizer_path) {
+            Tokenizer tk;
+            rc = tokenizer_load(&tk, cfg.tokenizer_path, err, sizeof(err));
+            tokenizer_free(&tk);
+        }
         NamedFile files[] = {
             {"--trace", cfg.compare ? NULL : cfg.trace_path, 1, 0},
             {"--trace", cfg.compare && cfg.trace_path ? trace_ddp : NULL, 1, 0},
@@ -528,6 +564,8 @@ int main(int argc, char **argv) {
             {"--save-dir", cfg.save_dir, 1, 1},
             {"--data", cfg.data_path, 0, 0},
             {"--init-from", cfg.init_from, 0, 0},
+            {"--val-data", cfg.val_path, 0, 0},
+            {"--tokenizer", cfg.tokenizer_path, 0, 0},
             {"--resume", cfg.resume_dir, 0, 1}};
         int n_files = (int)(sizeof(files) / sizeof(files[0]));
         for (int i = 0; i < n_files && rc == 0; i++)

@@ -165,6 +165,15 @@ static int corpus_load_file(Corpus *c, const char *flag, const char *path, const
         close(fd);
         return corpus_load_tokens(c, flag, path, size, cfg, err, errlen);
     }
+    size_t n = strlen(path);
+    if (cfg->arch == ARCH_GPT2 && n > 4 && !strcmp(path + n - 4, ".bin")) {
+        close(fd); /* a .bin that is not a token file: most likely one cut short or corrupted */
+        return usage_error(err, errlen,
+                           "%s %s: a .bin file, but not llm.c's token file: its first int32 is "
+                           "%u, not the magic %d. Write it again with llm.c's data scripts, or "
+                           "rename it if it is text.",
+                           flag, path, head[0], LLMC_TOKENS_MAGIC);
+    }
     if (size < (uint64_t)context + 1) {
         close(fd);
         return usage_error(

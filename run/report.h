@@ -29,9 +29,15 @@ typedef struct {
 
 static void print_header(const Trainer *t) {
     const Config *c = &t->cfg;
-    printf("fsdp.c | model %s: V=%d C=%d T=%d D=%d L=%d | %ld parameters\n",
-           c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
-           c->depth, t->model.total_numel);
+    if (c->arch == ARCH_GPT2)
+        printf("fsdp.c | model %s (GPT-2): vocab %d, n_ctx %d, n_embd %d, n_layer %d, n_head %d; "
+               "sequences of T=%d | %ld parameters\n",
+               c->model_name, c->vocab, c->n_ctx, c->width, c->depth, c->n_head, c->context,
+               t->model.total_numel);
+    else
+        printf("fsdp.c | model %s: V=%d C=%d T=%d D=%d L=%d | %ld parameters\n",
+               c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context,
+               c->width, c->depth, t->model.total_numel);
     printf("strategy %s on %d rank%s | global batch %d (%d per rank) | collectives %s | auto-wrap "
            "min_params %ld\n",
            strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch,
@@ -221,7 +227,8 @@ static void json_config(FILE *f, const Trainer *t) {
     const Config *c = &t->cfg;
     fprintf(f,
             "  \"config\": {\"model\": \"%s\", \"vocab\": %d, \"embed_dim\": %d, \"context\": %d, "
-            "\"width\": %d, \"depth\": %d, \"strategy\": \"%s\", \"world\": %d, \"batch\": %d, "
+            "\"width\": %d, \"depth\": %d, \"arch\": \"%s\", \"n_head\": %d, \"n_ctx\": %d, "
+            "\"auto_wrap\": \"%s\", \"strategy\": \"%s\", \"world\": %d, \"batch\": %d, "
             "\"local_batch\": %d, \"steps\": %d, \"min_params\": %ld, \"collectives\": \"%s\", "
             "\"backward_prefetch\": \"%s\", \"forward_prefetch\": %s, \"limit_all_gathers\": %s, "
             "\"optimizer\": \"%s\", \"lr\": %.7g, \"beta1\": %.7g, \"beta2\": %.7g, "
@@ -230,7 +237,9 @@ static void json_config(FILE *f, const Trainer *t) {
             "\"step_size\": %ld, \"gamma\": %.7g, %s"
             "\"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
             c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
-            c->depth, strategy_name(c->strategy), t->comm.world, c->batch, t->local_batch, c->steps,
+            c->depth, c->arch == ARCH_GPT2 ? "gpt2" : "mlp", c->n_head, c->n_ctx,
+            c->auto_wrap == AUTO_WRAP_TRANSFORMER ? "transformer" : "size",
+            strategy_name(c->strategy), t->comm.world, c->batch, t->local_batch, c->steps,
             c->min_params, COLLECTIVES_NAMES[c->collectives], prefetch[c->backward_prefetch],
             c->forward_prefetch ? "true" : "false", c->limit_all_gathers ? "true" : "false",
             c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw", (double)c->lr, (double)c->beta1,
