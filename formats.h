@@ -136,7 +136,8 @@ void st_free(StHeader *h);
  *   fsdp-checkpoint 5                                  magic and version
  *   world 4                                            ranks that wrote it
  *   strategy full_shard                                or shard_grad_op, no_shard
- *   model vocab 256 embed_dim 16 context 16 width 128 depth 4
+ *   model vocab 256 embed_dim 16 context 16 width 128 depth 4   (GPT-2: embed_dim
+ *                                                      is its n_head)
  *   min_params 131968                                  the auto-wrap threshold
  *   seed 1337
  *   batch 64                                           the global batch

@@ -38,6 +38,11 @@ static void optimizer_to_meta(const Config *c, CkptMeta *m) {
     snprintf(m->reduce_dtype, sizeof(m->reduce_dtype), "%s", DTYPE_NAMES[c->reduce_dtype]);
 }
 
+/* The meta file's embed_dim: the MLP's, or GPT-2's n_head, which has no
+ * field of its own (GPT-2 has no embed_dim; its other differences, the
+ * parameters' names and wpe's n_ctx rows, the layout check compares). */
+static int meta_embed_dim(const Config *c) { return c->arch == ARCH_GPT2 ? c->n_head : c->embed_dim; }
+
 static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     const Config *c = &t->cfg;
     memset(m, 0, sizeof(*m));
@@ -45,7 +50,7 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     m->world = t->shard_world;
     snprintf(m->strategy, sizeof(m->strategy), "%s", strategy_name(c->strategy));
     m->vocab = c->vocab;
-    m->embed_dim = c->embed_dim;
+    m->embed_dim = meta_embed_dim(c);
     m->context = c->context;
     m->width = c->width;
     m->depth = c->depth;
@@ -434,7 +439,7 @@ static int ckpt_check_optimizer(const Config *c, const CkptMeta *m, const char *
 static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map,
                             char *err, size_t errlen) {
     const Config *c = &t->cfg;
-    if (m->vocab != c->vocab || m->embed_dim != c->embed_dim || m->context != c->context ||
+    if (m->vocab != c->vocab || m->embed_dim != meta_embed_dim(c) || m->context != c->context ||
         m->width != c->width || m->depth != c->depth)
         return usage_error(
             err, errlen,
@@ -442,7 +447,7 @@ static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *pat
             "depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same "
             "--model and "
             "overrides.",
-            path, m->embed_dim, m->context, m->width, m->depth, c->embed_dim, c->context, c->width,
+            path, m->embed_dim, m->context, m->width, m->depth, meta_embed_dim(c), c->context, c->width,
             c->depth);
     if (m->step > INT_MAX)
         return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path,

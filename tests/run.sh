@@ -157,6 +157,8 @@ run "the functions the course names by section are in that section of fsdp.c, an
 run "one glossary: every lecture's terms in lectures/glossary.md with the same Korean word, every lecture links it (the check can fail)" \
   bash -c "python3 tests/test_glossary.py --self-test && python3 tests/test_glossary.py"
 run "lecture 17's table maps every option of ./fsdp --help to PyTorch (the check can fail)" bash tests/test_flag_table.sh
+run "GPT-2 under FSDP: 2-6 ranks (every strategy family, transformer auto-wrap, checkpointing, accumulation, offload, units smaller than N, a checkpoint of 4 resumed on 2) compute 1 rank's parameters; Hugging Face's export layout; --plan gpt2-xl on 64 ranks gives ZeRO's 16, 4+12/64, 2+14/64 and 16/64 bytes a parameter; llm.c token files, and bad ones refused" bash tests/test_gpt2.sh
+run "GPT-2 is Hugging Face's: --init-from a transformers GPT-2, each step's loss equals transformers' under torch.optim.AdamW (1e-5) on 3 ranks, the export loads with from_pretrained, lm_head tied; a dropped gradient fails it" bash tests/test_gpt2_hf.sh
 run "the PyTorch lab beside fsdp.c: FSDP on CPU ranks computes the same losses on 3 ranks (shard_grad_op, accumulation in no_sync, clipping) and 2 (no_shard), a loss 0.1 % off fails; fsdp.c resumes 4 -> 2 ranks as DCP does (lecture 17 runs the rest)" bash tests/test_bridge.sh
 run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh
 run "notebooks: every notebook executes top to bottom (nbclient)" bash tests/test_notebooks.sh

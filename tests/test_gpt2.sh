@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# tests/test_gpt2.sh: GPT-2 under FSDP (model/gpt2.h), without PyTorch:
+#   - N ranks compute what 1 rank computes: every strategy family, the
+#     transformer auto-wrap policy, activation checkpointing, accumulation,
+#     offload, odd N, and N larger than a unit; a checkpoint of 4 ranks
+#     resumed on 2; the validation loss and greedy generation too;
+#   - the export is Hugging Face's layout: lm_head tied (not stored),
+#     Conv1D weights (in, out), a config.json beside it;
+#   - --plan --model gpt2-xl on 64 ranks gives the ZeRO paper's GPT-2 1.5B
+#     model states: 16 psi under DDP, (4 + 12/64) psi, (2 + 14/64) psi and
+#     16 psi / 64 for its three stages;
+#   - llm.c's token files train, and bad ones (and bad shapes) are refused
+#     with exit 2 and a message.
+# tests/test_gpt2_hf.sh compares with transformers itself.
+set -u
+cd "$(dirname "$0")/.."
+source tests/lib.sh
+D=$(mktemp -d)
+trap 'rm -rf "$D"' EXIT
+# --lr 1e-3: AdamW moves an element by lr * g / (|g| + eps) at first, so
+# where a gradient is near eps its rounding (another order of sums on N
+# ranks) shows in the parameters at up to lr's scale; a smaller lr keeps
+# that under the 1e-5 every N-vs-1 check allows.
+ARGS="--model gpt2-tiny --steps 4 --batch 12 --log-every 1 --lr 1e-3"
+
+# same NAME REF NP FLAGS...: NP ranks' parameters after 4 steps equal the
+# reference run REF's within 1e-5 (fp32 sums in another order, as the
+# suite's other N-vs-1 checks)
+export_run() { # export_run NAME NP FLAGS...: $D/NAME/model.safetensors (and config.json)
+  local name=$1 np=$2; shift 2
+  mkdir -p "$D/$name"
+  run_fsdp "$np" "$D/$name.log" --export "$D/$name/model.safetensors" "$@"
+}
+same() {
+  local name=$1 ref=$2 np=$3; shift 3
+  export_run "$name" "$np" "$@"
+  if d=$(tests/st_diff "$D/$ref/model.safetensors" "$D/$name/model.safetensors" 1e-5 2>&1); then ok "$np ranks ($*) == 1 rank: $d"
+  else bad "$np ranks ($*) differ from 1 rank: $d"; fi
+}
+export_run ref 1
+same fs3 ref 3
+same hyb4 ref 4 --strategy hybrid_shard --ranks-per-node 2 --auto-wrap transformer
+same sgo2 ref 2 --strategy shard_grad_op --activation-checkpointing --grad-accum 2 --backward-prefetch post
+same z1 ref 3 --strategy zero1 --grad-accum 2 --no-sync
+same off2 ref 2 --cpu-offload --forward-prefetch
+# units of 4 elements (n_embd 2: a LayerNorm's weight and bias) on 6 ranks
+export_run small1 1 --n-embd 2 --n-head 1 --min-params 1
+same small6 small1 6 --n-embd 2 --n-head 1 --min-params 1
+
+# a checkpoint of 4 ranks, resumed on 2: the same parameters at step 4
+run_fsdp 4 "$D/save.log" --steps 2 --save-dir "$D/ck"
+same resumed ref 2 --resume "$D/ck"
+
+# the export: Hugging Face's names and layout
+python3 - "$D/ref/model.safetensors" "$D/ref" <<'PY' && ok "export: transformer.* names, no lm_head.weight (tied to wte), c_attn (32, 96) as Conv1D, config.json says GPT2LMHeadModel" || bad "export layout (above)"
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); h.pop("__metadata__", None)
+problems = []
+if "lm_head.weight" in h: problems.append("lm_head.weight stored: it is wte's tensor")
+if h.get("transformer.h.0.attn.c_attn.weight", {}).get("shape") != [32, 96]: problems.append("c_attn not (in, out) = (32, 96)")
+if h.get("transformer.wte.weight", {}).get("shape") != [256, 32]: problems.append("wte not (256, 32)")
+c = json.load(open(sys.argv[2] + "/config.json"))
+if c.get("architectures") != ["GPT2LMHeadModel"] or c.get("activation_function") != "gelu_new" or c.get("n_embd") != 32:
+    problems.append("config.json: %s" % c)
+print("\n".join(problems)); sys.exit(1 if problems else 0)
+PY
+
+# the validation loss, and greedy generation, on 1 and 3 ranks
+for np in 1 3; do
+  run_fsdp $np "$D/gen$np.log" --val-every 2 --sample 24 --temperature 0
+done
+v1=$(grep 'val loss' "$D/gen1.log" | tail -1 | awk '{print $6}'); v3=$(grep 'val loss' "$D/gen3.log" | tail -1 | awk '{print $6}')
+if [ -n "$v1" ] && [ "$v1" = "$v3" ]; then ok "--val-every: the validation loss on 3 ranks is 1 rank's ($v1)"
+else bad "--val-every: val loss '$v1' on 1 rank, '$v3' on 3"; fi
+s1=$(grep -A1 '^sample' "$D/gen1.log" | tail -1); s3=$(grep -A1 '^sample' "$D/gen3.log" | tail -1)
+if [ ${#s1} -ge 25 ] && [ "$s1" = "$s3" ]; then ok "--sample 24 --temperature 0: 3 ranks generate 1 rank's text: '$s1'"
+else bad "--sample: '$s1' on 1 rank, '$s3' on 3"; fi
+
+# --plan: the ZeRO paper's GPT-2 1.5B on 64 devices, with mixed-precision Adam
+plan() { # plan STRATEGY PSI_FACTOR WHAT
+  local out psi got
+  out=$($MPIRUN -np 64 ./fsdp --plan --model gpt2-xl --param-dtype bf16 --strategy "$1" 2>&1)
+  psi=$(sed -n 's/.*| \([0-9]*\) parameters$/\1/p' <<<"$out")
+  got=$(sed -n "s/^  model states (ZeRO's count) *\([0-9]*\) bytes.*/\1/p" <<<"$out")
+  if awk -v g="$got" -v p="$psi" -v f="$2" 'BEGIN { exit !(p > 1.5e9 && g > 0 && g / (f * p) > 0.99 && g / (f * p) < 1.02) }'; then
+    ok "--plan gpt2-xl, 64 ranks, $1 ($3): $(awk -v g="$got" 'BEGIN { printf "%.2f GB", g / 1e9 }') model states = $2 x $psi parameters"
+  else bad "--plan gpt2-xl $1: model states $got bytes, expected $2 x $psi ($3)"; echo "$out" | tail -14; fi
+}
+plan no_shard 16 "DDP: 2 + 2 + 12 bytes a parameter, the paper's 24 GB"
+plan zero1 4.1875 "stage 1: 4 + 12/64"
+plan shard_grad_op 2.21875 "stage 2: 2 + 14/64, plus the 16-bit shard beside the full parameters"
+plan full_shard 0.25 "stage 3: 16/64"
+
+# llm.c's token files
+tokens() { # tokens FILE MAGIC VERSION COUNT_IN_HEADER MAX_TOKEN N
+  python3 -c "import struct, sys
+m, v, c, top, n = map(int, sys.argv[2:])
+t = [i * 7 % (top + 1) for i in range(n)]; t[-1] = top
+open(sys.argv[1], 'wb').write(struct.pack('<256i', m, v, c, *[0] * 253) + struct.pack('<%dH' % n, *t))" "$@"
+}
+tokens "$D/good.bin" 20240520 1 3000 299 3000
+run_fsdp 2 "$D/bin.log" --data "$D/good.bin" --vocab 300
+grep -q 'step     4/4' "$D/bin.log" && ok "--data good.bin (llm.c's uint16 tokens) trains with --vocab 300" || bad "token file: $(tail -2 "$D/bin.log")"
+refused() { # refused WHAT SAYS NP FLAGS...: exit 2 on every rank, the message once
+  local what=$1 says=$2 np=$3; shift 3
+  timeout 60 $MPIRUN -np "$np" ./fsdp $ARGS "$@" >"$D/bad.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && grep -q "^error: .*$says" "$D/bad.log"; then ok "$what: exit 2, '$(grep -m1 '^error' "$D/bad.log" | cut -c8-150)...'"
+  else bad "$what: exit $rc, not a message saying '$says':"; tail -3 "$D/bad.log"; fi
+}
+tokens "$D/magic.bin" 12345 1 3000 299 3000
+tokens "$D/version.bin" 20240520 2 3000 299 3000
+tokens "$D/short.bin" 20240520 1 4000 299 3000
+refused "a .bin with another magic" "not llm.c's token file" 2 --data "$D/magic.bin" --vocab 300
+refused "a token file of version 2" "version 2" 2 --data "$D/version.bin" --vocab 300
+refused "a token file shorter than its header says" "header says 4000 tokens" 2 --data "$D/short.bin" --vocab 300
+refused "a token past the vocabulary" "token 37 is 259, but the model's vocabulary is 256" 3 --data "$D/good.bin"
+refused "a token file for the byte MLP" "add --model gpt2-tiny\|Add --model gpt2-tiny" 2 --model tiny --data "$D/good.bin"
+refused "heads that do not divide n_embd" "does not divide into --n-head 3" 1 --n-head 3
+refused "a context longer than n_ctx" "longer than the 32 positions" 1 --context 64
+refused "a GPT-2 option with the byte MLP" "is GPT-2's" 1 --model tiny --n-head 2
+exit $fail
