@@ -38,10 +38,14 @@ static void print_header(const Trainer *t) {
         printf("fsdp.c | model %s: V=%d C=%d T=%d D=%d L=%d | %ld parameters\n",
                c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context,
                c->width, c->depth, t->model.total_numel);
+    char wrap[64];
+    if (c->auto_wrap == AUTO_WRAP_TRANSFORMER)
+        snprintf(wrap, sizeof(wrap), "transformer (a unit per block)");
+    else snprintf(wrap, sizeof(wrap), "min_params %ld", c->min_params);
     printf("strategy %s on %d rank%s | global batch %d (%d per rank) | collectives %s | auto-wrap "
-           "min_params %ld\n",
+           "%s\n",
            strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch,
-           t->local_batch, COLLECTIVES_NAMES[c->collectives], c->min_params);
+           t->local_batch, COLLECTIVES_NAMES[c->collectives], wrap);
     if (t->comm.group[GROUP_REPLICA])
         printf("hybrid sharding: units sharded over the %d ranks of each node, replicated on %d "
                "nodes (--ranks-per-node %d)\n",

@@ -503,7 +503,10 @@ static void test_data_mapped(void) {
     long before = proc_status_kib("RssAnon");
     Corpus c;
     memset(&c, 0, sizeof(c));
-    int rc = wrote ? corpus_load_file(&c, path, 8, err, sizeof(err)) : -1;
+    Config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.context = 8; /* the byte MLP's */
+    int rc = wrote ? corpus_load_file(&c, "--data", path, &cfg, err, sizeof(err)) : -1;
     long grown = proc_status_kib("RssAnon") - before;
     int same = rc == 0 && c.len == SIZE;
     for (long i = 0; same && i < SIZE; i += 4093) same = c.bytes[i] == chunk[i % (1 << 20)];
@@ -525,7 +528,7 @@ static void test_data_mapped(void) {
         tight.rlim_cur = (rlim_t)vm * 1024 + (16 << 20);
         setrlimit(RLIMIT_AS, &tight);
         memset(&c, 0, sizeof(c));
-        rc = corpus_load_file(&c, path, 8, err, sizeof(err));
+        rc = corpus_load_file(&c, "--data", path, &cfg, err, sizeof(err));
         setrlimit(RLIMIT_AS, &old);
         check(rc == 2 && strstr(err, "cannot map") != NULL, "data: a failed mapping says so",
               "rc %d: %s", rc, err);
