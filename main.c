@@ -178,7 +178,7 @@ static void print_run_end(const Trainer *t, const RunSummary *s, const double *p
     printf("\n%d steps in %.2f s: %.2f ms/step, %.0f tok/s (one token = one predicted %s)\n",
            s->steps, s->seconds, 1e3 * s->seconds / s->steps,
            tokens_per_step(&t->cfg) * s->steps / s->seconds,
-           t->cfg.arch == ARCH_GPT2 ? "token: batch x context a step" : "byte");
+           t->cfg.arch == ARCH_GPT2 ? "token; a step predicts batch x context" : "byte");
     print_step_breakdown(t, s->seconds, s->steps);
     if (rank_table) print_rank_table(t, peaks, sent);
     backend_print_memory(t->ledger.peak_total);

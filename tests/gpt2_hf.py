@@ -3,7 +3,8 @@
 Run by tests/test_gpt2.sh with the Python of .venv-torch/ (PyTorch and
 transformers). It makes a small GPT-2 with transformers from a GPT2Config
 (no download), saves it, and checks, for fsdp.c on N ranks:
-  1. --init-from reads Hugging Face's model.safetensors;
+  1. --init-from reads Hugging Face's model.safetensors, and OpenAI's
+     layout too (GPT2Model's names, attn.bias buffers), bit for bit;
   2. the loss of every step equals transformers' on the same tokens,
      trained by torch.optim.AdamW with the same hyperparameters;
   3. the exported model.safetensors + config.json load with
@@ -50,6 +51,28 @@ ref.save_pretrained(src, safe_serialization=True)
 text = b"the cat sat on a mat"[: T + 1]
 with open(os.path.join(tmp, "seq.txt"), "wb") as f:
     f.write(text)
+
+# OpenAI's checkpoint on the Hub is GPT2Model's: names without "transformer.",
+# and (saved by older versions) each block's causal mask as attn.bias.
+# --init-from must read it as the same model: exported with --steps 0, every
+# tensor must come back bit for bit.
+from safetensors.torch import save_file
+openai = {k: v.contiguous() for k, v in ref.transformer.state_dict().items()}
+for i in range(L):
+    openai["h.%d.attn.bias" % i] = torch.tril(torch.ones(1, 1, 32, 32))
+save_file(openai, os.path.join(tmp, "openai.safetensors"), metadata={"format": "pt"})
+os.makedirs(os.path.join(tmp, "back"))
+r = subprocess.run(a.mpirun.split() + ["-np", "2", a.fsdp, "--model", "gpt2-tiny", "--steps", "0",
+                   "--init-from", os.path.join(tmp, "openai.safetensors"),
+                   "--export", os.path.join(tmp, "back", "model.safetensors")], capture_output=True, text=True)
+back0 = GPT2LMHeadModel.from_pretrained(os.path.join(tmp, "back")) if r.returncode == 0 else None
+same = back0 is not None and all(torch.equal(x, y) for x, y in zip(ref.state_dict().values(), back0.state_dict().values()))
+if not same:
+    print("FAIL: --init-from OpenAI's layout (no transformer. prefix, attn.bias buffers) did not read "
+          "the same model: exit %d %s" % (r.returncode, r.stderr[-500:]))
+    sys.exit(1)
+print("ok: --init-from reads OpenAI's layout (names without transformer., attn.bias buffers ignored): "
+      "every tensor back bit for bit")
 
 cmd = (a.mpirun.split() + ["-np", str(a.ranks), a.fsdp, "--model", "gpt2-tiny",
        "--init-from", os.path.join(src, "model.safetensors"), "--data", os.path.join(tmp, "seq.txt"),
