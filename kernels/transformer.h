@@ -154,6 +154,92 @@ static void gelu_tanh_forward(float *out, const float *inp, long n) {
 static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp, long n) {
     FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp);
 }
+#ifdef __CUDACC__
+/* On a GPU the four products of attention are matmuls, each a batch of H
+ * (one per head) for each of the B sequences, and cuBLAS runs them as
+ * strided batched GEMMs; between them, one thread per row computes the
+ * causal softmax and its backward. The same mathematics as the CPU's rows
+ * below; the sums run in cuBLAS's order.
+ *
+ * cuBLAS is column-major. Head h of sequence b: its queries, a row-major
+ * (T, hd) matrix with rows 3D apart, are to cuBLAS the column-major (hd, T)
+ * matrix Q at qkv + b*T*3D + h*hd with leading dimension 3D; K at +D, V at
+ * +2D, the same way. The row-major (T, T) probabilities P[t][s] are the
+ * column-major (T, T) matrix P^T with leading dimension T; the heads of
+ * one sequence lie hd apart in qkv and y, T*T apart in att. */
+
+/* scores of row r (scaled; causal mask), softmax in place, zero past t */
+FSDP_HD static inline void causal_softmax_row(long r, float *att, int T, float scale) {
+    int t = (int)(r % T);
+    float *p = att + r * T, zmax = -INFINITY, sum = 0.0f;
+    for (int s = 0; s <= t; s++) zmax = fmaxf(zmax, p[s] * scale);
+    for (int s = 0; s <= t; s++) {
+        p[s] = expf(p[s] * scale - zmax);
+        sum += p[s];
+    }
+    for (int s = 0; s < T; s++) p[s] = s <= t ? p[s] / sum : 0.0f;
+}
+/* dscore = p (dp - sum_u p_u dp_u), in place over dp (attention_backward_query) */
+FSDP_HD static inline void causal_softmax_backward_row(long r, float *datt, const float *att,
+                                                       int T) {
+    int t = (int)(r % T);
+    const float *p = att + r * T;
+    float *d = datt + r * T, pdp = 0.0f;
+    for (int s = 0; s <= t; s++) pdp += p[s] * d[s];
+    for (int s = 0; s < T; s++) d[s] = s <= t ? p[s] * (d[s] - pdp) : 0.0f;
+}
+
+/* C (m, n) = alpha op(A) op(B) + beta C for the H heads of one sequence */
+static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       float alpha, const float *A, int lda, long sa, const float *B, int ldb,
+                       long sb, float beta, float *C, int ldc, long sc, int H) {
+    cublasCheck(cublasSgemmStridedBatched(backend.cublas, ta, tb, m, n, k, &alpha, A, lda, sa, B,
+                                          ldb, sb, &beta, C, ldc, sc, H));
+}
+
+static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H) {
+    if (backend.dry) return; /* --plan */
+    int hd = D / H, ld = 3 * D;
+    long TT = (long)T * T;
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
+        float *p = att + b * H * TT;
+        /* P^T (s, t) = k_s . q_t: K^T Q */
+        heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, p, T, TT,
+                   H);
+        FOR_EACH((long)H * T, causal_softmax_row, p, T, 1.0f / sqrtf((float)hd));
+        /* y_t = sum_s p_ts v_s: Y = V P^T, into the head's columns of y */
+        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f,
+                   y + (long)b * T * D, D, hd, H);
+    }
+}
+/* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
+static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
+                               const float *att, int B, int T, int D, int H) {
+    if (backend.dry) return; /* --plan */
+    int hd = D / H, ld = 3 * D;
+    long TT = (long)T * T;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int b = 0; b < B; b++) {
+        const float *q = qkv + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
+        const float *g = dy + (long)b * T * D, *p = att + b * H * TT;
+        float *dq = dqkv + (long)b * T * ld, *dk = dq + D, *dv = dq + 2 * D, *ds = datt + b * H * TT;
+        /* dP^T (s, t) = v_s . dy_t */
+        heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, ds, T, TT,
+                   H);
+        FOR_EACH((long)H * T, causal_softmax_backward_row, ds, p, T);
+        /* dv_s += sum_t p_ts dy_t: dV += dY P */
+        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd,
+                   H);
+        /* dq_t += scale sum_s dscore_ts k_s: dQ += scale K dS^T */
+        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, ld,
+                   hd, H);
+        /* dk_s += scale sum_t dscore_ts q_t: dK += scale Q dS */
+        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, ld,
+                   hd, H);
+    }
+}
+#else
 static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H) {
     FOR_EACH((long)B * H * T, attention_forward_row, y, att, qkv, T, D, H);
 }
@@ -163,3 +249,4 @@ static void attention_backward(float *dqkv, float *datt, const float *dy, const 
     FOR_EACH((long)B * H * T, attention_backward_query, dqkv, datt, dy, qkv, att, T, D, H);
     FOR_EACH((long)B * H * T, attention_backward_key, dqkv, datt, dy, qkv, att, T, D, H);
 }
+#endif

@@ -2,7 +2,8 @@
 # tests/test_gpu.sh — the GPU build (./fsdp-gpu) against the CPU build (./fsdp),
 # on this machine's NVIDIA GPUs; `make test-gpu` runs it.
 #
-#   a. 1 GPU rank == 1 CPU rank within rounding (tiny and small; fp32 and --tf32)
+#   a. 1 GPU rank == 1 CPU rank within rounding (tiny, small, gpt2-tiny and
+#      gpt2-mini: cuBLAS attention against the CPU's rows; fp32 and --tf32)
 #   b. a GPU run repeats bitwise
 #   c. 2 and 4 ranks sharing ONE GPU (--collectives mpi and ring) == 1 GPU rank
 #   d. NCCL on every GPU here == 1 GPU rank
@@ -116,7 +117,7 @@ LR=0.003
 # (Adam's normalised step bounds them whatever the gradient error).
 STEPS=4
 PTOL=$(awk -v lr=$LR -v k=$STEPS 'BEGIN { print 2 * lr * k }')
-for m in tiny small; do
+for m in tiny small gpt2-tiny gpt2-mini; do
   A=(--model "$m" --batch 32 --log-every 1 --lr "$LR")
   train "c1_$m" fsdp 1 "${A[@]}" --steps 1 --trace "$d/c1_$m.json" &&
     train "g1_$m" fsdp-gpu 1 "${A[@]}" --steps 1 --trace "$d/g1_$m.json" &&
