@@ -2,15 +2,18 @@
 # tests/test_gpt2.sh: GPT-2 under FSDP (model/gpt2.h), without PyTorch:
 #   - N ranks compute what 1 rank computes: every strategy family, the
 #     transformer auto-wrap policy, activation checkpointing, accumulation,
-#     offload, odd N, and N larger than a unit; a checkpoint of 4 ranks
-#     resumed on 2; the validation loss and greedy generation too;
+#     offload, odd N, and N larger than a unit; bf16's losses within
+#     2^-8; a checkpoint of 4 ranks resumed on 2; the validation loss and
+#     greedy generation too;
+#   - the tied wte stays in the root's unit at any threshold;
 #   - the export is Hugging Face's layout: lm_head tied (not stored),
 #     Conv1D weights (in, out), a config.json beside it;
 #   - --plan --model gpt2-xl on 64 ranks gives the ZeRO paper's GPT-2 1.5B
 #     model states: 16 psi under DDP, (4 + 12/64) psi, (2 + 14/64) psi and
 #     16 psi / 64 for its three stages;
-#   - llm.c's token files train, and bad ones (and bad shapes) are refused
-#     with exit 2 and a message.
+#   - llm.c's token files train (and serve as --val-data), its tokenizer
+#     file decodes --sample; bad ones (and bad shapes) are refused with
+#     exit 2 and a message.
 # tests/test_gpt2_hf.sh compares with transformers itself.
 set -u
 cd "$(dirname "$0")/.."
@@ -46,6 +49,24 @@ same off2 ref 2 --cpu-offload --forward-prefetch
 # units of 4 elements (n_embd 2: a LayerNorm's weight and bias) on 6 ranks
 export_run small1 1 --n-embd 2 --n-head 1 --min-params 1
 same small6 small1 6 --n-embd 2 --n-head 1 --min-params 1
+
+# mixed precision: bf16 rounds each value to within 2^-8 of itself, so
+# the sums of 3 ranks and of 1 differ by that much at most, and AdamW
+# turns near-zero gradients' differences into parameter differences up to
+# lr: the losses (means over 192 positions) are the sharp test, within 2^-8
+run_fsdp 1 "$D/bf1.log" --param-dtype bf16
+run_fsdp 3 "$D/bf3.log" --param-dtype bf16 --strategy shard_grad_op
+if r=$(paste <(grep -o 'loss [0-9.]*' "$D/bf1.log") <(grep -o 'loss [0-9.]*' "$D/bf3.log") |
+  awk '{ d = $2 - $4; d = d < 0 ? -d : d; if (d / $2 > w) w = d / $2; n++ }
+       END { printf "%d steps, worst %.1e", n, w; exit !(n == 4 && w < 2 ^ -8) }'); then
+  ok "--param-dtype bf16: 3 ranks' losses are 1 rank's within 2^-8 ($r)"
+else bad "--param-dtype bf16: 3 ranks' losses differ from 1 rank's ($r)"; fi
+
+# the tied weight stays in the root's unit, however low the threshold
+./fsdp $ARGS --steps 0 --min-params 1 >"$D/wrap.log" 2>&1
+if grep -qE '^ +0 \(root\): transformer.wte ' "$D/wrap.log" && ! grep -qE '^ +[1-9][0-9]* transformer.wte' "$D/wrap.log"; then
+  ok "--min-params 1 wraps every module but wte, which stays in the root's unit with lm_head"
+else bad "wte left the root's unit:"; grep -E '^ +[0-9]+ ' "$D/wrap.log" | head -4; fi
 
 # a checkpoint of 4 ranks, resumed on 2: the same parameters at step 4
 run_fsdp 4 "$D/save.log" --steps 2 --save-dir "$D/ck"
@@ -103,6 +124,16 @@ open(sys.argv[1], 'wb').write(struct.pack('<256i', m, v, c, *[0] * 253) + struct
 tokens "$D/good.bin" 20240520 1 3000 299 3000
 run_fsdp 2 "$D/bin.log" --data "$D/good.bin" --vocab 300
 grep -q 'step     4/4' "$D/bin.log" && ok "--data good.bin (llm.c's uint16 tokens) trains with --vocab 300" || bad "token file: $(tail -2 "$D/bin.log")"
+run_fsdp 2 "$D/val.log" --data "$D/good.bin" --vocab 300 --val-data "$D/good.bin" --val-every 2
+grep -q "val loss [0-9.]* (4 batches of 12 sequences, $D/good.bin)" "$D/val.log" && ok "--val-data good.bin --val-every 2: $(grep -m1 'val loss' "$D/val.log")" || bad "--val-data: $(tail -2 "$D/val.log")"
+# llm.c's tokenizer file: token i decodes as "<i>" here, so the sample shows it was used
+python3 -c "import struct, sys
+pieces = [('<%d>' % i).encode() for i in range(256)]
+open(sys.argv[1], 'wb').write(struct.pack('<256I', 20240328, 1, 256, *[0] * 253) + b''.join(bytes([len(p)]) + p for p in pieces))" "$D/tok.bin"
+run_fsdp 1 "$D/tok.log" --sample 8 --tokenizer "$D/tok.bin"
+line=$(grep -A1 '^sample' "$D/tok.log" | tail -1)
+[[ "$line" =~ ^(\<[0-9]+\>){9}$ ]] && ok "--tokenizer (llm.c's format) decodes the 9 tokens: $line" || bad "--tokenizer: the sample reads '$line'"
+printf 'not a tokenizer' >"$D/notok.bin"
 refused() { # refused WHAT SAYS NP FLAGS...: exit 2 on every rank, the message once
   local what=$1 says=$2 np=$3; shift 3
   timeout 60 $MPIRUN -np "$np" ./fsdp $ARGS "$@" >"$D/bad.log" 2>&1
@@ -121,4 +152,5 @@ refused "a token file for the byte MLP" "add --model gpt2-tiny\|Add --model gpt2
 refused "heads that do not divide n_embd" "does not divide into --n-head 3" 1 --n-head 3
 refused "a context longer than n_ctx" "longer than the 32 positions" 1 --context 64
 refused "a GPT-2 option with the byte MLP" "is GPT-2's" 1 --model tiny --n-head 2
+refused "a tokenizer file that is not llm.c's" "not llm.c's tokenizer file" 2 --sample 4 --tokenizer "$D/notok.bin"
 exit $fail
