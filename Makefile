@@ -28,6 +28,11 @@ export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_btl_vader_single_copy_mechanism := none
 export OMPI_MCA_rmaps_base_oversubscribe := 1
+# When a rank exits with an error, mpirun sends the others SIGTERM and then
+# waits this long before SIGKILL; fsdp handles no signal, so SIGTERM ends
+# them at once and the wait (1 s, twice) is only sleep: 2 s on every run
+# that exits non-zero, which the suite does hundreds of times.
+export OMPI_MCA_odls_base_sigkill_timeout := 0
 MPIRUN  := mpirun -q --oversubscribe
 export MPIRUN
 

@@ -3,6 +3,7 @@
 # and the two words every check ends in.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OMPI_MCA_odls_base_sigkill_timeout=0 # no 2 s sleep after a rank's error exit (Makefile)
 MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
 fail=0
 ok() { echo "ok: $*"; }

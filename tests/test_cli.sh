@@ -12,9 +12,9 @@
 # a broken binary that rejects everything cannot pass.
 #
 # Prints one line per case (PASS/FAIL, the args, what it saw); exits 0 only
-# if every case passes. Cases run CLI_JOBS at a time (default 4): mpirun
-# takes 1-2 s to report a rank's non-zero exit, mostly asleep, so running
-# them in parallel keeps the suite well under a minute on 2 cores.
+# if every case passes. Cases run CLI_JOBS at a time (default 4): even with
+# the Makefile's sigkill timeout of 0 a run is mostly mpirun starting and
+# stopping, asleep, so running them in parallel takes a quarter of the time.
 #
 # Usage: bash tests/test_cli.sh        (after `make fsdp`; make exports MPIRUN)
 
@@ -30,6 +30,7 @@ JOBS="${CLI_JOBS:-4}"
 export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
 export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+export OMPI_MCA_odls_base_sigkill_timeout="${OMPI_MCA_odls_base_sigkill_timeout:-0}" # Makefile
 
 if [ ! -x "$FSDP" ]; then
     echo "FAIL  $FSDP is not built; run: make fsdp"
