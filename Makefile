@@ -69,7 +69,9 @@ SIM_DEPS := $(SIM_SRC) files.h formats.h sim/sim.h
 # The program: fsdp.c (the algorithm) and main.c around it, which includes
 # fsdp.c and the plumbing headers in run/; fsdp.c includes kernels/ in place:
 # one translation unit.
-PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h kernels/backend.h kernels/layers.h io/checkpoint.h comm/device.h comm/wire16.h data/corpus.h model/mlp.h
+PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h run/generate.h kernels/backend.h kernels/layers.h \
+           kernels/transformer.h io/checkpoint.h comm/device.h comm/wire16.h data/corpus.h \
+           model/mlp.h model/gpt2_tree.h model/gpt2.h
 
 fsdp: $(PROGRAM) $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) main.c $(SIM_SRC) -o $@ $(LDLIBS)

@@ -154,12 +154,15 @@ static void gelu_tanh_forward(float *out, const float *inp, long n) {
 static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp, long n) {
     FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp);
 }
-#ifdef __CUDACC__
-/* On a GPU the four products of attention are matmuls, each a batch of H
- * (one per head) for each of the B sequences, and cuBLAS runs them as
- * strided batched GEMMs; between them, one thread per row computes the
- * causal softmax and its backward. The same mathematics as the CPU's rows
- * below; the sums run in cuBLAS's order.
+/* ---- attention as matmuls: the GPU's formulation ----------------------------
+ * On a GPU the four products of attention are matmuls, each a batch of H
+ * (one per head) for each of the B sequences, which cuBLAS runs as strided
+ * batched GEMMs; between them, one thread per row computes the causal
+ * softmax and its backward. The same mathematics as the rows above, the
+ * sums in another order. The CPU build trains with the rows; it compiles
+ * this formulation too, with heads_gemm as plain loops, so that
+ * tests/test_units.c checks its index arithmetic against the rows on any
+ * machine (the GPU build swaps in cuBLAS and nothing else).
  *
  * cuBLAS is column-major. Head h of sequence b: its queries, a row-major
  * (T, hd) matrix with rows 3D apart, are to cuBLAS the column-major (hd, T)
@@ -189,15 +192,40 @@ FSDP_HD static inline void causal_softmax_backward_row(long r, float *datt, cons
     for (int s = 0; s < T; s++) d[s] = s <= t ? p[s] * (d[s] - pdp) : 0.0f;
 }
 
-/* C (m, n) = alpha op(A) op(B) + beta C for the H heads of one sequence */
-static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                       float alpha, const float *A, int lda, long sa, const float *B, int ldb,
-                       long sb, float beta, float *C, int ldc, long sc, int H) {
+#ifdef __CUDACC__
+typedef cublasOperation_t GemmOp;
+#define GEMM_N CUBLAS_OP_N
+#define GEMM_T CUBLAS_OP_T
+#else
+typedef enum { GEMM_N, GEMM_T } GemmOp;
+#endif
+
+/* C (m, n) = alpha op(A) op(B) + beta C, column-major, for H matrices
+ * sa, sb, sc apart: cublasSgemmStridedBatched, and on the CPU what it
+ * computes (beta 0: C is not read, as cuBLAS does not read it) */
+static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, const float *A,
+                       int lda, long sa, const float *B, int ldb, long sb, float beta, float *C,
+                       int ldc, long sc, int H) {
+#ifdef __CUDACC__
     cublasCheck(cublasSgemmStridedBatched(backend.cublas, ta, tb, m, n, k, &alpha, A, lda, sa, B,
                                           ldb, sb, &beta, C, ldc, sc, H));
+#else
+    for (int h = 0; h < H; h++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float sum = 0.0f;
+                for (int p = 0; p < k; p++)
+                    sum += A[h * sa + (ta == GEMM_T ? p + (long)i * lda : i + (long)p * lda)] *
+                           B[h * sb + (tb == GEMM_T ? j + (long)p * ldb : p + (long)j * ldb)];
+                float *c = &C[h * sc + i + (long)j * ldc];
+                *c = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+            }
+#endif
 }
 
-static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H) {
+/* (inline: the CPU program trains with the rows; tests/test_units.c calls these) */
+static inline void attention_forward_gemm(float *y, float *att, const float *qkv, int B, int T,
+                                          int D, int H) {
     if (backend.dry) return; /* --plan */
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T;
@@ -205,17 +233,16 @@ static void attention_forward(float *y, float *att, const float *qkv, int B, int
         const float *q = qkv + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
         float *p = att + b * H * TT;
         /* P^T (s, t) = k_s . q_t: K^T Q */
-        heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, p, T, TT,
-                   H);
+        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, p, T, TT, H);
         FOR_EACH((long)H * T, causal_softmax_row, p, T, 1.0f / sqrtf((float)hd));
         /* y_t = sum_s p_ts v_s: Y = V P^T, into the head's columns of y */
-        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f,
-                   y + (long)b * T * D, D, hd, H);
+        heads_gemm(GEMM_N, GEMM_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f, y + (long)b * T * D,
+                   D, hd, H);
     }
 }
-/* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
-static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
-                               const float *att, int B, int T, int D, int H) {
+static inline void attention_backward_gemm(float *dqkv, float *datt, const float *dy,
+                                           const float *qkv, const float *att, int B, int T,
+                                           int D, int H) {
     if (backend.dry) return; /* --plan */
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T;
@@ -225,19 +252,26 @@ static void attention_backward(float *dqkv, float *datt, const float *dy, const 
         const float *g = dy + (long)b * T * D, *p = att + b * H * TT;
         float *dq = dqkv + (long)b * T * ld, *dk = dq + D, *dv = dq + 2 * D, *ds = datt + b * H * TT;
         /* dP^T (s, t) = v_s . dy_t */
-        heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, ds, T, TT,
-                   H);
+        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, ds, T, TT, H);
         FOR_EACH((long)H * T, causal_softmax_backward_row, ds, p, T);
         /* dv_s += sum_t p_ts dy_t: dV += dY P */
-        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd,
-                   H);
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd, H);
         /* dq_t += scale sum_s dscore_ts k_s: dQ += scale K dS^T */
-        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, ld,
-                   hd, H);
+        heads_gemm(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, ld, hd, H);
         /* dk_s += scale sum_t dscore_ts q_t: dK += scale Q dS */
-        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, ld,
-                   hd, H);
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, ld, hd, H);
     }
+}
+
+/* attention_forward, attention_backward: the GEMMs on a GPU, the rows on the CPU */
+#ifdef __CUDACC__
+static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H) {
+    attention_forward_gemm(y, att, qkv, B, T, D, H);
+}
+/* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
+static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
+                               const float *att, int B, int T, int D, int H) {
+    attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H);
 }
 #else
 static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H) {

@@ -153,6 +153,115 @@ static void test_crossentropy(void) {
     gradcheck(&g, "crossentropy");
 }
 
+/* ---- GPT-2's layers (kernels/transformer.h) ---------------------------------------- */
+
+typedef struct { float *out, *in; } GeluTanhCtx;
+static void gelu_tanh_case(void *c) { GeluTanhCtx *x = (GeluTanhCtx *)c; gelu_tanh_forward(x->out, x->in, GB * GI); }
+
+static void test_gelu_tanh(void) {
+    float in[GB * GI], out[GB * GI], r[GB * GI], din[GB * GI] = {0};
+    fill(in, GB * GI, 20); fill(r, GB * GI, 21);
+    for (int i = 0; i < GB * GI; i++) in[i] *= 3.0f;
+    gelu_tanh_backward(din, r, in, GB * GI);
+    GeluTanhCtx ctx = {out, in};
+    GradCase g = {{in}, {din}, {GB * GI}, {"input"}, 1, out, r, GB * GI, gelu_tanh_case, &ctx};
+    gradcheck(&g, "gelu_tanh");
+}
+
+/* B sequences of T positions, width D in H heads: the attention of
+ * kernels/transformer.h, by rows (the CPU's) and as GEMMs (the GPU's) */
+enum { AB = 2, AT = 5, AD = 6, AH = 3 };
+typedef struct { float *y, *att, *qkv; } AttCtx;
+static void att_case(void *c) { AttCtx *x = (AttCtx *)c; attention_forward(x->y, x->att, x->qkv, AB, AT, AD, AH); }
+
+static void test_attention(void) {
+    enum { NQ = AB * AT * 3 * AD, NY = AB * AT * AD, NA = AB * AH * AT * AT };
+    static float qkv[NQ], y[NY], att[NA], r[NY], dqkv[NQ], datt[NA];
+    static float y2[NY], att2[NA], dqkv2[NQ], datt2[NA];
+    fill(qkv, NQ, 22); fill(r, NY, 23);
+    for (int i = 0; i < NQ; i++) qkv[i] *= 2.0f; /* scores of O(1): a softmax far from uniform */
+    AttCtx ctx = {y, att, qkv};
+    att_case(&ctx);
+    attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH);
+    GradCase g = {{qkv}, {dqkv}, {NQ}, {"qkv"}, 1, y, r, NY, att_case, &ctx};
+    gradcheck(&g, "attention (causal, 3 heads)");
+    /* the GPU's formulation, on the CPU: the same numbers up to the order
+     * of fp32 sums (values O(1), 5 terms: 1e-5 is rounding's scale x 100) */
+    att_case(&ctx);
+    memset(dqkv, 0, sizeof(dqkv));
+    attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH);
+    attention_forward_gemm(y2, att2, qkv, AB, AT, AD, AH);
+    attention_backward_gemm(dqkv2, datt2, r, qkv, att2, AB, AT, AD, AH);
+    double wy = 0, wa = 0, wd = 0;
+    for (int i = 0; i < NY; i++) wy = fmax(wy, fabs(y[i] - y2[i]));
+    for (int i = 0; i < NA; i++) wa = fmax(wa, fabs(att[i] - att2[i]));
+    for (int i = 0; i < NQ; i++) wd = fmax(wd, fabs(dqkv[i] - dqkv2[i]));
+    check(wy < 1e-5 && wa < 1e-5, "attention as GEMMs == by rows: forward",
+          "max |dy| %.1e, |dp| %.1e (tol 1e-5)", wy, wa);
+    check(wd < 1e-5, "attention as GEMMs == by rows: backward", "max |d dqkv| %.1e (tol 1e-5)", wd);
+}
+
+/* token + position embedding: x[b, t] = wte[token] + wpe[t] */
+enum { PV = 7, PT = 3, PD = 2 };
+typedef struct { float *out, *wte, *wpe; const int *tok; } PosCtx;
+static void pos_case(void *c) {
+    PosCtx *x = (PosCtx *)c;
+    FOR_EACH(GB * PT * PD, token_embedding_forward_one, x->out, x->tok, x->wte, PD);
+    FOR_EACH(GB * PT * PD, position_embedding_forward_one, x->out, x->wpe, PT, PD);
+}
+
+static void test_gpt2_embedding(void) {
+    const int tok[GB * PT] = {0, 6, 2, 2, 2, 1, 4, 0, 6};
+    float wte[PV * PD], wpe[PT * PD], out[GB * PT * PD], r[GB * PT * PD];
+    float dwte[PV * PD] = {0}, dwpe[PT * PD] = {0};
+    fill(wte, PV * PD, 24); fill(wpe, PT * PD, 25); fill(r, GB * PT * PD, 26);
+    FOR_EACH(PD, token_embedding_backward_col, dwte, r, tok, (long)GB * PT, PD);
+    FOR_EACH(PT * PD, position_embedding_backward_one, dwpe, r, GB, PT, PD);
+    PosCtx ctx = {out, wte, wpe, tok};
+    GradCase g = {{wte, wpe}, {dwte, dwpe}, {PV * PD, PT * PD}, {"wte", "wpe"}, 2, out, r, GB * PT * PD, pos_case, &ctx};
+    gradcheck(&g, "gpt2 embedding");
+}
+
+/* GPT-2 through the trainer, as test_model_gradients below does the MLP:
+ * every parameter tensor, tied wte (two shares of its gradient) included.
+ * The loss is fp32 (one ulp at 5.5 is 5e-7), so a central difference with
+ * h = 1e-2 carries ~2.5e-5 of noise per probe: a few percent of the
+ * smallest gradients here (norms ~2e-3 over 6 probes), hence 5e-2; a
+ * missing term or a wrong sign is off by O(1). */
+static void test_gpt2_gradients(void) {
+    Config cfg;
+    char err[256];
+    char *argv[] = {(char *)"t", (char *)"--model", (char *)"gpt2-tiny", (char *)"--strategy", (char *)"no_shard", (char *)"--batch", (char *)"2", (char *)"--context", (char *)"8"};
+    if (config_parse(&cfg, 9, argv, err, sizeof(err)) != 0) { check(0, "gpt2 config", "%s", err); return; }
+    Trainer *t = trainer_create(&cfg, MPI_COMM_SELF);
+    sampler_local_sequences(&t->corpus, cfg.seed, 0, 0, 1, 0, cfg.batch, cfg.context, t->gpt.tokens, t->gpt.targets);
+    gpt2_forward(t);
+    gpt2_backward(t);
+    const float h = 1e-2f;
+    for (int pi = 0; pi < t->model.n_params; pi++) {
+        Param *p = &t->model.params[pi];
+        double diff2 = 0.0, norm2 = 0.0;
+        int probes = 0;
+        long rows = p->module == t->model.wpe ? (long)cfg.context * cfg.width : p->numel; /* used positions */
+        for (long e = 0; e < rows && probes < 6; e += 1 + rows / 6, probes++) {
+            float keep = p->data[e];
+            p->data[e] = keep + h;
+            double lp = gpt2_forward(t);
+            p->data[e] = keep - h;
+            double lm = gpt2_forward(t);
+            p->data[e] = keep;
+            double numeric = (lp - lm) / (2.0 * h);
+            diff2 += (numeric - p->grad[e]) * (numeric - p->grad[e]);
+            norm2 += (double)p->grad[e] * p->grad[e];
+        }
+        double rel = sqrt(diff2) / (sqrt(norm2) + 1e-6);
+        char what[96];
+        snprintf(what, sizeof(what), "gpt2 d%s", p->name);
+        check(rel < 5e-2, what, "rel err %.2e over %d probes, |g| %.2e (tol 5e-2)", rel, probes, sqrt(norm2));
+    }
+    trainer_destroy(t);
+}
+
 /* The whole model, through the trainer on one rank with no_shard: the
  * backward pass, with every hook, against finite differences of the loss.
  * A few elements of every parameter tensor are probed. The loss is an
@@ -550,6 +659,10 @@ int main(int argc, char **argv) {
     test_crossentropy();
     printf("model gradients vs finite differences (tiny, 1 rank)\n");
     test_model_gradients();
+    test_gelu_tanh();
+    test_attention();
+    test_gpt2_embedding();
+    test_gpt2_gradients();
     printf("AdamW\n");
     test_adamw();
     test_adam();
