@@ -3042,6 +3042,10 @@ static int trainer_export(Trainer *t, const char *path) {
                trainer_num_params(t), n, path,
                t->cfg.arch == ARCH_GPT2 ? "Hugging Face's GPT-2, with config.json beside it"
                                         : "PyTorch names");
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (root && rc == 0 && t->cfg.arch == ARCH_GPT2 && strcmp(base, "model.safetensors") != 0)
+        printf("note: from_pretrained(directory) reads the file named model.safetensors there; "
+               "name the export so, or pass this file's path to its loader\n");
     free(head);
     free(st);
     return ckpt_agree(t, rc, err);
