@@ -522,6 +522,8 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, i
     const Comm *g = c->group[group];
     memset(h, 0, sizeof(*h));
     h->kind = kind;
+    h->unit = unit;
+    h->step = c->step;
     h->event = -1;
     h->wire = wire;
     h->group_world = g->world;
@@ -908,13 +910,56 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
 
 /* Completes a collective: waits until the stream has run it, turns sums
  * into means, frees its staging buffer and books the time it took. */
+/* ------------------------------------------------------------------------
+ * The watchdog                                PyTorch: the process group's
+ *                                              timeout, NCCL's watchdog
+ *
+ * A collective that one rank never calls (a rank that took another branch,
+ * or died) leaves the others waiting forever: the ring's receive never
+ * comes. PyTorch's process group gives every collective a timeout (10
+ * minutes for NCCL by default) after which a watchdog reports it and
+ * tears the job down, rather than hold a cluster's GPUs idle for ever.
+ * Here the main thread waits for the communication thread at most
+ * --collective-timeout seconds (default 600), then names the collective,
+ * its unit and step, and stops every rank with exit 4 (MPI_Abort: the
+ * thread still inside the ring cannot be called back). A collective run
+ * inline (--inline-collectives, --step, under a debugger) has no one to
+ * watch it; --check-collectives finds the diverging rank before it hangs.
+ * --------------------------------------------------------------------- */
+static void comm_watchdog_expired(const Comm *c, const CommHandle *h) {
+    char unit[32] = "the loss";
+    if (h->unit >= 0) snprintf(unit, sizeof(unit), "unit %d", h->unit);
+    fprintf(stderr,
+            "[rank %d] error: the %s of %s at step %d over %d ranks did not "
+            "finish in %.0f s (--collective-timeout): a rank never called it (it took another "
+            "branch, or died).\nHINT: run again with --check-collectives to find the rank whose "
+            "collectives differ, or raise --collective-timeout if a collective is that slow.\n",
+            c->rank, COMM_KIND_NAMES[h->kind], unit, h->step + 1, h->group_world,
+            c->timeout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 4);
+}
+
+/* Waits on the stream's condition for collective h, at most c->timeout s */
+static void comm_wait_watched(Comm *c, const CommHandle *h) {
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += (time_t)c->timeout;
+    while (c->finished < h->number) {
+        if (c->timeout <= 0) pthread_cond_wait(&c->done, &c->lock);
+        else if (pthread_cond_timedwait(&c->done, &c->lock, &deadline) == ETIMEDOUT &&
+                 c->finished < h->number)
+            comm_watchdog_expired(c, h);
+    }
+}
+
 static CommRun comm_wait_for_run(Comm *c, const CommHandle *h) {
     double waited = now_seconds();
     CommRun run = {0, h->t_start, waited}; /* if its record was overwritten: queued..now */
     const CommRun *noted = &c->ran[h->number % COMM_QUEUE];
     if (c->threaded) {
         pthread_mutex_lock(&c->lock);
-        while (c->finished < h->number) pthread_cond_wait(&c->done, &c->lock);
+        comm_wait_watched(c, h);
         if (noted->number == h->number) run = *noted;
         pthread_mutex_unlock(&c->lock);
         double done = now_seconds();
@@ -2398,6 +2443,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
                    !cfg->wait_for_debugger && !backend.dry; /* --plan sends nothing */
     comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"),
               threaded);
+    t->comm.timeout = cfg->collective_timeout;
     t->ledger.budget = cfg->vram;
     t->ledger.rank = t->comm.rank;
     t->ledger.defer_oom = 1; /* until ledger_agree_fits, below */

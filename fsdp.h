@@ -152,6 +152,7 @@ typedef struct {
     int view;               /* --view: live terminal dashboard on rank 0 */
     int wait_for_debugger;  /* --wait-for-debugger */
     int inline_collectives; /* --inline-collectives: no communication thread */
+    int collective_timeout; /* --collective-timeout: seconds a collective may take; 0: no limit */
     int activation_checkpointing; /* --activation-checkpointing: keep block inputs only */
     int tf32;               /* --tf32: cuBLAS may use TF32 tensor cores (GPU build) */
     int plan;               /* --plan: the ledger's figures for one step, nothing run */
@@ -328,6 +329,7 @@ typedef struct Comm {
     const struct NetModel *net;
     struct Sim *sim;   /* the instruments, told of every collective */
     int step;          /* the training step now running */
+    double timeout;    /* the watchdog: seconds a waited-for collective may take; 0: none */
     int elem_bytes;    /* the collective being recorded: bytes per element on the wire, */
     int group_world;   /* ... and the ranks it runs over (its group's) */
     Dtype reduce_dtype; /* the gradients' format on the wire (--reduce-dtype) */
@@ -352,6 +354,7 @@ typedef struct Comm {
 
 typedef struct {
     int skipped;    /* the test-only fault switch skipped it */
+    int unit, step; /* whose (-1: the loss) and when, for the watchdog's message */
     long number;    /* its place on the stream: done once finished >= number */
     double t_start; /* when it was queued */
     CommKind kind;

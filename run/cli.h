@@ -103,6 +103,9 @@ static const char USAGE[] =
     "  --check-collectives   ranks compare each collective before calling it and stop\n"
     "                        with a report on a mismatch, instead of hanging\n"
     "  --wait-for-debugger   every rank prints its PID and waits for gdb (see README)\n"
+    "  --collective-timeout S  seconds a collective may take before every rank stops\n"
+    "                        with a report naming it (PyTorch's process group\n"
+    "                        timeout); 0: wait for ever                 (default 600)\n"
     "  --inline-collectives  run each collective on the main thread at once, not on the\n"
     "                        communication thread (implied by --step, --check-collectives\n"
     "                        and --wait-for-debugger)\n"
@@ -165,7 +168,8 @@ static const char USAGE[] =
     "\n"
     "exit codes (the same on every rank)\n"
     "  0 trained   1 a file could not be written, or an internal error   2 bad input\n"
-    "  3 simulated out of memory (--vram)   4 the ranks' collectives disagree\n"
+    "  3 simulated out of memory (--vram)   4 the ranks' collectives disagree, or one\n"
+    "    timed out (--collective-timeout)\n"
     "  5 the loss became NaN or infinite (training diverged)\n";
 
 void config_usage(FILE *out) { fputs(USAGE, out); }
@@ -305,6 +309,7 @@ static void config_defaults(Config *c) {
     c->seed = 1337;
     c->log_every = 20;
     c->val_batches = 4;
+    c->collective_timeout = 600; /* PyTorch's NCCL process group: 10 minutes */
     c->temperature = 1.0f;
     c->min_params = -1;                  /* -1: one block's parameters, resolved below */
     c->backward_prefetch = BACKWARD_PRE; /* PyTorch's defaults */
@@ -461,6 +466,8 @@ static int config_set_run(Config *c, const char *flag, const char *val, char *er
         return rc;
     }
     if (!strcmp(flag, "--vram")) return parse_size(flag, val, &c->vram, err, errlen);
+    if (!strcmp(flag, "--collective-timeout"))
+        return parse_int(flag, val, 0, 1 << 24, &c->collective_timeout, err, errlen);
     if (!strcmp(flag, "--save-every"))
         return parse_int(flag, val, 1, INT_MAX, &c->save_every, err, errlen);
     const char **path = config_path_slot(c, flag);
@@ -695,7 +702,8 @@ static int flag_takes_value(const char *flag) {
                                         "--val-batches",
                                         "--sample",
                                         "--temperature",
-                                        "--tokenizer"};
+                                        "--tokenizer",
+                                        "--collective-timeout"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;

@@ -4,7 +4,9 @@
 # call it with a different size. The checker must catch both on every rank:
 # each rank names itself and what it was about to call, rank 0 prints the
 # table of all ranks, and all exit with code 4 well before the timeout.
-# A run without a fault must pass the checker untouched.
+# A run without a fault must pass the checker untouched. Without the
+# checker, the watchdog (--collective-timeout) must end the skipped
+# collective's hang: exit 4 on every rank, the collective named.
 set -u
 source "$(dirname "$0")/lib.sh"
 
@@ -23,4 +25,11 @@ run_fault() { # FAULT NP EXPECT_IN_TABLE
 }
 run_fault skip:1:5 4 "rank 1: #6 .*<- differs from rank 0"
 run_fault alter:2:14 3 "rank 2: #14 all_gather unit 2 (blocks.1), 2163 elements   <- differs"
+
+start=$(date +%s)
+out=$(FSDP_FAULT=skip:1:5 timeout 60 $MPIRUN -np 3 ./fsdp --model tiny --steps 3 --batch 12 --collective-timeout 3 2>&1); rc=$?
+took=$(($(date +%s) - start))
+if [ $rc -eq 4 ] && [ $took -lt 30 ] && echo "$out" | grep -qE "error: the (all_gather|reduce_scatter) of unit [0-9]+ at step 1 over 3 ranks did not finish in 3 s"; then
+  ok "no checker, a rank skips a collective: --collective-timeout 3 stops every rank with exit 4 in $took s, naming it: $(echo "$out" | grep -m1 'did not finish' | cut -c1-90)..."
+else bad "the watchdog: exit $rc after $took s (124 = a hang):"; echo "$out" | grep -v '^ ' | tail -5; fi
 exit $fail
