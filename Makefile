@@ -38,8 +38,17 @@ export MPIRUN
 
 NVCC    ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
-MPI_CFLAGS = $(shell mpicc --showme:compile 2>/dev/null)
-MPI_LIBS   = $(shell mpicc --showme:link 2>/dev/null)
+MPICC   ?= mpicc
+MPI_CFLAGS = $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LIBS   = $(shell $(MPICC) --showme:link 2>/dev/null)
+# nvcc takes the host compiler's and the linker's own flags wrapped
+# (-Xcompiler F, -Xlinker F) and stops at bare ones, which mpicc --showme
+# gives for HPC-X or a source-built Open MPI (-pthread, -Wl,-rpath,...):
+# each flag but -I -L -l -D is translated.
+comma := ,
+nvcc_flags = $(foreach f,$(1),$(if $(filter -I% -L% -l% -D%,$(f)),$(f),$(if $(filter -Wl$(comma)%,$(f)),-Xlinker $(patsubst -Wl$(comma)%,%,$(f)),-Xcompiler $(f))))
+NVCC_MPI_CFLAGS = $(call nvcc_flags,$(MPI_CFLAGS))
+NVCC_MPI_LIBS   = $(call nvcc_flags,$(MPI_LIBS))
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
@@ -205,12 +214,12 @@ GPU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm
             -gencode arch=compute_90,code=compute_90
 gpu: fsdp-gpu
 fsdp-gpu: $(PROGRAM) $(SIM_DEPS) | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(MPI_CFLAGS) main.c $(SIM_SRC) -o $@ $(MPI_LIBS) -lnccl -lcublas -lm -lpthread
+	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) main.c $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas -lm -lpthread
 
 # What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
 # bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.
 tests/bench_gpu: tests/bench_gpu.cu | mpi
-	$(NVCC) -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(MPI_CFLAGS) $< -o $@ $(MPI_LIBS) -lnccl -lcublas
+	$(NVCC) -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $< -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas
 
 # On a machine with an NVIDIA GPU. The scripts look for a GPU first and build
 # what they need after (fsdp, fsdp-gpu, tests/st_diff, tests/bench_gpu), so a

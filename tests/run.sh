@@ -172,8 +172,22 @@ gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
   make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu &&
     make -s tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
-    gpu_plan
+    gpu_plan && gpu_mpi_flags
 }
+# mpicc --showme's bare -pthread and -Wl,... (HPC-X, a source-built Open
+# MPI) reach nvcc wrapped, and nvcc takes them: the bare ones it refuses
+gpu_mpi_flags() {
+  local line d
+  line=$(make -n -B fsdp-gpu MPICC=tests/fixtures/mpicc-hpcx | grep '^nvcc') || return 1
+  grep -q -- '-Xcompiler -pthread' <<<"$line" && grep -q -- '-Xlinker -rpath -Xlinker /opt/hpcx/ompi/lib' <<<"$line" &&
+    ! grep -qE -- '(^| )(-pthread|-Wl,)' <<<"${line//-Xcompiler -pthread/}" || { echo "not translated for nvcc: $line"; return 1; }
+  d=$(mktemp -d) && echo 'int main(void) { return 0; }' >"$d/t.cu"
+  "${NVCC:-nvcc}" "$d/t.cu" -o "$d/t" -Xcompiler -pthread -Xlinker -rpath -Xlinker /opt/hpcx/ompi/lib || { rm -rf "$d"; return 1; }
+  ! "${NVCC:-nvcc}" "$d/t.cu" -o "$d/t" -pthread >/dev/null 2>&1 || { echo "nvcc took a bare -pthread: the check proves nothing"; rm -rf "$d"; return 1; }
+  rm -rf "$d"
+  echo "mpicc's bare -pthread and -Wl,-rpath (HPC-X's) reach nvcc as -Xcompiler/-Xlinker, which it takes (a bare -pthread it refuses)"
+}
+export -f gpu_mpi_flags
 # --plan runs no kernel and needs no GPU, so the GPU build's plan can be held
 # against the CPU build's here: the same ledger, line for line.
 gpu_plan() {
@@ -184,7 +198,7 @@ gpu_plan() {
 export -f gpu_plan
 export MPIRUN
 export -f gpu_build
-run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu), warnings as errors; its --plan is the CPU build's" bash -c gpu_build
+run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
 
 echo
 [ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"
