@@ -120,13 +120,13 @@ static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
     cudaCheck(cudaEventDestroy(ready));
     ncclComm_t nc = (ncclComm_t)g->nccl;
     size_t S = (size_t)k.S;
-    h->began = event_record(backend.comm, 1);
+    h->began = event_record(backend.comm, c->keep_events); /* timing only for --trace */
     if (k.kind == COMM_ALL_GATHER)
         ncclCheck(ncclAllGather(k.shard, k.full, S, type, nc, backend.comm));
     else if (k.kind == COMM_REDUCE_SCATTER)
         ncclCheck(ncclReduceScatter(k.full, k.out, S, type, ncclSum, nc, backend.comm));
     else ncclCheck(ncclAllReduce(k.full, k.full, S * g->world, type, ncclSum, nc, backend.comm));
-    h->done = event_record(backend.comm, 1);
+    h->done = event_record(backend.comm, c->keep_events);
     h->number = ++c->queued;
 }
 

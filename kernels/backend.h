@@ -38,7 +38,7 @@ static void cuda_check(cudaError_t err, const char *file, int line) {
 static void cublas_check(cublasStatus_t status, const char *file, int line) {
     if (status == CUBLAS_STATUS_SUCCESS) return;
     fsdp_fatal(file, line, "a matmul failed: check the GPU with nvidia-smi",
-               "cuBLAS: status %d", (int)status);
+               "cuBLAS: %s (status %d)", cublasGetStatusString(status), (int)status);
 }
 #define cublasCheck(call) cublas_check((call), __FILE__, __LINE__)
 
