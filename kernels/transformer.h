@@ -9,11 +9,16 @@
 /* GPT-2's GELU, Hugging Face's "gelu_new": the tanh approximation
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), not nn.GELU()'s erf. */
 #define GELU_TANH_K 0.7978845608f /* sqrt(2 / pi) */
+/* tanh u = 1 - 2 / (e^(2u) + 1): one expf, which compilers vectorise, where
+ * libm's tanhf is a call per element (a sixth of a gpt2-mini step on the
+ * CPU); exact at both ends (e^(2u) = inf gives 1, 0 gives -1), and within
+ * 2e-7 of tanh everywhere (measured over [-20, 20]) */
+FSDP_HD static inline float fast_tanh(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
 FSDP_HD static inline float gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(GELU_TANH_K * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + fast_tanh(GELU_TANH_K * (x + 0.044715f * x * x * x)));
 }
 FSDP_HD static inline float gelu_tanh_grad(float x) {
-    float u = GELU_TANH_K * (x + 0.044715f * x * x * x), th = tanhf(u);
+    float u = GELU_TANH_K * (x + 0.044715f * x * x * x), th = fast_tanh(u);
     float du = GELU_TANH_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
 }

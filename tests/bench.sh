@@ -7,6 +7,7 @@
 #   (a3) the course's options: time and memory of each, beside fp32 full_shard
 #   (b) collectives: our ring against Open MPI's built-ins, on 2 and 4 ranks
 #   (c) the Linear layers against a textbook matmul and OpenBLAS, on one core
+#   (d) GPT-2 on one rank beside transformers + PyTorch on one thread
 #
 # Every figure is printed next to the one it should be read against, from the
 # same run on the same machine: absolute numbers from a laptop say little,
@@ -192,6 +193,30 @@ for np in 2 4; do
 done
 
 # ---- (c) the Linear layers -----------------------------------------------------
+# ---- (d) GPT-2 against transformers ------------------------------------------
+# One rank of fsdp.c (one thread) beside transformers' GPT2LMHeadModel of the
+# same shape on one PyTorch thread (tests/bench_gpt2_torch.py): forward,
+# backward and AdamW on the same B x T tokens, fp32. PyTorch's matmuls are
+# oneDNN's/MKL's, tuned per CPU; fsdp.c's are section 5's loops.
+echo
+echo "------------------------------------------------------------------"
+echo "(d) GPT-2: 1 rank of ./fsdp beside transformers + PyTorch on 1 thread (fp32)"
+echo "------------------------------------------------------------------"
+printf "%-34s %9s %9s %18s\n" "model (batch x context)" "ms/step" "tok/s" "PyTorch ms/step"
+gpt2_row() { # gpt2_row PRESET L D H T V B
+    local preset=$1 ms tok ref="not installed (make torch-deps)"
+    TRAIN_ARGS=(--model "$preset" --batch "$7" --steps 11 --log-every 1000)
+    read -r ms tok < <(train 1)
+    if .venv-torch/bin/python -c "import torch, transformers" 2>/dev/null; then
+        ref=$(.venv-torch/bin/python tests/bench_gpt2_torch.py "$2" "$3" "$4" "$5" "$6" "$7" 10 2>/dev/null |
+            awk -v ms="$ms" '{ printf "%.2f (%.2fx)", $1, ms / $1 }')
+    fi
+    printf "%-34s %9s %9s %18s\n" "$preset ($7 x $5)" "$ms" "$tok" "$ref"
+}
+gpt2_row gpt2-tiny 2 32 2 16 256 64
+gpt2_row gpt2-mini 4 128 4 64 256 16
+echo "(x: fsdp.c's time over PyTorch's; fsdp.c's ms/step includes its first step)"
+
 echo
 echo "------------------------------------------------------------------"
 matmul=tests/bench_matmul
