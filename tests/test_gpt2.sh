@@ -114,6 +114,14 @@ plan zero1 4.1875 "stage 1: 4 + 12/64"
 plan shard_grad_op 2.21875 "stage 2: 2 + 14/64, plus the 16-bit shard beside the full parameters"
 plan full_shard 0.25 "stage 3: 16/64"
 
+# --plan's compute, llm.c's count, by hand: gpt2 (124,439,808 parameters,
+# L 12, T 1024, D 768) on 8 ranks of batch 64, 8 sequences a rank
+out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 2>&1)
+want=$(awk 'BEGIN { printf "%.4g", (6 * 124439808 + 12 * 12 * 1024 * 768) * 8 * 1024 / 1e12 }')
+if grep -q "^  compute        $want TFLOP a step per rank" <<<"$out"; then
+  ok "--plan gpt2 on 8 ranks: $want TFLOP a step per rank, (6 N + 12 L T D) x 8192 tokens; $(grep -o '[0-9.]* ms a step on an H100 SXM' <<<"$out") at 40% of its bf16 peak"
+else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <<<"$out"; fi
+
 # llm.c's token files
 tokens() { # tokens FILE MAGIC VERSION COUNT_IN_HEADER MAX_TOKEN N
   python3 -c "import struct, sys
