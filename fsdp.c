@@ -2363,7 +2363,7 @@ static void sampler_local_sequences(const Corpus *c, uint64_t seed, int step, in
  *          the model FSDP wraps, with the hooks of section 8 at every module */
 #include "model/mlp.h"
 
-/* defines: gpt2_activations_alloc, gpt2_forward, gpt2_backward (GPT-2, on
+/* defines: gpt2_activations_alloc, gpt2_load_batch, gpt2_forward, gpt2_backward (GPT-2, on
  *          the same hooks; activation checkpointing reruns a whole block) */
 #include "model/gpt2.h"
 
@@ -2583,20 +2583,6 @@ static void grad_scaler_update(Trainer *t) {
  * its samples [micro * B, (micro + 1) * B) of the local batch are drawn on
  * the host and copied to the device (on the CPU, from one host buffer to
  * another). The K micro-batches together are the local batch. */
-static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micro) {
-    const Config *c = &t->cfg;
-    int B = t->micro_batch;
-    size_t bytes = (size_t)B * c->context * sizeof(int);
-    int *tokens = (int *)host_malloc(bytes, "draw a batch");
-    int *targets = (int *)host_malloc(bytes, "draw a batch");
-    sampler_local_sequences(corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
-                            c->context, tokens, targets);
-    dev_from_host(t->gpt.tokens, tokens, bytes);
-    dev_from_host(t->gpt.targets, targets, bytes);
-    free(tokens);
-    free(targets);
-}
-
 static void trainer_load_batch(Trainer *t, int step, int micro) {
     const Config *c = &t->cfg;
     int B = t->micro_batch;
@@ -2760,7 +2746,9 @@ static int ckpt_writes_file(const Trainer *t) {
 /* defines: ckpt_meta_of, ckpt_list, ckpt_prune, ckpt_remove_dir, ckpt_saves_after,
  *          ckpt_check_save_dir, ckpt_locate, ckpt_check_step, ckpt_check_model,
  *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files,
- *          shard_first_nonfinite, st_tensor_of, st_check_model, st_read_header */
+ *          shard_first_nonfinite, st_tensor_of, st_check_model, st_read_header,
+ *          and GPT-2's Hugging Face layout: export_param (Conv1D transposed),
+ *          gpt2_write_config (config.json), st_read_conv1d */
 #include "io/checkpoint.h"
 
 /* Writes this rank's shard file: a header saying whose shard it is (rank,
@@ -3013,47 +3001,6 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
  * nn.Module's load_state_dict() take the file as it is. Written beside the
  * path and renamed into place (files.c), like the checkpoints.
  * --------------------------------------------------------------------- */
-/* One parameter of a unit's full state (on the host) into the file, at
- * its place; a Conv1D weight transposed to Hugging Face's (in, out). */
-static void export_param(OutFile *f, const Param *p, const float *full, uint64_t at) {
-    size_t bytes = (size_t)p->numel * sizeof(float);
-    if (!p->conv1d) {
-        out_write_at(f, full + p->offset, bytes, at);
-        return;
-    }
-    float *t = (float *)host_malloc(bytes, "export a Conv1D weight");
-    transpose_into(t, full + p->offset, p->shape[0], p->shape[1]);
-    out_write_at(f, t, bytes, at);
-    free(t);
-}
-
-/* GPT-2's config.json beside the exported weights, so that Hugging Face's
- * GPT2LMHeadModel.from_pretrained(that directory) builds the same model:
- * gelu_new, LayerNorm eps 1e-5, no dropout, tied embeddings. The file is
- * named model.safetensors for from_pretrained to find it. */
-static int gpt2_write_config(Trainer *t, const char *path, char *err) {
-    const Config *c = &t->cfg;
-    char dir[1024], file[1100], text[1024];
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-    snprintf(file, sizeof(file), "%s/config.json", dir);
-    int n = snprintf(text, sizeof(text),
-                     "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                     "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_embd\": %d,\n"
-                     "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
-                     "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-                     "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-                     "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
-                     "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
-                     "  \"torch_dtype\": \"float32\"\n}\n",
-                     c->vocab, c->n_ctx, c->width, c->depth, c->n_head, c->vocab - 1, c->vocab - 1);
-    OutFile f;
-    memset(&f, 0, sizeof(f));
-    int rc = out_open(&f, "--export", file, err, 8192);
-    if (rc == 0) out_write(&f, text, (size_t)n);
-    return rc == 0 ? out_commit(&f, err, 8192) : rc;
-}
-
 static int trainer_export(Trainer *t, const char *path) {
     char err[8192] = "";
     int n = t->model.n_params, root = t->comm.rank == 0, rc = 0;
@@ -3099,23 +3046,6 @@ static int trainer_export(Trainer *t, const char *path) {
 
 /* Reads this rank's shard of every parameter from the safetensors file
  * (the header says where each tensor is). Returns 0 or 2. */
-/* Elements [a, b) of Conv1D weight p (offsets in its unit's flat
- * parameter) from the file's (in, out) copy at `at`: the file holds it
- * transposed, so a shard's slice of ours is scattered over the file's. */
-static int st_read_conv1d(int fd, uint64_t at, const Param *p, long a, long b, float *out) {
-    size_t bytes = (size_t)p->numel * sizeof(float);
-    float *file = (float *)host_malloc(bytes, "read a Conv1D weight");
-    float *ours = (float *)host_malloc(bytes, "read a Conv1D weight");
-    int rc = file_read_at(fd, file, bytes, at);
-    if (rc == 0) {
-        transpose_into(ours, file, p->shape[1], p->shape[0]);
-        memcpy(out, ours + (a - p->offset), (size_t)(b - a) * sizeof(float));
-    }
-    free(file);
-    free(ours);
-    return rc;
-}
-
 static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const char *path,
                           char *err, size_t errlen) {
     uint64_t size = 0;

@@ -41,7 +41,9 @@ static void optimizer_to_meta(const Config *c, CkptMeta *m) {
 /* The meta file's embed_dim: the MLP's, or GPT-2's n_head, which has no
  * field of its own (GPT-2 has no embed_dim; its other differences, the
  * parameters' names and wpe's n_ctx rows, the layout check compares). */
-static int meta_embed_dim(const Config *c) { return c->arch == ARCH_GPT2 ? c->n_head : c->embed_dim; }
+static int meta_embed_dim(const Config *c) {
+    return c->arch == ARCH_GPT2 ? c->n_head : c->embed_dim;
+}
 
 static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     const Config *c = &t->cfg;
@@ -447,8 +449,8 @@ static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *pat
             "depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same "
             "--model and "
             "overrides.",
-            path, m->embed_dim, m->context, m->width, m->depth, meta_embed_dim(c), c->context, c->width,
-            c->depth);
+            path, m->embed_dim, m->context, m->width, m->depth, meta_embed_dim(c), c->context,
+            c->width, c->depth);
     if (m->step > INT_MAX)
         return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path,
                            m->step);
@@ -726,4 +728,64 @@ static int st_read_header(const char *path, unsigned char **out, size_t *len, ui
     close(fd);
     if (!ok) return usage_error(err, errlen, "--init-from %s: the header is cut short.", path);
     return 0;
+}
+
+/* ---- GPT-2 in Hugging Face's layout -------------------------------------------- */
+
+/* One parameter of a unit's full state (on the host) into the file, at
+ * its place; a Conv1D weight transposed to Hugging Face's (in, out). */
+static void export_param(OutFile *f, const Param *p, const float *full, uint64_t at) {
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    if (!p->conv1d) {
+        out_write_at(f, full + p->offset, bytes, at);
+        return;
+    }
+    float *t = (float *)host_malloc(bytes, "export a Conv1D weight");
+    transpose_into(t, full + p->offset, p->shape[0], p->shape[1]);
+    out_write_at(f, t, bytes, at);
+    free(t);
+}
+
+/* GPT-2's config.json beside the exported weights, so that Hugging Face's
+ * GPT2LMHeadModel.from_pretrained(that directory) builds the same model:
+ * gelu_new, LayerNorm eps 1e-5, no dropout, tied embeddings. The file is
+ * named model.safetensors for from_pretrained to find it. */
+static int gpt2_write_config(Trainer *t, const char *path, char *err) {
+    const Config *c = &t->cfg;
+    char dir[1024], file[1100], text[1024];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    snprintf(file, sizeof(file), "%s/config.json", dir);
+    int n = snprintf(text, sizeof(text),
+                     "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                     "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_embd\": %d,\n"
+                     "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+                     "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                     "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+                     "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+                     "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
+                     "  \"torch_dtype\": \"float32\"\n}\n",
+                     c->vocab, c->n_ctx, c->width, c->depth, c->n_head, c->vocab - 1, c->vocab - 1);
+    OutFile f;
+    memset(&f, 0, sizeof(f));
+    int rc = out_open(&f, "--export", file, err, 8192);
+    if (rc == 0) out_write(&f, text, (size_t)n);
+    return rc == 0 ? out_commit(&f, err, 8192) : rc;
+}
+
+/* Elements [a, b) of Conv1D weight p (offsets in its unit's flat
+ * parameter) from the file's (in, out) copy at `at`: the file holds it
+ * transposed, so a shard's slice of ours is scattered over the file's. */
+static int st_read_conv1d(int fd, uint64_t at, const Param *p, long a, long b, float *out) {
+    size_t bytes = (size_t)p->numel * sizeof(float);
+    float *file = (float *)host_malloc(bytes, "read a Conv1D weight");
+    float *ours = (float *)host_malloc(bytes, "read a Conv1D weight");
+    int rc = file_read_at(fd, file, bytes, at);
+    if (rc == 0) {
+        transpose_into(ours, file, p->shape[1], p->shape[0]);
+        memcpy(out, ours + (a - p->offset), (size_t)(b - a) * sizeof(float));
+    }
+    free(file);
+    free(ours);
+    return rc;
 }

@@ -17,7 +17,9 @@
 
 /* Each sequence is T tokens and the T that follow them by one: position t
  * predicts token t+1, and the loss is the mean over all B*T positions. */
-static long gpt2_saved_blocks(const Config *c) { return c->activation_checkpointing ? 1 : c->depth; }
+static long gpt2_saved_blocks(const Config *c) {
+    return c->activation_checkpointing ? 1 : c->depth;
+}
 
 static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *c, int B) {
     long S = gpt2_saved_blocks(c), D = c->width, T = c->context, V = c->vocab, BT = B * T;
@@ -52,6 +54,23 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->d_att = activation_fp32(l, att);
     a->d_fc = activation(l, c, BT * 4 * D);
     a->d_fc_gelu = activation(l, c, BT * 4 * D);
+}
+
+/* Micro-batch `micro` of this rank's part of global batch `step`, drawn
+ * from `corpus` (the training corpus, or the validation tokens) and copied
+ * to the device, as trainer_load_batch does for the MLP */
+static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micro) {
+    const Config *c = &t->cfg;
+    int B = t->micro_batch;
+    size_t bytes = (size_t)B * c->context * sizeof(int);
+    int *tokens = (int *)host_malloc(bytes, "draw a batch");
+    int *targets = (int *)host_malloc(bytes, "draw a batch");
+    sampler_local_sequences(corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
+                            c->context, tokens, targets);
+    dev_from_host(t->gpt.tokens, tokens, bytes);
+    dev_from_host(t->gpt.targets, targets, bytes);
+    free(tokens);
+    free(targets);
 }
 
 /* Block l's saved buffers: its own with every block kept, else the one
