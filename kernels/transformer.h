@@ -255,7 +255,8 @@ static inline void attention_backward_gemm(float *dqkv, float *datt, const float
     for (int b = 0; b < B; b++) {
         const float *q = qkv + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
         const float *g = dy + (long)b * T * D, *p = att + b * H * TT;
-        float *dq = dqkv + (long)b * T * ld, *dk = dq + D, *dv = dq + 2 * D, *ds = datt + b * H * TT;
+        float *dq = dqkv + (long)b * T * ld, *dk = dq + D, *dv = dq + 2 * D,
+              *ds = datt + b * H * TT;
         /* dP^T (s, t) = v_s . dy_t */
         heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, ds, T, TT, H);
         FOR_EACH((long)H * T, causal_softmax_backward_row, ds, p, T);

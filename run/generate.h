@@ -75,7 +75,8 @@ static int tokenizer_load(Tokenizer *tk, const char *path, char *err, size_t err
     tk->len = (unsigned char *)host_calloc((size_t)tk->n, 1, "read the tokenizer");
     for (int i = 0; i < tk->n; i++) {
         tk->piece[i] = (char *)host_calloc(256, 1, "read the tokenizer");
-        if (fread(&tk->len[i], 1, 1, f) != 1 || fread(tk->piece[i], 1, tk->len[i], f) != tk->len[i]) {
+        if (fread(&tk->len[i], 1, 1, f) != 1 ||
+            fread(tk->piece[i], 1, tk->len[i], f) != tk->len[i]) {
             fclose(f);
             return usage_error(err, errlen, "--tokenizer %s: cut short at token %d of %d.", path,
                                i, tk->n);
