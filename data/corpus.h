@@ -158,7 +158,9 @@ static int corpus_load_file(Corpus *c, const char *flag, const char *path, const
     char why[1024];
     int fd = file_open_input(flag, path, &size, why, sizeof(why));
     if (fd < 0)
-        return usage_error(err, errlen, "%s Leave out %s to use the embedded corpus.", why, flag);
+        return usage_error(err, errlen, "%s Leave out %s to use %s.", why, flag,
+                           strcmp(flag, "--data") ? "the corpus's held-out last tenth"
+                                                  : "the embedded corpus");
     uint32_t head[3] = {0, 0, 0};
     if (size >= sizeof(head) && pread(fd, head, sizeof(head), 0) == (ssize_t)sizeof(head) &&
         head[0] == LLMC_TOKENS_MAGIC) {
