@@ -1,8 +1,9 @@
 /* ============================================================================
  * fsdp.c — Fully Sharded Data Parallel training, one readable file
  *
- * This file trains a small byte-level language model with FSDP (the ZeRO-3
- * idea) on N MPI ranks: CPU processes that each play one GPU, or real GPUs.
+ * This file trains a language model (a small byte-level MLP, or GPT-2 as
+ * Hugging Face builds it) with FSDP (the ZeRO-3 idea) on N MPI ranks: CPU
+ * processes that each play one GPU, or real GPUs.
  * Read it top to bottom: the sections follow the life of a training step.
  *
  *   1. checks and utilities          8. the unit lifecycle (the heart)
@@ -18,8 +19,8 @@
  * translation unit. Nothing here calls the program; the program calls this.
  * Some sections #include a header in place, under a "defines:" line: code
  * the section needs and a first reading may skip (the backend's two builds
- * in kernels/ and comm/, the corpus in data/, the model FSDP wraps in
- * model/, checkpoint plumbing in io/).
+ * in kernels/ and comm/, the corpus in data/, the models FSDP wraps in
+ * model/, checkpoint plumbing in io/, the simulator's record in sim/).
  *
  * The idea in one paragraph. Data parallel training keeps a full copy of the
  * model, its gradients and its optimizer state on every GPU (DDP). FSDP
@@ -513,6 +514,10 @@ static void ledger_release_all(Ledger *l) {
  * Gradients are averaged ("mean"): we sum, then divide by N once at the end.
  * ========================================================================== */
 
+/* defines: comm_event_add (a collective's record, for --trace),
+ *          comm_sim_queued, comm_sim_waited (the --net clock) */
+#include "sim/events.h"
+
 /* The one place every collective passes through: it tells the instruments
  * (which may check it, picture it, or in a fault test skip it: then it
  * returns 1 and nothing moves), counts the bytes and the simulated time,
@@ -544,27 +549,7 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, i
     c->sim_seconds[kind] += sim_seconds;
     h->t_start = now_seconds();
     h->sim_seconds = sim_seconds;
-    if (!c->keep_events) return 0; /* a long run without --trace keeps totals only */
-    if (c->n_events == c->cap_events) {
-        if (c->cap_events > INT_MAX / 4)
-            FATAL("record fewer --steps with --trace", "the trace has too many events");
-        c->cap_events = c->cap_events ? 2 * c->cap_events : 256;
-        c->events = (CommEvent *)host_realloc(c->events, (size_t)c->cap_events * sizeof(CommEvent),
-                                              "grow the event record");
-    }
-    CommEvent *e = &c->events[c->n_events];
-    e->kind = kind;
-    e->unit = unit;
-    e->count = count;
-    e->elem_bytes = c->elem_bytes;
-    e->group_world = g->world;
-    e->t_start = h->t_start;
-    e->t_end = h->t_start;
-    e->sim_seconds = sim_seconds;
-    e->step = c->step;
-    e->wait_begin = e->wait_end = 0.0;
-    e->shift_before = e->shift_after = c->sim_shift;
-    h->event = c->n_events++;
+    comm_event_add(c, h, count); /* with --trace; a long run without keeps the totals only */
     return 0;
 }
 
@@ -679,35 +664,6 @@ static void collective_run_host(Comm *c, const CommTask *k) {
         }
         break;
     }
-}
-
-/* The main thread waited for h from wb to we (this machine's clock). On the
- * --net schedule it waits from the same point of its own work until the
- * collective's simulated end, which may be sooner or later: the difference
- * moves every later moment of the main thread. Prefetching shows here: a
- * collective queued early has run by the time it is needed, and the wait
- * shrinks to nothing, however long the link takes. */
-static void comm_sim_waited(Comm *c, const CommHandle *h, double wb, double we) {
-    double sim_wb = wb + c->sim_shift, sim_we = fmax(sim_wb, h->sim_end);
-    double before = c->sim_shift;
-    c->sim_shift += (sim_we - sim_wb) - (we - wb);
-    if (h->event < 0) return;
-    CommEvent *e = &c->events[h->event];
-    e->wait_begin = wb;
-    e->wait_end = we;
-    e->shift_before = before;
-    e->shift_after = c->sim_shift;
-}
-
-/* The --net schedule: on a real link the stream starts a collective once it
- * is queued (at `now`) and the one before it is done, and it lasts what the
- * model says. Where the main thread has to wait for it is comm_sim_waited's
- * business. */
-static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
-    double sim_start = fmax(now + c->sim_shift, c->sim_stream_end);
-    c->sim_stream_end = sim_start + h->sim_seconds;
-    h->sim_end = c->sim_stream_end;
-    if (h->event >= 0) c->events[h->event].sim_start = sim_start;
 }
 
 /* defines: collective_run (a task on the group's buffers, wherever they live),
@@ -1477,50 +1433,9 @@ typedef struct {
     int mapped;           /* bytes is a read-only map of the --data file */
 } Corpus;
 
-/* What the forward pass saves for the backward pass, and the gradient
- * scratch the backward pass flows through. B is this rank's batch. */
-typedef struct {
-    unsigned char *tokens;    /* (B, T) context bytes */
-    int *targets;             /* (B) the byte that follows */
-    float *x_emb;             /* (B, T*C) concatenated embeddings              */
-    float *h;                 /* (L+1, B, D) residual stream before each block */
-    float *ln;                /* (L, B, D) block norm outputs */
-    float *ln_mean, *ln_rstd; /* (L, B) */
-    float *fc1;               /* (L, B, 4D) fc1 outputs, before GELU */
-    float *act;               /* (L, B, 4D) GELU outputs */
-    float *nf;                /* (B, D) norm_f output */
-    float *nf_mean, *nf_rstd; /* (B) */
-    float *logits, *probs;    /* (B, V) */
-    float *losses;            /* (B) each sample's loss */
-    float *d_logits;          /* (B, V) */
-    float *d_nf, *d_h, *d_ln; /* (B, D) */
-    float *d_act, *d_fc1;     /* (B, 4D) */
-    float *d_emb;             /* (B, T*C)                                      */
-} Activations;
-
-/* GPT-2's (model/gpt2.h), B sequences of T tokens (BT rows of width D).
- * Per block: S = L blocks' worth, or one with activation checkpointing. */
-typedef struct {
-    int *tokens, *targets;        /* (B, T) each: the targets are the tokens shifted by one */
-    float *res;                   /* (L+1, BT, D) the residual stream before each block */
-    float *ln1, *ln2;             /* (S, BT, D) ln_1, ln_2 outputs */
-    float *ln1_mean, *ln1_rstd;   /* (S, BT) */
-    float *ln2_mean, *ln2_rstd;   /* (S, BT) */
-    float *qkv;                   /* (S, BT, 3D) c_attn's output */
-    float *att;                   /* (S, B, H, T, T) attention probabilities (fp32) */
-    float *atty;                  /* (S, BT, D) attention output, c_proj's input */
-    float *res_mid;               /* (S, BT, D) residual after the attention branch */
-    float *fc, *fc_gelu;          /* (S, BT, 4D) c_fc's output, and after GELU */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, D), (BT), (BT) */
-    float *logits, *probs;        /* (BT, V) */
-    float *losses;                /* (BT) */
-    float *proj;                  /* (BT, D) a projection's output before it joins the stream */
-    float *d_logits;              /* (BT, V) */
-    float *d_res, *d_x, *d_atty;  /* (BT, D) */
-    float *d_qkv;                 /* (BT, 3D) */
-    float *d_att;                 /* (B, H, T, T) */
-    float *d_fc, *d_fc_gelu;      /* (BT, 4D) */
-} Gpt2Activations;
+/* defines: Activations (the byte MLP's), Gpt2Activations (GPT-2's): what a
+ *          forward saves for its backward */
+#include "model/activations.h"
 
 /* A unit's gradient reduction on its way: started by the unit's
  * post-backward hook, finished by the next one's (or at the end of
@@ -2167,29 +2082,6 @@ static float lr_at(const Config *c, long t) {
 
 static const char *const LR_SCHEDULE_NAMES[] = {"constant", "step", "cosine"};
 
-/* The schedule as meta.txt keeps it: the floats as their bits. */
-static void lr_schedule_to_meta(const Config *c, CkptMeta *m) {
-    snprintf(m->lr_schedule, sizeof(m->lr_schedule), "%s", LR_SCHEDULE_NAMES[c->lr_schedule]);
-    memcpy(&m->lr_bits, &c->lr, sizeof(float));
-    memcpy(&m->gamma_bits, &c->gamma, sizeof(float));
-    m->warmup = c->warmup;
-    m->step_size = c->step_size ? c->step_size : 1; /* only step uses it; 0 is "not given" */
-    m->schedule_steps = c->lr_schedule == LR_COSINE ? c->steps : 0; /* only cosine spans --steps */
-}
-
-static void lr_schedule_describe(const CkptMeta *m, char *out, size_t len) {
-    float lr, gamma;
-    memcpy(&lr, &m->lr_bits, sizeof(float));
-    memcpy(&gamma, &m->gamma_bits, sizeof(float));
-    snprintf(out, len, "--lr %g --lr-schedule %s --warmup %ld --step-size %ld --gamma %g%s",
-             (double)lr, m->lr_schedule, m->warmup, m->step_size, (double)gamma,
-             m->schedule_steps ? " (cosine over --steps " : "");
-    if (m->schedule_steps) {
-        size_t n = strlen(out);
-        snprintf(out + n, len - n, "%ld)", m->schedule_steps);
-    }
-}
-
 /* One step's hyperparameters, passed by value to every element. */
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt;
@@ -2649,18 +2541,6 @@ static float trainer_forward_only(Trainer *t) {
     return loss;
 }
 
-/* GPT-2's loss on `batches` batches of `val` (one micro-batch a rank
- * each), drawn as training draws its batches but from steps -1, -2, ...,
- * which training never uses: the same sequences for any number of ranks. */
-static float trainer_val_loss(Trainer *t, const Corpus *val, int batches) {
-    double loss = 0.0;
-    for (int k = 0; k < batches; k++) {
-        gpt2_load_batch(t, val, -1 - k, 0);
-        loss += trainer_forward_only(t);
-    }
-    return global_mean_loss(t, (float)(loss / batches));
-}
-
 float trainer_step(Trainer *t, int step) {
     int K = t->cfg.grad_accum;
     t->steps_run++;
@@ -2743,12 +2623,13 @@ static int ckpt_writes_file(const Trainer *t) {
     return t->comm.rank < t->shard_world;
 }
 
-/* defines: ckpt_meta_of, ckpt_list, ckpt_prune, ckpt_remove_dir, ckpt_saves_after,
- *          ckpt_check_save_dir, ckpt_locate, ckpt_check_step, ckpt_check_model,
+/* defines: ckpt_meta_of (with lr_schedule_to_meta), ckpt_list, ckpt_prune, ckpt_remove_dir,
+ *          ckpt_saves_after, ckpt_check_save_dir, ckpt_locate, ckpt_check_step, ckpt_check_model,
  *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files,
  *          shard_first_nonfinite, st_tensor_of, st_check_model, st_read_header,
- *          and GPT-2's Hugging Face layout: export_param (Conv1D transposed),
- *          gpt2_write_config (config.json), st_read_conv1d */
+ *          st_header_everywhere, export_print_done, and GPT-2's Hugging Face
+ *          layout: export_param (Conv1D transposed), gpt2_write_config
+ *          (config.json), st_read_conv1d */
 #include "io/checkpoint.h"
 
 /* Writes this rank's shard file: a header saying whose shard it is (rank,
@@ -3030,15 +2911,7 @@ static int trainer_export(Trainer *t, const char *path) {
     }
     if (root && rc == 0) rc = out_commit(&f, err, sizeof(err));
     if (root && rc == 0 && t->cfg.arch == ARCH_GPT2) rc = gpt2_write_config(t, path, err);
-    if (root && rc == 0)
-        printf("exported %ld parameters in %d tensors to %s (safetensors, F32, %s)\n",
-               trainer_num_params(t), n, path,
-               t->cfg.arch == ARCH_GPT2 ? "Hugging Face's GPT-2, with config.json beside it"
-                                        : "PyTorch names");
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (root && rc == 0 && t->cfg.arch == ARCH_GPT2 && strcmp(base, "model.safetensors") != 0)
-        printf("note: from_pretrained(directory) reads the file named model.safetensors there; "
-               "name the export so, or pass this file's path to its loader\n");
+    if (root && rc == 0) export_print_done(t, path, n);
     free(head);
     free(st);
     return ckpt_agree(t, rc, err);
@@ -3087,17 +2960,7 @@ static int trainer_init_from(Trainer *t, const char *path) {
     size_t len = 0;
     uint64_t file_size = 0;
     int rc = 0;
-    if (t->comm.rank == 0) rc = st_read_header(path, &head, &len, &file_size, err, sizeof(err));
-    if (ckpt_agree(t, rc, err)) {
-        free(head);
-        return 2;
-    }
-    unsigned long long sizes[2] = {len, file_size};
-    MPI_Bcast(sizes, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
-    len = (size_t)sizes[0];
-    file_size = sizes[1];
-    if (t->comm.rank != 0) head = (unsigned char *)host_malloc(len, "hold the safetensors header");
-    MPI_Bcast(head, (int)len, MPI_UNSIGNED_CHAR, 0, t->comm.comm);
+    if (st_header_everywhere(t, path, &head, &len, &file_size, err, sizeof(err))) return 2;
     StHeader h;
     memset(&h, 0, sizeof(h));
     int *map =

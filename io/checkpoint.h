@@ -5,7 +5,8 @@
  * fsdp.c includes it in place, in section 12. The lessons stay there: who
  * writes which shard (ckpt_save), and how a new world size reads the old
  * shards (ckpt_load_shards, ckpt_read_range). Here is what surrounds them:
- * meta.txt's description of a trainer (ckpt_meta_of), the step-N and
+ * meta.txt's description of a trainer (ckpt_meta_of, with the schedule's
+ * lr_schedule_to_meta and the optimizer's settings), the step-N and
  * .tmp-step-N directories (listing, pruning, removing only fsdp.c's own
  * files, the names a save needs), and every check of a checkpoint or a
  * safetensors file against the run that loads it (ckpt_check_*,
@@ -22,8 +23,29 @@ static uint32_t trainer_data_crc(Trainer *t) {
     return t->data_crc;
 }
 
-/* The metadata of this trainer's layout (files and data filled in by the
- * caller). Every rank can build it: the shard files carry its layout hash. */
+/* The schedule as meta.txt keeps it: the floats as their bits. */
+static void lr_schedule_to_meta(const Config *c, CkptMeta *m) {
+    snprintf(m->lr_schedule, sizeof(m->lr_schedule), "%s", LR_SCHEDULE_NAMES[c->lr_schedule]);
+    memcpy(&m->lr_bits, &c->lr, sizeof(float));
+    memcpy(&m->gamma_bits, &c->gamma, sizeof(float));
+    m->warmup = c->warmup;
+    m->step_size = c->step_size ? c->step_size : 1; /* only step uses it; 0 is "not given" */
+    m->schedule_steps = c->lr_schedule == LR_COSINE ? c->steps : 0; /* only cosine spans --steps */
+}
+
+static void lr_schedule_describe(const CkptMeta *m, char *out, size_t len) {
+    float lr, gamma;
+    memcpy(&lr, &m->lr_bits, sizeof(float));
+    memcpy(&gamma, &m->gamma_bits, sizeof(float));
+    snprintf(out, len, "--lr %g --lr-schedule %s --warmup %ld --step-size %ld --gamma %g%s",
+             (double)lr, m->lr_schedule, m->warmup, m->step_size, (double)gamma,
+             m->schedule_steps ? " (cosine over --steps " : "");
+    if (m->schedule_steps) {
+        size_t n = strlen(out);
+        snprintf(out + n, len - n, "%ld)", m->schedule_steps);
+    }
+}
+
 /* The optimizer's settings and MixedPrecision's formats as meta.txt keeps
  * them: the floats as their bits, so a resume can tell they are the same. */
 static void optimizer_to_meta(const Config *c, CkptMeta *m) {
@@ -45,6 +67,8 @@ static int meta_embed_dim(const Config *c) {
     return c->arch == ARCH_GPT2 ? c->n_head : c->embed_dim;
 }
 
+/* The metadata of this trainer's layout (files and data filled in by the
+ * caller). Every rank can build it: the shard files carry its layout hash. */
 static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
     const Config *c = &t->cfg;
     memset(m, 0, sizeof(*m));
@@ -730,6 +754,26 @@ static int st_read_header(const char *path, unsigned char **out, size_t *len, ui
     return 0;
 }
 
+/* Rank 0 reads the header and every rank receives its bytes, so that all
+ * judge the same file. Returns 0, or 2 with the message, on every rank. */
+static int st_header_everywhere(Trainer *t, const char *path, unsigned char **head, size_t *len,
+                                uint64_t *file_size, char *err, size_t errlen) {
+    int rc = 0;
+    *head = NULL;
+    if (t->comm.rank == 0) rc = st_read_header(path, head, len, file_size, err, errlen);
+    if (ckpt_agree(t, rc, err)) {
+        free(*head);
+        return 2;
+    }
+    unsigned long long sizes[2] = {*len, *file_size};
+    MPI_Bcast(sizes, 2, MPI_UNSIGNED_LONG_LONG, 0, t->comm.comm);
+    *len = (size_t)sizes[0];
+    *file_size = sizes[1];
+    if (t->comm.rank != 0) *head = (unsigned char *)host_malloc(*len, "hold the header");
+    MPI_Bcast(*head, (int)*len, MPI_UNSIGNED_CHAR, 0, t->comm.comm);
+    return 0;
+}
+
 /* ---- GPT-2 in Hugging Face's layout -------------------------------------------- */
 
 /* One parameter of a unit's full state (on the host) into the file, at
@@ -750,6 +794,8 @@ static void export_param(OutFile *f, const Param *p, const float *full, uint64_t
  * GPT2LMHeadModel.from_pretrained(that directory) builds the same model:
  * gelu_new, LayerNorm eps 1e-5, no dropout, tied embeddings. The file is
  * named model.safetensors for from_pretrained to find it. */
+/* config.json beside a GPT-2 export, as Hugging Face's from_pretrained()
+ * reads it: the shape, gelu_new, tied embeddings, no dropout. */
 static int gpt2_write_config(Trainer *t, const char *path, char *err) {
     const Config *c = &t->cfg;
     char dir[1024], file[1100], text[1024];
@@ -771,6 +817,19 @@ static int gpt2_write_config(Trainer *t, const char *path, char *err) {
     int rc = out_open(&f, "--export", file, err, 8192);
     if (rc == 0) out_write(&f, text, (size_t)n);
     return rc == 0 ? out_commit(&f, err, 8192) : rc;
+}
+
+/* What rank 0 prints after an export: how many tensors, whose names, and
+ * for GPT-2 the file name from_pretrained(directory) looks for. */
+static void export_print_done(const Trainer *t, const char *path, int n_tensors) {
+    int gpt2 = t->cfg.arch == ARCH_GPT2;
+    printf("exported %ld parameters in %d tensors to %s (safetensors, F32, %s)\n",
+           trainer_num_params(t), n_tensors, path,
+           gpt2 ? "Hugging Face's GPT-2, with config.json beside it" : "PyTorch names");
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (gpt2 && strcmp(base, "model.safetensors") != 0)
+        printf("note: from_pretrained(directory) reads the file named model.safetensors there; "
+               "name the export so, or pass this file's path to its loader\n");
 }
 
 /* Elements [a, b) of Conv1D weight p (offsets in its unit's flat

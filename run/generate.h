@@ -3,7 +3,7 @@
  * training loop: --val-data / --val-every, --sample with --temperature,
  * and llm.c's tokenizer file (--tokenizer) to print the tokens as text.
  *
- * defines: val_open, val_close, print_val_loss, sample_print
+ * defines: val_open, val_close, trainer_val_loss, print_val_loss, sample_print
  *
  * Plumbing: the program around fsdp.c (main.c includes it after fsdp.c).
  * Everything here runs on every rank, because a forward pass is
@@ -38,6 +38,18 @@ static int val_open(Trainer *t, Corpus *val, char *err, size_t errlen) {
 }
 static void val_close(const Config *c, Corpus *val) {
     if (c->val_every && c->val_path) corpus_release(val);
+}
+
+/* GPT-2's loss on `batches` batches of `val` (one micro-batch a rank
+ * each), drawn as training draws its batches but from steps -1, -2, ...,
+ * which training never uses: the same sequences for any number of ranks. */
+static float trainer_val_loss(Trainer *t, const Corpus *val, int batches) {
+    double loss = 0.0;
+    for (int k = 0; k < batches; k++) {
+        gpt2_load_batch(t, val, -1 - k, 0);
+        loss += trainer_forward_only(t);
+    }
+    return global_mean_loss(t, (float)(loss / batches));
 }
 
 static void print_val_loss(Trainer *t, const Corpus *val, int step) {

@@ -1,0 +1,52 @@
+/* ============================================================================
+ * model/activations.h — section 7 of fsdp.c, what the two models FSDP
+ * wraps keep between their forward and their backward: the byte MLP's
+ * (model/mlp.h) and GPT-2's (model/gpt2.h). The Trainer holds one of each
+ * (only the chosen model's is allocated); their memory is booked as
+ * activations in the ledger, which is all FSDP needs to know of them.
+ * ========================================================================== */
+
+/* What the forward pass saves for the backward pass, and the gradient
+ * scratch the backward pass flows through. B is this rank's batch. */
+typedef struct {
+    unsigned char *tokens;    /* (B, T) context bytes */
+    int *targets;             /* (B) the byte that follows */
+    float *x_emb;             /* (B, T*C) concatenated embeddings              */
+    float *h;                 /* (L+1, B, D) residual stream before each block */
+    float *ln;                /* (L, B, D) block norm outputs */
+    float *ln_mean, *ln_rstd; /* (L, B) */
+    float *fc1;               /* (L, B, 4D) fc1 outputs, before GELU */
+    float *act;               /* (L, B, 4D) GELU outputs */
+    float *nf;                /* (B, D) norm_f output */
+    float *nf_mean, *nf_rstd; /* (B) */
+    float *logits, *probs;    /* (B, V) */
+    float *losses;            /* (B) each sample's loss */
+    float *d_logits;          /* (B, V) */
+    float *d_nf, *d_h, *d_ln; /* (B, D) */
+    float *d_act, *d_fc1;     /* (B, 4D) */
+    float *d_emb;             /* (B, T*C)                                      */
+} Activations;
+
+/* GPT-2's (model/gpt2.h), B sequences of T tokens (BT rows of width D).
+ * Per block: S = L blocks' worth, or one with activation checkpointing. */
+typedef struct {
+    int *tokens, *targets;        /* (B, T) each: the targets are the tokens shifted by one */
+    float *res;                   /* (L+1, BT, D) the residual stream before each block */
+    float *ln1, *ln2;             /* (S, BT, D) ln_1, ln_2 outputs */
+    float *ln1_mean, *ln1_rstd;   /* (S, BT) */
+    float *ln2_mean, *ln2_rstd;   /* (S, BT) */
+    float *qkv;                   /* (S, BT, 3D) c_attn's output */
+    float *att;                   /* (S, B, H, T, T) attention probabilities (fp32) */
+    float *atty;                  /* (S, BT, D) attention output, c_proj's input */
+    float *res_mid;               /* (S, BT, D) residual after the attention branch */
+    float *fc, *fc_gelu;          /* (S, BT, 4D) c_fc's output, and after GELU */
+    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, D), (BT), (BT) */
+    float *logits, *probs;        /* (BT, V) */
+    float *losses;                /* (BT) */
+    float *proj;                  /* (BT, D) a projection's output before it joins the stream */
+    float *d_logits;              /* (BT, V) */
+    float *d_res, *d_x, *d_atty;  /* (BT, D) */
+    float *d_qkv;                 /* (BT, 3D) */
+    float *d_att;                 /* (B, H, T, T) */
+    float *d_fc, *d_fc_gelu;      /* (BT, 4D) */
+} Gpt2Activations;
