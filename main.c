@@ -528,6 +528,80 @@ static int stdout_is_open(void) {
     return 0;
 }
 
+/* --compare runs DDP (no_shard), then the sharded strategy asked for
+ * (full_shard if none was), each writing its --trace and --json to a file
+ * of its own beside the one named. */
+typedef struct {
+    Config ddp, fsdp;
+    char trace[2][1024], json[2][1024]; /* [0] DDP's, [1] the sharded run's */
+} Comparison;
+
+static void comparison_of(const Config *cfg, Comparison *k) {
+    memset(k, 0, sizeof(*k));
+    k->ddp = k->fsdp = *cfg;
+    k->ddp.strategy = STRATEGY_NO_SHARD;
+    k->ddp.cpu_offload = 0; /* no_shard computes with whole replicas on the device */
+    if (k->fsdp.strategy == STRATEGY_NO_SHARD) k->fsdp.strategy = STRATEGY_FULL_SHARD;
+    if (!cfg->compare) return;
+    Config *run[2] = {&k->ddp, &k->fsdp};
+    for (int i = 0; i < 2; i++) {
+        if (cfg->trace_path) {
+            trace_path_for(k->trace[i], sizeof(k->trace[i]), cfg->trace_path, run[i]->strategy);
+            run[i]->trace_path = k->trace[i];
+        }
+        if (cfg->json_path) {
+            trace_path_for(k->json[i], sizeof(k->json[i]), cfg->json_path, run[i]->strategy);
+            run[i]->json_path = k->json[i];
+        }
+    }
+}
+
+/* A --data or --val-data file is read whole once, by rank 0, before any
+ * rank starts: a bad one is refused before a trainer is built. */
+static int check_corpus_file(const char *flag, const char *path, const Config *cfg, char *err,
+                             size_t errlen) {
+    if (!path) return 0;
+    Corpus probe;
+    memset(&probe, 0, sizeof(probe));
+    int rc = corpus_load_file(&probe, flag, path, cfg, err, errlen);
+    corpus_release(&probe);
+    return rc;
+}
+
+/* Rank 0 checks every file the run names before any is touched: inputs
+ * readable and well formed, outputs writable, no two the same file.
+ * Returns 0, or 2 with the message (every rank then agrees on it). */
+static int check_files(const Config *cfg, const Comparison *k, char *err, size_t errlen) {
+    int rc = check_corpus_file("--data", cfg->data_path, cfg, err, errlen);
+    if (rc == 0) rc = check_corpus_file("--val-data", cfg->val_path, cfg, err, errlen);
+    if (rc == 0 && cfg->tokenizer_path) {
+        Tokenizer tk;
+        rc = tokenizer_load(&tk, cfg->tokenizer_path, err, errlen);
+        tokenizer_free(&tk);
+    }
+    int two = cfg->compare; /* the named --trace and --json become two files each */
+    NamedFile files[] = {{"--trace", two ? NULL : cfg->trace_path, 1, 0},
+                         {"--trace", two && cfg->trace_path ? k->trace[0] : NULL, 1, 0},
+                         {"--trace", two && cfg->trace_path ? k->trace[1] : NULL, 1, 0},
+                         {"--json", two ? NULL : cfg->json_path, 1, 0},
+                         {"--json", two && cfg->json_path ? k->json[0] : NULL, 1, 0},
+                         {"--json", two && cfg->json_path ? k->json[1] : NULL, 1, 0},
+                         {"--export", cfg->export_path, 1, 0},
+                         {"--save-dir", cfg->save_dir, 1, 1},
+                         {"--data", cfg->data_path, 0, 0},
+                         {"--init-from", cfg->init_from, 0, 0},
+                         {"--val-data", cfg->val_path, 0, 0},
+                         {"--tokenizer", cfg->tokenizer_path, 0, 0},
+                         {"--resume", cfg->resume_dir, 0, 1}};
+    int n_files = (int)(sizeof(files) / sizeof(files[0]));
+    for (int i = 0; i < n_files && rc == 0; i++)
+        if (files[i].output && !files[i].dir && files[i].path)
+            rc = file_check_output(files[i].flag, files[i].path, err, errlen);
+    if (rc == 0) rc = check_distinct_files(files, n_files, err, errlen);
+    if (rc == 0 && cfg->save_dir) rc = check_save_dir(cfg->save_dir, err, errlen);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (!stdout_is_open()) return 2;
     int provided = 0; /* section 4: the communication thread calls MPI beside the main thread */
@@ -539,64 +613,9 @@ int main(int argc, char **argv) {
     char err[4096];
     int rc = config_parse(&cfg, argc, argv, err, sizeof(err));
     if (rc == 0) rc = config_check_world(&cfg, world, err, sizeof(err));
-    /* Files: rank 0 checks them; all ranks agree on its verdict. */
-    char trace_ddp[1024] = "", trace_sharded[1024] = "", json_ddp[1024] = "",
-         json_sharded[1024] = "";
-    Config ddp = cfg, fsdp = cfg;
-    ddp.strategy = STRATEGY_NO_SHARD;
-    ddp.cpu_offload = 0; /* no_shard computes with whole replicas on the device: nothing to move */
-    if (fsdp.strategy == STRATEGY_NO_SHARD) fsdp.strategy = STRATEGY_FULL_SHARD;
-    if (rc == 0 && cfg.trace_path && cfg.compare) {
-        trace_path_for(trace_ddp, sizeof(trace_ddp), cfg.trace_path, ddp.strategy);
-        trace_path_for(trace_sharded, sizeof(trace_sharded), cfg.trace_path, fsdp.strategy);
-        ddp.trace_path = trace_ddp;
-        fsdp.trace_path = trace_sharded;
-    }
-    if (rc == 0 && cfg.json_path && cfg.compare) {
-        trace_path_for(json_ddp, sizeof(json_ddp), cfg.json_path, ddp.strategy);
-        trace_path_for(json_sharded, sizeof(json_sharded), cfg.json_path, fsdp.strategy);
-        ddp.json_path = json_ddp;
-        fsdp.json_path = json_sharded;
-    }
-    if (rc == 0 && rank == 0) {
-        if (cfg.data_path) {
-            Corpus probe;
-            memset(&probe, 0, sizeof(probe));
-            rc = corpus_load_file(&probe, "--data", cfg.data_path, &cfg, err, sizeof(err));
-            corpus_release(&probe);
-        }
-        if (rc == 0 && cfg.val_path) {
-            Corpus probe;
-            memset(&probe, 0, sizeof(probe));
-            rc = corpus_load_file(&probe, "--val-data", cfg.val_path, &cfg, err, sizeof(err));
-            corpus_release(&probe);
-        }
-        if (rc == 0 && cfg.tokenizer_path) {
-            Tokenizer tk;
-            rc = tokenizer_load(&tk, cfg.tokenizer_path, err, sizeof(err));
-            tokenizer_free(&tk);
-        }
-        NamedFile files[] = {
-            {"--trace", cfg.compare ? NULL : cfg.trace_path, 1, 0},
-            {"--trace", cfg.compare && cfg.trace_path ? trace_ddp : NULL, 1, 0},
-            {"--trace", cfg.compare && cfg.trace_path ? trace_sharded : NULL, 1, 0},
-            {"--json", cfg.compare ? NULL : cfg.json_path, 1, 0},
-            {"--json", cfg.compare && cfg.json_path ? json_ddp : NULL, 1, 0},
-            {"--json", cfg.compare && cfg.json_path ? json_sharded : NULL, 1, 0},
-            {"--export", cfg.export_path, 1, 0},
-            {"--save-dir", cfg.save_dir, 1, 1},
-            {"--data", cfg.data_path, 0, 0},
-            {"--init-from", cfg.init_from, 0, 0},
-            {"--val-data", cfg.val_path, 0, 0},
-            {"--tokenizer", cfg.tokenizer_path, 0, 0},
-            {"--resume", cfg.resume_dir, 0, 1}};
-        int n_files = (int)(sizeof(files) / sizeof(files[0]));
-        for (int i = 0; i < n_files && rc == 0; i++)
-            if (files[i].output && !files[i].dir && files[i].path)
-                rc = file_check_output(files[i].flag, files[i].path, err, sizeof(err));
-        if (rc == 0) rc = check_distinct_files(files, n_files, err, sizeof(err));
-        if (rc == 0 && cfg.save_dir) rc = check_save_dir(cfg.save_dir, err, sizeof(err));
-    }
+    Comparison both;
+    if (rc == 0) comparison_of(&cfg, &both);
+    if (rc == 0 && rank == 0) rc = check_files(&cfg, &both, err, sizeof(err));
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rc == 1) {
         if (rank == 0) config_usage(stdout);
@@ -618,12 +637,12 @@ int main(int argc, char **argv) {
     if (!cfg.compare) {
         run_training(&cfg, MPI_COMM_WORLD, 1);
     } else {
-        RunSummary a = run_training(&ddp, MPI_COMM_WORLD, 0);
+        RunSummary a = run_training(&both.ddp, MPI_COMM_WORLD, 0);
         if (rank == 0) printf("\n");
-        RunSummary b = run_training(&fsdp, MPI_COMM_WORLD, 0);
+        RunSummary b = run_training(&both.fsdp, MPI_COMM_WORLD, 0);
         if (rank == 0)
-            print_comparison(&a, strategy_name(ddp.strategy), &b, strategy_name(fsdp.strategy),
-                             fsdp.cpu_offload);
+            print_comparison(&a, strategy_name(both.ddp.strategy), &b,
+                             strategy_name(both.fsdp.strategy), both.fsdp.cpu_offload);
     }
     backend_release();
     return finish(0);

@@ -11,6 +11,10 @@ be a function, macro or type defined in section N of fsdp.c, and every
 main.c or run/ is reported with its file. It also checks the docs' other
 promise about fsdp.c: no line of it tests for __CUDACC__ (the CPU and GPU
 builds differ only behind the seam, kernels/backend.h and comm/device.h).
+And every other name in backquotes that looks like one of ours (snake_case,
+`name` or `name()`) must still be defined or used somewhere in the sources,
+unless it is one of the PyTorch or Hugging Face names listed in ELSEWHERE:
+a renamed or deleted function leaves no stale pointer behind.
 
   python3 tests/test_code_names.py             the docs of the repository
   python3 tests/test_code_names.py --self-test proves it reports a wrong
@@ -31,7 +35,17 @@ DEFINITION = re.compile(r"^(?:#define\s+([A-Za-z_]\w*)\(|(?!return\b)[A-Za-z_][\
 POINTER = re.compile(r"((?:`\w+`(?:,\s*|\s+and\s+|\s+or\s+)?)+)\s*(?:\(end of |\(|in )section (\d+)")
 
 
-INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io)/[^"]+)"')
+INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io|sim)/[^"]+\.h)"')
+SOURCES = ["fsdp.c", "fsdp.h", "main.c", "files.c", "files.h", "formats.c", "formats.h"] + sorted(
+    p for d in ("run", "kernels", "comm", "io", "model", "data", "sim", "exercises", "tests",
+                "bridge")
+    for p in glob.glob(f"{d}/*.[chp]*") if p != "tests/test_code_names.py")
+SNAKE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)(?:\(\))?`")
+# snake_case names the docs cite that are not ours: PyTorch's, Hugging Face's,
+# and a shell function lecture 7 defines in its own commands
+ELSEWHERE = {"device_mesh", "export_chrome_trace", "fully_shard", "nonwrapped_numel",
+             "param_init_fn", "process_group", "save_pretrained", "set_state_dict",
+             "wait_stream", "zero_grad", "loss_of"}
 
 
 def definitions(path, section=None):
@@ -84,6 +98,31 @@ def check(docs_text, algorithm, program):
     return results
 
 
+def name_results(docs_text, words):
+    """Every snake_case name in backquotes is a word of the sources (words)
+    or a name of PyTorch's listed in ELSEWHERE."""
+    results = []
+    for path, text in docs_text.items():
+        for no, line in enumerate(text.split("\n"), 1):
+            for name in SNAKE.findall(line):
+                if name in ELSEWHERE:
+                    continue
+                if name in words:
+                    results.append((True, f"{path}:{no}", f"{name} exists"))
+                else:
+                    results.append((False, f"{path}:{no}", f"{name}: in no source file (renamed? "
+                                    "if it is PyTorch's, add it to ELSEWHERE)"))
+    return results
+
+
+def source_words():
+    words = set()
+    for p in SOURCES:
+        with open(p, errors="replace") as f:
+            words |= set(re.findall(r"\b[A-Za-z_]\w*\b", f.read()))
+    return words
+
+
 def seam_results(fsdp_text):
     """The docs say the backend seam is all that differs between the CPU and
     GPU builds: no line of fsdp.c itself may test for CUDA."""
@@ -107,12 +146,16 @@ def main():
         got = [ok for ok, _, _ in check(fake, algorithm, program)]
         got += [ok for ok, _, _ in seam_results("int a;\n#ifdef __CUDACC__\n#endif\n")]
         got += [ok for ok, _, _ in seam_results("int a;\n")]
-        want = [False, False, False, False, True, False, True]
+        got += [ok for ok, _, _ in name_results({"fake.md": "`unit_gone()` and `zero_grad` "
+                                                              "and `unit_gather`"}, source_words())]
+        want = [False, False, False, False, True, False, True, False, True]
         print("self-test:", "reports a wrong section, a moved name, a missing name, a wrong "
-              "section number and an #ifdef __CUDACC__ in fsdp.c, and passes the right ones" if got == want else f"got {got}, want {want}")
+              "section number, an #ifdef __CUDACC__ in fsdp.c and a name no source has, and "
+              "passes the right ones" if got == want else f"got {got}, want {want}")
         return 0 if got == want else 1
     texts = {p: open(p).read() for p in DOCS}
     results = check(texts, algorithm, program) + seam_results(open("fsdp.c").read())
+    results += name_results(texts, source_words())
     for ok, where, message in results:
         print(f"{'ok  ' if ok else 'FAIL'} {where}: {message}")
     bad = sum(not ok for ok, _, _ in results)
