@@ -78,7 +78,7 @@ SIM_DEPS := $(SIM_SRC) files.h formats.h sim/sim.h
 # The program: fsdp.c (the algorithm) and main.c around it, which includes
 # fsdp.c and the plumbing headers in run/; fsdp.c includes kernels/ in place:
 # one translation unit.
-PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h run/generate.h kernels/backend.h kernels/layers.h \
+PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h run/generate.h run/roofline.h kernels/backend.h kernels/layers.h \
            kernels/transformer.h io/checkpoint.h comm/device.h comm/wire16.h data/corpus.h \
            sim/events.h model/activations.h model/mlp.h model/gpt2_tree.h model/gpt2.h
 

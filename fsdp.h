@@ -156,6 +156,7 @@ typedef struct {
     int activation_checkpointing; /* --activation-checkpointing: keep block inputs only */
     int tf32;               /* --tf32: cuBLAS may use TF32 tensor cores (GPU build) */
     int plan;               /* --plan: the ledger's figures for one step, nothing run */
+    const char *roofline;   /* --roofline GPU: --plan also counts the kernels (h100, ...) */
     /* checkpoints */
     const char *save_dir;    /* --save-dir: sharded checkpoints go here */
     int save_every;          /* --save-every K steps (and at the end) */

@@ -26,6 +26,9 @@
 /* defines: val_open, print_val_loss, sample_print, tokenizer_load (GPT-2) */
 #include "run/generate.h"
 
+/* defines: step_model_flops, print_roofline (--plan --roofline GPU) */
+#include "run/roofline.h"
+
 /* ------------------------------------------------------------------------
  * The training loop
  *
@@ -285,15 +288,10 @@ static void print_plan_row(const char *name, double bytes) {
  * MFU PyTorch FSDP and llm.c reach: an estimate to plan with, not a
  * measurement (nothing of the GPU build has run on a GPU yet). */
 static void print_plan_compute(const Trainer *t) {
-    const Config *c = &t->cfg;
-    int gpt2 = c->arch == ARCH_GPT2;
-    double tokens = (double)t->local_batch * (gpt2 ? c->context : 1);
-    double per_token = 6.0 * (double)t->model.total_numel;
-    if (gpt2) per_token += 12.0 * c->depth * (double)c->context * c->width;
-    double flops = per_token * tokens, at40 = 0.4e12;
+    double tokens = 0.0, flops = step_model_flops(t, &tokens), at40 = 0.4e12;
     printf("  compute        %.4g TFLOP a step per rank (llm.c's count: 6 x parameters%s a token, "
            "%.0f tokens)\n",
-           flops / 1e12, gpt2 ? " + 12 L T D" : "", tokens);
+           flops / 1e12, t->cfg.arch == ARCH_GPT2 ? " + 12 L T D" : "", tokens);
     printf("  at 40%% of a GPU's dense bf16 peak: %.1f ms a step on an H100 SXM (989 TFLOP/s), "
            "%.1f ms on an A100 (312)\n",
            1e3 * flops / (989 * at40), 1e3 * flops / (312 * at40));
@@ -349,6 +347,7 @@ static void run_plan(const Config *cfg, MPI_Comm comm) {
             printf("  %-14s %4ld calls, %18.0f bytes sent per rank in a step\n", COMM_KIND_NAMES[k],
                    t->comm.calls[k] - calls[k], t->comm.bytes_sent[k] - bytes[k]);
         print_plan_compute(t);
+        if (cfg->roofline) print_roofline(t, cfg->roofline);
         if (cfg->vram) {
             char a[32], b[32];
             double over = peak[MEM_NUM_CATEGORIES] - (double)cfg->vram;

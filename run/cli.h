@@ -115,6 +115,8 @@ static const char USAGE[] =
     "  --plan                print each rank's memory by category for two steps, from the\n"
     "                        ledger, without allocating or training: any model size;\n"
     "                        and a step's compute, with its time on an H100 or A100\n"
+    "  --roofline GPU        with --plan: every kernel's FLOPs and bytes, and the least\n"
+    "                        time each takes on GPU (h100, h200, a100), in fp32 and bf16\n"
     "checkpoints\n"
     "  --save-dir DIR        write sharded checkpoints to DIR/step-N (at the end, and\n"
     "  --save-every K        every K steps); the two newest are kept\n"
@@ -563,6 +565,13 @@ static int config_set_parallel(Config *c, const char *flag, const char *val, cha
         else return usage_error(err, errlen, "--limit-all-gathers: '%s'; give on or off.", val);
         return 0;
     }
+    if (!strcmp(flag, "--roofline")) {
+        if (strcmp(val, "h100") && strcmp(val, "h200") && strcmp(val, "a100"))
+            return usage_error(err, errlen,
+                               "--roofline: no peaks for '%s'. Choose h100, h200 or a100.", val);
+        c->roofline = val;
+        return 0;
+    }
     if (!strcmp(flag, "--collectives")) {
         if (!strcmp(val, "ring")) c->collectives = COLLECTIVES_RING;
         else if (!strcmp(val, "mpi")) c->collectives = COLLECTIVES_MPI;
@@ -660,6 +669,7 @@ static int flag_takes_value(const char *flag) {
                                         "--strategy",
                                         "--ranks-per-node",
                                         "--collectives",
+                                        "--roofline",
                                         "--steps",
                                         "--batch",
                                         "--grad-accum",
@@ -739,9 +749,9 @@ static int config_each_option(Config *c, int argc, char **argv, int only_model, 
                 return usage_error(err, errlen, "%s needs a value. See --help.", arg);
             val = argv[++i];
         }
-        int rc = only_model
-                     ? (!strcmp(arg, "--model") ? config_apply_preset(c, val, err, errlen) : 0)
-                     : config_set(c, arg, val, err, errlen);
+        int rc = 0;
+        if (!only_model) rc = config_set(c, arg, val, err, errlen);
+        else if (!strcmp(arg, "--model")) rc = config_apply_preset(c, val, err, errlen);
         if (rc) return rc;
     }
     return 0;
@@ -838,6 +848,9 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
             "on the device, which the model computes with. Use a sharded strategy "
             "(full_shard, shard_grad_op or the hybrid ones) with it.",
             strategy_name(c->strategy));
+    if (c->roofline && !c->plan)
+        return usage_error(err, errlen,
+                           "--roofline counts the kernels of the step --plan books: add --plan.");
     if (c->plan &&
         (c->compare || c->trace_path || c->json_path || c->step_mode || c->view ||
          c->check_collectives || c->save_dir || c->resume_dir || c->export_path || c->init_from))

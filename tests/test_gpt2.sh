@@ -122,6 +122,29 @@ if grep -q "^  compute        $want TFLOP a step per rank" <<<"$out"; then
   ok "--plan gpt2 on 8 ranks: $want TFLOP a step per rank, (6 N + 12 L T D) x 8192 tokens; $(grep -o '[0-9.]* ms a step on an H100 SXM' <<<"$out") at 40% of its bf16 peak"
 else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <<<"$out"; fi
 
+# --roofline: the kernels' count, held to two hand counts and to the line
+# above. The Linear and Conv1D GEMMs of a token: 24 D^2 a block forward
+# (c_attn 3, attn.c_proj 1, c_fc 4, mlp.c_proj 4, 2 flops each), lm_head
+# 2 D V, and three times that with backward; GELU reads and writes 4D a
+# token a block forward, reads two and writes one backward: 5 x 4D fp32
+# values. All kernels together are llm.c's count less the few parameters
+# that are not in a GEMM (wpe, LayerNorms, biases): within 1%.
+out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 2>&1)
+mm=$(awk 'BEGIN { printf "%.1f", (3 * (24 * 12 * 768 * 768 + 2 * 768 * 50257)) * 8192 / 1e9 }')
+gelu=$(awk 'BEGIN { printf "%.3f", 5 * 4 * 768 * 12 * 8192 * 4 / 1e9 }')
+total=$(awk '/^  total +[0-9]/ { print $2 }' <<<"$out")
+if grep -Eq "^  matmuls \(Linear, Conv1D\) +$mm " <<<"$out" &&
+   grep -Eq "^  gelu +[0-9.]+ +$gelu " <<<"$out" &&
+   awk -v t="$total" -v w="$want" 'BEGIN { d = t / (w * 1000) - 1; exit !(d < 0.01 && d > -0.01) }'; then
+  ok "--roofline h100: the GEMMs' $mm GFLOP and GELU's $gelu GB as counted by hand; all kernels $total GFLOP, llm.c's $want TFLOP within 1%; $(grep 'bf16 (the goal)' <<<"$out" | xargs)"
+else bad "--roofline's table, expected matmuls $mm GFLOP, gelu $gelu GB, a total near $want TFLOP:"; grep -A16 '^roofline' <<<"$out"; fi
+for bad_args in "--roofline h100" "--plan --roofline v100"; do
+  # shellcheck disable=SC2086  # the flags are a word list
+  if ./fsdp $bad_args >"$D/out" 2>"$D/err"; then rc=0; else rc=$?; fi
+  if [ $rc -eq 2 ] && grep -q "^error: --roofline" "$D/err"; then ok "$bad_args: exit 2, $(head -1 "$D/err")"
+  else bad "$bad_args: exit $rc"; cat "$D/err"; fi
+done
+
 # llm.c's token files
 tokens() { # tokens FILE MAGIC VERSION COUNT_IN_HEADER MAX_TOKEN N
   python3 -c "import struct, sys

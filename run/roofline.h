@@ -1,0 +1,249 @@
+/* ============================================================================
+ * run/roofline.h — --plan --roofline GPU: what a step's kernels cost on a
+ * GPU, counted, before one has run.
+ *
+ * defines: step_model_flops, roofline_count, print_roofline
+ *
+ * Each kernel of one rank's step is listed with the floating-point
+ * operations it does and the bytes it reads and writes in the GPU's
+ * memory. A kernel can go no faster than the larger of FLOPs / the GPU's
+ * peak and bytes / its memory bandwidth: the roofline model. A GEMM of
+ * width D does about D/3 flops a byte it moves, so it is bound by compute;
+ * a LayerNorm or a GELU does a few flops a value, so it is bound by memory.
+ * Summed, the roofline is the least time the step can take: a kernel that
+ * reaches it is perfect, and today's simpler kernels (one thread a row in
+ * LayerNorm, one thread a column in the bias gradients) take longer.
+ *
+ * Two columns, for two ways to store the values:
+ *   fp32  the GPU build as it is: fp32 values, cuBLAS's fp32 GEMMs on the
+ *         fp32 units (no tensor core), 4 bytes a value;
+ *   bf16  the path llm.c and PyTorch's mixed precision take: parameters,
+ *         activations and gradients in 16 bits, GEMMs on the tensor cores
+ *         (fp32 accumulation); LayerNorm's statistics, the loss's
+ *         probabilities and AdamW's master weights and moments in fp32.
+ * The ceiling on MFU (model FLOPs / the step's time / the bf16 peak, the
+ * figure PyTorch and llm.c report) follows: with fp32 GEMMs it can never
+ * pass fp32 peak / bf16 peak, 7% on an H100.
+ *
+ * Not counted: collectives (they run on the communication stream beside
+ * these; the plan's table above gives their bytes, and --net prices
+ * them), zeroing and copies, kernel launch gaps.
+ * ========================================================================== */
+
+/* Dense peaks from the vendors' data sheets (no sparsity), and HBM's
+ * bandwidth. */
+typedef struct {
+    const char *flag, *name;
+    double fp32, tf32, bf16; /* TFLOP/s */
+    double tbps;             /* TB/s */
+} GpuPeaks;
+
+static const GpuPeaks GPU_PEAKS[] = {
+    {"h100", "an H100 SXM", 66.9, 494.7, 989.4, 3.35},
+    {"h200", "an H200 SXM", 66.9, 494.7, 989.4, 4.8},
+    {"a100", "an A100 SXM 80 GB", 19.5, 156.0, 312.0, 2.039},
+};
+
+/* One line of the table: a kind of kernel, summed over the step. Values
+ * that are 16-bit on the bf16 path are counted apart from those that stay
+ * fp32 on both (statistics, optimizer state). */
+typedef struct {
+    const char *name;
+    int gemm; /* runs on cuBLAS: the fp32 or tensor-core peak; else memory */
+    double flops, values16, values32;
+} KernelCost;
+
+enum { ROOFLINE_MAX = 16 };
+typedef struct {
+    KernelCost k[ROOFLINE_MAX];
+    int n;
+} Roofline;
+
+static void roof_add(Roofline *r, const char *name, int gemm, double flops, double values16,
+                     double values32) {
+    int i = 0;
+    while (i < r->n && strcmp(r->k[i].name, name) != 0) i++;
+    if (i == r->n) {
+        if (r->n == ROOFLINE_MAX) FATAL("raise ROOFLINE_MAX", "too many kinds of kernel");
+        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0};
+    }
+    r->k[i].flops += flops;
+    r->k[i].values16 += values16;
+    r->k[i].values32 += values32;
+}
+
+/* C (M x N) = A (M x K) B (K x N): 2MNK flops; A and B read, C written. */
+static void roof_gemm(Roofline *r, const char *name, double M, double N, double K) {
+    roof_add(r, name, 1, 2.0 * M * N * K, M * K + K * N + M * N, 0.0);
+}
+
+/* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
+ * (the input's gradient, the weight's) and its bias gradient (a column
+ * sum of the output's gradient). */
+static void roof_linear(Roofline *r, double R, double in, double out, int backward) {
+    if (!backward) {
+        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in);
+        return;
+    }
+    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R);
+    roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out);
+}
+
+/* LayerNorm over R rows of D: forward reads x and writes y and two
+ * statistics a row; backward reads dy and x, writes dx, and adds into
+ * the weight's and bias's gradients. */
+static void roof_layernorm(Roofline *r, double R, double D, int backward) {
+    if (!backward) roof_add(r, "layernorm", 0, 8.0 * R * D, 2.0 * R * D, 2.0 * R);
+    else roof_add(r, "layernorm", 0, 14.0 * R * D, 3.0 * R * D, 2.0 * R + 2.0 * D);
+}
+
+/* An element-wise pass over n values reading `reads` arrays of n and
+ * writing one, `flops` flops a value. */
+static void roof_elementwise(Roofline *r, const char *name, double n, int reads, double flops) {
+    roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0);
+}
+
+/* Causal attention on B sequences of T tokens, H heads of D/H: the
+ * batched GEMMs of kernels/transformer.h (forward QK^T and PV; backward
+ * four: dP, dV, dQ, dK) and the softmax between them, over B*H*T^2
+ * scores (computed whole; the mask zeroes the upper triangle). */
+static void roof_attention(Roofline *r, double B, double T, double D, double H, int backward) {
+    double BTD = B * T * D, scores = B * H * T * T, qk = 2.0 * B * T * T * D;
+    if (!backward) {
+        roof_add(r, "attention GEMMs (QK^T, PV)", 1, 2.0 * qk, 2.0 * scores + 4.0 * BTD, 0.0);
+        roof_add(r, "attention softmax", 0, 5.0 * scores, 2.0 * scores, 0.0);
+    } else {
+        roof_add(r, "attention GEMMs (QK^T, PV)", 1, 4.0 * qk, 4.0 * scores + 8.0 * BTD, 0.0);
+        roof_add(r, "attention softmax", 0, 4.0 * scores, 3.0 * scores, 0.0);
+    }
+}
+
+/* One GPT-2 block on B sequences (model/gpt2.h's order). */
+static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward) {
+    double T = c->context, D = c->width, BT = B * T;
+    roof_layernorm(r, BT, D, backward);
+    roof_linear(r, BT, D, 3 * D, backward); /* c_attn */
+    roof_attention(r, B, T, D, c->n_head, backward);
+    roof_linear(r, BT, D, D, backward); /* attn.c_proj */
+    roof_elementwise(r, "residual adds", BT * D, 2, 1.0);
+    roof_layernorm(r, BT, D, backward);
+    roof_linear(r, BT, D, 4 * D, backward); /* c_fc */
+    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0);
+    roof_linear(r, BT, 4 * D, D, backward); /* mlp.c_proj */
+    roof_elementwise(r, "residual adds", BT * D, 2, 1.0);
+}
+
+/* One block of the byte MLP on B samples (model/mlp.h's order). */
+static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward) {
+    double W = c->width;
+    roof_layernorm(r, B, W, backward);
+    roof_linear(r, B, W, 4 * W, backward); /* fc1 */
+    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0);
+    roof_linear(r, B, 4 * W, W, backward); /* fc2 */
+    roof_elementwise(r, "residual adds", B * W, 2, 1.0);
+}
+
+/* The loss over R rows of V logits: softmax, log-likelihood and its
+ * gradient, with the probabilities kept in fp32 (model/mlp.h, gpt2.h). */
+static void roof_cross_entropy(Roofline *r, double R, double V) {
+    roof_add(r, "cross-entropy (softmax over V)", 0, 6.0 * R * V, 2.0 * R * V, 2.0 * R * V);
+}
+
+/* One micro-batch of B sequences (GPT-2) or samples (the MLP), forward and
+ * backward; activation checkpointing runs each block's forward twice. */
+static void roof_micro_batch(Roofline *r, const Config *c, double B) {
+    int gpt2 = c->arch == ARCH_GPT2, forwards = c->activation_checkpointing ? 2 : 1;
+    double T = c->context, D = c->width, V = c->vocab;
+    double R = gpt2 ? B * T : B; /* rows the head sees */
+    if (gpt2) roof_add(r, "embeddings", 0, R * D, 3.0 * R * D, 0.0); /* wte + wpe */
+    else roof_add(r, "embeddings", 0, 0.0, 2.0 * R * T * c->embed_dim, 0.0);
+    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0); /* proj_in */
+    for (int f = 0; f < forwards; f++)
+        for (int l = 0; l < c->depth; l++)
+            if (gpt2) roof_gpt2_block(r, c, B, 0);
+            else roof_mlp_block(r, c, B, 0);
+    roof_layernorm(r, R, D, 0); /* ln_f, norm_f */
+    roof_linear(r, R, D, V, 0); /* lm_head, head */
+    roof_cross_entropy(r, R, V);
+    roof_linear(r, R, D, V, 1);
+    roof_layernorm(r, R, D, 1);
+    for (int l = 0; l < c->depth; l++)
+        if (gpt2) roof_gpt2_block(r, c, B, 1);
+        else roof_mlp_block(r, c, B, 1);
+    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1);
+    /* the embeddings' gradient: each row added into its token's (fp32) */
+    roof_add(r, "embeddings", 0, R * D, R * D, 2.0 * R * D);
+}
+
+/* A step's kernels on this rank: K micro-batches, then AdamW on its
+ * shards (fp32 master, moments and gradient: 7 values an element read
+ * or written; its 16-bit copy for the next gather), and the clipping
+ * norm's pass over the gradient. */
+static void roofline_count(const Trainer *t, Roofline *r) {
+    const Config *c = &t->cfg;
+    memset(r, 0, sizeof(*r));
+    for (int m = 0; m < c->grad_accum; m++) roof_micro_batch(r, c, t->micro_batch);
+    double shard = 0.0;
+    for (int ui = 0; ui < t->n_units; ui++) shard += (double)t->units[ui].shard; /* no_shard: all */
+    roof_add(r, "AdamW (this rank's shards)", 0, 12.0 * shard, shard, 7.0 * shard);
+    if (c->clip_grad_norm > 0.0f) roof_add(r, "gradient norm (clipping)", 0, 2.0 * shard, 0, shard);
+}
+
+/* llm.c's count of a step's model FLOPs on this rank (main.c's compute
+ * line): 6 a parameter a token, and GPT-2's attention 12 L T D a token. */
+static double step_model_flops(const Trainer *t, double *tokens) {
+    const Config *c = &t->cfg;
+    int gpt2 = c->arch == ARCH_GPT2;
+    *tokens = (double)t->local_batch * (gpt2 ? c->context : 1);
+    double per_token = 6.0 * (double)t->model.total_numel;
+    if (gpt2) per_token += 12.0 * c->depth * (double)c->context * c->width;
+    return per_token * *tokens;
+}
+
+static double roof_seconds(const KernelCost *k, double peak_tflops, int bytes16, double tbps) {
+    double bytes = bytes16 * k->values16 + 4.0 * k->values32;
+    return fmax(k->flops / (peak_tflops * 1e12), bytes / (tbps * 1e12));
+}
+
+static void print_roofline(const Trainer *t, const char *gpu) {
+    const GpuPeaks *g = &GPU_PEAKS[0];
+    for (size_t i = 0; i < sizeof(GPU_PEAKS) / sizeof(GPU_PEAKS[0]); i++)
+        if (!strcmp(gpu, GPU_PEAKS[i].flag)) g = &GPU_PEAKS[i];
+    Roofline r;
+    roofline_count(t, &r);
+    printf("roofline on %s: fp32 %.1f, TF32 %.1f, bf16 %.1f TFLOP/s dense; %.2f TB/s\n"
+           "  one rank's step, kernel by kernel; each takes at least max(FLOPs / peak, bytes / "
+           "bandwidth)\n",
+           g->name, g->fp32, g->tf32, g->bf16, g->tbps);
+    printf("  %-32s %12s %11s %11s %11s\n", "kernel", "GFLOP", "GB (fp32)", "ms fp32", "ms bf16");
+    double total[2] = {0.0, 0.0}, flops = 0.0;
+    for (int i = 0; i < r.n; i++) {
+        const KernelCost *k = &r.k[i];
+        double now = roof_seconds(k, k->gemm ? g->fp32 : 1e9, 4, g->tbps);
+        double goal = roof_seconds(k, k->gemm ? g->bf16 : 1e9, 2, g->tbps);
+        total[0] += now;
+        total[1] += goal;
+        flops += k->flops;
+        printf("  %-32s %12.1f %11.3f %11.3f %11.3f%s\n", k->name, k->flops / 1e9,
+               (4.0 * (k->values16 + k->values32)) / 1e9, 1e3 * now, 1e3 * goal,
+               k->gemm ? "" : "  (memory)");
+    }
+    double tokens = 0.0, model = step_model_flops(t, &tokens);
+    printf("  %-32s %12.1f %11s %11.3f %11.3f\n", "total", flops / 1e9, "", 1e3 * total[0],
+           1e3 * total[1]);
+    printf("  model FLOPs %.4g TFLOP (6 x parameters%s a token); at best:\n", model / 1e12,
+           t->cfg.arch == ARCH_GPT2 ? " + 12 L T D" : "");
+    const char *path[2] = {"fp32 (as built)", "bf16 (the goal)"};
+    for (int i = 0; i < 2; i++)
+        printf("    %-16s %10.0f tokens/s %6.1f%% MFU (of the bf16 peak)\n", path[i],
+               tokens / total[i], 100.0 * model / (total[i] * g->bf16 * 1e12));
+    double attention = 0.0;
+    for (int i = 0; i < r.n; i++)
+        if (!strncmp(r.k[i].name, "attention", 9))
+            attention += roof_seconds(&r.k[i], r.k[i].gemm ? g->bf16 : 1e9, 2, g->tbps);
+    if (attention > 0.0)
+        printf("  attention is %.0f%% of the bf16 time, most of it moving the B*H*T^2 scores "
+               "through memory: FlashAttention keeps them on chip\n",
+               100.0 * attention / total[1]);
+}
