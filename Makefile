@@ -221,6 +221,10 @@ fsdp-gpu: $(PROGRAM) $(SIM_DEPS) | mpi
 tests/bench_gpu: tests/bench_gpu.cu | mpi
 	$(NVCC) -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $< -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas
 
+# Whether CUDA can use a GPU here (tests/lib.sh's find_gpus asks after nvidia-smi)
+tests/gpu_probe: tests/gpu_probe.cu
+	$(NVCC) -O2 -std=c++17 $(GPU_WARNINGS) $< -o $@
+
 # On a machine with an NVIDIA GPU. The scripts look for a GPU first and build
 # what they need after (fsdp, fsdp-gpu, tests/st_diff, tests/bench_gpu), so a
 # machine without one (or without nvcc) gets the reason, not a build error.

@@ -603,6 +603,7 @@ static int check_files(const Config *cfg, const Comparison *k, char *err, size_t
 
 int main(int argc, char **argv) {
     if (!stdout_is_open()) return 2;
+    backend_choose_device_early(); /* section 2: before a CUDA-aware MPI opens a context */
     int provided = 0; /* section 4: the communication thread calls MPI beside the main thread */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank = 0, world = 1;

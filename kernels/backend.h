@@ -238,35 +238,80 @@ static unsigned blocks_for(long n) { return (unsigned)((n + 255) / 256); }
  * variable), or else as MPI works it out, modulo the GPUs it can see (a
  * launcher that gives each rank its own GPU shows it one). NCCL needs a GPU
  * per rank; ring and mpi let ranks share one, as a lab with one GPU does. */
-static int local_rank(MPI_Comm node) {
+static int launcher_local_rank(void) {
     static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"};
     for (int i = 0; i < 3; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v) return atoi(v);
     }
-    int r = 0;
-    mpiCheck(MPI_Comm_rank(node, &r));
+    return -1; /* no launcher said */
+}
+static int local_rank(MPI_Comm node) {
+    int r = launcher_local_rank();
+    if (r < 0) mpiCheck(MPI_Comm_rank(node, &r));
     return r;
 }
 
-/* With NCCL, two ranks of a node on one GPU (the same PCI bus id) would stop
- * NCCL with "Duplicate GPU detected": say so first, and what to do. */
-static void gpu_check_shared(const Config *cfg, MPI_Comm node, const char *bus, char *why,
-                             size_t len) {
-    int n = 1, me = 0;
+/* Before MPI_Init. A CUDA-aware MPI (Open MPI over UCX, HPC-X, MVAPICH)
+ * opens a CUDA context on the current device as it starts: GPU 0, unless
+ * the device was chosen first, and then every rank of a node holds memory
+ * on GPU 0. The launcher's local rank is known before MPI is, so the
+ * device is chosen now; backend_init checks the choice once MPI runs. */
+static void backend_choose_device_early(void) {
+    int local = launcher_local_rank(), count = 0;
+    if (local < 0 || cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return;
+    cudaSetDevice(local % count);
+}
+
+/* Why no GPU can be used, in words: cudaGetDeviceCount's error, and for
+ * the usual one, a driver older than the CUDA this binary was built with,
+ * both versions (CUDA 13 needs a driver of the 580 series or later). */
+static void gpu_count_failure(cudaError_t err, int count, const char *host, char *why, size_t len) {
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (err == cudaErrorInsufficientDriver && driver > 0)
+        snprintf(why, len,
+                 "the NVIDIA driver on %s is too old for this binary: it runs CUDA %d.%d at "
+                 "most, and ./fsdp-gpu was built with CUDA %d.%d.\nHINT: update the driver, or "
+                 "build with the CUDA toolkit the driver supports (nvidia-smi shows its \"CUDA "
+                 "Version\").",
+                 host, driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+    else
+        snprintf(why, len,
+                 "no CUDA GPU is visible on %s (cudaGetDeviceCount: %s).\n"
+                 "HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES; without a GPU, run the "
+                 "simulator build ./fsdp with the same flags.",
+                 host, err != cudaSuccess ? cudaGetErrorString(err) : (count ? "?" : "0 devices"));
+}
+
+/* Two ranks of a node on one GPU (the same PCI bus id): NCCL would stop
+ * with "Duplicate GPU detected", and a GPU in exclusive-process compute
+ * mode lets only one process at a time create a context on it. Say so
+ * first, and what to do. */
+static void gpu_check_shared(const Config *cfg, MPI_Comm node, const char *bus, int mode,
+                             char *why, size_t len) {
+    int n = 1, me = 0, shared = 0;
     MPI_Comm_size(node, &n);
     MPI_Comm_rank(node, &me);
     char *all = (char *)host_calloc((size_t)n, 32, "compare GPUs");
     mpiCheck(MPI_Allgather(bus, 32, MPI_CHAR, all, 32, MPI_CHAR, node));
-    for (int r = 0; r < n && !why[0] && cfg->collectives == COLLECTIVES_NCCL; r++)
-        if (r != me && bus[0] && !strcmp(all + 32L * r, bus))
-            snprintf(why, len,
-                     "this rank and another on the same node would both use GPU %s, and NCCL "
-                     "needs a GPU per rank (it stops with \"Duplicate GPU detected\").\n"
-                     "HINT: add --collectives mpi to let ranks share a GPU (buffers are staged "
-                     "through host memory), or start at most as many ranks per node as GPUs.",
-                     bus);
+    for (int r = 0; r < n; r++) shared |= r != me && bus[0] && !strcmp(all + 32L * r, bus);
     free(all);
+    if (why[0] || !shared) return;
+    if (mode == cudaComputeModeExclusiveProcess)
+        snprintf(why, len,
+                 "GPU %s is in exclusive-process compute mode, so only one process may use it, "
+                 "and another rank of this node would share it.\nHINT: start at most as many "
+                 "ranks per node as GPUs, or (as root) nvidia-smi -c DEFAULT lets them share.",
+                 bus);
+    else if (cfg->collectives == COLLECTIVES_NCCL)
+        snprintf(why, len,
+                 "this rank and another on the same node would both use GPU %s, and NCCL "
+                 "needs a GPU per rank (it stops with \"Duplicate GPU detected\").\n"
+                 "HINT: add --collectives mpi to let ranks share a GPU (buffers are staged "
+                 "through host memory), or start at most as many ranks per node as GPUs.",
+                 bus);
 }
 
 /* Picks this rank's GPU, makes its streams and cuBLAS. Every rank agrees
@@ -282,15 +327,17 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     cudaError_t err = cudaGetDeviceCount(&count);
     char why[1024] = "", bus[32] = "", host[256] = "?";
     gethostname(host, sizeof(host));
-    if (err != cudaSuccess || count == 0)
-        snprintf(why, sizeof(why),
-                 "no CUDA GPU is visible on %s (cudaGetDeviceCount: %s).\n"
-                 "HINT: check nvidia-smi and CUDA_VISIBLE_DEVICES; without a GPU, run the "
-                 "simulator build ./fsdp with the same flags.",
-                 host, err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+    int mode = cudaComputeModeDefault;
+    if (err != cudaSuccess || count == 0) gpu_count_failure(err, count, host, why, sizeof(why));
     else if (cudaDeviceGetPCIBusId(bus, sizeof(bus), local % count) != cudaSuccess)
         bus[0] = '\0';
-    gpu_check_shared(cfg, node, bus, why, sizeof(why));
+    if (!why[0]) cudaDeviceGetAttribute(&mode, cudaDevAttrComputeMode, local % count);
+    if (mode == cudaComputeModeProhibited)
+        snprintf(why, sizeof(why),
+                 "GPU %s is in prohibited compute mode: no process may use it.\nHINT: choose "
+                 "another with CUDA_VISIBLE_DEVICES, or (as root) nvidia-smi -c DEFAULT.",
+                 bus);
+    gpu_check_shared(cfg, node, bus, mode, why, sizeof(why));
     mpiCheck(MPI_Comm_free(&node));
     int mine = why[0] ? rank : world, first = world;
     mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
@@ -395,6 +442,7 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     return 0;
 }
 static void backend_release(void) {}
+static void backend_choose_device_early(void) {} /* there is no device to choose */
 static void backend_describe(const Config *cfg) { (void)cfg; }
 static void backend_print_memory(size_t allocated_peak) { (void)allocated_peak; }
 

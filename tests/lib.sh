@@ -33,6 +33,12 @@ find_gpus() {
     fi
     [ "$GPUS" -gt 0 ] || why="nvidia-smi -L lists no GPU${CUDA_VISIBLE_DEVICES+ visible through CUDA_VISIBLE_DEVICES='$CUDA_VISIBLE_DEVICES'}"
   fi
+  # nvidia-smi answers whenever a driver is loaded; CUDA itself may still
+  # refuse (a driver too old for the toolkit): ask it, as fsdp-gpu will
+  local probe
+  if [ -z "$why" ] && make -s tests/gpu_probe >/dev/null 2>&1 && ! probe=$(tests/gpu_probe); then
+    why="CUDA cannot use the GPU: $probe"
+  fi
   if [ -n "$why" ]; then
     echo "no GPU here: $why (run make $1 on a machine with an NVIDIA GPU)"
     exit 77

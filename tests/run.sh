@@ -172,7 +172,7 @@ gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
   make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu &&
     make -s tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
-    gpu_plan && gpu_mpi_flags
+    gpu_probe && gpu_plan && gpu_mpi_flags
 }
 # mpicc --showme's bare -pthread and -Wl,... (HPC-X, a source-built Open
 # MPI) reach nvcc wrapped, and nvcc takes them: the bare ones it refuses
@@ -188,6 +188,15 @@ gpu_mpi_flags() {
   echo "mpicc's bare -pthread and -Wl,-rpath (HPC-X's) reach nvcc as -Xcompiler/-Xlinker, which it takes (a bare -pthread it refuses)"
 }
 export -f gpu_mpi_flags
+# find_gpus's CUDA probe builds, and on this machine says why CUDA cannot
+# use a GPU (no driver, or one too old) instead of a number
+gpu_probe() {
+  local out
+  make -s tests/gpu_probe || return 1
+  if out=$(tests/gpu_probe); then echo "tests/gpu_probe: CUDA sees $out GPU(s)"; return 0; fi
+  [ -n "$out" ] && echo "tests/gpu_probe compiled; here it says why CUDA cannot use a GPU: $out"
+}
+export -f gpu_probe
 # --plan runs no kernel and needs no GPU, so the GPU build's plan can be held
 # against the CPU build's here: the same ledger, line for line.
 gpu_plan() {
@@ -198,7 +207,7 @@ gpu_plan() {
 export -f gpu_plan
 export MPIRUN
 export -f gpu_build
-run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
+run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, tests/gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
 
 echo
 [ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"
