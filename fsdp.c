@@ -864,8 +864,6 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
     return comm_all_reduce_in(c, GROUP_WORLD, buf, count, unit, l);
 }
 
-/* Completes a collective: waits until the stream has run it, turns sums
- * into means, frees its staging buffer and books the time it took. */
 /* ------------------------------------------------------------------------
  * The watchdog                                PyTorch: the process group's
  *                                              timeout, NCCL's watchdog
@@ -881,8 +879,10 @@ static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int uni
  * thread still inside the ring cannot be called back). A collective run
  * inline (--inline-collectives, --step, under a debugger) has no one to
  * watch it; --check-collectives finds the diverging rank before it hangs.
+ * With NCCL on a GPU the host never waits for a collective; a thread
+ * polls them instead, as PyTorch's does (comm/device.h, nccl_watchdog).
  * --------------------------------------------------------------------- */
-static void comm_watchdog_expired(const Comm *c, const CommHandle *h) {
+static void comm_watchdog_expired(int rank, double timeout, const CommHandle *h) {
     char unit[32] = "the loss";
     if (h->unit >= 0) snprintf(unit, sizeof(unit), "unit %d", h->unit);
     fprintf(stderr,
@@ -890,8 +890,7 @@ static void comm_watchdog_expired(const Comm *c, const CommHandle *h) {
             "finish in %.0f s (--collective-timeout): a rank never called it (it took another "
             "branch, or died).\nHINT: run again with --check-collectives to find the rank whose "
             "collectives differ, or raise --collective-timeout if a collective is that slow.\n",
-            c->rank, COMM_KIND_NAMES[h->kind], unit, h->step + 1, h->group_world,
-            c->timeout);
+            rank, COMM_KIND_NAMES[h->kind], unit, h->step + 1, h->group_world, timeout);
     fflush(stderr);
     MPI_Abort(MPI_COMM_WORLD, 4);
 }
@@ -905,7 +904,7 @@ static void comm_wait_watched(Comm *c, const CommHandle *h) {
         if (c->timeout <= 0) pthread_cond_wait(&c->done, &c->lock);
         else if (pthread_cond_timedwait(&c->done, &c->lock, &deadline) == ETIMEDOUT &&
                  c->finished < h->number)
-            comm_watchdog_expired(c, h);
+            comm_watchdog_expired(c->rank, c->timeout, h);
     }
 }
 
@@ -929,6 +928,8 @@ static CommRun comm_wait_for_run(Comm *c, const CommHandle *h) {
     return run;
 }
 
+/* Completes a collective: waits until the stream has run it, turns sums
+ * into means, frees its staging buffer and books the time it took. */
 static void comm_wait(Comm *c, CommHandle *h) {
     if (h->skipped) return; /* by the test-only fault switch */
     CommRun run;

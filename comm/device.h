@@ -46,6 +46,146 @@ static void collective_run(Comm *c, const CommTask *k) {
     cudaCheck(cudaStreamSynchronize(backend.comm));
 }
 
+/* ------------------------------------------------------------------------
+ * NCCL's watchdog                      PyTorch: ProcessGroupNCCL's watchdog
+ *
+ * A NCCL collective that cannot finish (a rank that took another branch,
+ * a dead peer, a failed link) returns no error: its kernel waits on the
+ * communication stream, and the host blocks at its next synchronisation,
+ * for ever. So, as PyTorch does, every NCCL collective is noted with an
+ * event recorded after it, and a thread polls the notes every 50 ms: a
+ * finished one is forgotten; an asynchronous error (ncclCommGetAsyncError)
+ * or one older than --collective-timeout aborts its communicator
+ * (ncclCommAbort, so NCCL's kernels return) and every rank (MPI_Abort,
+ * exit 4), with the words of the CPU's watchdog: the collective, its unit,
+ * step and ranks. Compiled here; not yet run on a GPU.
+ * --------------------------------------------------------------------- */
+static void comm_watchdog_expired(int rank, double timeout, const CommHandle *h); /* section 4 */
+
+typedef struct {
+    cudaEvent_t done; /* recorded on the communication stream after it */
+    ncclComm_t nc;
+    CommHandle h; /* its kind, unit, step and group size, for the message */
+    double since; /* when it was queued (watch_seconds) */
+    int rank;     /* this process's rank in the world */
+    double timeout;
+} NcclNote;
+
+typedef struct NcclWatch {
+    pthread_mutex_t lock;
+    pthread_t thread;
+    int stopping, open_comms;
+    NcclNote *note;
+    int n, cap;
+} NcclWatch;
+
+/* The watchdog's clock: monotonic, and no MPI call from its thread. */
+static double watch_seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* A note that cannot end well ends the job, naming what hung or failed:
+ * `error` is NCCL's or CUDA's word for it, or NULL for a timeout. */
+static void nccl_watch_fail(const NcclNote *n, const char *error) {
+    ncclCommAbort(n->nc); /* NCCL's kernels return, so the abort below is not stuck */
+    if (!error) comm_watchdog_expired(n->rank, n->timeout, &n->h); /* exits */
+    char unit[32] = "the loss";
+    if (n->h.unit >= 0) snprintf(unit, sizeof(unit), "unit %d", n->h.unit);
+    fprintf(stderr,
+            "[rank %d] error: the %s of %s at step %d over %d ranks failed in NCCL: %s.\n"
+            "HINT: NCCL_DEBUG=WARN says which peer or link; a rank that died first says why "
+            "in its own output.\n",
+            n->rank, COMM_KIND_NAMES[n->h.kind], unit, n->h.step + 1, n->h.group_world, error);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 4);
+}
+
+/* One look at every note: forget the finished, fail the hopeless. */
+static void nccl_watch_poll(NcclWatch *w) {
+    double now = watch_seconds();
+    for (int i = 0; i < w->n;) {
+        NcclNote *n = &w->note[i];
+        cudaError_t q = cudaEventQuery(n->done);
+        if (q == cudaSuccess) {
+            cudaEventDestroy(n->done);
+            *n = w->note[--w->n];
+            continue;
+        }
+        ncclResult_t async = ncclSuccess;
+        if (ncclCommGetAsyncError(n->nc, &async) == ncclSuccess && async != ncclSuccess &&
+            async != ncclInProgress)
+            nccl_watch_fail(n, ncclGetErrorString(async));
+        if (q != cudaErrorNotReady) nccl_watch_fail(n, cudaGetErrorString(q));
+        if (n->timeout > 0 && now - n->since > n->timeout) nccl_watch_fail(n, NULL);
+        i++;
+    }
+}
+
+static void *nccl_watch_main(void *arg) {
+    NcclWatch *w = (NcclWatch *)arg;
+    backend_thread_begin();
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    pthread_mutex_lock(&w->lock);
+    while (!w->stopping) {
+        nccl_watch_poll(w);
+        pthread_mutex_unlock(&w->lock);
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&w->lock);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Notes a collective just queued on the communication stream. */
+static void nccl_watch_add(const Comm *c, ncclComm_t nc, const CommHandle *h) {
+    NcclWatch *w = backend.watch;
+    NcclNote n = {event_record(backend.comm, 0), nc, *h, watch_seconds(), c->rank, c->timeout};
+    pthread_mutex_lock(&w->lock);
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->note = (NcclNote *)host_realloc(w->note, (size_t)w->cap * sizeof(NcclNote),
+                                           "note a collective for the watchdog");
+    }
+    w->note[w->n++] = n;
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* A communicator opens: the first starts the thread. */
+static void nccl_watch_open(void) {
+    if (!backend.watch) {
+        NcclWatch *w = (NcclWatch *)host_calloc(1, sizeof(NcclWatch), "start NCCL's watchdog");
+        pthread_mutex_init(&w->lock, NULL);
+        if (pthread_create(&w->thread, NULL, nccl_watch_main, w) != 0)
+            FATAL("the system refused a thread", "cannot start NCCL's watchdog");
+        backend.watch = w;
+    }
+    backend.watch->open_comms++;
+}
+
+/* A communicator closes: its notes go first (its collectives are done:
+ * the stream is drained), and the last one stops the thread. */
+static void nccl_watch_close(ncclComm_t nc) {
+    NcclWatch *w = backend.watch;
+    cudaCheck(cudaStreamSynchronize(backend.comm));
+    pthread_mutex_lock(&w->lock);
+    for (int i = 0; i < w->n;)
+        if (w->note[i].nc == nc) {
+            cudaEventDestroy(w->note[i].done);
+            w->note[i] = w->note[--w->n];
+        } else i++;
+    int last = --w->open_comms == 0;
+    w->stopping = last;
+    pthread_mutex_unlock(&w->lock);
+    if (!last) return;
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->lock);
+    free(w->note);
+    free(w);
+    backend.watch = NULL;
+}
+
 /* One NCCL communicator over the MPI ranks of c: rank 0 makes the unique
  * id, MPI broadcasts it, and every rank joins with it. Returns 1 when NCCL
  * runs c's collectives: its own stream runs them in the background, so the
@@ -58,10 +198,12 @@ static int device_comm_open(Comm *c) {
     ncclComm_t nc;
     ncclCheck(ncclCommInitRank(&nc, c->world, id, c->rank));
     c->nccl = nc;
+    nccl_watch_open();
     return 1;
 }
 
 static void device_comm_close(Comm *c) {
+    if (c->nccl) nccl_watch_close((ncclComm_t)c->nccl);
     if (c->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)c->nccl));
     c->nccl = NULL;
     free(c->stage);
@@ -128,6 +270,7 @@ static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
     else ncclCheck(ncclAllReduce(k.full, k.full, S * g->world, type, ncclSum, nc, backend.comm));
     h->done = event_record(backend.comm, c->keep_events);
     h->number = ++c->queued;
+    nccl_watch_add(c, nc, h);
 }
 
 /* The compute stream waits for the collective; the host does not. Only a

@@ -80,6 +80,7 @@ typedef struct {
     size_t cap;                     /* --vram: the pool never holds more; 0: the GPU's size */
     cudaEvent_t clock_event;        /* recorded at start, when MPI_Wtime() was clock_host: */
     double clock_host;              /* a CUDA event's time on this machine's clock */
+    struct NcclWatch *watch;        /* NCCL's watchdog thread (comm/device.h), or NULL */
 #endif
 } Backend;
 static Backend backend;
