@@ -18,6 +18,8 @@
 CC      := mpicc
 CFLAGS  ?= -O3 -g -std=c11 -Wall -Wextra -Werror=implicit-function-declaration
 NATIVE  ?= -march=native
+# Host loops (--cpu-offload's AdamW) on several threads; make OPENMP= turns it off.
+OPENMP  ?= -fopenmp
 LDLIBS  := -lm -lpthread
 NP      ?= 4
 
@@ -83,7 +85,7 @@ PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h run/generate.h run/roofli
            sim/events.h model/activations.h model/mlp.h model/gpt2_tree.h model/gpt2.h
 
 fsdp: $(PROGRAM) $(SIM_DEPS) | mpi
-	$(CC) $(CFLAGS) $(NATIVE) main.c $(SIM_SRC) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(NATIVE) $(OPENMP) main.c $(SIM_SRC) -o $@ $(LDLIBS)
 
 # Test programs #include main.c (FSDP_NO_MAIN), so main's helpers are unused there.
 # For gdb: no optimisation, so every variable and argument can be printed
@@ -107,7 +109,7 @@ fuzz:
 	FUZZ_SECONDS=$(or $(FUZZ_SECONDS),300) bash tests/test_fuzz.sh
 
 tests/%: tests/%.c $(PROGRAM) $(SIM_DEPS) | mpi
-	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(NATIVE) $(OPENMP) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)
 
 # ---- the demo --------------------------------------------------------------
 # Ends with two traces (Perfetto) and an HTML report of both runs in out/.
@@ -123,7 +125,7 @@ run: fsdp
 
 # ---- tests -------------------------------------------------------------------
 # The benchmarks are built too (not run), so a change cannot silently break them.
-test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul test-deps
+test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_adamw test-deps
 	@bash tests/run.sh
 
 # What the checks need beyond a compiler and MPI, installed the way Open MPI
@@ -187,7 +189,7 @@ exercise: fsdp tests/st_diff
 	@bash exercises/grade.sh "$(EX)" "$(or $(FILE),exercises/$(EX).c)"
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: fsdp tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas
+bench: fsdp tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw
 	@bash tests/bench.sh
 
 # The matmul benchmark once more, beside OpenBLAS (single-threaded): a tuned
@@ -214,7 +216,7 @@ GPU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm
             -gencode arch=compute_90,code=compute_90
 gpu: fsdp-gpu
 fsdp-gpu: $(PROGRAM) $(SIM_DEPS) | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) main.c $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas -lm -lpthread
+	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(if $(OPENMP),-Xcompiler $(OPENMP)) main.c $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas -lm -lpthread
 
 # What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
 # bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.
@@ -245,4 +247,4 @@ sanitize:
 	rm -f fsdp $(TEST_BINS)
 
 clean:
-	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_gpu
+	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe

@@ -70,6 +70,7 @@ typedef struct {
      * seam returns at once while this is set; it is set once, before the
      * trainer is built. */
     int dry;
+    int host_threads; /* threads for loops over host memory (HOST_FOR_EACH); 0 or 1: one */
 #ifdef __CUDACC__
     int device;
     cudaStream_t compute, comm;
@@ -84,6 +85,21 @@ typedef struct {
 #endif
 } Backend;
 static Backend backend;
+
+/* How many threads a loop over host memory may use (--cpu-offload's AdamW
+ * on a big shard): OMP_NUM_THREADS if set, else the node's cores shared
+ * among the node's ranks, so N ranks on N cores do not oversubscribe
+ * them. Only in a build with OpenMP (make's -fopenmp). */
+static void host_threads_choose(MPI_Comm comm) {
+    MPI_Comm node;
+    int ranks = 1;
+    mpiCheck(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    MPI_Comm_size(node, &ranks);
+    mpiCheck(MPI_Comm_free(&node));
+    const char *env = getenv("OMP_NUM_THREADS");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    backend.host_threads = env && atoi(env) > 0 ? atoi(env) : (int)(cores > ranks ? cores / ranks : 1);
+}
 
 #ifdef __CUDACC__
 
@@ -348,6 +364,7 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     }
     backend.device = local % count;
     cudaCheck(cudaSetDevice(backend.device));
+    host_threads_choose(comm);
     cudaCheck(cudaStreamCreateWithFlags(&backend.compute, cudaStreamNonBlocking));
     cudaCheck(cudaStreamCreateWithFlags(&backend.comm, cudaStreamNonBlocking));
     cublasCheck(cublasCreate(&backend.cublas));
@@ -439,7 +456,8 @@ static void backend_thread_begin(void) {} /* the thread's device is the host */
 
 /* The CPU needs no device: each rank is a process, its memory the host's. */
 static int backend_init(const Config *cfg, MPI_Comm comm) {
-    (void)cfg, (void)comm;
+    (void)cfg;
+    host_threads_choose(comm);
     return 0;
 }
 static void backend_release(void) {}
@@ -461,12 +479,25 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
 #endif
 
 /* The same loop over buffers in the host's memory (--cpu-offload keeps
- * the shards and the optimizer there, and AdamW runs on the CPU): a plain
- * loop in both builds. STATE_FOR_EACH picks by where the state lives. */
+ * the shards and the optimizer there, and AdamW runs on the CPU), in both
+ * builds. A long one is split over backend.host_threads threads (OpenMP),
+ * as DeepSpeed's CPU Adam is: every element is computed alone, so the
+ * result is the same, bit for bit, on any number of threads.
+ * STATE_FOR_EACH picks by where the state lives. */
+#ifdef _OPENMP
+#define HOST_PARALLEL_FOR                                                                          \
+    _Pragma("omp parallel for schedule(static) if (n_ >= 65536 && backend.host_threads > 1) \
+             num_threads(backend.host_threads > 1 ? backend.host_threads : 1)")
+#else
+#define HOST_PARALLEL_FOR
+#endif
 #define HOST_FOR_EACH(n, fn, ...)                                                                  \
     do {                                                                                           \
-        if (!backend.dry)                                                                          \
-            for (long i_ = 0; i_ < (long)(n); i_++) fn(i_, __VA_ARGS__);                           \
+        long n_ = (long)(n);                                                                       \
+        if (!backend.dry) {                                                                        \
+            HOST_PARALLEL_FOR                                                                      \
+            for (long i_ = 0; i_ < n_; i_++) fn(i_, __VA_ARGS__);                                  \
+        }                                                                                          \
     } while (0)
 #define STATE_FOR_EACH(on_host, n, fn, ...)                                                        \
     do {                                                                                           \

@@ -8,6 +8,7 @@
 #   (b) collectives: our ring against Open MPI's built-ins, on 2 and 4 ranks
 #   (c) the Linear layers against a textbook matmul and OpenBLAS, on one core
 #   (d) GPT-2 on one rank beside transformers + PyTorch on one thread
+#   (e) --cpu-offload's AdamW in host memory: every core against one thread
 #
 # Every figure is printed next to the one it should be read against, from the
 # same run on the same machine: absolute numbers from a laptop say little,
@@ -24,7 +25,7 @@ export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_cop
 # MPIRUN is a command with options; split it into words once.
 read -r -a MPIRUN_CMD <<< "${MPIRUN:-mpirun -q --oversubscribe}"
 
-for bin in ./fsdp tests/bench_collectives tests/bench_matmul; do
+for bin in ./fsdp tests/bench_collectives tests/bench_matmul tests/bench_adamw; do
     if [[ ! -x $bin ]]; then
         echo "error: $bin is not built." >&2
         echo "HINT: run 'make bench', which builds it and then runs this script." >&2
@@ -224,3 +225,13 @@ matmul=tests/bench_matmul
 echo "(c) matmul: $matmul"
 echo "------------------------------------------------------------------"
 "$matmul"
+
+# ---- (e) the offloaded optimizer --------------------------------------------------
+# --cpu-offload steps AdamW on the CPU; HOST_FOR_EACH splits it over the
+# cores (OpenMP). 2^25 elements, 512 MiB of state: one thread is the
+# reference, in the same run, and both must leave the same bits.
+echo
+echo "------------------------------------------------------------------"
+echo "(e) --cpu-offload's AdamW on the host: every core beside one thread"
+echo "------------------------------------------------------------------"
+tests/bench_adamw $((1 << 25))

@@ -104,6 +104,23 @@ run "memory: hybrid_shard_zero2 on 2 nodes of 3 = shard_grad_op on one node" $MP
 run "traffic zero1 (reduce-scatter, all-gather after the step) and hybrid on nvlink+ib" bash -c "$MPIRUN -np 4 tests/test_distributed traffic zero1 --model tiny --steps 2 --batch 16 && $MPIRUN -np 4 tests/test_distributed traffic hybrid_shard --model tiny --steps 2 --batch 16 --ranks-per-node 2 --net nvlink+ib && $MPIRUN -np 6 tests/test_distributed traffic hybrid_shard_zero2 $TINY --ranks-per-node 3 --net nvlink+ib --param-dtype bf16 && $MPIRUN -np 4 tests/test_distributed traffic full_shard --model tiny --steps 2 --batch 16 --ranks-per-node 2 --net nvlink+ib"
 run "cpu offload full_shard N=3: bitwise equal on the device or the host, copies and PCIe price, == 1 rank" $MPIRUN -np 3 tests/test_distributed offload full_shard $TINY
 run "cpu offload shard_grad_op N=2 with bf16, and hybrid_shard N=4 with --grad-accum 2" bash -c "$MPIRUN -np 2 tests/test_distributed offload shard_grad_op $TINY --param-dtype bf16 && $MPIRUN -np 4 tests/test_distributed offload hybrid_shard --model tiny --steps 4 --batch 16 --ranks-per-node 2 --grad-accum 2"
+# --cpu-offload's AdamW splits long host loops over threads (HOST_FOR_EACH,
+# OpenMP): each element alone, so 1 and 2 threads must leave the same bits;
+# the large preset's shards are long enough (>= 65536) to be split
+offload_threads() {
+  local d rc=0
+  d=$(mktemp -d)
+  for th in 1 2; do
+    OMP_NUM_THREADS=$th $MPIRUN -np 2 ./fsdp --model large --steps 3 --batch 8 --cpu-offload --param-dtype bf16 \
+      --export "$d/t$th.safetensors" >"$d/log$th" 2>&1 || { tail -5 "$d/log$th"; rc=1; }
+  done
+  [ $rc -eq 0 ] && tests/st_diff "$d/t1.safetensors" "$d/t2.safetensors" | tail -1 &&
+    tests/bench_adamw 300000 | tail -1 || rc=1
+  rm -rf "$d"
+  return $rc
+}
+export -f offload_threads
+run "cpu offload's host AdamW on 1 and 2 threads per rank (OpenMP): the same bits" bash -c offload_threads
 run "checkpoints of zero1, hybrid_shard and bf16: resume bitwise, reshard to other strategies" bash tests/test_strategies.sh
 run "--plan equals a real run's ledger, category by category; 7.5B parameters planned" bash tests/test_plan.sh
 
