@@ -363,8 +363,13 @@ static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const
 /* Zeroed memory (padding must be 0), on the device or the host. --plan
  * allocates nothing: a distinct address the ledger can recognise at
  * ledger_free stands in. */
+/* Where a booked buffer lives: the device, or the host's memory, plain or
+ * pinned for DMA (a GPU's --cpu-offload shards). */
+enum { ON_DEVICE = 0, HOST_PAGEABLE = 1, HOST_PINNED = 2 };
+
 static void *ledger_memory(Ledger *l, size_t physical, int host) {
     if (backend.dry) return (void *)(l->plan_next += 64);
+    if (host == HOST_PINNED) return host_pinned_alloc(physical);
     if (host) return calloc(physical ? physical : 1, 1);
     return dev_alloc(physical);
 }
@@ -377,6 +382,7 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
     if (!host && l->budget && l->current_total + bytes > l->budget)
         ledger_out_of_memory(l, cat, bytes, what);
     void *p = ledger_memory(l, physical, host);
+    if (!p && host == HOST_PINNED) return NULL; /* the caller asks for pageable memory */
     if (!p && host)
         FATAL("the machine is out of host memory", "cannot allocate %zu bytes (%s)", bytes,
               MEM_CATEGORY_NAMES[cat]);
@@ -410,21 +416,25 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
 
 static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size,
                           const char *what) {
-    return ledger_book(l, cat, count * elem_size, count * elem_size, what, 0);
+    return ledger_book(l, cat, count * elem_size, count * elem_size, what, ON_DEVICE);
 }
 
 /* `count` values of format d in float slots, booked at d's width */
 static float *ledger_alloc_floats(Ledger *l, MemCategory cat, size_t count, Dtype d,
                                   const char *what) {
     return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d), what,
-                                0);
+                                ON_DEVICE);
 }
 
-/* ... in the host's memory (--cpu-offload): booked apart from the device's */
+/* ... in the host's memory (--cpu-offload): booked apart from the device's.
+ * What lives there all run and is copied every step is pinned on a GPU
+ * (HOST_PINNED, section 2's host_pinned_alloc), or pageable if the system
+ * will not lock that much. */
 static float *ledger_alloc_host_floats(Ledger *l, MemCategory cat, size_t count, Dtype d,
-                                       const char *what) {
-    return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d), what,
-                                1);
+                                       const char *what, int pinned) {
+    size_t physical = count * sizeof(float), bytes = count * (size_t)dtype_bytes(d);
+    void *p = pinned ? ledger_book(l, cat, physical, bytes, what, HOST_PINNED) : NULL;
+    return (float *)(p ? p : ledger_book(l, cat, physical, bytes, what, HOST_PAGEABLE));
 }
 
 static void ledger_free(Ledger *l, void *p) {
@@ -433,7 +443,8 @@ static void ledger_free(Ledger *l, void *p) {
         if (l->entries[i].ptr != p) continue;
         if (l->entries[i].host) {
             l->host_current[l->entries[i].cat] -= l->entries[i].bytes;
-            if (!backend.dry) free(p);
+            if (!backend.dry && l->entries[i].host == HOST_PINNED) host_pinned_free(p);
+            else if (!backend.dry) free(p);
             l->entries[i] = l->entries[--l->n_entries];
             return;
         }
@@ -1669,7 +1680,7 @@ static void unit_grad_to_host(Trainer *t, int ui, float *host_shard) {
     float *dst = host_shard;
     if (add)
         dst = ledger_alloc_host_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, d,
-                                       "the gradient from the device");
+                                       "the gradient from the device", 0);
     offload_copy(t, ui, dst, u->shard_grad, u->shard, d, TO_HOST);
     if (add) {
         HOST_FOR_EACH(u->shard, add_one, host_shard, dst);
@@ -2283,12 +2294,15 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
         u->shard_grad = u->full_grad ? u->full_grad + lo : NULL;
     } else if (c->cpu_offload) { /* all of it in the host's memory (section 8) */
         u->offloaded = 1;
-        u->shard_param = ledger_alloc_host_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name);
-        u->shard_grad = ledger_alloc_host_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name);
-        u->exp_avg = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
-        u->exp_avg_sq = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+        /* the shard is copied to the device every step: pinned */
+        u->shard_param =
+            ledger_alloc_host_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name, 1);
+        u->shard_grad = ledger_alloc_host_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name, 0);
+        u->exp_avg = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
+        u->exp_avg_sq = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
         if (c->param_dtype != DTYPE_FP32)
-            u->master_param = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+            u->master_param =
+                ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
         return;
     } else {
         Dtype g = c->strategy == STRATEGY_NO_SHARD ? whole_grad : c->reduce_dtype;

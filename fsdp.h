@@ -213,7 +213,7 @@ typedef struct {
     size_t bytes;    /* as booked: what a GPU would hold */
     size_t physical; /* as allocated: a 16-bit value sits in a float (section 5) */
     MemCategory cat;
-    int host; /* --cpu-offload: in the host's memory, not the device's */
+    int host; /* --cpu-offload: in the host's memory (pinned on a GPU), not the device's */
 } LedgerEntry;
 
 typedef struct Ledger {
@@ -351,6 +351,7 @@ typedef struct Comm {
     void *nccl;       /* ncclComm_t, with --collectives nccl */
     float *stage;     /* host copy of a task's buffers: ring and mpi stage through it */
     long stage_count; /* its size in floats */
+    int stage_pinned; /* cudaHostAlloc'd (else malloc'd: the system would not pin it) */
 } Comm;
 
 typedef struct {

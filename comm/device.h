@@ -17,11 +17,21 @@
  * `ready` event), copies them into c->stage, runs the collective there and
  * copies the result back. That costs two copies over PCIe, and it is what
  * lets several ranks share one GPU, which NCCL refuses. */
+static void stage_free(Comm *c) {
+    if (c->stage && c->stage_pinned) host_pinned_free(c->stage);
+    else free(c->stage);
+    c->stage = NULL;
+    c->stage_count = 0;
+}
+
 static void collective_run(Comm *c, const CommTask *k) {
     long S = k->S, N = c->world, need = (N + 2) * S; /* full, the ring's tmp, out */
-    if (c->stage_count < need) {
-        free(c->stage);
-        c->stage = (float *)host_malloc((size_t)need * sizeof(float), "stage a collective");
+    if (c->stage_count < need) { /* pinned, so the copies below are DMA at the link's speed */
+        stage_free(c);
+        c->stage = (float *)host_pinned_alloc((size_t)need * sizeof(float));
+        c->stage_pinned = c->stage != NULL;
+        if (!c->stage)
+            c->stage = (float *)host_malloc((size_t)need * sizeof(float), "stage a collective");
         c->stage_count = need;
     }
     cudaEvent_t ready = (cudaEvent_t)k->ready;
@@ -206,8 +216,7 @@ static void device_comm_close(Comm *c) {
     if (c->nccl) nccl_watch_close((ncclComm_t)c->nccl);
     if (c->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)c->nccl));
     c->nccl = NULL;
-    free(c->stage);
-    c->stage = NULL;
+    stage_free(c);
 }
 
 /* ------------------------------------------------------------------------

@@ -98,7 +98,8 @@ static void host_threads_choose(MPI_Comm comm) {
     mpiCheck(MPI_Comm_free(&node));
     const char *env = getenv("OMP_NUM_THREADS");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    backend.host_threads = env && atoi(env) > 0 ? atoi(env) : (int)(cores > ranks ? cores / ranks : 1);
+    backend.host_threads =
+        env && atoi(env) > 0 ? atoi(env) : (int)(cores > ranks ? cores / ranks : 1);
 }
 
 #ifdef __CUDACC__
@@ -173,6 +174,20 @@ static void dev_empty_cache(void) {
     pool_empty_cache();
     backend.peak_reserved = backend.reserved;
 }
+/* Host memory the GPU copies to and from by DMA (--cpu-offload's shards,
+ * host staging): pinned (page-locked) with cudaHostAlloc, so a copy runs
+ * at the link's speed instead of through the driver's own bounce buffer.
+ * NULL if the system cannot lock that much; the caller falls back. */
+static void *host_pinned_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it, and the caller uses malloc */
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+static void host_pinned_free(void *p) { cudaCheck(cudaFreeHost(p)); }
 static void dev_zero(void *p, size_t bytes) {
     if (!backend.dry) cudaCheck(cudaMemsetAsync(p, 0, bytes, backend.compute));
 }
@@ -442,6 +457,9 @@ static void dev_zero(void *p, size_t bytes) {
     if (!backend.dry) memset(p, 0, bytes);
 }
 static void dev_empty_cache(void) {} /* free() gave everything back already */
+/* The CPU's host memory is all the memory there is: nothing to pin. */
+static void *host_pinned_alloc(size_t bytes) { return calloc(bytes ? bytes : 1, 1); }
+static void host_pinned_free(void *p) { free(p); }
 static void dev_to_host(void *host, const void *dev, size_t bytes) {
     if (!backend.dry) memcpy(host, dev, bytes);
 }
