@@ -223,6 +223,10 @@ fsdp-gpu: $(PROGRAM) $(SIM_DEPS) | mpi
 tests/bench_gpu: tests/bench_gpu.cu | mpi
 	$(NVCC) -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $< -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas
 
+# Every GPU kernel against the CPU's arithmetic: make test-gpu runs it first
+tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) | mpi
+	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) -Xcompiler -Wno-unused-function $< $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas -lm -lpthread
+
 # Whether CUDA can use a GPU here (tests/lib.sh's find_gpus asks after nvidia-smi)
 tests/gpu_probe: tests/gpu_probe.cu
 	$(NVCC) -O2 -std=c++17 $(GPU_WARNINGS) $< -o $@
@@ -247,4 +251,4 @@ sanitize:
 	rm -f fsdp $(TEST_BINS)
 
 clean:
-	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe
+	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe tests/test_kernels

@@ -360,29 +360,42 @@ static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const
     MPI_Abort(MPI_COMM_WORLD, 3);
 }
 
-/* Zeroed memory (padding must be 0), on the device or the host. --plan
+/* Where a booked buffer lives: the device, or the host's memory, plain or
+ * pinned for DMA (a GPU's --cpu-offload shards); and, on the device,
+ * whether it must start zeroed. Zeroing costs a pass over the memory, so
+ * a buffer its first user writes whole (an all-gather's output: every
+ * chunk, padding included) skips it, as PyTorch's empty() does. */
+enum { ON_DEVICE = 0, HOST_PAGEABLE = 1, HOST_PINNED = 2, ON_DEVICE_OVERWRITTEN = 3 };
+static int on_host(int where) { return where == HOST_PAGEABLE || where == HOST_PINNED; }
+
+/* Zeroed memory (padding must be 0), but for ON_DEVICE_OVERWRITTEN. --plan
  * allocates nothing: a distinct address the ledger can recognise at
  * ledger_free stands in. */
-/* Where a booked buffer lives: the device, or the host's memory, plain or
- * pinned for DMA (a GPU's --cpu-offload shards). */
-enum { ON_DEVICE = 0, HOST_PAGEABLE = 1, HOST_PINNED = 2 };
-
-static void *ledger_memory(Ledger *l, size_t physical, int host) {
+static void *ledger_memory(Ledger *l, size_t physical, int where) {
     if (backend.dry) return (void *)(l->plan_next += 64);
-    if (host == HOST_PINNED) return host_pinned_alloc(physical);
-    if (host) return calloc(physical ? physical : 1, 1);
+    if (where == HOST_PINNED) return host_pinned_alloc(physical);
+    if (where == HOST_PAGEABLE) return calloc(physical ? physical : 1, 1);
+    if (where == ON_DEVICE_OVERWRITTEN) return dev_alloc_for_overwrite(physical);
     return dev_alloc(physical);
+}
+
+static void ledger_memory_release(const LedgerEntry *e) {
+    if (backend.dry) return;
+    if (e->where == HOST_PINNED) host_pinned_free(e->ptr);
+    else if (e->where == HOST_PAGEABLE) free(e->ptr);
+    else dev_free(e->ptr, e->physical);
 }
 
 /* Allocates `physical` bytes and books `bytes` of them: the two differ
  * only for 16-bit values kept in float slots (section 2). `what` names the
  * owner (a unit, "activations", ...) for that report. */
 static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t bytes,
-                         const char *what, int host) {
+                         const char *what, int where) {
+    int host = on_host(where);
     if (!host && l->budget && l->current_total + bytes > l->budget)
         ledger_out_of_memory(l, cat, bytes, what);
-    void *p = ledger_memory(l, physical, host);
-    if (!p && host == HOST_PINNED) return NULL; /* the caller asks for pageable memory */
+    void *p = ledger_memory(l, physical, where);
+    if (!p && where == HOST_PINNED) return NULL; /* the caller asks for pageable memory */
     if (!p && host)
         FATAL("the machine is out of host memory", "cannot allocate %zu bytes (%s)", bytes,
               MEM_CATEGORY_NAMES[cat]);
@@ -399,7 +412,7 @@ static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t byt
     l->entries[l->n_entries].bytes = bytes;
     l->entries[l->n_entries].physical = physical;
     l->entries[l->n_entries].cat = cat;
-    l->entries[l->n_entries].host = host;
+    l->entries[l->n_entries].where = where;
     l->n_entries++;
     if (host) { /* the host's memory: booked apart, outside --vram */
         l->host_current[cat] += bytes;
@@ -426,6 +439,13 @@ static float *ledger_alloc_floats(Ledger *l, MemCategory cat, size_t count, Dtyp
                                 ON_DEVICE);
 }
 
+/* ... not zeroed: for a buffer its first user writes whole */
+static float *ledger_alloc_floats_overwritten(Ledger *l, MemCategory cat, size_t count, Dtype d,
+                                              const char *what) {
+    return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d), what,
+                                ON_DEVICE_OVERWRITTEN);
+}
+
 /* ... in the host's memory (--cpu-offload): booked apart from the device's.
  * What lives there all run and is copied every step is pinned on a GPU
  * (HOST_PINNED, section 2's host_pinned_alloc), or pageable if the system
@@ -441,16 +461,14 @@ static void ledger_free(Ledger *l, void *p) {
     if (!p) return;
     for (int i = l->n_entries - 1; i >= 0; i--) { /* recent allocations first */
         if (l->entries[i].ptr != p) continue;
-        if (l->entries[i].host) {
+        ledger_memory_release(&l->entries[i]);
+        if (on_host(l->entries[i].where)) {
             l->host_current[l->entries[i].cat] -= l->entries[i].bytes;
-            if (!backend.dry && l->entries[i].host == HOST_PINNED) host_pinned_free(p);
-            else if (!backend.dry) free(p);
             l->entries[i] = l->entries[--l->n_entries];
             return;
         }
         l->current[l->entries[i].cat] -= l->entries[i].bytes;
         l->current_total -= l->entries[i].bytes;
-        if (!backend.dry) dev_free(p, l->entries[i].physical);
         l->entries[i] = l->entries[--l->n_entries];
         sim_on_memory(l->sim, l);
         return;
@@ -479,10 +497,7 @@ static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
 
 static void ledger_release_all(Ledger *l) {
     for (int i = 0; i < l->n_entries; i++)
-        if (l->entries[i].ptr && !backend.dry) {
-            if (l->entries[i].host) free(l->entries[i].ptr);
-            else dev_free(l->entries[i].ptr, l->entries[i].physical);
-        }
+        if (l->entries[i].ptr) ledger_memory_release(&l->entries[i]);
     free(l->entries);
     free(l->oom_report);
     memset(l, 0, sizeof(*l));
@@ -1558,8 +1573,8 @@ static float *unit_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     if (t->cfg.strategy == STRATEGY_NO_SHARD) return unit_master(u);
     if (is_zero1(t) && !u->master_param) return u->full_param;
-    float *full = (float *)ledger_alloc(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
-                                        sizeof(float), u->name);
+    float *full = ledger_alloc_floats_overwritten(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
+                                                  DTYPE_FP32, u->name);
     float *mine = unit_master(u), *staged = NULL;
     if (u->offloaded) { /* the master is in the host's memory: to the device first */
         staged = ledger_alloc_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, DTYPE_FP32,
@@ -1704,8 +1719,8 @@ static void unit_unshard_start(Trainer *t, int ui) {
         if (oldest < 0) FATAL("this is a bug in fsdp.c's lifecycle", "all-gathers miscounted");
         unit_unshard_wait(t, oldest);
     }
-    u->full_param = ledger_alloc_floats(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
-                                        t->cfg.param_dtype, u->name);
+    u->full_param = ledger_alloc_floats_overwritten(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
+                                                    t->cfg.param_dtype, u->name);
     u->gather = comm_all_gather_start(&t->comm, u->full_param, unit_gather_input(t, ui), u->shard,
                                       ui, t->cfg.param_dtype);
     u->gathering = 1;

@@ -213,7 +213,7 @@ typedef struct {
     size_t bytes;    /* as booked: what a GPU would hold */
     size_t physical; /* as allocated: a 16-bit value sits in a float (section 5) */
     MemCategory cat;
-    int host; /* --cpu-offload: in the host's memory (pinned on a GPU), not the device's */
+    int where;       /* ON_DEVICE, HOST_PAGEABLE (--cpu-offload), HOST_PINNED, ... (fsdp.c) */
 } LedgerEntry;
 
 typedef struct Ledger {

@@ -168,6 +168,9 @@ static void *dev_alloc(size_t bytes) {
     if (p) cudaCheck(cudaMemsetAsync(p, 0, bytes, backend.compute));
     return p;
 }
+/* ... not zeroed, for a buffer its first user writes whole (an all-gather's
+ * output): the memset would be a wasted pass over it. */
+static void *dev_alloc_for_overwrite(size_t bytes) { return pool_take(pool_round(bytes)); }
 static void dev_free(void *p, size_t bytes) { pool_give_back(p, pool_round(bytes)); }
 /* After a run (--compare runs two): the next run's figures start afresh. */
 static void dev_empty_cache(void) {
@@ -448,6 +451,14 @@ static void backend_describe(const Config *cfg) {
 static void *dev_alloc(size_t bytes) {
     return host_calloc(1, bytes ? bytes : 1,
                        "allocate a simulated GPU's buffer; try a smaller --model");
+}
+/* ... not zeroed on a GPU, so here filled with NaN (all bits set): a byte
+ * its user forgets to write turns the loss to NaN in the tests, where on
+ * a GPU it would be whatever the block held before. */
+static void *dev_alloc_for_overwrite(size_t bytes) {
+    void *p = dev_alloc(bytes);
+    memset(p, 0xff, bytes);
+    return p;
 }
 static void dev_free(void *p, size_t bytes) {
     (void)bytes;

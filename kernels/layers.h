@@ -130,6 +130,155 @@ FSDP_HD static inline void crossentropy_backward_one(long i, float *dlogits, con
  * the functions above. */
 
 #ifdef __CUDACC__
+/* ---- the GPU's own row and column kernels -----------------------------------
+ * One thread per row (FOR_EACH over layernorm_forward_row) reads a row of
+ * D values alone, and a warp's 32 threads read 32 rows D apart: no load is
+ * coalesced. So on a GPU a LayerNorm row is a warp's (llm.c's later
+ * kernels): lane j takes elements j, j + 32, ..., and the 32 partial sums
+ * meet in a butterfly of shuffles (warp_sum), the same tree on every run,
+ * so a GPU run still repeats bit for bit. The sums are in another order
+ * than the CPU's one-thread loop, so the two builds agree within fp32
+ * rounding here, as they do in cuBLAS's matmuls (tests/test_kernels.cu
+ * holds each kernel to its CPU function, within a bound it derives). */
+__device__ static inline float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v; /* every lane: a + b == b + a, so partners agree at each stage */
+}
+
+enum { WARPS_PER_BLOCK = 8 };
+static unsigned warp_blocks(long rows) {
+    return (unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
+}
+
+__global__ static void layernorm_forward_warp(float *__restrict__ out, float *__restrict__ mean,
+                                              float *__restrict__ rstd,
+                                              const float *__restrict__ inp,
+                                              const float *__restrict__ weight,
+                                              const float *__restrict__ bias, int B, int D) {
+    long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (b >= B) return; /* a whole warp: b is the same on its 32 lanes */
+    const float *x = inp + b * D;
+    float m = 0.0f, v = 0.0f;
+    for (int i = lane; i < D; i += 32) m += x[i];
+    m = warp_sum(m) / (float)D;
+    for (int i = lane; i < D; i += 32) v += (x[i] - m) * (x[i] - m);
+    v = warp_sum(v) / (float)D;
+    float s = 1.0f / sqrtf(v + 1e-5f);
+    for (int i = lane; i < D; i += 32) out[b * D + i] = (x[i] - m) * s * weight[i] + bias[i];
+    if (lane == 0) mean[b] = m, rstd[b] = s;
+}
+
+__global__ static void layernorm_backward_warp(float *__restrict__ dinp,
+                                               const float *__restrict__ dout,
+                                               const float *__restrict__ inp,
+                                               const float *__restrict__ weight,
+                                               const float *__restrict__ mean,
+                                               const float *__restrict__ rstd, int B, int D) {
+    long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (b >= B) return;
+    const float *x = inp + b * D, *dy = dout + b * D;
+    float mb = mean[b], sb = rstd[b], g_mean = 0.0f, gn_mean = 0.0f;
+    for (int i = lane; i < D; i += 32) {
+        float g = dy[i] * weight[i];
+        g_mean += g;
+        gn_mean += g * ((x[i] - mb) * sb);
+    }
+    g_mean = warp_sum(g_mean) / (float)D;
+    gn_mean = warp_sum(gn_mean) / (float)D;
+    for (int i = lane; i < D; i += 32)
+        dinp[b * D + i] += sb * (dy[i] * weight[i] - g_mean - (x[i] - mb) * sb * gn_mean);
+}
+
+/* Column sums over R rows of (R, C) in two stages, with no atomics and a
+ * fixed order. Stage 1: a block of 32 x 8 threads owns 32 columns of a
+ * chunk of COL_CHUNK rows; the 32 threads of a warp read 32 neighbouring
+ * columns of one row (coalesced); each thread sums every 8th row of the
+ * chunk, and the 8 partial sums meet in shared memory in row order.
+ * Stage 2: one thread per column adds the chunks' sums in chunk order.
+ * What is summed is LayerNorm's dweight (dout * normalised input) and
+ * dbias (dout), or a Linear's dbias (dout): `mean` NULL for the latter. */
+enum { COL_CHUNK = 256, COL_WARPS = 8 };
+
+__global__ static void column_sums_stage1(float *__restrict__ part_w, float *__restrict__ part_b,
+                                          const float *__restrict__ dout,
+                                          const float *__restrict__ inp,
+                                          const float *__restrict__ mean,
+                                          const float *__restrict__ rstd, int R, int C) {
+    __shared__ float sw[COL_WARPS][32], sb[COL_WARPS][32];
+    int c = blockIdx.x * 32 + threadIdx.x, chunk = blockIdx.y;
+    float w = 0.0f, b = 0.0f;
+    if (c < C)
+        for (int r = chunk * COL_CHUNK + threadIdx.y; r < R && r < (chunk + 1) * COL_CHUNK;
+             r += COL_WARPS) {
+            float d = dout[(long)r * C + c];
+            b += d;
+            if (mean) w += d * ((inp[(long)r * C + c] - mean[r]) * rstd[r]);
+        }
+    sw[threadIdx.y][threadIdx.x] = w;
+    sb[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y != 0 || c >= C) return;
+    for (int y = 1; y < COL_WARPS; y++) w += sw[y][threadIdx.x], b += sb[y][threadIdx.x];
+    if (mean) part_w[(long)chunk * C + c] = w;
+    part_b[(long)chunk * C + c] = b;
+}
+
+__global__ static void column_sums_stage2(float *__restrict__ dweight, float *__restrict__ dbias,
+                                          const float *__restrict__ part_w,
+                                          const float *__restrict__ part_b, int chunks, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float w = 0.0f, b = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        if (dweight) w += part_w[(long)k * C + c];
+        b += part_b[(long)k * C + c];
+    }
+    if (dweight) dweight[c] += w;
+    dbias[c] += b;
+}
+
+/* dbias (C) += column sums of dout (R, C); with mean, also dweight (C) +=
+ * column sums of dout * (inp - mean) * rstd: LayerNorm's parameters */
+static void column_sums(float *dweight, float *dbias, const float *dout, const float *inp,
+                        const float *mean, const float *rstd, int R, int C) {
+    if (backend.dry || R <= 0 || C <= 0) return;
+    int chunks = (R + COL_CHUNK - 1) / COL_CHUNK;
+    size_t bytes = (size_t)2 * chunks * C * sizeof(float);
+    float *part = (float *)dev_alloc_for_overwrite(bytes); /* scratch, as cuBLAS's workspace */
+    if (!part) FATAL("the GPU is out of memory; try a smaller --batch", "no room to sum columns");
+    dim3 grid((unsigned)((C + 31) / 32), (unsigned)chunks), block(32, COL_WARPS);
+    column_sums_stage1<<<grid, block, 0, backend.compute>>>(part, part + (long)chunks * C, dout,
+                                                            inp, mean, rstd, R, C);
+    cudaCheck(cudaGetLastError());
+    column_sums_stage2<<<blocks_for(C), 256, 0, backend.compute>>>(
+        mean ? dweight : NULL, dbias, part, part + (long)chunks * C, chunks, C);
+    cudaCheck(cudaGetLastError());
+    dev_free(part, bytes); /* lent again only to work queued after these kernels */
+}
+
+/* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B) */
+static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int B, int D) {
+    if (backend.dry || B <= 0) return;
+    layernorm_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
+        out, mean, rstd, inp, weight, bias, B, D);
+    cudaCheck(cudaGetLastError());
+}
+static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int B, int D) {
+    if (backend.dry || B <= 0) return;
+    layernorm_backward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
+        dinp, dout, inp, weight, mean, rstd, B, D);
+    cudaCheck(cudaGetLastError());
+    column_sums(dweight, dbias, dout, inp, mean, rstd, B, D);
+}
+static void bias_backward(float *dbias, const float *dout, int B, int O) {
+    column_sums(NULL, dbias, dout, NULL, NULL, NULL, B, O);
+}
+
 /* cuBLAS is column-major: a row-major (R, K) matrix is, to cuBLAS, its
  * (K, R) transpose with leading dimension K. So each product below is
  * written for the transposes, as llm.c does:
@@ -155,7 +304,7 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
                             dout, O, &one, dinp, I));
     cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout,
                             O, &one, dweight, I));
-    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
+    if (dbias) bias_backward(dbias, dout, B, O);
 }
 #else
 /* The Linear layers are three matmuls, and a matmul's time goes to loading
@@ -254,9 +403,8 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const flo
     if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
 }
 
-#endif
-
-/* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B) */
+/* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B):
+ * a row per FOR_EACH element here, a warp per row on a GPU (above) */
 static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int B, int D) {
     FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, D);
@@ -267,6 +415,7 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, D);
     FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D);
 }
+#endif
 
 static void gelu_forward(float *out, const float *inp, long n) {
     FOR_EACH(n, gelu_forward_one, out, inp);

@@ -11,8 +11,8 @@
  * width D does about D/3 flops a byte it moves, so it is bound by compute;
  * a LayerNorm or a GELU does a few flops a value, so it is bound by memory.
  * Summed, the roofline is the least time the step can take: a kernel that
- * reaches it is perfect, and today's simpler kernels (one thread a row in
- * LayerNorm, one thread a column in the bias gradients) take longer.
+ * reaches it is perfect, and today's simpler ones (the embedding gradient's
+ * one thread a channel, the softmax's one thread a row) take longer.
  *
  * Two columns, for two ways to store the values:
  *   fp32  the GPU build as it is: fp32 values, cuBLAS's fp32 GEMMs on the

@@ -189,6 +189,7 @@ gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
   make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu &&
     make -s tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
+    make -s tests/test_kernels && echo "tests/test_kernels.cu compiled (make test-gpu's check of each kernel alone)" &&
     gpu_probe && gpu_plan && gpu_mpi_flags
 }
 # mpicc --showme's bare -pthread and -Wl,... (HPC-X, a source-built Open
@@ -224,7 +225,7 @@ gpu_plan() {
 export -f gpu_plan
 export MPIRUN
 export -f gpu_build
-run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, tests/gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
+run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
 
 echo
 [ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"

@@ -2,6 +2,9 @@
 # tests/test_gpu.sh — the GPU build (./fsdp-gpu) against the CPU build (./fsdp),
 # on this machine's NVIDIA GPUs; `make test-gpu` runs it.
 #
+#   0. every kernel alone against the CPU's arithmetic (tests/test_kernels.cu):
+#      LayerNorm, the column sums, cuBLAS's Linear, gelu_new, AdamW, attention,
+#      each within a tolerance it derives, with its time
 #   a. 1 GPU rank == 1 CPU rank within rounding (tiny, small, gpt2-tiny and
 #      gpt2-mini: cuBLAS attention against the CPU's rows; fp32 and --tf32)
 #   b. a GPU run repeats bitwise
@@ -33,12 +36,24 @@ sed 's/ (UUID.*//; s/^/  /' <<<"$GPU_LIST"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 # nvcc where the CUDA toolkit puts it, if it is not on PATH already
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
-make -s fsdp fsdp-gpu tests/st_diff >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp fsdp-gpu tests/st_diff"; echo "0 passed, 1 failed"; exit 1; }
+make -s fsdp fsdp-gpu tests/st_diff tests/test_kernels >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp fsdp-gpu tests/st_diff tests/test_kernels"; echo "0 passed, 1 failed"; exit 1; }
 
 # ---- helpers --------------------------------------------------------------------
 n_ok=0 n_bad=0
 pass() { ok "$@"; n_ok=$((n_ok + 1)); }
 flunk() { bad "$@"; n_bad=$((n_bad + 1)); }
+
+# ---- 0. each kernel alone ----------------------------------------------------------
+# Before the end-to-end runs: a kernel that is wrong is named here, not
+# found later as a loss that drifts. One GPU, one rank.
+echo "0. each kernel against the CPU's arithmetic"
+if CUDA_VISIBLE_DEVICES=$ONE_GPU timeout 300 $MPIRUN -np 1 tests/test_kernels >"$d/kernels.log" 2>&1; then
+  sed 's/^/   /' "$d/kernels.log"
+  pass "0. $(tail -1 "$d/kernels.log") kernel checks"
+else
+  sed 's/^/   /' "$d/kernels.log"
+  flunk "0. tests/test_kernels: $(tail -1 "$d/kernels.log")"
+fi
 
 # train NAME BINARY NP ARGS...: one run of ./BINARY on NP ranks, output in
 # $d/NAME.log, parameters exported to $d/NAME.st. A failed run is a FAIL.

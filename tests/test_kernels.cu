@@ -1,0 +1,325 @@
+/* ============================================================================
+ * tests/test_kernels.cu — every GPU kernel against its CPU function, one at
+ * a time (as llm.c's dev/cuda files do); make test-gpu runs it first.
+ *
+ *   mpirun -np 1 tests/test_kernels     (one GPU; built by make tests/test_kernels)
+ *
+ * For each kernel: the same random inputs go through the GPU build's
+ * function (a CUDA kernel, cuBLAS, or FOR_EACH over an FSDP_HD function)
+ * and through the CPU build's arithmetic on the host (the FSDP_HD row and
+ * column functions the CPU program runs, or a plain loop), and the largest
+ * difference is held to a tolerance derived from what the two may do
+ * differently. Two fp32 sums of the same K terms in another order differ by
+ * at most about 2 K u times the sum of the terms' magnitudes (u = 2^-24,
+ * Higham's gamma_K), so a kernel whose outputs are sums of K terms gets
+ * tol = 2 K u * max over outputs of sum |term|; element-wise functions
+ * whose only difference is CUDA's expf/erff (2 ulp) and fused
+ * multiply-adds get 16 u (|value| + 1). The kernel's time on the GPU (mean
+ * of 20 launches, CUDA events) is printed beside it.
+ *
+ * Prints one line a kernel and "N passed, N failed"; exits 1 on a failure.
+ * Compiled in CI (make gpu's check); not yet run on a GPU.
+ * ========================================================================== */
+#define FSDP_NO_MAIN
+#include "../main.c"
+
+static const double U = 1.0 / 16777216.0; /* fp32's unit roundoff, 2^-24 */
+static int passed, failed;
+
+static float *host_random(long n, uint64_t stream, float scale) {
+    float *x = (float *)host_malloc((size_t)n * sizeof(float), "hold inputs");
+    for (long i = 0; i < n; i++) x[i] = scale * rng_normal(7, stream, 0, (uint64_t)i);
+    return x;
+}
+/* Device buffers, all given back to the pool by gpu_free_all */
+static struct {
+    void *p;
+    size_t bytes;
+} lent[64];
+static int n_lent;
+static float *gpu(long n) {
+    if (n_lent == 64) FATAL("raise lent's size", "too many test buffers");
+    float *d = (float *)dev_alloc((size_t)n * sizeof(float));
+    if (!d) FATAL("use a GPU with more memory", "cannot allocate %ld floats", n);
+    lent[n_lent].p = d, lent[n_lent++].bytes = (size_t)n * sizeof(float);
+    return d;
+}
+static void gpu_free_all(void) {
+    dev_synchronize();
+    while (n_lent > 0) n_lent--, dev_free(lent[n_lent].p, lent[n_lent].bytes);
+}
+static float *device_copy(const float *x, long n) {
+    float *d = gpu(n);
+    dev_from_host(d, x, (size_t)n * sizeof(float));
+    return d;
+}
+static float *host_copy(const float *d, long n) {
+    float *x = (float *)host_malloc((size_t)n * sizeof(float), "read a result back");
+    dev_to_host(x, d, (size_t)n * sizeof(float));
+    return x;
+}
+
+/* The GPU's result dev (n values) against the CPU's ref, within tol. */
+static void expect(const char *kernel, const char *what, const float *dev, const float *ref, long n,
+                   double tol, double us) {
+    float *got = host_copy(dev, n);
+    double worst = 0.0;
+    long at = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)ref[i]);
+        if (!(d <= worst)) worst = d, at = i; /* NaN counts as the worst */
+    }
+    int ok = worst <= tol;
+    printf("%s %-46s %-8s max |gpu - cpu| %9.3g  tol %9.3g  %9.1f us\n", ok ? "ok  " : "FAIL",
+           kernel, what, worst, tol, us);
+    if (!ok) printf("      at %ld: gpu %.9g, cpu %.9g\n", at, (double)got[at], (double)ref[at]);
+    ok ? passed++ : failed++;
+    free(got);
+}
+
+/* The mean time of 20 runs of `call` on the compute stream, in microseconds. */
+#define TIME_US(out, call)                                                                         \
+    do {                                                                                           \
+        cudaEvent_t t0_ = event_record(backend.compute, 1);                                        \
+        for (int rep_ = 0; rep_ < 20; rep_++) call;                                                \
+        cudaEvent_t t1_ = event_record(backend.compute, 1);                                        \
+        cudaCheck(cudaEventSynchronize(t1_));                                                      \
+        float ms_ = 0.0f;                                                                          \
+        cudaCheck(cudaEventElapsedTime(&ms_, t0_, t1_));                                           \
+        (out) = 1e3 * ms_ / 20;                                                                    \
+        cudaEventDestroy(t0_);                                                                     \
+        cudaEventDestroy(t1_);                                                                     \
+    } while (0)
+
+static double max_abs(const float *x, long n) {
+    double m = 0.0;
+    for (long i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    return m;
+}
+
+/* LayerNorm over GPT-2 124M's rows: 8 x 1024 tokens of 768 */
+static void check_layernorm(void) {
+    const int B = 8192, D = 768;
+    long n = (long)B * D;
+    float *x = host_random(n, 1, 1.0f), *w = host_random(D, 2, 0.2f), *b = host_random(D, 3, 0.2f),
+          *dy = host_random(n, 4, 1.0f);
+    for (int i = 0; i < D; i++) w[i] += 1.0f;
+    float *out = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
+          *mean = (float *)host_calloc(B, sizeof(float), "ref"),
+          *rstd = (float *)host_calloc(B, sizeof(float), "ref"),
+          *dx = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
+          *dw = (float *)host_calloc(D, sizeof(float), "ref"),
+          *db = (float *)host_calloc(D, sizeof(float), "ref");
+    for (long r = 0; r < B; r++) layernorm_forward_row(r, out, mean, rstd, x, w, b, D);
+    for (long r = 0; r < B; r++) layernorm_backward_row(r, dx, dy, x, w, mean, rstd, D);
+    for (long c = 0; c < D; c++) layernorm_backward_col(c, dw, db, dy, x, mean, rstd, B, D);
+    float *gx = device_copy(x, n), *gw = device_copy(w, D), *gb = device_copy(b, D),
+          *gdy = device_copy(dy, n), *gout = gpu(n), *gmean = gpu(B), *grstd = gpu(B),
+          *gdx = gpu(n), *gdw = gpu(D), *gdb = gpu(D);
+    double us;
+    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, B, D));
+    /* a row's mean and variance are sums of D terms; the output carries their error */
+    expect("layernorm forward (8192 x 768)", "out", gout, out, n, 4.0 * D * U * max_abs(out, n),
+           us);
+    expect("layernorm forward (8192 x 768)", "rstd", grstd, rstd, B, 4.0 * D * U * max_abs(rstd, B),
+           us);
+    TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, B, D));
+    /* the GPU ran it 20 times, adding: the CPU's once, times 20 */
+    for (long i = 0; i < n; i++) dx[i] *= 20.0f;
+    for (int i = 0; i < D; i++) dw[i] *= 20.0f, db[i] *= 20.0f;
+    /* dinp_i = rstd (g_i - mean(g) - n_i mean(g n)), g = dy w: the two
+     * means are sums of D terms, off by 2 D u times their terms' sums */
+    double row = 0.0, col = 0.0, nmax = 0.0;
+    for (int r = 0; r < B; r++) {
+        double sg = 0.0, sgn = 0.0;
+        for (int i = 0; i < D; i++) {
+            double nn = (x[(long)r * D + i] - mean[r]) * rstd[r], g = dy[(long)r * D + i] * w[i];
+            sg += fabs(g), sgn += fabs(g * nn), nmax = fmax(nmax, fabs(nn));
+        }
+        row = fmax(row, rstd[r] * (sg + nmax * sgn) / D);
+    }
+    /* dweight_c, dbias_c: sums over the B rows of dy n and dy (n itself
+     * off by about 4 D u, through mean and rstd) */
+    for (int c = 0; c < D; c++) {
+        double sum = 0.0;
+        for (int r = 0; r < B; r++)
+            sum +=
+                fabs(dy[(long)r * D + c]) * (1.0 + fabs((x[(long)r * D + c] - mean[r]) * rstd[r]));
+        col = fmax(col, sum);
+    }
+    /* 20 runs add 20 times: 20 times each bound, and 20 u of the total */
+    expect("layernorm backward (8192 x 768)", "dinp", gdx, dx, n,
+           20.0 * 2.0 * D * U * row + 20.0 * U * max_abs(dx, n), us);
+    expect("layernorm backward (8192 x 768)", "dweight", gdw, dw, D,
+           20.0 * (2.0 * B + 4.0 * D) * U * col + 20.0 * U * max_abs(dw, D), us);
+    expect("layernorm backward (8192 x 768)", "dbias", gdb, db, D,
+           20.0 * 2.0 * B * U * col + 20.0 * U * max_abs(db, D), us);
+    float *frees[] = {x, w, b, dy, out, mean, rstd, dx, dw, db};
+    for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
+    gpu_free_all();
+}
+
+/* A Linear layer on cuBLAS against the plain sums, and its bias gradient
+ * (column sums) against bias_backward_one: B 512, 768 -> 2304 (c_attn) */
+static void check_linear(void) {
+    const int B = 512, I = 768, O = 2304;
+    float *x = host_random((long)B * I, 5, 1.0f), *w = host_random((long)O * I, 6, 0.03f),
+          *b = host_random(O, 7, 0.1f), *dy = host_random((long)B * O, 8, 1.0f);
+    float *out = (float *)host_calloc((size_t)B * O, sizeof(float), "ref"),
+          *db = (float *)host_calloc(O, sizeof(float), "ref");
+    double worst_terms = 0.0;
+    for (int r = 0; r < B; r++)
+        for (int o = 0; o < O; o++) {
+            float acc = b[o];
+            double terms = fabs(b[o]);
+            for (int i = 0; i < I; i++) {
+                acc += x[(long)r * I + i] * w[(long)o * I + i];
+                terms += fabs(x[(long)r * I + i] * w[(long)o * I + i]);
+            }
+            out[(long)r * O + o] = acc;
+            worst_terms = fmax(worst_terms, terms);
+        }
+    for (long o = 0; o < O; o++) bias_backward_one(o, db, dy, B, O);
+    float *gx = device_copy(x, (long)B * I), *gw = device_copy(w, (long)O * I),
+          *gb = device_copy(b, O), *gdy = device_copy(dy, (long)B * O), *gout = gpu((long)B * O),
+          *gdb = gpu(O);
+    double us;
+    TIME_US(us, linear_forward(gout, gx, gw, gb, B, I, O));
+    expect("linear forward, cuBLAS (512x768 @ 768x2304)", "out", gout, out, (long)B * O,
+           2.0 * (I + 1) * U * worst_terms, us);
+    TIME_US(us, bias_backward(gdb, gdy, B, O));
+    double col = 0.0;
+    for (int o = 0; o < O; o++) {
+        double s = 0.0;
+        for (int r = 0; r < B; r++) s += fabs(dy[(long)r * O + o]);
+        col = fmax(col, s);
+    }
+    for (int o = 0; o < O; o++) db[o] *= 20.0f;
+    expect("bias gradient, column sums (512 x 2304)", "dbias", gdb, db, O, 20.0 * 2.0 * B * U * col,
+           us);
+    float *frees[] = {x, w, b, dy, out, db};
+    for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
+    gpu_free_all();
+}
+
+/* Element-wise: GPT-2's gelu_new and AdamW, FOR_EACH over the FSDP_HD function */
+static void check_elementwise(void) {
+    const long n = 8192L * 3072;
+    float *x = host_random(n, 9, 2.0f), *dy = host_random(n, 10, 1.0f);
+    float *out = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
+          *dx = (float *)host_calloc((size_t)n, sizeof(float), "ref");
+    for (long i = 0; i < n; i++) gelu_tanh_forward_one(i, out, x);
+    for (long i = 0; i < n; i++) gelu_tanh_backward_one(i, dx, dy, x);
+    float *gx = device_copy(x, n), *gdy = device_copy(dy, n), *gout = gpu(n), *gdx = gpu(n);
+    double us, ew = 16.0 * U * (max_abs(out, n) + 1.0);
+    TIME_US(us, gelu_tanh_forward(gout, gx, n));
+    expect("gelu_new forward (8192 x 3072)", "out", gout, out, n, ew, us);
+    TIME_US(us, gelu_tanh_backward(gdx, gdy, gx, n));
+    for (long i = 0; i < n; i++) dx[i] *= 20.0f;
+    expect("gelu_new backward (8192 x 3072)", "dinp", gdx, dx, n,
+           20.0 * 16.0 * U * (max_abs(dx, n) / 20.0 + 1.0), us);
+    /* AdamW, one step from zero moments: each element alone, the same
+     * function; only expf-free arithmetic and contraction into FMAs differ */
+    const long m = 1L << 22;
+    float *p = host_random(m, 11, 1.0f), *g = host_random(m, 12, 1e-3f);
+    float *mo = (float *)host_calloc((size_t)m, 4, "ref"),
+          *v = (float *)host_calloc((size_t)m, 4, "ref");
+    float *gp = device_copy(p, m), *gg = device_copy(g, m), *gm = device_copy(mo, m),
+          *gv = device_copy(v, m);
+    AdamWStep s = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 0.1f, 0.0316f, 0};
+    for (long i = 0; i < m; i++) adamw_one(i, p, mo, v, g, s);
+    FOR_EACH(m, adamw_one, gp, gm, gv, gg, s);
+    TIME_US(us, FOR_EACH(m, scale_one, gg, 1.0f)); /* a pass over m floats, for scale */
+    expect("AdamW (4M elements), FOR_EACH", "param", gp, p, m, 16.0 * U * (max_abs(p, m) + 1e-3),
+           us);
+    float *frees[] = {x, dy, out, dx, p, g, mo, v};
+    for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
+    gpu_free_all();
+}
+
+/* Causal attention: cuBLAS's batched GEMMs around the softmax kernel
+ * against the CPU's rows (attention_forward_row and the backward rows):
+ * B 2, T 256, D 768, 12 heads */
+static void check_attention(void) {
+    const int B = 2, T = 256, D = 768, H = 12;
+    long nq = (long)B * T * 3 * D, ny = (long)B * T * D, na = (long)B * H * T * T;
+    float *qkv = host_random(nq, 13, 1.0f), *dy = host_random(ny, 14, 1.0f);
+    float *y = (float *)host_calloc((size_t)ny, 4, "ref"),
+          *att = (float *)host_calloc((size_t)na, 4, "ref"),
+          *dq = (float *)host_calloc((size_t)nq, 4, "ref"),
+          *da = (float *)host_calloc((size_t)na, 4, "ref");
+    for (long r = 0; r < (long)B * H * T; r++) attention_forward_row(r, y, att, qkv, T, D, H);
+    for (long r = 0; r < (long)B * H * T; r++)
+        attention_backward_query(r, dq, da, dy, qkv, att, T, D, H);
+    for (long r = 0; r < (long)B * H * T; r++)
+        attention_backward_key(r, dq, da, dy, qkv, att, T, D, H);
+    float *gq = device_copy(qkv, nq), *gdy = device_copy(dy, ny), *gy = gpu(ny), *ga = gpu(na),
+          *gdq = gpu(nq), *gda = gpu(na);
+    dev_zero(gdq, nq * 4);
+    double us;
+    /* A score is a dot product of hd = 64 terms, scaled by 1/8: two orders
+     * differ by dz <= 2 hd u |q||k| / 8 (Cauchy-Schwarz bounds the terms'
+     * sum by the norms). Softmax turns dz into a relative error of at most
+     * 2 dz in each p, and y = sum of T terms p_s v_s (sum p = 1) adds 2 T u:
+     * |dy| <= max|v| (4 dz + 2 T u). */
+    double qn = 0.0, kn = 0.0, vmax = 0.0;
+    for (long bt = 0; bt < (long)B * T; bt++)
+        for (int h = 0; h < H; h++) {
+            double sq = 0.0, sk = 0.0;
+            for (int j = 0; j < 64; j++) {
+                float q = qkv[bt * 3 * D + h * 64 + j], k = qkv[bt * 3 * D + D + h * 64 + j];
+                sq += (double)q * q, sk += (double)k * k;
+                vmax = fmax(vmax, fabs(qkv[bt * 3 * D + 2 * D + h * 64 + j]));
+            }
+            qn = fmax(qn, sqrt(sq)), kn = fmax(kn, sqrt(sk));
+        }
+    double dz = 2.0 * 64 * U * qn * kn / 8.0;
+    TIME_US(us, attention_forward(gy, ga, gq, B, T, D, H));
+    expect("attention forward, batched GEMMs (2x256x768)", "y", gy, y, ny,
+           vmax * (4.0 * dz + 2.0 * T * U), us);
+    /* Backward: dq and dk are sums of T terms ds * k / 8 (or q), dv of T
+     * terms p * dy (a column of p sums to at most T): 2 (T + hd) u times
+     * the largest sum of |terms|. ds itself inherits p's error (2 dz,
+     * relative) and that of dp = dy . v, a dot product of hd terms
+     * (dpz, Cauchy-Schwarz again), which reaches dq through sum_s p_s |k_s| / 8. */
+    double gn = 0.0;
+    for (long bt = 0; bt < (long)B * T; bt++)
+        for (int h = 0; h < H; h++) {
+            double sg = 0.0;
+            for (int j = 0; j < 64; j++)
+                sg += (double)dy[bt * D + h * 64 + j] * dy[bt * D + h * 64 + j];
+            gn = fmax(gn, sqrt(sg));
+        }
+    double dpz = 2.0 * 64 * U * gn * sqrt(64.0) * vmax;
+    double dsmax = max_abs(da, na), big = max_abs(qkv, nq);
+    double terms = fmax(T * dsmax * big / 8.0, T * max_abs(dy, ny));
+    double once = 2.0 * (T + 64) * U * terms + 2.0 * dpz * big / 8.0 + 2.0 * dz * max_abs(dq, nq);
+    TIME_US(us, attention_backward(gdq, gda, gdy, gq, ga, B, T, D, H));
+    for (long i = 0; i < nq; i++) dq[i] *= 20.0f; /* 20 runs added into dqkv */
+    expect("attention backward, batched GEMMs", "dqkv", gdq, dq, nq,
+           20.0 * once + 20.0 * U * max_abs(dq, nq), us);
+    float *frees[] = {qkv, dy, y, att, dq, da};
+    for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
+    gpu_free_all();
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    Config cfg;
+    char err[4096];
+    char *none[] = {argv[0], NULL};
+    if (config_parse(&cfg, 1, none, err, sizeof(err)) || backend_init(&cfg, MPI_COMM_WORLD)) {
+        fprintf(stderr, "no GPU to test the kernels on\n");
+        MPI_Finalize();
+        return 77;
+    }
+    printf("every GPU kernel against the CPU's arithmetic (tests/test_kernels.cu)\n");
+    check_layernorm();
+    check_linear();
+    check_elementwise();
+    check_attention();
+    printf("%d passed, %d failed\n", passed, failed);
+    backend_release();
+    MPI_Finalize();
+    return failed ? 1 : 0;
+}
