@@ -10,7 +10,12 @@
 #   - beside it, cuBLAS alone at the same GEMM shapes on the same GPUs in the
 #     same run (tests/bench_gpu), and the ratio (target >= 50%);
 #   - the NCCL bus bandwidth beside the collectives' share of a step (a
-#     short --trace run, where CUDA events time them).
+#     short --trace run, where CUDA events time them);
+#   - MFU against the dense bf16 peak too (what PyTorch and llm.c report),
+#     with the goal: >= 40% on one GPU, >= 30% per GPU on 8;
+#   - GPT-2 124M (8 x 1024 tokens a GPU), the shape llm.c reports, the same.
+# Without a GPU it prints the roofline of both (./fsdp --plan --roofline
+# h100: the best an H100 could do, counted) and exits 77.
 # Why 3840 x 9 and not 4096 x 8: the latter is 1,076,084,992 parameters, over
 # the 2^30 that config_parse accepts. Under full_shard on one 80 GB GPU it
 # needs ~17 GB of sharded state (16 bytes per parameter), a few gathered
@@ -26,6 +31,24 @@ cd "$(dirname "$0")/.." || exit 1
 source tests/lib.sh
 
 # ---- is there a GPU? (as tests/test_gpu.sh decides) ---------------------------
+# Without one, what can be said without measuring: the roofline of both
+# models' steps on an H100 (./fsdp --plan --roofline, lecture 8), then the
+# skip.
+if ! nogpu=$( (find_gpus bench-gpu) ); then
+  make -s fsdp >/dev/null 2>&1 || { echo "FAIL: make fsdp"; exit 1; }
+  echo "No GPU here, so nothing is measured. What the roofline says one H100 could do at best"
+  echo "(every kernel at the GPU's peak or its memory's bandwidth: ./fsdp --plan --roofline h100):"
+  for model in "--width ${BENCH_WIDTH:-3840} --depth ${BENCH_DEPTH:-9} --batch ${BENCH_BATCH:-4096}" \
+               "--model gpt2 --batch 8 --context 1024"; do
+    echo
+    echo "  ./fsdp --plan $model --roofline h100"
+    # shellcheck disable=SC2086  # the flags are a word list
+    ./fsdp --plan $model --roofline h100 | sed -n '/^roofline/,$p' | sed 's/^/  /'
+  done
+  echo
+  echo "$nogpu"
+  exit 77
+fi
 find_gpus bench-gpu
 
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
@@ -104,11 +127,11 @@ nccl=$(awk -v u="$BLOCK_MIB" '$1 == "nccl" { x = log($2 / u); if (x < 0) x = -x;
 # ---- the GPU's peak (NVIDIA datasheets, dense, per GPU) --------------------------------
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 case "$name" in
-  *H100*PCIe*) fp32=51 tf32=378 spec="H100 PCIe" ;;
-  *H100*NVL* | *H200*NVL*) fp32=60 tf32=418 spec="H100/H200 NVL" ;;
-  *H100* | *H200*) fp32=67 tf32=495 spec="H100/H200 SXM" ;;
-  *A100*) fp32=19.5 tf32=156 spec="A100" ;;
-  *) fp32="" tf32="" spec="" ;;
+  *H100*PCIe*) fp32=51 tf32=378 bf16=756 spec="H100 PCIe" ;;
+  *H100*NVL* | *H200*NVL*) fp32=60 tf32=418 bf16=835 spec="H100/H200 NVL" ;;
+  *H100* | *H200*) fp32=67 tf32=495 bf16=989 spec="H100/H200 SXM" ;;
+  *A100*) fp32=19.5 tf32=156 bf16=312 spec="A100" ;;
+  *) fp32="" tf32="" bf16="" spec="" ;;
 esac
 peak=$fp32; [ "$prec" = tf32 ] && peak=$tf32
 
@@ -116,7 +139,7 @@ peak=$fp32; [ "$prec" = tf32 ] && peak=$tf32
 echo
 echo "== fsdp-gpu on $GPUS x ${name:-unknown GPU}, $prec: $P parameters, global batch $B"
 awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v traced="${traced_ms:-}" \
-    -v what="$what" -v peak="$peak" -v prec="$prec" -v gemm="$gemm" -v nccl="$nccl" -v blk="$BLOCK_MIB" -v spec="$spec" 'BEGIN {
+    -v what="$what" -v peak="$peak" -v bf16="$bf16" -v prec="$prec" -v gemm="$gemm" -v nccl="$nccl" -v blk="$BLOCK_MIB" -v spec="$spec" 'BEGIN {
   s = ms / 1e3; flop = 6 * P * B; tf = flop / s / 1e12; per = tf / G
   printf "per step: %.1f ms over %s\n", ms, what
   printf "tokens/s: %.0f (one token = one predicted byte; %.0f per step)\n", B / s, B
@@ -124,6 +147,7 @@ awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v 
   printf "achieved: %.1f TFLOP/s in all, %.1f TFLOP/s per GPU\n", tf, per
   if (peak != "") printf "MFU: %.1f%% of the %s peak (%s TFLOP/s per GPU: %s, NVIDIA datasheet, dense)\n", 100 * per / peak, prec, peak, spec
   else printf "MFU: unknown peak for this GPU (fill in its %s TFLOP/s in tests/bench_gpu.sh)\n", prec
+  if (bf16 != "") printf "MFU against the dense bf16 peak (%s TFLOP/s), the figure PyTorch and llm.c report: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", bf16, 100 * per / bf16
   if (gemm != "") {
     g = gemm / 1e3
     printf "cuBLAS alone at the same shapes (tests/bench_gpu, this run): %.1f TFLOP/s per GPU\n", g
@@ -134,4 +158,31 @@ awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v 
   if (busy != "" && traced > 0)
     printf "  beside: the collectives keep the communication stream busy %.1f ms of a %.1f ms traced step (%.0f%%; rank 0, CUDA events)\n", busy, traced, 100 * busy / traced
   else print "  beside: no collective timing (the traced run printed no \"collectives busy\" line)"
+}'
+
+# ---- GPT-2 124M, the shape llm.c reports ---------------------------------------------
+# 8 sequences of 1024 tokens a GPU, fp32 (as built), the same difference of
+# two runs. Its FLOPs count attention too: 6 x parameters + 12 L T D a token.
+G2_STEPS=${BENCH_GPT2_STEPS:-8}
+g2() { # g2 STEPS LOG
+  # shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
+  timeout 600 $MPIRUN -np "$GPUS" ./fsdp-gpu --model gpt2 --batch $((8 * GPUS)) --context 1024 \
+    --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf >"$2" 2>&1 ||
+    { echo "FAIL: fsdp-gpu --model gpt2 --steps $1: exit $?"; tail -15 "$2"; exit 1; }
+}
+g2 "$G2_STEPS" "$d/g2_long.log"
+g2 3 "$d/g2_short.log"
+read -r m2 u2 <<<"$(totals "$d/g2_long.log")"
+read -r m1 u1 <<<"$(totals "$d/g2_short.log")"
+P2=$(sed -n 's/.*| \([0-9]*\) parameters$/\1/p' "$d/g2_long.log" | head -1)
+echo
+echo "== GPT-2 124M (fsdp-gpu --model gpt2) on $GPUS x ${name:-unknown GPU}, $prec: 8 x 1024 tokens a GPU"
+awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$m1" -v n2="$m2" -v t1="$u1" -v t2="$u2" \
+    -v bf16="$bf16" -v peak="$peak" -v prec="$prec" 'BEGIN {
+  ms = (t2 - t1) / (n2 - n1); s = ms / 1e3; tokens = 8 * 1024 * G
+  flop = (6 * P + 12 * 12 * 1024 * 768) * tokens; per = flop / s / 1e12 / G
+  printf "per step: %.1f ms (steps 4-%d); %.0f tokens/s\n", ms, n2, tokens / s
+  printf "model FLOPs per step = (6 x %.0f + 12 L T D) x %d tokens = %.2f TFLOP; %.1f TFLOP/s per GPU\n", P, tokens, flop / 1e12, per
+  if (peak != "") printf "MFU: %.1f%% of the %s peak\n", 100 * per / peak, prec
+  if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8; the roofline of ./fsdp --plan --model gpt2 --batch 8 --roofline h100 puts fp32 at 5.9%% at best)\n", 100 * per / bf16
 }'
