@@ -71,6 +71,7 @@ typedef struct {
      * trainer is built. */
     int dry;
     int host_threads; /* threads for loops over host memory (HOST_FOR_EACH); 0 or 1: one */
+    Dtype gemm_dtype; /* the matmuls' inputs: fp32, or 16-bit on a GPU's tensor cores */
 #ifdef __CUDACC__
     int device;
     cudaStream_t compute, comm;
@@ -391,6 +392,7 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
      * (a 10-bit mantissa on tensor cores) only when asked */
     cublasCheck(cublasSetMathMode(backend.cublas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                          : CUBLAS_DEFAULT_MATH));
+    backend.gemm_dtype = cfg->param_dtype; /* 16-bit parameters: tensor cores (kernels/layers.h) */
     /* --vram is the ledger's budget, as in the simulator (exact bytes: the
      * same verdict on both builds), and caps the pool too, with room for its
      * rounding (512 bytes a block, for up to 2048 blocks). With mixed

@@ -279,6 +279,48 @@ static void bias_backward(float *dbias, const float *dout, int B, int O) {
     column_sums(NULL, dbias, dout, NULL, NULL, NULL, B, O);
 }
 
+/* ---- the matmul: fp32, or 16-bit on the tensor cores -----------------------
+ * C (m, n) = alpha op(A) op(B) + beta C, column-major as cuBLAS sees it,
+ * for `batch` matrices sa, sb, sc apart. In fp32, cublasSgemm(Strided-
+ * Batched) on the fp32 units (TF32 tensor cores with --tf32). With 16-bit
+ * parameters (--param-dtype bf16 or fp16) the matmul's inputs are values
+ * of that format held in float slots (section 2), so they are packed into
+ * 16 bits, exactly, and multiplied on the tensor cores with fp32
+ * accumulation and an fp32 result (cublasGemmStridedBatchedEx,
+ * CUBLAS_COMPUTE_32F), as PyTorch's autocast and llm.c multiply: an input
+ * not yet rounded (the attention probabilities, kept in fp32) is rounded
+ * to the format on the way, as autocast rounds it. The packed copies are
+ * scratch from the pool, as cuBLAS's workspace is. */
+static long gemm_span(cublasOperation_t op, int rows, int cols, int ld, long stride, int batch) {
+    int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
+    return (long)(batch - 1) * stride + (long)(major - 1) * ld + minor; /* elements it spans */
+}
+static uint16_t *gemm_pack(const float *x, long n, Dtype d) {
+    uint16_t *p = (uint16_t *)dev_alloc_for_overwrite((size_t)n * sizeof(uint16_t));
+    if (!p) FATAL("the GPU is out of memory; try a smaller --batch", "no room to pack a matmul");
+    FOR_EACH(n, pack_one, p, x, d, 1.0f);
+    return p;
+}
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                 const float *A, int lda, long sa, const float *B, int ldb, long sb, float beta,
+                 float *C, int ldc, long sc, int batch) {
+    if (backend.dry) return; /* --plan */
+    Dtype d = backend.gemm_dtype;
+    if (d == DTYPE_FP32) {
+        cublasCheck(cublasSgemmStridedBatched(backend.cublas, ta, tb, m, n, k, &alpha, A, lda, sa,
+                                              B, ldb, sb, &beta, C, ldc, sc, batch));
+        return;
+    }
+    long na = gemm_span(ta, m, k, lda, sa, batch), nb = gemm_span(tb, k, n, ldb, sb, batch);
+    uint16_t *a = gemm_pack(A, na, d), *b = gemm_pack(B, nb, d);
+    cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cublasCheck(cublasGemmStridedBatchedEx(backend.cublas, ta, tb, m, n, k, &alpha, a, t, lda, sa, b,
+                                           t, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    dev_free(a, (size_t)na * sizeof(uint16_t)); /* lent again only to work queued after it */
+    dev_free(b, (size_t)nb * sizeof(uint16_t));
+}
+
 /* cuBLAS is column-major: a row-major (R, K) matrix is, to cuBLAS, its
  * (K, R) transpose with leading dimension K. So each product below is
  * written for the transposes, as llm.c does:
@@ -286,24 +328,20 @@ static void bias_backward(float *dbias, const float *dout, int B, int O) {
  *   dinp^T (I, B)  += weight^T (I, O) @ dout^T (O, B)
  *   dweight^T (I, O) += inp^T (I, B) @ dout (B, O)     -> dout transposed
  * beta = 1 accumulates (backward adds into gradients; forward adds to the
- * bias already in out). fp32 unless --tf32 (backend_init). */
+ * bias already in out). fp32 unless --tf32 (backend_init), or 16-bit
+ * inputs on the tensor cores with 16-bit parameters (gemm, above). */
 static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
     if (backend.dry) return; /* --plan */
-    const float one = 1.0f;
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
-    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, &one, weight, I, inp,
-                            I, &one, out, O));
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, 1.0f, weight, I, 0, inp, I, 0, 1.0f, out, O, 0, 1);
 }
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
-    const float one = 1.0f;
-    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, &one, weight, I,
-                            dout, O, &one, dinp, I));
-    cublasCheck(cublasSgemm(backend.cublas, CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, &one, inp, I, dout,
-                            O, &one, dweight, I));
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, 1.0f, weight, I, 0, dout, O, 0, 1.0f, dinp, I, 0, 1);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, 1.0f, inp, I, 0, dout, O, 0, 1.0f, dweight, I, 0, 1);
     if (dbias) bias_backward(dbias, dout, B, O);
 }
 #else

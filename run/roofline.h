@@ -14,13 +14,20 @@
  * reaches it is perfect, and today's simpler ones (the embedding gradient's
  * one thread a channel, the softmax's one thread a row) take longer.
  *
- * Two columns, for two ways to store the values:
- *   fp32  the GPU build as it is: fp32 values, cuBLAS's fp32 GEMMs on the
- *         fp32 units (no tensor core), 4 bytes a value;
- *   bf16  the path llm.c and PyTorch's mixed precision take: parameters,
- *         activations and gradients in 16 bits, GEMMs on the tensor cores
- *         (fp32 accumulation); LayerNorm's statistics, the loss's
- *         probabilities and AdamW's master weights and moments in fp32.
+ * Three columns, for three ways to store and multiply the values:
+ *   fp32       fp32 values, cuBLAS's fp32 GEMMs on the fp32 units (no
+ *              tensor core), 4 bytes a value: the GPU build in fp32;
+ *   bf16 GEMM  the GPU build with --param-dtype bf16: values still in fp32
+ *              slots (4 bytes), each Linear GEMM's inputs packed to 16 bits
+ *              on the way (read 4, written 2, read 2 by the GEMM) and
+ *              multiplied on the tensor cores (kernels/layers.h's gemm);
+ *              attention's GEMMs stay fp32 (packing its fp32 probabilities
+ *              would cost more than it saves: the table shows it);
+ *   bf16       the path llm.c and PyTorch's mixed precision take:
+ *              parameters, activations and gradients stored in 16 bits,
+ *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
+ *              statistics, the loss's probabilities and AdamW's master
+ *              weights and moments in fp32. Not built yet.
  * The ceiling on MFU (model FLOPs / the step's time / the bf16 peak, the
  * figure PyTorch and llm.c report) follows: with fp32 GEMMs it can never
  * pass fp32 peak / bf16 peak, 7% on an H100.
@@ -49,32 +56,37 @@ static const GpuPeaks GPU_PEAKS[] = {
  * fp32 on both (statistics, optimizer state). */
 typedef struct {
     const char *name;
-    int gemm; /* runs on cuBLAS: the fp32 or tensor-core peak; else memory */
+    int gemm; /* runs on cuBLAS: the fp32 or tensor-core peak (GEMM_*); 0: bound by memory */
     double flops, values16, values32;
+    double written; /* of a GEMM's values16, those it writes (in fp32): not packed */
 } KernelCost;
 
-enum { ROOFLINE_MAX = 16 };
+/* Linear layers' GEMMs are packed to 16 bits under --param-dtype bf16;
+ * attention's stay fp32 until the probabilities are stored in 16 bits */
+enum { GEMM_LINEAR = 1, GEMM_ATTENTION = 2, ROOFLINE_MAX = 16 };
 typedef struct {
     KernelCost k[ROOFLINE_MAX];
     int n;
 } Roofline;
 
-static void roof_add(Roofline *r, const char *name, int gemm, double flops, double values16,
-                     double values32) {
+static int roof_add(Roofline *r, const char *name, int gemm, double flops, double values16,
+                    double values32) {
     int i = 0;
     while (i < r->n && strcmp(r->k[i].name, name) != 0) i++;
     if (i == r->n) {
         if (r->n == ROOFLINE_MAX) FATAL("raise ROOFLINE_MAX", "too many kinds of kernel");
-        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0};
+        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0};
     }
     r->k[i].flops += flops;
     r->k[i].values16 += values16;
     r->k[i].values32 += values32;
+    return i;
 }
 
 /* C (M x N) = A (M x K) B (K x N): 2MNK flops; A and B read, C written. */
 static void roof_gemm(Roofline *r, const char *name, double M, double N, double K) {
-    roof_add(r, name, 1, 2.0 * M * N * K, M * K + K * N + M * N, 0.0);
+    int i = roof_add(r, name, GEMM_LINEAR, 2.0 * M * N * K, M * K + K * N + M * N, 0.0);
+    r->k[i].written += M * N;
 }
 
 /* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
@@ -111,10 +123,14 @@ static void roof_elementwise(Roofline *r, const char *name, double n, int reads,
 static void roof_attention(Roofline *r, double B, double T, double D, double H, int backward) {
     double BTD = B * T * D, scores = B * H * T * T, qk = 2.0 * B * T * T * D;
     if (!backward) {
-        roof_add(r, "attention GEMMs (QK^T, PV)", 1, 2.0 * qk, 2.0 * scores + 4.0 * BTD, 0.0);
+        int i = roof_add(r, "attention GEMMs (QK^T, PV)", GEMM_ATTENTION, 2.0 * qk,
+                         2.0 * scores + 4.0 * BTD, 0);
+        r->k[i].written += scores + BTD; /* the scores, y */
         roof_add(r, "attention softmax", 0, 5.0 * scores, 2.0 * scores, 0.0);
     } else {
-        roof_add(r, "attention GEMMs (QK^T, PV)", 1, 4.0 * qk, 4.0 * scores + 8.0 * BTD, 0.0);
+        int i = roof_add(r, "attention GEMMs (QK^T, PV)", GEMM_ATTENTION, 4.0 * qk,
+                         4.0 * scores + 8.0 * BTD, 0);
+        r->k[i].written += scores + 3.0 * BTD; /* dP, dV, dQ, dK */
         roof_add(r, "attention softmax", 0, 4.0 * scores, 3.0 * scores, 0.0);
     }
 }
@@ -155,7 +171,7 @@ static void roof_cross_entropy(Roofline *r, double R, double V) {
 static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     int gpt2 = c->arch == ARCH_GPT2, forwards = c->activation_checkpointing ? 2 : 1;
     double T = c->context, D = c->width, V = c->vocab;
-    double R = gpt2 ? B * T : B; /* rows the head sees */
+    double R = gpt2 ? B * T : B;                                     /* rows the head sees */
     if (gpt2) roof_add(r, "embeddings", 0, R * D, 3.0 * R * D, 0.0); /* wte + wpe */
     else roof_add(r, "embeddings", 0, 0.0, 2.0 * R * T * c->embed_dim, 0.0);
     if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0); /* proj_in */
@@ -201,9 +217,18 @@ static double step_model_flops(const Trainer *t, double *tokens) {
     return per_token * *tokens;
 }
 
-static double roof_seconds(const KernelCost *k, double peak_tflops, int bytes16, double tbps) {
-    double bytes = bytes16 * k->values16 + 4.0 * k->values32;
-    return fmax(k->flops / (peak_tflops * 1e12), bytes / (tbps * 1e12));
+enum { ROOF_FP32, ROOF_BF16_GEMM, ROOF_BF16, ROOF_MODES };
+static const char *const ROOF_MODE_NAMES[ROOF_MODES] = {"fp32", "bf16 GEMM", "bf16"};
+
+/* The least time of kernel k on GPU g, its values stored the `mode` way */
+static double roof_seconds(const KernelCost *k, const GpuPeaks *g, int mode) {
+    if (mode == ROOF_BF16_GEMM && k->gemm == GEMM_ATTENTION) mode = ROOF_FP32;
+    double peak = !k->gemm ? 1e9 : mode == ROOF_FP32 ? g->fp32 : g->bf16; /* 1e9: no limit */
+    double bytes = 4.0 * (k->values16 + k->values32);
+    if (mode == ROOF_BF16) bytes = 2.0 * k->values16 + 4.0 * k->values32;
+    if (mode == ROOF_BF16_GEMM && k->gemm) /* inputs: read 4, packed 2, read 2; outputs 4 */
+        bytes = 8.0 * (k->values16 - k->written) + 4.0 * k->written + 4.0 * k->values32;
+    return fmax(k->flops / (peak * 1e12), bytes / (g->tbps * 1e12));
 }
 
 static void print_roofline(const Trainer *t, const char *gpu) {
@@ -216,34 +241,31 @@ static void print_roofline(const Trainer *t, const char *gpu) {
            "  one rank's step, kernel by kernel; each takes at least max(FLOPs / peak, bytes / "
            "bandwidth)\n",
            g->name, g->fp32, g->tf32, g->bf16, g->tbps);
-    printf("  %-32s %12s %11s %11s %11s\n", "kernel", "GFLOP", "GB (fp32)", "ms fp32", "ms bf16");
-    double total[2] = {0.0, 0.0}, flops = 0.0;
+    printf("  %-32s %9s %10s %9s %12s %9s\n", "kernel", "GFLOP", "GB (fp32)", "ms fp32",
+           "ms bf16 GEMM", "ms bf16");
+    double total[ROOF_MODES] = {0.0}, flops = 0.0, attention = 0.0;
     for (int i = 0; i < r.n; i++) {
         const KernelCost *k = &r.k[i];
-        double now = roof_seconds(k, k->gemm ? g->fp32 : 1e9, 4, g->tbps);
-        double goal = roof_seconds(k, k->gemm ? g->bf16 : 1e9, 2, g->tbps);
-        total[0] += now;
-        total[1] += goal;
+        double ms[ROOF_MODES];
+        for (int m = 0; m < ROOF_MODES; m++) total[m] += ms[m] = 1e3 * roof_seconds(k, g, m);
+        if (!strncmp(k->name, "attention", 9)) attention += ms[ROOF_BF16];
         flops += k->flops;
-        printf("  %-32s %12.1f %11.3f %11.3f %11.3f%s\n", k->name, k->flops / 1e9,
-               (4.0 * (k->values16 + k->values32)) / 1e9, 1e3 * now, 1e3 * goal,
+        printf("  %-32s %9.1f %10.3f %9.3f %12.3f %9.3f%s\n", k->name, k->flops / 1e9,
+               (4.0 * (k->values16 + k->values32)) / 1e9, ms[0], ms[1], ms[2],
                k->gemm ? "" : "  (memory)");
     }
     double tokens = 0.0, model = step_model_flops(t, &tokens);
-    printf("  %-32s %12.1f %11s %11.3f %11.3f\n", "total", flops / 1e9, "", 1e3 * total[0],
-           1e3 * total[1]);
+    printf("  %-32s %9.1f %10s %9.3f %12.3f %9.3f\n", "total", flops / 1e9, "", total[0], total[1],
+           total[2]);
     printf("  model FLOPs %.4g TFLOP (6 x parameters%s a token); at best:\n", model / 1e12,
            t->cfg.arch == ARCH_GPT2 ? " + 12 L T D" : "");
-    const char *path[2] = {"fp32 (as built)", "bf16 (the goal)"};
-    for (int i = 0; i < 2; i++)
-        printf("    %-16s %10.0f tokens/s %6.1f%% MFU (of the bf16 peak)\n", path[i],
-               tokens / total[i], 100.0 * model / (total[i] * g->bf16 * 1e12));
-    double attention = 0.0;
-    for (int i = 0; i < r.n; i++)
-        if (!strncmp(r.k[i].name, "attention", 9))
-            attention += roof_seconds(&r.k[i], r.k[i].gemm ? g->bf16 : 1e9, 2, g->tbps);
+    const char *what[ROOF_MODES] = {"(as built)", "(as built, --param-dtype bf16)",
+                                    "(16-bit storage: not built)"};
+    for (int m = 0; m < ROOF_MODES; m++)
+        printf("    %-9s %10.0f tokens/s %6.1f%% MFU (of the bf16 peak) %s\n", ROOF_MODE_NAMES[m],
+               1e3 * tokens / total[m], 100.0 * model / (total[m] / 1e3 * g->bf16 * 1e12), what[m]);
     if (attention > 0.0)
         printf("  attention is %.0f%% of the bf16 time, most of it moving the B*H*T^2 scores "
                "through memory: FlashAttention keeps them on chip\n",
-               100.0 * attention / total[1]);
+               100.0 * attention / total[ROOF_BF16]);
 }

@@ -24,7 +24,9 @@
 # the first steps' warm-up (cuBLAS heuristics, NCCL connections) drops out.
 #
 # Environment: BENCH_WIDTH, BENCH_DEPTH, BENCH_BATCH (global), BENCH_STEPS,
-# TF32=1 (fsdp-gpu --tf32, bench_gpu --tf32, MFU against the TF32 peak).
+# TF32=1 (fsdp-gpu --tf32, bench_gpu --tf32, MFU against the TF32 peak),
+# BENCH_PARAM_DTYPE=bf16 (fsdp-gpu --param-dtype bf16: the Linear GEMMs on
+# the tensor cores; MFU against the bf16 peak).
 # No GPU: exit 77 with the reason.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -65,8 +67,9 @@ fi
 # fsdp.c's config_total_numel: embed + proj_in + L blocks (norm, fc1, fc2) + norm_f + head
 P=$((V * C + (T * C * W + W) + L * (2 * W + (4 * W * W + 4 * W) + (4 * W * W + W)) + 2 * W + (V * W + V)))
 BLOCK_MIB=$(awk -v w="$W" 'BEGIN { printf "%.0f", (8 * w * w + 7 * w) * 4 / 1048576 }')
-tf=""; prec=fp32
+tf=""; prec=fp32; pd=""
 [ "${TF32:-0}" = 1 ] && tf="--tf32" prec=tf32
+[ "${BENCH_PARAM_DTYPE:-fp32}" != fp32 ] && pd="--param-dtype $BENCH_PARAM_DTYPE" prec="$BENCH_PARAM_DTYPE"
 S0=3; [ "$S" -gt "$S0" ] || S0=0   # BENCH_STEPS <= 3: one run, the mean of all its steps
 
 # ---- fsdp-gpu ---------------------------------------------------------------------------
@@ -74,7 +77,7 @@ S0=3; [ "$S" -gt "$S0" ] || S0=0   # BENCH_STEPS <= 3: one run, the mean of all 
 train() {
   # shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
   timeout 600 $MPIRUN -np "$GPUS" ./fsdp-gpu --width "$W" --depth "$L" --context $T --embed-dim $C \
-    --batch "$B" --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf "${@:3}" >"$2" 2>&1
+    --batch "$B" --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf $pd "${@:3}" >"$2" 2>&1
   local rc=$?
   [ $rc -eq 0 ] && return 0
   echo "FAIL: fsdp-gpu --steps $1 on $GPUS GPU(s): exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')"
@@ -134,6 +137,7 @@ case "$name" in
   *) fp32="" tf32="" bf16="" spec="" ;;
 esac
 peak=$fp32; [ "$prec" = tf32 ] && peak=$tf32
+[ -n "$pd" ] && peak=$bf16   # bf16/fp16 tensor cores: the same dense peak
 
 # ---- the figures ------------------------------------------------------------------------
 echo
@@ -167,7 +171,7 @@ G2_STEPS=${BENCH_GPT2_STEPS:-8}
 g2() { # g2 STEPS LOG
   # shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
   timeout 600 $MPIRUN -np "$GPUS" ./fsdp-gpu --model gpt2 --batch $((8 * GPUS)) --context 1024 \
-    --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf >"$2" 2>&1 ||
+    --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf $pd >"$2" 2>&1 ||
     { echo "FAIL: fsdp-gpu --model gpt2 --steps $1: exit $?"; tail -15 "$2"; exit 1; }
 }
 g2 "$G2_STEPS" "$d/g2_long.log"
@@ -184,5 +188,5 @@ awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$m1" -v n2="$m2" -v t1="$u1" -v 
   printf "per step: %.1f ms (steps 4-%d); %.0f tokens/s\n", ms, n2, tokens / s
   printf "model FLOPs per step = (6 x %.0f + 12 L T D) x %d tokens = %.2f TFLOP; %.1f TFLOP/s per GPU\n", P, tokens, flop / 1e12, per
   if (peak != "") printf "MFU: %.1f%% of the %s peak\n", 100 * per / peak, prec
-  if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8; the roofline of ./fsdp --plan --model gpt2 --batch 8 --roofline h100 puts fp32 at 5.9%% at best)\n", 100 * per / bf16
+  if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8; the roofline of ./fsdp --plan --model gpt2 --batch 8 --roofline h100 puts fp32 at 5.9%%, bf16 GEMMs at 17.9%% at best; BENCH_PARAM_DTYPE=bf16 runs those)\n", 100 * per / bf16
 }'

@@ -187,6 +187,34 @@ static void check_linear(void) {
     TIME_US(us, linear_forward(gout, gx, gw, gb, B, I, O));
     expect("linear forward, cuBLAS (512x768 @ 768x2304)", "out", gout, out, (long)B * O,
            2.0 * (I + 1) * U * worst_terms, us);
+    /* The same product from bf16 inputs on the tensor cores (what
+     * --param-dtype bf16 runs): the CPU multiplies the same bf16 values in
+     * fp32. Their products are exact in fp32 (8 + 8 bits of mantissa), so
+     * the difference is the sums' order again; tensor cores may truncate
+     * where fp32 rounds, so twice the bound: 4 (I + 1) u. */
+    float *xr = (float *)host_malloc((size_t)B * I * 4, "ref"),
+          *wr = (float *)host_malloc((size_t)O * I * 4, "ref");
+    for (long i = 0; i < (long)B * I; i++) xr[i] = round_to(x[i], DTYPE_BF16);
+    for (long i = 0; i < (long)O * I; i++) wr[i] = round_to(w[i], DTYPE_BF16);
+    float *out16 = (float *)host_calloc((size_t)B * O, sizeof(float), "ref");
+    double terms16 = 0.0;
+    for (int r = 0; r < B; r++)
+        for (int o = 0; o < O; o++) {
+            float acc = b[o];
+            double t = fabs(b[o]);
+            for (int i = 0; i < I; i++) {
+                acc += xr[(long)r * I + i] * wr[(long)o * I + i];
+                t += fabs(xr[(long)r * I + i] * wr[(long)o * I + i]);
+            }
+            out16[(long)r * O + o] = acc;
+            terms16 = fmax(terms16, t);
+        }
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_US(us, linear_forward(gout, gx, gw, gb, B, I, O)); /* packs x and w to bf16 on the way */
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("linear forward, bf16 tensor cores (cublasGemmEx)", "out", gout, out16, (long)B * O,
+           4.0 * (I + 1) * U * terms16, us);
+    free(xr), free(wr), free(out16);
     TIME_US(us, bias_backward(gdb, gdy, B, O));
     double col = 0.0;
     for (int o = 0; o < O; o++) {
