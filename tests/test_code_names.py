@@ -14,7 +14,8 @@ builds differ only behind the seam, kernels/backend.h and comm/device.h).
 And every other name in backquotes that looks like one of ours (snake_case,
 `name` or `name()`) must still be defined or used somewhere in the sources,
 unless it is one of the PyTorch or Hugging Face names listed in ELSEWHERE:
-a renamed or deleted function leaves no stale pointer behind.
+a renamed or deleted function leaves no stale pointer behind. Last, fsdp.c
+stays the file a student reads top to bottom: at most MAX_LINES lines.
 
   python3 tests/test_code_names.py             the docs of the repository
   python3 tests/test_code_names.py --self-test proves it reports a wrong
@@ -40,6 +41,7 @@ SOURCES = ["fsdp.c", "fsdp.h", "main.c", "files.c", "files.h", "formats.c", "for
     p for d in ("run", "kernels", "comm", "io", "model", "data", "sim", "exercises", "tests",
                 "bridge")
     for p in glob.glob(f"{d}/*.[chp]*") if p != "tests/test_code_names.py")
+MAX_LINES = 3000  # the algorithm alone; the program and plumbing live beside it
 SNAKE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)(?:\(\))?`")
 # snake_case names the docs cite that are not ours: PyTorch's, Hugging Face's,
 # and a shell function lecture 7 defines in its own commands
@@ -115,6 +117,14 @@ def name_results(docs_text, words):
     return results
 
 
+def size_results(fsdp_text):
+    n = fsdp_text.count("\n")
+    if n <= MAX_LINES:
+        return [(True, "fsdp.c", f"{n} lines, at most {MAX_LINES}")]
+    return [(False, "fsdp.c", f"{n} lines, over {MAX_LINES}: move plumbing into a header "
+             "included in place, or into main.c and run/")]
+
+
 def source_words():
     words = set()
     for p in SOURCES:
@@ -148,14 +158,16 @@ def main():
         got += [ok for ok, _, _ in seam_results("int a;\n")]
         got += [ok for ok, _, _ in name_results({"fake.md": "`unit_gone()` and `zero_grad` "
                                                               "and `unit_gather`"}, source_words())]
-        want = [False, False, False, False, True, False, True, False, True]
+        got += [ok for ok, _, _ in size_results("x\n" * (MAX_LINES + 1))]
+        want = [False, False, False, False, True, False, True, False, True, False]
         print("self-test:", "reports a wrong section, a moved name, a missing name, a wrong "
-              "section number, an #ifdef __CUDACC__ in fsdp.c and a name no source has, and "
+              "section number, an #ifdef __CUDACC__ in fsdp.c, a name no source has and a "
+              "fsdp.c too long, and "
               "passes the right ones" if got == want else f"got {got}, want {want}")
         return 0 if got == want else 1
     texts = {p: open(p).read() for p in DOCS}
     results = check(texts, algorithm, program) + seam_results(open("fsdp.c").read())
-    results += name_results(texts, source_words())
+    results += name_results(texts, source_words()) + size_results(open("fsdp.c").read())
     for ok, where, message in results:
         print(f"{'ok  ' if ok else 'FAIL'} {where}: {message}")
     bad = sum(not ok for ok, _, _ in results)
