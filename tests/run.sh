@@ -169,7 +169,7 @@ run "README's commands run and print what it shows (tests/check_docs.py), and th
 for f in lectures/[0-9]*.md; do
   [ -e "$f" ] && run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
 done
-run "the functions the course names by section are in that section of fsdp.c, and fsdp.c has no #ifdef __CUDACC__ (the check can fail)" \
+run "the functions the course names are where it says (and exist), fsdp.c has no #ifdef __CUDACC__ and at most 3,000 lines (the check can fail)" \
   bash -c "python3 tests/test_code_names.py --self-test && python3 tests/test_code_names.py"
 run "one glossary: every lecture's terms in lectures/glossary.md with the same Korean word, every lecture links it (the check can fail)" \
   bash -c "python3 tests/test_glossary.py --self-test && python3 tests/test_glossary.py"
