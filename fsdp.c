@@ -147,6 +147,19 @@ static long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
 static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
+/* A size in the unit that shows it: "512 B", "1.00 KiB", "160.00 MiB". */
+static const char *human_bytes(double bytes, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 5) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
+    else snprintf(buf, len, "%.2f %s", bytes, units[u]);
+    return buf;
+}
+
 /* Counter-based random numbers. A value depends only on (seed, stream, a, b),
  * never on what was drawn before, so every rank can compute any element of
  * the model or the data on its own and get the value any other world size
@@ -296,36 +309,10 @@ FSDP_HD static inline void add_half_one(long i, uint16_t *acc, const uint16_t *x
  * live in host memory; the accounting is what a GPU would see.
  * ========================================================================== */
 
-/* defines: human_bytes ("512 B", "1.00 KiB"), ledger_oom_report (the
- *          simulated out-of-memory message, CUDA's words and a HINT) */
+/* defines: ledger_oom_report (the simulated out-of-memory message, in
+ *          CUDA's words, with a HINT), ledger_out_of_memory (who reports,
+ *          and how every rank stops), ledger_agree_fits (after setup) */
 #include "sim/oom.h"
-
-/* While the trainer is being built every rank allocates the same things in
- * the same order, so a budget too small shows on all ranks at once. Then
- * the first failure is only noted (that allocation goes ahead in host
- * memory, untouched, and trainer_create builds nothing more) and
- * ledger_agree_fits() decides together: one report, from the lowest rank
- * that failed, and exit 3 everywhere.
- *
- * During training a rank that runs out cannot wait for the others: they
- * may already sit in a collective that needs it. So it stops the job
- * (MPI_Abort). Every rank usually fails at the same allocation, so to print
- * the report once a rank first waits a moment per rank number: the lowest
- * failing rank reports first, and its MPI_Abort takes the others down
- * before they print the same lines again. */
-static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const char *what) {
-    char *report = ledger_oom_report(l, cat, bytes, what);
-    if (l->defer_oom) {
-        if (!l->oom_report) l->oom_report = report;
-        else free(report);
-        return;
-    }
-    struct timespec pause = {0, 400 * 1000 * 1000};
-    for (int r = 0; r < l->rank && r < 8; r++) nanosleep(&pause, NULL);
-    fputs(report ? report : "simulated CUDA out of memory\n", stderr);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 3);
-}
 
 /* Where a booked buffer lives: the device, or the host's memory, plain or
  * pinned for DMA (a GPU's --cpu-offload shards); and, on the device,
@@ -442,24 +429,6 @@ static void ledger_free(Ledger *l, void *p) {
     }
     FATAL("this is a bug in fsdp.c: every buffer must come from ledger_alloc",
           "freeing a pointer the ledger does not know");
-}
-
-/* The end of the trainer's setup (see ledger_out_of_memory): did the
- * budget hold on every rank? If not, the lowest rank that ran out reports
- * and every rank exits 3. */
-static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
-    int world = 1, mine, first;
-    MPI_Comm_size(comm, &world);
-    mine = l->oom_report ? l->rank : world;
-    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-    l->defer_oom = 0;
-    if (first == world) return;
-    if (first == l->rank) {
-        fputs(l->oom_report, stderr);
-        fflush(stderr);
-    }
-    MPI_Finalize();
-    exit(3);
 }
 
 static void ledger_release_all(Ledger *l) {

@@ -191,6 +191,32 @@ __global__ static void layernorm_backward_warp(float *__restrict__ dinp,
         dinp[b * D + i] += sb * (dy[i] * weight[i] - g_mean - (x[i] - mb) * sb * gn_mean);
 }
 
+__device__ static inline float warp_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+/* The loss's softmax, a warp a row of V logits (crossentropy_forward_row's
+ * arithmetic, its sums in the warp's order): one thread a row would read
+ * V = 50257 floats alone, the 32 threads of a warp V apart. */
+__global__ static void crossentropy_forward_warp(float *__restrict__ probs,
+                                                 float *__restrict__ losses,
+                                                 const float *__restrict__ logits,
+                                                 const int *__restrict__ targets, int B, int V) {
+    long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (b >= B) return;
+    const float *z = logits + b * V;
+    float *p = probs + b * V, zmax = -INFINITY, sum = 0.0f;
+    for (int v = lane; v < V; v += 32) zmax = fmaxf(zmax, z[v]);
+    zmax = warp_max(zmax);
+    for (int v = lane; v < V; v += 32) sum += p[v] = expf(z[v] - zmax);
+    sum = warp_sum(sum);
+    for (int v = lane; v < V; v += 32) p[v] /= sum;
+    __syncwarp(); /* lane 0 reads the target's probability another lane wrote */
+    if (lane == 0) losses[b] = -logf(p[targets[b]]);
+}
+
 /* Column sums over R rows of (R, C) in two stages, with no atomics and a
  * fixed order. Stage 1: a block of 32 x 8 threads owns 32 columns of a
  * chunk of COL_CHUNK rows; the 32 threads of a warp read 32 neighbouring
@@ -478,7 +504,15 @@ static void embedding_backward(float *dweight, const float *dout, const unsigned
  * scale `dloss`, is dlogits = (probs - onehot(target)) * dloss. */
 static float crossentropy_forward(float *probs, float *losses, const float *logits,
                                   const int *targets, int B, int V) {
+#ifdef __CUDACC__
+    if (!backend.dry && B > 0) { /* a warp a row (above) */
+        crossentropy_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
+            probs, losses, logits, targets, B, V);
+        cudaCheck(cudaGetLastError());
+    }
+#else
     FOR_EACH(B, crossentropy_forward_row, probs, losses, logits, targets, V);
+#endif
     float *host =
         (float *)host_calloc(B > 0 ? (size_t)B : 1, sizeof(float), "read the losses back");
     dev_to_host(host, losses, (size_t)B * sizeof(float));

@@ -162,12 +162,13 @@ static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp,
 /* ---- attention as matmuls: the GPU's formulation ----------------------------
  * On a GPU the four products of attention are matmuls, each a batch of H
  * (one per head) for each of the B sequences, which cuBLAS runs as strided
- * batched GEMMs; between them, one thread per row computes the causal
- * softmax and its backward. The same mathematics as the rows above, the
- * sums in another order. The CPU build trains with the rows; it compiles
- * this formulation too, with heads_gemm as plain loops, so that
- * tests/test_units.c checks its index arithmetic against the rows on any
- * machine (the GPU build swaps in cuBLAS and nothing else).
+ * batched GEMMs; between them, a warp a row computes the causal softmax
+ * and its backward (causal_softmax). The same mathematics as the rows
+ * above, the sums in another order. The CPU build trains with the rows; it
+ * compiles this formulation too, with heads_gemm as plain loops and the
+ * softmaxes a row per FOR_EACH element, so that tests/test_units.c checks
+ * its index arithmetic against the rows on any machine (the GPU build
+ * swaps in cuBLAS and the warp kernels, which tests/test_kernels.cu checks).
  *
  * cuBLAS is column-major. Head h of sequence b: its queries, a row-major
  * (T, hd) matrix with rows 3D apart, are to cuBLAS the column-major (hd, T)
@@ -196,6 +197,58 @@ FSDP_HD static inline void causal_softmax_backward_row(long r, float *datt, cons
     for (int s = 0; s <= t; s++) pdp += p[s] * d[s];
     for (int s = 0; s < T; s++) d[s] = s <= t ? p[s] * (d[s] - pdp) : 0.0f;
 }
+
+/* The softmaxes over rows of T scores, forward and backward. On a GPU a
+ * warp a row, as LayerNorm (kernels/layers.h): thread r would read row r
+ * alone, and a warp's threads T floats apart. The same arithmetic as the
+ * rows above, the sums in the warp's order. */
+#ifdef __CUDACC__
+__global__ static void causal_softmax_warp(float *__restrict__ att, long rows, int T,
+                                           float scale) {
+    long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int t = (int)(r % T);
+    float *p = att + r * T, zmax = -INFINITY, sum = 0.0f;
+    for (int s = lane; s <= t; s += 32) zmax = fmaxf(zmax, p[s] * scale);
+    zmax = warp_max(zmax);
+    for (int s = lane; s <= t; s += 32) sum += p[s] = expf(p[s] * scale - zmax);
+    sum = warp_sum(sum);
+    for (int s = lane; s < T; s += 32) p[s] = s <= t ? p[s] / sum : 0.0f;
+}
+__global__ static void causal_softmax_backward_warp(float *__restrict__ datt,
+                                                    const float *__restrict__ att, long rows,
+                                                    int T) {
+    long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int t = (int)(r % T);
+    const float *p = att + r * T;
+    float *d = datt + r * T, pdp = 0.0f;
+    for (int s = lane; s <= t; s += 32) pdp += p[s] * d[s];
+    pdp = warp_sum(pdp);
+    for (int s = lane; s < T; s += 32) d[s] = s <= t ? p[s] * (d[s] - pdp) : 0.0f;
+}
+static void causal_softmax(float *att, long rows, int T, float scale) {
+    if (backend.dry || rows <= 0) return;
+    causal_softmax_warp<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
+        att, rows, T, scale);
+    cudaCheck(cudaGetLastError());
+}
+static void causal_softmax_backward(float *datt, const float *att, long rows, int T) {
+    if (backend.dry || rows <= 0) return;
+    causal_softmax_backward_warp<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0,
+                                   backend.compute>>>(datt, att, rows, T);
+    cudaCheck(cudaGetLastError());
+}
+#else
+static void causal_softmax(float *att, long rows, int T, float scale) {
+    FOR_EACH(rows, causal_softmax_row, att, T, scale);
+}
+static void causal_softmax_backward(float *datt, const float *att, long rows, int T) {
+    FOR_EACH(rows, causal_softmax_backward_row, datt, att, T);
+}
+#endif
 
 #ifdef __CUDACC__
 typedef cublasOperation_t GemmOp;
@@ -242,7 +295,7 @@ static inline void attention_forward_gemm(float *y, float *att, const float *qkv
         float *p = att + b * H * TT;
         /* P^T (s, t) = k_s . q_t: K^T Q */
         heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, p, T, TT, H);
-        FOR_EACH((long)H * T, causal_softmax_row, p, T, 1.0f / sqrtf((float)hd));
+        causal_softmax(p, (long)H * T, T, 1.0f / sqrtf((float)hd));
         /* y_t = sum_s p_ts v_s: Y = V P^T, into the head's columns of y */
         heads_gemm(GEMM_N, GEMM_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f, y + (long)b * T * D,
                    D, hd, H);
@@ -262,7 +315,7 @@ static inline void attention_backward_gemm(float *dqkv, float *datt, const float
               *ds = datt + b * H * TT;
         /* dP^T (s, t) = v_s . dy_t */
         heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, ds, T, TT, H);
-        FOR_EACH((long)H * T, causal_softmax_backward_row, ds, p, T);
+        causal_softmax_backward(ds, p, (long)H * T, T);
         /* dv_s += sum_t p_ts dy_t: dV += dY P */
         heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd, H);
         /* dq_t += scale sum_s dscore_ts k_s: dQ += scale K dS^T */

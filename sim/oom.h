@@ -1,22 +1,10 @@
 /* ============================================================================
- * sim/oom.h — section 3 of fsdp.c, the words of an out-of-memory: what a
- * rank that crosses its simulated --vram budget (or a GPU's real one)
- * prints, as CUDA would, with the ledger's categories and what to try.
- * fsdp.c includes it in place; ledger_out_of_memory decides when and who.
+ * sim/oom.h — section 3 of fsdp.c, a simulated out-of-memory: what a rank
+ * that crosses its --vram budget (or a GPU's real one) prints, as CUDA
+ * would, with the ledger's categories and what to try; which rank says it;
+ * and how every rank then stops (exit 3), during setup or in a step.
+ * fsdp.c includes it in place; ledger_book calls ledger_out_of_memory.
  * ========================================================================== */
-
-/* A size in the unit that shows it: "512 B", "1.00 KiB", "160.00 MiB". */
-static const char *human_bytes(double bytes, char *buf, size_t len) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 5) {
-        bytes /= 1024.0;
-        u++;
-    }
-    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
-    else snprintf(buf, len, "%.2f %s", bytes, units[u]);
-    return buf;
-}
 
 /* A simulated GPU has a fixed amount of memory. Crossing it fails the way
  * CUDA does: which rank, what it tried to allocate and for what, the budget,
@@ -41,4 +29,49 @@ static char *ledger_oom_report(const Ledger *l, MemCategory cat, size_t bytes, c
              "(--activation-checkpointing, --grad-accum), or raise --vram. --plan shows each "
              "option's memory without running it.\n");
     return r;
+}
+
+/* While the trainer is being built every rank allocates the same things in
+ * the same order, so a budget too small shows on all ranks at once. Then
+ * the first failure is only noted (that allocation goes ahead in host
+ * memory, untouched, and trainer_create builds nothing more) and
+ * ledger_agree_fits() decides together: one report, from the lowest rank
+ * that failed, and exit 3 everywhere.
+ *
+ * During training a rank that runs out cannot wait for the others: they
+ * may already sit in a collective that needs it. So it stops the job
+ * (MPI_Abort). Every rank usually fails at the same allocation, so to print
+ * the report once a rank first waits a moment per rank number: the lowest
+ * failing rank reports first, and its MPI_Abort takes the others down
+ * before they print the same lines again. */
+static void ledger_out_of_memory(Ledger *l, MemCategory cat, size_t bytes, const char *what) {
+    char *report = ledger_oom_report(l, cat, bytes, what);
+    if (l->defer_oom) {
+        if (!l->oom_report) l->oom_report = report;
+        else free(report);
+        return;
+    }
+    struct timespec pause = {0, 400 * 1000 * 1000};
+    for (int r = 0; r < l->rank && r < 8; r++) nanosleep(&pause, NULL);
+    fputs(report ? report : "simulated CUDA out of memory\n", stderr);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+}
+
+/* The end of the trainer's setup (see ledger_out_of_memory): did the
+ * budget hold on every rank? If not, the lowest rank that ran out reports
+ * and every rank exits 3. */
+static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
+    int world = 1, mine, first;
+    MPI_Comm_size(comm, &world);
+    mine = l->oom_report ? l->rank : world;
+    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    l->defer_oom = 0;
+    if (first == world) return;
+    if (first == l->rank) {
+        fputs(l->oom_report, stderr);
+        fflush(stderr);
+    }
+    MPI_Finalize();
+    exit(3);
 }

@@ -4,6 +4,11 @@
  *
  *   mpirun -np 1 tests/test_kernels     (one GPU; built by make tests/test_kernels)
  *
+ * The kernels: LayerNorm (a warp a row), the column sums of the parameter
+ * gradients, the Linear layers on cuBLAS in fp32 and on the tensor cores in
+ * bf16, gelu_new, AdamW, the loss's softmax (a warp a row) and causal
+ * attention (batched GEMMs around a warp-a-row softmax, both directions).
+ *
  * For each kernel: the same random inputs go through the GPU build's
  * function (a CUDA kernel, cuBLAS, or FOR_EACH over an FSDP_HD function)
  * and through the CPU build's arithmetic on the host (the FSDP_HD row and
@@ -265,6 +270,30 @@ static void check_elementwise(void) {
     gpu_free_all();
 }
 
+/* The loss's softmax, a warp a row, against crossentropy_forward_row: 512
+ * rows of GPT-2's V = 50257. Each probability is exp(z - max) / sum: CUDA's
+ * expf (2 ulp) and a sum of V terms in another order (2 V u, relative) */
+static void check_crossentropy(void) {
+    const int B = 512, V = 50257;
+    long n = (long)B * V;
+    float *z = host_random(n, 15, 3.0f);
+    int *tg = (int *)host_malloc(B * sizeof(int), "targets");
+    for (int b = 0; b < B; b++) tg[b] = (int)(rng_u64(7, 16, 0, (uint64_t)b) % V);
+    float *pr = (float *)host_calloc((size_t)n, 4, "ref"), *ls = (float *)host_calloc(B, 4, "ref");
+    for (long b = 0; b < B; b++) crossentropy_forward_row(b, pr, ls, z, tg, V);
+    float *gz = device_copy(z, n), *gp = gpu(n), *gl = gpu(B);
+    int *gt = (int *)gpu(B);
+    dev_from_host(gt, tg, B * sizeof(int));
+    double us, rel = 4.0 * U + 2.0 * V * U;
+    TIME_US(us, crossentropy_forward(gp, gl, gz, gt, B, V));
+    expect("cross-entropy forward, a warp a row (512 x 50257)", "probs", gp, pr, n,
+           rel * max_abs(pr, n), us);
+    expect("cross-entropy forward, a warp a row (512 x 50257)", "losses", gl, ls, B,
+           rel + U * max_abs(ls, B), us);
+    free(z), free(tg), free(pr), free(ls);
+    gpu_free_all();
+}
+
 /* Causal attention: cuBLAS's batched GEMMs around the softmax kernel
  * against the CPU's rows (attention_forward_row and the backward rows):
  * B 2, T 256, D 768, 12 heads */
@@ -345,6 +374,7 @@ int main(int argc, char **argv) {
     check_layernorm();
     check_linear();
     check_elementwise();
+    check_crossentropy();
     check_attention();
     printf("%d passed, %d failed\n", passed, failed);
     backend_release();
