@@ -488,14 +488,67 @@ static void gelu_backward(float *dinp, const float *dout, const float *inp, long
     FOR_EACH(n, gelu_backward_one, dinp, dout, inp);
 }
 
+/* The embedding's gradient: row tokens[n] of dweight (V, C) gets dout's
+ * row n added, for the B*T context bytes n. Two rows with the same byte
+ * must not add at once, and without atomics the CPU's way is one thread a
+ * channel walking all B*T rows: on a GPU, C = 16 threads taking 65,536
+ * steps each. So on a GPU the rows are cut into chunks of EMB_CHUNK: stage
+ * 1 gives each (chunk, channel) thread a (V, C) partial gradient of its
+ * own, stage 2 adds the chunks' partials in chunk order: no atomics, the
+ * same bits every run. The partials take chunks x V x C floats, so this is
+ * for small vocabularies (the byte model's 256); a large one keeps the
+ * CPU's loop. */
+#ifdef __CUDACC__
+enum { EMB_CHUNK = 256 };
+__global__ static void embedding_backward_stage1(float *__restrict__ part,
+                                                 const float *__restrict__ dout,
+                                                 const unsigned char *__restrict__ tokens,
+                                                 long BT, int V, int C, int chunks) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x; /* (chunk, channel), channel fastest */
+    if (i >= (long)chunks * C) return;
+    int c = (int)(i % C);
+    long k = i / C;
+    float *mine = part + k * V * C;
+    for (long n = k * EMB_CHUNK; n < BT && n < (k + 1) * EMB_CHUNK; n++)
+        mine[(long)tokens[n] * C + c] += dout[n * C + c];
+}
+__global__ static void embedding_backward_stage2(float *__restrict__ dweight,
+                                                 const float *__restrict__ part, int V, int C,
+                                                 int chunks) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x; /* (v, c) */
+    if (i >= (long)V * C) return;
+    float sum = 0.0f;
+    for (int k = 0; k < chunks; k++) sum += part[(long)k * V * C + i];
+    dweight[i] += sum;
+}
+#endif
+static void embedding_backward(float *dweight, const float *dout, const unsigned char *tokens,
+                               int B, int T, int C) {
+    long BT = (long)B * T;
+#ifdef __CUDACC__
+    const int V = 256; /* bytes */
+    int chunks = (int)((BT + EMB_CHUNK - 1) / EMB_CHUNK);
+    size_t bytes = (size_t)chunks * V * C * sizeof(float);
+    if (!backend.dry && BT > 0 && bytes <= ((size_t)256 << 20)) {
+        float *part = (float *)dev_alloc(bytes); /* zeroed: the partials add into it */
+        if (!part) FATAL("the GPU is out of memory; try a smaller --batch", "no room for dembed");
+        embedding_backward_stage1<<<blocks_for((long)chunks * C), 256, 0, backend.compute>>>(
+            part, dout, tokens, BT, V, C, chunks);
+        cudaCheck(cudaGetLastError());
+        embedding_backward_stage2<<<blocks_for((long)V * C), 256, 0, backend.compute>>>(
+            dweight, part, V, C, chunks);
+        cudaCheck(cudaGetLastError());
+        dev_free(part, bytes);
+        return;
+    }
+#endif
+    FOR_EACH(C, embedding_backward_col, dweight, dout, tokens, BT, C);
+}
+
 /* out (B, T*C): the embeddings of the T context bytes of each sample, end to end */
 static void embedding_forward(float *out, const unsigned char *tokens, const float *weight, int B,
                               int T, int C) {
     FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight, C);
-}
-static void embedding_backward(float *dweight, const float *dout, const unsigned char *tokens,
-                               int B, int T, int C) {
-    FOR_EACH(C, embedding_backward_col, dweight, dout, tokens, (long)B * T, C);
 }
 
 /* Softmax cross-entropy, averaged over the B samples: writes probs (B, V)

@@ -5,7 +5,7 @@
  *   mpirun -np 1 tests/test_kernels     (one GPU; built by make tests/test_kernels)
  *
  * The kernels: LayerNorm (a warp a row), the column sums of the parameter
- * gradients, the Linear layers on cuBLAS in fp32 and on the tensor cores in
+ * gradients, the byte embedding's gradient in chunks, the Linear layers on cuBLAS in fp32 and on the tensor cores in
  * bf16, gelu_new, AdamW, the loss's softmax (a warp a row) and causal
  * attention (batched GEMMs around a warp-a-row softmax, both directions).
  *
@@ -270,6 +270,38 @@ static void check_elementwise(void) {
     gpu_free_all();
 }
 
+/* The byte model's embedding gradient in chunks (two stages) against the
+ * CPU's one thread a channel: 4096 samples x 16 bytes, 16 channels. An
+ * element (v, c) sums the rows whose byte is v: 2 K u times their |dout|. */
+static void check_embedding(void) {
+    const int B = 4096, T = 16, C = 16, V = 256;
+    long BT = (long)B * T, n = BT * C;
+    float *dy = host_random(n, 17, 1.0f);
+    unsigned char *tok = (unsigned char *)host_malloc((size_t)BT, "tokens");
+    for (long i = 0; i < BT; i++) tok[i] = (unsigned char)(rng_u64(7, 18, 0, (uint64_t)i) % V);
+    float *dw = (float *)host_calloc((size_t)V * C, 4, "ref");
+    for (long c = 0; c < C; c++) embedding_backward_col(c, dw, dy, tok, BT, C);
+    double *mag = (double *)host_calloc((size_t)V * C, sizeof(double), "bound");
+    long *count = (long *)host_calloc(V, sizeof(long), "bound");
+    for (long i = 0; i < BT; i++) {
+        count[tok[i]]++;
+        for (int c = 0; c < C; c++) mag[(long)tok[i] * C + c] += fabs(dy[i * C + c]);
+    }
+    double worst = 0.0;
+    for (long i = 0; i < (long)V * C; i++) worst = fmax(worst, 2.0 * count[i / C] * U * mag[i]);
+    float *gdy = device_copy(dy, n), *gdw = gpu((long)V * C);
+    unsigned char *gt = (unsigned char *)gpu(BT / 4 + 1);
+    dev_from_host(gt, tok, (size_t)BT);
+    dev_zero(gdw, (size_t)V * C * sizeof(float));
+    double us;
+    TIME_US(us, embedding_backward(gdw, gdy, gt, B, T, C));
+    for (long i = 0; i < (long)V * C; i++) dw[i] *= 20.0f;
+    expect("embedding backward, chunked (65536 rows, 256 x 16)", "dweight", gdw, dw, (long)V * C,
+           20.0 * worst + 20.0 * U * max_abs(dw, (long)V * C), us);
+    free(dy), free(tok), free(dw), free(mag), free(count);
+    gpu_free_all();
+}
+
 /* The loss's softmax, a warp a row, against crossentropy_forward_row: 512
  * rows of GPT-2's V = 50257. Each probability is exp(z - max) / sum: CUDA's
  * expf (2 ulp) and a sum of V terms in another order (2 V u, relative) */
@@ -374,6 +406,7 @@ int main(int argc, char **argv) {
     check_layernorm();
     check_linear();
     check_elementwise();
+    check_embedding();
     check_crossentropy();
     check_attention();
     printf("%d passed, %d failed\n", passed, failed);
