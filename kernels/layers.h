@@ -340,8 +340,8 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
     long na = gemm_span(ta, m, k, lda, sa, batch), nb = gemm_span(tb, k, n, ldb, sb, batch);
     uint16_t *a = gemm_pack(A, na, d), *b = gemm_pack(B, nb, d);
     cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    cublasCheck(cublasGemmStridedBatchedEx(backend.cublas, ta, tb, m, n, k, &alpha, a, t, lda, sa, b,
-                                           t, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
+    cublasCheck(cublasGemmStridedBatchedEx(backend.cublas, ta, tb, m, n, k, &alpha, a, t, lda, sa,
+                                           b, t, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     dev_free(a, (size_t)na * sizeof(uint16_t)); /* lent again only to work queued after it */
     dev_free(b, (size_t)nb * sizeof(uint16_t));

@@ -5,9 +5,10 @@
  *   mpirun -np 1 tests/test_kernels     (one GPU; built by make tests/test_kernels)
  *
  * The kernels: LayerNorm (a warp a row), the column sums of the parameter
- * gradients, the byte embedding's gradient in chunks, the Linear layers on cuBLAS in fp32 and on the tensor cores in
- * bf16, gelu_new, AdamW, the loss's softmax (a warp a row) and causal
- * attention (batched GEMMs around a warp-a-row softmax, both directions).
+ * gradients, the byte embedding's gradient in chunks, the Linear layers on
+ * cuBLAS in fp32 and on the tensor cores in bf16, gelu_new, AdamW, the
+ * loss's softmax (a warp a row) and causal attention (batched GEMMs around
+ * a warp-a-row softmax, both directions).
  *
  * For each kernel: the same random inputs go through the GPU build's
  * function (a CUDA kernel, cuBLAS, or FOR_EACH over an FSDP_HD function)
