@@ -2301,7 +2301,9 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
                    !cfg->wait_for_debugger && !backend.dry; /* --plan sends nothing */
     comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"),
               threaded);
-    t->comm.timeout = cfg->collective_timeout;
+    /* a person may pause a rank for minutes there: the watchdogs keep still */
+    int stepping = cfg->step_mode || cfg->check_collectives || cfg->wait_for_debugger;
+    t->comm.timeout = stepping ? 0 : cfg->collective_timeout;
     t->ledger.budget = cfg->vram;
     t->ledger.rank = t->comm.rank;
     t->ledger.defer_oom = 1; /* until ledger_agree_fits, below */

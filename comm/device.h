@@ -97,9 +97,11 @@ static double watch_seconds(void) {
 }
 
 /* A note that cannot end well ends the job, naming what hung or failed:
- * `error` is NCCL's or CUDA's word for it, or NULL for a timeout. */
+ * `error` is NCCL's or CUDA's word for it, or NULL for a timeout. The
+ * message goes out first, then MPI_Abort ends every rank. PyTorch calls
+ * ncclCommAbort first, to free its kernels; here the process ends anyway,
+ * and an abort that blocked (a wedged peer) would swallow the message. */
 static void nccl_watch_fail(const NcclNote *n, const char *error) {
-    ncclCommAbort(n->nc); /* NCCL's kernels return, so the abort below is not stuck */
     if (!error) comm_watchdog_expired(n->rank, n->timeout, &n->h); /* exits */
     char unit[32] = "the loss";
     if (n->h.unit >= 0) snprintf(unit, sizeof(unit), "unit %d", n->h.unit);
@@ -122,6 +124,10 @@ static void nccl_watch_poll(NcclWatch *w) {
             cudaEventDestroy(n->done);
             *n = w->note[--w->n];
             continue;
+        }
+        if (q == cudaErrorCudartUnloading || q == cudaErrorContextIsDestroyed) {
+            w->stopping = 1; /* the process is exiting: nothing left to watch */
+            return;
         }
         ncclResult_t async = ncclSuccess;
         if (ncclCommGetAsyncError(n->nc, &async) == ncclSuccess && async != ncclSuccess &&
@@ -162,6 +168,23 @@ static void nccl_watch_add(const Comm *c, ncclComm_t nc, const CommHandle *h) {
     pthread_mutex_unlock(&w->lock);
 }
 
+/* Stops the thread and waits for it: when the last communicator closes,
+ * or at exit() (exit_all leaves from anywhere: a diverged loss, a failed
+ * checkpoint), before CUDA's own teardown pulls the events away. */
+static void nccl_watch_stop(void) {
+    NcclWatch *w = backend.watch;
+    if (!w) return;
+    pthread_mutex_lock(&w->lock);
+    w->stopping = 1;
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    pthread_mutex_destroy(&w->lock);
+    for (int i = 0; i < w->n; i++) cudaEventDestroy(w->note[i].done);
+    free(w->note);
+    free(w);
+    backend.watch = NULL;
+}
+
 /* A communicator opens: the first starts the thread. */
 static void nccl_watch_open(void) {
     if (!backend.watch) {
@@ -170,6 +193,8 @@ static void nccl_watch_open(void) {
         if (pthread_create(&w->thread, NULL, nccl_watch_main, w) != 0)
             FATAL("the system refused a thread", "cannot start NCCL's watchdog");
         backend.watch = w;
+        static int registered;
+        if (!registered++) atexit(nccl_watch_stop); /* runs before CUDA's, registered earlier */
     }
     backend.watch->open_comms++;
 }
@@ -186,14 +211,8 @@ static void nccl_watch_close(ncclComm_t nc) {
             w->note[i] = w->note[--w->n];
         } else i++;
     int last = --w->open_comms == 0;
-    w->stopping = last;
     pthread_mutex_unlock(&w->lock);
-    if (!last) return;
-    pthread_join(w->thread, NULL);
-    pthread_mutex_destroy(&w->lock);
-    free(w->note);
-    free(w);
-    backend.watch = NULL;
+    if (last) nccl_watch_stop();
 }
 
 /* One NCCL communicator over the MPI ranks of c: rank 0 makes the unique

@@ -9,6 +9,9 @@
  * section 2 is the same text on CPU ranks and on GPUs.
  * ========================================================================== */
 
+#ifdef _OPENMP
+#include <omp.h> /* omp_get_num_procs: host_threads_choose */
+#endif
 #ifdef __CUDACC__
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -98,7 +101,11 @@ static void host_threads_choose(MPI_Comm comm) {
     MPI_Comm_size(node, &ranks);
     mpiCheck(MPI_Comm_free(&node));
     const char *env = getenv("OMP_NUM_THREADS");
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+#ifdef _OPENMP
+    long cores = omp_get_num_procs(); /* the CPUs this process may use (its affinity) */
+#else
+    long cores = 1; /* no OpenMP: host loops run on one thread whatever is chosen */
+#endif
     backend.host_threads =
         env && atoi(env) > 0 ? atoi(env) : (int)(cores > ranks ? cores / ranks : 1);
 }
@@ -295,8 +302,11 @@ static int local_rank(MPI_Comm node) {
  * device is chosen now; backend_init checks the choice once MPI runs. */
 static void backend_choose_device_early(void) {
     int local = launcher_local_rank(), count = 0;
-    if (local < 0 || cudaGetDeviceCount(&count) != cudaSuccess || count == 0) return;
-    cudaSetDevice(local % count);
+    if (local < 0 || cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        (void)cudaGetLastError(); /* not sticky; backend_init asks again and says why */
+        return;
+    }
+    if (cudaSetDevice(local % count) != cudaSuccess) (void)cudaGetLastError(); /* ditto */
 }
 
 /* Why no GPU can be used, in words: cudaGetDeviceCount's error, and for
@@ -395,13 +405,15 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     backend.gemm_dtype = cfg->param_dtype; /* 16-bit parameters: tensor cores (kernels/layers.h) */
     /* --vram is the ledger's budget, as in the simulator (exact bytes: the
      * same verdict on both builds), and caps the pool too, with room for its
-     * rounding (512 bytes a block, for up to 2048 blocks). With mixed
+     * rounding (512 bytes a block) and the kernels' scratch. With mixed
      * precision 16-bit values sit in float slots (section 2): the ledger
      * books 2 bytes, the pool holds 4, and NCCL's packed 16-bit copies of
      * the buffers in flight (nccl_pack) 2 more: its cap triples. */
     int halves = cfg->param_dtype != DTYPE_FP32 || cfg->reduce_dtype != DTYPE_FP32;
     backend.cap = 0; /* no --vram: the GPU's own size limits the pool */
-    if (cfg->vram) backend.cap = (halves ? 3 : 1) * cfg->vram + ((size_t)1 << 20);
+    if (cfg->vram) /* + the kernels' scratch, outside the ledger as cuBLAS's workspace is
+                    * (column sums, embedding partials, 16-bit matmul packs) */
+        backend.cap = (halves ? 3 : 1) * cfg->vram + ((size_t)64 << 20) + cfg->vram / 4;
     backend.clock_event = event_record(backend.compute, 1);
     cudaCheck(cudaEventSynchronize(backend.clock_event));
     backend.clock_host = now_seconds();

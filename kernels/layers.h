@@ -529,7 +529,7 @@ static void embedding_backward(float *dweight, const float *dout, const unsigned
     const int V = 256; /* bytes */
     int chunks = (int)((BT + EMB_CHUNK - 1) / EMB_CHUNK);
     size_t bytes = (size_t)chunks * V * C * sizeof(float);
-    if (!backend.dry && BT > 0 && bytes <= ((size_t)256 << 20)) {
+    if (!backend.dry && BT > 0 && bytes <= ((size_t)32 << 20)) { /* within the pool's slack */
         float *part = (float *)dev_alloc(bytes); /* zeroed: the partials add into it */
         if (!part) FATAL("the GPU is out of memory; try a smaller --batch", "no room for dembed");
         embedding_backward_stage1<<<blocks_for((long)chunks * C), 256, 0, backend.compute>>>(
