@@ -65,10 +65,11 @@ static void collective_run(Comm *c, const CommTask *k) {
  * for ever. So, as PyTorch does, every NCCL collective is noted with an
  * event recorded after it, and a thread polls the notes every 50 ms: a
  * finished one is forgotten; an asynchronous error (ncclCommGetAsyncError)
- * or one older than --collective-timeout aborts its communicator
- * (ncclCommAbort, so NCCL's kernels return) and every rank (MPI_Abort,
- * exit 4), with the words of the CPU's watchdog: the collective, its unit,
- * step and ranks. Compiled here; not yet run on a GPU.
+ * or one older than --collective-timeout ends every rank (MPI_Abort, exit
+ * 4), with the words of the CPU's watchdog: the collective, its unit, step
+ * and ranks. Not --step, --check-collectives or --wait-for-debugger, where
+ * a person may hold a rank still for minutes. Compiled here; not yet run
+ * on a GPU.
  * --------------------------------------------------------------------- */
 static void comm_watchdog_expired(int rank, double timeout, const CommHandle *h); /* section 4 */
 
