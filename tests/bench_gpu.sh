@@ -143,7 +143,7 @@ peak=$fp32; [ "$prec" = tf32 ] && peak=$tf32
 echo
 echo "== fsdp-gpu on $GPUS x ${name:-unknown GPU}, $prec: $P parameters, global batch $B"
 awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v traced="${traced_ms:-}" \
-    -v what="$what" -v peak="$peak" -v bf16="$bf16" -v prec="$prec" -v gemm="$gemm" -v nccl="$nccl" -v blk="$BLOCK_MIB" -v spec="$spec" 'BEGIN {
+    -v what="$what" -v peak="$peak" -v fp32="$fp32" -v tf32="$tf32" -v bf16="$bf16" -v prec="$prec" -v gemm="$gemm" -v nccl="$nccl" -v blk="$BLOCK_MIB" -v spec="$spec" 'BEGIN {
   s = ms / 1e3; flop = 6 * P * B; tf = flop / s / 1e12; per = tf / G
   printf "per step: %.1f ms over %s\n", ms, what
   printf "tokens/s: %.0f (one token = one predicted byte; %.0f per step)\n", B / s, B
@@ -151,7 +151,8 @@ awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v 
   printf "achieved: %.1f TFLOP/s in all, %.1f TFLOP/s per GPU\n", tf, per
   if (peak != "") printf "MFU: %.1f%% of the %s peak (%s TFLOP/s per GPU: %s, NVIDIA datasheet, dense)\n", 100 * per / peak, prec, peak, spec
   else printf "MFU: unknown peak for this GPU (fill in its %s TFLOP/s in tests/bench_gpu.sh)\n", prec
-  if (bf16 != "") printf "MFU against the dense bf16 peak (%s TFLOP/s), the figure PyTorch and llm.c report: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", bf16, 100 * per / bf16
+  if (bf16 != "") printf "against each dense peak: %.1f%% of fp32 (%s), %.1f%% of TF32 (%s), %.1f%% of bf16 (%s TFLOP/s)\n", 100 * per / fp32, fp32, 100 * per / tf32, tf32, 100 * per / bf16, bf16
+  if (bf16 != "") printf "MFU against the dense bf16 peak, the figure PyTorch and llm.c report: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", 100 * per / bf16
   if (gemm != "") {
     g = gemm / 1e3
     printf "cuBLAS alone at the same shapes (tests/bench_gpu, this run): %.1f TFLOP/s per GPU\n", g
