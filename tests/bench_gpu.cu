@@ -1,6 +1,6 @@
 /* tests/bench_gpu.cu — what the GPUs themselves can do, to set fsdp-gpu's figures beside.
  *
- *   mpirun -np G tests/bench_gpu [--batch B] [--width D] [--tf32] [--max-mib M]
+ *   mpirun -np G tests/bench_gpu [--batch B] [--width D] [--tf32 | --bf16] [--max-mib M]
  *
  * One rank per GPU (make bench-gpu runs it; build: make tests/bench_gpu).
  *
@@ -10,7 +10,10 @@
  *      fsdp.c uses (weights stored (out, in), as PyTorch's Linear). Prints
  *      GFLOP/s per shape and over all six together (total FLOPs / total
  *      time: the FLOP-weighted mean). fp32 by default; --tf32 lets cuBLAS
- *      round the inputs to TF32 on tensor cores, as fsdp-gpu --tf32 does.
+ *      round the inputs to TF32 on tensor cores, as fsdp-gpu --tf32 does;
+ *      --bf16 multiplies bf16 copies of the inputs on the tensor cores with
+ *      fp32 accumulation and output (cublasGemmEx), as fsdp-gpu
+ *      --param-dtype bf16 does (its packing to 16 bits not counted here).
  * (ii) With >= 2 ranks: NCCL all-gather and reduce-scatter of 1 MiB .. M MiB
  *      (default 1 GiB) in bus bandwidth as nccl-tests defines it: size = the
  *      full (gathered) buffer, algbw = size / time, busbw = algbw * (N-1)/N,
@@ -18,6 +21,7 @@
  *
  * With no GPU it says so, with a HINT, and exits 1. */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -70,6 +74,7 @@ typedef struct {
     float beta; /* backward accumulates (+=) into its output, as fsdp.c's does */
     float *c;
     int ldc;
+    const __nv_bfloat16 *a16, *b16; /* --bf16: the inputs' bf16 copies, else NULL */
 } Gemm;
 
 __global__ void fill(float *x, size_t n, unsigned seed) { /* values in [-1, 1) */
@@ -89,8 +94,27 @@ static float *device_array(size_t n, unsigned seed) {
 
 static void gemm_run(cublasHandle_t h, const Gemm *g) {
     const float one = 1.0f;
+    if (g->a16) {
+        CUBLAS_CHECK(cublasGemmEx(h, g->ta, g->tb, g->m, g->n, g->k, &one, g->a16, CUDA_R_16BF,
+                                  g->lda, g->b16, CUDA_R_16BF, g->ldb, &g->beta, g->c, CUDA_R_32F,
+                                  g->ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return;
+    }
     CUBLAS_CHECK(cublasSgemm(h, g->ta, g->tb, g->m, g->n, g->k, &one, g->a, g->lda, g->b, g->ldb,
                              &g->beta, g->c, g->ldc));
+}
+
+__global__ void to_bf16(__nv_bfloat16 *out, const float *x, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = __float2bfloat16(x[i]);
+}
+/* A bf16 copy of the n floats at x, for --bf16 */
+static __nv_bfloat16 *bf16_copy(const float *x, size_t n) {
+    __nv_bfloat16 *y = NULL;
+    CUDA_CHECK(cudaMalloc(&y, n * sizeof(__nv_bfloat16)));
+    to_bf16<<<(unsigned)((n + 255) / 256), 256>>>(y, x, n);
+    CUDA_CHECK(cudaGetLastError());
+    return y;
 }
 
 /* Seconds per call: a few warm-up calls (cuBLAS picks its kernel), then
@@ -119,7 +143,7 @@ static double gemm_seconds(cublasHandle_t h, const Gemm *g) {
 }
 
 /* Returns the FLOP-weighted mean GFLOP/s over the six GEMMs; rank 0 prints each. */
-static double bench_gemms(int B, int D, int tf32, int rank) {
+static double bench_gemms(int B, int D, int tf32, int bf16, int rank) {
     int H = 4 * D;                                         /* fc1's output width */
     float *x = device_array((size_t)B * D, 1);             /* (B, D)  block input / fc2 output */
     float *h = device_array((size_t)B * H, 2);             /* (B, 4D) fc1 output / fc2 input */
@@ -131,22 +155,41 @@ static double bench_gemms(int B, int D, int tf32, int rank) {
     CUBLAS_CHECK(cublasCreate(&cb));
     CUBLAS_CHECK(cublasSetMathMode(cb, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     const cublasOperation_t N_ = CUBLAS_OP_N, T_ = CUBLAS_OP_T;
-    /* name, cuBLAS: op(A), op(B), m, n, k, A, B, lda, ldb, beta, C, ldc */
+    /* name, cuBLAS: op(A), op(B), m, n, k, A, B, lda, ldb, beta, C, ldc (bf16 copies: below) */
     Gemm g[6] = {
         /* forward: out(B,out) = inp(B,in) . W(out,in)^T */
-        {"fc1 forward  h(B,4D) = x(B,D) . W1(4D,D)^T", T_, N_, H, B, D, w1, x, D, D, 0, h, H},
-        {"fc2 forward  x(B,D) = h(B,4D) . W2(D,4D)^T", T_, N_, D, B, H, w2, h, H, H, 0, x, D},
+        {"fc1 forward  h(B,4D) = x(B,D) . W1(4D,D)^T", T_, N_, H, B, D, w1, x, D, D, 0, h, H, NULL,
+         NULL},
+        {"fc2 forward  x(B,D) = h(B,4D) . W2(D,4D)^T", T_, N_, D, B, H, w2, h, H, H, 0, x, D, NULL,
+         NULL},
         /* dinp(B,in) += dout(B,out) . W(out,in) */
-        {"fc1 dinp     dx(B,D) += dh(B,4D) . W1(4D,D)", N_, N_, D, B, H, w1, dh, D, H, 1, dx, D},
-        {"fc2 dinp     dh(B,4D) += dx(B,D) . W2(D,4D)", N_, N_, H, B, D, w2, dx, H, D, 1, dh, H},
+        {"fc1 dinp     dx(B,D) += dh(B,4D) . W1(4D,D)", N_, N_, D, B, H, w1, dh, D, H, 1, dx, D,
+         NULL, NULL},
+        {"fc2 dinp     dh(B,4D) += dx(B,D) . W2(D,4D)", N_, N_, H, B, D, w2, dx, H, D, 1, dh, H,
+         NULL, NULL},
         /* dweight(out,in) += dout(B,out)^T . inp(B,in) */
-        {"fc1 dweight  dW1(4D,D) += dh^T(4D,B) . x(B,D)", N_, T_, D, H, B, x, dh, D, H, 1, dw1, D},
-        {"fc2 dweight  dW2(D,4D) += dx^T(D,B) . h(B,4D)", N_, T_, H, D, B, h, dx, H, D, 1, dw2, H},
+        {"fc1 dweight  dW1(4D,D) += dh^T(4D,B) . x(B,D)", N_, T_, D, H, B, x, dh, D, H, 1, dw1, D,
+         NULL, NULL},
+        {"fc2 dweight  dW2(D,4D) += dx^T(D,B) . h(B,4D)", N_, T_, H, D, B, h, dx, H, D, 1, dw2, H,
+         NULL, NULL},
     };
+    const float *inputs[6] = {x, h, w1, w2, dx, dh};
+    size_t sizes[6] = {(size_t)B * D, (size_t)B * H, (size_t)H * D,
+                       (size_t)D * H, (size_t)B * D, (size_t)B * H};
+    __nv_bfloat16 *copies[6] = {NULL};
+    for (int i = 0; i < 6 && bf16; i++) copies[i] = bf16_copy(inputs[i], sizes[i]);
+    for (int i = 0; i < 6 && bf16; i++) /* each GEMM's inputs by their fp32 arrays' copies */
+        for (int j = 0; j < 6; j++) {
+            if (g[i].a == inputs[j]) g[i].a16 = copies[j];
+            if (g[i].b == inputs[j]) g[i].b16 = copies[j];
+        }
     double flops = 2.0 * B * D * H, total_s = 0.0; /* every one of the six: 2*B*D*4D */
     if (rank == 0)
-        printf("cuBLAS SGEMM (%s), B=%d rows, D=%d: one block's GEMMs, %.1f GFLOP each\n",
-               tf32 ? "TF32 tensor cores allowed" : "fp32", B, D, flops / 1e9);
+        printf("cuBLAS %s (%s), B=%d rows, D=%d: one block's GEMMs, %.1f GFLOP each\n",
+               bf16 ? "GemmEx" : "SGEMM",
+               bf16 ? "bf16 inputs on tensor cores, fp32 accumulation"
+                    : tf32 ? "TF32 tensor cores allowed" : "fp32",
+               B, D, flops / 1e9);
     for (int i = 0; i < 6; i++) {
         double s = gemm_seconds(cb, &g[i]);
         total_s += s;
@@ -154,6 +197,8 @@ static double bench_gemms(int B, int D, int tf32, int rank) {
             printf("  %-48s %9.3f ms %10.1f GFLOP/s\n", g[i].name, 1e3 * s, flops / s / 1e9);
     }
     CUBLAS_CHECK(cublasDestroy(cb));
+    for (int i = 0; i < 6; i++)
+        if (copies[i]) CUDA_CHECK(cudaFree(copies[i]));
     float *all[] = {x, h, w1, w2, dx, dh, dw1, dw2};
     for (int i = 0; i < 8; i++) CUDA_CHECK(cudaFree(all[i]));
     return 6.0 * flops / total_s / 1e9;
@@ -239,7 +284,7 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(node, &local);
     MPI_Comm_size(node, &local_n);
     long B = 4096, D = 4096, max_mib = 1024;
-    int tf32 = 0, bad = 0;
+    int tf32 = 0, bf16 = 0, bad = 0;
     for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--batch"))
             bad = (B = arg_value(argc, argv, &i, 1, 1 << 20)) < 0;
@@ -249,13 +294,15 @@ int main(int argc, char **argv) {
             bad = (max_mib = arg_value(argc, argv, &i, 1, 1 << 16)) < 0;
         else if (!strcmp(argv[i], "--tf32"))
             tf32 = 1;
+        else if (!strcmp(argv[i], "--bf16"))
+            bf16 = 1;
         else
             bad = 1;
     }
     if (bad) { /* every rank parses the same argv, so every rank stops here */
         if (rank == 0)
             fprintf(stderr, "usage: mpirun -np GPUS tests/bench_gpu [--batch B (1..2^20)] "
-                            "[--width D (1..2^14)] [--tf32] [--max-mib M (1..65536)]\n");
+                            "[--width D (1..2^14)] [--tf32 | --bf16] [--max-mib M (1..65536)]\n");
         MPI_Finalize();
         return 2;
     }
@@ -283,7 +330,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, local));
     if (rank == 0) printf("GPU 0: %s, %d rank(s)\n", prop.name, world);
 
-    double mean = bench_gemms((int)B, (int)D, tf32, rank), lo = 0.0, hi = 0.0;
+    double mean = bench_gemms((int)B, (int)D, tf32, bf16, rank), lo = 0.0, hi = 0.0;
     MPI_Reduce(&mean, &lo, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
     MPI_Reduce(&mean, &hi, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) {

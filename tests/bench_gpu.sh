@@ -116,10 +116,10 @@ P=${header_p:-$P}
 # ---- cuBLAS and NCCL alone, on the same GPUs ---------------------------------------
 # One rank's GEMMs see its share of the batch.
 # shellcheck disable=SC2086
-timeout 600 $MPIRUN -np "$GPUS" tests/bench_gpu --batch $((B / GPUS)) --width "$W" $tf >"$d/bench.log" 2>&1 \
+timeout 600 $MPIRUN -np "$GPUS" tests/bench_gpu --batch $((B / GPUS)) --width "$W" $tf ${pd:+--bf16} >"$d/bench.log" 2>&1 \
   || { echo "FAIL: tests/bench_gpu: exit $?"; tail -15 "$d/bench.log"; exit 1; }
 echo
-echo "tests/bench_gpu --batch $((B / GPUS)) --width $W${tf:+ $tf} on $GPUS GPU(s):"
+echo "tests/bench_gpu --batch $((B / GPUS)) --width $W${tf:+ $tf}${pd:+ --bf16} on $GPUS GPU(s):"
 sed 's/^/  /' "$d/bench.log"
 gemm=$(sed -n 's/^gemm mean.*: \([0-9.]*\) GFLOP\/s$/\1/p' "$d/bench.log")
 # the all-gather / reduce-scatter size nearest one block (a unit) of the model
