@@ -170,15 +170,12 @@ static void check_layernorm(void) {
     gpu_free_all();
 }
 
-/* A Linear layer on cuBLAS against the plain sums, and its bias gradient
- * (column sums) against bias_backward_one: B 512, 768 -> 2304 (c_attn) */
-static void check_linear(void) {
-    const int B = 512, I = 768, O = 2304;
-    float *x = host_random((long)B * I, 5, 1.0f), *w = host_random((long)O * I, 6, 0.03f),
-          *b = host_random(O, 7, 0.1f), *dy = host_random((long)B * O, 8, 1.0f);
-    float *out = (float *)host_calloc((size_t)B * O, sizeof(float), "ref"),
-          *db = (float *)host_calloc(O, sizeof(float), "ref");
-    double worst_terms = 0.0;
+/* out (B, O) = b + x (B, I) . w (O, I)^T in fp32, each sum in increasing
+ * i as the CPU sums it; returns the largest sum of |terms| of an output,
+ * which the tolerance of a reordered sum scales with. */
+static double linear_reference(float *out, const float *x, const float *w, const float *b, int B,
+                               int I, int O) {
+    double worst = 0.0;
     for (int r = 0; r < B; r++)
         for (int o = 0; o < O; o++) {
             float acc = b[o];
@@ -188,8 +185,20 @@ static void check_linear(void) {
                 terms += fabs(x[(long)r * I + i] * w[(long)o * I + i]);
             }
             out[(long)r * O + o] = acc;
-            worst_terms = fmax(worst_terms, terms);
+            worst = fmax(worst, terms);
         }
+    return worst;
+}
+
+/* A Linear layer on cuBLAS against the plain sums, and its bias gradient
+ * (column sums) against bias_backward_one: B 512, 768 -> 2304 (c_attn) */
+static void check_linear(void) {
+    const int B = 512, I = 768, O = 2304;
+    float *x = host_random((long)B * I, 5, 1.0f), *w = host_random((long)O * I, 6, 0.03f),
+          *b = host_random(O, 7, 0.1f), *dy = host_random((long)B * O, 8, 1.0f);
+    float *out = (float *)host_calloc((size_t)B * O, sizeof(float), "ref"),
+          *db = (float *)host_calloc(O, sizeof(float), "ref");
+    double worst_terms = linear_reference(out, x, w, b, B, I, O);
     for (long o = 0; o < O; o++) bias_backward_one(o, db, dy, B, O);
     float *gx = device_copy(x, (long)B * I), *gw = device_copy(w, (long)O * I),
           *gb = device_copy(b, O), *gdy = device_copy(dy, (long)B * O), *gout = gpu((long)B * O),
@@ -208,18 +217,7 @@ static void check_linear(void) {
     for (long i = 0; i < (long)B * I; i++) xr[i] = round_to(x[i], DTYPE_BF16);
     for (long i = 0; i < (long)O * I; i++) wr[i] = round_to(w[i], DTYPE_BF16);
     float *out16 = (float *)host_calloc((size_t)B * O, sizeof(float), "ref");
-    double terms16 = 0.0;
-    for (int r = 0; r < B; r++)
-        for (int o = 0; o < O; o++) {
-            float acc = b[o];
-            double t = fabs(b[o]);
-            for (int i = 0; i < I; i++) {
-                acc += xr[(long)r * I + i] * wr[(long)o * I + i];
-                t += fabs(xr[(long)r * I + i] * wr[(long)o * I + i]);
-            }
-            out16[(long)r * O + o] = acc;
-            terms16 = fmax(terms16, t);
-        }
+    double terms16 = linear_reference(out16, xr, wr, b, B, I, O);
     backend.gemm_dtype = DTYPE_BF16;
     TIME_US(us, linear_forward(gout, gx, gw, gb, B, I, O)); /* packs x and w to bf16 on the way */
     backend.gemm_dtype = DTYPE_FP32;
