@@ -106,8 +106,10 @@ static void host_threads_choose(MPI_Comm comm) {
 #else
     long cores = 1; /* no OpenMP: host loops run on one thread whatever is chosen */
 #endif
-    backend.host_threads =
-        env && atoi(env) > 0 ? atoi(env) : (int)(cores > ranks ? cores / ranks : 1);
+    long asked = env ? atol(env) : 0, share = cores > ranks ? cores / ranks : 1;
+    /* never more threads than CPUs: a memory-bound loop gains nothing from
+     * them, and OMP_NUM_THREADS=100000 would have libgomp try to start them */
+    backend.host_threads = (int)(asked > 0 ? (asked < cores ? asked : cores) : share);
 }
 
 #ifdef __CUDACC__

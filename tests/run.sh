@@ -110,17 +110,18 @@ run "cpu offload shard_grad_op N=2 with bf16, and hybrid_shard N=4 with --grad-a
 offload_threads() {
   local d rc=0
   d=$(mktemp -d)
-  for th in 1 2; do
+  for th in 1 2 100000; do # 100000: more than the CPUs, capped to them
     OMP_NUM_THREADS=$th $MPIRUN -np 2 ./fsdp --model large --steps 3 --batch 8 --cpu-offload --param-dtype bf16 \
       --export "$d/t$th.safetensors" >"$d/log$th" 2>&1 || { tail -5 "$d/log$th"; rc=1; }
   done
   [ $rc -eq 0 ] && tests/st_diff "$d/t1.safetensors" "$d/t2.safetensors" | tail -1 &&
+    tests/st_diff "$d/t1.safetensors" "$d/t100000.safetensors" | tail -1 &&
     tests/bench_adamw 300000 | tail -1 || rc=1
   rm -rf "$d"
   return $rc
 }
 export -f offload_threads
-run "cpu offload's host AdamW on 1 and 2 threads per rank (OpenMP): the same bits" bash -c offload_threads
+run "cpu offload's host AdamW on 1, 2 and OMP_NUM_THREADS=100000 threads per rank (OpenMP): the same bits" bash -c offload_threads
 run "checkpoints of zero1, hybrid_shard and bf16: resume bitwise, reshard to other strategies" bash tests/test_strategies.sh
 run "--plan equals a real run's ledger, category by category; 7.5B parameters planned" bash tests/test_plan.sh
 
