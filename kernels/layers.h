@@ -140,6 +140,16 @@ FSDP_HD static inline void crossentropy_backward_one(long i, float *dlogits, con
  * than the CPU's one-thread loop, so the two builds agree within fp32
  * rounding here, as they do in cuBLAS's matmuls (tests/test_kernels.cu
  * holds each kernel to its CPU function, within a bound it derives). */
+/* Scratch for one kernel's partial results, from the pool and outside the
+ * ledger, as cuBLAS's workspace is (the pool's --vram cap leaves room for
+ * it, backend_init). Given back with dev_free right after the kernels are
+ * queued: the pool lends it again only to work queued after them. */
+static void *gpu_scratch(size_t bytes, const char *what) {
+    void *p = dev_alloc_for_overwrite(bytes);
+    if (!p) FATAL("the GPU is out of memory; try a smaller --batch", "no room to %s", what);
+    return p;
+}
+
 __device__ static inline float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v; /* every lane: a + b == b + a, so partners agree at each stage */
@@ -272,8 +282,7 @@ static void column_sums(float *dweight, float *dbias, const float *dout, const f
     if (backend.dry || R <= 0 || C <= 0) return;
     int chunks = (R + COL_CHUNK - 1) / COL_CHUNK;
     size_t bytes = (size_t)2 * chunks * C * sizeof(float);
-    float *part = (float *)dev_alloc_for_overwrite(bytes); /* scratch, as cuBLAS's workspace */
-    if (!part) FATAL("the GPU is out of memory; try a smaller --batch", "no room to sum columns");
+    float *part = (float *)gpu_scratch(bytes, "sum columns"); /* every element written */
     dim3 grid((unsigned)((C + 31) / 32), (unsigned)chunks), block(32, COL_WARPS);
     column_sums_stage1<<<grid, block, 0, backend.compute>>>(part, part + (long)chunks * C, dout,
                                                             inp, mean, rstd, R, C);
@@ -281,7 +290,7 @@ static void column_sums(float *dweight, float *dbias, const float *dout, const f
     column_sums_stage2<<<blocks_for(C), 256, 0, backend.compute>>>(
         mean ? dweight : NULL, dbias, part, part + (long)chunks * C, chunks, C);
     cudaCheck(cudaGetLastError());
-    dev_free(part, bytes); /* lent again only to work queued after these kernels */
+    dev_free(part, bytes);
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B) */
@@ -322,8 +331,7 @@ static long gemm_span(cublasOperation_t op, int rows, int cols, int ld, long str
     return (long)(batch - 1) * stride + (long)(major - 1) * ld + minor; /* elements it spans */
 }
 static uint16_t *gemm_pack(const float *x, long n, Dtype d) {
-    uint16_t *p = (uint16_t *)dev_alloc_for_overwrite((size_t)n * sizeof(uint16_t));
-    if (!p) FATAL("the GPU is out of memory; try a smaller --batch", "no room to pack a matmul");
+    uint16_t *p = (uint16_t *)gpu_scratch((size_t)n * sizeof(uint16_t), "pack a matmul");
     FOR_EACH(n, pack_one, p, x, d, 1.0f);
     return p;
 }
@@ -343,7 +351,7 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
     cublasCheck(cublasGemmStridedBatchedEx(backend.cublas, ta, tb, m, n, k, &alpha, a, t, lda, sa,
                                            b, t, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    dev_free(a, (size_t)na * sizeof(uint16_t)); /* lent again only to work queued after it */
+    dev_free(a, (size_t)na * sizeof(uint16_t));
     dev_free(b, (size_t)nb * sizeof(uint16_t));
 }
 
@@ -530,8 +538,8 @@ static void embedding_backward(float *dweight, const float *dout, const unsigned
     int chunks = (int)((BT + EMB_CHUNK - 1) / EMB_CHUNK);
     size_t bytes = (size_t)chunks * V * C * sizeof(float);
     if (!backend.dry && BT > 0 && bytes <= ((size_t)32 << 20)) { /* within the pool's slack */
-        float *part = (float *)dev_alloc(bytes); /* zeroed: the partials add into it */
-        if (!part) FATAL("the GPU is out of memory; try a smaller --batch", "no room for dembed");
+        float *part = (float *)gpu_scratch(bytes, "sum the embedding's gradient");
+        dev_zero(part, bytes); /* the partials add into it */
         embedding_backward_stage1<<<blocks_for((long)chunks * C), 256, 0, backend.compute>>>(
             part, dout, tokens, BT, V, C, chunks);
         cudaCheck(cudaGetLastError());
