@@ -2457,6 +2457,11 @@ static void trainer_load_batch(Trainer *t, int step, int micro) {
                         c->context, tokens, targets);
     dev_from_host(t->act.tokens, tokens, (size_t)B * c->context);
     dev_from_host(t->act.targets, targets, (size_t)B * sizeof(int));
+    long BT = (long)B * c->context;
+    int *bytes = (int *)host_malloc((size_t)BT * sizeof(int), "draw a batch");
+    for (long n = 0; n < BT; n++) bytes[n] = tokens[n];
+    token_rows_load(&t->act.by_token, bytes, BT, c->vocab);
+    free(bytes);
     free(tokens);
     free(targets);
 }

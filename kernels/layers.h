@@ -95,12 +95,63 @@ FSDP_HD static inline void embedding_forward_one(long i, float *out, const unsig
                                                  const float *weight, int C) {
     out[i] = weight[(long)tokens[i / C] * C + i % C];
 }
-/* channel c of every byte's embedding gradient: the B*T context bytes in
- * order, each adding to the row of its byte. One thread per channel, so two
- * samples with the same byte never add at once. */
-FSDP_HD static inline void embedding_backward_col(long c, float *dweight, const float *dout,
-                                                  const unsigned char *tokens, long BT, int C) {
-    for (long n = 0; n < BT; n++) dweight[(long)tokens[n] * C + c] += dout[n * C + c];
+/* The batch's rows grouped by token, for an embedding's gradient
+ * (embedding_backward_one below): built on the host when a batch is
+ * drawn, by a counting sort, which keeps each token's rows in increasing
+ * n, and copied to the device beside the batch. */
+typedef struct {
+    int *rows;    /* (BT) the row numbers n, token by token */
+    int *first;   /* (BT + 1) distinct token u's rows are rows[first[u] .. first[u + 1]) */
+    int *token;   /* (BT) distinct token u, in increasing order */
+    int distinct; /* how many distinct tokens the batch holds (on the host) */
+} TokenRows;
+
+static void token_rows_alloc(TokenRows *g, Ledger *l, long BT) {
+    g->rows = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
+    g->first = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT + 1, sizeof(int), "the batch");
+    g->token = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
+    g->distinct = 0;
+}
+
+/* Groups the BT tokens (each in [0, V)) and copies the groups to the device */
+static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
+    int *start = (int *)host_calloc((size_t)V + 1, sizeof(int), "group a batch by token");
+    int *rows = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by token");
+    int *first = (int *)host_malloc(((size_t)BT + 1) * sizeof(int), "group a batch by token");
+    int *token = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by token");
+    for (long n = 0; n < BT; n++) start[tokens[n] + 1]++;
+    for (int v = 0; v < V; v++) start[v + 1] += start[v]; /* token v's rows begin at start[v] */
+    int u = 0;
+    for (int v = 0; v < V; v++)
+        if (start[v + 1] > start[v]) {
+            token[u] = v;
+            first[u++] = start[v];
+        }
+    first[u] = (int)BT;
+    for (long n = 0; n < BT; n++) rows[start[tokens[n]]++] = (int)n; /* in increasing n */
+    dev_from_host(g->rows, rows, (size_t)BT * sizeof(int));
+    dev_from_host(g->first, first, ((size_t)u + 1) * sizeof(int));
+    dev_from_host(g->token, token, (size_t)u * sizeof(int));
+    g->distinct = u;
+    free(start), free(rows), free(first), free(token);
+}
+
+/* An embedding's gradient: row token[n] of dweight (V, C) gets row n of
+ * dout (BT, C) added, for each of the batch's BT rows n. Two rows with
+ * the same token must not add at once, and atomics would add them in
+ * whatever order they came, so another order each run. The rows are
+ * grouped by token instead (TokenRows below, built on the host with the
+ * batch): element i = u*C + c is channel c of the batch's distinct token
+ * u, which adds that token's rows in increasing n. So a warp reads 32
+ * adjacent channels of one row (coalesced), nothing waits on another
+ * thread, and every build and every run adds in the same order. */
+FSDP_HD static inline void embedding_backward_one(long i, float *dweight, const float *dout,
+                                                  const int *rows, const int *first,
+                                                  const int *token, int C) {
+    long u = i / C, c = i % C;
+    float *w = dweight + (long)token[u] * C + c, sum = *w;
+    for (int k = first[u]; k < first[u + 1]; k++) sum += dout[(long)rows[k] * C + c];
+    *w = sum;
 }
 
 /* Softmax of row b into probs, and the row's loss -log p[target] */
@@ -496,61 +547,12 @@ static void gelu_backward(float *dinp, const float *dout, const float *inp, long
     FOR_EACH(n, gelu_backward_one, dinp, dout, inp);
 }
 
-/* The embedding's gradient: row tokens[n] of dweight (V, C) gets dout's
- * row n added, for the B*T context bytes n. Two rows with the same byte
- * must not add at once, and without atomics the CPU's way is one thread a
- * channel walking all B*T rows: on a GPU, C = 16 threads taking 65,536
- * steps each. So on a GPU the rows are cut into chunks of EMB_CHUNK: stage
- * 1 gives each (chunk, channel) thread a (V, C) partial gradient of its
- * own, stage 2 adds the chunks' partials in chunk order: no atomics, the
- * same bits every run. The partials take chunks x V x C floats, so this is
- * for small vocabularies (the byte model's 256); a large one keeps the
- * CPU's loop. */
-#ifdef __CUDACC__
-enum { EMB_CHUNK = 256 };
-__global__ static void embedding_backward_stage1(float *__restrict__ part,
-                                                 const float *__restrict__ dout,
-                                                 const unsigned char *__restrict__ tokens,
-                                                 long BT, int V, int C, int chunks) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x; /* (chunk, channel), channel fastest */
-    if (i >= (long)chunks * C) return;
-    int c = (int)(i % C);
-    long k = i / C;
-    float *mine = part + k * V * C;
-    for (long n = k * EMB_CHUNK; n < BT && n < (k + 1) * EMB_CHUNK; n++)
-        mine[(long)tokens[n] * C + c] += dout[n * C + c];
-}
-__global__ static void embedding_backward_stage2(float *__restrict__ dweight,
-                                                 const float *__restrict__ part, int V, int C,
-                                                 int chunks) {
-    long i = (long)blockIdx.x * blockDim.x + threadIdx.x; /* (v, c) */
-    if (i >= (long)V * C) return;
-    float sum = 0.0f;
-    for (int k = 0; k < chunks; k++) sum += part[(long)k * V * C + i];
-    dweight[i] += sum;
-}
-#endif
-static void embedding_backward(float *dweight, const float *dout, const unsigned char *tokens,
-                               int B, int T, int C) {
-    long BT = (long)B * T;
-#ifdef __CUDACC__
-    const int V = 256; /* bytes */
-    int chunks = (int)((BT + EMB_CHUNK - 1) / EMB_CHUNK);
-    size_t bytes = (size_t)chunks * V * C * sizeof(float);
-    if (!backend.dry && BT > 0 && bytes <= ((size_t)32 << 20)) { /* within the pool's slack */
-        float *part = (float *)gpu_scratch(bytes, "sum the embedding's gradient");
-        dev_zero(part, bytes); /* the partials add into it */
-        embedding_backward_stage1<<<blocks_for((long)chunks * C), 256, 0, backend.compute>>>(
-            part, dout, tokens, BT, V, C, chunks);
-        cudaCheck(cudaGetLastError());
-        embedding_backward_stage2<<<blocks_for((long)V * C), 256, 0, backend.compute>>>(
-            dweight, part, V, C, chunks);
-        cudaCheck(cudaGetLastError());
-        dev_free(part, bytes);
-        return;
-    }
-#endif
-    FOR_EACH(C, embedding_backward_col, dweight, dout, tokens, BT, C);
+/* The embedding's gradient from the batch's rows grouped by token
+ * (embedding_backward_one): one thread per distinct token and channel. */
+static void embedding_backward(float *dweight, const float *dout, const TokenRows *by_token,
+                               int C) {
+    FOR_EACH((long)by_token->distinct * C, embedding_backward_one, dweight, dout, by_token->rows,
+             by_token->first, by_token->token, C);
 }
 
 /* out (B, T*C): the embeddings of the T context bytes of each sample, end to end */

@@ -40,12 +40,6 @@ FSDP_HD static inline void position_embedding_forward_one(long i, float *out, co
                                                           int T, int D) {
     out[i] += wpe[((i / D) % T) * D + i % D];
 }
-/* channel c of every token's gradient, the B*T tokens in order, as
- * embedding_backward_col: one thread per channel, so no two add at once */
-FSDP_HD static inline void token_embedding_backward_col(long c, float *dwte, const float *dout,
-                                                        const int *tokens, long BT, int D) {
-    for (long n = 0; n < BT; n++) dwte[(long)tokens[n] * D + c] += dout[n * D + c];
-}
 /* element i = t*D + c of wpe's gradient: the sum over the B sequences */
 FSDP_HD static inline void position_embedding_backward_one(long i, float *dwpe, const float *dout,
                                                            int B, int T, int D) {

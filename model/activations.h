@@ -11,6 +11,7 @@
 typedef struct {
     unsigned char *tokens;    /* (B, T) context bytes */
     int *targets;             /* (B) the byte that follows */
+    TokenRows by_token;       /* the B*T context bytes grouped by byte */
     float *x_emb;             /* (B, T*C) concatenated embeddings              */
     float *h;                 /* (L+1, B, D) residual stream before each block */
     float *ln;                /* (L, B, D) block norm outputs */
@@ -31,6 +32,7 @@ typedef struct {
  * Per block: S = L blocks' worth, or one with activation checkpointing. */
 typedef struct {
     int *tokens, *targets;        /* (B, T) each: the targets are the tokens shifted by one */
+    TokenRows by_token;           /* the B*T tokens grouped by token, for wte's gradient */
     float *res;                   /* (L+1, BT, D) the residual stream before each block */
     float *ln1, *ln2;             /* (S, BT, D) ln_1, ln_2 outputs */
     float *ln1_mean, *ln1_rstd;   /* (S, BT) */

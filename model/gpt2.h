@@ -26,6 +26,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     long att = (long)B * c->n_head * T * T;
     a->tokens = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
+    token_rows_alloc(&a->by_token, l, BT);
     a->res = activation(l, c, (c->depth + 1) * BT * D); /* every block's input: the checkpoints */
     a->ln1 = activation(l, c, S * BT * D);
     a->ln1_mean = activation_fp32(l, S * BT);
@@ -69,6 +70,7 @@ static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micr
                             c->context, tokens, targets);
     dev_from_host(t->gpt.tokens, tokens, bytes);
     dev_from_host(t->gpt.targets, targets, bytes);
+    token_rows_load(&t->gpt.by_token, tokens, (long)B * c->context, c->vocab);
     free(tokens);
     free(targets);
 }
@@ -279,7 +281,7 @@ static void gpt2_backward(Trainer *t) {
              D);
     module_post_backward(t, m->wpe);
     module_pre_backward(t, m->wte); /* ... and its second */
-    FOR_EACH(D, token_embedding_backward_col, dweight_of(t, m->wte), a->d_res, a->tokens, BT, D);
+    embedding_backward(dweight_of(t, m->wte), a->d_res, &a->by_token, D);
     module_post_backward(t, m->wte);
     module_post_backward(t, m->transformer);
     module_post_backward(t, m->root);

@@ -30,6 +30,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
+    token_rows_alloc(&a->by_token, l, (long)B * T);
     a->x_emb = activation(l, c, B * T * C);
     a->h = activation(l, c, (c->depth + 1) * B * D); /* every block's input: the checkpoints */
     a->ln = activation(l, c, L * B * D);
@@ -246,7 +247,7 @@ static void model_backward(Trainer *t) {
     lowp(t, a->d_emb, (long)B * T * C);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);
-    embedding_backward(dweight_of(t, m->embed), a->d_emb, a->tokens, B, T, C);
+    embedding_backward(dweight_of(t, m->embed), a->d_emb, &a->by_token, C);
     module_post_backward(t, m->embed);
     module_post_backward(t, m->root);
     units_finish_backward(t);

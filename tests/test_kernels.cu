@@ -5,7 +5,7 @@
  *   mpirun -np 1 tests/test_kernels     (one GPU; built by make tests/test_kernels)
  *
  * The kernels: LayerNorm (a warp a row), the column sums of the parameter
- * gradients, the byte embedding's gradient in chunks, the Linear layers on
+ * gradients, the embeddings' gradients grouped by token, the Linear layers on
  * cuBLAS in fp32 and on the tensor cores in bf16, gelu_new, AdamW, the
  * loss's softmax (a warp a row) and causal attention (batched GEMMs around
  * a warp-a-row softmax, both directions).
@@ -276,36 +276,33 @@ static void check_elementwise(void) {
     gpu_free_all();
 }
 
-/* The byte model's embedding gradient in chunks (two stages) against the
- * CPU's one thread a channel: 4096 samples x 16 bytes, 16 channels. An
- * element (v, c) sums the rows whose byte is v: 2 K u times their |dout|. */
-static void check_embedding(void) {
-    const int B = 4096, T = 16, C = 16, V = 256;
-    long BT = (long)B * T, n = BT * C;
+/* An embedding's gradient grouped by token (a thread per distinct token
+ * and channel) against the plain loop that adds row n to row tokens[n] for
+ * n = 0, 1, ...: each token's rows are added in that same order, so the
+ * two agree to the bit (tolerance 0). TIME_US runs it 20 times into the
+ * same gradient, so the loop runs 20 times too. */
+static void check_embedding_at(const char *name, long BT, int V, int C) {
+    long n = BT * C;
     float *dy = host_random(n, 17, 1.0f);
-    unsigned char *tok = (unsigned char *)host_malloc((size_t)BT, "tokens");
-    for (long i = 0; i < BT; i++) tok[i] = (unsigned char)(rng_u64(7, 18, 0, (uint64_t)i) % V);
+    int *tok = (int *)host_malloc((size_t)BT * sizeof(int), "tokens");
+    for (long i = 0; i < BT; i++) tok[i] = (int)(rng_u64(7, 18, 0, (uint64_t)i) % V);
     float *dw = (float *)host_calloc((size_t)V * C, 4, "ref");
-    for (long c = 0; c < C; c++) embedding_backward_col(c, dw, dy, tok, BT, C);
-    double *mag = (double *)host_calloc((size_t)V * C, sizeof(double), "bound");
-    long *count = (long *)host_calloc(V, sizeof(long), "bound");
-    for (long i = 0; i < BT; i++) {
-        count[tok[i]]++;
-        for (int c = 0; c < C; c++) mag[(long)tok[i] * C + c] += fabs(dy[i * C + c]);
-    }
-    double worst = 0.0;
-    for (long i = 0; i < (long)V * C; i++) worst = fmax(worst, 2.0 * count[i / C] * U * mag[i]);
+    for (int rep = 0; rep < 20; rep++)
+        for (long i = 0; i < BT; i++)
+            for (int c = 0; c < C; c++) dw[(long)tok[i] * C + c] += dy[i * C + c];
+    TokenRows g;
+    g.rows = (int *)gpu(BT), g.first = (int *)gpu(BT + 1), g.token = (int *)gpu(BT);
+    token_rows_load(&g, tok, BT, V);
     float *gdy = device_copy(dy, n), *gdw = gpu((long)V * C);
-    unsigned char *gt = (unsigned char *)gpu(BT / 4 + 1);
-    dev_from_host(gt, tok, (size_t)BT);
-    dev_zero(gdw, (size_t)V * C * sizeof(float));
     double us;
-    TIME_US(us, embedding_backward(gdw, gdy, gt, B, T, C));
-    for (long i = 0; i < (long)V * C; i++) dw[i] *= 20.0f;
-    expect("embedding backward, chunked (65536 rows, 256 x 16)", "dweight", gdw, dw, (long)V * C,
-           20.0 * worst + 20.0 * U * max_abs(dw, (long)V * C), us);
-    free(dy), free(tok), free(dw), free(mag), free(count);
+    TIME_US(us, embedding_backward(gdw, gdy, &g, C));
+    expect(name, "dweight", gdw, dw, (long)V * C, 0.0, us);
+    free(dy), free(tok), free(dw);
     gpu_free_all();
+}
+static void check_embedding(void) {
+    check_embedding_at("embedding backward, bytes (65536 rows, 256 x 16)", 65536, 256, 16);
+    check_embedding_at("embedding backward, GPT-2 wte (8192 x 50257 x 768)", 8192, 50257, 768);
 }
 
 /* The loss's softmax, a warp a row, against crossentropy_forward_row: 512

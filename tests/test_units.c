@@ -128,11 +128,44 @@ enum { EV = 6, ET = 3, EC = 2 };
 typedef struct { float *out, *w; const unsigned char *tok; } EmbCtx;
 static void emb_case(void *c) { EmbCtx *x = (EmbCtx *)c; embedding_forward(x->out, x->tok, x->w, GB, ET, EC); }
 
+/* A batch's rows grouped by token (TokenRows) in the arrays given: the
+ * CPU build's device memory is the host's. */
+enum { MAX_ROWS = 4096 };
+typedef struct { int rows[MAX_ROWS], first[MAX_ROWS + 1], token[MAX_ROWS]; TokenRows g; } Grouped;
+static TokenRows *group_by_token(Grouped *x, const int *tok, long BT, int V) {
+    x->g = (TokenRows){x->rows, x->first, x->token, 0};
+    token_rows_load(&x->g, tok, BT, V);
+    return &x->g;
+}
+
+/* The grouped gradient adds each token's rows in the order of the plain
+ * loop (row n to row tokens[n], n = 0, 1, ...), so the two agree to the
+ * bit: 4096 rows of 50 tokens, 8 channels, into a nonzero gradient. */
+static void test_embedding_grouped(void) {
+    enum { N = MAX_ROWS, V = 50, C = 8 };
+    static int tok[N];
+    static float dout[N * C], dw[V * C], ref[V * C];
+    static Grouped x;
+    for (int n = 0; n < N; n++) tok[n] = (int)(rng_u64(99, 30, 0, (uint64_t)n) % (V - 3)); /* 3 unused */
+    fill(dout, N * C, 31); fill(dw, V * C, 32);
+    memcpy(ref, dw, sizeof(dw));
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) ref[tok[n] * C + c] += dout[n * C + c];
+    TokenRows *g = group_by_token(&x, tok, N, V);
+    embedding_backward(dw, dout, g, C);
+    int ok = g->distinct == V - 3 && memcmp(dw, ref, sizeof(dw)) == 0;
+    check(ok, "embedding gradient grouped by token", "%d distinct tokens (want %d), %s", g->distinct,
+          V - 3, memcmp(dw, ref, sizeof(dw)) == 0 ? "bitwise equal to the plain loop" : "differs");
+}
+
 static void test_embedding(void) {
     const unsigned char tok[GB * ET] = {0, 5, 2, 2, 2, 1, 4, 0, 5}; /* repeats: gradients must add */
+    int ids[GB * ET];
+    static Grouped x;
+    for (int n = 0; n < GB * ET; n++) ids[n] = tok[n];
     float w[EV * EC], out[GB * ET * EC], r[GB * ET * EC], dw[EV * EC] = {0};
     fill(w, EV * EC, 11); fill(r, GB * ET * EC, 12);
-    embedding_backward(dw, r, tok, GB, ET, EC);
+    embedding_backward(dw, r, group_by_token(&x, ids, GB * ET, EV), EC);
     EmbCtx ctx = {out, w, tok};
     GradCase g = {{w}, {dw}, {EV * EC}, {"weight"}, 1, out, r, GB * ET * EC, emb_case, &ctx};
     gradcheck(&g, "embedding");
@@ -239,7 +272,8 @@ static void test_gpt2_embedding(void) {
     float wte[PV * PD], wpe[PT * PD], out[GB * PT * PD], r[GB * PT * PD];
     float dwte[PV * PD] = {0}, dwpe[PT * PD] = {0};
     fill(wte, PV * PD, 24); fill(wpe, PT * PD, 25); fill(r, GB * PT * PD, 26);
-    FOR_EACH(PD, token_embedding_backward_col, dwte, r, tok, (long)GB * PT, PD);
+    static Grouped x;
+    embedding_backward(dwte, r, group_by_token(&x, tok, GB * PT, PV), PD);
     FOR_EACH(PT * PD, position_embedding_backward_one, dwpe, r, GB, PT, PD);
     PosCtx ctx = {out, wte, wpe, tok};
     GradCase g = {{wte, wpe}, {dwte, dwpe}, {PV * PD, PT * PD}, {"wte", "wpe"}, 2, out, r, GB * PT * PD, pos_case, &ctx};
@@ -258,7 +292,7 @@ static void test_gpt2_gradients(void) {
     char *argv[] = {(char *)"t", (char *)"--model", (char *)"gpt2-tiny", (char *)"--strategy", (char *)"no_shard", (char *)"--batch", (char *)"2", (char *)"--context", (char *)"8"};
     if (config_parse(&cfg, 9, argv, err, sizeof(err)) != 0) { check(0, "gpt2 config", "%s", err); return; }
     Trainer *t = trainer_create(&cfg, MPI_COMM_SELF);
-    sampler_local_sequences(&t->corpus, cfg.seed, 0, 0, 1, 0, cfg.batch, cfg.context, t->gpt.tokens, t->gpt.targets);
+    trainer_load_batch(t, 0, 0); /* step 0 of one rank: its tokens, grouped for the embedding */
     gpt2_forward(t);
     gpt2_backward(t);
     for (int pi = 0; pi < t->model.n_params; pi++) {
@@ -282,7 +316,7 @@ static void test_model_gradients(void) {
     char *argv[] = {(char *)"t", (char *)"--model", (char *)"tiny", (char *)"--strategy", (char *)"no_shard", (char *)"--batch", (char *)"4"};
     if (config_parse(&cfg, 7, argv, err, sizeof(err)) != 0) { check(0, "model config", "%s", err); return; }
     Trainer *t = trainer_create(&cfg, MPI_COMM_SELF);
-    sampler_local_batch(&t->corpus, cfg.seed, 0, 0, 1, 0, cfg.batch, cfg.context, t->act.tokens, t->act.targets);
+    trainer_load_batch(t, 0, 0); /* step 0 of one rank: its bytes, grouped for the embedding */
     model_forward(t);
     model_backward(t);
     for (int pi = 0; pi < t->model.n_params; pi++) {
@@ -651,6 +685,7 @@ int main(int argc, char **argv) {
     test_layernorm();
     test_gelu();
     test_embedding();
+    test_embedding_grouped();
     test_crossentropy();
     printf("model gradients vs finite differences (tiny, 1 rank)\n");
     test_model_gradients();
