@@ -20,9 +20,8 @@ typedef struct {
     float *act;               /* (L, B, 4D) GELU outputs */
     float *nf;                /* (B, D) norm_f output */
     float *nf_mean, *nf_rstd; /* (B) */
-    float *logits, *probs;    /* (B, V) */
+    float *logits, *probs;    /* (B, V); backward turns probs into the logits' gradient */
     float *losses;            /* (B) each sample's loss */
-    float *d_logits;          /* (B, V) */
     float *d_nf, *d_h, *d_ln; /* (B, D) */
     float *d_act, *d_fc1;     /* (B, 4D) */
     float *d_emb;             /* (B, T*C)                                      */
@@ -43,10 +42,9 @@ typedef struct {
     float *res_mid;               /* (S, BT, D) residual after the attention branch */
     float *fc, *fc_gelu;          /* (S, BT, 4D) c_fc's output, and after GELU */
     float *lnf, *lnf_mean, *lnf_rstd; /* (BT, D), (BT), (BT) */
-    float *logits, *probs;        /* (BT, V) */
+    float *logits, *probs;        /* (BT, V); backward turns probs into the logits' gradient */
     float *losses;                /* (BT) */
     float *proj;                  /* (BT, D) a projection's output before it joins the stream */
-    float *d_logits;              /* (BT, V) */
     float *d_res, *d_x, *d_atty;  /* (BT, D) */
     float *d_qkv;                 /* (BT, 3D) */
     float *d_att;                 /* (B, H, T, T) */

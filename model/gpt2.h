@@ -47,7 +47,6 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->probs = activation_fp32(l, BT * V);
     a->losses = activation_fp32(l, BT);
     a->proj = activation(l, c, BT * D);
-    a->d_logits = activation(l, c, BT * V);
     a->d_res = activation(l, c, BT * D);
     a->d_x = activation(l, c, BT * D);
     a->d_atty = activation(l, c, BT * D);
@@ -259,13 +258,12 @@ static void gpt2_backward(Trainer *t) {
     long BT = (long)B * T;
 
     module_pre_backward(t, m->root);
-    zero(a->d_logits, BT * V);
-    crossentropy_backward(a->d_logits, a->probs, a->targets,
-                          t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V);
-    lowp(t, a->d_logits, BT * V);
+    float *d_logits = crossentropy_backward(
+        a->probs, a->targets, t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V);
+    lowp(t, d_logits, BT * V);
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
     zero(a->d_x, BT * D);
-    linear_backward(a->d_x, dweight_of(t, m->wte), NULL, a->d_logits, a->lnf,
+    linear_backward(a->d_x, dweight_of(t, m->wte), NULL, d_logits, a->lnf,
                     weight_of(t, m->wte), (int)BT, D, V);
     lowp(t, a->d_x, BT * D);
     module_post_backward(t, m->lm_head);

@@ -44,7 +44,6 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->logits = activation(l, c, B * V);
     a->probs = activation_fp32(l, B * V);
     a->losses = activation_fp32(l, B);
-    a->d_logits = activation(l, c, B * V);
     a->d_nf = activation(l, c, B * D);
     a->d_h = activation(l, c, B * D);
     a->d_ln = activation(l, c, B * D);
@@ -189,13 +188,12 @@ static void model_backward(Trainer *t) {
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
     module_pre_backward(t, m->root);
-    zero(a->d_logits, (long)B * V);
-    crossentropy_backward(a->d_logits, a->probs, a->targets, t->loss_scale / (float)t->local_batch,
-                          B, V);
-    lowp(t, a->d_logits, (long)B * V);
+    float *d_logits =
+        crossentropy_backward(a->probs, a->targets, t->loss_scale / (float)t->local_batch, B, V);
+    lowp(t, d_logits, (long)B * V);
     module_pre_backward(t, m->head);
     zero(a->d_nf, BD);
-    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), a->d_logits, a->nf,
+    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), d_logits, a->nf,
                     weight_of(t, m->head), B, D, V);
     lowp(t, a->d_nf, BD);
     module_post_backward(t, m->head);
