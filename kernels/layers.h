@@ -101,14 +101,14 @@ FSDP_HD static inline void embedding_forward_one(long i, float *out, const unsig
  * n, and copied to the device beside the batch. */
 typedef struct {
     int *rows;    /* (BT) the row numbers n, token by token */
-    int *first;   /* (BT + 1) distinct token u's rows are rows[first[u] .. first[u + 1]) */
+    int *end;     /* (BT) distinct token u's rows are rows[end[u - 1] .. end[u]), from 0 for u = 0 */
     int *token;   /* (BT) distinct token u, in increasing order */
     int distinct; /* how many distinct tokens the batch holds (on the host) */
 } TokenRows;
 
 static void token_rows_alloc(TokenRows *g, Ledger *l, long BT) {
     g->rows = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
-    g->first = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT + 1, sizeof(int), "the batch");
+    g->end = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     g->token = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     g->distinct = 0;
 }
@@ -117,7 +117,7 @@ static void token_rows_alloc(TokenRows *g, Ledger *l, long BT) {
 static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
     int *start = (int *)host_calloc((size_t)V + 1, sizeof(int), "group a batch by token");
     int *rows = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by token");
-    int *first = (int *)host_malloc(((size_t)BT + 1) * sizeof(int), "group a batch by token");
+    int *end = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by token");
     int *token = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by token");
     for (long n = 0; n < BT; n++) start[tokens[n] + 1]++;
     for (int v = 0; v < V; v++) start[v + 1] += start[v]; /* token v's rows begin at start[v] */
@@ -125,15 +125,14 @@ static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
     for (int v = 0; v < V; v++)
         if (start[v + 1] > start[v]) {
             token[u] = v;
-            first[u++] = start[v];
+            end[u++] = start[v + 1];
         }
-    first[u] = (int)BT;
     for (long n = 0; n < BT; n++) rows[start[tokens[n]]++] = (int)n; /* in increasing n */
     dev_from_host(g->rows, rows, (size_t)BT * sizeof(int));
-    dev_from_host(g->first, first, ((size_t)u + 1) * sizeof(int));
+    dev_from_host(g->end, end, (size_t)u * sizeof(int));
     dev_from_host(g->token, token, (size_t)u * sizeof(int));
     g->distinct = u;
-    free(start), free(rows), free(first), free(token);
+    free(start), free(rows), free(end), free(token);
 }
 
 /* An embedding's gradient: row token[n] of dweight (V, C) gets row n of
@@ -146,11 +145,11 @@ static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
  * adjacent channels of one row (coalesced), nothing waits on another
  * thread, and every build and every run adds in the same order. */
 FSDP_HD static inline void embedding_backward_one(long i, float *dweight, const float *dout,
-                                                  const int *rows, const int *first,
+                                                  const int *rows, const int *end,
                                                   const int *token, int C) {
     long u = i / C, c = i % C;
     float *w = dweight + (long)token[u] * C + c, sum = *w;
-    for (int k = first[u]; k < first[u + 1]; k++) sum += dout[(long)rows[k] * C + c];
+    for (int k = u ? end[u - 1] : 0; k < end[u]; k++) sum += dout[(long)rows[k] * C + c];
     *w = sum;
 }
 
@@ -553,7 +552,7 @@ static void gelu_backward(float *dinp, const float *dout, const float *inp, long
 static void embedding_backward(float *dweight, const float *dout, const TokenRows *by_token,
                                int C) {
     FOR_EACH((long)by_token->distinct * C, embedding_backward_one, dweight, dout, by_token->rows,
-             by_token->first, by_token->token, C);
+             by_token->end, by_token->token, C);
 }
 
 /* out (B, T*C): the embeddings of the T context bytes of each sample, end to end */

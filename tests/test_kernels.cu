@@ -291,7 +291,7 @@ static void check_embedding_at(const char *name, long BT, int V, int C) {
         for (long i = 0; i < BT; i++)
             for (int c = 0; c < C; c++) dw[(long)tok[i] * C + c] += dy[i * C + c];
     TokenRows g;
-    g.rows = (int *)gpu(BT), g.first = (int *)gpu(BT + 1), g.token = (int *)gpu(BT);
+    g.rows = (int *)gpu(BT), g.end = (int *)gpu(BT), g.token = (int *)gpu(BT);
     token_rows_load(&g, tok, BT, V);
     float *gdy = device_copy(dy, n), *gdw = gpu((long)V * C);
     double us;
