@@ -1592,7 +1592,13 @@ static void unit_unshard_wait(Trainer *t, int ui) {
  * --------------------------------------------------------------------- */
 typedef enum { TO_DEVICE, TO_HOST } CopyDirection;
 
-/* count values of format d between host and device, counted and priced */
+/* count values of format d between host and device, counted and priced.
+ * To the device the copy is queued, not waited for: the all-gather that
+ * reads it is queued after it, and the host waits for that all-gather
+ * (unit_unshard_wait) before it frees the device's copy or changes the
+ * host's shard (AdamW runs after every all-gather of the step). Waiting
+ * here would stall the host, and with it the next kernels, until the GPU
+ * had run everything queued: the unit computing now, under prefetch. */
 static void offload_copy(Trainer *t, int ui, float *dst, const float *src, long count, Dtype d,
                          CopyDirection dir) {
     SimPhase phase = dir == TO_DEVICE ? PHASE_TO_DEVICE : PHASE_TO_HOST;
@@ -1600,7 +1606,7 @@ static void offload_copy(Trainer *t, int ui, float *dst, const float *src, long 
     double bytes = (double)count * dtype_bytes(d);
     const NetModel *pcie = net_model_find("pcie");
     sim_span_begin(&t->sim, ui, phase);
-    if (dir == TO_DEVICE) dev_from_host(dst, src, physical);
+    if (dir == TO_DEVICE) dev_from_host_queued(dst, src, physical);
     else dev_to_host(dst, src, physical);
     sim_span_end(&t->sim, ui, phase);
     t->copy_calls[dir]++;
@@ -1613,8 +1619,9 @@ static const float *unit_gather_input(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     if (!u->offloaded) return u->shard_param;
     if (!u->device_shard) {
-        u->device_shard = ledger_alloc_floats(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard,
-                                              t->cfg.param_dtype, u->name);
+        u->device_shard = ledger_alloc_floats_overwritten(&t->ledger, MEM_PARAM_SHARD,
+                                                          (size_t)u->shard, t->cfg.param_dtype,
+                                                          u->name); /* the copy writes it all */
         offload_copy(t, ui, u->device_shard, u->shard_param, u->shard, t->cfg.param_dtype,
                      TO_DEVICE);
     }

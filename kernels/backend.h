@@ -215,6 +215,14 @@ static void dev_from_host(void *dev, const void *host, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, backend.compute));
     cudaCheck(cudaStreamSynchronize(backend.compute));
 }
+/* ... queued on the compute stream, the host not waiting: from pinned
+ * memory the GPU reads `host` when the copy's turn comes, so the caller
+ * must leave it alone until it has waited for work queued after the copy
+ * (from pageable memory CUDA stages the bytes before returning). */
+static void dev_from_host_queued(void *dev, const void *host, size_t bytes) {
+    if (!backend.dry)
+        cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, backend.compute));
+}
 /* device to device, in the compute stream's order: the host does not wait */
 static void dev_copy(void *dst, const void *src, size_t bytes) {
     if (!backend.dry)
@@ -492,6 +500,9 @@ static void dev_to_host(void *host, const void *dev, size_t bytes) {
 }
 static void dev_from_host(void *dev, const void *host, size_t bytes) {
     if (!backend.dry) memcpy(dev, host, bytes);
+}
+static void dev_from_host_queued(void *dev, const void *host, size_t bytes) {
+    dev_from_host(dev, host, bytes); /* the host is the compute stream: done at once */
 }
 static void dev_copy(void *dst, const void *src, size_t bytes) {
     if (!backend.dry) memcpy(dst, src, bytes);
