@@ -1593,12 +1593,15 @@ static void unit_unshard_wait(Trainer *t, int ui) {
 typedef enum { TO_DEVICE, TO_HOST } CopyDirection;
 
 /* count values of format d between host and device, counted and priced.
- * To the device the copy is queued, not waited for: the all-gather that
- * reads it is queued after it, and the host waits for that all-gather
- * (unit_unshard_wait) before it frees the device's copy or changes the
- * host's shard (AdamW runs after every all-gather of the step). Waiting
- * here would stall the host, and with it the next kernels, until the GPU
- * had run everything queued: the unit computing now, under prefetch. */
+ * The copy is queued on the compute stream, not waited for: waiting
+ * would stall the host, and with it the next kernels, until the GPU had
+ * run everything queued (under prefetch, the unit computing now). The
+ * host's side is safe all the same. To the device: the all-gather that
+ * reads the copy is queued after it, and the host waits for that
+ * all-gather (unit_unshard_wait) before it frees the device's copy or
+ * changes the host's shard (AdamW, after every all-gather of the step).
+ * To the host: whoever reads the shard there waits for the stream first
+ * (unit_grad_to_host when it adds at once, else units_finish_backward). */
 static void offload_copy(Trainer *t, int ui, float *dst, const float *src, long count, Dtype d,
                          CopyDirection dir) {
     SimPhase phase = dir == TO_DEVICE ? PHASE_TO_DEVICE : PHASE_TO_HOST;
@@ -1607,7 +1610,7 @@ static void offload_copy(Trainer *t, int ui, float *dst, const float *src, long 
     const NetModel *pcie = net_model_find("pcie");
     sim_span_begin(&t->sim, ui, phase);
     if (dir == TO_DEVICE) dev_from_host_queued(dst, src, physical);
-    else dev_to_host(dst, src, physical);
+    else dev_to_host_queued(dst, src, physical);
     sim_span_end(&t->sim, ui, phase);
     t->copy_calls[dir]++;
     t->copy_bytes[dir] += bytes;
@@ -1641,6 +1644,7 @@ static void unit_grad_to_host(Trainer *t, int ui, float *host_shard) {
                                        "the gradient from the device", 0);
     offload_copy(t, ui, dst, u->shard_grad, u->shard, d, TO_HOST);
     if (add) {
+        dev_synchronize(); /* the copy, before the host reads it */
         HOST_FOR_EACH(u->shard, add_one, host_shard, dst);
         if (d != DTYPE_FP32) HOST_FOR_EACH(u->shard, round_one, host_shard, d);
         ledger_free(&t->ledger, dst);
@@ -1950,6 +1954,9 @@ static void units_gather_replicas(Trainer *t) {
  * ready for the optimizer (or, inside no_sync, every full gradient kept). */
 static void units_finish_backward(Trainer *t) {
     reduce_grad_finish(t);
+    /* --cpu-offload: the gradient shards' copies to the host, queued
+     * (offload_copy), are there before clipping, the scaler or AdamW read them */
+    if (t->cfg.cpu_offload) dev_synchronize();
     for (int v = 0; v < t->n_units; v++) {
         /* a full state kept past backward would be stale after the step */
         if (is_sharded(t) && t->sync_grads && (t->units[v].full_param || t->units[v].gathering))
@@ -2252,10 +2259,10 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
         u->shard_grad = u->full_grad ? u->full_grad + lo : NULL;
     } else if (c->cpu_offload) { /* all of it in the host's memory (section 8) */
         u->offloaded = 1;
-        /* the shard is copied to the device every step: pinned */
+        /* the shard and its gradient cross PCIe every step: pinned */
         u->shard_param =
             ledger_alloc_host_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name, 1);
-        u->shard_grad = ledger_alloc_host_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name, 0);
+        u->shard_grad = ledger_alloc_host_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name, 1);
         u->exp_avg = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
         u->exp_avg_sq = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
         if (c->param_dtype != DTYPE_FP32)

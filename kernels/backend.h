@@ -215,13 +215,19 @@ static void dev_from_host(void *dev, const void *host, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, backend.compute));
     cudaCheck(cudaStreamSynchronize(backend.compute));
 }
-/* ... queued on the compute stream, the host not waiting: from pinned
- * memory the GPU reads `host` when the copy's turn comes, so the caller
- * must leave it alone until it has waited for work queued after the copy
- * (from pageable memory CUDA stages the bytes before returning). */
+/* ... queued on the compute stream, the host not waiting. With pinned
+ * memory the GPU reads or writes `host` when the copy's turn comes, so
+ * the caller leaves it alone until it has waited for the stream
+ * (dev_synchronize, or work queued after the copy); with pageable memory
+ * CUDA's staging makes both copies finish their host side before they
+ * return. */
 static void dev_from_host_queued(void *dev, const void *host, size_t bytes) {
     if (!backend.dry)
         cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, backend.compute));
+}
+static void dev_to_host_queued(void *host, const void *dev, size_t bytes) {
+    if (!backend.dry)
+        cudaCheck(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, backend.compute));
 }
 /* device to device, in the compute stream's order: the host does not wait */
 static void dev_copy(void *dst, const void *src, size_t bytes) {
@@ -501,8 +507,12 @@ static void dev_to_host(void *host, const void *dev, size_t bytes) {
 static void dev_from_host(void *dev, const void *host, size_t bytes) {
     if (!backend.dry) memcpy(dev, host, bytes);
 }
+/* the host is the compute stream: the queued copies are done at once */
 static void dev_from_host_queued(void *dev, const void *host, size_t bytes) {
-    dev_from_host(dev, host, bytes); /* the host is the compute stream: done at once */
+    dev_from_host(dev, host, bytes);
+}
+static void dev_to_host_queued(void *host, const void *dev, size_t bytes) {
+    dev_to_host(host, dev, bytes);
 }
 static void dev_copy(void *dst, const void *src, size_t bytes) {
     if (!backend.dry) memcpy(dst, src, bytes);
