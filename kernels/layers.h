@@ -180,6 +180,26 @@ FSDP_HD static inline void crossentropy_backward_one(long i, float *probs, const
  * CPU's own blocked loops, or cuBLAS. Everything else is a FOR_EACH over
  * the functions above. */
 
+/* Scratch for one kernel's partial results, from the pool and outside the
+ * ledger, as cuBLAS's workspace is (the pool's --vram cap leaves room for
+ * it, backend_init). Given back with dev_free right after the kernels are
+ * queued: the pool lends it again only to work queued after them. (On the
+ * CPU, for the formulations tests/test_units.c runs there: NaN until
+ * written, so a byte left unwritten shows.) */
+static void *gpu_scratch(size_t bytes, const char *what) {
+    void *p = dev_alloc_for_overwrite(bytes);
+    if (!p) FATAL("the GPU is out of memory; try a smaller --batch", "no room to %s", what);
+    return p;
+}
+
+/* n values of format d held in float slots, packed into 16 bits (exactly)
+ * in scratch, for the tensor cores */
+static uint16_t *gemm_pack(const float *x, long n, Dtype d) {
+    uint16_t *p = (uint16_t *)gpu_scratch((size_t)n * sizeof(uint16_t), "pack a matmul");
+    FOR_EACH(n, pack_one, p, x, d, 1.0f);
+    return p;
+}
+
 #ifdef __CUDACC__
 /* ---- the GPU's own row and column kernels -----------------------------------
  * One thread per row (FOR_EACH over layernorm_forward_row) reads a row of
@@ -191,16 +211,6 @@ FSDP_HD static inline void crossentropy_backward_one(long i, float *probs, const
  * than the CPU's one-thread loop, so the two builds agree within fp32
  * rounding here, as they do in cuBLAS's matmuls (tests/test_kernels.cu
  * holds each kernel to its CPU function, within a bound it derives). */
-/* Scratch for one kernel's partial results, from the pool and outside the
- * ledger, as cuBLAS's workspace is (the pool's --vram cap leaves room for
- * it, backend_init). Given back with dev_free right after the kernels are
- * queued: the pool lends it again only to work queued after them. */
-static void *gpu_scratch(size_t bytes, const char *what) {
-    void *p = dev_alloc_for_overwrite(bytes);
-    if (!p) FATAL("the GPU is out of memory; try a smaller --batch", "no room to %s", what);
-    return p;
-}
-
 __device__ static inline float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v; /* every lane: a + b == b + a, so partners agree at each stage */
@@ -380,11 +390,6 @@ static void bias_backward(float *dbias, const float *dout, int B, int O) {
 static long gemm_span(cublasOperation_t op, int rows, int cols, int ld, long stride, int batch) {
     int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
     return (long)(batch - 1) * stride + (long)(major - 1) * ld + minor; /* elements it spans */
-}
-static uint16_t *gemm_pack(const float *x, long n, Dtype d) {
-    uint16_t *p = (uint16_t *)gpu_scratch((size_t)n * sizeof(uint16_t), "pack a matmul");
-    FOR_EACH(n, pack_one, p, x, d, 1.0f);
-    return p;
 }
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                  const float *A, int lda, long sa, const float *B, int ldb, long sb, float beta,

@@ -65,8 +65,10 @@ FSDP_HD static inline const float *attention_vec(const float *qkv, long b, int t
     return qkv + (b * T + t) * 3L * D + (long)part * D + (long)h * hd;
 }
 
+/* With 16-bit parameters (d = bf16 or fp16) P is kept in that format, as
+ * PyTorch's autocast keeps it: rounded as stored, and used rounded. */
 FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, const float *qkv,
-                                                 int T, int D, int H) {
+                                                 int T, int D, int H, Dtype d) {
     int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
     long b = r / ((long)T * H);
     float scale = 1.0f / sqrtf((float)hd), zmax = -INFINITY, sum = 0.0f;
@@ -83,7 +85,7 @@ FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, c
         p[s] = expf(p[s] - zmax);
         sum += p[s];
     }
-    for (int s = 0; s < T; s++) p[s] = s <= t ? p[s] / sum : 0.0f;
+    for (int s = 0; s < T; s++) p[s] = s <= t ? round_to(p[s] / sum, d) : 0.0f;
     float *out = y + (b * T + t) * D + (long)h * hd;
     for (int j = 0; j < hd; j++) out[j] = 0.0f;
     for (int s = 0; s <= t; s++) {
@@ -98,10 +100,12 @@ FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, c
  *       diag(p) - p p^T: a change in one score moves every p of the row,
  *       and the row's p always sum to 1, hence the subtracted mean)
  *   dq_t += sum_s dscore_s k_s / sqrt(hd)
- * datt row r keeps dscore for part 2. Each row writes only its own q. */
+ * datt row r keeps dscore for part 2 (in format d, as P). Each row writes
+ * only its own q. */
 FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *datt,
                                                     const float *dy, const float *qkv,
-                                                    const float *att, int T, int D, int H) {
+                                                    const float *att, int T, int D, int H,
+                                                    Dtype d) {
     int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
     long b = r / ((long)T * H);
     float scale = 1.0f / sqrtf((float)hd), pdp = 0.0f;
@@ -116,7 +120,7 @@ FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *
     }
     float *dq = dqkv + (b * T + t) * 3L * D + (long)h * hd;
     for (int s = 0; s <= t; s++) {
-        ds[s] = p[s] * (ds[s] - pdp);
+        ds[s] = round_to(p[s] * (ds[s] - pdp), d);
         const float *k = attention_vec(qkv, b, s, 1, h, T, D, hd);
         for (int j = 0; j < hd; j++) dq[j] += ds[s] * k[j] * scale;
     }
@@ -252,30 +256,50 @@ typedef cublasOperation_t GemmOp;
 typedef enum { GEMM_N, GEMM_T } GemmOp;
 #endif
 
+/* Element i of a GEMM input: fp32, or packed 16-bit values of format d */
+static inline float gemm_input(const void *x, long i, Dtype d) {
+    return d == DTYPE_FP32 ? ((const float *)x)[i] : float_from_half(((const uint16_t *)x)[i], d);
+}
+
 /* C (m, n) = alpha op(A) op(B) + beta C, column-major, for H matrices
- * sa, sb, sc apart: cublasSgemmStridedBatched, and on the CPU what it
- * computes (beta 0: C is not read, as cuBLAS does not read it) */
-static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, const float *A,
-                       int lda, long sa, const float *B, int ldb, long sb, float beta, float *C,
-                       int ldc, long sc, int H) {
+ * sa, sb, sc apart, C in fp32. A and B hold fp32 values (d = fp32:
+ * cublasSgemmStridedBatched) or packed 16-bit ones of format d
+ * (cublasGemmStridedBatchedEx: the tensor cores, fp32 accumulation). On
+ * the CPU what it computes (beta 0: C is not read, as cuBLAS does not). */
+static void heads_gemm_of(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, const void *A,
+                          int lda, long sa, const void *B, int ldb, long sb, float beta, float *C,
+                          int ldc, long sc, int H, Dtype d) {
 #ifdef __CUDACC__
-    /* fp32 even with 16-bit parameters: the probabilities are kept in fp32,
-     * and packing B*H*T^2 of them each time would cost more than the
-     * tensor cores save (./fsdp --plan --roofline h100 --model gpt2) */
-    cublasCheck(cublasSgemmStridedBatched(backend.cublas, ta, tb, m, n, k, &alpha, A, lda, sa, B,
-                                          ldb, sb, &beta, C, ldc, sc, H));
+    if (d == DTYPE_FP32) {
+        cublasCheck(cublasSgemmStridedBatched(backend.cublas, ta, tb, m, n, k, &alpha,
+                                              (const float *)A, lda, sa, (const float *)B, ldb,
+                                              sb, &beta, C, ldc, sc, H));
+        return;
+    }
+    cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cublasCheck(cublasGemmStridedBatchedEx(backend.cublas, ta, tb, m, n, k, &alpha, A, t, lda, sa,
+                                           B, t, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, H,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 #else
     for (int h = 0; h < H; h++)
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 float sum = 0.0f;
                 for (int p = 0; p < k; p++)
-                    sum += A[h * sa + (ta == GEMM_T ? p + (long)i * lda : i + (long)p * lda)] *
-                           B[h * sb + (tb == GEMM_T ? j + (long)p * ldb : p + (long)j * ldb)];
+                    sum += gemm_input(A, h * sa + (ta == GEMM_T ? p + (long)i * lda
+                                                                : i + (long)p * lda), d) *
+                           gemm_input(B, h * sb + (tb == GEMM_T ? j + (long)p * ldb
+                                                                : p + (long)j * ldb), d);
                 float *c = &C[h * sc + i + (long)j * ldc];
                 *c = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
             }
 #endif
+}
+static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, const float *A,
+                       int lda, long sa, const float *B, int ldb, long sb, float beta, float *C,
+                       int ldc, long sc, int H) {
+    heads_gemm_of(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, H,
+                  DTYPE_FP32);
 }
 
 /* (inline: the CPU program trains with the rows; tests/test_units.c calls these) */
@@ -319,24 +343,176 @@ static inline void attention_backward_gemm(float *dqkv, float *datt, const float
     }
 }
 
-/* attention_forward, attention_backward: the GEMMs on a GPU, the rows on the CPU */
-#ifdef __CUDACC__
-static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H) {
-    attention_forward_gemm(y, att, qkv, B, T, D, H);
+/* ---- attention in 16 bits: the tensor cores' formulation ------------------
+ * With --param-dtype bf16 or fp16, attention's inputs are values of that
+ * format (q, k, v are c_attn's rounded output, dy c_proj's rounded input
+ * gradient), and P and its gradient dS are kept in it too, as PyTorch's
+ * autocast keeps them: the B*H*T^2 matrices take half the bytes, and all
+ * six products run on the tensor cores. Only the scores and dP, which the
+ * GEMMs accumulate in fp32, stay fp32, one sequence at a time (scratch,
+ * and datt in backward). The CPU trains with the rows, which round P and
+ * dS where this stores them; tests/test_units.c runs this formulation on
+ * the CPU as well (heads_gemm_of as loops, the softmaxes a row per
+ * FOR_EACH element), and tests/test_kernels.cu the GPU's against the rows. */
+
+/* the softmax of scores row r (fp32, used as scratch) into P in format d */
+FSDP_HD static inline void causal_softmax16_row(long r, uint16_t *p16, float *scores, int T,
+                                                float scale, Dtype d) {
+    int t = (int)(r % T);
+    float *z = scores + r * T, zmax = -INFINITY, sum = 0.0f;
+    uint16_t *p = p16 + r * T;
+    for (int s = 0; s <= t; s++) zmax = fmaxf(zmax, z[s] * scale);
+    for (int s = 0; s <= t; s++) {
+        z[s] = expf(z[s] * scale - zmax);
+        sum += z[s];
+    }
+    for (int s = 0; s < T; s++) p[s] = half_from_float(s <= t ? z[s] / sum : 0.0f, d);
 }
-/* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
-static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
-                               const float *att, int B, int T, int D, int H) {
-    attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H);
+/* dS = P (dP - sum_u P_u dP_u) of row r, into format d */
+FSDP_HD static inline void causal_softmax16_backward_row(long r, uint16_t *ds16, const float *dp,
+                                                         const uint16_t *p16, int T, Dtype d) {
+    int t = (int)(r % T);
+    const float *g = dp + r * T;
+    const uint16_t *p = p16 + r * T;
+    uint16_t *ds = ds16 + r * T;
+    float pdp = 0.0f;
+    for (int s = 0; s <= t; s++) pdp += float_from_half(p[s], d) * g[s];
+    for (int s = 0; s < T; s++)
+        ds[s] = half_from_float(s <= t ? float_from_half(p[s], d) * (g[s] - pdp) : 0.0f, d);
+}
+
+#ifdef __CUDACC__
+/* ... a warp a row, as causal_softmax_warp */
+__global__ static void causal_softmax16_warp(uint16_t *__restrict__ p16, float *__restrict__ scores,
+                                             long rows, int T, float scale, Dtype d) {
+    long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int t = (int)(r % T);
+    float *z = scores + r * T, zmax = -INFINITY, sum = 0.0f;
+    uint16_t *p = p16 + r * T;
+    for (int s = lane; s <= t; s += 32) zmax = fmaxf(zmax, z[s] * scale);
+    zmax = warp_max(zmax);
+    for (int s = lane; s <= t; s += 32) sum += z[s] = expf(z[s] * scale - zmax);
+    sum = warp_sum(sum);
+    for (int s = lane; s < T; s += 32) p[s] = half_from_float(s <= t ? z[s] / sum : 0.0f, d);
+}
+__global__ static void causal_softmax16_backward_warp(uint16_t *__restrict__ ds16,
+                                                      const float *__restrict__ dp,
+                                                      const uint16_t *__restrict__ p16,
+                                                      long rows, int T, Dtype d) {
+    long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (r >= rows) return;
+    int t = (int)(r % T);
+    const float *g = dp + r * T;
+    const uint16_t *p = p16 + r * T;
+    uint16_t *ds = ds16 + r * T;
+    float pdp = 0.0f;
+    for (int s = lane; s <= t; s += 32) pdp += float_from_half(p[s], d) * g[s];
+    pdp = warp_sum(pdp);
+    for (int s = lane; s < T; s += 32)
+        ds[s] = half_from_float(s <= t ? float_from_half(p[s], d) * (g[s] - pdp) : 0.0f, d);
+}
+static void causal_softmax16(uint16_t *p16, float *scores, long rows, int T, float scale,
+                             Dtype d) {
+    if (backend.dry || rows <= 0) return;
+    causal_softmax16_warp<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
+        p16, scores, rows, T, scale, d);
+    cudaCheck(cudaGetLastError());
+}
+static void causal_softmax16_backward(uint16_t *ds16, const float *dp, const uint16_t *p16,
+                                      long rows, int T, Dtype d) {
+    if (backend.dry || rows <= 0) return;
+    causal_softmax16_backward_warp<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0,
+                                     backend.compute>>>(ds16, dp, p16, rows, T, d);
+    cudaCheck(cudaGetLastError());
 }
 #else
-static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H) {
-    FOR_EACH((long)B * H * T, attention_forward_row, y, att, qkv, T, D, H);
+static void causal_softmax16(uint16_t *p16, float *scores, long rows, int T, float scale,
+                             Dtype d) {
+    FOR_EACH(rows, causal_softmax16_row, p16, scores, T, scale, d);
+}
+static void causal_softmax16_backward(uint16_t *ds16, const float *dp, const uint16_t *p16,
+                                      long rows, int T, Dtype d) {
+    FOR_EACH(rows, causal_softmax16_backward_row, ds16, dp, p16, T, d);
+}
+#endif
+
+/* y (B, T, D) from qkv; P into att16 (B, H, T, T), format d */
+static inline void attention_forward_gemm16(float *y, uint16_t *att16, const float *qkv, int B,
+                                            int T, int D, int H, Dtype d) {
+    if (backend.dry) return; /* --plan */
+    int hd = D / H, ld = 3 * D;
+    long TT = (long)T * T, n = (long)B * T * ld;
+    uint16_t *qkv16 = gemm_pack(qkv, n, d);
+    float *scores = (float *)gpu_scratch((size_t)H * TT * sizeof(float), "hold the scores");
+    for (int b = 0; b < B; b++) {
+        const uint16_t *q = qkv16 + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
+        uint16_t *p = att16 + b * H * TT;
+        heads_gemm_of(GEMM_T, GEMM_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, scores, T, TT,
+                      H, d); /* P^T (s, t) = k_s . q_t, before the softmax */
+        causal_softmax16(p, scores, (long)H * T, T, 1.0f / sqrtf((float)hd), d);
+        heads_gemm_of(GEMM_N, GEMM_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f,
+                      y + (long)b * T * D, D, hd, H, d); /* Y = V P^T */
+    }
+    dev_free(scores, (size_t)H * TT * sizeof(float));
+    dev_free(qkv16, (size_t)n * sizeof(uint16_t));
+}
+/* dqkv += the gradient of q, k, v; datt (B, H, T, T) fp32 holds dP */
+static inline void attention_backward_gemm16(float *dqkv, float *datt, const float *dy,
+                                             const float *qkv, const uint16_t *att16, int B,
+                                             int T, int D, int H, Dtype d) {
+    if (backend.dry) return; /* --plan */
+    int hd = D / H, ld = 3 * D;
+    long TT = (long)T * T, n = (long)B * T * ld, ny = (long)B * T * D;
+    float scale = 1.0f / sqrtf((float)hd);
+    uint16_t *qkv16 = gemm_pack(qkv, n, d), *dy16 = gemm_pack(dy, ny, d);
+    uint16_t *ds = (uint16_t *)gpu_scratch((size_t)H * TT * sizeof(uint16_t), "hold dS");
+    for (int b = 0; b < B; b++) {
+        const uint16_t *q = qkv16 + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
+        const uint16_t *g = dy16 + (long)b * T * D, *p = att16 + b * H * TT;
+        float *dq = dqkv + (long)b * T * ld, *dk = dq + D, *dv = dq + 2 * D,
+              *dp = datt + b * H * TT;
+        heads_gemm_of(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, dp, T, TT, H,
+                      d); /* dP^T (s, t) = v_s . dy_t */
+        causal_softmax16_backward(ds, dp, p, (long)H * T, T, d);
+        heads_gemm_of(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd, H,
+                      d); /* dV += dY P */
+        heads_gemm_of(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, ld, hd, H,
+                      d); /* dQ += scale K dS^T */
+        heads_gemm_of(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, ld, hd, H,
+                      d); /* dK += scale Q dS */
+    }
+    dev_free(ds, (size_t)H * TT * sizeof(uint16_t));
+    dev_free(dy16, (size_t)ny * sizeof(uint16_t));
+    dev_free(qkv16, (size_t)n * sizeof(uint16_t));
+}
+
+/* attention_forward, attention_backward: the GEMMs on a GPU (in 16 bits
+ * with 16-bit parameters, d), the rows on the CPU. att (B, H, T, T) holds
+ * P: fp32, or packed 16-bit values of format d on a GPU. */
+#ifdef __CUDACC__
+static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H,
+                              Dtype d) {
+    if (d == DTYPE_FP32) attention_forward_gemm(y, att, qkv, B, T, D, H);
+    else attention_forward_gemm16(y, (uint16_t *)att, qkv, B, T, D, H, d);
 }
 /* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
 static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
-                               const float *att, int B, int T, int D, int H) {
-    FOR_EACH((long)B * H * T, attention_backward_query, dqkv, datt, dy, qkv, att, T, D, H);
+                               const float *att, int B, int T, int D, int H, Dtype d) {
+    if (d == DTYPE_FP32) attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H);
+    else attention_backward_gemm16(dqkv, datt, dy, qkv, (const uint16_t *)att, B, T, D, H, d);
+}
+#else
+static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H,
+                              Dtype d) {
+    FOR_EACH((long)B * H * T, attention_forward_row, y, att, qkv, T, D, H, d);
+}
+/* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
+static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
+                               const float *att, int B, int T, int D, int H, Dtype d) {
+    FOR_EACH((long)B * H * T, attention_backward_query, dqkv, datt, dy, qkv, att, T, D, H, d);
     FOR_EACH((long)B * H * T, attention_backward_key, dqkv, datt, dy, qkv, att, T, D, H);
 }
 #endif

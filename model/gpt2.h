@@ -32,7 +32,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->ln1_mean = activation_fp32(l, S * BT);
     a->ln1_rstd = activation_fp32(l, S * BT);
     a->qkv = activation(l, c, S * BT * 3 * D);
-    a->att = activation_fp32(l, S * att);
+    a->att = activation(l, c, S * att); /* P: in param_dtype, as autocast keeps it */
     a->atty = activation(l, c, S * BT * D);
     a->res_mid = activation(l, c, S * BT * D);
     a->ln2 = activation(l, c, S * BT * D);
@@ -125,7 +125,7 @@ static void gpt2_block_inner(Trainer *t, int l) {
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_1), s.ln1, s.ln1_mean, s.ln1_rstd, h, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_ATTN));
     gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, s.ln1, BT, D, 3 * D);
-    attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head);
+    attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
     lowp(t, s.atty, BT * D);
     gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, s.atty, BT, D, D);
     module_post_forward(t, gpt2_module(m, l, GPT2_ATTN));
@@ -238,7 +238,8 @@ static void gpt2_block_backward(Trainer *t, int l) {
     gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, a->d_res, s.atty, BT,
                          D, D);
     zero(a->d_qkv, BT * 3 * D);
-    attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head);
+    attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head,
+                       c->param_dtype);
     lowp(t, a->d_qkv, BT * 3 * D);
     gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, a->d_qkv, s.ln1, BT, D,
                          3 * D);

@@ -18,11 +18,12 @@
  *   fp32       fp32 values, cuBLAS's fp32 GEMMs on the fp32 units (no
  *              tensor core), 4 bytes a value: the GPU build in fp32;
  *   bf16 GEMM  the GPU build with --param-dtype bf16: values still in fp32
- *              slots (4 bytes), each Linear GEMM's inputs packed to 16 bits
- *              on the way (read 4, written 2, read 2 by the GEMM) and
- *              multiplied on the tensor cores (kernels/layers.h's gemm);
- *              attention's GEMMs stay fp32 (packing its fp32 probabilities
- *              would cost more than it saves: the table shows it);
+ *              slots (4 bytes), each GEMM's inputs packed to 16 bits on
+ *              the way (read 4, written 2, read 2 by the GEMM) and
+ *              multiplied on the tensor cores (kernels/layers.h's gemm),
+ *              but for attention's B*H*T^2 probabilities P and their
+ *              gradient dS, stored in 16 bits (2 bytes; kernels/
+ *              transformer.h's attention_forward_gemm16);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
@@ -56,14 +57,13 @@ static const GpuPeaks GPU_PEAKS[] = {
  * fp32 on both (statistics, optimizer state). */
 typedef struct {
     const char *name;
-    int gemm; /* runs on cuBLAS: the fp32 or tensor-core peak (GEMM_*); 0: bound by memory */
+    int gemm; /* runs on cuBLAS: the fp32 or tensor-core peak; 0: bound by memory */
     double flops, values16, values32;
-    double written; /* of a GEMM's values16, those it writes (in fp32): not packed */
+    double written;  /* of a GEMM's values16, those it writes (in fp32): not packed */
+    double stored16; /* of values16, those the bf16 GEMM path stores in 16 bits (P, dS) */
 } KernelCost;
 
-/* Linear layers' GEMMs are packed to 16 bits under --param-dtype bf16;
- * attention's stay fp32 until the probabilities are stored in 16 bits */
-enum { GEMM_LINEAR = 1, GEMM_ATTENTION = 2, ROOFLINE_MAX = 16 };
+enum { ROOFLINE_MAX = 16 };
 typedef struct {
     KernelCost k[ROOFLINE_MAX];
     int n;
@@ -75,7 +75,7 @@ static int roof_add(Roofline *r, const char *name, int gemm, double flops, doubl
     while (i < r->n && strcmp(r->k[i].name, name) != 0) i++;
     if (i == r->n) {
         if (r->n == ROOFLINE_MAX) FATAL("raise ROOFLINE_MAX", "too many kinds of kernel");
-        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0};
+        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0, 0.0};
     }
     r->k[i].flops += flops;
     r->k[i].values16 += values16;
@@ -85,7 +85,7 @@ static int roof_add(Roofline *r, const char *name, int gemm, double flops, doubl
 
 /* C (M x N) = A (M x K) B (K x N): 2MNK flops; A and B read, C written. */
 static void roof_gemm(Roofline *r, const char *name, double M, double N, double K) {
-    int i = roof_add(r, name, GEMM_LINEAR, 2.0 * M * N * K, M * K + K * N + M * N, 0.0);
+    int i = roof_add(r, name, 1, 2.0 * M * N * K, M * K + K * N + M * N, 0.0);
     r->k[i].written += M * N;
 }
 
@@ -119,19 +119,25 @@ static void roof_elementwise(Roofline *r, const char *name, double n, int reads,
 /* Causal attention on B sequences of T tokens, H heads of D/H: the
  * batched GEMMs of kernels/transformer.h (forward QK^T and PV; backward
  * four: dP, dV, dQ, dK) and the softmax between them, over B*H*T^2
- * scores (computed whole; the mask zeroes the upper triangle). */
+ * scores (computed whole; the mask zeroes the upper triangle). The scores
+ * and dP are written by a GEMM in fp32; P and dS are the softmaxes'
+ * outputs, stored in 16 bits on the bf16 GEMM path. */
 static void roof_attention(Roofline *r, double B, double T, double D, double H, int backward) {
     double BTD = B * T * D, scores = B * H * T * T, qk = 2.0 * B * T * T * D;
     if (!backward) {
-        int i = roof_add(r, "attention GEMMs (QK^T, PV)", GEMM_ATTENTION, 2.0 * qk,
-                         2.0 * scores + 4.0 * BTD, 0);
+        int i = roof_add(r, "attention GEMMs (QK^T, PV)", 1, 2.0 * qk, 2.0 * scores + 4.0 * BTD,
+                         0);
         r->k[i].written += scores + BTD; /* the scores, y */
-        roof_add(r, "attention softmax", 0, 5.0 * scores, 2.0 * scores, 0.0);
+        r->k[i].stored16 += scores;      /* P, read by PV */
+        i = roof_add(r, "attention softmax", 0, 5.0 * scores, 2.0 * scores, 0.0);
+        r->k[i].stored16 += scores; /* P written */
     } else {
-        int i = roof_add(r, "attention GEMMs (QK^T, PV)", GEMM_ATTENTION, 4.0 * qk,
-                         4.0 * scores + 8.0 * BTD, 0);
+        int i = roof_add(r, "attention GEMMs (QK^T, PV)", 1, 4.0 * qk, 4.0 * scores + 8.0 * BTD,
+                         0);
         r->k[i].written += scores + 3.0 * BTD; /* dP, dV, dQ, dK */
-        roof_add(r, "attention softmax", 0, 4.0 * scores, 3.0 * scores, 0.0);
+        r->k[i].stored16 += 3.0 * scores;      /* P read by dV, dS by dQ and dK */
+        i = roof_add(r, "attention softmax", 0, 4.0 * scores, 3.0 * scores, 0.0);
+        r->k[i].stored16 += 2.0 * scores; /* P read, dS written */
     }
 }
 
@@ -222,12 +228,14 @@ static const char *const ROOF_MODE_NAMES[ROOF_MODES] = {"fp32", "bf16 GEMM", "bf
 
 /* The least time of kernel k on GPU g, its values stored the `mode` way */
 static double roof_seconds(const KernelCost *k, const GpuPeaks *g, int mode) {
-    if (mode == ROOF_BF16_GEMM && k->gemm == GEMM_ATTENTION) mode = ROOF_FP32;
     double peak = !k->gemm ? 1e9 : mode == ROOF_FP32 ? g->fp32 : g->bf16; /* 1e9: no limit */
     double bytes = 4.0 * (k->values16 + k->values32);
     if (mode == ROOF_BF16) bytes = 2.0 * k->values16 + 4.0 * k->values32;
-    if (mode == ROOF_BF16_GEMM && k->gemm) /* inputs: read 4, packed 2, read 2; outputs 4 */
-        bytes = 8.0 * (k->values16 - k->written) + 4.0 * k->written + 4.0 * k->values32;
+    if (mode == ROOF_BF16_GEMM) { /* P and dS 2 bytes; GEMM inputs read 4, packed 2, read 2 */
+        double packed = k->gemm ? k->values16 - k->written - k->stored16 : 0.0;
+        bytes = 8.0 * packed + 2.0 * k->stored16 +
+                4.0 * (k->values16 - packed - k->stored16 + k->values32);
+    }
     return fmax(k->flops / (peak * 1e12), bytes / (g->tbps * 1e12));
 }
 

@@ -8,7 +8,7 @@
  * gradients, the embeddings' gradients grouped by token, the Linear layers on
  * cuBLAS in fp32 and on the tensor cores in bf16, gelu_new, AdamW, the
  * loss's softmax (a warp a row) and causal attention (batched GEMMs around
- * a warp-a-row softmax, both directions).
+ * a warp-a-row softmax, both directions, in fp32 and in bf16).
  *
  * For each kernel: the same random inputs go through the GPU build's
  * function (a CUDA kernel, cuBLAS, or FOR_EACH over an FSDP_HD function)
@@ -340,9 +340,10 @@ static void check_attention(void) {
           *att = (float *)host_calloc((size_t)na, 4, "ref"),
           *dq = (float *)host_calloc((size_t)nq, 4, "ref"),
           *da = (float *)host_calloc((size_t)na, 4, "ref");
-    for (long r = 0; r < (long)B * H * T; r++) attention_forward_row(r, y, att, qkv, T, D, H);
     for (long r = 0; r < (long)B * H * T; r++)
-        attention_backward_query(r, dq, da, dy, qkv, att, T, D, H);
+        attention_forward_row(r, y, att, qkv, T, D, H, DTYPE_FP32);
+    for (long r = 0; r < (long)B * H * T; r++)
+        attention_backward_query(r, dq, da, dy, qkv, att, T, D, H, DTYPE_FP32);
     for (long r = 0; r < (long)B * H * T; r++)
         attention_backward_key(r, dq, da, dy, qkv, att, T, D, H);
     float *gq = device_copy(qkv, nq), *gdy = device_copy(dy, ny), *gy = gpu(ny), *ga = gpu(na),
@@ -366,7 +367,7 @@ static void check_attention(void) {
             qn = fmax(qn, sqrt(sq)), kn = fmax(kn, sqrt(sk));
         }
     double dz = 2.0 * 64 * U * qn * kn / 8.0;
-    TIME_US(us, attention_forward(gy, ga, gq, B, T, D, H));
+    TIME_US(us, attention_forward(gy, ga, gq, B, T, D, H, DTYPE_FP32));
     expect("attention forward, batched GEMMs (2x256x768)", "y", gy, y, ny,
            vmax * (4.0 * dz + 2.0 * T * U), us);
     /* Backward: dq and dk are sums of T terms ds * k / 8 (or q), dv of T
@@ -386,10 +387,50 @@ static void check_attention(void) {
     double dsmax = max_abs(da, na), big = max_abs(qkv, nq);
     double terms = fmax(T * dsmax * big / 8.0, T * max_abs(dy, ny));
     double once = 2.0 * (T + 64) * U * terms + 2.0 * dpz * big / 8.0 + 2.0 * dz * max_abs(dq, nq);
-    TIME_US(us, attention_backward(gdq, gda, gdy, gq, ga, B, T, D, H));
+    TIME_US(us, attention_backward(gdq, gda, gdy, gq, ga, B, T, D, H, DTYPE_FP32));
     for (long i = 0; i < nq; i++) dq[i] *= 20.0f; /* 20 runs added into dqkv */
     expect("attention backward, batched GEMMs", "dqkv", gdq, dq, nq,
            20.0 * once + 20.0 * U * max_abs(dq, nq), us);
+    float *frees[] = {qkv, dy, y, att, dq, da};
+    for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
+    gpu_free_all();
+}
+
+/* Attention in bf16 on the tensor cores (attention_forward_gemm16: P and
+ * dS stored in bf16) against the rows rounding P and dS where it stores
+ * them, on bf16 inputs: GPT-2 124M's 12 heads of 64, T 1024, B 2. The two
+ * sum in fp32 in other orders, so a P on a rounding boundary may round the
+ * other way: at most one bf16 ulp, 2^-8 of it, and as the P of a row sum
+ * to 1, y moves by at most 2^-8 max|v| (beside the fp32 sums' 2 T u).
+ * dS inherits that from P and dP and rounds once more: at most 2^-6 of
+ * the largest sum of |terms| in dq, dk, dv. A wrong stride is off by O(1). */
+static void check_attention16(void) {
+    const int B = 2, T = 1024, D = 768, H = 12;
+    const Dtype d = DTYPE_BF16;
+    long nq = (long)B * T * 3 * D, ny = (long)B * T * D, na = (long)B * H * T * T;
+    float *qkv = host_random(nq, 19, 1.0f), *dy = host_random(ny, 20, 1.0f);
+    for (long i = 0; i < nq; i++) qkv[i] = round_to(qkv[i], d);
+    for (long i = 0; i < ny; i++) dy[i] = round_to(dy[i], d);
+    float *y = (float *)host_calloc((size_t)ny, 4, "ref"),
+          *att = (float *)host_calloc((size_t)na, 4, "ref"),
+          *dq = (float *)host_calloc((size_t)nq, 4, "ref"),
+          *da = (float *)host_calloc((size_t)na, 4, "ref");
+    for (long r = 0; r < (long)B * H * T; r++) attention_forward_row(r, y, att, qkv, T, D, H, d);
+    for (long r = 0; r < (long)B * H * T; r++)
+        attention_backward_query(r, dq, da, dy, qkv, att, T, D, H, d);
+    for (long r = 0; r < (long)B * H * T; r++)
+        attention_backward_key(r, dq, da, dy, qkv, att, T, D, H);
+    float *gq = device_copy(qkv, nq), *gdy = device_copy(dy, ny), *gy = gpu(ny), *ga = gpu(na),
+          *gdq = gpu(nq), *gda = gpu(na);
+    double us, vmax = max_abs(qkv, nq);
+    TIME_US(us, attention_forward(gy, ga, gq, B, T, D, H, d));
+    expect("attention forward, bf16 tensor cores (2x1024x768)", "y", gy, y, ny,
+           vmax * (1.0 / 256 + 2.0 * T * U), us);
+    double terms = fmax(T * max_abs(da, na) * vmax / 8.0, T * max_abs(dy, ny));
+    TIME_US(us, attention_backward(gdq, gda, gdy, gq, ga, B, T, D, H, d));
+    for (long i = 0; i < nq; i++) dq[i] *= 20.0f; /* 20 runs added into dqkv */
+    expect("attention backward, bf16 tensor cores", "dqkv", gdq, dq, nq,
+           20.0 * (terms / 64.0 + 2.0 * (T + 64) * U * terms) + 20.0 * U * max_abs(dq, nq), us);
     float *frees[] = {qkv, dy, y, att, dq, da};
     for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
     gpu_free_all();
@@ -412,6 +453,7 @@ int main(int argc, char **argv) {
     check_embedding();
     check_crossentropy();
     check_attention();
+    check_attention16();
     printf("%d passed, %d failed\n", passed, failed);
     backend_release();
     MPI_Finalize();

@@ -230,7 +230,7 @@ static void test_gelu_tanh(void) {
  * kernels/transformer.h, by rows (the CPU's) and as GEMMs (the GPU's) */
 enum { AB = 2, AT = 5, AD = 6, AH = 3 };
 typedef struct { float *y, *att, *qkv; } AttCtx;
-static void att_case(void *c) { AttCtx *x = (AttCtx *)c; attention_forward(x->y, x->att, x->qkv, AB, AT, AD, AH); }
+static void att_case(void *c) { AttCtx *x = (AttCtx *)c; attention_forward(x->y, x->att, x->qkv, AB, AT, AD, AH, DTYPE_FP32); }
 
 static void test_attention(void) {
     enum { NQ = AB * AT * 3 * AD, NY = AB * AT * AD, NA = AB * AH * AT * AT };
@@ -240,14 +240,14 @@ static void test_attention(void) {
     for (int i = 0; i < NQ; i++) qkv[i] *= 2.0f; /* scores of O(1): a softmax far from uniform */
     AttCtx ctx = {y, att, qkv};
     att_case(&ctx);
-    attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH);
+    attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH, DTYPE_FP32);
     GradCase g = {{qkv}, {dqkv}, {NQ}, {"qkv"}, 1, y, r, NY, att_case, &ctx};
     gradcheck(&g, "attention (causal, 3 heads)");
     /* the GPU's formulation, on the CPU: the same numbers up to the order
      * of fp32 sums (values O(1), 5 terms: 1e-5 is rounding's scale x 100) */
     att_case(&ctx);
     memset(dqkv, 0, sizeof(dqkv));
-    attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH);
+    attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH, DTYPE_FP32);
     attention_forward_gemm(y2, att2, qkv, AB, AT, AD, AH);
     attention_backward_gemm(dqkv2, datt2, r, qkv, att2, AB, AT, AD, AH);
     double wy = 0, wa = 0, wd = 0;
@@ -257,6 +257,42 @@ static void test_attention(void) {
     check(wy < 1e-5 && wa < 1e-5, "attention as GEMMs == by rows: forward",
           "max |dy| %.1e, |dp| %.1e (tol 1e-5)", wy, wa);
     check(wd < 1e-5, "attention as GEMMs == by rows: backward", "max |d dqkv| %.1e (tol 1e-5)", wd);
+}
+
+/* The GPU's 16-bit formulation (P and dS stored in bf16, all six products
+ * from bf16 inputs: attention_forward_gemm16) against the rows rounding P
+ * and dS where it stores them, on bf16 inputs. Both sum in fp32 in other
+ * orders, so a P or dS on a rounding boundary may round the other way: one
+ * bf16 ulp, 2^-8 of it, moving y or dqkv by at most that times the |v| or
+ * |k|, |q| it multiplies (|values| < 2, 5 terms): tolerances 2^-7 for P
+ * and dS's effects on y, 2^-5 on dqkv. A wrong index or stride is off by
+ * O(1). */
+static void test_attention16(void) {
+    enum { NQ = AB * AT * 3 * AD, NY = AB * AT * AD, NA = AB * AH * AT * AT };
+    static float qkv[NQ], y[NY], att[NA], r[NY], dqkv[NQ], datt[NA];
+    static float y2[NY], att2[NA], dqkv2[NQ], datt2[NA];
+    const Dtype d = DTYPE_BF16;
+    fill(qkv, NQ, 22); fill(r, NY, 23);
+    for (int i = 0; i < NQ; i++) qkv[i] = round_to(2.0f * qkv[i], d);
+    for (int i = 0; i < NY; i++) r[i] = round_to(r[i], d);
+    attention_forward(y, att, qkv, AB, AT, AD, AH, d);
+    attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH, d);
+    uint16_t *att16 = (uint16_t *)att2; /* as the GPU stores P in the float slots */
+    attention_forward_gemm16(y2, att16, qkv, AB, AT, AD, AH, d);
+    attention_backward_gemm16(dqkv2, datt2, r, qkv, att16, AB, AT, AD, AH, d);
+    double wy = 0, wa = 0, wd = 0, rounded = 0;
+    for (int i = 0; i < NY; i++) wy = fmax(wy, fabs(y[i] - y2[i]));
+    for (int i = 0; i < NA; i++) {
+        wa = fmax(wa, fabs(att[i] - float_from_bf16(att16[i])));
+        rounded = fmax(rounded, fabs(att[i] - round_to(att[i], d))); /* 0 if the rows rounded P */
+    }
+    for (int i = 0; i < NQ; i++) wd = fmax(wd, fabs(dqkv[i] - dqkv2[i]));
+    check(wy < 1.0 / 128 && wa < 1.0 / 128 && rounded == 0.0,
+          "attention in bf16, GEMMs == rows: forward",
+          "max |dy| %.1e, |dP| %.1e (tol 2^-7), rows' P in bf16: %s", wy, wa,
+          rounded == 0.0 ? "yes" : "NO");
+    check(wd < 1.0 / 32, "attention in bf16, GEMMs == rows: backward",
+          "max |d dqkv| %.1e (tol 2^-5)", wd);
 }
 
 /* token + position embedding: x[b, t] = wte[token] + wpe[t] */
@@ -692,6 +728,7 @@ int main(int argc, char **argv) {
     test_model_gradients();
     test_gelu_tanh();
     test_attention();
+    test_attention16();
     test_gpt2_embedding();
     test_gpt2_gradients();
     printf("AdamW\n");
