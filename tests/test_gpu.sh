@@ -16,7 +16,7 @@
 #   h. more ranks than GPUs under NCCL stops with a HINT towards --collectives mpi
 #   i. --trace writes JSON
 #   j. the course's options: zero1 and hybrid_shard == 1 GPU rank, --cpu-offload
-#      and bf16 within rounding, --plan the CPU build's plan
+#      and bf16 (the MLP and gpt2-tiny) within rounding, --plan the CPU build's plan
 #
 # One line per check (ok/FAIL), then "N passed, N failed"; exit 1 if any failed.
 # No GPU: says why and exits 77 (skipped, never a pass). Every run is under
@@ -322,6 +322,14 @@ fi
 if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu fsdp-gpu 1 "${J[@]}" --param-dtype bf16; then
   check_losses "j. bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_bf16_cpu.log" "$d/j_bf16_gpu.log"
   check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
+fi
+# ... and GPT-2 in bf16: attention's P and dS stored in bf16, its products on
+# the tensor cores (attention_forward_gemm16), the CPU's rows rounding where
+# the GPU stores: the same argument and tolerances as the MLP's above.
+G=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16)
+if train j_gpt2_bf16_cpu fsdp 1 "${G[@]}" && train j_gpt2_bf16_gpu fsdp-gpu 1 "${G[@]}"; then
+  check_losses "j. gpt2-tiny in bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_gpt2_bf16_cpu.log" "$d/j_gpt2_bf16_gpu.log"
+  check_params "j. gpt2-tiny in bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_gpt2_bf16_cpu.st" "$d/j_gpt2_bf16_gpu.st"
 fi
 P=(--plan --width 1024 --depth 8 --param-dtype bf16 --cpu-offload --strategy hybrid_shard --ranks-per-node 2 --collectives ring)
 timeout 120 $MPIRUN -np 4 ./fsdp "${P[@]}" 2>&1 | grep -E 'bytes|calls' >"$d/plan_cpu.txt"
