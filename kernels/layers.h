@@ -139,7 +139,7 @@ static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
  * dout (BT, C) added, for each of the batch's BT rows n. Two rows with
  * the same token must not add at once, and atomics would add them in
  * whatever order they came, so another order each run. The rows are
- * grouped by token instead (TokenRows below, built on the host with the
+ * grouped by token instead (TokenRows above, built on the host with the
  * batch): element i = u*C + c is channel c of the batch's distinct token
  * u, which adds that token's rows in increasing n. So a warp reads 32
  * adjacent channels of one row (coalesced), nothing waits on another
@@ -383,10 +383,10 @@ static void bias_backward(float *dbias, const float *dout, int B, int O) {
  * of that format held in float slots (section 2), so they are packed into
  * 16 bits, exactly, and multiplied on the tensor cores with fp32
  * accumulation and an fp32 result (cublasGemmStridedBatchedEx,
- * CUBLAS_COMPUTE_32F), as PyTorch's autocast and llm.c multiply: an input
- * not yet rounded (the attention probabilities, kept in fp32) is rounded
- * to the format on the way, as autocast rounds it. The packed copies are
- * scratch from the pool, as cuBLAS's workspace is. */
+ * CUBLAS_COMPUTE_32F), as PyTorch's autocast and llm.c multiply. The
+ * packed copies are scratch from the pool, as cuBLAS's workspace is.
+ * (Attention's products take their 16-bit inputs packed already:
+ * kernels/transformer.h's heads_gemm_of.) */
 static long gemm_span(cublasOperation_t op, int rows, int cols, int ld, long stride, int batch) {
     int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
     return (long)(batch - 1) * stride + (long)(major - 1) * ld + minor; /* elements it spans */

@@ -11,8 +11,8 @@
  * width D does about D/3 flops a byte it moves, so it is bound by compute;
  * a LayerNorm or a GELU does a few flops a value, so it is bound by memory.
  * Summed, the roofline is the least time the step can take: a kernel that
- * reaches it is perfect, and today's simpler ones (GPT-2's token embedding
- * gradient, one thread a channel; GELU's separate passes) take longer.
+ * reaches it is perfect, and today's simpler ones (GELU's separate
+ * passes, GPT-2's attention scores written out whole) take longer.
  *
  * Three columns, for three ways to store and multiply the values:
  *   fp32       fp32 values, cuBLAS's fp32 GEMMs on the fp32 units (no
