@@ -128,16 +128,23 @@ else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <
 # 2 D V, and three times that with backward; GELU reads and writes 4D a
 # token a block forward, reads two and writes one backward: 5 x 4D fp32
 # values. All kernels together are llm.c's count less the few parameters
-# that are not in a GEMM (wpe, LayerNorms, biases): within 1%.
+# that are not in a GEMM (wpe, LayerNorms, biases): within 1%. Attention's
+# GEMMs with --param-dtype bf16 as built are bound by their bytes: a layer
+# packs q, k, v and y's inputs (read 4, written 2, read 2: 8 bytes a value)
+# and writes the scores, dP and the outputs in fp32, and reads P and dS in
+# 16 bits: forward 28 B*T*D + 6 B*H*T^2 bytes, backward 52 B*T*D +
+# 10 B*H*T^2, over 3.35 TB/s.
 out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 2>&1)
+att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (80 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
 mm=$(awk 'BEGIN { printf "%.1f", (3 * (24 * 12 * 768 * 768 + 2 * 768 * 50257)) * 8192 / 1e9 }')
 gelu=$(awk 'BEGIN { printf "%.3f", 5 * 4 * 768 * 12 * 8192 * 4 / 1e9 }')
 total=$(awk '/^  total +[0-9]/ { print $2 }' <<<"$out")
 if grep -Eq "^  matmuls \(Linear, Conv1D\) +$mm " <<<"$out" &&
    grep -Eq "^  gelu +[0-9.]+ +$gelu " <<<"$out" &&
+   grep -Eq "^  attention GEMMs \(QK\^T, PV\) +[0-9.]+ +[0-9.]+ +[0-9.]+ +$att " <<<"$out" &&
    awk -v t="$total" -v w="$want" 'BEGIN { d = t / (w * 1000) - 1; exit !(d < 0.01 && d > -0.01) }'; then
-  ok "--roofline h100: the GEMMs' $mm GFLOP and GELU's $gelu GB as counted by hand; all kernels $total GFLOP, llm.c's $want TFLOP within 1%; $(grep 'bf16 GEMM .*tokens' <<<"$out" | xargs)"
-else bad "--roofline's table, expected matmuls $mm GFLOP, gelu $gelu GB, a total near $want TFLOP:"; grep -A16 '^roofline' <<<"$out"; fi
+  ok "--roofline h100: the GEMMs' $mm GFLOP, GELU's $gelu GB and attention's bf16 GEMMs' $att ms as counted by hand; all kernels $total GFLOP, llm.c's $want TFLOP within 1%; $(grep 'bf16 GEMM .*tokens' <<<"$out" | xargs)"
+else bad "--roofline's table, expected matmuls $mm GFLOP, gelu $gelu GB, attention's bf16 GEMMs $att ms, a total near $want TFLOP:"; grep -A16 '^roofline' <<<"$out"; fi
 for bad_args in "--roofline h100" "--plan --roofline v100"; do
   # shellcheck disable=SC2086  # the flags are a word list
   if ./fsdp $bad_args >"$D/out" 2>"$D/err"; then rc=0; else rc=$?; fi
