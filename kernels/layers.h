@@ -386,7 +386,7 @@ static void bias_backward(float *dbias, const float *dout, int B, int O) {
  * CUBLAS_COMPUTE_32F), as PyTorch's autocast and llm.c multiply. The
  * packed copies are scratch from the pool, as cuBLAS's workspace is.
  * (Attention's products take their 16-bit inputs packed already:
- * kernels/transformer.h's heads_gemm_of.) */
+ * kernels/transformer.h's heads_gemm.) */
 static long gemm_span(cublasOperation_t op, int rows, int cols, int ld, long stride, int batch) {
     int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
     return (long)(batch - 1) * stride + (long)(major - 1) * ld + minor; /* elements it spans */

@@ -158,8 +158,8 @@ static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp,
     FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp);
 }
 /* ---- attention as matmuls: the GPU's formulation ----------------------------
- * On a GPU the four products of attention are matmuls, each a batch of H
- * (one per head) for each of the B sequences, which cuBLAS runs as strided
+ * On a GPU the products of attention are matmuls, each a batch of H (one
+ * per head) for each of the B sequences, which cuBLAS runs as strided
  * batched GEMMs; between them, a warp a row computes the causal softmax
  * and its backward (causal_softmax). The same mathematics as the rows
  * above, the sums in another order. The CPU build trains with the rows; it
@@ -168,6 +168,14 @@ static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp,
  * its index arithmetic against the rows on any machine (the GPU build
  * swaps in cuBLAS and the warp kernels, which tests/test_kernels.cu checks).
  *
+ * In fp32, or in 16 bits with --param-dtype bf16 or fp16: then attention's
+ * inputs are values of that format (q, k, v are c_attn's rounded output,
+ * dy c_proj's rounded input gradient), packed once, and P and its
+ * gradient dS are kept in it too, as PyTorch's autocast keeps them: the
+ * B*H*T^2 matrices take half the bytes, and every product runs on the
+ * tensor cores. The scores and dP, which the GEMMs accumulate in fp32,
+ * stay fp32 either way. The rows round P and dS where this stores them.
+ *
  * cuBLAS is column-major. Head h of sequence b: its queries, a row-major
  * (T, hd) matrix with rows 3D apart, are to cuBLAS the column-major (hd, T)
  * matrix Q at qkv + b*T*3D + h*hd with leading dimension 3D; K at +D, V at
@@ -175,76 +183,97 @@ static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp,
  * column-major (T, T) matrix P^T with leading dimension T; the heads of
  * one sequence lie hd apart in qkv and y, T*T apart in att. */
 
-/* scores of row r (scaled; causal mask), softmax in place, zero past t */
-FSDP_HD static inline void causal_softmax_row(long r, float *att, int T, float scale) {
-    int t = (int)(r % T);
-    float *p = att + r * T, zmax = -INFINITY, sum = 0.0f;
-    for (int s = 0; s <= t; s++) zmax = fmaxf(zmax, p[s] * scale);
-    for (int s = 0; s <= t; s++) {
-        p[s] = expf(p[s] * scale - zmax);
-        sum += p[s];
-    }
-    for (int s = 0; s < T; s++) p[s] = s <= t ? p[s] / sum : 0.0f;
+/* Element i of x, and a pointer to it, x holding fp32 values (d = fp32)
+ * or packed 16-bit values of format d */
+FSDP_HD static inline float load_as(const void *x, long i, Dtype d) {
+    return d == DTYPE_FP32 ? ((const float *)x)[i] : float_from_half(((const uint16_t *)x)[i], d);
 }
-/* dscore = p (dp - sum_u p_u dp_u), in place over dp (attention_backward_query) */
-FSDP_HD static inline void causal_softmax_backward_row(long r, float *datt, const float *att,
-                                                       int T) {
+FSDP_HD static inline void store_as(void *x, long i, float v, Dtype d) {
+    if (d == DTYPE_FP32) ((float *)x)[i] = v;
+    else ((uint16_t *)x)[i] = half_from_float(v, d);
+}
+static inline const void *element_at(const void *x, long i, Dtype d) {
+    return (const char *)x + i * (d == DTYPE_FP32 ? 4 : 2);
+}
+
+/* The softmax of scores row r (fp32, scaled here; causal mask; used as
+ * scratch) into P row r, format d, zero past t. In fp32 P may be the
+ * scores themselves. */
+FSDP_HD static inline void causal_softmax_row(long r, void *p, float *scores, int T, float scale,
+                                              Dtype d) {
     int t = (int)(r % T);
-    const float *p = att + r * T;
-    float *d = datt + r * T, pdp = 0.0f;
-    for (int s = 0; s <= t; s++) pdp += p[s] * d[s];
-    for (int s = 0; s < T; s++) d[s] = s <= t ? p[s] * (d[s] - pdp) : 0.0f;
+    float *z = scores + r * T, zmax = -INFINITY, sum = 0.0f;
+    for (int s = 0; s <= t; s++) zmax = fmaxf(zmax, z[s] * scale);
+    for (int s = 0; s <= t; s++) {
+        z[s] = expf(z[s] * scale - zmax);
+        sum += z[s];
+    }
+    for (int s = 0; s < T; s++) store_as(p, r * T + s, s <= t ? z[s] / sum : 0.0f, d);
+}
+/* dS = P (dP - sum_u P_u dP_u) of row r (attention_backward_query), P and
+ * dS in format d, dP in fp32. In fp32 dS may be written over dP. */
+FSDP_HD static inline void causal_softmax_backward_row(long r, void *ds, const float *dp,
+                                                       const void *p, int T, Dtype d) {
+    int t = (int)(r % T);
+    const float *g = dp + r * T;
+    float pdp = 0.0f;
+    for (int s = 0; s <= t; s++) pdp += load_as(p, r * T + s, d) * g[s];
+    for (int s = 0; s < T; s++)
+        store_as(ds, r * T + s, s <= t ? load_as(p, r * T + s, d) * (g[s] - pdp) : 0.0f, d);
 }
 
 /* The softmaxes over rows of T scores, forward and backward. On a GPU a
  * warp a row, as LayerNorm (kernels/layers.h): thread r would read row r
  * alone, and a warp's threads T floats apart. The same arithmetic as the
- * rows above, the sums in the warp's order. */
+ * rows above, the sums in the warp's order. (No __restrict__: in fp32 the
+ * output may be the input.) */
 #ifdef __CUDACC__
-__global__ static void causal_softmax_warp(float *__restrict__ att, long rows, int T,
-                                           float scale) {
+__global__ static void causal_softmax_warp(void *p, float *scores, long rows, int T, float scale,
+                                           Dtype d) {
     long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= rows) return;
     int t = (int)(r % T);
-    float *p = att + r * T, zmax = -INFINITY, sum = 0.0f;
-    for (int s = lane; s <= t; s += 32) zmax = fmaxf(zmax, p[s] * scale);
+    float *z = scores + r * T, zmax = -INFINITY, sum = 0.0f;
+    for (int s = lane; s <= t; s += 32) zmax = fmaxf(zmax, z[s] * scale);
     zmax = warp_max(zmax);
-    for (int s = lane; s <= t; s += 32) sum += p[s] = expf(p[s] * scale - zmax);
+    for (int s = lane; s <= t; s += 32) sum += z[s] = expf(z[s] * scale - zmax);
     sum = warp_sum(sum);
-    for (int s = lane; s < T; s += 32) p[s] = s <= t ? p[s] / sum : 0.0f;
+    for (int s = lane; s < T; s += 32) store_as(p, r * T + s, s <= t ? z[s] / sum : 0.0f, d);
 }
-__global__ static void causal_softmax_backward_warp(float *__restrict__ datt,
-                                                    const float *__restrict__ att, long rows,
-                                                    int T) {
+__global__ static void causal_softmax_backward_warp(void *ds, const float *dp, const void *p,
+                                                    long rows, int T, Dtype d) {
     long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (r >= rows) return;
     int t = (int)(r % T);
-    const float *p = att + r * T;
-    float *d = datt + r * T, pdp = 0.0f;
-    for (int s = lane; s <= t; s += 32) pdp += p[s] * d[s];
+    const float *g = dp + r * T;
+    float pdp = 0.0f;
+    for (int s = lane; s <= t; s += 32) pdp += load_as(p, r * T + s, d) * g[s];
     pdp = warp_sum(pdp);
-    for (int s = lane; s < T; s += 32) d[s] = s <= t ? p[s] * (d[s] - pdp) : 0.0f;
+    for (int s = lane; s < T; s += 32)
+        store_as(ds, r * T + s, s <= t ? load_as(p, r * T + s, d) * (g[s] - pdp) : 0.0f, d);
 }
-static void causal_softmax(float *att, long rows, int T, float scale) {
+static void causal_softmax(void *p, float *scores, long rows, int T, float scale, Dtype d) {
     if (backend.dry || rows <= 0) return;
     causal_softmax_warp<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        att, rows, T, scale);
+        p, scores, rows, T, scale, d);
     cudaCheck(cudaGetLastError());
 }
-static void causal_softmax_backward(float *datt, const float *att, long rows, int T) {
+static void causal_softmax_backward(void *ds, const float *dp, const void *p, long rows, int T,
+                                    Dtype d) {
     if (backend.dry || rows <= 0) return;
     causal_softmax_backward_warp<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0,
-                                   backend.compute>>>(datt, att, rows, T);
+                                   backend.compute>>>(ds, dp, p, rows, T, d);
     cudaCheck(cudaGetLastError());
 }
 #else
-static void causal_softmax(float *att, long rows, int T, float scale) {
-    FOR_EACH(rows, causal_softmax_row, att, T, scale);
+static void causal_softmax(void *p, float *scores, long rows, int T, float scale, Dtype d) {
+    FOR_EACH(rows, causal_softmax_row, p, scores, T, scale, d);
 }
-static void causal_softmax_backward(float *datt, const float *att, long rows, int T) {
-    FOR_EACH(rows, causal_softmax_backward_row, datt, att, T);
+static void causal_softmax_backward(void *ds, const float *dp, const void *p, long rows, int T,
+                                    Dtype d) {
+    FOR_EACH(rows, causal_softmax_backward_row, ds, dp, p, T, d);
 }
 #endif
 
@@ -256,19 +285,14 @@ typedef cublasOperation_t GemmOp;
 typedef enum { GEMM_N, GEMM_T } GemmOp;
 #endif
 
-/* Element i of a GEMM input: fp32, or packed 16-bit values of format d */
-static inline float gemm_input(const void *x, long i, Dtype d) {
-    return d == DTYPE_FP32 ? ((const float *)x)[i] : float_from_half(((const uint16_t *)x)[i], d);
-}
-
 /* C (m, n) = alpha op(A) op(B) + beta C, column-major, for H matrices
- * sa, sb, sc apart, C in fp32. A and B hold fp32 values (d = fp32:
- * cublasSgemmStridedBatched) or packed 16-bit ones of format d
- * (cublasGemmStridedBatchedEx: the tensor cores, fp32 accumulation). On
- * the CPU what it computes (beta 0: C is not read, as cuBLAS does not). */
-static void heads_gemm_of(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, const void *A,
-                          int lda, long sa, const void *B, int ldb, long sb, float beta, float *C,
-                          int ldc, long sc, int H, Dtype d) {
+ * sa, sb, sc apart, C in fp32. A and B hold values of format d: fp32
+ * (cublasSgemmStridedBatched) or packed 16-bit ones (cublasGemmStrided-
+ * BatchedEx: the tensor cores, fp32 accumulation). On the CPU what it
+ * computes (beta 0: C is not read, as cuBLAS does not). */
+static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, const void *A,
+                       int lda, long sa, const void *B, int ldb, long sb, float beta, float *C,
+                       int ldc, long sc, int H, Dtype d) {
 #ifdef __CUDACC__
     if (d == DTYPE_FP32) {
         cublasCheck(cublasSgemmStridedBatched(backend.cublas, ta, tb, m, n, k, &alpha,
@@ -286,223 +310,95 @@ static void heads_gemm_of(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha
             for (int i = 0; i < m; i++) {
                 float sum = 0.0f;
                 for (int p = 0; p < k; p++)
-                    sum += gemm_input(A, h * sa + (ta == GEMM_T ? p + (long)i * lda
-                                                                : i + (long)p * lda), d) *
-                           gemm_input(B, h * sb + (tb == GEMM_T ? j + (long)p * ldb
-                                                                : p + (long)j * ldb), d);
+                    sum += load_as(A, h * sa + (ta == GEMM_T ? p + (long)i * lda
+                                                             : i + (long)p * lda), d) *
+                           load_as(B, h * sb + (tb == GEMM_T ? j + (long)p * ldb
+                                                             : p + (long)j * ldb), d);
                 float *c = &C[h * sc + i + (long)j * ldc];
                 *c = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
             }
 #endif
 }
-static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, const float *A,
-                       int lda, long sa, const float *B, int ldb, long sb, float beta, float *C,
-                       int ldc, long sc, int H) {
-    heads_gemm_of(ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, H,
-                  DTYPE_FP32);
+
+/* A GEMM input of n values: in fp32 the values themselves, else packed to
+ * format d once (scratch), for every product that reads them */
+static const void *attention_input(const float *x, long n, Dtype d) {
+    return d == DTYPE_FP32 ? (const void *)x : (const void *)gemm_pack(x, n, d);
+}
+static void attention_input_free(const void *in, const float *x, long n) {
+    if (in != (const void *)x) dev_free((void *)in, (size_t)n * sizeof(uint16_t));
 }
 
-/* (inline: the CPU program trains with the rows; tests/test_units.c calls these) */
-static inline void attention_forward_gemm(float *y, float *att, const float *qkv, int B, int T,
-                                          int D, int H) {
-    if (backend.dry) return; /* --plan */
-    int hd = D / H, ld = 3 * D;
-    long TT = (long)T * T;
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
-        float *p = att + b * H * TT;
-        /* P^T (s, t) = k_s . q_t: K^T Q */
-        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, p, T, TT, H);
-        causal_softmax(p, (long)H * T, T, 1.0f / sqrtf((float)hd));
-        /* y_t = sum_s p_ts v_s: Y = V P^T, into the head's columns of y */
-        heads_gemm(GEMM_N, GEMM_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f, y + (long)b * T * D,
-                   D, hd, H);
-    }
-}
-static inline void attention_backward_gemm(float *dqkv, float *datt, const float *dy,
-                                           const float *qkv, const float *att, int B, int T,
-                                           int D, int H) {
-    if (backend.dry) return; /* --plan */
-    int hd = D / H, ld = 3 * D;
-    long TT = (long)T * T;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
-        const float *g = dy + (long)b * T * D, *p = att + b * H * TT;
-        float *dq = dqkv + (long)b * T * ld, *dk = dq + D, *dv = dq + 2 * D,
-              *ds = datt + b * H * TT;
-        /* dP^T (s, t) = v_s . dy_t */
-        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, ds, T, TT, H);
-        causal_softmax_backward(ds, p, (long)H * T, T);
-        /* dv_s += sum_t p_ts dy_t: dV += dY P */
-        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd, H);
-        /* dq_t += scale sum_s dscore_ts k_s: dQ += scale K dS^T */
-        heads_gemm(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, ld, hd, H);
-        /* dk_s += scale sum_t dscore_ts q_t: dK += scale Q dS */
-        heads_gemm(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, ld, hd, H);
-    }
-}
-
-/* ---- attention in 16 bits: the tensor cores' formulation ------------------
- * With --param-dtype bf16 or fp16, attention's inputs are values of that
- * format (q, k, v are c_attn's rounded output, dy c_proj's rounded input
- * gradient), and P and its gradient dS are kept in it too, as PyTorch's
- * autocast keeps them: the B*H*T^2 matrices take half the bytes, and all
- * six products run on the tensor cores. Only the scores and dP, which the
- * GEMMs accumulate in fp32, stay fp32, one sequence at a time (scratch,
- * and datt in backward). The CPU trains with the rows, which round P and
- * dS where this stores them; tests/test_units.c runs this formulation on
- * the CPU as well (heads_gemm_of as loops, the softmaxes a row per
- * FOR_EACH element), and tests/test_kernels.cu the GPU's against the rows. */
-
-/* the softmax of scores row r (fp32, used as scratch) into P in format d */
-FSDP_HD static inline void causal_softmax16_row(long r, uint16_t *p16, float *scores, int T,
-                                                float scale, Dtype d) {
-    int t = (int)(r % T);
-    float *z = scores + r * T, zmax = -INFINITY, sum = 0.0f;
-    uint16_t *p = p16 + r * T;
-    for (int s = 0; s <= t; s++) zmax = fmaxf(zmax, z[s] * scale);
-    for (int s = 0; s <= t; s++) {
-        z[s] = expf(z[s] * scale - zmax);
-        sum += z[s];
-    }
-    for (int s = 0; s < T; s++) p[s] = half_from_float(s <= t ? z[s] / sum : 0.0f, d);
-}
-/* dS = P (dP - sum_u P_u dP_u) of row r, into format d */
-FSDP_HD static inline void causal_softmax16_backward_row(long r, uint16_t *ds16, const float *dp,
-                                                         const uint16_t *p16, int T, Dtype d) {
-    int t = (int)(r % T);
-    const float *g = dp + r * T;
-    const uint16_t *p = p16 + r * T;
-    uint16_t *ds = ds16 + r * T;
-    float pdp = 0.0f;
-    for (int s = 0; s <= t; s++) pdp += float_from_half(p[s], d) * g[s];
-    for (int s = 0; s < T; s++)
-        ds[s] = half_from_float(s <= t ? float_from_half(p[s], d) * (g[s] - pdp) : 0.0f, d);
-}
-
-#ifdef __CUDACC__
-/* ... a warp a row, as causal_softmax_warp */
-__global__ static void causal_softmax16_warp(uint16_t *__restrict__ p16, float *__restrict__ scores,
-                                             long rows, int T, float scale, Dtype d) {
-    long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (r >= rows) return;
-    int t = (int)(r % T);
-    float *z = scores + r * T, zmax = -INFINITY, sum = 0.0f;
-    uint16_t *p = p16 + r * T;
-    for (int s = lane; s <= t; s += 32) zmax = fmaxf(zmax, z[s] * scale);
-    zmax = warp_max(zmax);
-    for (int s = lane; s <= t; s += 32) sum += z[s] = expf(z[s] * scale - zmax);
-    sum = warp_sum(sum);
-    for (int s = lane; s < T; s += 32) p[s] = half_from_float(s <= t ? z[s] / sum : 0.0f, d);
-}
-__global__ static void causal_softmax16_backward_warp(uint16_t *__restrict__ ds16,
-                                                      const float *__restrict__ dp,
-                                                      const uint16_t *__restrict__ p16,
-                                                      long rows, int T, Dtype d) {
-    long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (r >= rows) return;
-    int t = (int)(r % T);
-    const float *g = dp + r * T;
-    const uint16_t *p = p16 + r * T;
-    uint16_t *ds = ds16 + r * T;
-    float pdp = 0.0f;
-    for (int s = lane; s <= t; s += 32) pdp += float_from_half(p[s], d) * g[s];
-    pdp = warp_sum(pdp);
-    for (int s = lane; s < T; s += 32)
-        ds[s] = half_from_float(s <= t ? float_from_half(p[s], d) * (g[s] - pdp) : 0.0f, d);
-}
-static void causal_softmax16(uint16_t *p16, float *scores, long rows, int T, float scale,
-                             Dtype d) {
-    if (backend.dry || rows <= 0) return;
-    causal_softmax16_warp<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        p16, scores, rows, T, scale, d);
-    cudaCheck(cudaGetLastError());
-}
-static void causal_softmax16_backward(uint16_t *ds16, const float *dp, const uint16_t *p16,
-                                      long rows, int T, Dtype d) {
-    if (backend.dry || rows <= 0) return;
-    causal_softmax16_backward_warp<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0,
-                                     backend.compute>>>(ds16, dp, p16, rows, T, d);
-    cudaCheck(cudaGetLastError());
-}
-#else
-static void causal_softmax16(uint16_t *p16, float *scores, long rows, int T, float scale,
-                             Dtype d) {
-    FOR_EACH(rows, causal_softmax16_row, p16, scores, T, scale, d);
-}
-static void causal_softmax16_backward(uint16_t *ds16, const float *dp, const uint16_t *p16,
-                                      long rows, int T, Dtype d) {
-    FOR_EACH(rows, causal_softmax16_backward_row, ds16, dp, p16, T, d);
-}
-#endif
-
-/* y (B, T, D) from qkv; P into att16 (B, H, T, T), format d */
-static inline void attention_forward_gemm16(float *y, uint16_t *att16, const float *qkv, int B,
-                                            int T, int D, int H, Dtype d) {
+/* y (B, T, D) from qkv (B, T, 3D); P into att (B, H, T, T), format d.
+ * (inline: the CPU program trains with the rows; tests/test_units.c calls
+ * these) */
+static inline void attention_forward_gemm(float *y, void *att, const float *qkv, int B, int T,
+                                          int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T, n = (long)B * T * ld;
-    uint16_t *qkv16 = gemm_pack(qkv, n, d);
+    const void *in = attention_input(qkv, n, d);
     float *scores = (float *)gpu_scratch((size_t)H * TT * sizeof(float), "hold the scores");
     for (int b = 0; b < B; b++) {
-        const uint16_t *q = qkv16 + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
-        uint16_t *p = att16 + b * H * TT;
-        heads_gemm_of(GEMM_T, GEMM_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, scores, T, TT,
-                      H, d); /* P^T (s, t) = k_s . q_t, before the softmax */
-        causal_softmax16(p, scores, (long)H * T, T, 1.0f / sqrtf((float)hd), d);
-        heads_gemm_of(GEMM_N, GEMM_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f,
-                      y + (long)b * T * D, D, hd, H, d); /* Y = V P^T */
+        const void *q = element_at(in, (long)b * T * ld, d), *k = element_at(q, D, d),
+                   *v = element_at(q, 2L * D, d);
+        void *p = (void *)element_at(att, (long)b * H * TT, d);
+        /* P^T (s, t) = k_s . q_t: K^T Q, then the softmax */
+        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, scores, T, TT, H,
+                   d);
+        causal_softmax(p, scores, (long)H * T, T, 1.0f / sqrtf((float)hd), d);
+        /* y_t = sum_s p_ts v_s: Y = V P^T, into the head's columns of y */
+        heads_gemm(GEMM_N, GEMM_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f, y + (long)b * T * D,
+                   D, hd, H, d);
     }
     dev_free(scores, (size_t)H * TT * sizeof(float));
-    dev_free(qkv16, (size_t)n * sizeof(uint16_t));
+    attention_input_free(in, qkv, n);
 }
-/* dqkv += the gradient of q, k, v; datt (B, H, T, T) fp32 holds dP */
-static inline void attention_backward_gemm16(float *dqkv, float *datt, const float *dy,
-                                             const float *qkv, const uint16_t *att16, int B,
-                                             int T, int D, int H, Dtype d) {
+/* dqkv += the gradient of q, k, v; datt (B, H, T, T) fp32 holds dP, and in
+ * fp32 dS over it (in 16 bits dS goes to scratch, one sequence at a time) */
+static inline void attention_backward_gemm(float *dqkv, float *datt, const float *dy,
+                                           const float *qkv, const void *att, int B, int T,
+                                           int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T, n = (long)B * T * ld, ny = (long)B * T * D;
     float scale = 1.0f / sqrtf((float)hd);
-    uint16_t *qkv16 = gemm_pack(qkv, n, d), *dy16 = gemm_pack(dy, ny, d);
-    uint16_t *ds = (uint16_t *)gpu_scratch((size_t)H * TT * sizeof(uint16_t), "hold dS");
+    const void *in = attention_input(qkv, n, d), *gin = attention_input(dy, ny, d);
+    void *ds16 = d == DTYPE_FP32 ? NULL : gpu_scratch((size_t)H * TT * sizeof(uint16_t), "hold dS");
     for (int b = 0; b < B; b++) {
-        const uint16_t *q = qkv16 + (long)b * T * ld, *k = q + D, *v = q + 2 * D;
-        const uint16_t *g = dy16 + (long)b * T * D, *p = att16 + b * H * TT;
+        const void *q = element_at(in, (long)b * T * ld, d), *k = element_at(q, D, d),
+                   *v = element_at(q, 2L * D, d), *g = element_at(gin, (long)b * T * D, d),
+                   *p = element_at(att, (long)b * H * TT, d);
         float *dq = dqkv + (long)b * T * ld, *dk = dq + D, *dv = dq + 2 * D,
               *dp = datt + b * H * TT;
-        heads_gemm_of(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, dp, T, TT, H,
-                      d); /* dP^T (s, t) = v_s . dy_t */
-        causal_softmax16_backward(ds, dp, p, (long)H * T, T, d);
-        heads_gemm_of(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd, H,
-                      d); /* dV += dY P */
-        heads_gemm_of(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, ld, hd, H,
-                      d); /* dQ += scale K dS^T */
-        heads_gemm_of(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, ld, hd, H,
-                      d); /* dK += scale Q dS */
+        void *ds = ds16 ? ds16 : (void *)dp;
+        /* dP^T (s, t) = v_s . dy_t, then the softmax's backward */
+        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, dp, T, TT, H, d);
+        causal_softmax_backward(ds, dp, p, (long)H * T, T, d);
+        /* dv_s += sum_t p_ts dy_t: dV += dY P */
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd, H, d);
+        /* dq_t += scale sum_s dscore_ts k_s: dQ += scale K dS^T */
+        heads_gemm(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, ld, hd, H, d);
+        /* dk_s += scale sum_t dscore_ts q_t: dK += scale Q dS */
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, ld, hd, H, d);
     }
-    dev_free(ds, (size_t)H * TT * sizeof(uint16_t));
-    dev_free(dy16, (size_t)ny * sizeof(uint16_t));
-    dev_free(qkv16, (size_t)n * sizeof(uint16_t));
+    if (ds16) dev_free(ds16, (size_t)H * TT * sizeof(uint16_t));
+    attention_input_free(gin, dy, ny);
+    attention_input_free(in, qkv, n);
 }
 
-/* attention_forward, attention_backward: the GEMMs on a GPU (in 16 bits
- * with 16-bit parameters, d), the rows on the CPU. att (B, H, T, T) holds
- * P: fp32, or packed 16-bit values of format d on a GPU. */
+/* attention_forward, attention_backward: the GEMMs on a GPU, the rows on
+ * the CPU. att (B, H, T, T) holds P: in fp32, or with 16-bit parameters
+ * (d) rounded to format d on the CPU and packed in 16 bits on a GPU. */
 #ifdef __CUDACC__
 static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H,
                               Dtype d) {
-    if (d == DTYPE_FP32) attention_forward_gemm(y, att, qkv, B, T, D, H);
-    else attention_forward_gemm16(y, (uint16_t *)att, qkv, B, T, D, H, d);
+    attention_forward_gemm(y, att, qkv, B, T, D, H, d);
 }
 /* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
 static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
-    if (d == DTYPE_FP32) attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H);
-    else attention_backward_gemm16(dqkv, datt, dy, qkv, (const uint16_t *)att, B, T, D, H, d);
+    attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
 }
 #else
 static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H,

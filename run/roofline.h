@@ -23,7 +23,7 @@
  *              multiplied on the tensor cores (kernels/layers.h's gemm),
  *              but for attention's B*H*T^2 probabilities P and their
  *              gradient dS, stored in 16 bits (2 bytes; kernels/
- *              transformer.h's attention_forward_gemm16);
+ *              transformer.h's attention_forward_gemm);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's

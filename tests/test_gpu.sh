@@ -324,7 +324,7 @@ if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu fsdp
   check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
 fi
 # ... and GPT-2 in bf16: attention's P and dS stored in bf16, its products on
-# the tensor cores (attention_forward_gemm16), the CPU's rows rounding where
+# the tensor cores (attention_forward_gemm), the CPU's rows rounding where
 # the GPU stores: the same argument and tolerances as the MLP's above.
 G=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16)
 if train j_gpt2_bf16_cpu fsdp 1 "${G[@]}" && train j_gpt2_bf16_gpu fsdp-gpu 1 "${G[@]}"; then

@@ -396,7 +396,7 @@ static void check_attention(void) {
     gpu_free_all();
 }
 
-/* Attention in bf16 on the tensor cores (attention_forward_gemm16: P and
+/* Attention in bf16 on the tensor cores (attention_forward_gemm in bf16: P and
  * dS stored in bf16) against the rows rounding P and dS where it stores
  * them, on bf16 inputs: GPT-2 124M's 12 heads of 64, T 1024, B 2. The two
  * sum in fp32 in other orders, so a P on a rounding boundary may round the

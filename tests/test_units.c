@@ -248,8 +248,8 @@ static void test_attention(void) {
     att_case(&ctx);
     memset(dqkv, 0, sizeof(dqkv));
     attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH, DTYPE_FP32);
-    attention_forward_gemm(y2, att2, qkv, AB, AT, AD, AH);
-    attention_backward_gemm(dqkv2, datt2, r, qkv, att2, AB, AT, AD, AH);
+    attention_forward_gemm(y2, att2, qkv, AB, AT, AD, AH, DTYPE_FP32);
+    attention_backward_gemm(dqkv2, datt2, r, qkv, att2, AB, AT, AD, AH, DTYPE_FP32);
     double wy = 0, wa = 0, wd = 0;
     for (int i = 0; i < NY; i++) wy = fmax(wy, fabs(y[i] - y2[i]));
     for (int i = 0; i < NA; i++) wa = fmax(wa, fabs(att[i] - att2[i]));
@@ -260,7 +260,7 @@ static void test_attention(void) {
 }
 
 /* The GPU's 16-bit formulation (P and dS stored in bf16, all six products
- * from bf16 inputs: attention_forward_gemm16) against the rows rounding P
+ * from bf16 inputs: attention_forward_gemm with d = bf16) against the rows rounding P
  * and dS where it stores them, on bf16 inputs. Both sum in fp32 in other
  * orders, so a P or dS on a rounding boundary may round the other way: one
  * bf16 ulp, 2^-8 of it, moving y or dqkv by at most that times the |v| or
@@ -278,8 +278,8 @@ static void test_attention16(void) {
     attention_forward(y, att, qkv, AB, AT, AD, AH, d);
     attention_backward(dqkv, datt, r, qkv, att, AB, AT, AD, AH, d);
     uint16_t *att16 = (uint16_t *)att2; /* as the GPU stores P in the float slots */
-    attention_forward_gemm16(y2, att16, qkv, AB, AT, AD, AH, d);
-    attention_backward_gemm16(dqkv2, datt2, r, qkv, att16, AB, AT, AD, AH, d);
+    attention_forward_gemm(y2, att16, qkv, AB, AT, AD, AH, d);
+    attention_backward_gemm(dqkv2, datt2, r, qkv, att16, AB, AT, AD, AH, d);
     double wy = 0, wa = 0, wd = 0, rounded = 0;
     for (int i = 0; i < NY; i++) wy = fmax(wy, fabs(y[i] - y2[i]));
     for (int i = 0; i < NA; i++) {
