@@ -12,14 +12,43 @@
  * in a loop, a GPU from one thread per i (FOR_EACH, section 2), so both
  * compute the same arithmetic in the same order. */
 
+/* Element i of x, x holding fp32 values (d = fp32) or packed 16-bit values
+ * of format d; and the address of element i (a slice) */
+FSDP_HD static inline float load_as(const void *x, long i, Dtype d) {
+    return d == DTYPE_FP32 ? ((const float *)x)[i] : float_from_half(((const uint16_t *)x)[i], d);
+}
+FSDP_HD static inline void store_as(void *x, long i, float v, Dtype d) {
+    if (d == DTYPE_FP32) ((float *)x)[i] = v;
+    else ((uint16_t *)x)[i] = half_from_float(v, d);
+}
+static inline void *element_at(const void *x, long i, Dtype d) {
+    return (void *)((const char *)x + i * dtype_bytes(d));
+}
+
+/* ---- a matmul's input, held as the matmul reads it --------------------------
+ * A Linear layer's input is read by its two matmuls (forward, and the
+ * weight's gradient in backward) and by nothing else: LayerNorm's and
+ * GELU's backward read their inputs, not their outputs. So it is held in
+ * the format the matmuls read, backend.gemm_dtype: with 16-bit parameters
+ * on a GPU, 16-bit values packed two to four bytes, which its producer (a
+ * LayerNorm, a GELU, attention, the byte embedding) writes and the tensor
+ * cores read as they are: half the bytes kept, and no packing pass in
+ * either matmul. The CPU's loops read fp32, so there (gemm_dtype fp32) the
+ * same values sit in float slots. Either way the producer rounds what it
+ * writes to format d, the parameters' (store_matmul_input). */
+FSDP_HD static inline void store_matmul_input(void *x, long i, float v, Dtype d, Dtype held) {
+    store_as(x, i, round_to(v, d), held);
+}
+
 FSDP_HD static inline float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678f)); }
 FSDP_HD static inline float gelu_grad(float x) {
     float cdf = 0.5f * (1.0f + erff(x * 0.70710678f));
     float pdf = 0.39894228f * expf(-0.5f * x * x);
     return cdf + x * pdf;
 }
-FSDP_HD static inline void gelu_forward_one(long i, float *out, const float *inp) {
-    out[i] = gelu(inp[i]);
+FSDP_HD static inline void gelu_forward_one(long i, void *out, const float *inp, Dtype d,
+                                            Dtype held) {
+    store_matmul_input(out, i, gelu(inp[i]), d, held);
 }
 FSDP_HD static inline void gelu_backward_one(long i, float *dinp, const float *dout,
                                              const float *inp) {
@@ -40,10 +69,11 @@ FSDP_HD static inline void bias_backward_one(long o, float *dbias, const float *
     dbias[o] += db;
 }
 
-/* LayerNorm of row b: out = (x - mean) * rstd * weight + bias; saves mean, rstd */
-FSDP_HD static inline void layernorm_forward_row(long b, float *out, float *mean, float *rstd,
+/* LayerNorm of row b: out = (x - mean) * rstd * weight + bias, a matmul's
+ * input; saves mean, rstd */
+FSDP_HD static inline void layernorm_forward_row(long b, void *out, float *mean, float *rstd,
                                                  const float *inp, const float *weight,
-                                                 const float *bias, int D) {
+                                                 const float *bias, int D, Dtype d, Dtype held) {
     const float *x = inp + b * D;
     float m = 0.0f, v = 0.0f;
     for (int i = 0; i < D; i++) m += x[i];
@@ -51,7 +81,8 @@ FSDP_HD static inline void layernorm_forward_row(long b, float *out, float *mean
     for (int i = 0; i < D; i++) v += (x[i] - m) * (x[i] - m);
     v /= (float)D;
     float s = 1.0f / sqrtf(v + 1e-5f);
-    for (int i = 0; i < D; i++) out[b * D + i] = (x[i] - m) * s * weight[i] + bias[i];
+    for (int i = 0; i < D; i++)
+        store_matmul_input(out, b * D + i, (x[i] - m) * s * weight[i] + bias[i], d, held);
     mean[b] = m;
     rstd[b] = s;
 }
@@ -90,10 +121,11 @@ FSDP_HD static inline void layernorm_backward_col(long i, float *dweight, float 
     }
 }
 
-/* element i of out (B, T*C): channel i % C of the embedding of context byte i / C */
-FSDP_HD static inline void embedding_forward_one(long i, float *out, const unsigned char *tokens,
-                                                 const float *weight, int C) {
-    out[i] = weight[(long)tokens[i / C] * C + i % C];
+/* element i of out (B, T*C), proj_in's input: channel i % C of the
+ * embedding of context byte i / C (a parameter, of format d already) */
+FSDP_HD static inline void embedding_forward_one(long i, void *out, const unsigned char *tokens,
+                                                 const float *weight, int C, Dtype held) {
+    store_as(out, i, weight[(long)tokens[i / C] * C + i % C], held);
 }
 /* The batch's rows grouped by token, for an embedding's gradient
  * (embedding_backward_one below): built on the host when a batch is
@@ -192,12 +224,19 @@ static void *gpu_scratch(size_t bytes, const char *what) {
     return p;
 }
 
-/* n values of format d held in float slots, packed into 16 bits (exactly)
- * in scratch, for the tensor cores */
-static uint16_t *gemm_pack(const float *x, long n, Dtype d) {
+/* A matmul's operand of n values held in format `held`, as format d reads
+ * it: the operand itself when it is held so already (a matmul's input,
+ * above), else its values of format d in float slots packed into 16 bits
+ * (exactly) in scratch, for the tensor cores. gemm_input_free gives the
+ * scratch back. */
+static const void *gemm_input(const void *x, Dtype held, long n, Dtype d) {
+    if (held == d) return x;
     uint16_t *p = (uint16_t *)gpu_scratch((size_t)n * sizeof(uint16_t), "pack a matmul");
-    FOR_EACH(n, pack_one, p, x, d, 1.0f);
+    FOR_EACH(n, pack_one, p, (const float *)x, d, 1.0f);
     return p;
+}
+static void gemm_input_free(const void *in, const void *x, long n) {
+    if (in != x) dev_free((void *)in, (size_t)n * sizeof(uint16_t));
 }
 
 #ifdef __CUDACC__
@@ -221,11 +260,12 @@ static unsigned warp_blocks(long rows) {
     return (unsigned)((rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK);
 }
 
-__global__ static void layernorm_forward_warp(float *__restrict__ out, float *__restrict__ mean,
+__global__ static void layernorm_forward_warp(void *__restrict__ out, float *__restrict__ mean,
                                               float *__restrict__ rstd,
                                               const float *__restrict__ inp,
                                               const float *__restrict__ weight,
-                                              const float *__restrict__ bias, int B, int D) {
+                                              const float *__restrict__ bias, int B, int D,
+                                              Dtype d, Dtype held) {
     long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (b >= B) return; /* a whole warp: b is the same on its 32 lanes */
@@ -236,7 +276,8 @@ __global__ static void layernorm_forward_warp(float *__restrict__ out, float *__
     for (int i = lane; i < D; i += 32) v += (x[i] - m) * (x[i] - m);
     v = warp_sum(v) / (float)D;
     float s = 1.0f / sqrtf(v + 1e-5f);
-    for (int i = lane; i < D; i += 32) out[b * D + i] = (x[i] - m) * s * weight[i] + bias[i];
+    for (int i = lane; i < D; i += 32)
+        store_matmul_input(out, b * D + i, (x[i] - m) * s * weight[i] + bias[i], d, held);
     if (lane == 0) mean[b] = m, rstd[b] = s;
 }
 
@@ -354,12 +395,13 @@ static void column_sums(float *dweight, float *dbias, const float *dout, const f
     dev_free(part, bytes);
 }
 
-/* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B) */
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int B, int D) {
+/* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
+ * (rounded to d, held in backend.gemm_dtype); saves mean, rstd (B) */
+static void layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int B, int D, Dtype d) {
     if (backend.dry || B <= 0) return;
     layernorm_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        out, mean, rstd, inp, weight, bias, B, D);
+        out, mean, rstd, inp, weight, bias, B, D, d, backend.gemm_dtype);
     cudaCheck(cudaGetLastError());
 }
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
@@ -376,39 +418,36 @@ static void bias_backward(float *dbias, const float *dout, int B, int O) {
 }
 
 /* ---- the matmul: fp32, or 16-bit on the tensor cores -----------------------
- * C (m, n) = alpha op(A) op(B) + beta C, column-major as cuBLAS sees it,
- * for `batch` matrices sa, sb, sc apart. In fp32, cublasSgemm(Strided-
- * Batched) on the fp32 units (TF32 tensor cores with --tf32). With 16-bit
- * parameters (--param-dtype bf16 or fp16) the matmul's inputs are values
- * of that format held in float slots (section 2), so they are packed into
- * 16 bits, exactly, and multiplied on the tensor cores with fp32
- * accumulation and an fp32 result (cublasGemmStridedBatchedEx,
- * CUBLAS_COMPUTE_32F), as PyTorch's autocast and llm.c multiply. The
- * packed copies are scratch from the pool, as cuBLAS's workspace is.
- * (Attention's products take their 16-bit inputs packed already:
- * kernels/transformer.h's heads_gemm.) */
-static long gemm_span(cublasOperation_t op, int rows, int cols, int ld, long stride, int batch) {
+ * C (m, n) += op(A) op(B), column-major as cuBLAS sees it. In fp32,
+ * cublasSgemm on the fp32 units (TF32 tensor cores with --tf32). With
+ * 16-bit parameters (--param-dtype bf16 or fp16) on the tensor cores with
+ * fp32 accumulation and an fp32 result (cublasGemmEx, CUBLAS_COMPUTE_32F),
+ * as PyTorch's autocast and llm.c multiply: each operand is read as it is
+ * held (ha, hb), a Linear's input in 16 bits already (above), the weights
+ * and the output's gradient as 16-bit values in float slots (section 2),
+ * packed on the way into scratch from the pool, as cuBLAS's workspace is.
+ * (Attention's products: kernels/transformer.h's heads_gemm.) */
+static long gemm_span(cublasOperation_t op, int rows, int cols, int ld) {
     int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
-    return (long)(batch - 1) * stride + (long)(major - 1) * ld + minor; /* elements it spans */
+    return (long)(major - 1) * ld + minor; /* the elements it spans */
 }
-static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                 const float *A, int lda, long sa, const float *B, int ldb, long sb, float beta,
-                 float *C, int ldc, long sc, int batch) {
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
+                 Dtype ha, int lda, const void *B, Dtype hb, int ldb, float *C, int ldc) {
     if (backend.dry) return; /* --plan */
     Dtype d = backend.gemm_dtype;
+    const float one = 1.0f;
     if (d == DTYPE_FP32) {
-        cublasCheck(cublasSgemmStridedBatched(backend.cublas, ta, tb, m, n, k, &alpha, A, lda, sa,
-                                              B, ldb, sb, &beta, C, ldc, sc, batch));
+        cublasCheck(cublasSgemm(backend.cublas, ta, tb, m, n, k, &one, (const float *)A, lda,
+                                (const float *)B, ldb, &one, C, ldc));
         return;
     }
-    long na = gemm_span(ta, m, k, lda, sa, batch), nb = gemm_span(tb, k, n, ldb, sb, batch);
-    uint16_t *a = gemm_pack(A, na, d), *b = gemm_pack(B, nb, d);
+    long na = gemm_span(ta, m, k, lda), nb = gemm_span(tb, k, n, ldb);
+    const void *a = gemm_input(A, ha, na, d), *b = gemm_input(B, hb, nb, d);
     cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    cublasCheck(cublasGemmStridedBatchedEx(backend.cublas, ta, tb, m, n, k, &alpha, a, t, lda, sa,
-                                           b, t, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    dev_free(a, (size_t)na * sizeof(uint16_t));
-    dev_free(b, (size_t)nb * sizeof(uint16_t));
+    cublasCheck(cublasGemmEx(backend.cublas, ta, tb, m, n, k, &one, a, t, lda, b, t, ldb, &one, C,
+                             CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    gemm_input_free(a, A, na);
+    gemm_input_free(b, B, nb);
 }
 
 /* cuBLAS is column-major: a row-major (R, K) matrix is, to cuBLAS, its
@@ -417,21 +456,24 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  *   out^T (O, B)    = weight (O, I) @ inp^T (I, B)     -> weight transposed
  *   dinp^T (I, B)  += weight^T (I, O) @ dout^T (O, B)
  *   dweight^T (I, O) += inp^T (I, B) @ dout (B, O)     -> dout transposed
- * beta = 1 accumulates (backward adds into gradients; forward adds to the
+ * Each accumulates (backward adds into gradients; forward adds to the
  * bias already in out). fp32 unless --tf32 (backend_init), or 16-bit
- * inputs on the tensor cores with 16-bit parameters (gemm, above). */
-static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+ * inputs on the tensor cores with 16-bit parameters (gemm, above); inp is
+ * a matmul's input, held in backend.gemm_dtype. */
+static void linear_forward(float *out, const void *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
     if (backend.dry) return; /* --plan */
+    Dtype held = backend.gemm_dtype;
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, 1.0f, weight, I, 0, inp, I, 0, 1.0f, out, O, 0, 1);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, DTYPE_FP32, I, inp, held, I, out, O);
 }
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, int B, int I, int O) {
+                            const void *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, 1.0f, weight, I, 0, dout, O, 0, 1.0f, dinp, I, 0, 1);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, 1.0f, inp, I, 0, dout, O, 0, 1.0f, dweight, I, 0, 1);
+    Dtype held = backend.gemm_dtype;
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, DTYPE_FP32, O, dinp, I);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, DTYPE_FP32, O, dweight, I);
     if (dbias) bias_backward(dbias, dout, B, O);
 }
 #else
@@ -500,10 +542,12 @@ static void accumulate(float *dst, const float *coef, long coef_row, long coef_c
  * the products in increasing i: it depends only on sample b and the
  * weights, so a sample's forward gives the same bits on every rank and
  * every batch size. (The panel is scratch in host memory, outside the
- * ledger, as cuBLAS's workspace would be on a GPU.) */
-static void linear_forward(float *out, const float *inp, const float *weight, const float *bias,
+ * ledger, as cuBLAS's workspace would be on a GPU.) inp, a matmul's input,
+ * is held in fp32 here: the CPU's gemm_dtype. */
+static void linear_forward(float *out, const void *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
     if (backend.dry) return; /* --plan */
+    const float *x = (const float *)inp;
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
     float *panel =
         (float *)host_malloc((size_t)I * BWD_VEC * sizeof(float), "allocate a matmul panel");
@@ -514,28 +558,30 @@ static void linear_forward(float *out, const float *inp, const float *weight, co
                 panel[(long)i * BWD_VEC + j] = weight[(long)(o0 + j) * I + i];
         int b = 0;
         for (; w == BWD_VEC && b + BWD_ROWS <= B; b += BWD_ROWS)
-            accumulate_block(out + (long)b * O + o0, O, inp + (long)b * I, I, 1, panel, BWD_VEC, I,
+            accumulate_block(out + (long)b * O + o0, O, x + (long)b * I, I, 1, panel, BWD_VEC, I,
                              0);
-        accumulate_rest(out + o0, O, inp, I, 1, panel, BWD_VEC, I, b, B, 0, w);
+        accumulate_rest(out + o0, O, x, I, 1, panel, BWD_VEC, I, b, B, 0, w);
     }
     free(panel);
 }
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, int B, int I, int O) {
+                            const void *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     /* dinp (B, I) += dout (B, O) @ weight (O, I): summed over o */
     accumulate(dinp, dout, O, 1, weight, B, O, I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
-    accumulate(dweight, dout, 1, O, inp, O, B, I);
+    accumulate(dweight, dout, 1, O, (const float *)inp, O, B, I);
     if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
 }
 
-/* out (B, D) = (inp - mean) * rstd * weight + bias; saves mean, rstd (B):
- * a row per FOR_EACH element here, a warp per row on a GPU (above) */
-static void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int B, int D) {
-    FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, D);
+/* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
+ * (rounded to d, held in backend.gemm_dtype); saves mean, rstd (B): a row
+ * per FOR_EACH element here, a warp per row on a GPU (above) */
+static void layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int B, int D, Dtype d) {
+    FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, D, d,
+             backend.gemm_dtype);
 }
 static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
@@ -545,8 +591,9 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 }
 #endif
 
-static void gelu_forward(float *out, const float *inp, long n) {
-    FOR_EACH(n, gelu_forward_one, out, inp);
+/* out = gelu(inp), a matmul's input (rounded to d, held in gemm_dtype) */
+static void gelu_forward(void *out, const float *inp, long n, Dtype d) {
+    FOR_EACH(n, gelu_forward_one, out, inp, d, backend.gemm_dtype);
 }
 static void gelu_backward(float *dinp, const float *dout, const float *inp, long n) {
     FOR_EACH(n, gelu_backward_one, dinp, dout, inp);
@@ -560,10 +607,11 @@ static void embedding_backward(float *dweight, const float *dout, const TokenRow
              by_token->end, by_token->token, C);
 }
 
-/* out (B, T*C): the embeddings of the T context bytes of each sample, end to end */
-static void embedding_forward(float *out, const unsigned char *tokens, const float *weight, int B,
+/* out (B, T*C), a matmul's input (held in gemm_dtype): the embeddings of
+ * the T context bytes of each sample, end to end */
+static void embedding_forward(void *out, const unsigned char *tokens, const float *weight, int B,
                               int T, int C) {
-    FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight, C);
+    FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight, C, backend.gemm_dtype);
 }
 
 /* Softmax cross-entropy, averaged over the B samples: writes probs (B, V)

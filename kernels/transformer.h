@@ -22,8 +22,9 @@ FSDP_HD static inline float gelu_tanh_grad(float x) {
     float du = GELU_TANH_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
 }
-FSDP_HD static inline void gelu_tanh_forward_one(long i, float *out, const float *inp) {
-    out[i] = gelu_tanh(inp[i]);
+FSDP_HD static inline void gelu_tanh_forward_one(long i, void *out, const float *inp, Dtype d,
+                                                 Dtype held) {
+    store_matmul_input(out, i, gelu_tanh(inp[i]), d, held); /* mlp.c_proj's input */
 }
 FSDP_HD static inline void gelu_tanh_backward_one(long i, float *dinp, const float *dout,
                                                   const float *inp) {
@@ -92,6 +93,7 @@ FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, c
         const float *v = attention_vec(qkv, b, s, 2, h, T, D, hd);
         for (int j = 0; j < hd; j++) out[j] += p[s] * v[j];
     }
+    for (int j = 0; j < hd; j++) out[j] = round_to(out[j], d); /* c_proj's input */
 }
 
 /* Backward, part 1, row r: the gradient of the scores, then of q_t.
@@ -151,8 +153,9 @@ FSDP_HD static inline void attention_backward_key(long r, float *dqkv, const flo
 
 /* ---- the layers ------------------------------------------------------------- */
 
-static void gelu_tanh_forward(float *out, const float *inp, long n) {
-    FOR_EACH(n, gelu_tanh_forward_one, out, inp);
+/* out = gelu_new(inp), a matmul's input (rounded to d, held in gemm_dtype) */
+static void gelu_tanh_forward(void *out, const float *inp, long n, Dtype d) {
+    FOR_EACH(n, gelu_tanh_forward_one, out, inp, d, backend.gemm_dtype);
 }
 static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp, long n) {
     FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp);
@@ -182,19 +185,6 @@ static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp,
  * +2D, the same way. The row-major (T, T) probabilities P[t][s] are the
  * column-major (T, T) matrix P^T with leading dimension T; the heads of
  * one sequence lie hd apart in qkv and y, T*T apart in att. */
-
-/* Element i of x, and a pointer to it, x holding fp32 values (d = fp32)
- * or packed 16-bit values of format d */
-FSDP_HD static inline float load_as(const void *x, long i, Dtype d) {
-    return d == DTYPE_FP32 ? ((const float *)x)[i] : float_from_half(((const uint16_t *)x)[i], d);
-}
-FSDP_HD static inline void store_as(void *x, long i, float v, Dtype d) {
-    if (d == DTYPE_FP32) ((float *)x)[i] = v;
-    else ((uint16_t *)x)[i] = half_from_float(v, d);
-}
-static inline const void *element_at(const void *x, long i, Dtype d) {
-    return (const char *)x + i * (d == DTYPE_FP32 ? 4 : 2);
-}
 
 /* The softmax of scores row r (fp32, scaled here; causal mask; used as
  * scratch) into P row r, format d, zero past t. In fp32 P may be the
@@ -286,23 +276,25 @@ typedef enum { GEMM_N, GEMM_T } GemmOp;
 #endif
 
 /* C (m, n) = alpha op(A) op(B) + beta C, column-major, for H matrices
- * sa, sb, sc apart, C in fp32. A and B hold values of format d: fp32
+ * sa, sb, sc apart. A and B hold values of format d: fp32
  * (cublasSgemmStridedBatched) or packed 16-bit ones (cublasGemmStrided-
- * BatchedEx: the tensor cores, fp32 accumulation). On the CPU what it
- * computes (beta 0: C is not read, as cuBLAS does not). */
+ * BatchedEx: the tensor cores, fp32 accumulation); C is fp32, or with d
+ * 16-bit may be d too (dc: the sum rounded once, as it is written). On
+ * the CPU what it computes (beta 0: C is not read, as cuBLAS does not). */
 static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, const void *A,
-                       int lda, long sa, const void *B, int ldb, long sb, float beta, float *C,
-                       int ldc, long sc, int H, Dtype d) {
+                       int lda, long sa, const void *B, int ldb, long sb, float beta, void *C,
+                       Dtype dc, int ldc, long sc, int H, Dtype d) {
 #ifdef __CUDACC__
     if (d == DTYPE_FP32) {
         cublasCheck(cublasSgemmStridedBatched(backend.cublas, ta, tb, m, n, k, &alpha,
                                               (const float *)A, lda, sa, (const float *)B, ldb,
-                                              sb, &beta, C, ldc, sc, H));
+                                              sb, &beta, (float *)C, ldc, sc, H));
         return;
     }
     cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cudaDataType_t tc = dc == DTYPE_FP32 ? CUDA_R_32F : t;
     cublasCheck(cublasGemmStridedBatchedEx(backend.cublas, ta, tb, m, n, k, &alpha, A, t, lda, sa,
-                                           B, t, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, H,
+                                           B, t, ldb, sb, &beta, C, tc, ldc, sc, H,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 #else
     for (int h = 0; h < H; h++)
@@ -314,45 +306,39 @@ static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, c
                                                              : i + (long)p * lda), d) *
                            load_as(B, h * sb + (tb == GEMM_T ? j + (long)p * ldb
                                                              : p + (long)j * ldb), d);
-                float *c = &C[h * sc + i + (long)j * ldc];
-                *c = beta == 0.0f ? alpha * sum : alpha * sum + beta * *c;
+                long c = h * sc + i + (long)j * ldc;
+                float v = beta == 0.0f ? alpha * sum : alpha * sum + beta * load_as(C, c, dc);
+                store_as(C, c, v, dc);
             }
 #endif
 }
 
-/* A GEMM input of n values: in fp32 the values themselves, else packed to
- * format d once (scratch), for every product that reads them */
-static const void *attention_input(const float *x, long n, Dtype d) {
-    return d == DTYPE_FP32 ? (const void *)x : (const void *)gemm_pack(x, n, d);
-}
-static void attention_input_free(const void *in, const float *x, long n) {
-    if (in != (const void *)x) dev_free((void *)in, (size_t)n * sizeof(uint16_t));
-}
-
-/* y (B, T, D) from qkv (B, T, 3D); P into att (B, H, T, T), format d.
- * (inline: the CPU program trains with the rows; tests/test_units.c calls
- * these) */
-static inline void attention_forward_gemm(float *y, void *att, const float *qkv, int B, int T,
+/* y (B, T, D), c_proj's input (a matmul's input: held in gemm_dtype), from
+ * qkv (B, T, 3D); P into att (B, H, T, T), format d. (inline: the CPU
+ * program trains with the rows; tests/test_units.c calls these) */
+static inline void attention_forward_gemm(void *y, void *att, const float *qkv, int B, int T,
                                           int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T, n = (long)B * T * ld;
-    const void *in = attention_input(qkv, n, d);
+    Dtype held = backend.gemm_dtype;
+    const void *in = gemm_input(qkv, DTYPE_FP32, n, d);
     float *scores = (float *)gpu_scratch((size_t)H * TT * sizeof(float), "hold the scores");
     for (int b = 0; b < B; b++) {
         const void *q = element_at(in, (long)b * T * ld, d), *k = element_at(q, D, d),
                    *v = element_at(q, 2L * D, d);
-        void *p = (void *)element_at(att, (long)b * H * TT, d);
+        void *p = element_at(att, (long)b * H * TT, d);
         /* P^T (s, t) = k_s . q_t: K^T Q, then the softmax */
-        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, scores, T, TT, H,
-                   d);
+        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, k, ld, hd, q, ld, hd, 0.0f, scores,
+                   DTYPE_FP32, T, TT, H, d);
         causal_softmax(p, scores, (long)H * T, T, 1.0f / sqrtf((float)hd), d);
         /* y_t = sum_s p_ts v_s: Y = V P^T, into the head's columns of y */
-        heads_gemm(GEMM_N, GEMM_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f, y + (long)b * T * D,
-                   D, hd, H, d);
+        heads_gemm(GEMM_N, GEMM_N, hd, T, T, 1.0f, v, ld, hd, p, T, TT, 0.0f,
+                   element_at(y, (long)b * T * D, held), held, D, hd, H, d);
     }
     dev_free(scores, (size_t)H * TT * sizeof(float));
-    attention_input_free(in, qkv, n);
+    gemm_input_free(in, qkv, n);
+    if (held != d) FOR_EACH((long)B * T * D, round_one, (float *)y, d); /* fp32 slots: the CPU */
 }
 /* dqkv += the gradient of q, k, v; datt (B, H, T, T) fp32 holds dP, and in
  * fp32 dS over it (in 16 bits dS goes to scratch, one sequence at a time) */
@@ -363,7 +349,7 @@ static inline void attention_backward_gemm(float *dqkv, float *datt, const float
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T, n = (long)B * T * ld, ny = (long)B * T * D;
     float scale = 1.0f / sqrtf((float)hd);
-    const void *in = attention_input(qkv, n, d), *gin = attention_input(dy, ny, d);
+    const void *in = gemm_input(qkv, DTYPE_FP32, n, d), *gin = gemm_input(dy, DTYPE_FP32, ny, d);
     void *ds16 = d == DTYPE_FP32 ? NULL : gpu_scratch((size_t)H * TT * sizeof(uint16_t), "hold dS");
     for (int b = 0; b < B; b++) {
         const void *q = element_at(in, (long)b * T * ld, d), *k = element_at(q, D, d),
@@ -373,25 +359,30 @@ static inline void attention_backward_gemm(float *dqkv, float *datt, const float
               *dp = datt + b * H * TT;
         void *ds = ds16 ? ds16 : (void *)dp;
         /* dP^T (s, t) = v_s . dy_t, then the softmax's backward */
-        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, dp, T, TT, H, d);
+        heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, dp, DTYPE_FP32, T,
+                   TT, H, d);
         causal_softmax_backward(ds, dp, p, (long)H * T, T, d);
         /* dv_s += sum_t p_ts dy_t: dV += dY P */
-        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, ld, hd, H, d);
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, DTYPE_FP32, ld, hd,
+                   H, d);
         /* dq_t += scale sum_s dscore_ts k_s: dQ += scale K dS^T */
-        heads_gemm(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, ld, hd, H, d);
+        heads_gemm(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, DTYPE_FP32, ld,
+                   hd, H, d);
         /* dk_s += scale sum_t dscore_ts q_t: dK += scale Q dS */
-        heads_gemm(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, ld, hd, H, d);
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, DTYPE_FP32, ld,
+                   hd, H, d);
     }
     if (ds16) dev_free(ds16, (size_t)H * TT * sizeof(uint16_t));
-    attention_input_free(gin, dy, ny);
-    attention_input_free(in, qkv, n);
+    gemm_input_free(gin, dy, ny);
+    gemm_input_free(in, qkv, n);
 }
 
 /* attention_forward, attention_backward: the GEMMs on a GPU, the rows on
  * the CPU. att (B, H, T, T) holds P: in fp32, or with 16-bit parameters
- * (d) rounded to format d on the CPU and packed in 16 bits on a GPU. */
+ * (d) rounded to format d on the CPU and packed in 16 bits on a GPU; y
+ * is c_proj's input, held so too (a matmul's input, kernels/layers.h). */
 #ifdef __CUDACC__
-static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H,
+static void attention_forward(void *y, float *att, const float *qkv, int B, int T, int D, int H,
                               Dtype d) {
     attention_forward_gemm(y, att, qkv, B, T, D, H, d);
 }
@@ -401,9 +392,9 @@ static void attention_backward(float *dqkv, float *datt, const float *dy, const 
     attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
 }
 #else
-static void attention_forward(float *y, float *att, const float *qkv, int B, int T, int D, int H,
-                              Dtype d) {
-    FOR_EACH((long)B * H * T, attention_forward_row, y, att, qkv, T, D, H, d);
+static void attention_forward(void *y, float *att, const float *qkv, int B, int T, int D, int H,
+                              Dtype d) { /* the rows write fp32 slots: the CPU's gemm_dtype */
+    FOR_EACH((long)B * H * T, attention_forward_row, (float *)y, att, qkv, T, D, H, d);
 }
 /* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
 static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,

@@ -7,18 +7,21 @@
  * ========================================================================== */
 
 /* What the forward pass saves for the backward pass, and the gradient
- * scratch the backward pass flows through. B is this rank's batch. */
+ * scratch the backward pass flows through. B is this rank's batch. A
+ * Linear layer's input (void *) is held as the matmuls read it, in
+ * backend.gemm_dtype: packed 16-bit values on a GPU with 16-bit
+ * parameters (kernels/layers.h); a slice of it is element_at's. */
 typedef struct {
     unsigned char *tokens;    /* (B, T) context bytes */
     int *targets;             /* (B) the byte that follows */
     TokenRows by_token;       /* the B*T context bytes grouped by byte */
-    float *x_emb;             /* (B, T*C) concatenated embeddings              */
+    void *x_emb;              /* (B, T*C) concatenated embeddings: proj_in's input */
     float *h;                 /* (L+1, B, D) residual stream before each block */
-    float *ln;                /* (L, B, D) block norm outputs */
+    void *ln;                 /* (L, B, D) block norm outputs: fc1's input */
     float *ln_mean, *ln_rstd; /* (L, B) */
     float *fc1;               /* (L, B, 4D) fc1 outputs, before GELU */
-    float *act;               /* (L, B, 4D) GELU outputs */
-    float *nf;                /* (B, D) norm_f output */
+    void *act;                /* (L, B, 4D) GELU outputs: fc2's input */
+    void *nf;                 /* (B, D) norm_f output: the head's input */
     float *nf_mean, *nf_rstd; /* (B) */
     float *logits, *probs;    /* (B, V); backward turns probs into the logits' gradient */
     float *losses;            /* (B) each sample's loss */
@@ -33,15 +36,17 @@ typedef struct {
     int *tokens, *targets;        /* (B, T) each: the targets are the tokens shifted by one */
     TokenRows by_token;           /* the B*T tokens grouped by token, for wte's gradient */
     float *res;                   /* (L+1, BT, D) the residual stream before each block */
-    float *ln1, *ln2;             /* (S, BT, D) ln_1, ln_2 outputs */
+    void *ln1, *ln2;              /* (S, BT, D) ln_1, ln_2 outputs: c_attn's, c_fc's input */
     float *ln1_mean, *ln1_rstd;   /* (S, BT) */
     float *ln2_mean, *ln2_rstd;   /* (S, BT) */
     float *qkv;                   /* (S, BT, 3D) c_attn's output */
-    float *att;                   /* (S, B, H, T, T) attention probabilities (fp32) */
-    float *atty;                  /* (S, BT, D) attention output, c_proj's input */
+    float *att;                   /* (S, B, H, T, T) attention probabilities P */
+    void *atty;                   /* (S, BT, D) attention output, c_proj's input */
     float *res_mid;               /* (S, BT, D) residual after the attention branch */
-    float *fc, *fc_gelu;          /* (S, BT, 4D) c_fc's output, and after GELU */
-    float *lnf, *lnf_mean, *lnf_rstd; /* (BT, D), (BT), (BT) */
+    float *fc;                    /* (S, BT, 4D) c_fc's output */
+    void *fc_gelu;                /* (S, BT, 4D) after GELU: mlp.c_proj's input */
+    void *lnf;                    /* (BT, D) ln_f's output: lm_head's input */
+    float *lnf_mean, *lnf_rstd;   /* (BT), (BT) */
     float *logits, *probs;        /* (BT, V); backward turns probs into the logits' gradient */
     float *losses;                /* (BT) */
     float *proj;                  /* (BT, D) a projection's output before it joins the stream */

@@ -28,19 +28,19 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     token_rows_alloc(&a->by_token, l, BT);
     a->res = activation(l, c, (c->depth + 1) * BT * D); /* every block's input: the checkpoints */
-    a->ln1 = activation(l, c, S * BT * D);
+    a->ln1 = matmul_input(l, c, S * BT * D);
     a->ln1_mean = activation_fp32(l, S * BT);
     a->ln1_rstd = activation_fp32(l, S * BT);
     a->qkv = activation(l, c, S * BT * 3 * D);
     a->att = activation(l, c, S * att); /* P: in param_dtype, as autocast keeps it */
-    a->atty = activation(l, c, S * BT * D);
+    a->atty = matmul_input(l, c, S * BT * D);
     a->res_mid = activation(l, c, S * BT * D);
-    a->ln2 = activation(l, c, S * BT * D);
+    a->ln2 = matmul_input(l, c, S * BT * D);
     a->ln2_mean = activation_fp32(l, S * BT);
     a->ln2_rstd = activation_fp32(l, S * BT);
     a->fc = activation(l, c, S * BT * 4 * D);
-    a->fc_gelu = activation(l, c, S * BT * 4 * D);
-    a->lnf = activation(l, c, BT * D);
+    a->fc_gelu = matmul_input(l, c, S * BT * 4 * D);
+    a->lnf = matmul_input(l, c, BT * D);
     a->lnf_mean = activation_fp32(l, BT);
     a->lnf_rstd = activation_fp32(l, BT);
     a->logits = activation(l, c, BT * V);
@@ -75,10 +75,11 @@ static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micr
 }
 
 /* Block l's saved buffers: its own with every block kept, else the one
- * slot every block shares (--activation-checkpointing) */
+ * slot every block shares (--activation-checkpointing). The Linear
+ * layers' inputs (void *) are held in backend.gemm_dtype. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res_mid;
-    float *ln2, *ln2_mean, *ln2_rstd, *fc, *fc_gelu;
+    void *ln1, *atty, *ln2, *fc_gelu;
+    float *ln1_mean, *ln1_rstd, *qkv, *att, *res_mid, *ln2_mean, *ln2_rstd, *fc;
 } Gpt2Saved;
 
 static Gpt2Saved gpt2_saved(Trainer *t, int l) {
@@ -86,27 +87,30 @@ static Gpt2Saved gpt2_saved(Trainer *t, int l) {
     Gpt2Activations *a = &t->gpt;
     long k = c->activation_checkpointing ? 0 : l, BT = (long)t->micro_batch * c->context;
     long D = c->width, att = (long)t->micro_batch * c->n_head * c->context * c->context;
-    Gpt2Saved s = {a->ln1 + k * BT * D,      a->ln1_mean + k * BT, a->ln1_rstd + k * BT,
-                   a->qkv + k * BT * 3 * D,  a->att + k * att,     a->atty + k * BT * D,
-                   a->res_mid + k * BT * D,  a->ln2 + k * BT * D,  a->ln2_mean + k * BT,
-                   a->ln2_rstd + k * BT,     a->fc + k * BT * 4 * D, a->fc_gelu + k * BT * 4 * D};
+    Dtype held = backend.gemm_dtype;
+    Gpt2Saved s = {element_at(a->ln1, k * BT * D, held), element_at(a->atty, k * BT * D, held),
+                   element_at(a->ln2, k * BT * D, held),
+                   element_at(a->fc_gelu, k * BT * 4 * D, held),
+                   a->ln1_mean + k * BT,    a->ln1_rstd + k * BT,    a->qkv + k * BT * 3 * D,
+                   a->att + k * att,        a->res_mid + k * BT * D, a->ln2_mean + k * BT,
+                   a->ln2_rstd + k * BT,    a->fc + k * BT * 4 * D};
     return s;
 }
 
 /* A Linear module's forward between its hooks: out (BT, O) = inp @ W^T + b */
-static void gpt2_linear(Trainer *t, int module, float *out, const float *inp, long BT, int I,
+static void gpt2_linear(Trainer *t, int module, float *out, const void *inp, long BT, int I,
                         int O) {
     module_pre_forward(t, module);
     linear_forward(out, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
     lowp(t, out, BT * O);
     module_post_forward(t, module);
 }
-static void gpt2_layernorm(Trainer *t, int module, float *out, float *mean, float *rstd,
+static void gpt2_layernorm(Trainer *t, int module, void *out, float *mean, float *rstd,
                            const float *inp, long BT) {
     int D = t->cfg.width;
     module_pre_forward(t, module);
-    layernorm_forward(out, mean, rstd, inp, weight_of(t, module), bias_of(t, module), (int)BT, D);
-    lowp(t, out, BT * D);
+    layernorm_forward(out, mean, rstd, inp, weight_of(t, module), bias_of(t, module), (int)BT, D,
+                      t->cfg.param_dtype);
     module_post_forward(t, module);
 }
 
@@ -126,7 +130,6 @@ static void gpt2_block_inner(Trainer *t, int l) {
     module_pre_forward(t, gpt2_module(m, l, GPT2_ATTN));
     gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, s.ln1, BT, D, 3 * D);
     attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
-    lowp(t, s.atty, BT * D);
     gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, s.atty, BT, D, D);
     module_post_forward(t, gpt2_module(m, l, GPT2_ATTN));
     dev_copy(s.res_mid, h, (size_t)(BT * D) * sizeof(float));
@@ -135,8 +138,7 @@ static void gpt2_block_inner(Trainer *t, int l) {
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_2), s.ln2, s.ln2_mean, s.ln2_rstd, s.res_mid, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_MLP));
     gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, s.ln2, BT, D, 4 * D);
-    gelu_tanh_forward(s.fc_gelu, s.fc, BT * 4 * D);
-    lowp(t, s.fc_gelu, BT * 4 * D);
+    gelu_tanh_forward(s.fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
 }
 
 static float gpt2_forward(Trainer *t) {
@@ -185,7 +187,7 @@ static float gpt2_forward(Trainer *t) {
 /* A Linear module's backward between its hooks: dinp (zeroed first) gets
  * dout @ W, and its weight and bias gradients add dout's share */
 static void gpt2_linear_backward(Trainer *t, int module, float *dinp, const float *dout,
-                                 const float *inp, long BT, int I, int O) {
+                                 const void *inp, long BT, int I, int O) {
     module_pre_backward(t, module);
     zero(dinp, BT * I);
     linear_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, inp,

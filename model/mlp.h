@@ -25,20 +25,29 @@ static float *activation(Ledger *l, const Config *c, long count) {
 static float *activation_fp32(Ledger *l, long count) {
     return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, DTYPE_FP32, "activations");
 }
+/* A Linear layer's input, which only its matmuls read: held in their
+ * format, backend.gemm_dtype (kernels/layers.h), booked in param_dtype. On
+ * a GPU with 16-bit parameters that is 2 bytes a value, as booked; on the
+ * CPU float slots. */
+static void *matmul_input(Ledger *l, const Config *c, long count) {
+    size_t n = (size_t)count;
+    return ledger_book(l, MEM_ACTIVATIONS, n * (size_t)dtype_bytes(backend.gemm_dtype),
+                       n * (size_t)dtype_bytes(c->param_dtype), "activations", ON_DEVICE);
+}
 
 static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
     long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
     token_rows_alloc(&a->by_token, l, (long)B * T);
-    a->x_emb = activation(l, c, B * T * C);
+    a->x_emb = matmul_input(l, c, B * T * C);
     a->h = activation(l, c, (c->depth + 1) * B * D); /* every block's input: the checkpoints */
-    a->ln = activation(l, c, L * B * D);
+    a->ln = matmul_input(l, c, L * B * D);
     a->ln_mean = activation_fp32(l, L * B);
     a->ln_rstd = activation_fp32(l, L * B);
     a->fc1 = activation(l, c, L * B * 4 * D);
-    a->act = activation(l, c, L * B * 4 * D);
-    a->nf = activation(l, c, B * D);
+    a->act = matmul_input(l, c, L * B * 4 * D);
+    a->nf = matmul_input(l, c, B * D);
     a->nf_mean = activation_fp32(l, B);
     a->nf_rstd = activation_fp32(l, B);
     a->logits = activation(l, c, B * V);
@@ -73,7 +82,9 @@ static float *dbias_of(Trainer *t, int module) {
  * backward runs it again (block_recompute). */
 /* Mixed precision: a layer's output as the GPU stores it, in param_dtype.
  * (The layers compute in fp32 from 16-bit inputs, as tensor cores
- * accumulate; the result is rounded once, when it is written.) */
+ * accumulate; the result is rounded once, when it is written. A Linear
+ * layer's input is rounded by the layer that writes it, as it is held:
+ * store_matmul_input.) */
 static void lowp(Trainer *t, float *x, long n) { round_all(x, n, t->cfg.param_dtype); }
 
 static void block_norm_fc1_gelu(Trainer *t, int l) {
@@ -82,19 +93,19 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     const Config *c = &t->cfg;
     int B = t->micro_batch, D = c->width;
     long k = saved_block(c, l), BD = (long)B * D, BF = 4 * BD;
-    float *ln = a->ln + k * BD, *fc1 = a->fc1 + k * BF;
+    void *ln = element_at(a->ln, k * BD, backend.gemm_dtype);
+    float *fc1 = a->fc1 + k * BF;
     module_pre_forward(t, m->block_norm[l]);
     layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, a->h + l * BD,
-                      weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D);
-    lowp(t, ln, BD);
+                      weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D,
+                      c->param_dtype);
     module_post_forward(t, m->block_norm[l]);
     module_pre_forward(t, m->block_fc1[l]);
     linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D,
                    4 * D);
     lowp(t, fc1, BF);
     module_post_forward(t, m->block_fc1[l]);
-    gelu_forward(a->act + k * BF, fc1, BF);
-    lowp(t, a->act + k * BF, BF);
+    gelu_forward(element_at(a->act, k * BF, backend.gemm_dtype), fc1, BF, c->param_dtype);
 }
 
 static float model_forward(Trainer *t) {
@@ -116,8 +127,8 @@ static float model_forward(Trainer *t) {
 
     module_pre_forward(t, m->blocks);
     for (int l = 0; l < c->depth; l++) {
-        long k = saved_block(c, l);
-        float *h_in = a->h + l * BD, *h_out = a->h + (l + 1) * BD, *act = a->act + k * BF;
+        float *h_in = a->h + l * BD, *h_out = a->h + (l + 1) * BD;
+        const void *act = element_at(a->act, saved_block(c, l) * BF, backend.gemm_dtype);
         module_pre_forward(t, m->block[l]);
         block_norm_fc1_gelu(t, l);
         module_pre_forward(t, m->block_fc2[l]);
@@ -133,8 +144,7 @@ static float model_forward(Trainer *t) {
 
     module_pre_forward(t, m->norm_f);
     layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, a->h + c->depth * BD, weight_of(t, m->norm_f),
-                      bias_of(t, m->norm_f), B, D);
-    lowp(t, a->nf, BD);
+                      bias_of(t, m->norm_f), B, D, c->param_dtype);
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
     linear_forward(a->logits, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
@@ -207,8 +217,9 @@ static void model_backward(Trainer *t) {
     module_pre_backward(t, m->blocks);
     for (int l = c->depth - 1; l >= 0; l--) {
         long k = saved_block(c, l);
-        float *h_in = a->h + l * BD, *ln = a->ln + k * BD, *fc1 = a->fc1 + k * BF,
-              *act = a->act + k * BF;
+        float *h_in = a->h + l * BD, *fc1 = a->fc1 + k * BF;
+        const void *ln = element_at(a->ln, k * BD, backend.gemm_dtype),
+                   *act = element_at(a->act, k * BF, backend.gemm_dtype);
         module_pre_backward(t, m->block[l]);
         if (c->activation_checkpointing) block_recompute(t, l);
         /* d_h holds dL/dh_out; the residual passes it straight to h_in, and

@@ -60,6 +60,13 @@ static float *device_copy(const float *x, long n) {
     dev_from_host(d, x, (size_t)n * sizeof(float));
     return d;
 }
+/* n values held in 16 bits (format d) on the device, as a matmul's input
+ * is with bf16 parameters (kernels/layers.h), unpacked there for expect */
+static float *unpacked(const void *dev, long n, Dtype d) {
+    float *out = gpu(n);
+    FOR_EACH(n, unpack_one, out, (const uint16_t *)dev, d);
+    return out;
+}
 static float *host_copy(const float *d, long n) {
     float *x = (float *)host_malloc((size_t)n * sizeof(float), "read a result back");
     dev_to_host(x, d, (size_t)n * sizeof(float));
@@ -121,17 +128,30 @@ static void check_layernorm(void) {
           *dx = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
           *dw = (float *)host_calloc(D, sizeof(float), "ref"),
           *db = (float *)host_calloc(D, sizeof(float), "ref");
-    for (long r = 0; r < B; r++) layernorm_forward_row(r, out, mean, rstd, x, w, b, D);
+    for (long r = 0; r < B; r++)
+        layernorm_forward_row(r, out, mean, rstd, x, w, b, D, DTYPE_FP32, DTYPE_FP32);
     for (long r = 0; r < B; r++) layernorm_backward_row(r, dx, dy, x, w, mean, rstd, D);
     for (long c = 0; c < D; c++) layernorm_backward_col(c, dw, db, dy, x, mean, rstd, B, D);
     float *gx = device_copy(x, n), *gw = device_copy(w, D), *gb = device_copy(b, D),
           *gdy = device_copy(dy, n), *gout = gpu(n), *gmean = gpu(B), *grstd = gpu(B),
           *gdx = gpu(n), *gdw = gpu(D), *gdb = gpu(D);
     double us;
-    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, B, D));
+    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, B, D, DTYPE_FP32));
     /* a row's mean and variance are sums of D terms; the output carries their error */
-    expect("layernorm forward (8192 x 768)", "out", gout, out, n, 4.0 * D * U * max_abs(out, n),
-           us);
+    double bound = 4.0 * D * U * max_abs(out, n);
+    expect("layernorm forward (8192 x 768)", "out", gout, out, n, bound, us);
+    /* With bf16 parameters the output is c_attn's input, written in bf16
+     * (held as the matmul reads it): the CPU's value rounded, give or take
+     * the one bf16 ulp (2^-8 relative) a value on a rounding boundary may
+     * round the other way by */
+    float *out16 = (float *)host_malloc((size_t)n * 4, "ref");
+    for (long i = 0; i < n; i++) out16[i] = round_to(out[i], DTYPE_BF16);
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, B, D, DTYPE_BF16));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("layernorm forward, held in bf16", "out", unpacked(gout, n, DTYPE_BF16), out16, n,
+           bound + max_abs(out, n) / 256.0, us);
+    free(out16);
     expect("layernorm forward (8192 x 768)", "rstd", grstd, rstd, B, 4.0 * D * U * max_abs(rstd, B),
            us);
     TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, B, D));
@@ -219,7 +239,9 @@ static void check_linear(void) {
     float *out16 = (float *)host_calloc((size_t)B * O, sizeof(float), "ref");
     double terms16 = linear_reference(out16, xr, wr, b, B, I, O);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, linear_forward(gout, gx, gw, gb, B, I, O)); /* packs x and w to bf16 on the way */
+    float *gx16 = gpu((long)B * I); /* x held in bf16, as a LayerNorm writes it */
+    FOR_EACH((long)B * I, pack_one, (uint16_t *)gx16, gx, DTYPE_BF16, 1.0f);
+    TIME_US(us, linear_forward(gout, gx16, gw, gb, B, I, O)); /* packs w on the way */
     backend.gemm_dtype = DTYPE_FP32;
     expect("linear forward, bf16 tensor cores (cublasGemmEx)", "out", gout, out16, (long)B * O,
            4.0 * (I + 1) * U * terms16, us);
@@ -246,11 +268,11 @@ static void check_elementwise(void) {
     float *x = host_random(n, 9, 2.0f), *dy = host_random(n, 10, 1.0f);
     float *out = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
           *dx = (float *)host_calloc((size_t)n, sizeof(float), "ref");
-    for (long i = 0; i < n; i++) gelu_tanh_forward_one(i, out, x);
+    for (long i = 0; i < n; i++) gelu_tanh_forward_one(i, out, x, DTYPE_FP32, DTYPE_FP32);
     for (long i = 0; i < n; i++) gelu_tanh_backward_one(i, dx, dy, x);
     float *gx = device_copy(x, n), *gdy = device_copy(dy, n), *gout = gpu(n), *gdx = gpu(n);
     double us, ew = 32.0 * U * (max_abs(out, n) + 1.0);
-    TIME_US(us, gelu_tanh_forward(gout, gx, n));
+    TIME_US(us, gelu_tanh_forward(gout, gx, n, DTYPE_FP32));
     expect("gelu_new forward (8192 x 3072)", "out", gout, out, n, ew, us);
     TIME_US(us, gelu_tanh_backward(gdx, gdy, gx, n));
     for (long i = 0; i < n; i++) dx[i] *= 20.0f;
@@ -397,11 +419,13 @@ static void check_attention(void) {
 }
 
 /* Attention in bf16 on the tensor cores (attention_forward_gemm in bf16: P and
- * dS stored in bf16) against the rows rounding P and dS where it stores
- * them, on bf16 inputs: GPT-2 124M's 12 heads of 64, T 1024, B 2. The two
- * sum in fp32 in other orders, so a P on a rounding boundary may round the
- * other way: at most one bf16 ulp, 2^-8 of it, and as the P of a row sum
- * to 1, y moves by at most 2^-8 max|v| (beside the fp32 sums' 2 T u).
+ * dS stored in bf16, y written in bf16 as c_proj's input) against the
+ * rows rounding P, dS and y where it stores them, on bf16 inputs: GPT-2
+ * 124M's 12 heads of 64, T 1024, B 2. The two sum in fp32 in other
+ * orders, so a P on a rounding boundary may round the other way: at most
+ * one bf16 ulp, 2^-8 of it, and as the P of a row sum to 1, y moves by at
+ * most 2^-8 max|v| (beside the fp32 sums' 2 T u), and y's own rounding
+ * may flip by as much again.
  * dS inherits that from P and dP and rounds once more: at most 2^-6 of
  * the largest sum of |terms| in dq, dk, dv. A wrong stride is off by O(1). */
 static void check_attention16(void) {
@@ -423,9 +447,11 @@ static void check_attention16(void) {
     float *gq = device_copy(qkv, nq), *gdy = device_copy(dy, ny), *gy = gpu(ny), *ga = gpu(na),
           *gdq = gpu(nq), *gda = gpu(na);
     double us, vmax = max_abs(qkv, nq);
+    backend.gemm_dtype = d; /* as with --param-dtype bf16: y held in bf16 */
     TIME_US(us, attention_forward(gy, ga, gq, B, T, D, H, d));
-    expect("attention forward, bf16 tensor cores (2x1024x768)", "y", gy, y, ny,
-           vmax * (1.0 / 256 + 2.0 * T * U), us);
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("attention forward, bf16 tensor cores (2x1024x768)", "y", unpacked(gy, ny, d), y, ny,
+           vmax * (2.0 / 256 + 2.0 * T * U), us);
     double terms = fmax(T * max_abs(da, na) * vmax / 8.0, T * max_abs(dy, ny));
     TIME_US(us, attention_backward(gdq, gda, gdy, gq, ga, B, T, D, H, d));
     for (long i = 0; i < nq; i++) dq[i] *= 20.0f; /* 20 runs added into dqkv */

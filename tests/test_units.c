@@ -98,7 +98,7 @@ static void test_linear(void) {
 }
 
 typedef struct { float *out, *mean, *rstd, *in, *w, *b; } NormCtx;
-static void norm_case(void *c) { NormCtx *x = (NormCtx *)c; layernorm_forward(x->out, x->mean, x->rstd, x->in, x->w, x->b, GB, GI); }
+static void norm_case(void *c) { NormCtx *x = (NormCtx *)c; layernorm_forward(x->out, x->mean, x->rstd, x->in, x->w, x->b, GB, GI, DTYPE_FP32); }
 
 static void test_layernorm(void) {
     float in[GB * GI], w[GI], b[GI], out[GB * GI], r[GB * GI], mean[GB], rstd[GB];
@@ -112,7 +112,7 @@ static void test_layernorm(void) {
 }
 
 typedef struct { float *out, *in; } GeluCtx;
-static void gelu_case(void *c) { GeluCtx *x = (GeluCtx *)c; gelu_forward(x->out, x->in, GB * GI); }
+static void gelu_case(void *c) { GeluCtx *x = (GeluCtx *)c; gelu_forward(x->out, x->in, GB * GI, DTYPE_FP32); }
 
 static void test_gelu(void) {
     float in[GB * GI], out[GB * GI], r[GB * GI], din[GB * GI] = {0};
@@ -214,7 +214,7 @@ static void probe_param(Trainer *t, Param *p, const long *idx, int n, float (*fo
 /* ---- GPT-2's layers (kernels/transformer.h) ---------------------------------------- */
 
 typedef struct { float *out, *in; } GeluTanhCtx;
-static void gelu_tanh_case(void *c) { GeluTanhCtx *x = (GeluTanhCtx *)c; gelu_tanh_forward(x->out, x->in, GB * GI); }
+static void gelu_tanh_case(void *c) { GeluTanhCtx *x = (GeluTanhCtx *)c; gelu_tanh_forward(x->out, x->in, GB * GI, DTYPE_FP32); }
 
 static void test_gelu_tanh(void) {
     float in[GB * GI], out[GB * GI], r[GB * GI], din[GB * GI] = {0};
@@ -293,6 +293,53 @@ static void test_attention16(void) {
           rounded == 0.0 ? "yes" : "NO");
     check(wd < 1.0 / 32, "attention in bf16, GEMMs == rows: backward",
           "max |d dqkv| %.1e (tol 2^-5)", wd);
+}
+
+/* A Linear layer's input held in 16 bits (kernels/layers.h): with
+ * backend.gemm_dtype bf16, as on a GPU with bf16 parameters, each layer
+ * that writes one (LayerNorm, GELU, gelu_new, the byte embedding,
+ * attention's y) writes packed bf16, and it must be, bit for bit, the
+ * CPU's fp32 slots (gemm_dtype fp32) rounded to bf16; gemm_input packs a
+ * float-slot operand and passes a held one through. A producer that wrote
+ * floats into the packed buffer, or forgot to round, fails. */
+static int packed_equal(const uint16_t *packed, const float *slots, long n) {
+    int rounded = 1, equal = 1;
+    for (long i = 0; i < n; i++) {
+        rounded &= slots[i] == round_to(slots[i], DTYPE_BF16);
+        equal &= packed[i] == bf16_from_float(slots[i]);
+    }
+    return rounded && equal;
+}
+static void test_matmul_inputs16(void) {
+    enum { NQ = AB * AT * 3 * AD, NY = AB * AT * AD, NA = AB * AH * AT * AT, N = GB * GI };
+    const Dtype d = DTYPE_BF16;
+    static float in[N], w[GI], b[GI], slots[NY], mean[GB], rstd[GB], qkv[NQ], att[NA];
+    static uint16_t packed[NY];
+    static const unsigned char tok[GB * ET] = {1, 5, 0, 2, 2, 4, 3, 0, 5};
+    static float emb[EV * EC];
+    fill(in, N, 30); fill(w, GI, 31); fill(b, GI, 32); fill(qkv, NQ, 33); fill(emb, EV * EC, 34);
+    for (int i = 0; i < EV * EC; i++) emb[i] = round_to(emb[i], d); /* a parameter: bf16 */
+    const char *names[] = {"layernorm", "gelu", "gelu_new", "embedding", "attention's y"};
+    long count[] = {N, N, N, GB * ET * EC, NY};
+    for (int k = 0; k < 5; k++) {
+        for (int pass = 0; pass < 2; pass++) {
+            backend.gemm_dtype = pass ? d : DTYPE_FP32;
+            void *out = pass ? (void *)packed : (void *)slots;
+            if (k == 0) layernorm_forward(out, mean, rstd, in, w, b, GB, GI, d);
+            if (k == 1) gelu_forward(out, in, N, d);
+            if (k == 2) gelu_tanh_forward(out, in, N, d);
+            if (k == 3) embedding_forward(out, tok, emb, GB, ET, EC);
+            if (k == 4) attention_forward_gemm(out, att, qkv, AB, AT, AD, AH, d);
+        }
+        backend.gemm_dtype = DTYPE_FP32;
+        char what[96];
+        snprintf(what, sizeof(what), "%s held in bf16 == fp32 slots rounded", names[k]);
+        check(packed_equal(packed, slots, count[k]), what, "%ld values, bit for bit", count[k]);
+    }
+    const void *same = gemm_input(packed, d, NY, d), *made = gemm_input(slots, DTYPE_FP32, NY, d);
+    int ok = same == (const void *)packed && packed_equal((const uint16_t *)made, slots, NY);
+    gemm_input_free(made, slots, NY);
+    check(ok, "gemm_input: a held operand as it is, a float-slot one packed", "%d values", NY);
 }
 
 /* token + position embedding: x[b, t] = wte[token] + wpe[t] */
@@ -729,6 +776,7 @@ int main(int argc, char **argv) {
     test_gelu_tanh();
     test_attention();
     test_attention16();
+    test_matmul_inputs16();
     test_gpt2_embedding();
     test_gpt2_gradients();
     printf("AdamW\n");
