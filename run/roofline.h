@@ -17,13 +17,15 @@
  * Three columns, for three ways to store and multiply the values:
  *   fp32       fp32 values, cuBLAS's fp32 GEMMs on the fp32 units (no
  *              tensor core), 4 bytes a value: the GPU build in fp32;
- *   bf16 GEMM  the GPU build with --param-dtype bf16: values still in fp32
- *              slots (4 bytes), each GEMM's inputs packed to 16 bits on
- *              the way (read 4, written 2, read 2 by the GEMM) and
- *              multiplied on the tensor cores (kernels/layers.h's gemm),
- *              but for attention's B*H*T^2 probabilities P and their
- *              gradient dS, stored in 16 bits (2 bytes; kernels/
- *              transformer.h's attention_forward_gemm);
+ *   bf16 GEMM  the GPU build with --param-dtype bf16: GEMMs on the tensor
+ *              cores (kernels/layers.h's gemm). Stored in 16 bits (2
+ *              bytes): a Linear layer's input, written so by the layer
+ *              before it and read so by both its GEMMs, and attention's
+ *              B*H*T^2 probabilities P and their gradient dS (kernels/
+ *              transformer.h's attention_forward_gemm). Every other value
+ *              in an fp32 slot (4 bytes), and a GEMM's other inputs (the
+ *              weights, the output's gradient, q, k, v) packed to 16 bits
+ *              on the way (read 4, written 2, read 2 by the GEMM);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
@@ -60,7 +62,7 @@ typedef struct {
     int gemm; /* runs on cuBLAS: the fp32 or tensor-core peak; 0: bound by memory */
     double flops, values16, values32;
     double written;  /* of a GEMM's values16, those it writes (in fp32): not packed */
-    double stored16; /* of values16, those the bf16 GEMM path stores in 16 bits (P, dS) */
+    double stored16; /* of values16, those the bf16 GEMM path stores in 16 bits */
 } KernelCost;
 
 enum { ROOFLINE_MAX = 16 };
@@ -83,10 +85,12 @@ static int roof_add(Roofline *r, const char *name, int gemm, double flops, doubl
     return i;
 }
 
-/* C (M x N) = A (M x K) B (K x N): 2MNK flops; A and B read, C written. */
-static void roof_gemm(Roofline *r, const char *name, double M, double N, double K) {
+/* C (M x N) = A (M x K) B (K x N): 2MNK flops; A and B read, C written;
+ * `held` of A's and B's values are a Linear's input, stored in 16 bits. */
+static void roof_gemm(Roofline *r, const char *name, double M, double N, double K, double held) {
     int i = roof_add(r, name, 1, 2.0 * M * N * K, M * K + K * N + M * N, 0.0);
     r->k[i].written += M * N;
+    r->k[i].stored16 += held;
 }
 
 /* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
@@ -94,26 +98,31 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
  * sum of the output's gradient). */
 static void roof_linear(Roofline *r, double R, double in, double out, int backward) {
     if (!backward) {
-        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in);
+        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in);
         return;
     }
-    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out);
-    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, 0.0);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in);
     roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out);
 }
 
-/* LayerNorm over R rows of D: forward reads x and writes y and two
- * statistics a row; backward reads dy and x, writes dx, and adds into
- * the weight's and bias's gradients. */
+/* LayerNorm over R rows of D: forward reads x and writes y (a Linear's
+ * input) and two statistics a row; backward reads dy and x, writes dx,
+ * and adds into the weight's and bias's gradients. */
 static void roof_layernorm(Roofline *r, double R, double D, int backward) {
-    if (!backward) roof_add(r, "layernorm", 0, 8.0 * R * D, 2.0 * R * D, 2.0 * R);
-    else roof_add(r, "layernorm", 0, 14.0 * R * D, 3.0 * R * D, 2.0 * R + 2.0 * D);
+    if (backward) {
+        roof_add(r, "layernorm", 0, 14.0 * R * D, 3.0 * R * D, 2.0 * R + 2.0 * D);
+        return;
+    }
+    r->k[roof_add(r, "layernorm", 0, 8.0 * R * D, 2.0 * R * D, 2.0 * R)].stored16 += R * D;
 }
 
 /* An element-wise pass over n values reading `reads` arrays of n and
- * writing one, `flops` flops a value. */
-static void roof_elementwise(Roofline *r, const char *name, double n, int reads, double flops) {
-    roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0);
+ * writing one, `flops` flops a value; `held`: the one written is a
+ * Linear's input (stored in 16 bits). */
+static void roof_elementwise(Roofline *r, const char *name, double n, int reads, double flops,
+                             int held) {
+    r->k[roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0)].stored16 += held ? n : 0.0;
 }
 
 /* Causal attention on B sequences of T tokens, H heads of D/H: the
@@ -127,8 +136,8 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
     if (!backward) {
         int i = roof_add(r, "attention GEMMs (QK^T, PV)", 1, 2.0 * qk, 2.0 * scores + 4.0 * BTD,
                          0);
-        r->k[i].written += scores + BTD; /* the scores, y */
-        r->k[i].stored16 += scores;      /* P, read by PV */
+        r->k[i].written += scores;         /* the scores */
+        r->k[i].stored16 += scores + BTD; /* P, read by PV; y, c_proj's input */
         i = roof_add(r, "attention softmax", 0, 5.0 * scores, 2.0 * scores, 0.0);
         r->k[i].stored16 += scores; /* P written */
     } else {
@@ -148,12 +157,12 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
     roof_linear(r, BT, D, 3 * D, backward); /* c_attn */
     roof_attention(r, B, T, D, c->n_head, backward);
     roof_linear(r, BT, D, D, backward); /* attn.c_proj */
-    roof_elementwise(r, "residual adds", BT * D, 2, 1.0);
+    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
     roof_layernorm(r, BT, D, backward);
     roof_linear(r, BT, D, 4 * D, backward); /* c_fc */
-    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0);
+    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0, !backward);
     roof_linear(r, BT, 4 * D, D, backward); /* mlp.c_proj */
-    roof_elementwise(r, "residual adds", BT * D, 2, 1.0);
+    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
 }
 
 /* One block of the byte MLP on B samples (model/mlp.h's order). */
@@ -161,9 +170,9 @@ static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward)
     double W = c->width;
     roof_layernorm(r, B, W, backward);
     roof_linear(r, B, W, 4 * W, backward); /* fc1 */
-    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0);
+    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0, !backward);
     roof_linear(r, B, 4 * W, W, backward); /* fc2 */
-    roof_elementwise(r, "residual adds", B * W, 2, 1.0);
+    roof_elementwise(r, "residual adds", B * W, 2, 1.0, 0);
 }
 
 /* The loss over R rows of V logits: softmax, log-likelihood and its
@@ -178,8 +187,9 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     int gpt2 = c->arch == ARCH_GPT2, forwards = c->activation_checkpointing ? 2 : 1;
     double T = c->context, D = c->width, V = c->vocab;
     double R = gpt2 ? B * T : B;                                     /* rows the head sees */
+    double E = R * T * c->embed_dim;                                 /* the MLP's proj_in input */
     if (gpt2) roof_add(r, "embeddings", 0, R * D, 3.0 * R * D, 0.0); /* wte + wpe */
-    else roof_add(r, "embeddings", 0, 0.0, 2.0 * R * T * c->embed_dim, 0.0);
+    else r->k[roof_add(r, "embeddings", 0, 0.0, 2.0 * E, 0.0)].stored16 += E;
     if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0); /* proj_in */
     for (int f = 0; f < forwards; f++)
         for (int l = 0; l < c->depth; l++)

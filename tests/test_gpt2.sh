@@ -130,21 +130,29 @@ else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <
 # values. All kernels together are llm.c's count less the few parameters
 # that are not in a GEMM (wpe, LayerNorms, biases): within 1%. Attention's
 # GEMMs with --param-dtype bf16 as built are bound by their bytes: a layer
-# packs q, k, v and y's inputs (read 4, written 2, read 2: 8 bytes a value)
-# and writes the scores, dP and the outputs in fp32, and reads P and dS in
-# 16 bits: forward 28 B*T*D + 6 B*H*T^2 bytes, backward 52 B*T*D +
-# 10 B*H*T^2, over 3.35 TB/s.
+# packs q, k, v and y's gradient (read 4, written 2, read 2: 8 bytes a
+# value), writes y in 16 bits (c_proj's input) and the scores, dP, dq, dk
+# and dv in fp32, and reads P and dS in 16 bits: forward 26 B*T*D +
+# 6 B*H*T^2 bytes, backward 52 B*T*D + 10 B*H*T^2, over 3.35 TB/s. The
+# Linear layers' GEMMs in bf16 as built are bound by bytes too: a layer on
+# R rows, in -> out, reads its input held in 16 bits in forward and for the
+# weight's gradient (2 + 2), packs the weight twice and the output's
+# gradient twice (8 each) and writes out, dinp and dweight in fp32 (4):
+# 8 R in + 20 in out + 20 R out bytes.
 out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 2>&1)
-att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (80 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
+att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (78 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
+mm16=$(awk 'BEGIN { R = 8192; D = 768; V = 50257; split("768 2304 768 768 768 3072 3072 768", p, " ")
+  for (i = 1; i <= 8; i += 2) b += 8 * R * p[i] + 20 * p[i] * p[i + 1] + 20 * R * p[i + 1]
+  printf "%.3f", (12 * b + 8 * R * D + 20 * D * V + 20 * R * V) / 3.35e12 * 1e3 }')
 mm=$(awk 'BEGIN { printf "%.1f", (3 * (24 * 12 * 768 * 768 + 2 * 768 * 50257)) * 8192 / 1e9 }')
 gelu=$(awk 'BEGIN { printf "%.3f", 5 * 4 * 768 * 12 * 8192 * 4 / 1e9 }')
 total=$(awk '/^  total +[0-9]/ { print $2 }' <<<"$out")
-if grep -Eq "^  matmuls \(Linear, Conv1D\) +$mm " <<<"$out" &&
+if grep -Eq "^  matmuls \(Linear, Conv1D\) +$mm +[0-9.]+ +[0-9.]+ +$mm16 " <<<"$out" &&
    grep -Eq "^  gelu +[0-9.]+ +$gelu " <<<"$out" &&
    grep -Eq "^  attention GEMMs \(QK\^T, PV\) +[0-9.]+ +[0-9.]+ +[0-9.]+ +$att " <<<"$out" &&
    awk -v t="$total" -v w="$want" 'BEGIN { d = t / (w * 1000) - 1; exit !(d < 0.01 && d > -0.01) }'; then
-  ok "--roofline h100: the GEMMs' $mm GFLOP, GELU's $gelu GB and attention's bf16 GEMMs' $att ms as counted by hand; all kernels $total GFLOP, llm.c's $want TFLOP within 1%; $(grep 'bf16 GEMM .*tokens' <<<"$out" | xargs)"
-else bad "--roofline's table, expected matmuls $mm GFLOP, gelu $gelu GB, attention's bf16 GEMMs $att ms, a total near $want TFLOP:"; grep -A16 '^roofline' <<<"$out"; fi
+  ok "--roofline h100: the GEMMs' $mm GFLOP and bf16 $mm16 ms, GELU's $gelu GB and attention's bf16 GEMMs' $att ms as counted by hand; all kernels $total GFLOP, llm.c's $want TFLOP within 1%; $(grep 'bf16 GEMM .*tokens' <<<"$out" | xargs)"
+else bad "--roofline's table, expected matmuls $mm GFLOP and $mm16 ms in bf16, gelu $gelu GB, attention's bf16 GEMMs $att ms, a total near $want TFLOP:"; grep -A16 '^roofline' <<<"$out"; fi
 for bad_args in "--roofline h100" "--plan --roofline v100"; do
   # shellcheck disable=SC2086  # the flags are a word list
   if ./fsdp $bad_args >"$D/out" 2>"$D/err"; then rc=0; else rc=$?; fi
