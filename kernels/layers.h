@@ -33,9 +33,13 @@ static inline void *element_at(const void *x, long i, Dtype d) {
  * on a GPU, 16-bit values packed two to four bytes, which its producer (a
  * LayerNorm, a GELU, attention, the byte embedding) writes and the tensor
  * cores read as they are: half the bytes kept, and no packing pass in
- * either matmul. The CPU's loops read fp32, so there (gemm_dtype fp32) the
- * same values sit in float slots. Either way the producer rounds what it
- * writes to format d, the parameters' (store_matmul_input). */
+ * either matmul. The same holds in backward for the output gradient of a
+ * Linear whose producer is a GELU or attention (c_fc, fc1, c_attn): only
+ * the layer's two matmuls and its bias's column sum read it. The CPU's
+ * loops read fp32, so there (gemm_dtype fp32) the same values sit in
+ * float slots. Either way the producer rounds what it writes to format
+ * d, the parameters' (store_matmul_input), and writes it whole: nothing
+ * adds into a buffer held in 16 bits. */
 FSDP_HD static inline void store_matmul_input(void *x, long i, float v, Dtype d, Dtype held) {
     store_as(x, i, round_to(v, d), held);
 }
@@ -50,9 +54,10 @@ FSDP_HD static inline void gelu_forward_one(long i, void *out, const float *inp,
                                             Dtype held) {
     store_matmul_input(out, i, gelu(inp[i]), d, held);
 }
-FSDP_HD static inline void gelu_backward_one(long i, float *dinp, const float *dout,
-                                             const float *inp) {
-    dinp[i] += dout[i] * gelu_grad(inp[i]);
+/* ... written, not added: fc1's output gradient (held as a matmul's input) */
+FSDP_HD static inline void gelu_backward_one(long i, void *dinp, const float *dout,
+                                             const float *inp, Dtype d, Dtype held) {
+    store_matmul_input(dinp, i, dout[i] * gelu_grad(inp[i]), d, held);
 }
 FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
 
@@ -61,11 +66,12 @@ FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y
 FSDP_HD static inline void bias_broadcast_one(long i, float *out, const float *bias, int O) {
     out[i] = bias ? bias[i % O] : 0.0f;
 }
-/* dbias[o] += the sum over the B rows of dout, in increasing b */
-FSDP_HD static inline void bias_backward_one(long o, float *dbias, const float *dout, int B,
-                                             int O) {
+/* dbias[o] += the sum over the B rows of dout (held in format dh), in
+ * increasing b */
+FSDP_HD static inline void bias_backward_one(long o, float *dbias, const void *dout, int B, int O,
+                                             Dtype dh) {
     float db = 0.0f;
-    for (int b = 0; b < B; b++) db += dout[(long)b * O + o];
+    for (int b = 0; b < B; b++) db += load_as(dout, (long)b * O + o, dh);
     dbias[o] += db;
 }
 
@@ -340,7 +346,7 @@ __global__ static void crossentropy_forward_warp(float *__restrict__ probs,
 enum { COL_CHUNK = 256, COL_WARPS = 8 };
 
 __global__ static void column_sums_stage1(float *__restrict__ part_w, float *__restrict__ part_b,
-                                          const float *__restrict__ dout,
+                                          const void *__restrict__ dout, Dtype dh,
                                           const float *__restrict__ inp,
                                           const float *__restrict__ mean,
                                           const float *__restrict__ rstd, int R, int C) {
@@ -350,7 +356,7 @@ __global__ static void column_sums_stage1(float *__restrict__ part_w, float *__r
     if (c < C)
         for (int r = chunk * COL_CHUNK + threadIdx.y; r < R && r < (chunk + 1) * COL_CHUNK;
              r += COL_WARPS) {
-            float d = dout[(long)r * C + c];
+            float d = load_as(dout, (long)r * C + c, dh);
             b += d;
             if (mean) w += d * ((inp[(long)r * C + c] - mean[r]) * rstd[r]);
         }
@@ -377,17 +383,18 @@ __global__ static void column_sums_stage2(float *__restrict__ dweight, float *__
     dbias[c] += b;
 }
 
-/* dbias (C) += column sums of dout (R, C); with mean, also dweight (C) +=
- * column sums of dout * (inp - mean) * rstd: LayerNorm's parameters */
-static void column_sums(float *dweight, float *dbias, const float *dout, const float *inp,
-                        const float *mean, const float *rstd, int R, int C) {
+/* dbias (C) += column sums of dout (R, C), held in format dh; with mean,
+ * also dweight (C) += column sums of dout * (inp - mean) * rstd:
+ * LayerNorm's parameters */
+static void column_sums(float *dweight, float *dbias, const void *dout, Dtype dh,
+                        const float *inp, const float *mean, const float *rstd, int R, int C) {
     if (backend.dry || R <= 0 || C <= 0) return;
     int chunks = (R + COL_CHUNK - 1) / COL_CHUNK;
     size_t bytes = (size_t)2 * chunks * C * sizeof(float);
     float *part = (float *)gpu_scratch(bytes, "sum columns"); /* every element written */
     dim3 grid((unsigned)((C + 31) / 32), (unsigned)chunks), block(32, COL_WARPS);
     column_sums_stage1<<<grid, block, 0, backend.compute>>>(part, part + (long)chunks * C, dout,
-                                                            inp, mean, rstd, R, C);
+                                                            dh, inp, mean, rstd, R, C);
     cudaCheck(cudaGetLastError());
     column_sums_stage2<<<blocks_for(C), 256, 0, backend.compute>>>(
         mean ? dweight : NULL, dbias, part, part + (long)chunks * C, chunks, C);
@@ -411,10 +418,10 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
     layernorm_backward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
         dinp, dout, inp, weight, mean, rstd, B, D);
     cudaCheck(cudaGetLastError());
-    column_sums(dweight, dbias, dout, inp, mean, rstd, B, D);
+    column_sums(dweight, dbias, dout, DTYPE_FP32, inp, mean, rstd, B, D);
 }
-static void bias_backward(float *dbias, const float *dout, int B, int O) {
-    column_sums(NULL, dbias, dout, NULL, NULL, NULL, B, O);
+static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O) {
+    column_sums(NULL, dbias, dout, dh, NULL, NULL, NULL, B, O);
 }
 
 /* ---- the matmul: fp32, or 16-bit on the tensor cores -----------------------
@@ -459,7 +466,8 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  * Each accumulates (backward adds into gradients; forward adds to the
  * bias already in out). fp32 unless --tf32 (backend_init), or 16-bit
  * inputs on the tensor cores with 16-bit parameters (gemm, above); inp is
- * a matmul's input, held in backend.gemm_dtype. */
+ * a matmul's input, held in backend.gemm_dtype, and dout is held in dh:
+ * gemm_dtype too where a GELU or attention wrote it, else fp32. */
 static void linear_forward(float *out, const void *inp, const float *weight, const float *bias,
                            int B, int I, int O) {
     if (backend.dry) return; /* --plan */
@@ -468,13 +476,13 @@ static void linear_forward(float *out, const void *inp, const float *weight, con
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, DTYPE_FP32, I, inp, held, I, out, O);
 }
 
-static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const void *inp, const float *weight, int B, int I, int O) {
+static void linear_backward(float *dinp, float *dweight, float *dbias, const void *dout,
+                            Dtype dh, const void *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, DTYPE_FP32, O, dinp, I);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, DTYPE_FP32, O, dweight, I);
-    if (dbias) bias_backward(dbias, dout, B, O);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, dh, O, dinp, I);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, dweight, I);
+    if (dbias) bias_backward(dbias, dout, dh, B, O);
 }
 #else
 /* The Linear layers are three matmuls, and a matmul's time goes to loading
@@ -565,14 +573,16 @@ static void linear_forward(float *out, const void *inp, const float *weight, con
     free(panel);
 }
 
-static void linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const void *inp, const float *weight, int B, int I, int O) {
+/* dout and inp are held in fp32 here (dh and the CPU's gemm_dtype) */
+static void linear_backward(float *dinp, float *dweight, float *dbias, const void *dout,
+                            Dtype dh, const void *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
+    const float *g = (const float *)dout;
     /* dinp (B, I) += dout (B, O) @ weight (O, I): summed over o */
-    accumulate(dinp, dout, O, 1, weight, B, O, I);
+    accumulate(dinp, g, O, 1, weight, B, O, I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
-    accumulate(dweight, dout, 1, O, (const float *)inp, O, B, I);
-    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O);
+    accumulate(dweight, g, 1, O, (const float *)inp, O, B, I);
+    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh);
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
@@ -595,8 +605,9 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 static void gelu_forward(void *out, const float *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_forward_one, out, inp, d, backend.gemm_dtype);
 }
-static void gelu_backward(float *dinp, const float *dout, const float *inp, long n) {
-    FOR_EACH(n, gelu_backward_one, dinp, dout, inp);
+/* dinp = dout * gelu'(inp), written (not added), held as a matmul's input */
+static void gelu_backward(void *dinp, const float *dout, const float *inp, long n, Dtype d) {
+    FOR_EACH(n, gelu_backward_one, dinp, dout, inp, d, backend.gemm_dtype);
 }
 
 /* The embedding's gradient from the batch's rows grouped by token

@@ -26,9 +26,10 @@ FSDP_HD static inline void gelu_tanh_forward_one(long i, void *out, const float 
                                                  Dtype held) {
     store_matmul_input(out, i, gelu_tanh(inp[i]), d, held); /* mlp.c_proj's input */
 }
-FSDP_HD static inline void gelu_tanh_backward_one(long i, float *dinp, const float *dout,
-                                                  const float *inp) {
-    dinp[i] += dout[i] * gelu_tanh_grad(inp[i]);
+/* ... written, not added: c_fc's output gradient (held as a matmul's input) */
+FSDP_HD static inline void gelu_tanh_backward_one(long i, void *dinp, const float *dout,
+                                                  const float *inp, Dtype d, Dtype held) {
+    store_matmul_input(dinp, i, dout[i] * gelu_tanh_grad(inp[i]), d, held);
 }
 
 /* element i of out (B*T, D): channel i % D of token i / D's embedding */
@@ -101,9 +102,10 @@ FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, c
  *   dscore_s = p_s (dp_s - sum_u p_u dp_u)  (softmax's Jacobian is
  *       diag(p) - p p^T: a change in one score moves every p of the row,
  *       and the row's p always sum to 1, hence the subtracted mean)
- *   dq_t += sum_s dscore_s k_s / sqrt(hd)
+ *   dq_t = sum_s dscore_s k_s / sqrt(hd)
  * datt row r keeps dscore for part 2 (in format d, as P). Each row writes
- * only its own q. */
+ * only its own q: written whole and rounded to d, as c_attn's output
+ * gradient is held (a matmul's input, kernels/layers.h). */
 FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *datt,
                                                     const float *dy, const float *qkv,
                                                     const float *att, int T, int D, int H,
@@ -121,25 +123,30 @@ FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *
         pdp += p[s] * dp;
     }
     float *dq = dqkv + (b * T + t) * 3L * D + (long)h * hd;
+    for (int j = 0; j < hd; j++) dq[j] = 0.0f;
     for (int s = 0; s <= t; s++) {
         ds[s] = round_to(p[s] * (ds[s] - pdp), d);
         const float *k = attention_vec(qkv, b, s, 1, h, T, D, hd);
         for (int j = 0; j < hd; j++) dq[j] += ds[s] * k[j] * scale;
     }
+    for (int j = 0; j < hd; j++) dq[j] = round_to(dq[j], d);
 }
 
 /* Backward, part 2, row r = (b*H + h)*T + s: key and value s, which every
  * later query t >= s read, so they gather from the column s of datt and
  * att (a row per thread writing into k_s and v_s of another row would
  * collide on a GPU; a column per thread does not).
- *   dk_s += sum_t dscore_ts q_t / sqrt(hd)     dv_s += sum_t p_ts dy_t */
+ *   dk_s = sum_t dscore_ts q_t / sqrt(hd)     dv_s = sum_t p_ts dy_t
+ * (written whole and rounded to d, as dq) */
 FSDP_HD static inline void attention_backward_key(long r, float *dqkv, const float *datt,
                                                   const float *dy, const float *qkv,
-                                                  const float *att, int T, int D, int H) {
+                                                  const float *att, int T, int D, int H,
+                                                  Dtype d) {
     int hd = D / H, s = (int)(r % T), h = (int)((r / T) % H);
     long b = r / ((long)T * H), row0 = r - s; /* row of (b, h, t = 0) */
     float scale = 1.0f / sqrtf((float)hd);
     float *dk = dqkv + (b * T + s) * 3L * D + D + (long)h * hd, *dv = dk + D;
+    for (int j = 0; j < hd; j++) dk[j] = dv[j] = 0.0f;
     for (int t = s; t < T; t++) {
         float ds = datt[(row0 + t) * T + s], p = att[(row0 + t) * T + s];
         const float *q = attention_vec(qkv, b, t, 0, h, T, D, hd);
@@ -149,6 +156,7 @@ FSDP_HD static inline void attention_backward_key(long r, float *dqkv, const flo
             dv[j] += p * g[j];
         }
     }
+    for (int j = 0; j < hd; j++) dk[j] = round_to(dk[j], d), dv[j] = round_to(dv[j], d);
 }
 
 /* ---- the layers ------------------------------------------------------------- */
@@ -157,8 +165,9 @@ FSDP_HD static inline void attention_backward_key(long r, float *dqkv, const flo
 static void gelu_tanh_forward(void *out, const float *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_tanh_forward_one, out, inp, d, backend.gemm_dtype);
 }
-static void gelu_tanh_backward(float *dinp, const float *dout, const float *inp, long n) {
-    FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp);
+/* dinp = dout * gelu_new'(inp), written (not added), held as a matmul's input */
+static void gelu_tanh_backward(void *dinp, const float *dout, const float *inp, long n, Dtype d) {
+    FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp, d, backend.gemm_dtype);
 }
 /* ---- attention as matmuls: the GPU's formulation ----------------------------
  * On a GPU the products of attention are matmuls, each a batch of H (one
@@ -340,41 +349,44 @@ static inline void attention_forward_gemm(void *y, void *att, const float *qkv, 
     gemm_input_free(in, qkv, n);
     if (held != d) FOR_EACH((long)B * T * D, round_one, (float *)y, d); /* fp32 slots: the CPU */
 }
-/* dqkv += the gradient of q, k, v; datt (B, H, T, T) fp32 holds dP, and in
+/* dqkv = the gradient of q, k, v, held as c_attn's output gradient (a
+ * matmul's input: gemm_dtype); datt (B, H, T, T) fp32 holds dP, and in
  * fp32 dS over it (in 16 bits dS goes to scratch, one sequence at a time) */
-static inline void attention_backward_gemm(float *dqkv, float *datt, const float *dy,
+static inline void attention_backward_gemm(void *dqkv, float *datt, const float *dy,
                                            const float *qkv, const void *att, int B, int T,
                                            int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T, n = (long)B * T * ld, ny = (long)B * T * D;
     float scale = 1.0f / sqrtf((float)hd);
+    Dtype held = backend.gemm_dtype;
     const void *in = gemm_input(qkv, DTYPE_FP32, n, d), *gin = gemm_input(dy, DTYPE_FP32, ny, d);
     void *ds16 = d == DTYPE_FP32 ? NULL : gpu_scratch((size_t)H * TT * sizeof(uint16_t), "hold dS");
     for (int b = 0; b < B; b++) {
         const void *q = element_at(in, (long)b * T * ld, d), *k = element_at(q, D, d),
                    *v = element_at(q, 2L * D, d), *g = element_at(gin, (long)b * T * D, d),
                    *p = element_at(att, (long)b * H * TT, d);
-        float *dq = dqkv + (long)b * T * ld, *dk = dq + D, *dv = dq + 2 * D,
-              *dp = datt + b * H * TT;
+        void *dq = element_at(dqkv, (long)b * T * ld, held), *dk = element_at(dq, D, held),
+             *dv = element_at(dq, 2L * D, held);
+        float *dp = datt + b * H * TT;
         void *ds = ds16 ? ds16 : (void *)dp;
         /* dP^T (s, t) = v_s . dy_t, then the softmax's backward */
         heads_gemm(GEMM_T, GEMM_N, T, T, hd, 1.0f, v, ld, hd, g, D, hd, 0.0f, dp, DTYPE_FP32, T,
                    TT, H, d);
         causal_softmax_backward(ds, dp, p, (long)H * T, T, d);
-        /* dv_s += sum_t p_ts dy_t: dV += dY P */
-        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 1.0f, dv, DTYPE_FP32, ld, hd,
-                   H, d);
-        /* dq_t += scale sum_s dscore_ts k_s: dQ += scale K dS^T */
-        heads_gemm(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 1.0f, dq, DTYPE_FP32, ld,
-                   hd, H, d);
-        /* dk_s += scale sum_t dscore_ts q_t: dK += scale Q dS */
-        heads_gemm(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 1.0f, dk, DTYPE_FP32, ld,
-                   hd, H, d);
+        /* dv_s = sum_t p_ts dy_t: dV = dY P */
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 0.0f, dv, held, ld, hd, H, d);
+        /* dq_t = scale sum_s dscore_ts k_s: dQ = scale K dS^T */
+        heads_gemm(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 0.0f, dq, held, ld, hd, H,
+                   d);
+        /* dk_s = scale sum_t dscore_ts q_t: dK = scale Q dS */
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, scale, q, ld, hd, ds, T, TT, 0.0f, dk, held, ld, hd, H,
+                   d);
     }
     if (ds16) dev_free(ds16, (size_t)H * TT * sizeof(uint16_t));
     gemm_input_free(gin, dy, ny);
     gemm_input_free(in, qkv, n);
+    if (held != d) FOR_EACH((long)B * T * ld, round_one, (float *)dqkv, d); /* the CPU's slots */
 }
 
 /* attention_forward, attention_backward: the GEMMs on a GPU, the rows on
@@ -386,8 +398,9 @@ static void attention_forward(void *y, float *att, const float *qkv, int B, int 
                               Dtype d) {
     attention_forward_gemm(y, att, qkv, B, T, D, H, d);
 }
-/* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
-static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
+/* dqkv (B, T, 3D) = the gradient of q, k, v, held as a matmul's input;
+ * datt (B, H, T, T) is scratch */
+static void attention_backward(void *dqkv, float *datt, const float *dy, const float *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
     attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
 }
@@ -396,10 +409,12 @@ static void attention_forward(void *y, float *att, const float *qkv, int B, int 
                               Dtype d) { /* the rows write fp32 slots: the CPU's gemm_dtype */
     FOR_EACH((long)B * H * T, attention_forward_row, (float *)y, att, qkv, T, D, H, d);
 }
-/* dqkv (B, T, 3D) += the gradient of q, k, v; datt (B, H, T, T) is scratch */
-static void attention_backward(float *dqkv, float *datt, const float *dy, const float *qkv,
+/* dqkv (B, T, 3D) = the gradient of q, k, v (fp32 slots: the CPU's
+ * gemm_dtype); datt (B, H, T, T) is scratch */
+static void attention_backward(void *dqkv, float *datt, const float *dy, const float *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
-    FOR_EACH((long)B * H * T, attention_backward_query, dqkv, datt, dy, qkv, att, T, D, H, d);
-    FOR_EACH((long)B * H * T, attention_backward_key, dqkv, datt, dy, qkv, att, T, D, H);
+    float *g = (float *)dqkv;
+    FOR_EACH((long)B * H * T, attention_backward_query, g, datt, dy, qkv, att, T, D, H, d);
+    FOR_EACH((long)B * H * T, attention_backward_key, g, datt, dy, qkv, att, T, D, H, d);
 }
 #endif

@@ -10,7 +10,8 @@
  * scratch the backward pass flows through. B is this rank's batch. A
  * Linear layer's input (void *) is held as the matmuls read it, in
  * backend.gemm_dtype: packed 16-bit values on a GPU with 16-bit
- * parameters (kernels/layers.h); a slice of it is element_at's. */
+ * parameters (kernels/layers.h); a slice of it is element_at's. So is the
+ * output gradient of a Linear that a GELU or attention writes. */
 typedef struct {
     unsigned char *tokens;    /* (B, T) context bytes */
     int *targets;             /* (B) the byte that follows */
@@ -26,7 +27,8 @@ typedef struct {
     float *logits, *probs;    /* (B, V); backward turns probs into the logits' gradient */
     float *losses;            /* (B) each sample's loss */
     float *d_nf, *d_h, *d_ln; /* (B, D) */
-    float *d_act, *d_fc1;     /* (B, 4D) */
+    float *d_act;             /* (B, 4D) */
+    void *d_fc1;              /* (B, 4D) fc1's output gradient (GELU's backward writes it) */
     float *d_emb;             /* (B, T*C)                                      */
 } Activations;
 
@@ -51,7 +53,8 @@ typedef struct {
     float *losses;                /* (BT) */
     float *proj;                  /* (BT, D) a projection's output before it joins the stream */
     float *d_res, *d_x, *d_atty;  /* (BT, D) */
-    float *d_qkv;                 /* (BT, 3D) */
+    void *d_qkv;                  /* (BT, 3D) c_attn's output gradient (attention's backward) */
     float *d_att;                 /* (B, H, T, T) */
-    float *d_fc, *d_fc_gelu;      /* (BT, 4D) */
+    void *d_fc;                   /* (BT, 4D) c_fc's output gradient (GELU's backward) */
+    float *d_fc_gelu;             /* (BT, 4D) */
 } Gpt2Activations;

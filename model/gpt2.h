@@ -50,9 +50,9 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->d_res = activation(l, c, BT * D);
     a->d_x = activation(l, c, BT * D);
     a->d_atty = activation(l, c, BT * D);
-    a->d_qkv = activation(l, c, BT * 3 * D);
+    a->d_qkv = matmul_input(l, c, BT * 3 * D);
     a->d_att = activation_fp32(l, att);
-    a->d_fc = activation(l, c, BT * 4 * D);
+    a->d_fc = matmul_input(l, c, BT * 4 * D);
     a->d_fc_gelu = activation(l, c, BT * 4 * D);
 }
 
@@ -185,12 +185,14 @@ static float gpt2_forward(Trainer *t) {
 }
 
 /* A Linear module's backward between its hooks: dinp (zeroed first) gets
- * dout @ W, and its weight and bias gradients add dout's share */
-static void gpt2_linear_backward(Trainer *t, int module, float *dinp, const float *dout,
+ * dout @ W, and its weight and bias gradients add dout's share. dout is
+ * held in dh: fp32, or as a matmul's input where a GELU or attention
+ * wrote it (kernels/layers.h). */
+static void gpt2_linear_backward(Trainer *t, int module, float *dinp, const void *dout, Dtype dh,
                                  const void *inp, long BT, int I, int O) {
     module_pre_backward(t, module);
     zero(dinp, BT * I);
-    linear_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, inp,
+    linear_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, dh, inp,
                     weight_of(t, module), (int)BT, I, O);
     lowp(t, dinp, BT * I);
     module_post_backward(t, module);
@@ -226,24 +228,22 @@ static void gpt2_block_backward(Trainer *t, int l) {
     Gpt2Saved s = gpt2_saved(t, l);
     /* the MLP branch: c_proj, GELU, c_fc, then ln_2 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_MLP));
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, a->d_res, s.fc_gelu,
-                         BT, 4 * D, D);
-    zero(a->d_fc, BT * 4 * D);
-    gelu_tanh_backward(a->d_fc, a->d_fc_gelu, s.fc, BT * 4 * D);
-    lowp(t, a->d_fc, BT * 4 * D);
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, a->d_fc, s.ln2, BT, D, 4 * D);
+    Dtype held = backend.gemm_dtype; /* d_fc's and d_qkv's */
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, a->d_res, DTYPE_FP32,
+                         s.fc_gelu, BT, 4 * D, D);
+    gelu_tanh_backward(a->d_fc, a->d_fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, a->d_fc, held, s.ln2, BT, D,
+                         4 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_MLP));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_2), a->d_res, a->d_x, s.res_mid,
                             s.ln2_mean, s.ln2_rstd, BT);
     /* the attention branch: c_proj, attention, c_attn, then ln_1 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_ATTN));
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, a->d_res, s.atty, BT,
-                         D, D);
-    zero(a->d_qkv, BT * 3 * D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, a->d_res, DTYPE_FP32,
+                         s.atty, BT, D, D);
     attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head,
                        c->param_dtype);
-    lowp(t, a->d_qkv, BT * 3 * D);
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, a->d_qkv, s.ln1, BT, D,
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, a->d_qkv, held, s.ln1, BT, D,
                          3 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_ATTN));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_1), a->d_res, a->d_x,
@@ -266,7 +266,7 @@ static void gpt2_backward(Trainer *t) {
     lowp(t, d_logits, BT * V);
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
     zero(a->d_x, BT * D);
-    linear_backward(a->d_x, dweight_of(t, m->wte), NULL, d_logits, a->lnf,
+    linear_backward(a->d_x, dweight_of(t, m->wte), NULL, d_logits, DTYPE_FP32, a->lnf,
                     weight_of(t, m->wte), (int)BT, D, V);
     lowp(t, a->d_x, BT * D);
     module_post_backward(t, m->lm_head);

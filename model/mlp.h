@@ -25,7 +25,8 @@ static float *activation(Ledger *l, const Config *c, long count) {
 static float *activation_fp32(Ledger *l, long count) {
     return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, DTYPE_FP32, "activations");
 }
-/* A Linear layer's input, which only its matmuls read: held in their
+/* A Linear layer's input, which only its matmuls read (or an output
+ * gradient only its matmuls and bias gradient read): held in their
  * format, backend.gemm_dtype (kernels/layers.h), booked in param_dtype. On
  * a GPU with 16-bit parameters that is 2 bytes a value, as booked; on the
  * CPU float slots. */
@@ -57,7 +58,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->d_h = activation(l, c, B * D);
     a->d_ln = activation(l, c, B * D);
     a->d_act = activation(l, c, B * 4 * D);
-    a->d_fc1 = activation(l, c, B * 4 * D);
+    a->d_fc1 = matmul_input(l, c, B * 4 * D);
     a->d_emb = activation(l, c, B * T * C);
 }
 
@@ -203,8 +204,8 @@ static void model_backward(Trainer *t) {
     lowp(t, d_logits, (long)B * V);
     module_pre_backward(t, m->head);
     zero(a->d_nf, BD);
-    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), d_logits, a->nf,
-                    weight_of(t, m->head), B, D, V);
+    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), d_logits, DTYPE_FP32,
+                    a->nf, weight_of(t, m->head), B, D, V);
     lowp(t, a->d_nf, BD);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
@@ -227,16 +228,15 @@ static void model_backward(Trainer *t) {
         zero(a->d_act, BF);
         module_pre_backward(t, m->block_fc2[l]);
         linear_backward(a->d_act, dweight_of(t, m->block_fc2[l]), dbias_of(t, m->block_fc2[l]),
-                        a->d_h, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
+                        a->d_h, DTYPE_FP32, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
         lowp(t, a->d_act, BF);
         module_post_backward(t, m->block_fc2[l]);
-        zero(a->d_fc1, BF);
-        gelu_backward(a->d_fc1, a->d_act, fc1, BF);
-        lowp(t, a->d_fc1, BF);
+        gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
         zero(a->d_ln, BD);
         module_pre_backward(t, m->block_fc1[l]);
         linear_backward(a->d_ln, dweight_of(t, m->block_fc1[l]), dbias_of(t, m->block_fc1[l]),
-                        a->d_fc1, ln, weight_of(t, m->block_fc1[l]), B, D, 4 * D);
+                        a->d_fc1, backend.gemm_dtype, ln, weight_of(t, m->block_fc1[l]), B, D,
+                        4 * D);
         lowp(t, a->d_ln, BD);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
@@ -251,8 +251,8 @@ static void model_backward(Trainer *t) {
 
     module_pre_backward(t, m->proj_in);
     zero(a->d_emb, (long)B * T * C);
-    linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h, a->x_emb,
-                    weight_of(t, m->proj_in), B, T * C, D);
+    linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h,
+                    DTYPE_FP32, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
     lowp(t, a->d_emb, (long)B * T * C);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);

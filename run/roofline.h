@@ -20,12 +20,14 @@
  *   bf16 GEMM  the GPU build with --param-dtype bf16: GEMMs on the tensor
  *              cores (kernels/layers.h's gemm). Stored in 16 bits (2
  *              bytes): a Linear layer's input, written so by the layer
- *              before it and read so by both its GEMMs, and attention's
- *              B*H*T^2 probabilities P and their gradient dS (kernels/
- *              transformer.h's attention_forward_gemm). Every other value
- *              in an fp32 slot (4 bytes), and a GEMM's other inputs (the
- *              weights, the output's gradient, q, k, v) packed to 16 bits
- *              on the way (read 4, written 2, read 2 by the GEMM);
+ *              before it and read so by both its GEMMs, the output
+ *              gradient a GELU or attention writes for c_fc, fc1 or
+ *              c_attn, and attention's B*H*T^2 probabilities P and their
+ *              gradient dS (kernels/transformer.h's attention_forward_
+ *              gemm). Every other value in an fp32 slot (4 bytes), and a
+ *              GEMM's other inputs (the weights, the other output
+ *              gradients, q, k, v) packed to 16 bits on the way (read 4,
+ *              written 2, read 2 by the GEMM);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
@@ -95,15 +97,17 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
 
 /* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
  * (the input's gradient, the weight's) and its bias gradient (a column
- * sum of the output's gradient). */
-static void roof_linear(Roofline *r, double R, double in, double out, int backward) {
+ * sum of the output's gradient; `held`: that gradient is in 16 bits, as
+ * a GELU or attention writes it). */
+static void roof_linear(Roofline *r, double R, double in, double out, int backward, int held) {
     if (!backward) {
         roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in);
         return;
     }
-    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, 0.0);
-    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in);
-    roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out);
+    double dout = held ? R * out : 0.0;
+    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, dout);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + dout);
+    r->k[roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out)].stored16 += dout;
 }
 
 /* LayerNorm over R rows of D: forward reads x and writes y (a Linear's
@@ -143,8 +147,8 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
     } else {
         int i = roof_add(r, "attention GEMMs (QK^T, PV)", 1, 4.0 * qk, 4.0 * scores + 8.0 * BTD,
                          0);
-        r->k[i].written += scores + 3.0 * BTD; /* dP, dV, dQ, dK */
-        r->k[i].stored16 += 3.0 * scores;      /* P read by dV, dS by dQ and dK */
+        r->k[i].written += scores;                     /* dP */
+        r->k[i].stored16 += 3.0 * scores + 3.0 * BTD; /* P, dS read; dV, dQ, dK: c_attn's */
         i = roof_add(r, "attention softmax", 0, 4.0 * scores, 3.0 * scores, 0.0);
         r->k[i].stored16 += 2.0 * scores; /* P read, dS written */
     }
@@ -154,14 +158,15 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
 static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward) {
     double T = c->context, D = c->width, BT = B * T;
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 3 * D, backward); /* c_attn */
+    roof_linear(r, BT, D, 3 * D, backward, 1); /* c_attn */
     roof_attention(r, B, T, D, c->n_head, backward);
-    roof_linear(r, BT, D, D, backward); /* attn.c_proj */
+    roof_linear(r, BT, D, D, backward, 0); /* attn.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 4 * D, backward); /* c_fc */
-    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0, !backward);
-    roof_linear(r, BT, 4 * D, D, backward); /* mlp.c_proj */
+    roof_linear(r, BT, D, 4 * D, backward, 1); /* c_fc */
+    /* writes c_proj's input forward, c_fc's output gradient backward */
+    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0, 1);
+    roof_linear(r, BT, 4 * D, D, backward, 0); /* mlp.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
 }
 
@@ -169,9 +174,9 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
 static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward) {
     double W = c->width;
     roof_layernorm(r, B, W, backward);
-    roof_linear(r, B, W, 4 * W, backward); /* fc1 */
-    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0, !backward);
-    roof_linear(r, B, 4 * W, W, backward); /* fc2 */
+    roof_linear(r, B, W, 4 * W, backward, 1); /* fc1 */
+    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0, 1);
+    roof_linear(r, B, 4 * W, W, backward, 0); /* fc2 */
     roof_elementwise(r, "residual adds", B * W, 2, 1.0, 0);
 }
 
@@ -190,20 +195,20 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     double E = R * T * c->embed_dim;                                 /* the MLP's proj_in input */
     if (gpt2) roof_add(r, "embeddings", 0, R * D, 3.0 * R * D, 0.0); /* wte + wpe */
     else r->k[roof_add(r, "embeddings", 0, 0.0, 2.0 * E, 0.0)].stored16 += E;
-    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0); /* proj_in */
+    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0, 0); /* proj_in */
     for (int f = 0; f < forwards; f++)
         for (int l = 0; l < c->depth; l++)
             if (gpt2) roof_gpt2_block(r, c, B, 0);
             else roof_mlp_block(r, c, B, 0);
     roof_layernorm(r, R, D, 0); /* ln_f, norm_f */
-    roof_linear(r, R, D, V, 0); /* lm_head, head */
+    roof_linear(r, R, D, V, 0, 0); /* lm_head, head */
     roof_cross_entropy(r, R, V);
-    roof_linear(r, R, D, V, 1);
+    roof_linear(r, R, D, V, 1, 0);
     roof_layernorm(r, R, D, 1);
     for (int l = 0; l < c->depth; l++)
         if (gpt2) roof_gpt2_block(r, c, B, 1);
         else roof_mlp_block(r, c, B, 1);
-    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1);
+    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1, 0);
     /* the embeddings' gradient: each row added into its token's (fp32) */
     roof_add(r, "embeddings", 0, R * D, R * D, 2.0 * R * D);
 }

@@ -91,7 +91,7 @@ static void test_linear(void) {
     float in[GB * GI], w[GO * GI], b[GO], out[GB * GO], r[GB * GO];
     float din[GB * GI] = {0}, dw[GO * GI] = {0}, db[GO] = {0};
     fill(in, GB * GI, 1); fill(w, GO * GI, 2); fill(b, GO, 3); fill(r, GB * GO, 4);
-    linear_backward(din, dw, db, r, in, w, GB, GI, GO);
+    linear_backward(din, dw, db, r, DTYPE_FP32, in, w, GB, GI, GO);
     LinearCtx ctx = {out, in, w, b};
     GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GO * GI, GO}, {"input", "weight", "bias"}, 3, out, r, GB * GO, linear_case, &ctx};
     gradcheck(&g, "linear");
@@ -118,7 +118,7 @@ static void test_gelu(void) {
     float in[GB * GI], out[GB * GI], r[GB * GI], din[GB * GI] = {0};
     fill(in, GB * GI, 9); fill(r, GB * GI, 10);
     for (int i = 0; i < GB * GI; i++) in[i] *= 3.0f; /* cover the curved part */
-    gelu_backward(din, r, in, GB * GI);
+    gelu_backward(din, r, in, GB * GI, DTYPE_FP32);
     GeluCtx ctx = {out, in};
     GradCase g = {{in}, {din}, {GB * GI}, {"input"}, 1, out, r, GB * GI, gelu_case, &ctx};
     gradcheck(&g, "gelu");
@@ -220,7 +220,7 @@ static void test_gelu_tanh(void) {
     float in[GB * GI], out[GB * GI], r[GB * GI], din[GB * GI] = {0};
     fill(in, GB * GI, 20); fill(r, GB * GI, 21);
     for (int i = 0; i < GB * GI; i++) in[i] *= 3.0f;
-    gelu_tanh_backward(din, r, in, GB * GI);
+    gelu_tanh_backward(din, r, in, GB * GI, DTYPE_FP32);
     GeluTanhCtx ctx = {out, in};
     GradCase g = {{in}, {din}, {GB * GI}, {"input"}, 1, out, r, GB * GI, gelu_tanh_case, &ctx};
     gradcheck(&g, "gelu_tanh");
@@ -298,10 +298,13 @@ static void test_attention16(void) {
 /* A Linear layer's input held in 16 bits (kernels/layers.h): with
  * backend.gemm_dtype bf16, as on a GPU with bf16 parameters, each layer
  * that writes one (LayerNorm, GELU, gelu_new, the byte embedding,
- * attention's y) writes packed bf16, and it must be, bit for bit, the
- * CPU's fp32 slots (gemm_dtype fp32) rounded to bf16; gemm_input packs a
- * float-slot operand and passes a held one through. A producer that wrote
- * floats into the packed buffer, or forgot to round, fails. */
+ * attention's y; in backward GELU's, gelu_new's and attention's input
+ * gradients, a Linear's output gradient) writes packed bf16, and it must
+ * be, bit for bit, the CPU's fp32 slots (gemm_dtype fp32) rounded to
+ * bf16; gemm_input packs a float-slot operand and passes a held one
+ * through, and a bias gradient reads a held one as the same numbers. A
+ * producer that wrote floats into the packed buffer, or forgot to round,
+ * fails. */
 static int packed_equal(const uint16_t *packed, const float *slots, long n) {
     int rounded = 1, equal = 1;
     for (long i = 0; i < n; i++) {
@@ -313,15 +316,20 @@ static int packed_equal(const uint16_t *packed, const float *slots, long n) {
 static void test_matmul_inputs16(void) {
     enum { NQ = AB * AT * 3 * AD, NY = AB * AT * AD, NA = AB * AH * AT * AT, N = GB * GI };
     const Dtype d = DTYPE_BF16;
-    static float in[N], w[GI], b[GI], slots[NY], mean[GB], rstd[GB], qkv[NQ], att[NA];
-    static uint16_t packed[NY];
+    static float in[N], w[GI], b[GI], slots[NQ], mean[GB], rstd[GB], qkv[NQ], att[NA], dy[NY],
+        datt[NA];
+    static uint16_t packed[NQ];
     static const unsigned char tok[GB * ET] = {1, 5, 0, 2, 2, 4, 3, 0, 5};
     static float emb[EV * EC];
     fill(in, N, 30); fill(w, GI, 31); fill(b, GI, 32); fill(qkv, NQ, 33); fill(emb, EV * EC, 34);
+    fill(dy, NY, 35);
     for (int i = 0; i < EV * EC; i++) emb[i] = round_to(emb[i], d); /* a parameter: bf16 */
-    const char *names[] = {"layernorm", "gelu", "gelu_new", "embedding", "attention's y"};
-    long count[] = {N, N, N, GB * ET * EC, NY};
-    for (int k = 0; k < 5; k++) {
+    for (int i = 0; i < NQ; i++) qkv[i] = round_to(qkv[i], d);
+    for (int i = 0; i < NY; i++) dy[i] = round_to(dy[i], d);
+    const char *names[] = {"layernorm", "gelu", "gelu_new", "embedding", "attention's y",
+                           "gelu backward", "gelu_new backward", "attention's dqkv"};
+    long count[] = {N, N, N, GB * ET * EC, NY, N, N, NQ};
+    for (int k = 0; k < 8; k++) {
         for (int pass = 0; pass < 2; pass++) {
             backend.gemm_dtype = pass ? d : DTYPE_FP32;
             void *out = pass ? (void *)packed : (void *)slots;
@@ -329,17 +337,25 @@ static void test_matmul_inputs16(void) {
             if (k == 1) gelu_forward(out, in, N, d);
             if (k == 2) gelu_tanh_forward(out, in, N, d);
             if (k == 3) embedding_forward(out, tok, emb, GB, ET, EC);
-            if (k == 4) attention_forward_gemm(out, att, qkv, AB, AT, AD, AH, d);
+            if (k == 4) attention_forward_gemm(out, att, qkv, AB, AT, AD, AH, d); /* P: bf16 */
+            if (k == 5) gelu_backward(out, w, in, N, d);
+            if (k == 6) gelu_tanh_backward(out, w, in, N, d);
+            if (k == 7) attention_backward_gemm(out, datt, dy, qkv, att, AB, AT, AD, AH, d);
         }
         backend.gemm_dtype = DTYPE_FP32;
         char what[96];
         snprintf(what, sizeof(what), "%s held in bf16 == fp32 slots rounded", names[k]);
         check(packed_equal(packed, slots, count[k]), what, "%ld values, bit for bit", count[k]);
     }
-    const void *same = gemm_input(packed, d, NY, d), *made = gemm_input(slots, DTYPE_FP32, NY, d);
-    int ok = same == (const void *)packed && packed_equal((const uint16_t *)made, slots, NY);
-    gemm_input_free(made, slots, NY);
-    check(ok, "gemm_input: a held operand as it is, a float-slot one packed", "%d values", NY);
+    const void *same = gemm_input(packed, d, NQ, d), *made = gemm_input(slots, DTYPE_FP32, NQ, d);
+    int ok = same == (const void *)packed && packed_equal((const uint16_t *)made, slots, NQ);
+    gemm_input_free(made, slots, NQ);
+    check(ok, "gemm_input: a held operand as it is, a float-slot one packed", "%d values", NQ);
+    float db16[3 * AD] = {0}, db32[3 * AD] = {0}; /* c_attn's bias gradient, from dqkv */
+    FOR_EACH(3 * AD, bias_backward_one, db16, packed, AB * AT, 3 * AD, d);
+    FOR_EACH(3 * AD, bias_backward_one, db32, slots, AB * AT, 3 * AD, DTYPE_FP32);
+    check(!memcmp(db16, db32, sizeof(db16)), "bias gradient from a held output gradient",
+          "%d columns of %d rows, bit for bit", 3 * AD, AB * AT);
 }
 
 /* token + position embedding: x[b, t] = wte[token] + wpe[t] */
