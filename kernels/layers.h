@@ -139,7 +139,7 @@ FSDP_HD static inline void embedding_forward_one(long i, void *out, const unsign
  * n, and copied to the device beside the batch. */
 typedef struct {
     int *rows;    /* (BT) the row numbers n, token by token */
-    int *end;     /* (BT) distinct token u's rows are rows[end[u - 1] .. end[u]), from 0 for u = 0 */
+    int *end;     /* (BT) distinct token u's rows: rows[end[u - 1] .. end[u]), from 0 for u 0 */
     int *token;   /* (BT) distinct token u, in increasing order */
     int distinct; /* how many distinct tokens the batch holds (on the host) */
 } TokenRows;

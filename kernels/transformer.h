@@ -375,7 +375,8 @@ static inline void attention_backward_gemm(void *dqkv, float *datt, const float 
                    TT, H, d);
         causal_softmax_backward(ds, dp, p, (long)H * T, T, d);
         /* dv_s = sum_t p_ts dy_t: dV = dY P */
-        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 0.0f, dv, held, ld, hd, H, d);
+        heads_gemm(GEMM_N, GEMM_T, hd, T, T, 1.0f, g, D, hd, p, T, TT, 0.0f, dv, held, ld, hd, H,
+                   d);
         /* dq_t = scale sum_s dscore_ts k_s: dQ = scale K dS^T */
         heads_gemm(GEMM_N, GEMM_N, hd, T, T, scale, k, ld, hd, ds, T, TT, 0.0f, dq, held, ld, hd, H,
                    d);

@@ -244,7 +244,10 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
             }
             tw = fmax(tw, terms);
         }
-        for (int r = 0; r < B; r++) db[o] += dyr[(long)r * O + o], col += fabs(dyr[(long)r * O + o]);
+        for (int r = 0; r < B; r++) {
+            db[o] += dyr[(long)r * O + o];
+            col += fabs(dyr[(long)r * O + o]);
+        }
         tb = fmax(tb, col);
     }
     float *gdy16 = gpu(nd), *gdin = gpu((long)B * I), *gdw = gpu((long)O * I), *gdb = gpu(O);
