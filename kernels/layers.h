@@ -33,7 +33,8 @@ static inline void *element_at(const void *x, long i, Dtype d) {
  * on a GPU, 16-bit values packed two to four bytes, which its producer (a
  * LayerNorm, a GELU, attention, the byte embedding) writes and the tensor
  * cores read as they are: half the bytes kept, and no packing pass in
- * either matmul. The same holds in backward for the output gradient of a
+ * either matmul. The same holds for c_attn's output, which only
+ * attention's matmuls read, and in backward for the output gradient of a
  * Linear whose producer is a GELU or attention (c_fc, fc1, c_attn): only
  * the layer's two matmuls and its bias's column sum read it. The CPU's
  * loops read fp32, so there (gemm_dtype fp32) the same values sit in
@@ -61,10 +62,11 @@ FSDP_HD static inline void gelu_backward_one(long i, void *dinp, const float *do
 }
 FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
 
-/* out row b of (B, O) starts as the bias (or 0 with none: GPT-2's
- * lm_head); the matmul then adds to it */
-FSDP_HD static inline void bias_broadcast_one(long i, float *out, const float *bias, int O) {
-    out[i] = bias ? bias[i % O] : 0.0f;
+/* out row b of (B, O), held in format oh, starts as the bias (or 0 with
+ * none: GPT-2's lm_head); the matmul then adds to it */
+FSDP_HD static inline void bias_broadcast_one(long i, void *out, const float *bias, int O,
+                                              Dtype oh) {
+    store_as(out, i, bias ? bias[i % O] : 0.0f, oh);
 }
 /* dbias[o] += the sum over the B rows of dout (held in format dh), in
  * increasing b */
@@ -425,7 +427,8 @@ static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O
 }
 
 /* ---- the matmul: fp32, or 16-bit on the tensor cores -----------------------
- * C (m, n) += op(A) op(B), column-major as cuBLAS sees it. In fp32,
+ * C (m, n) += op(A) op(B), column-major as cuBLAS sees it, C held in hc
+ * (fp32, or 16 bits: the sum rounded once, as it is written). In fp32,
  * cublasSgemm on the fp32 units (TF32 tensor cores with --tf32). With
  * 16-bit parameters (--param-dtype bf16 or fp16) on the tensor cores with
  * fp32 accumulation and an fp32 result (cublasGemmEx, CUBLAS_COMPUTE_32F),
@@ -439,20 +442,22 @@ static long gemm_span(cublasOperation_t op, int rows, int cols, int ld) {
     return (long)(major - 1) * ld + minor; /* the elements it spans */
 }
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
-                 Dtype ha, int lda, const void *B, Dtype hb, int ldb, float *C, int ldc) {
+                 Dtype ha, int lda, const void *B, Dtype hb, int ldb, void *C, Dtype hc,
+                 int ldc) {
     if (backend.dry) return; /* --plan */
     Dtype d = backend.gemm_dtype;
     const float one = 1.0f;
     if (d == DTYPE_FP32) {
         cublasCheck(cublasSgemm(backend.cublas, ta, tb, m, n, k, &one, (const float *)A, lda,
-                                (const float *)B, ldb, &one, C, ldc));
+                                (const float *)B, ldb, &one, (float *)C, ldc));
         return;
     }
     long na = gemm_span(ta, m, k, lda), nb = gemm_span(tb, k, n, ldb);
     const void *a = gemm_input(A, ha, na, d), *b = gemm_input(B, hb, nb, d);
     cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     cublasCheck(cublasGemmEx(backend.cublas, ta, tb, m, n, k, &one, a, t, lda, b, t, ldb, &one, C,
-                             CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                             hc == DTYPE_FP32 ? CUDA_R_32F : t, ldc, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
     gemm_input_free(a, A, na);
     gemm_input_free(b, B, nb);
 }
@@ -466,22 +471,24 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  * Each accumulates (backward adds into gradients; forward adds to the
  * bias already in out). fp32 unless --tf32 (backend_init), or 16-bit
  * inputs on the tensor cores with 16-bit parameters (gemm, above); inp is
- * a matmul's input, held in backend.gemm_dtype, and dout is held in dh:
- * gemm_dtype too where a GELU or attention wrote it, else fp32. */
-static void linear_forward(float *out, const void *inp, const float *weight, const float *bias,
-                           int B, int I, int O) {
+ * a matmul's input, held in backend.gemm_dtype; out is held in oh: fp32,
+ * or gemm_dtype where only matmuls read it (c_attn's); dout is held in
+ * dh: gemm_dtype too where a GELU or attention wrote it, else fp32. */
+static void linear_forward(void *out, Dtype oh, const void *inp, const float *weight,
+                           const float *bias, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
-    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, DTYPE_FP32, I, inp, held, I, out, O);
+    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O, oh);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, DTYPE_FP32, I, inp, held, I, out, oh, O);
 }
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const void *dout,
                             Dtype dh, const void *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, dh, O, dinp, I);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, dweight, I);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, dh, O, dinp, DTYPE_FP32,
+         I);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, dweight, DTYPE_FP32, I);
     if (dbias) bias_backward(dbias, dout, dh, B, O);
 }
 #else
@@ -551,12 +558,13 @@ static void accumulate(float *dst, const float *coef, long coef_row, long coef_c
  * weights, so a sample's forward gives the same bits on every rank and
  * every batch size. (The panel is scratch in host memory, outside the
  * ledger, as cuBLAS's workspace would be on a GPU.) inp, a matmul's input,
- * is held in fp32 here: the CPU's gemm_dtype. */
-static void linear_forward(float *out, const void *inp, const float *weight, const float *bias,
-                           int B, int I, int O) {
+ * and out are held in fp32 here (the CPU's gemm_dtype, and oh). */
+static void linear_forward(void *out, Dtype oh, const void *inp, const float *weight,
+                           const float *bias, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     const float *x = (const float *)inp;
-    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O);
+    float *y = (float *)out;
+    FOR_EACH((long)B * O, bias_broadcast_one, y, bias, O, oh);
     float *panel =
         (float *)host_malloc((size_t)I * BWD_VEC * sizeof(float), "allocate a matmul panel");
     for (int o0 = 0; o0 < O; o0 += BWD_VEC) {
@@ -566,9 +574,9 @@ static void linear_forward(float *out, const void *inp, const float *weight, con
                 panel[(long)i * BWD_VEC + j] = weight[(long)(o0 + j) * I + i];
         int b = 0;
         for (; w == BWD_VEC && b + BWD_ROWS <= B; b += BWD_ROWS)
-            accumulate_block(out + (long)b * O + o0, O, x + (long)b * I, I, 1, panel, BWD_VEC, I,
+            accumulate_block(y + (long)b * O + o0, O, x + (long)b * I, I, 1, panel, BWD_VEC, I,
                              0);
-        accumulate_rest(out + o0, O, x, I, 1, panel, BWD_VEC, I, b, B, 0, w);
+        accumulate_rest(y + o0, O, x, I, 1, panel, BWD_VEC, I, b, B, 0, w);
     }
     free(panel);
 }

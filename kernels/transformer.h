@@ -322,16 +322,17 @@ static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, c
 #endif
 }
 
-/* y (B, T, D), c_proj's input (a matmul's input: held in gemm_dtype), from
- * qkv (B, T, 3D); P into att (B, H, T, T), format d. (inline: the CPU
- * program trains with the rows; tests/test_units.c calls these) */
-static inline void attention_forward_gemm(void *y, void *att, const float *qkv, int B, int T,
+/* y (B, T, D), c_proj's input, from qkv (B, T, 3D), c_attn's output (both
+ * matmuls' inputs: held in gemm_dtype); P into att (B, H, T, T), format d.
+ * (inline: the CPU program trains with the rows; tests/test_units.c calls
+ * these) */
+static inline void attention_forward_gemm(void *y, void *att, const void *qkv, int B, int T,
                                           int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T, n = (long)B * T * ld;
     Dtype held = backend.gemm_dtype;
-    const void *in = gemm_input(qkv, DTYPE_FP32, n, d);
+    const void *in = gemm_input(qkv, held, n, d);
     float *scores = (float *)gpu_scratch((size_t)H * TT * sizeof(float), "hold the scores");
     for (int b = 0; b < B; b++) {
         const void *q = element_at(in, (long)b * T * ld, d), *k = element_at(q, D, d),
@@ -353,14 +354,14 @@ static inline void attention_forward_gemm(void *y, void *att, const float *qkv, 
  * matmul's input: gemm_dtype); datt (B, H, T, T) fp32 holds dP, and in
  * fp32 dS over it (in 16 bits dS goes to scratch, one sequence at a time) */
 static inline void attention_backward_gemm(void *dqkv, float *datt, const float *dy,
-                                           const float *qkv, const void *att, int B, int T,
+                                           const void *qkv, const void *att, int B, int T,
                                            int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
     int hd = D / H, ld = 3 * D;
     long TT = (long)T * T, n = (long)B * T * ld, ny = (long)B * T * D;
     float scale = 1.0f / sqrtf((float)hd);
     Dtype held = backend.gemm_dtype;
-    const void *in = gemm_input(qkv, DTYPE_FP32, n, d), *gin = gemm_input(dy, DTYPE_FP32, ny, d);
+    const void *in = gemm_input(qkv, held, n, d), *gin = gemm_input(dy, DTYPE_FP32, ny, d);
     void *ds16 = d == DTYPE_FP32 ? NULL : gpu_scratch((size_t)H * TT * sizeof(uint16_t), "hold dS");
     for (int b = 0; b < B; b++) {
         const void *q = element_at(in, (long)b * T * ld, d), *k = element_at(q, D, d),
@@ -395,27 +396,29 @@ static inline void attention_backward_gemm(void *dqkv, float *datt, const float 
  * (d) rounded to format d on the CPU and packed in 16 bits on a GPU; y
  * is c_proj's input, held so too (a matmul's input, kernels/layers.h). */
 #ifdef __CUDACC__
-static void attention_forward(void *y, float *att, const float *qkv, int B, int T, int D, int H,
+static void attention_forward(void *y, float *att, const void *qkv, int B, int T, int D, int H,
                               Dtype d) {
     attention_forward_gemm(y, att, qkv, B, T, D, H, d);
 }
 /* dqkv (B, T, 3D) = the gradient of q, k, v, held as a matmul's input;
  * datt (B, H, T, T) is scratch */
-static void attention_backward(void *dqkv, float *datt, const float *dy, const float *qkv,
+static void attention_backward(void *dqkv, float *datt, const float *dy, const void *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
     attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
 }
 #else
-static void attention_forward(void *y, float *att, const float *qkv, int B, int T, int D, int H,
-                              Dtype d) { /* the rows write fp32 slots: the CPU's gemm_dtype */
-    FOR_EACH((long)B * H * T, attention_forward_row, (float *)y, att, qkv, T, D, H, d);
+static void attention_forward(void *y, float *att, const void *qkv, int B, int T, int D, int H,
+                              Dtype d) { /* the rows use fp32 slots: the CPU's gemm_dtype */
+    FOR_EACH((long)B * H * T, attention_forward_row, (float *)y, att, (const float *)qkv, T, D, H,
+             d);
 }
 /* dqkv (B, T, 3D) = the gradient of q, k, v (fp32 slots: the CPU's
  * gemm_dtype); datt (B, H, T, T) is scratch */
-static void attention_backward(void *dqkv, float *datt, const float *dy, const float *qkv,
+static void attention_backward(void *dqkv, float *datt, const float *dy, const void *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
     float *g = (float *)dqkv;
-    FOR_EACH((long)B * H * T, attention_backward_query, g, datt, dy, qkv, att, T, D, H, d);
-    FOR_EACH((long)B * H * T, attention_backward_key, g, datt, dy, qkv, att, T, D, H, d);
+    const float *x = (const float *)qkv;
+    FOR_EACH((long)B * H * T, attention_backward_query, g, datt, dy, x, att, T, D, H, d);
+    FOR_EACH((long)B * H * T, attention_backward_key, g, datt, dy, x, att, T, D, H, d);
 }
 #endif

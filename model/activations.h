@@ -41,7 +41,7 @@ typedef struct {
     void *ln1, *ln2;              /* (S, BT, D) ln_1, ln_2 outputs: c_attn's, c_fc's input */
     float *ln1_mean, *ln1_rstd;   /* (S, BT) */
     float *ln2_mean, *ln2_rstd;   /* (S, BT) */
-    float *qkv;                   /* (S, BT, 3D) c_attn's output */
+    void *qkv;                    /* (S, BT, 3D) c_attn's output: attention's input */
     float *att;                   /* (S, B, H, T, T) attention probabilities P */
     void *atty;                   /* (S, BT, D) attention output, c_proj's input */
     float *res_mid;               /* (S, BT, D) residual after the attention branch */

@@ -31,7 +31,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->ln1 = matmul_input(l, c, S * BT * D);
     a->ln1_mean = activation_fp32(l, S * BT);
     a->ln1_rstd = activation_fp32(l, S * BT);
-    a->qkv = activation(l, c, S * BT * 3 * D);
+    a->qkv = matmul_input(l, c, S * BT * 3 * D);
     a->att = activation(l, c, S * att); /* P: in param_dtype, as autocast keeps it */
     a->atty = matmul_input(l, c, S * BT * D);
     a->res_mid = activation(l, c, S * BT * D);
@@ -78,8 +78,8 @@ static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micr
  * slot every block shares (--activation-checkpointing). The Linear
  * layers' inputs (void *) are held in backend.gemm_dtype. */
 typedef struct {
-    void *ln1, *atty, *ln2, *fc_gelu;
-    float *ln1_mean, *ln1_rstd, *qkv, *att, *res_mid, *ln2_mean, *ln2_rstd, *fc;
+    void *ln1, *qkv, *atty, *ln2, *fc_gelu;
+    float *ln1_mean, *ln1_rstd, *att, *res_mid, *ln2_mean, *ln2_rstd, *fc;
 } Gpt2Saved;
 
 static Gpt2Saved gpt2_saved(Trainer *t, int l) {
@@ -88,21 +88,23 @@ static Gpt2Saved gpt2_saved(Trainer *t, int l) {
     long k = c->activation_checkpointing ? 0 : l, BT = (long)t->micro_batch * c->context;
     long D = c->width, att = (long)t->micro_batch * c->n_head * c->context * c->context;
     Dtype held = backend.gemm_dtype;
-    Gpt2Saved s = {element_at(a->ln1, k * BT * D, held), element_at(a->atty, k * BT * D, held),
-                   element_at(a->ln2, k * BT * D, held),
+    Gpt2Saved s = {element_at(a->ln1, k * BT * D, held), element_at(a->qkv, k * BT * 3 * D, held),
+                   element_at(a->atty, k * BT * D, held), element_at(a->ln2, k * BT * D, held),
                    element_at(a->fc_gelu, k * BT * 4 * D, held),
-                   a->ln1_mean + k * BT,    a->ln1_rstd + k * BT,    a->qkv + k * BT * 3 * D,
-                   a->att + k * att,        a->res_mid + k * BT * D, a->ln2_mean + k * BT,
-                   a->ln2_rstd + k * BT,    a->fc + k * BT * 4 * D};
+                   a->ln1_mean + k * BT,    a->ln1_rstd + k * BT,    a->att + k * att,
+                   a->res_mid + k * BT * D, a->ln2_mean + k * BT,    a->ln2_rstd + k * BT,
+                   a->fc + k * BT * 4 * D};
     return s;
 }
 
-/* A Linear module's forward between its hooks: out (BT, O) = inp @ W^T + b */
-static void gpt2_linear(Trainer *t, int module, float *out, const void *inp, long BT, int I,
-                        int O) {
+/* A Linear module's forward between its hooks: out (BT, O) = inp @ W^T + b,
+ * held in oh: fp32 slots (rounded here), or as a matmul's input (c_attn's
+ * output, which only attention's matmuls read), rounded as it is written */
+static void gpt2_linear(Trainer *t, int module, void *out, Dtype oh, const void *inp, long BT,
+                        int I, int O) {
     module_pre_forward(t, module);
-    linear_forward(out, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
-    lowp(t, out, BT * O);
+    linear_forward(out, oh, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
+    if (oh == DTYPE_FP32) lowp(t, (float *)out, BT * O);
     module_post_forward(t, module);
 }
 static void gpt2_layernorm(Trainer *t, int module, void *out, float *mean, float *rstd,
@@ -128,16 +130,16 @@ static void gpt2_block_inner(Trainer *t, int l) {
     const float *h = a->res + l * BT * D;
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_1), s.ln1, s.ln1_mean, s.ln1_rstd, h, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_ATTN));
-    gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, s.ln1, BT, D, 3 * D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, backend.gemm_dtype, s.ln1, BT, D, 3 * D);
     attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
-    gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, s.atty, BT, D, D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, DTYPE_FP32, s.atty, BT, D, D);
     module_post_forward(t, gpt2_module(m, l, GPT2_ATTN));
     dev_copy(s.res_mid, h, (size_t)(BT * D) * sizeof(float));
     FOR_EACH(BT * D, add_one, s.res_mid, a->proj); /* the attention's residual connection */
     lowp(t, s.res_mid, BT * D);
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_2), s.ln2, s.ln2_mean, s.ln2_rstd, s.res_mid, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_MLP));
-    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, s.ln2, BT, D, 4 * D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, DTYPE_FP32, s.ln2, BT, D, 4 * D);
     gelu_tanh_forward(s.fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
 }
 
@@ -164,7 +166,8 @@ static float gpt2_forward(Trainer *t) {
         float *h_out = a->res + (l + 1) * BT * D;
         module_pre_forward(t, m->block[l]);
         gpt2_block_inner(t, l);
-        gpt2_linear(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->proj, s.fc_gelu, BT, 4 * D, D);
+        gpt2_linear(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->proj, DTYPE_FP32, s.fc_gelu, BT, 4 * D,
+                    D);
         module_post_forward(t, gpt2_module(m, l, GPT2_MLP));
         dev_copy(h_out, s.res_mid, (size_t)(BT * D) * sizeof(float));
         FOR_EACH(BT * D, add_one, h_out, a->proj); /* the MLP's residual connection */
@@ -176,7 +179,7 @@ static float gpt2_forward(Trainer *t) {
     module_post_forward(t, m->transformer);
 
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
-    linear_forward(a->logits, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
+    linear_forward(a->logits, DTYPE_FP32, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
     lowp(t, a->logits, BT * V);
     module_post_forward(t, m->lm_head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, (int)BT, V);

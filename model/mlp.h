@@ -102,8 +102,8 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
                       c->param_dtype);
     module_post_forward(t, m->block_norm[l]);
     module_pre_forward(t, m->block_fc1[l]);
-    linear_forward(fc1, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B, D,
-                   4 * D);
+    linear_forward(fc1, DTYPE_FP32, ln, weight_of(t, m->block_fc1[l]),
+                   bias_of(t, m->block_fc1[l]), B, D, 4 * D);
     lowp(t, fc1, BF);
     module_post_forward(t, m->block_fc1[l]);
     gelu_forward(element_at(a->act, k * BF, backend.gemm_dtype), fc1, BF, c->param_dtype);
@@ -122,7 +122,8 @@ static float model_forward(Trainer *t) {
     module_post_forward(t, m->embed);
 
     module_pre_forward(t, m->proj_in);
-    linear_forward(a->h, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B, T * C, D);
+    linear_forward(a->h, DTYPE_FP32, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B,
+                   T * C, D);
     lowp(t, a->h, BD);
     module_post_forward(t, m->proj_in);
 
@@ -133,8 +134,8 @@ static float model_forward(Trainer *t) {
         module_pre_forward(t, m->block[l]);
         block_norm_fc1_gelu(t, l);
         module_pre_forward(t, m->block_fc2[l]);
-        linear_forward(h_out, act, weight_of(t, m->block_fc2[l]), bias_of(t, m->block_fc2[l]), B,
-                       4 * D, D);
+        linear_forward(h_out, DTYPE_FP32, act, weight_of(t, m->block_fc2[l]),
+                       bias_of(t, m->block_fc2[l]), B, 4 * D, D);
         lowp(t, h_out, BD);
         module_post_forward(t, m->block_fc2[l]);
         FOR_EACH(BD, add_one, h_out, h_in); /* the residual connection */
@@ -148,7 +149,8 @@ static float model_forward(Trainer *t) {
                       bias_of(t, m->norm_f), B, D, c->param_dtype);
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
-    linear_forward(a->logits, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
+    linear_forward(a->logits, DTYPE_FP32, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D,
+                   V);
     lowp(t, a->logits, (long)B * V); /* the loss then runs in fp32 on them, as logits.float() */
     module_post_forward(t, m->head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);

@@ -19,15 +19,15 @@
  *              tensor core), 4 bytes a value: the GPU build in fp32;
  *   bf16 GEMM  the GPU build with --param-dtype bf16: GEMMs on the tensor
  *              cores (kernels/layers.h's gemm). Stored in 16 bits (2
- *              bytes): a Linear layer's input, written so by the layer
- *              before it and read so by both its GEMMs, the output
- *              gradient a GELU or attention writes for c_fc, fc1 or
- *              c_attn, and attention's B*H*T^2 probabilities P and their
- *              gradient dS (kernels/transformer.h's attention_forward_
- *              gemm). Every other value in an fp32 slot (4 bytes), and a
- *              GEMM's other inputs (the weights, the other output
- *              gradients, q, k, v) packed to 16 bits on the way (read 4,
- *              written 2, read 2 by the GEMM);
+ *              bytes), what only GEMMs read: a Linear layer's input,
+ *              written so by the layer before it and read so by both its
+ *              GEMMs; c_attn's output q, k, v; the output gradient a GELU
+ *              or attention writes for c_fc, fc1 or c_attn; attention's
+ *              B*H*T^2 probabilities P and their gradient dS (kernels/
+ *              transformer.h's attention_forward_gemm). Every other value
+ *              in an fp32 slot (4 bytes), and a GEMM's other inputs (the
+ *              weights, the other output gradients) packed to 16 bits on
+ *              the way (read 4, written 2, read 2 by the GEMM);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
@@ -88,25 +88,29 @@ static int roof_add(Roofline *r, const char *name, int gemm, double flops, doubl
 }
 
 /* C (M x N) = A (M x K) B (K x N): 2MNK flops; A and B read, C written;
- * `held` of A's and B's values are a Linear's input, stored in 16 bits. */
-static void roof_gemm(Roofline *r, const char *name, double M, double N, double K, double held) {
+ * `held` of A's and B's values stored in 16 bits (a matmul's input), and
+ * with c_held C too. */
+static void roof_gemm(Roofline *r, const char *name, double M, double N, double K, double held,
+                      int c_held) {
     int i = roof_add(r, name, 1, 2.0 * M * N * K, M * K + K * N + M * N, 0.0);
-    r->k[i].written += M * N;
-    r->k[i].stored16 += held;
+    r->k[i].written += c_held ? 0.0 : M * N;
+    r->k[i].stored16 += held + (c_held ? M * N : 0.0);
 }
 
 /* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
  * (the input's gradient, the weight's) and its bias gradient (a column
- * sum of the output's gradient; `held`: that gradient is in 16 bits, as
- * a GELU or attention writes it). */
+ * sum of the output's gradient). Its input is in 16 bits; `held`: its
+ * output is too (c_attn's, attention's input) and its output's gradient
+ * (c_attn's, c_fc's, fc1's, written so by attention or GELU): 2, or only
+ * the gradient: 1. */
 static void roof_linear(Roofline *r, double R, double in, double out, int backward, int held) {
     if (!backward) {
-        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in);
+        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in, held == 2);
         return;
     }
     double dout = held ? R * out : 0.0;
-    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, dout);
-    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + dout);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, dout, 0);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + dout, 0);
     r->k[roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out)].stored16 += dout;
 }
 
@@ -140,15 +144,15 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
     if (!backward) {
         int i = roof_add(r, "attention GEMMs (QK^T, PV)", 1, 2.0 * qk, 2.0 * scores + 4.0 * BTD,
                          0);
-        r->k[i].written += scores;         /* the scores */
-        r->k[i].stored16 += scores + BTD; /* P, read by PV; y, c_proj's input */
+        r->k[i].written += scores;               /* the scores */
+        r->k[i].stored16 += scores + 4.0 * BTD; /* P read by PV; q, k, v read; y written */
         i = roof_add(r, "attention softmax", 0, 5.0 * scores, 2.0 * scores, 0.0);
         r->k[i].stored16 += scores; /* P written */
     } else {
         int i = roof_add(r, "attention GEMMs (QK^T, PV)", 1, 4.0 * qk, 4.0 * scores + 8.0 * BTD,
                          0);
         r->k[i].written += scores;                     /* dP */
-        r->k[i].stored16 += 3.0 * scores + 3.0 * BTD; /* P, dS read; dV, dQ, dK: c_attn's */
+        r->k[i].stored16 += 3.0 * scores + 6.0 * BTD; /* P, dS, q, k, v read; dq, dk, dv */
         i = roof_add(r, "attention softmax", 0, 4.0 * scores, 3.0 * scores, 0.0);
         r->k[i].stored16 += 2.0 * scores; /* P read, dS written */
     }
@@ -158,7 +162,7 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
 static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward) {
     double T = c->context, D = c->width, BT = B * T;
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 3 * D, backward, 1); /* c_attn */
+    roof_linear(r, BT, D, 3 * D, backward, 2); /* c_attn */
     roof_attention(r, B, T, D, c->n_head, backward);
     roof_linear(r, BT, D, D, backward, 0); /* attn.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);

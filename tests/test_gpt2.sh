@@ -130,21 +130,23 @@ else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <
 # values. All kernels together are llm.c's count less the few parameters
 # that are not in a GEMM (wpe, LayerNorms, biases): within 1%. Attention's
 # GEMMs with --param-dtype bf16 as built are bound by their bytes: a layer
-# packs q, k, v and y's gradient (read 4, written 2, read 2: 8 bytes a
-# value), writes y, dq, dk and dv in 16 bits (c_proj's input, c_attn's
-# output gradient) and the scores and dP in fp32, and reads P and dS in
-# 16 bits: forward 26 B*T*D + 6 B*H*T^2 bytes, backward 46 B*T*D +
-# 10 B*H*T^2, over 3.35 TB/s. The Linear layers' GEMMs in bf16 as built
-# are bound by bytes too: a layer on R rows, in -> out, reads its input
-# held in 16 bits in forward and for the weight's gradient (2 + 2), packs
-# the weight twice (8 each), writes out, dinp and dweight in fp32 (4), and
-# packs the output's gradient twice (8 each) or, for c_attn and c_fc,
-# whose gradient attention and GELU write in 16 bits, reads it twice (2
-# each): 8 R in + 20 in out + 20 R out bytes, or 8 R out for c_attn, c_fc.
+# reads q, k, v (c_attn's output) in 16 bits forward and backward, packs
+# y's gradient (read 4, written 2, read 2: 8 bytes a value), writes y, dq,
+# dk and dv in 16 bits (c_proj's input, c_attn's output gradient) and the
+# scores and dP in fp32, and reads P and dS in 16 bits: forward 8 B*T*D +
+# 6 B*H*T^2 bytes, backward 28 B*T*D + 10 B*H*T^2, over 3.35 TB/s. The
+# Linear layers' GEMMs in bf16 as built are bound by bytes too: a layer on
+# R rows, in -> out, reads its input held in 16 bits in forward and for
+# the weight's gradient (2 + 2), packs the weight twice (8 each), writes
+# dinp and dweight in fp32 (4) and out in fp32 (4) or, c_attn's, in 16
+# bits (2), and packs the output's gradient twice (8 each) or, for c_attn
+# and c_fc, whose gradient attention and GELU write in 16 bits, reads it
+# twice (2 each): 8 R in + 20 in out + 20 R out bytes; 8 R out for c_fc,
+# 6 R out for c_attn.
 out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 2>&1)
-att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (72 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
+att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (36 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
 mm16=$(awk 'BEGIN { R = 8192; D = 768; V = 50257 # in, out, bytes a value of the output gradient
-  split("768 2304 8 768 768 20 768 3072 8 3072 768 20", p, " ")
+  split("768 2304 6 768 768 20 768 3072 8 3072 768 20", p, " ")
   for (i = 1; i <= 12; i += 3) b += 8 * R * p[i] + 20 * p[i] * p[i + 1] + p[i + 2] * R * p[i + 1]
   printf "%.3f", (12 * b + 8 * R * D + 20 * D * V + 20 * R * V) / 3.35e12 * 1e3 }')
 mm=$(awk 'BEGIN { printf "%.1f", (3 * (24 * 12 * 768 * 768 + 2 * 768 * 50257)) * 8192 / 1e9 }')

@@ -210,6 +210,30 @@ static double linear_reference(float *out, const float *x, const float *w, const
     return worst;
 }
 
+/* c_attn's forward with bf16 parameters: its output, which only
+ * attention's matmuls read, held in bf16 (linear_forward's oh): the bias
+ * (a bf16 parameter) starts each sum in 16 bits, and cuBLAS rounds the
+ * fp32 sum once as it writes it. Against the CPU's sum of the same values,
+ * rounded: the forward's bound, and the one bf16 ulp (2^-8 relative) a
+ * value on a rounding boundary may round the other way by. */
+static void check_linear_held_output(const float *xr, const float *wr, const float *b,
+                                     const float *gx16, const float *gw, int B, int I, int O) {
+    long n = (long)B * O;
+    float *br = (float *)host_malloc((size_t)O * 4, "ref"),
+          *ref = (float *)host_malloc((size_t)n * 4, "ref");
+    for (int o = 0; o < O; o++) br[o] = round_to(b[o], DTYPE_BF16);
+    double terms = linear_reference(ref, xr, wr, br, B, I, O), top = max_abs(ref, n);
+    for (long i = 0; i < n; i++) ref[i] = round_to(ref[i], DTYPE_BF16);
+    float *gbr = device_copy(br, O), *g16 = gpu(n);
+    double us;
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_US(us, linear_forward(g16, DTYPE_BF16, gx16, gw, gbr, B, I, O));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("linear forward, output held in bf16 (c_attn's)", "out", unpacked(g16, n, DTYPE_BF16),
+           ref, n, 4.0 * (I + 1) * U * terms + top / 256.0, us);
+    free(br), free(ref);
+}
+
 /* A Linear layer's backward on the tensor cores, as c_attn's runs with
  * bf16 parameters: its output gradient dy and its input x held in bf16
  * (attention and the LayerNorm wrote them so), the weight packed on the
@@ -282,7 +306,7 @@ static void check_linear(void) {
           *gb = device_copy(b, O), *gdy = device_copy(dy, (long)B * O), *gout = gpu((long)B * O),
           *gdb = gpu(O);
     double us;
-    TIME_US(us, linear_forward(gout, gx, gw, gb, B, I, O));
+    TIME_US(us, linear_forward(gout, DTYPE_FP32, gx, gw, gb, B, I, O));
     expect("linear forward, cuBLAS (512x768 @ 768x2304)", "out", gout, out, (long)B * O,
            2.0 * (I + 1) * U * worst_terms, us);
     /* The same product from bf16 inputs on the tensor cores (what
@@ -299,10 +323,11 @@ static void check_linear(void) {
     backend.gemm_dtype = DTYPE_BF16;
     float *gx16 = gpu((long)B * I); /* x held in bf16, as a LayerNorm writes it */
     FOR_EACH((long)B * I, pack_one, (uint16_t *)gx16, gx, DTYPE_BF16, 1.0f);
-    TIME_US(us, linear_forward(gout, gx16, gw, gb, B, I, O)); /* packs w on the way */
+    TIME_US(us, linear_forward(gout, DTYPE_FP32, gx16, gw, gb, B, I, O)); /* packs w on the way */
     backend.gemm_dtype = DTYPE_FP32;
     expect("linear forward, bf16 tensor cores (cublasGemmEx)", "out", gout, out16, (long)B * O,
            4.0 * (I + 1) * U * terms16, us);
+    check_linear_held_output(xr, wr, b, gx16, gw, B, I, O);
     check_linear_backward16(xr, wr, dy, gx16, gw, B, I, O);
     free(xr), free(wr), free(out16);
     TIME_US(us, bias_backward(gdb, gdy, DTYPE_FP32, B, O));
@@ -501,16 +526,17 @@ static void check_attention16(void) {
     for (long r = 0; r < (long)B * H * T; r++)
         attention_backward_key(r, dq, da, dy, qkv, att, T, D, H, d);
     float *gq = device_copy(qkv, nq), *gdy = device_copy(dy, ny), *gy = gpu(ny), *ga = gpu(na),
-          *gdq = gpu(nq), *gda = gpu(na);
+          *gdq = gpu(nq), *gda = gpu(na), *gq16 = gpu(nq);
+    FOR_EACH(nq, pack_one, (uint16_t *)gq16, gq, d, 1.0f); /* c_attn's output, held in bf16 */
     double us, vmax = max_abs(qkv, nq);
-    backend.gemm_dtype = d; /* as with --param-dtype bf16: y held in bf16 */
-    TIME_US(us, attention_forward(gy, ga, gq, B, T, D, H, d));
+    backend.gemm_dtype = d; /* as with --param-dtype bf16: qkv and y held in bf16 */
+    TIME_US(us, attention_forward(gy, ga, gq16, B, T, D, H, d));
     backend.gemm_dtype = DTYPE_FP32;
     expect("attention forward, bf16 tensor cores (2x1024x768)", "y", unpacked(gy, ny, d), y, ny,
            vmax * (2.0 / 256 + 2.0 * T * U), us);
     double terms = fmax(T * max_abs(da, na) * vmax / 8.0, T * max_abs(dy, ny));
     backend.gemm_dtype = d; /* dqkv written in bf16: c_attn's output gradient, held */
-    TIME_US(us, attention_backward(gdq, gda, gdy, gq, ga, B, T, D, H, d));
+    TIME_US(us, attention_backward(gdq, gda, gdy, gq16, ga, B, T, D, H, d));
     backend.gemm_dtype = DTYPE_FP32;
     /* ... and dqkv's own rounding may flip by one ulp: 2^-8 of max |dqkv| */
     expect("attention backward, bf16 tensor cores", "dqkv", unpacked(gdq, nq, d), dq, nq,
