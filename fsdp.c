@@ -2082,52 +2082,54 @@ FSDP_HD static inline void adamw_one(long i, float *p, float *m, float *v, const
  * 1e-6), when that is below 1. The result is 1-rank clipping, up to the
  * order of the sums. With no_shard each rank holds the whole gradient and
  * needs no communication for it. Sums run in double over blocks of fixed
- * size, one thread each on a GPU, added in order: the same bits every run.
+ * size (sum_squares_blocks, kernels/layers.h), added in order: the same
+ * bits every run.
  * --------------------------------------------------------------------- */
-enum { NORM_BLOCK = 4096 };
 
-FSDP_HD static inline void sum_squares_block(long b, double *partial, const float *x, long n) {
-    double sum = 0.0;
-    for (long i = b * NORM_BLOCK; i < n && i < (b + 1) * NORM_BLOCK; i++)
-        sum += (double)x[i] * x[i];
-    partial[b] = sum;
-}
-
-/* The sum of squares of x[0, n), on the host. x is in the device's memory,
- * or with on_host (--cpu-offload) in the host's, summed there. */
-static double sum_squares(Trainer *t, const float *x, long n, int on_host) {
-    long blocks = ceil_div(n, NORM_BLOCK);
-    if (blocks == 0) return 0.0;
-    if (on_host) {
-        double *part =
-            (double *)host_calloc((size_t)blocks, sizeof(double), "sum the gradient norm");
-        double sum = 0.0;
-        HOST_FOR_EACH(blocks, sum_squares_block, part, x, n);
-        for (long b = 0; b < blocks; b++) sum += part[b];
-        free(part);
-        return sum;
-    }
-    double *partial = (double *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)blocks,
+/* The sum of the squares of the first n[u] elements of each unit's
+ * gradient shard, added unit by unit. The device's partial sums of every
+ * unit go to one buffer, read back at once: one wait for the GPU a step,
+ * not one a unit. An offloaded shard (--cpu-offload) is summed on the
+ * host, into its place among them. */
+static double shards_sum_squares(Trainer *t, const long *n) {
+    long total = 0, at = 0;
+    for (int ui = 0; ui < t->n_units; ui++) total += ceil_div(n[ui], NORM_BLOCK);
+    double *partial = (double *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)total + 1,
                                              sizeof(double), "clip_grad_norm's partial sums");
-    double *host = (double *)host_calloc((size_t)blocks, sizeof(double), "sum the gradient norm");
-    double sum = 0.0;
-    FOR_EACH(blocks, sum_squares_block, partial, x, n);
-    dev_to_host(host, partial, (size_t)blocks * sizeof(double));
-    for (long b = 0; b < blocks; b++) sum += host[b];
+    double *host = (double *)host_calloc((size_t)total + 1, sizeof(double), "sum the squares");
+    for (int ui = 0; ui < t->n_units; ui++) {
+        const Unit *u = &t->units[ui];
+        if (!u->offloaded) sum_squares_blocks(partial + at, u->shard_grad, n[ui]);
+        at += ceil_div(n[ui], NORM_BLOCK);
+    }
+    dev_to_host(host, partial, (size_t)total * sizeof(double)); /* the one wait */
+    double local = 0.0;
+    at = 0;
+    for (int ui = 0; ui < t->n_units; ui++) {
+        long blocks = ceil_div(n[ui], NORM_BLOCK);
+        if (t->units[ui].offloaded)
+            HOST_FOR_EACH(blocks, sum_squares_block, host + at, t->units[ui].shard_grad, n[ui]);
+        double sum = 0.0;
+        for (long b = 0; b < blocks; b++) sum += host[at + b];
+        local += sum;
+        at += blocks;
+    }
     free(host);
     ledger_free(&t->ledger, partial);
-    return sum;
+    return local;
 }
 
 static void clip_grad_norm(Trainer *t, float max_norm) {
-    double local = 0.0;
+    long *real = (long *)host_calloc((size_t)t->n_units, sizeof(long), "clip the gradients");
     for (int ui = 0; ui < t->n_units; ui++) {
-        Unit *u = &t->units[ui];
+        const Unit *u = &t->units[ui];
         long lo = shard_begin(u, t->shard_rank);
         /* this rank's elements before the padding: none of a shard past numel */
-        long real = u->numel - lo < u->shard ? u->numel - lo : u->shard;
-        local += sum_squares(t, u->shard_grad, real > 0 ? real : 0, u->offloaded);
+        long r = u->numel - lo < u->shard ? u->numel - lo : u->shard;
+        real[ui] = r > 0 ? r : 0;
     }
+    double local = shards_sum_squares(t, real);
+    free(real);
     /* the ranks sharing the shards add theirs; hybrid's other nodes hold the same */
     int alone = t->cfg.strategy == STRATEGY_NO_SHARD;
     double total =
@@ -2432,12 +2434,14 @@ static float global_mean_loss(Trainer *t, float local_loss) {
 enum { SCALER_GROWTH_INTERVAL = 2000 };
 
 static int grad_scaler_unscale(Trainer *t) {
-    double local = 0.0;
+    long *n = (long *)host_calloc((size_t)t->n_units, sizeof(long), "unscale the gradients");
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         STATE_FOR_EACH(u->offloaded, u->shard, scale_one, u->shard_grad, 1.0f / t->loss_scale);
-        local += sum_squares(t, u->shard_grad, u->shard, u->offloaded); /* inf/NaN if any is */
+        n[ui] = u->shard;
     }
+    double local = shards_sum_squares(t, n); /* inf or NaN if any element is */
+    free(n);
     t->found_inf_here = !isfinite(local);
     return sum_over_ranks(t, GROUP_WORLD, (float)t->found_inf_here, "the inf/NaN check") == 0.0;
 }

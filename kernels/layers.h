@@ -664,3 +664,51 @@ static float *crossentropy_backward(float *probs, const int *targets, float dlos
     FOR_EACH((long)B * V, crossentropy_backward_one, probs, targets, dloss, V);
     return probs;
 }
+
+/* ---- a sum of squares, in blocks --------------------------------------------
+ * clip_grad_norm's norm and the grad scaler's inf/NaN check (section 9)
+ * sum the squares of a gradient shard: in double, a partial sum for each
+ * block of NORM_BLOCK elements, which the host adds in block order, so the
+ * same bits every run. On the CPU a block is one loop (sum_squares_block,
+ * also --cpu-offload's on the host); on a GPU a warp's: one thread a block
+ * would read 4,096 floats alone and a warp's 32 threads 16 KB apart, where
+ * lane j reads elements j, j + 32, ... of the block (coalesced) and the 32
+ * partial sums meet in the warp's fixed tree of shuffles. */
+enum { NORM_BLOCK = 4096 };
+
+FSDP_HD static inline void sum_squares_block(long b, double *partial, const float *x, long n) {
+    double sum = 0.0;
+    for (long i = b * NORM_BLOCK; i < n && i < (b + 1) * NORM_BLOCK; i++)
+        sum += (double)x[i] * x[i];
+    partial[b] = sum;
+}
+
+#ifdef __CUDACC__
+__device__ static inline double warp_sum_double(double v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__global__ static void sum_squares_warp(double *__restrict__ partial, const float *__restrict__ x,
+                                        long n, long blocks) {
+    long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (b >= blocks) return; /* a whole warp */
+    double sum = 0.0;
+    for (long i = b * NORM_BLOCK + lane; i < n && i < (b + 1) * NORM_BLOCK; i += 32)
+        sum += (double)x[i] * x[i];
+    sum = warp_sum_double(sum);
+    if (lane == 0) partial[b] = sum;
+}
+/* partial[b] = the sum of squares of block b of x[0, n), b < ceil(n / NORM_BLOCK) */
+static void sum_squares_blocks(double *partial, const float *x, long n) {
+    long blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    if (backend.dry || blocks == 0) return;
+    sum_squares_warp<<<warp_blocks(blocks), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
+        partial, x, n, blocks);
+    cudaCheck(cudaGetLastError());
+}
+#else
+static void sum_squares_blocks(double *partial, const float *x, long n) {
+    FOR_EACH((n + NORM_BLOCK - 1) / NORM_BLOCK, sum_squares_block, partial, x, n);
+}
+#endif

@@ -546,6 +546,31 @@ static void check_attention16(void) {
     gpu_free_all();
 }
 
+/* clip_grad_norm's and the scaler's sum of squares, a warp a block of
+ * NORM_BLOCK (sum_squares_blocks) against a thread a block
+ * (sum_squares_block), over a shard that ends inside a block. Both sum
+ * doubles of exact squares, in two orders: at most NORM_BLOCK double
+ * roundings apart, 2^-53 of the block's sum each (all terms >= 0). */
+static void check_sum_squares(void) {
+    const long n = 31L * 1000 * 1000 + 123, blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
+    float *x = host_random(n, 21, 1.0f), *gx = device_copy(x, n);
+    double *ref = (double *)host_calloc((size_t)blocks, 8, "ref"),
+           *got = (double *)host_calloc((size_t)blocks, 8, "ref");
+    for (long b = 0; b < blocks; b++) sum_squares_block(b, ref, x, n);
+    double *gp = (double *)gpu(2 * blocks), us;
+    TIME_US(us, sum_squares_blocks(gp, gx, n));
+    dev_to_host(got, gp, (size_t)blocks * 8);
+    double worst = 0.0;
+    for (long b = 0; b < blocks; b++) worst = fmax(worst, fabs(got[b] - ref[b]) / ref[b]);
+    double tol = NORM_BLOCK * 0x1p-53;
+    int ok = worst <= tol;
+    printf("%s %-46s %-8s max |gpu - cpu| %9.3g  tol %9.3g  %9.1f us\n", ok ? "ok  " : "FAIL",
+           "sum of squares, a warp a block (31M floats)", "relative", worst, tol, us);
+    ok ? passed++ : failed++;
+    free(x), free(ref), free(got);
+    gpu_free_all();
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     Config cfg;
@@ -564,6 +589,7 @@ int main(int argc, char **argv) {
     check_crossentropy();
     check_attention();
     check_attention16();
+    check_sum_squares();
     printf("%d passed, %d failed\n", passed, failed);
     backend_release();
     MPI_Finalize();
