@@ -316,13 +316,13 @@ static int packed_equal(const uint16_t *packed, const float *slots, long n) {
 static void test_matmul_inputs16(void) {
     enum { NQ = AB * AT * 3 * AD, NY = AB * AT * AD, NA = AB * AH * AT * AT, N = GB * GI };
     const Dtype d = DTYPE_BF16;
-    static float in[N], w[GI], b[GI], slots[NQ], mean[GB], rstd[GB], qkv[NQ], att[NA], dy[NY],
-        datt[NA];
+    static float in[N], g[N], w[GI], b[GI], slots[NQ], mean[GB], rstd[GB], qkv[NQ], att[NA],
+        dy[NY], datt[NA];
     static uint16_t packed[NQ], qkv16[NQ]; /* qkv as c_attn's output is held in bf16 */
     static const unsigned char tok[GB * ET] = {1, 5, 0, 2, 2, 4, 3, 0, 5};
     static float emb[EV * EC];
     fill(in, N, 30); fill(w, GI, 31); fill(b, GI, 32); fill(qkv, NQ, 33); fill(emb, EV * EC, 34);
-    fill(dy, NY, 35);
+    fill(dy, NY, 35); fill(g, N, 36);
     for (int i = 0; i < EV * EC; i++) emb[i] = round_to(emb[i], d); /* a parameter: bf16 */
     for (int i = 0; i < NQ; i++) qkv[i] = round_to(qkv[i], d), qkv16[i] = bf16_from_float(qkv[i]);
     for (int i = 0; i < NY; i++) dy[i] = round_to(dy[i], d);
@@ -339,8 +339,8 @@ static void test_matmul_inputs16(void) {
             if (k == 2) gelu_tanh_forward(out, in, N, d);
             if (k == 3) embedding_forward(out, tok, emb, GB, ET, EC);
             if (k == 4) attention_forward_gemm(out, att, x, AB, AT, AD, AH, d); /* P: bf16 */
-            if (k == 5) gelu_backward(out, w, in, N, d);
-            if (k == 6) gelu_tanh_backward(out, w, in, N, d);
+            if (k == 5) gelu_backward(out, g, in, N, d);
+            if (k == 6) gelu_tanh_backward(out, g, in, N, d);
             if (k == 7) attention_backward_gemm(out, datt, dy, x, att, AB, AT, AD, AH, d);
         }
         backend.gemm_dtype = DTYPE_FP32;
