@@ -30,7 +30,7 @@ static inline void *element_at(const void *x, long i, Dtype d) {
  * weight's gradient in backward) and by nothing else: LayerNorm's and
  * GELU's backward read their inputs, not their outputs. So it is held in
  * the format the matmuls read, backend.gemm_dtype: with 16-bit parameters
- * on a GPU, 16-bit values packed two to four bytes, which its producer (a
+ * on a GPU, 16-bit values of two bytes each, which its producer (a
  * LayerNorm, a GELU, attention, the byte embedding) writes and the tensor
  * cores read as they are: half the bytes kept, and no packing pass in
  * either matmul. The same holds for c_attn's output, which only
@@ -130,7 +130,8 @@ FSDP_HD static inline void layernorm_backward_col(long i, float *dweight, float 
 }
 
 /* element i of out (B, T*C), proj_in's input: channel i % C of the
- * embedding of context byte i / C (a parameter, of format d already) */
+ * embedding of context byte i / C (a parameter's value: of param_dtype
+ * already, so held exactly) */
 FSDP_HD static inline void embedding_forward_one(long i, void *out, const unsigned char *tokens,
                                                  const float *weight, int C, Dtype held) {
     store_as(out, i, weight[(long)tokens[i / C] * C + i % C], held);
@@ -431,8 +432,8 @@ static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O
  * (fp32, or 16 bits: the sum rounded once, as it is written). In fp32,
  * cublasSgemm on the fp32 units (TF32 tensor cores with --tf32). With
  * 16-bit parameters (--param-dtype bf16 or fp16) on the tensor cores with
- * fp32 accumulation and an fp32 result (cublasGemmEx, CUBLAS_COMPUTE_32F),
- * as PyTorch's autocast and llm.c multiply: each operand is read as it is
+ * fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), as PyTorch's
+ * autocast and llm.c multiply: each operand is read as it is
  * held (ha, hb), a Linear's input in 16 bits already (above), the weights
  * and the output's gradient as 16-bit values in float slots (section 2),
  * packed on the way into scratch from the pool, as cuBLAS's workspace is.

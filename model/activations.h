@@ -7,11 +7,11 @@
  * ========================================================================== */
 
 /* What the forward pass saves for the backward pass, and the gradient
- * scratch the backward pass flows through. B is this rank's batch. A
- * Linear layer's input (void *) is held as the matmuls read it, in
- * backend.gemm_dtype: packed 16-bit values on a GPU with 16-bit
- * parameters (kernels/layers.h); a slice of it is element_at's. So is the
- * output gradient of a Linear that a GELU or attention writes. */
+ * scratch the backward pass flows through. B is this rank's batch. What
+ * only matmuls read (void *: a Linear layer's input, c_attn's output, the
+ * output gradient a GELU or attention writes) is held as the matmuls read
+ * it, in backend.gemm_dtype: 16-bit values on a GPU with 16-bit
+ * parameters (kernels/layers.h); a slice of it is element_at's. */
 typedef struct {
     unsigned char *tokens;    /* (B, T) context bytes */
     int *targets;             /* (B) the byte that follows */

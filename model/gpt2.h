@@ -75,8 +75,8 @@ static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micr
 }
 
 /* Block l's saved buffers: its own with every block kept, else the one
- * slot every block shares (--activation-checkpointing). The Linear
- * layers' inputs (void *) are held in backend.gemm_dtype. */
+ * slot every block shares (--activation-checkpointing). What only
+ * matmuls read (void *) is held in backend.gemm_dtype. */
 typedef struct {
     void *ln1, *qkv, *atty, *ln2, *fc_gelu;
     float *ln1_mean, *ln1_rstd, *att, *res_mid, *ln2_mean, *ln2_rstd, *fc;
