@@ -34,9 +34,10 @@ static inline void *element_at(const void *x, long i, Dtype d) {
  * LayerNorm, a GELU, attention, the byte embedding) writes and the tensor
  * cores read as they are: half the bytes kept, and no packing pass in
  * either matmul. The same holds for c_attn's output, which only
- * attention's matmuls read, and in backward for the output gradient of a
- * Linear whose producer is a GELU or attention (c_fc, fc1, c_attn): only
- * the layer's two matmuls and its bias's column sum read it. The CPU's
+ * attention's matmuls read, for the logits, which no kernel but the loss
+ * reads (crossentropy_forward), and in backward for the output gradient
+ * of a Linear whose producer is a GELU or attention (c_fc, fc1, c_attn):
+ * only the layer's two matmuls and its bias's column sum read it. The CPU's
  * loops read fp32, so there (gemm_dtype fp32) the same values sit in
  * float slots. Either way the producer rounds what it writes to format
  * d, the parameters' (store_matmul_input), and writes it whole: nothing
@@ -194,16 +195,16 @@ FSDP_HD static inline void embedding_backward_one(long i, float *dweight, const 
     *w = sum;
 }
 
-/* Softmax of row b into probs, and the row's loss -log p[target] */
+/* Softmax of row b into probs, and the row's loss -log p[target]; the
+ * logits held in format lh (fp32, or 16 bits: only this reads them) */
 FSDP_HD static inline void crossentropy_forward_row(long b, float *probs, float *losses,
-                                                    const float *logits, const int *targets,
-                                                    int V) {
-    const float *z = logits + b * V;
+                                                    const void *logits, const int *targets,
+                                                    int V, Dtype lh) {
     float *p = probs + b * V;
-    float zmax = z[0], sum = 0.0f;
-    for (int v = 1; v < V; v++) zmax = z[v] > zmax ? z[v] : zmax;
+    float zmax = load_as(logits, b * V, lh), sum = 0.0f;
+    for (int v = 1; v < V; v++) zmax = fmaxf(zmax, load_as(logits, b * V + v, lh));
     for (int v = 0; v < V; v++) {
-        p[v] = expf(z[v] - zmax);
+        p[v] = expf(load_as(logits, b * V + v, lh) - zmax);
         sum += p[v];
     }
     for (int v = 0; v < V; v++) p[v] /= sum;
@@ -322,16 +323,16 @@ __device__ static inline float warp_max(float v) {
  * V = 50257 floats alone, the 32 threads of a warp V apart. */
 __global__ static void crossentropy_forward_warp(float *__restrict__ probs,
                                                  float *__restrict__ losses,
-                                                 const float *__restrict__ logits,
-                                                 const int *__restrict__ targets, int B, int V) {
+                                                 const void *__restrict__ logits,
+                                                 const int *__restrict__ targets, int B, int V,
+                                                 Dtype lh) {
     long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (b >= B) return;
-    const float *z = logits + b * V;
     float *p = probs + b * V, zmax = -INFINITY, sum = 0.0f;
-    for (int v = lane; v < V; v += 32) zmax = fmaxf(zmax, z[v]);
+    for (int v = lane; v < V; v += 32) zmax = fmaxf(zmax, load_as(logits, b * V + v, lh));
     zmax = warp_max(zmax);
-    for (int v = lane; v < V; v += 32) sum += p[v] = expf(z[v] - zmax);
+    for (int v = lane; v < V; v += 32) sum += p[v] = expf(load_as(logits, b * V + v, lh) - zmax);
     sum = warp_sum(sum);
     for (int v = lane; v < V; v += 32) p[v] /= sum;
     __syncwarp(); /* lane 0 reads the target's probability another lane wrote */
@@ -637,17 +638,21 @@ static void embedding_forward(void *out, const unsigned char *tokens, const floa
 /* Softmax cross-entropy, averaged over the B samples: writes probs (B, V)
  * and each sample's loss (B), and returns their mean (summed on the host in
  * sample order, so the same bits on every backend). Its backward, for loss
- * scale `dloss`, is dlogits = (probs - onehot(target)) * dloss. */
-static float crossentropy_forward(float *probs, float *losses, const float *logits,
+ * scale `dloss`, is dlogits = (probs - onehot(target)) * dloss. The logits
+ * (B, V) are held in gemm_dtype: no kernel but this reads them, so on a
+ * GPU with 16-bit parameters the head's GEMM writes them in 16 bits, as
+ * autocast's logits are, and the softmax runs in fp32 (PyTorch's
+ * logits.float()). */
+static float crossentropy_forward(float *probs, float *losses, const void *logits,
                                   const int *targets, int B, int V) {
 #ifdef __CUDACC__
     if (!backend.dry && B > 0) { /* a warp a row (above) */
         crossentropy_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-            probs, losses, logits, targets, B, V);
+            probs, losses, logits, targets, B, V, backend.gemm_dtype);
         cudaCheck(cudaGetLastError());
     }
 #else
-    FOR_EACH(B, crossentropy_forward_row, probs, losses, logits, targets, V);
+    FOR_EACH(B, crossentropy_forward_row, probs, losses, logits, targets, V, backend.gemm_dtype);
 #endif
     float *host =
         (float *)host_calloc(B > 0 ? (size_t)B : 1, sizeof(float), "read the losses back");

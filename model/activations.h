@@ -9,9 +9,10 @@
 /* What the forward pass saves for the backward pass, and the gradient
  * scratch the backward pass flows through. B is this rank's batch. What
  * only matmuls read (void *: a Linear layer's input, c_attn's output, the
- * output gradient a GELU or attention writes) is held as the matmuls read
- * it, in backend.gemm_dtype: 16-bit values on a GPU with 16-bit
- * parameters (kernels/layers.h); a slice of it is element_at's. */
+ * output gradient a GELU or attention writes; and the logits, which no
+ * kernel but the loss reads) is held as the matmuls read it, in
+ * backend.gemm_dtype: 16-bit values on a GPU with 16-bit parameters
+ * (kernels/layers.h); a slice of it is element_at's. */
 typedef struct {
     unsigned char *tokens;    /* (B, T) context bytes */
     int *targets;             /* (B) the byte that follows */
@@ -24,7 +25,8 @@ typedef struct {
     void *act;                /* (L, B, 4D) GELU outputs: fc2's input */
     void *nf;                 /* (B, D) norm_f output: the head's input */
     float *nf_mean, *nf_rstd; /* (B) */
-    float *logits, *probs;    /* (B, V); backward turns probs into the logits' gradient */
+    void *logits;             /* (B, V) the head's output: the loss's input */
+    float *probs;             /* (B, V); backward turns them into the logits' gradient */
     float *losses;            /* (B) each sample's loss */
     float *d_nf, *d_h, *d_ln; /* (B, D) */
     float *d_act;             /* (B, 4D) */
@@ -49,7 +51,8 @@ typedef struct {
     void *fc_gelu;                /* (S, BT, 4D) after GELU: mlp.c_proj's input */
     void *lnf;                    /* (BT, D) ln_f's output: lm_head's input */
     float *lnf_mean, *lnf_rstd;   /* (BT), (BT) */
-    float *logits, *probs;        /* (BT, V); backward turns probs into the logits' gradient */
+    void *logits;                 /* (BT, V) lm_head's output: the loss's input */
+    float *probs;                 /* (BT, V); backward turns them into the logits' gradient */
     float *losses;                /* (BT) */
     float *proj;                  /* (BT, D) a projection's output before it joins the stream */
     float *d_res, *d_x, *d_atty;  /* (BT, D) */

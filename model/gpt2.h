@@ -28,31 +28,31 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     token_rows_alloc(&a->by_token, l, BT);
     a->res = activation(l, c, (c->depth + 1) * BT * D); /* every block's input: the checkpoints */
-    a->ln1 = matmul_input(l, c, S * BT * D);
+    a->ln1 = activation_held(l, c, S * BT * D);
     a->ln1_mean = activation_fp32(l, S * BT);
     a->ln1_rstd = activation_fp32(l, S * BT);
-    a->qkv = matmul_input(l, c, S * BT * 3 * D);
+    a->qkv = activation_held(l, c, S * BT * 3 * D);
     a->att = activation(l, c, S * att); /* P: in param_dtype, as autocast keeps it */
-    a->atty = matmul_input(l, c, S * BT * D);
+    a->atty = activation_held(l, c, S * BT * D);
     a->res_mid = activation(l, c, S * BT * D);
-    a->ln2 = matmul_input(l, c, S * BT * D);
+    a->ln2 = activation_held(l, c, S * BT * D);
     a->ln2_mean = activation_fp32(l, S * BT);
     a->ln2_rstd = activation_fp32(l, S * BT);
     a->fc = activation(l, c, S * BT * 4 * D);
-    a->fc_gelu = matmul_input(l, c, S * BT * 4 * D);
-    a->lnf = matmul_input(l, c, BT * D);
+    a->fc_gelu = activation_held(l, c, S * BT * 4 * D);
+    a->lnf = activation_held(l, c, BT * D);
     a->lnf_mean = activation_fp32(l, BT);
     a->lnf_rstd = activation_fp32(l, BT);
-    a->logits = activation(l, c, BT * V);
+    a->logits = activation_held(l, c, BT * V);
     a->probs = activation_fp32(l, BT * V);
     a->losses = activation_fp32(l, BT);
     a->proj = activation(l, c, BT * D);
     a->d_res = activation(l, c, BT * D);
     a->d_x = activation(l, c, BT * D);
     a->d_atty = activation(l, c, BT * D);
-    a->d_qkv = matmul_input(l, c, BT * 3 * D);
+    a->d_qkv = activation_held(l, c, BT * 3 * D);
     a->d_att = activation_fp32(l, att);
-    a->d_fc = matmul_input(l, c, BT * 4 * D);
+    a->d_fc = activation_held(l, c, BT * 4 * D);
     a->d_fc_gelu = activation(l, c, BT * 4 * D);
 }
 
@@ -179,8 +179,9 @@ static float gpt2_forward(Trainer *t) {
     module_post_forward(t, m->transformer);
 
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
-    linear_forward(a->logits, DTYPE_FP32, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
-    lowp(t, a->logits, BT * V);
+    Dtype held = backend.gemm_dtype; /* the logits': no kernel but the loss reads them */
+    linear_forward(a->logits, held, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
+    if (held == DTYPE_FP32) lowp(t, (float *)a->logits, BT * V);
     module_post_forward(t, m->lm_head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, (int)BT, V);
     module_post_forward(t, m->root);

@@ -25,12 +25,13 @@ static float *activation(Ledger *l, const Config *c, long count) {
 static float *activation_fp32(Ledger *l, long count) {
     return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, DTYPE_FP32, "activations");
 }
-/* A Linear layer's input, which only its matmuls read (or an output
- * gradient only its matmuls and bias gradient read): held in their
- * format, backend.gemm_dtype (kernels/layers.h), booked in param_dtype. On
- * a GPU with 16-bit parameters that is 2 bytes a value, as booked; on the
- * CPU float slots. */
-static void *matmul_input(Ledger *l, const Config *c, long count) {
+/* An activation that only matmuls read (a Linear layer's input, or its
+ * output gradient where only its matmuls and bias gradient read that; or
+ * the logits, which no kernel but the loss reads): held in the matmuls'
+ * format, backend.gemm_dtype (kernels/layers.h), booked in param_dtype.
+ * On a GPU with 16-bit parameters that is 2 bytes a value, as booked; on
+ * the CPU float slots. */
+static void *activation_held(Ledger *l, const Config *c, long count) {
     size_t n = (size_t)count;
     return ledger_book(l, MEM_ACTIVATIONS, n * (size_t)dtype_bytes(backend.gemm_dtype),
                        n * (size_t)dtype_bytes(c->param_dtype), "activations", ON_DEVICE);
@@ -41,24 +42,24 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
     token_rows_alloc(&a->by_token, l, (long)B * T);
-    a->x_emb = matmul_input(l, c, B * T * C);
+    a->x_emb = activation_held(l, c, B * T * C);
     a->h = activation(l, c, (c->depth + 1) * B * D); /* every block's input: the checkpoints */
-    a->ln = matmul_input(l, c, L * B * D);
+    a->ln = activation_held(l, c, L * B * D);
     a->ln_mean = activation_fp32(l, L * B);
     a->ln_rstd = activation_fp32(l, L * B);
     a->fc1 = activation(l, c, L * B * 4 * D);
-    a->act = matmul_input(l, c, L * B * 4 * D);
-    a->nf = matmul_input(l, c, B * D);
+    a->act = activation_held(l, c, L * B * 4 * D);
+    a->nf = activation_held(l, c, B * D);
     a->nf_mean = activation_fp32(l, B);
     a->nf_rstd = activation_fp32(l, B);
-    a->logits = activation(l, c, B * V);
+    a->logits = activation_held(l, c, B * V);
     a->probs = activation_fp32(l, B * V);
     a->losses = activation_fp32(l, B);
     a->d_nf = activation(l, c, B * D);
     a->d_h = activation(l, c, B * D);
     a->d_ln = activation(l, c, B * D);
     a->d_act = activation(l, c, B * 4 * D);
-    a->d_fc1 = matmul_input(l, c, B * 4 * D);
+    a->d_fc1 = activation_held(l, c, B * 4 * D);
     a->d_emb = activation(l, c, B * T * C);
 }
 
@@ -149,9 +150,9 @@ static float model_forward(Trainer *t) {
                       bias_of(t, m->norm_f), B, D, c->param_dtype);
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
-    linear_forward(a->logits, DTYPE_FP32, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D,
-                   V);
-    lowp(t, a->logits, (long)B * V); /* the loss then runs in fp32 on them, as logits.float() */
+    Dtype held = backend.gemm_dtype; /* the logits': no kernel but the loss reads them */
+    linear_forward(a->logits, held, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
+    if (held == DTYPE_FP32) lowp(t, (float *)a->logits, (long)B * V); /* fp32 slots: round */
     module_post_forward(t, m->head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
     module_post_forward(t, m->root);

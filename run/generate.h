@@ -139,6 +139,8 @@ static void sample_print(Trainer *t, const Tokenizer *tk) {
     int *text = (int *)host_calloc((size_t)n + 1, sizeof(int), "generate");
     int *rows = (int *)host_calloc((size_t)B * T, sizeof(int), "generate");
     float *logits = (float *)host_malloc((size_t)V * sizeof(float), "generate");
+    Dtype held = backend.gemm_dtype; /* the logits' format on the device (activations.h) */
+    void *row = host_malloc((size_t)V * (size_t)dtype_bytes(held), "generate");
     text[0] = corpus_token(&t->corpus, 0);
     for (int len = 1; len <= n; len++) {
         int start = len > T ? len - T : 0, used = len - start;
@@ -147,7 +149,9 @@ static void sample_print(Trainer *t, const Tokenizer *tk) {
         dev_from_host(t->gpt.tokens, rows, (size_t)B * T * sizeof(int));
         dev_from_host(t->gpt.targets, rows, (size_t)B * T * sizeof(int));
         trainer_forward_only(t);
-        dev_to_host(logits, t->gpt.logits + (long)(used - 1) * V, (size_t)V * sizeof(float));
+        dev_to_host(row, element_at(t->gpt.logits, (long)(used - 1) * V, held),
+                    (size_t)V * (size_t)dtype_bytes(held));
+        for (int v = 0; v < V; v++) logits[v] = load_as(row, v, held);
         int next = sample_token(logits, V, c->temperature, c->seed, len);
         MPI_Bcast(&next, 1, MPI_INT, 0, t->comm.comm);
         text[len] = next;
@@ -161,4 +165,5 @@ static void sample_print(Trainer *t, const Tokenizer *tk) {
     free(text);
     free(rows);
     free(logits);
+    free(row);
 }

@@ -24,10 +24,11 @@
  *              GEMMs; c_attn's output q, k, v; the output gradient a GELU
  *              or attention writes for c_fc, fc1 or c_attn; attention's
  *              B*H*T^2 probabilities P and their gradient dS (kernels/
- *              transformer.h's attention_forward_gemm). Every other value
- *              in an fp32 slot (4 bytes), and a GEMM's other inputs (the
- *              weights, the other output gradients) packed to 16 bits on
- *              the way (read 4, written 2, read 2 by the GEMM);
+ *              transformer.h's attention_forward_gemm); and the logits,
+ *              which only the loss reads. Every other value in an fp32
+ *              slot (4 bytes), and a GEMM's other inputs (the weights, the
+ *              other output gradients) packed to 16 bits on the way (read
+ *              4, written 2, read 2 by the GEMM);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
@@ -99,16 +100,17 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
 
 /* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
  * (the input's gradient, the weight's) and its bias gradient (a column
- * sum of the output's gradient). Its input is in 16 bits; `held`: its
- * output is too (c_attn's, attention's input) and its output's gradient
- * (c_attn's, c_fc's, fc1's, written so by attention or GELU): 2, or only
- * the gradient: 1. */
+ * sum of the output's gradient). Its input is in 16 bits; `held` says
+ * what else is: its output (HELD_OUT: c_attn's, attention's input; the
+ * logits), its output's gradient (HELD_GRAD: c_attn's, c_fc's, fc1's,
+ * written so by attention or GELU). */
+enum { HELD_OUT = 1, HELD_GRAD = 2 };
 static void roof_linear(Roofline *r, double R, double in, double out, int backward, int held) {
     if (!backward) {
-        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in, held == 2);
+        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in, held & HELD_OUT);
         return;
     }
-    double dout = held ? R * out : 0.0;
+    double dout = held & HELD_GRAD ? R * out : 0.0;
     roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, dout, 0);
     roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + dout, 0);
     r->k[roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out)].stored16 += dout;
@@ -162,12 +164,12 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
 static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward) {
     double T = c->context, D = c->width, BT = B * T;
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 3 * D, backward, 2); /* c_attn */
+    roof_linear(r, BT, D, 3 * D, backward, HELD_OUT | HELD_GRAD); /* c_attn */
     roof_attention(r, B, T, D, c->n_head, backward);
     roof_linear(r, BT, D, D, backward, 0); /* attn.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 4 * D, backward, 1); /* c_fc */
+    roof_linear(r, BT, D, 4 * D, backward, HELD_GRAD); /* c_fc */
     /* writes c_proj's input forward, c_fc's output gradient backward */
     roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0, 1);
     roof_linear(r, BT, 4 * D, D, backward, 0); /* mlp.c_proj */
@@ -178,16 +180,18 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
 static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward) {
     double W = c->width;
     roof_layernorm(r, B, W, backward);
-    roof_linear(r, B, W, 4 * W, backward, 1); /* fc1 */
+    roof_linear(r, B, W, 4 * W, backward, HELD_GRAD); /* fc1 */
     roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0, 1);
     roof_linear(r, B, 4 * W, W, backward, 0); /* fc2 */
     roof_elementwise(r, "residual adds", B * W, 2, 1.0, 0);
 }
 
 /* The loss over R rows of V logits: softmax, log-likelihood and its
- * gradient, with the probabilities kept in fp32 (model/mlp.h, gpt2.h). */
+ * gradient, with the probabilities kept in fp32 (model/mlp.h, gpt2.h); the
+ * logits it reads are in 16 bits, its gradient is written in an fp32 slot. */
 static void roof_cross_entropy(Roofline *r, double R, double V) {
-    roof_add(r, "cross-entropy (softmax over V)", 0, 6.0 * R * V, 2.0 * R * V, 2.0 * R * V);
+    int i = roof_add(r, "cross-entropy (softmax over V)", 0, 6.0 * R * V, 2.0 * R * V, 2.0 * R * V);
+    r->k[i].stored16 += R * V;
 }
 
 /* One micro-batch of B sequences (GPT-2) or samples (the MLP), forward and
@@ -205,7 +209,7 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
             if (gpt2) roof_gpt2_block(r, c, B, 0);
             else roof_mlp_block(r, c, B, 0);
     roof_layernorm(r, R, D, 0); /* ln_f, norm_f */
-    roof_linear(r, R, D, V, 0, 0); /* lm_head, head */
+    roof_linear(r, R, D, V, 0, HELD_OUT); /* lm_head, head */
     roof_cross_entropy(r, R, V);
     roof_linear(r, R, D, V, 1, 0);
     roof_layernorm(r, R, D, 1);

@@ -420,7 +420,8 @@ static void check_crossentropy(void) {
     int *tg = (int *)host_malloc(B * sizeof(int), "targets");
     for (int b = 0; b < B; b++) tg[b] = (int)(rng_u64(7, 16, 0, (uint64_t)b) % V);
     float *pr = (float *)host_calloc((size_t)n, 4, "ref"), *ls = (float *)host_calloc(B, 4, "ref");
-    for (long b = 0; b < B; b++) crossentropy_forward_row(b, pr, ls, z, tg, V);
+    for (long i = 0; i < n; i++) z[i] = round_to(z[i], DTYPE_BF16); /* values lm_head writes */
+    for (long b = 0; b < B; b++) crossentropy_forward_row(b, pr, ls, z, tg, V, DTYPE_FP32);
     float *gz = device_copy(z, n), *gp = gpu(n), *gl = gpu(B);
     int *gt = (int *)gpu(B);
     dev_from_host(gt, tg, B * sizeof(int));
@@ -429,6 +430,17 @@ static void check_crossentropy(void) {
     expect("cross-entropy forward, a warp a row (512 x 50257)", "probs", gp, pr, n,
            rel * max_abs(pr, n), us);
     expect("cross-entropy forward, a warp a row (512 x 50257)", "losses", gl, ls, B,
+           rel + U * max_abs(ls, B), us);
+    /* ... from the same logits held in bf16, as lm_head writes them with
+     * bf16 parameters: the same values, so the same bound */
+    float *gz16 = gpu(n);
+    FOR_EACH(n, pack_one, (uint16_t *)gz16, gz, DTYPE_BF16, 1.0f);
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_US(us, crossentropy_forward(gp, gl, gz16, gt, B, V));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("cross-entropy forward, logits held in bf16", "probs", gp, pr, n, rel * max_abs(pr, n),
+           us);
+    expect("cross-entropy forward, logits held in bf16", "losses", gl, ls, B,
            rel + U * max_abs(ls, B), us);
     free(z), free(tg), free(pr), free(ls);
     gpu_free_all();

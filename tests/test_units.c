@@ -357,6 +357,15 @@ static void test_matmul_inputs16(void) {
     FOR_EACH(3 * AD, bias_backward_one, db32, slots, AB * AT, 3 * AD, DTYPE_FP32);
     check(!memcmp(db16, db32, sizeof(db16)), "bias gradient from a held output gradient",
           "%d columns of %d rows, bit for bit", 3 * AD, AB * AT);
+    /* the loss from held logits (here qkv's values, as AB * AT rows of 3 * AD) */
+    static float p16[NQ], p32[NQ], l16[AB * AT], l32[AB * AT];
+    static const int tg[AB * AT] = {0, 5, 17, 3, 3, 9, 12, 1, 16, 8};
+    backend.gemm_dtype = d;
+    float loss16 = crossentropy_forward(p16, l16, qkv16, tg, AB * AT, 3 * AD);
+    backend.gemm_dtype = DTYPE_FP32;
+    float loss32 = crossentropy_forward(p32, l32, qkv, tg, AB * AT, 3 * AD);
+    check(loss16 == loss32 && !memcmp(p16, p32, sizeof(p16)), "the loss from held logits",
+          "loss %.6f == %.6f, probabilities bit for bit", loss16, loss32);
 }
 
 /* token + position embedding: x[b, t] = wte[token] + wpe[t] */
