@@ -34,8 +34,9 @@ static inline void *element_at(const void *x, long i, Dtype d) {
  * LayerNorm, a GELU, attention, the byte embedding) writes and the tensor
  * cores read as they are: half the bytes kept, and no packing pass in
  * either matmul. The same holds for c_attn's output, which only
- * attention's matmuls read, for the logits, which no kernel but the loss
- * reads (crossentropy_forward), and in backward for the output gradient
+ * attention's matmuls read, for c_fc's and fc1's, which only GELU reads,
+ * for the logits, which no kernel but the loss reads
+ * (crossentropy_forward), and in backward for the output gradient
  * of a Linear whose producer is a GELU or attention (c_fc, fc1, c_attn):
  * only the layer's two matmuls and its bias's column sum read it. The CPU's
  * loops read fp32, so there (gemm_dtype fp32) the same values sit in
@@ -52,14 +53,15 @@ FSDP_HD static inline float gelu_grad(float x) {
     float pdf = 0.39894228f * expf(-0.5f * x * x);
     return cdf + x * pdf;
 }
-FSDP_HD static inline void gelu_forward_one(long i, void *out, const float *inp, Dtype d,
+/* GELU's input (fc1's output) and output (fc2's input) are both held */
+FSDP_HD static inline void gelu_forward_one(long i, void *out, const void *inp, Dtype d,
                                             Dtype held) {
-    store_matmul_input(out, i, gelu(inp[i]), d, held);
+    store_matmul_input(out, i, gelu(load_as(inp, i, held)), d, held);
 }
 /* ... written, not added: fc1's output gradient (held as a matmul's input) */
 FSDP_HD static inline void gelu_backward_one(long i, void *dinp, const float *dout,
-                                             const float *inp, Dtype d, Dtype held) {
-    store_matmul_input(dinp, i, dout[i] * gelu_grad(inp[i]), d, held);
+                                             const void *inp, Dtype d, Dtype held) {
+    store_matmul_input(dinp, i, dout[i] * gelu_grad(load_as(inp, i, held)), d, held);
 }
 FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
 
@@ -611,12 +613,13 @@ static void layernorm_backward(float *dinp, float *dweight, float *dbias, const 
 }
 #endif
 
-/* out = gelu(inp), a matmul's input (rounded to d, held in gemm_dtype) */
-static void gelu_forward(void *out, const float *inp, long n, Dtype d) {
+/* out = gelu(inp), a matmul's input (rounded to d), from fc1's output;
+ * both held in gemm_dtype */
+static void gelu_forward(void *out, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_forward_one, out, inp, d, backend.gemm_dtype);
 }
 /* dinp = dout * gelu'(inp), written (not added), held as a matmul's input */
-static void gelu_backward(void *dinp, const float *dout, const float *inp, long n, Dtype d) {
+static void gelu_backward(void *dinp, const float *dout, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_backward_one, dinp, dout, inp, d, backend.gemm_dtype);
 }
 

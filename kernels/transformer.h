@@ -22,14 +22,15 @@ FSDP_HD static inline float gelu_tanh_grad(float x) {
     float du = GELU_TANH_K * (1.0f + 3.0f * 0.044715f * x * x);
     return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
 }
-FSDP_HD static inline void gelu_tanh_forward_one(long i, void *out, const float *inp, Dtype d,
+/* from c_fc's output to mlp.c_proj's input, both held */
+FSDP_HD static inline void gelu_tanh_forward_one(long i, void *out, const void *inp, Dtype d,
                                                  Dtype held) {
-    store_matmul_input(out, i, gelu_tanh(inp[i]), d, held); /* mlp.c_proj's input */
+    store_matmul_input(out, i, gelu_tanh(load_as(inp, i, held)), d, held);
 }
 /* ... written, not added: c_fc's output gradient (held as a matmul's input) */
 FSDP_HD static inline void gelu_tanh_backward_one(long i, void *dinp, const float *dout,
-                                                  const float *inp, Dtype d, Dtype held) {
-    store_matmul_input(dinp, i, dout[i] * gelu_tanh_grad(inp[i]), d, held);
+                                                  const void *inp, Dtype d, Dtype held) {
+    store_matmul_input(dinp, i, dout[i] * gelu_tanh_grad(load_as(inp, i, held)), d, held);
 }
 
 /* element i of out (B*T, D): channel i % D of token i / D's embedding */
@@ -161,12 +162,13 @@ FSDP_HD static inline void attention_backward_key(long r, float *dqkv, const flo
 
 /* ---- the layers ------------------------------------------------------------- */
 
-/* out = gelu_new(inp), a matmul's input (rounded to d, held in gemm_dtype) */
-static void gelu_tanh_forward(void *out, const float *inp, long n, Dtype d) {
+/* out = gelu_new(inp), a matmul's input (rounded to d), from c_fc's
+ * output; both held in gemm_dtype */
+static void gelu_tanh_forward(void *out, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_tanh_forward_one, out, inp, d, backend.gemm_dtype);
 }
 /* dinp = dout * gelu_new'(inp), written (not added), held as a matmul's input */
-static void gelu_tanh_backward(void *dinp, const float *dout, const float *inp, long n, Dtype d) {
+static void gelu_tanh_backward(void *dinp, const float *dout, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp, d, backend.gemm_dtype);
 }
 /* ---- attention as matmuls: the GPU's formulation ----------------------------

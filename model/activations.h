@@ -9,8 +9,9 @@
 /* What the forward pass saves for the backward pass, and the gradient
  * scratch the backward pass flows through. B is this rank's batch. What
  * only matmuls read (void *: a Linear layer's input, c_attn's output, the
- * output gradient a GELU or attention writes; and the logits, which no
- * kernel but the loss reads) is held as the matmuls read it, in
+ * output gradient a GELU or attention writes; and c_fc's and fc1's output,
+ * which only GELU reads, and the logits, which no kernel but the loss
+ * reads) is held as the matmuls read it, in
  * backend.gemm_dtype: 16-bit values on a GPU with 16-bit parameters
  * (kernels/layers.h); a slice of it is element_at's. */
 typedef struct {
@@ -21,7 +22,7 @@ typedef struct {
     float *h;                 /* (L+1, B, D) residual stream before each block */
     void *ln;                 /* (L, B, D) block norm outputs: fc1's input */
     float *ln_mean, *ln_rstd; /* (L, B) */
-    float *fc1;               /* (L, B, 4D) fc1 outputs, before GELU */
+    void *fc1;                /* (L, B, 4D) fc1 outputs, before GELU: its input */
     void *act;                /* (L, B, 4D) GELU outputs: fc2's input */
     void *nf;                 /* (B, D) norm_f output: the head's input */
     float *nf_mean, *nf_rstd; /* (B) */
@@ -47,7 +48,7 @@ typedef struct {
     float *att;                   /* (S, B, H, T, T) attention probabilities P */
     void *atty;                   /* (S, BT, D) attention output, c_proj's input */
     float *res_mid;               /* (S, BT, D) residual after the attention branch */
-    float *fc;                    /* (S, BT, 4D) c_fc's output */
+    void *fc;                     /* (S, BT, 4D) c_fc's output: GELU's input */
     void *fc_gelu;                /* (S, BT, 4D) after GELU: mlp.c_proj's input */
     void *lnf;                    /* (BT, D) ln_f's output: lm_head's input */
     float *lnf_mean, *lnf_rstd;   /* (BT), (BT) */

@@ -38,7 +38,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->ln2 = activation_held(l, c, S * BT * D);
     a->ln2_mean = activation_fp32(l, S * BT);
     a->ln2_rstd = activation_fp32(l, S * BT);
-    a->fc = activation(l, c, S * BT * 4 * D);
+    a->fc = activation_held(l, c, S * BT * 4 * D);
     a->fc_gelu = activation_held(l, c, S * BT * 4 * D);
     a->lnf = activation_held(l, c, BT * D);
     a->lnf_mean = activation_fp32(l, BT);
@@ -78,8 +78,8 @@ static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micr
  * slot every block shares (--activation-checkpointing). What only
  * matmuls read (void *) is held in backend.gemm_dtype. */
 typedef struct {
-    void *ln1, *qkv, *atty, *ln2, *fc_gelu;
-    float *ln1_mean, *ln1_rstd, *att, *res_mid, *ln2_mean, *ln2_rstd, *fc;
+    void *ln1, *qkv, *atty, *ln2, *fc, *fc_gelu;
+    float *ln1_mean, *ln1_rstd, *att, *res_mid, *ln2_mean, *ln2_rstd;
 } Gpt2Saved;
 
 static Gpt2Saved gpt2_saved(Trainer *t, int l) {
@@ -90,16 +90,17 @@ static Gpt2Saved gpt2_saved(Trainer *t, int l) {
     Dtype held = backend.gemm_dtype;
     Gpt2Saved s = {element_at(a->ln1, k * BT * D, held), element_at(a->qkv, k * BT * 3 * D, held),
                    element_at(a->atty, k * BT * D, held), element_at(a->ln2, k * BT * D, held),
+                   element_at(a->fc, k * BT * 4 * D, held),
                    element_at(a->fc_gelu, k * BT * 4 * D, held),
                    a->ln1_mean + k * BT,    a->ln1_rstd + k * BT,    a->att + k * att,
-                   a->res_mid + k * BT * D, a->ln2_mean + k * BT,    a->ln2_rstd + k * BT,
-                   a->fc + k * BT * 4 * D};
+                   a->res_mid + k * BT * D, a->ln2_mean + k * BT,    a->ln2_rstd + k * BT};
     return s;
 }
 
 /* A Linear module's forward between its hooks: out (BT, O) = inp @ W^T + b,
- * held in oh: fp32 slots (rounded here), or as a matmul's input (c_attn's
- * output, which only attention's matmuls read), rounded as it is written */
+ * held in oh: fp32 slots (rounded here), or in gemm_dtype (c_attn's
+ * output, which only attention's matmuls read; c_fc's, which only GELU
+ * reads), rounded as it is written */
 static void gpt2_linear(Trainer *t, int module, void *out, Dtype oh, const void *inp, long BT,
                         int I, int O) {
     module_pre_forward(t, module);
@@ -139,7 +140,7 @@ static void gpt2_block_inner(Trainer *t, int l) {
     lowp(t, s.res_mid, BT * D);
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_2), s.ln2, s.ln2_mean, s.ln2_rstd, s.res_mid, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_MLP));
-    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, DTYPE_FP32, s.ln2, BT, D, 4 * D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, backend.gemm_dtype, s.ln2, BT, D, 4 * D);
     gelu_tanh_forward(s.fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
 }
 

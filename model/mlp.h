@@ -47,7 +47,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->ln = activation_held(l, c, L * B * D);
     a->ln_mean = activation_fp32(l, L * B);
     a->ln_rstd = activation_fp32(l, L * B);
-    a->fc1 = activation(l, c, L * B * 4 * D);
+    a->fc1 = activation_held(l, c, L * B * 4 * D);
     a->act = activation_held(l, c, L * B * 4 * D);
     a->nf = activation_held(l, c, B * D);
     a->nf_mean = activation_fp32(l, B);
@@ -95,19 +95,19 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     const Config *c = &t->cfg;
     int B = t->micro_batch, D = c->width;
     long k = saved_block(c, l), BD = (long)B * D, BF = 4 * BD;
-    void *ln = element_at(a->ln, k * BD, backend.gemm_dtype);
-    float *fc1 = a->fc1 + k * BF;
+    Dtype held = backend.gemm_dtype;
+    void *ln = element_at(a->ln, k * BD, held), *fc1 = element_at(a->fc1, k * BF, held);
     module_pre_forward(t, m->block_norm[l]);
     layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, a->h + l * BD,
                       weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D,
                       c->param_dtype);
     module_post_forward(t, m->block_norm[l]);
     module_pre_forward(t, m->block_fc1[l]);
-    linear_forward(fc1, DTYPE_FP32, ln, weight_of(t, m->block_fc1[l]),
-                   bias_of(t, m->block_fc1[l]), B, D, 4 * D);
-    lowp(t, fc1, BF);
+    linear_forward(fc1, held, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B,
+                   D, 4 * D);
+    if (held == DTYPE_FP32) lowp(t, (float *)fc1, BF); /* fp32 slots: round */
     module_post_forward(t, m->block_fc1[l]);
-    gelu_forward(element_at(a->act, k * BF, backend.gemm_dtype), fc1, BF, c->param_dtype);
+    gelu_forward(element_at(a->act, k * BF, held), fc1, BF, c->param_dtype);
 }
 
 static float model_forward(Trainer *t) {
@@ -221,8 +221,9 @@ static void model_backward(Trainer *t) {
     module_pre_backward(t, m->blocks);
     for (int l = c->depth - 1; l >= 0; l--) {
         long k = saved_block(c, l);
-        float *h_in = a->h + l * BD, *fc1 = a->fc1 + k * BF;
+        float *h_in = a->h + l * BD;
         const void *ln = element_at(a->ln, k * BD, backend.gemm_dtype),
+                   *fc1 = element_at(a->fc1, k * BF, backend.gemm_dtype),
                    *act = element_at(a->act, k * BF, backend.gemm_dtype);
         module_pre_backward(t, m->block[l]);
         if (c->activation_checkpointing) block_recompute(t, l);

@@ -19,16 +19,17 @@
  *              tensor core), 4 bytes a value: the GPU build in fp32;
  *   bf16 GEMM  the GPU build with --param-dtype bf16: GEMMs on the tensor
  *              cores (kernels/layers.h's gemm). Stored in 16 bits (2
- *              bytes), what only GEMMs read: a Linear layer's input,
- *              written so by the layer before it and read so by both its
- *              GEMMs; c_attn's output q, k, v; the output gradient a GELU
- *              or attention writes for c_fc, fc1 or c_attn; attention's
- *              B*H*T^2 probabilities P and their gradient dS (kernels/
- *              transformer.h's attention_forward_gemm); and the logits,
- *              which only the loss reads. Every other value in an fp32
- *              slot (4 bytes), and a GEMM's other inputs (the weights, the
- *              other output gradients) packed to 16 bits on the way (read
- *              4, written 2, read 2 by the GEMM);
+ *              bytes): a Linear layer's input, written so by the layer
+ *              before it and read so by both its GEMMs; c_attn's output
+ *              q, k, v, which only attention's GEMMs read; c_fc's and
+ *              fc1's output, which only GELU reads; the output gradient a
+ *              GELU or attention writes for c_fc, fc1 or c_attn;
+ *              attention's B*H*T^2 probabilities P and their gradient dS
+ *              (kernels/transformer.h's attention_forward_gemm); and the
+ *              logits, which only the loss reads. Every other value in an
+ *              fp32 slot (4 bytes), and a GEMM's other inputs (the
+ *              weights, the other output gradients) packed to 16 bits on
+ *              the way (read 4, written 2, read 2 by the GEMM);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
@@ -101,9 +102,9 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
 /* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
  * (the input's gradient, the weight's) and its bias gradient (a column
  * sum of the output's gradient). Its input is in 16 bits; `held` says
- * what else is: its output (HELD_OUT: c_attn's, attention's input; the
- * logits), its output's gradient (HELD_GRAD: c_attn's, c_fc's, fc1's,
- * written so by attention or GELU). */
+ * what else is: its output (HELD_OUT: c_attn's, attention's input; c_fc's
+ * and fc1's, GELU's; the logits), its output's gradient (HELD_GRAD:
+ * c_attn's, c_fc's, fc1's, written so by attention or GELU). */
 enum { HELD_OUT = 1, HELD_GRAD = 2 };
 static void roof_linear(Roofline *r, double R, double in, double out, int backward, int held) {
     if (!backward) {
@@ -128,11 +129,11 @@ static void roof_layernorm(Roofline *r, double R, double D, int backward) {
 }
 
 /* An element-wise pass over n values reading `reads` arrays of n and
- * writing one, `flops` flops a value; `held`: the one written is a
- * Linear's input (stored in 16 bits). */
+ * writing one, `flops` flops a value; `held` of those arrays stored in 16
+ * bits (GELU's: c_fc's output, mlp.c_proj's input, c_fc's gradient). */
 static void roof_elementwise(Roofline *r, const char *name, double n, int reads, double flops,
                              int held) {
-    r->k[roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0)].stored16 += held ? n : 0.0;
+    r->k[roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0)].stored16 += held * n;
 }
 
 /* Causal attention on B sequences of T tokens, H heads of D/H: the
@@ -169,9 +170,9 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
     roof_linear(r, BT, D, D, backward, 0); /* attn.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 4 * D, backward, HELD_GRAD); /* c_fc */
-    /* writes c_proj's input forward, c_fc's output gradient backward */
-    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0, 1);
+    roof_linear(r, BT, D, 4 * D, backward, HELD_OUT | HELD_GRAD); /* c_fc */
+    /* reads c_fc's output, writes c_proj's input; backward c_fc's gradient */
+    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0, 2);
     roof_linear(r, BT, 4 * D, D, backward, 0); /* mlp.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
 }
@@ -180,8 +181,8 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
 static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward) {
     double W = c->width;
     roof_layernorm(r, B, W, backward);
-    roof_linear(r, B, W, 4 * W, backward, HELD_GRAD); /* fc1 */
-    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0, 1);
+    roof_linear(r, B, W, 4 * W, backward, HELD_OUT | HELD_GRAD); /* fc1 */
+    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0, 2);
     roof_linear(r, B, 4 * W, W, backward, 0); /* fc2 */
     roof_elementwise(r, "residual adds", B * W, 2, 1.0, 0);
 }

@@ -138,17 +138,21 @@ else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <
 # Linear layers' GEMMs in bf16 as built are bound by bytes too: a layer on
 # R rows, in -> out, reads its input held in 16 bits in forward and for
 # the weight's gradient (2 + 2), packs the weight twice (8 each), writes
-# dinp and dweight in fp32 (4) and out in fp32 (4) or, c_attn's, in 16
-# bits (2), and packs the output's gradient twice (8 each) or, for c_attn
-# and c_fc, whose gradient attention and GELU write in 16 bits, reads it
-# twice (2 each): 8 R in + 20 in out + 20 R out bytes; 8 R out for c_fc,
-# 6 R out for c_attn, 18 R out for lm_head (its logits in 16 bits).
+# dinp and dweight in fp32 (4) and out in fp32 (4) or, c_attn's, c_fc's
+# and lm_head's, in 16 bits (2), and packs the output's gradient twice (8
+# each) or, for c_attn and c_fc, whose gradient attention and GELU write
+# in 16 bits, reads it twice (2 each): 8 R in + 20 in out + 20 R out
+# bytes; 6 R out for c_attn and c_fc, 18 R out for lm_head. That is
+# 6.075 ms at 3.35 TB/s, less than their FLOPs take at 989.4 TFLOP/s: the
+# line is the larger, bound by arithmetic now.
 out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 2>&1)
 att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (36 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
-mm16=$(awk 'BEGIN { R = 8192; D = 768; V = 50257 # in, out, bytes a value of the output gradient
-  split("768 2304 6 768 768 20 768 3072 8 3072 768 20", p, " ")
+mm16=$(awk 'BEGIN { R = 8192; D = 768; V = 50257 # in, out, and bytes a row an output
+  split("768 2304 6 768 768 20 768 3072 6 3072 768 20", p, " ")
   for (i = 1; i <= 12; i += 3) b += 8 * R * p[i] + 20 * p[i] * p[i + 1] + p[i + 2] * R * p[i + 1]
-  printf "%.3f", (12 * b + 8 * R * D + 20 * D * V + 18 * R * V) / 3.35e12 * 1e3 }')
+  bytes = (12 * b + 8 * R * D + 20 * D * V + 18 * R * V) / 3.35e12
+  flops = 3 * (24 * 12 * D * D + 2 * D * V) * R / 989.4e12
+  printf "%.3f", (bytes > flops ? bytes : flops) * 1e3 }')
 mm=$(awk 'BEGIN { printf "%.1f", (3 * (24 * 12 * 768 * 768 + 2 * 768 * 50257)) * 8192 / 1e9 }')
 gelu=$(awk 'BEGIN { printf "%.3f", 5 * 4 * 768 * 12 * 8192 * 4 / 1e9 }')
 total=$(awk '/^  total +[0-9]/ { print $2 }' <<<"$out")

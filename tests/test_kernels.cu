@@ -346,6 +346,34 @@ static void check_linear(void) {
     gpu_free_all();
 }
 
+/* gelu_new with bf16 parameters: c_fc's output in, mlp.c_proj's input out
+ * and c_fc's output gradient back, all held in bf16. Against the CPU's
+ * function on the same rounded inputs, rounded: the fp32 bound, and the
+ * one bf16 ulp (2^-8 relative) a value on a rounding boundary may round
+ * the other way by. */
+static void check_gelu16(const float *x, const float *dy, long n) {
+    const Dtype d = DTYPE_BF16;
+    float *xr = (float *)host_malloc((size_t)n * 4, "ref"),
+          *out = (float *)host_malloc((size_t)n * 4, "ref"),
+          *dx = (float *)host_malloc((size_t)n * 4, "ref");
+    for (long i = 0; i < n; i++) xr[i] = round_to(x[i], d);
+    for (long i = 0; i < n; i++) gelu_tanh_forward_one(i, out, xr, d, DTYPE_FP32);
+    for (long i = 0; i < n; i++) gelu_tanh_backward_one(i, dx, dy, xr, d, DTYPE_FP32);
+    float *gx = device_copy(xr, n), *gx16 = gpu(n), *gdy = device_copy(dy, n), *gout = gpu(n),
+          *gdx = gpu(n);
+    FOR_EACH(n, pack_one, (uint16_t *)gx16, gx, d, 1.0f);
+    double us, mo = max_abs(out, n), md = max_abs(dx, n);
+    backend.gemm_dtype = d;
+    TIME_US(us, gelu_tanh_forward(gout, gx16, n, d));
+    expect("gelu_new forward, held in bf16", "out", unpacked(gout, n, d), out, n,
+           32.0 * U * (mo + 1.0) + mo / 256.0, us);
+    TIME_US(us, gelu_tanh_backward(gdx, gdy, gx16, n, d));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("gelu_new backward, held in bf16", "dinp", unpacked(gdx, n, d), dx, n,
+           32.0 * U * (md + 1.0) + md / 256.0, us);
+    free(xr), free(out), free(dx);
+}
+
 /* Element-wise: GPT-2's gelu_new and AdamW, FOR_EACH over the FSDP_HD function */
 static void check_elementwise(void) {
     const long n = 8192L * 3072;
@@ -361,6 +389,7 @@ static void check_elementwise(void) {
     TIME_US(us, gelu_tanh_backward(gdx, gdy, gx, n, DTYPE_FP32)); /* written, not added */
     expect("gelu_new backward (8192 x 3072)", "dinp", gdx, dx, n, 32.0 * U * (max_abs(dx, n) + 1.0),
            us);
+    check_gelu16(x, dy, n);
     /* AdamW, one step from zero moments: each element alone, the same
      * function; only expf-free arithmetic and contraction into FMAs differ */
     const long m = 1L << 22;

@@ -298,7 +298,7 @@ static void test_attention16(void) {
 /* A Linear layer's input held in 16 bits (kernels/layers.h): with
  * backend.gemm_dtype bf16, as on a GPU with bf16 parameters, each layer
  * that writes one (LayerNorm, GELU, gelu_new, the byte embedding,
- * attention's y from a held qkv; in backward GELU's, gelu_new's and
+ * attention's y from a held qkv, GELU from a held fc; in backward GELU's, gelu_new's and
  * attention's input gradients, a Linear's output gradient) writes packed bf16, and it must
  * be, bit for bit, the CPU's fp32 slots (gemm_dtype fp32) rounded to
  * bf16; gemm_input packs a float-slot operand and passes a held one
@@ -318,7 +318,7 @@ static void test_matmul_inputs16(void) {
     const Dtype d = DTYPE_BF16;
     static float in[N], g[N], w[GI], b[GI], slots[NQ], mean[GB], rstd[GB], qkv[NQ], att[NA],
         dy[NY], datt[NA];
-    static uint16_t packed[NQ], qkv16[NQ]; /* qkv as c_attn's output is held in bf16 */
+    static uint16_t packed[NQ], qkv16[NQ], in16[N]; /* held in bf16: c_attn's, c_fc's output */
     static const unsigned char tok[GB * ET] = {1, 5, 0, 2, 2, 4, 3, 0, 5};
     static float emb[EV * EC];
     fill(in, N, 30); fill(w, GI, 31); fill(b, GI, 32); fill(qkv, NQ, 33); fill(emb, EV * EC, 34);
@@ -326,6 +326,7 @@ static void test_matmul_inputs16(void) {
     for (int i = 0; i < EV * EC; i++) emb[i] = round_to(emb[i], d); /* a parameter: bf16 */
     for (int i = 0; i < NQ; i++) qkv[i] = round_to(qkv[i], d), qkv16[i] = bf16_from_float(qkv[i]);
     for (int i = 0; i < NY; i++) dy[i] = round_to(dy[i], d);
+    for (int i = 0; i < N; i++) in[i] = round_to(in[i], d), in16[i] = bf16_from_float(in[i]);
     const char *names[] = {"layernorm", "gelu", "gelu_new", "embedding", "attention's y",
                            "gelu backward", "gelu_new backward", "attention's dqkv"};
     long count[] = {N, N, N, GB * ET * EC, NY, N, N, NQ};
@@ -333,14 +334,15 @@ static void test_matmul_inputs16(void) {
         for (int pass = 0; pass < 2; pass++) {
             backend.gemm_dtype = pass ? d : DTYPE_FP32;
             void *out = pass ? (void *)packed : (void *)slots;
-            const void *x = pass ? (const void *)qkv16 : (const void *)qkv;
+            const void *x = pass ? (const void *)qkv16 : (const void *)qkv,
+                       *fc = pass ? (const void *)in16 : (const void *)in;
             if (k == 0) layernorm_forward(out, mean, rstd, in, w, b, GB, GI, d);
-            if (k == 1) gelu_forward(out, in, N, d);
-            if (k == 2) gelu_tanh_forward(out, in, N, d);
+            if (k == 1) gelu_forward(out, fc, N, d);
+            if (k == 2) gelu_tanh_forward(out, fc, N, d);
             if (k == 3) embedding_forward(out, tok, emb, GB, ET, EC);
             if (k == 4) attention_forward_gemm(out, att, x, AB, AT, AD, AH, d); /* P: bf16 */
-            if (k == 5) gelu_backward(out, g, in, N, d);
-            if (k == 6) gelu_tanh_backward(out, g, in, N, d);
+            if (k == 5) gelu_backward(out, g, fc, N, d);
+            if (k == 6) gelu_tanh_backward(out, g, fc, N, d);
             if (k == 7) attention_backward_gemm(out, datt, dy, x, att, AB, AT, AD, AH, d);
         }
         backend.gemm_dtype = DTYPE_FP32;
