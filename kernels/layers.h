@@ -431,8 +431,9 @@ static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O
 }
 
 /* ---- the matmul: fp32, or 16-bit on the tensor cores -----------------------
- * C (m, n) += op(A) op(B), column-major as cuBLAS sees it, C held in hc
- * (fp32, or 16 bits: the sum rounded once, as it is written). In fp32,
+ * C (m, n) = op(A) op(B) + beta C, column-major as cuBLAS sees it, C held
+ * in hc (fp32, or 16 bits: the sum rounded once, as it is written; with
+ * beta 0, C is not read). In fp32,
  * cublasSgemm on the fp32 units (TF32 tensor cores with --tf32). With
  * 16-bit parameters (--param-dtype bf16 or fp16) on the tensor cores with
  * fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), as PyTorch's
@@ -446,20 +447,20 @@ static long gemm_span(cublasOperation_t op, int rows, int cols, int ld) {
     return (long)(major - 1) * ld + minor; /* the elements it spans */
 }
 static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *A,
-                 Dtype ha, int lda, const void *B, Dtype hb, int ldb, void *C, Dtype hc,
-                 int ldc) {
+                 Dtype ha, int lda, const void *B, Dtype hb, int ldb, float beta, void *C,
+                 Dtype hc, int ldc) {
     if (backend.dry) return; /* --plan */
     Dtype d = backend.gemm_dtype;
     const float one = 1.0f;
     if (d == DTYPE_FP32) {
         cublasCheck(cublasSgemm(backend.cublas, ta, tb, m, n, k, &one, (const float *)A, lda,
-                                (const float *)B, ldb, &one, (float *)C, ldc));
+                                (const float *)B, ldb, &beta, (float *)C, ldc));
         return;
     }
     long na = gemm_span(ta, m, k, lda), nb = gemm_span(tb, k, n, ldb);
     const void *a = gemm_input(A, ha, na, d), *b = gemm_input(B, hb, nb, d);
     cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    cublasCheck(cublasGemmEx(backend.cublas, ta, tb, m, n, k, &one, a, t, lda, b, t, ldb, &one, C,
+    cublasCheck(cublasGemmEx(backend.cublas, ta, tb, m, n, k, &one, a, t, lda, b, t, ldb, &beta, C,
                              hc == DTYPE_FP32 ? CUDA_R_32F : t, ldc, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));
     gemm_input_free(a, A, na);
@@ -470,29 +471,32 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  * (K, R) transpose with leading dimension K. So each product below is
  * written for the transposes, as llm.c does:
  *   out^T (O, B)    = weight (O, I) @ inp^T (I, B)     -> weight transposed
- *   dinp^T (I, B)  += weight^T (I, O) @ dout^T (O, B)
+ *   dinp^T (I, B)   = weight^T (I, O) @ dout^T (O, B)
  *   dweight^T (I, O) += inp^T (I, B) @ dout (B, O)     -> dout transposed
- * Each accumulates (backward adds into gradients; forward adds to the
- * bias already in out). fp32 unless --tf32 (backend_init), or 16-bit
- * inputs on the tensor cores with 16-bit parameters (gemm, above); inp is
- * a matmul's input, held in backend.gemm_dtype; out is held in oh: fp32,
- * or gemm_dtype where only matmuls read it (c_attn's); dout is held in
- * dh: gemm_dtype too where a GELU or attention wrote it, else fp32. */
+ * Forward adds to the bias already in out; backward adds into the
+ * parameters' gradients and writes the input's (beta 0: nothing else adds
+ * to it, so it needs no zeroing pass first). fp32 unless --tf32
+ * (backend_init), or 16-bit inputs on the tensor cores with 16-bit
+ * parameters (gemm, above); inp is held in backend.gemm_dtype; out in oh:
+ * fp32, or gemm_dtype where no kernel but a matmul, GELU or the loss reads
+ * it (c_attn's, c_fc's, the logits); dout in dh: gemm_dtype too where a
+ * GELU or attention wrote it, else fp32. */
 static void linear_forward(void *out, Dtype oh, const void *inp, const float *weight,
                            const float *bias, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O, oh);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, DTYPE_FP32, I, inp, held, I, out, oh, O);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, DTYPE_FP32, I, inp, held, I, 1.0f, out, oh, O);
 }
 
 static void linear_backward(float *dinp, float *dweight, float *dbias, const void *dout,
                             Dtype dh, const void *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, dh, O, dinp, DTYPE_FP32,
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, dh, O, 0.0f, dinp,
+         DTYPE_FP32, I);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, 1.0f, dweight, DTYPE_FP32,
          I);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, dweight, DTYPE_FP32, I);
     if (dbias) bias_backward(dbias, dout, dh, B, O);
 }
 #else
@@ -590,7 +594,8 @@ static void linear_backward(float *dinp, float *dweight, float *dbias, const voi
                             Dtype dh, const void *inp, const float *weight, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     const float *g = (const float *)dout;
-    /* dinp (B, I) += dout (B, O) @ weight (O, I): summed over o */
+    /* dinp (B, I) = dout (B, O) @ weight (O, I): summed over o, from 0 */
+    dev_zero(dinp, (size_t)B * I * sizeof(float));
     accumulate(dinp, g, O, 1, weight, B, O, I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
     accumulate(dweight, g, 1, O, (const float *)inp, O, B, I);

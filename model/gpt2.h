@@ -189,14 +189,13 @@ static float gpt2_forward(Trainer *t) {
     return loss;
 }
 
-/* A Linear module's backward between its hooks: dinp (zeroed first) gets
- * dout @ W, and its weight and bias gradients add dout's share. dout is
+/* A Linear module's backward between its hooks: dinp is written, dout @ W,
+ * and its weight and bias gradients add dout's share. dout is
  * held in dh: fp32, or as a matmul's input where a GELU or attention
  * wrote it (kernels/layers.h). */
 static void gpt2_linear_backward(Trainer *t, int module, float *dinp, const void *dout, Dtype dh,
                                  const void *inp, long BT, int I, int O) {
     module_pre_backward(t, module);
-    zero(dinp, BT * I);
     linear_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, dh, inp,
                     weight_of(t, module), (int)BT, I, O);
     lowp(t, dinp, BT * I);
@@ -270,7 +269,6 @@ static void gpt2_backward(Trainer *t) {
         a->probs, a->targets, t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V);
     lowp(t, d_logits, BT * V);
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
-    zero(a->d_x, BT * D);
     linear_backward(a->d_x, dweight_of(t, m->wte), NULL, d_logits, DTYPE_FP32, a->lnf,
                     weight_of(t, m->wte), (int)BT, D, V);
     lowp(t, a->d_x, BT * D);

@@ -206,7 +206,6 @@ static void model_backward(Trainer *t) {
         crossentropy_backward(a->probs, a->targets, t->loss_scale / (float)t->local_batch, B, V);
     lowp(t, d_logits, (long)B * V);
     module_pre_backward(t, m->head);
-    zero(a->d_nf, BD);
     linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), d_logits, DTYPE_FP32,
                     a->nf, weight_of(t, m->head), B, D, V);
     lowp(t, a->d_nf, BD);
@@ -229,14 +228,12 @@ static void model_backward(Trainer *t) {
         if (c->activation_checkpointing) block_recompute(t, l);
         /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
          * the MLP branch adds its own part through norm's backward. */
-        zero(a->d_act, BF);
         module_pre_backward(t, m->block_fc2[l]);
         linear_backward(a->d_act, dweight_of(t, m->block_fc2[l]), dbias_of(t, m->block_fc2[l]),
                         a->d_h, DTYPE_FP32, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
         lowp(t, a->d_act, BF);
         module_post_backward(t, m->block_fc2[l]);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
-        zero(a->d_ln, BD);
         module_pre_backward(t, m->block_fc1[l]);
         linear_backward(a->d_ln, dweight_of(t, m->block_fc1[l]), dbias_of(t, m->block_fc1[l]),
                         a->d_fc1, backend.gemm_dtype, ln, weight_of(t, m->block_fc1[l]), B, D,
@@ -254,7 +251,6 @@ static void model_backward(Trainer *t) {
     module_post_backward(t, m->blocks);
 
     module_pre_backward(t, m->proj_in);
-    zero(a->d_emb, (long)B * T * C);
     linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h,
                     DTYPE_FP32, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
     lowp(t, a->d_emb, (long)B * T * C);
