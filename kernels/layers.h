@@ -58,10 +58,12 @@ FSDP_HD static inline void gelu_forward_one(long i, void *out, const void *inp, 
                                             Dtype held) {
     store_matmul_input(out, i, gelu(load_as(inp, i, held)), d, held);
 }
-/* ... written, not added: fc1's output gradient (held as a matmul's input) */
-FSDP_HD static inline void gelu_backward_one(long i, void *dinp, const float *dout,
+/* ... written, not added: fc1's output gradient, from fc2's input
+ * gradient (all three held as a matmul's input) */
+FSDP_HD static inline void gelu_backward_one(long i, void *dinp, const void *dout,
                                              const void *inp, Dtype d, Dtype held) {
-    store_matmul_input(dinp, i, dout[i] * gelu_grad(load_as(inp, i, held)), d, held);
+    float g = load_as(dout, i, held) * gelu_grad(load_as(inp, i, held));
+    store_matmul_input(dinp, i, g, d, held);
 }
 FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
 
@@ -479,8 +481,9 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  * (backend_init), or 16-bit inputs on the tensor cores with 16-bit
  * parameters (gemm, above); inp is held in backend.gemm_dtype; out in oh:
  * fp32, or gemm_dtype where no kernel but a matmul, GELU or the loss reads
- * it (c_attn's, c_fc's, the logits); dout in dh: gemm_dtype too where a
- * GELU or attention wrote it, else fp32. */
+ * it (c_attn's, c_fc's, the logits); dinp in dih likewise (gemm_dtype
+ * where only GELU's or attention's backward reads it); dout in dh:
+ * gemm_dtype too where a GELU or attention wrote it, else fp32. */
 static void linear_forward(void *out, Dtype oh, const void *inp, const float *weight,
                            const float *bias, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
@@ -489,12 +492,13 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const float *we
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, DTYPE_FP32, I, inp, held, I, 1.0f, out, oh, O);
 }
 
-static void linear_backward(float *dinp, float *dweight, float *dbias, const void *dout,
-                            Dtype dh, const void *inp, const float *weight, int B, int I, int O) {
+static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
+                            const void *dout, Dtype dh, const void *inp, const float *weight,
+                            int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, dh, O, 0.0f, dinp,
-         DTYPE_FP32, I);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, dh, O, 0.0f, dinp, dih,
+         I);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, 1.0f, dweight, DTYPE_FP32,
          I);
     if (dbias) bias_backward(dbias, dout, dh, B, O);
@@ -589,14 +593,17 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const float *we
     free(panel);
 }
 
-/* dout and inp are held in fp32 here (dh and the CPU's gemm_dtype) */
-static void linear_backward(float *dinp, float *dweight, float *dbias, const void *dout,
-                            Dtype dh, const void *inp, const float *weight, int B, int I, int O) {
+/* dinp, dout and inp are held in fp32 here (dih, dh and the CPU's
+ * gemm_dtype) */
+static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
+                            const void *dout, Dtype dh, const void *inp, const float *weight,
+                            int B, int I, int O) {
     if (backend.dry) return; /* --plan */
+    (void)dih;
     const float *g = (const float *)dout;
     /* dinp (B, I) = dout (B, O) @ weight (O, I): summed over o, from 0 */
     dev_zero(dinp, (size_t)B * I * sizeof(float));
-    accumulate(dinp, g, O, 1, weight, B, O, I);
+    accumulate((float *)dinp, g, O, 1, weight, B, O, I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
     accumulate(dweight, g, 1, O, (const float *)inp, O, B, I);
     if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh);
@@ -624,7 +631,7 @@ static void gelu_forward(void *out, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_forward_one, out, inp, d, backend.gemm_dtype);
 }
 /* dinp = dout * gelu'(inp), written (not added), held as a matmul's input */
-static void gelu_backward(void *dinp, const float *dout, const void *inp, long n, Dtype d) {
+static void gelu_backward(void *dinp, const void *dout, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_backward_one, dinp, dout, inp, d, backend.gemm_dtype);
 }
 

@@ -27,10 +27,12 @@ FSDP_HD static inline void gelu_tanh_forward_one(long i, void *out, const void *
                                                  Dtype held) {
     store_matmul_input(out, i, gelu_tanh(load_as(inp, i, held)), d, held);
 }
-/* ... written, not added: c_fc's output gradient (held as a matmul's input) */
-FSDP_HD static inline void gelu_tanh_backward_one(long i, void *dinp, const float *dout,
+/* ... written, not added: c_fc's output gradient, from mlp.c_proj's input
+ * gradient (all three held as a matmul's input) */
+FSDP_HD static inline void gelu_tanh_backward_one(long i, void *dinp, const void *dout,
                                                   const void *inp, Dtype d, Dtype held) {
-    store_matmul_input(dinp, i, dout[i] * gelu_tanh_grad(load_as(inp, i, held)), d, held);
+    float g = load_as(dout, i, held) * gelu_tanh_grad(load_as(inp, i, held));
+    store_matmul_input(dinp, i, g, d, held);
 }
 
 /* element i of out (B*T, D): channel i % D of token i / D's embedding */
@@ -168,7 +170,7 @@ static void gelu_tanh_forward(void *out, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_tanh_forward_one, out, inp, d, backend.gemm_dtype);
 }
 /* dinp = dout * gelu_new'(inp), written (not added), held as a matmul's input */
-static void gelu_tanh_backward(void *dinp, const float *dout, const void *inp, long n, Dtype d) {
+static void gelu_tanh_backward(void *dinp, const void *dout, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp, d, backend.gemm_dtype);
 }
 /* ---- attention as matmuls: the GPU's formulation ----------------------------
@@ -352,10 +354,11 @@ static inline void attention_forward_gemm(void *y, void *att, const void *qkv, i
     gemm_input_free(in, qkv, n);
     if (held != d) FOR_EACH((long)B * T * D, round_one, (float *)y, d); /* fp32 slots: the CPU */
 }
-/* dqkv = the gradient of q, k, v, held as c_attn's output gradient (a
- * matmul's input: gemm_dtype); datt (B, H, T, T) fp32 holds dP, and in
- * fp32 dS over it (in 16 bits dS goes to scratch, one sequence at a time) */
-static inline void attention_backward_gemm(void *dqkv, float *datt, const float *dy,
+/* dqkv = the gradient of q, k, v, from y's, dy (c_proj's input gradient):
+ * both held as a matmul's input (gemm_dtype); datt (B, H, T, T) fp32 holds
+ * dP, and in fp32 dS over it (in 16 bits dS goes to scratch, one sequence
+ * at a time) */
+static inline void attention_backward_gemm(void *dqkv, float *datt, const void *dy,
                                            const void *qkv, const void *att, int B, int T,
                                            int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
@@ -363,7 +366,7 @@ static inline void attention_backward_gemm(void *dqkv, float *datt, const float 
     long TT = (long)T * T, n = (long)B * T * ld, ny = (long)B * T * D;
     float scale = 1.0f / sqrtf((float)hd);
     Dtype held = backend.gemm_dtype;
-    const void *in = gemm_input(qkv, held, n, d), *gin = gemm_input(dy, DTYPE_FP32, ny, d);
+    const void *in = gemm_input(qkv, held, n, d), *gin = gemm_input(dy, held, ny, d);
     void *ds16 = d == DTYPE_FP32 ? NULL : gpu_scratch((size_t)H * TT * sizeof(uint16_t), "hold dS");
     for (int b = 0; b < B; b++) {
         const void *q = element_at(in, (long)b * T * ld, d), *k = element_at(q, D, d),
@@ -404,7 +407,7 @@ static void attention_forward(void *y, float *att, const void *qkv, int B, int T
 }
 /* dqkv (B, T, 3D) = the gradient of q, k, v, held as a matmul's input;
  * datt (B, H, T, T) is scratch */
-static void attention_backward(void *dqkv, float *datt, const float *dy, const void *qkv,
+static void attention_backward(void *dqkv, float *datt, const void *dy, const void *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
     attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
 }
@@ -416,11 +419,11 @@ static void attention_forward(void *y, float *att, const void *qkv, int B, int T
 }
 /* dqkv (B, T, 3D) = the gradient of q, k, v (fp32 slots: the CPU's
  * gemm_dtype); datt (B, H, T, T) is scratch */
-static void attention_backward(void *dqkv, float *datt, const float *dy, const void *qkv,
+static void attention_backward(void *dqkv, float *datt, const void *dy, const void *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
     float *g = (float *)dqkv;
-    const float *x = (const float *)qkv;
-    FOR_EACH((long)B * H * T, attention_backward_query, g, datt, dy, x, att, T, D, H, d);
-    FOR_EACH((long)B * H * T, attention_backward_key, g, datt, dy, x, att, T, D, H, d);
+    const float *x = (const float *)qkv, *gy = (const float *)dy;
+    FOR_EACH((long)B * H * T, attention_backward_query, g, datt, gy, x, att, T, D, H, d);
+    FOR_EACH((long)B * H * T, attention_backward_key, g, datt, gy, x, att, T, D, H, d);
 }
 #endif

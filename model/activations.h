@@ -9,9 +9,10 @@
 /* What the forward pass saves for the backward pass, and the gradient
  * scratch the backward pass flows through. B is this rank's batch. What
  * only matmuls read (void *: a Linear layer's input, c_attn's output, the
- * output gradient a GELU or attention writes; and c_fc's and fc1's output,
- * which only GELU reads, and the logits, which no kernel but the loss
- * reads) is held as the matmuls read it, in
+ * output gradient a GELU or attention writes; and c_fc's and fc1's output
+ * and the input gradient of the Linear after them, which only GELU reads,
+ * c_proj's input gradient, which only attention reads, and the logits,
+ * which no kernel but the loss reads) is held as the matmuls read it, in
  * backend.gemm_dtype: 16-bit values on a GPU with 16-bit parameters
  * (kernels/layers.h); a slice of it is element_at's. */
 typedef struct {
@@ -30,7 +31,7 @@ typedef struct {
     float *probs;             /* (B, V); backward turns them into the logits' gradient */
     float *losses;            /* (B) each sample's loss */
     float *d_nf, *d_h, *d_ln; /* (B, D) */
-    float *d_act;             /* (B, 4D) */
+    void *d_act;              /* (B, 4D) fc2's input gradient: GELU's backward's input */
     void *d_fc1;              /* (B, 4D) fc1's output gradient (GELU's backward writes it) */
     float *d_emb;             /* (B, T*C)                                      */
 } Activations;
@@ -56,9 +57,10 @@ typedef struct {
     float *probs;                 /* (BT, V); backward turns them into the logits' gradient */
     float *losses;                /* (BT) */
     float *proj;                  /* (BT, D) a projection's output before it joins the stream */
-    float *d_res, *d_x, *d_atty;  /* (BT, D) */
+    float *d_res, *d_x;           /* (BT, D) */
+    void *d_atty;                 /* (BT, D) c_proj's input gradient: attention's backward's */
     void *d_qkv;                  /* (BT, 3D) c_attn's output gradient (attention's backward) */
     float *d_att;                 /* (B, H, T, T) */
     void *d_fc;                   /* (BT, 4D) c_fc's output gradient (GELU's backward) */
-    float *d_fc_gelu;             /* (BT, 4D) */
+    void *d_fc_gelu;              /* (BT, 4D) mlp.c_proj's input gradient: GELU's backward's */
 } Gpt2Activations;

@@ -49,11 +49,11 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->proj = activation(l, c, BT * D);
     a->d_res = activation(l, c, BT * D);
     a->d_x = activation(l, c, BT * D);
-    a->d_atty = activation(l, c, BT * D);
+    a->d_atty = activation_held(l, c, BT * D);
     a->d_qkv = activation_held(l, c, BT * 3 * D);
     a->d_att = activation_fp32(l, att);
     a->d_fc = activation_held(l, c, BT * 4 * D);
-    a->d_fc_gelu = activation(l, c, BT * 4 * D);
+    a->d_fc_gelu = activation_held(l, c, BT * 4 * D);
 }
 
 /* Micro-batch `micro` of this rank's part of global batch `step`, drawn
@@ -190,15 +190,15 @@ static float gpt2_forward(Trainer *t) {
 }
 
 /* A Linear module's backward between its hooks: dinp is written, dout @ W,
- * and its weight and bias gradients add dout's share. dout is
- * held in dh: fp32, or as a matmul's input where a GELU or attention
- * wrote it (kernels/layers.h). */
-static void gpt2_linear_backward(Trainer *t, int module, float *dinp, const void *dout, Dtype dh,
-                                 const void *inp, long BT, int I, int O) {
+ * and its weight and bias gradients add dout's share. dinp is held in
+ * dih, dout in dh: fp32 (dinp rounded here), or in gemm_dtype where only
+ * GELU or attention reads dinp, or wrote dout (kernels/layers.h). */
+static void gpt2_linear_backward(Trainer *t, int module, void *dinp, Dtype dih, const void *dout,
+                                 Dtype dh, const void *inp, long BT, int I, int O) {
     module_pre_backward(t, module);
-    linear_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, dh, inp,
+    linear_backward(dinp, dih, dweight_of(t, module), dbias_of(t, module), dout, dh, inp,
                     weight_of(t, module), (int)BT, I, O);
-    lowp(t, dinp, BT * I);
+    if (dih == DTYPE_FP32) lowp(t, (float *)dinp, BT * I);
     module_post_backward(t, module);
 }
 /* LayerNorm's backward adds into dinp (the residual stream's gradient) */
@@ -232,23 +232,23 @@ static void gpt2_block_backward(Trainer *t, int l) {
     Gpt2Saved s = gpt2_saved(t, l);
     /* the MLP branch: c_proj, GELU, c_fc, then ln_2 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_MLP));
-    Dtype held = backend.gemm_dtype; /* d_fc's and d_qkv's */
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, a->d_res, DTYPE_FP32,
+    Dtype held = backend.gemm_dtype, fp32 = DTYPE_FP32; /* d_fc_gelu, d_fc, d_atty, d_qkv's */
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, held, a->d_res, fp32,
                          s.fc_gelu, BT, 4 * D, D);
     gelu_tanh_backward(a->d_fc, a->d_fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, a->d_fc, held, s.ln2, BT, D,
-                         4 * D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, fp32, a->d_fc, held, s.ln2, BT,
+                         D, 4 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_MLP));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_2), a->d_res, a->d_x, s.res_mid,
                             s.ln2_mean, s.ln2_rstd, BT);
     /* the attention branch: c_proj, attention, c_attn, then ln_1 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_ATTN));
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, a->d_res, DTYPE_FP32,
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, held, a->d_res, fp32,
                          s.atty, BT, D, D);
     attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head,
                        c->param_dtype);
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, a->d_qkv, held, s.ln1, BT, D,
-                         3 * D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, fp32, a->d_qkv, held, s.ln1, BT,
+                         D, 3 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_ATTN));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_1), a->d_res, a->d_x,
                             a->res + l * BT * D, s.ln1_mean, s.ln1_rstd, BT);
@@ -269,7 +269,7 @@ static void gpt2_backward(Trainer *t) {
         a->probs, a->targets, t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V);
     lowp(t, d_logits, BT * V);
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
-    linear_backward(a->d_x, dweight_of(t, m->wte), NULL, d_logits, DTYPE_FP32, a->lnf,
+    linear_backward(a->d_x, DTYPE_FP32, dweight_of(t, m->wte), NULL, d_logits, DTYPE_FP32, a->lnf,
                     weight_of(t, m->wte), (int)BT, D, V);
     lowp(t, a->d_x, BT * D);
     module_post_backward(t, m->lm_head);

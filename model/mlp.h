@@ -58,7 +58,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->d_nf = activation(l, c, B * D);
     a->d_h = activation(l, c, B * D);
     a->d_ln = activation(l, c, B * D);
-    a->d_act = activation(l, c, B * 4 * D);
+    a->d_act = activation_held(l, c, B * 4 * D);
     a->d_fc1 = activation_held(l, c, B * 4 * D);
     a->d_emb = activation(l, c, B * T * C);
 }
@@ -206,8 +206,8 @@ static void model_backward(Trainer *t) {
         crossentropy_backward(a->probs, a->targets, t->loss_scale / (float)t->local_batch, B, V);
     lowp(t, d_logits, (long)B * V);
     module_pre_backward(t, m->head);
-    linear_backward(a->d_nf, dweight_of(t, m->head), dbias_of(t, m->head), d_logits, DTYPE_FP32,
-                    a->nf, weight_of(t, m->head), B, D, V);
+    linear_backward(a->d_nf, DTYPE_FP32, dweight_of(t, m->head), dbias_of(t, m->head), d_logits,
+                    DTYPE_FP32, a->nf, weight_of(t, m->head), B, D, V);
     lowp(t, a->d_nf, BD);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
@@ -229,15 +229,17 @@ static void model_backward(Trainer *t) {
         /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
          * the MLP branch adds its own part through norm's backward. */
         module_pre_backward(t, m->block_fc2[l]);
-        linear_backward(a->d_act, dweight_of(t, m->block_fc2[l]), dbias_of(t, m->block_fc2[l]),
-                        a->d_h, DTYPE_FP32, act, weight_of(t, m->block_fc2[l]), B, 4 * D, D);
-        lowp(t, a->d_act, BF);
+        Dtype held = backend.gemm_dtype; /* d_act's (only GELU reads it) and d_fc1's */
+        linear_backward(a->d_act, held, dweight_of(t, m->block_fc2[l]),
+                        dbias_of(t, m->block_fc2[l]), a->d_h, DTYPE_FP32, act,
+                        weight_of(t, m->block_fc2[l]), B, 4 * D, D);
+        if (held == DTYPE_FP32) lowp(t, (float *)a->d_act, BF); /* fp32 slots: round */
         module_post_backward(t, m->block_fc2[l]);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
         module_pre_backward(t, m->block_fc1[l]);
-        linear_backward(a->d_ln, dweight_of(t, m->block_fc1[l]), dbias_of(t, m->block_fc1[l]),
-                        a->d_fc1, backend.gemm_dtype, ln, weight_of(t, m->block_fc1[l]), B, D,
-                        4 * D);
+        linear_backward(a->d_ln, DTYPE_FP32, dweight_of(t, m->block_fc1[l]),
+                        dbias_of(t, m->block_fc1[l]), a->d_fc1, held, ln,
+                        weight_of(t, m->block_fc1[l]), B, D, 4 * D);
         lowp(t, a->d_ln, BD);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
@@ -251,8 +253,8 @@ static void model_backward(Trainer *t) {
     module_post_backward(t, m->blocks);
 
     module_pre_backward(t, m->proj_in);
-    linear_backward(a->d_emb, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h,
-                    DTYPE_FP32, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
+    linear_backward(a->d_emb, DTYPE_FP32, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in),
+                    a->d_h, DTYPE_FP32, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
     lowp(t, a->d_emb, (long)B * T * C);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);

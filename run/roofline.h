@@ -23,7 +23,8 @@
  *              before it and read so by both its GEMMs; c_attn's output
  *              q, k, v, which only attention's GEMMs read; c_fc's and
  *              fc1's output, which only GELU reads; the output gradient a
- *              GELU or attention writes for c_fc, fc1 or c_attn;
+ *              GELU or attention writes for c_fc, fc1 or c_attn, and the
+ *              input gradient only GELU or attention reads;
  *              attention's B*H*T^2 probabilities P and their gradient dS
  *              (kernels/transformer.h's attention_forward_gemm); and the
  *              logits, which only the loss reads. Every other value in an
@@ -104,15 +105,17 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
  * sum of the output's gradient). Its input is in 16 bits; `held` says
  * what else is: its output (HELD_OUT: c_attn's, attention's input; c_fc's
  * and fc1's, GELU's; the logits), its output's gradient (HELD_GRAD:
- * c_attn's, c_fc's, fc1's, written so by attention or GELU). */
-enum { HELD_OUT = 1, HELD_GRAD = 2 };
+ * c_attn's, c_fc's, fc1's, written so by attention or GELU), its input's
+ * gradient (HELD_IN_GRAD: c_proj's and fc2's, read by attention's or
+ * GELU's backward). */
+enum { HELD_OUT = 1, HELD_GRAD = 2, HELD_IN_GRAD = 4 };
 static void roof_linear(Roofline *r, double R, double in, double out, int backward, int held) {
     if (!backward) {
         roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in, held & HELD_OUT);
         return;
     }
     double dout = held & HELD_GRAD ? R * out : 0.0;
-    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, dout, 0);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, dout, held & HELD_IN_GRAD);
     roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + dout, 0);
     r->k[roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out)].stored16 += dout;
 }
@@ -130,7 +133,7 @@ static void roof_layernorm(Roofline *r, double R, double D, int backward) {
 
 /* An element-wise pass over n values reading `reads` arrays of n and
  * writing one, `flops` flops a value; `held` of those arrays stored in 16
- * bits (GELU's: c_fc's output, mlp.c_proj's input, c_fc's gradient). */
+ * bits (GELU's: c_fc's output and gradient, mlp.c_proj's input and its gradient). */
 static void roof_elementwise(Roofline *r, const char *name, double n, int reads, double flops,
                              int held) {
     r->k[roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0)].stored16 += held * n;
@@ -155,7 +158,7 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
         int i = roof_add(r, "attention GEMMs (QK^T, PV)", 1, 4.0 * qk, 4.0 * scores + 8.0 * BTD,
                          0);
         r->k[i].written += scores;                     /* dP */
-        r->k[i].stored16 += 3.0 * scores + 6.0 * BTD; /* P, dS, q, k, v read; dq, dk, dv */
+        r->k[i].stored16 += 3.0 * scores + 8.0 * BTD; /* P, dS, q, k, v, dy read; dq, dk, dv */
         i = roof_add(r, "attention softmax", 0, 4.0 * scores, 3.0 * scores, 0.0);
         r->k[i].stored16 += 2.0 * scores; /* P read, dS written */
     }
@@ -167,13 +170,15 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
     roof_layernorm(r, BT, D, backward);
     roof_linear(r, BT, D, 3 * D, backward, HELD_OUT | HELD_GRAD); /* c_attn */
     roof_attention(r, B, T, D, c->n_head, backward);
-    roof_linear(r, BT, D, D, backward, 0); /* attn.c_proj */
+    roof_linear(r, BT, D, D, backward, HELD_IN_GRAD); /* attn.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
     roof_layernorm(r, BT, D, backward);
     roof_linear(r, BT, D, 4 * D, backward, HELD_OUT | HELD_GRAD); /* c_fc */
-    /* reads c_fc's output, writes c_proj's input; backward c_fc's gradient */
-    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0, 2);
-    roof_linear(r, BT, 4 * D, D, backward, 0); /* mlp.c_proj */
+    /* c_fc's output in, c_proj's input out; backward also c_proj's input
+     * gradient in, c_fc's output gradient out */
+    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0,
+                     backward ? 3 : 2);
+    roof_linear(r, BT, 4 * D, D, backward, HELD_IN_GRAD); /* mlp.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
 }
 
@@ -182,8 +187,9 @@ static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward)
     double W = c->width;
     roof_layernorm(r, B, W, backward);
     roof_linear(r, B, W, 4 * W, backward, HELD_OUT | HELD_GRAD); /* fc1 */
-    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0, 2);
-    roof_linear(r, B, 4 * W, W, backward, 0); /* fc2 */
+    roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0,
+                     backward ? 3 : 2);
+    roof_linear(r, B, 4 * W, W, backward, HELD_IN_GRAD); /* fc2 */
     roof_elementwise(r, "residual adds", B * W, 2, 1.0, 0);
 }
 

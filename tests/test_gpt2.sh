@@ -130,26 +130,28 @@ else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <
 # values. All kernels together are llm.c's count less the few parameters
 # that are not in a GEMM (wpe, LayerNorms, biases): within 1%. Attention's
 # GEMMs with --param-dtype bf16 as built are bound by their bytes: a layer
-# reads q, k, v (c_attn's output) in 16 bits forward and backward, packs
-# y's gradient (read 4, written 2, read 2: 8 bytes a value), writes y, dq,
-# dk and dv in 16 bits (c_proj's input, c_attn's output gradient) and the
-# scores and dP in fp32, and reads P and dS in 16 bits: forward 8 B*T*D +
-# 6 B*H*T^2 bytes, backward 28 B*T*D + 10 B*H*T^2, over 3.35 TB/s. The
-# Linear layers' GEMMs in bf16 as built are bound by bytes too: a layer on
-# R rows, in -> out, reads its input held in 16 bits in forward and for
-# the weight's gradient (2 + 2), packs the weight twice (8 each), writes
-# dinp and dweight in fp32 (4) and out in fp32 (4) or, c_attn's, c_fc's
-# and lm_head's, in 16 bits (2), and packs the output's gradient twice (8
-# each) or, for c_attn and c_fc, whose gradient attention and GELU write
-# in 16 bits, reads it twice (2 each): 8 R in + 20 in out + 20 R out
-# bytes; 6 R out for c_attn and c_fc, 18 R out for lm_head. That is
-# 6.075 ms at 3.35 TB/s, less than their FLOPs take at 989.4 TFLOP/s: the
-# line is the larger, bound by arithmetic now.
+# reads q, k, v (c_attn's output) once forward and once backward and y's
+# gradient (c_proj's input gradient) twice backward, all in 16 bits, writes
+# y, dq, dk and dv in 16 bits (c_proj's input, c_attn's output gradient)
+# and the scores and dP in fp32, and reads P and dS in 16 bits: forward
+# 8 B*T*D + 6 B*H*T^2 bytes, backward 16 B*T*D + 10 B*H*T^2, over
+# 3.35 TB/s. The Linear layers' GEMMs in bf16 as built: a layer on R
+# rows, in -> out, reads its input held in 16 bits in forward and for the
+# weight's gradient (2 + 2) and writes the input's gradient in fp32 (4)
+# or, c_proj's and mlp.c_proj's, which only attention and GELU read, in
+# 16 bits (2); packs the weight twice (8 each) and writes dweight in fp32
+# (4); writes out in fp32 (4) or, c_attn's, c_fc's and lm_head's, in 16
+# bits (2); and packs the output's gradient twice (8 each) or, c_attn's
+# and c_fc's, which attention and GELU write in 16 bits, reads it twice (2
+# each): 8 R in + 20 in out + 20 R out bytes, 6 R in for the c_projs,
+# 6 R out for c_attn and c_fc, 18 R out for lm_head. That is 5.8 ms at
+# 3.35 TB/s, less than their FLOPs take at 989.4 TFLOP/s: the line is the
+# larger, bound by arithmetic now.
 out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 2>&1)
-att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (36 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
-mm16=$(awk 'BEGIN { R = 8192; D = 768; V = 50257 # in, out, and bytes a row an output
-  split("768 2304 6 768 768 20 768 3072 6 3072 768 20", p, " ")
-  for (i = 1; i <= 12; i += 3) b += 8 * R * p[i] + 20 * p[i] * p[i + 1] + p[i + 2] * R * p[i + 1]
+att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (24 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
+mm16=$(awk 'BEGIN { R = 8192; D = 768; V = 50257 # in, out, bytes a row an input, an output
+  split("768 2304 8 6 768 768 6 20 768 3072 8 6 3072 768 6 20", p, " ")
+  for (i = 1; i <= 16; i += 4) b += p[i + 2] * R * p[i] + 20 * p[i] * p[i + 1] + p[i + 3] * R * p[i + 1]
   bytes = (12 * b + 8 * R * D + 20 * D * V + 18 * R * V) / 3.35e12
   flops = 3 * (24 * 12 * D * D + 2 * D * V) * R / 989.4e12
   printf "%.3f", (bytes > flops ? bytes : flops) * 1e3 }')

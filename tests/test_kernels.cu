@@ -279,7 +279,7 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
     FOR_EACH(nd, pack_one, (uint16_t *)gdy16, device_copy(dy, nd), DTYPE_BF16, 1.0f);
     backend.gemm_dtype = DTYPE_BF16;
     double us;
-    TIME_US(us, linear_backward(gdin, gdw, gdb, gdy16, DTYPE_BF16, gx16, gw, B, I, O));
+    TIME_US(us, linear_backward(gdin, DTYPE_FP32, gdw, gdb, gdy16, DTYPE_BF16, gx16, gw, B, I, O));
     backend.gemm_dtype = DTYPE_FP32;
     for (long i = 0; i < (long)O * I; i++) dw[i] *= 20.0f; /* dinp is written, not added */
     for (int o = 0; o < O; o++) db[o] *= 20.0f;
@@ -345,32 +345,35 @@ static void check_linear(void) {
     gpu_free_all();
 }
 
-/* gelu_new with bf16 parameters: c_fc's output in, mlp.c_proj's input out
- * and c_fc's output gradient back, all held in bf16. Against the CPU's
+/* gelu_new with bf16 parameters: c_fc's output in, mlp.c_proj's input out;
+ * backward, mlp.c_proj's input gradient in and c_fc's output gradient out;
+ * all held in bf16. Against the CPU's
  * function on the same rounded inputs, rounded: the fp32 bound, and the
  * one bf16 ulp (2^-8 relative) a value on a rounding boundary may round
  * the other way by. */
 static void check_gelu16(const float *x, const float *dy, long n) {
     const Dtype d = DTYPE_BF16;
     float *xr = (float *)host_malloc((size_t)n * 4, "ref"),
+          *dyr = (float *)host_malloc((size_t)n * 4, "ref"),
           *out = (float *)host_malloc((size_t)n * 4, "ref"),
           *dx = (float *)host_malloc((size_t)n * 4, "ref");
-    for (long i = 0; i < n; i++) xr[i] = round_to(x[i], d);
+    for (long i = 0; i < n; i++) xr[i] = round_to(x[i], d), dyr[i] = round_to(dy[i], d);
     for (long i = 0; i < n; i++) gelu_tanh_forward_one(i, out, xr, d, DTYPE_FP32);
-    for (long i = 0; i < n; i++) gelu_tanh_backward_one(i, dx, dy, xr, d, DTYPE_FP32);
-    float *gx = device_copy(xr, n), *gx16 = gpu(n), *gdy = device_copy(dy, n), *gout = gpu(n),
-          *gdx = gpu(n);
+    for (long i = 0; i < n; i++) gelu_tanh_backward_one(i, dx, dyr, xr, d, DTYPE_FP32);
+    float *gx = device_copy(xr, n), *gx16 = gpu(n), *gdy = device_copy(dyr, n), *gdy16 = gpu(n),
+          *gout = gpu(n), *gdx = gpu(n);
     FOR_EACH(n, pack_one, (uint16_t *)gx16, gx, d, 1.0f);
+    FOR_EACH(n, pack_one, (uint16_t *)gdy16, gdy, d, 1.0f);
     double us, mo = max_abs(out, n), md = max_abs(dx, n);
     backend.gemm_dtype = d;
     TIME_US(us, gelu_tanh_forward(gout, gx16, n, d));
     expect("gelu_new forward, held in bf16", "out", unpacked(gout, n, d), out, n,
            32.0 * U * (mo + 1.0) + mo / 256.0, us);
-    TIME_US(us, gelu_tanh_backward(gdx, gdy, gx16, n, d));
+    TIME_US(us, gelu_tanh_backward(gdx, gdy16, gx16, n, d));
     backend.gemm_dtype = DTYPE_FP32;
     expect("gelu_new backward, held in bf16", "dinp", unpacked(gdx, n, d), dx, n,
            32.0 * U * (md + 1.0) + md / 256.0, us);
-    free(xr), free(out), free(dx);
+    free(xr), free(dyr), free(out), free(dx);
 }
 
 /* Element-wise: GPT-2's gelu_new and AdamW, FOR_EACH over the FSDP_HD function */
@@ -566,8 +569,9 @@ static void check_attention16(void) {
     for (long r = 0; r < (long)B * H * T; r++)
         attention_backward_key(r, dq, da, dy, qkv, att, T, D, H, d);
     float *gq = device_copy(qkv, nq), *gdy = device_copy(dy, ny), *gy = gpu(ny), *ga = gpu(na),
-          *gdq = gpu(nq), *gda = gpu(na), *gq16 = gpu(nq);
+          *gdq = gpu(nq), *gda = gpu(na), *gq16 = gpu(nq), *gdy16 = gpu(ny);
     FOR_EACH(nq, pack_one, (uint16_t *)gq16, gq, d, 1.0f); /* c_attn's output, held in bf16 */
+    FOR_EACH(ny, pack_one, (uint16_t *)gdy16, gdy, d, 1.0f); /* c_proj's input gradient, too */
     double us, vmax = max_abs(qkv, nq);
     backend.gemm_dtype = d; /* as with --param-dtype bf16: qkv and y held in bf16 */
     TIME_US(us, attention_forward(gy, ga, gq16, B, T, D, H, d));
@@ -576,7 +580,7 @@ static void check_attention16(void) {
            vmax * (2.0 / 256 + 2.0 * T * U), us);
     double terms = fmax(T * max_abs(da, na) * vmax / 8.0, T * max_abs(dy, ny));
     backend.gemm_dtype = d; /* dqkv written in bf16: c_attn's output gradient, held */
-    TIME_US(us, attention_backward(gdq, gda, gdy, gq16, ga, B, T, D, H, d));
+    TIME_US(us, attention_backward(gdq, gda, gdy16, gq16, ga, B, T, D, H, d));
     backend.gemm_dtype = DTYPE_FP32;
     /* ... and dqkv's own rounding may flip by one ulp: 2^-8 of max |dqkv| */
     expect("attention backward, bf16 tensor cores", "dqkv", unpacked(gdq, nq, d), dq, nq,

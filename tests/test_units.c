@@ -91,7 +91,7 @@ static void test_linear(void) {
     float in[GB * GI], w[GO * GI], b[GO], out[GB * GO], r[GB * GO];
     float din[GB * GI] = {0}, dw[GO * GI] = {0}, db[GO] = {0};
     fill(in, GB * GI, 1); fill(w, GO * GI, 2); fill(b, GO, 3); fill(r, GB * GO, 4);
-    linear_backward(din, dw, db, r, DTYPE_FP32, in, w, GB, GI, GO);
+    linear_backward(din, DTYPE_FP32, dw, db, r, DTYPE_FP32, in, w, GB, GI, GO);
     LinearCtx ctx = {out, in, w, b};
     GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GO * GI, GO}, {"input", "weight", "bias"}, 3, out, r, GB * GO, linear_case, &ctx};
     gradcheck(&g, "linear");
@@ -115,7 +115,7 @@ typedef struct { float *out, *in; } GeluCtx;
 static void gelu_case(void *c) { GeluCtx *x = (GeluCtx *)c; gelu_forward(x->out, x->in, GB * GI, DTYPE_FP32); }
 
 static void test_gelu(void) {
-    float in[GB * GI], out[GB * GI], r[GB * GI], din[GB * GI] = {0};
+    float in[GB * GI], out[GB * GI], r[GB * GI] = {0}, din[GB * GI] = {0};
     fill(in, GB * GI, 9); fill(r, GB * GI, 10);
     for (int i = 0; i < GB * GI; i++) in[i] *= 3.0f; /* cover the curved part */
     gelu_backward(din, r, in, GB * GI, DTYPE_FP32);
@@ -217,7 +217,7 @@ typedef struct { float *out, *in; } GeluTanhCtx;
 static void gelu_tanh_case(void *c) { GeluTanhCtx *x = (GeluTanhCtx *)c; gelu_tanh_forward(x->out, x->in, GB * GI, DTYPE_FP32); }
 
 static void test_gelu_tanh(void) {
-    float in[GB * GI], out[GB * GI], r[GB * GI], din[GB * GI] = {0};
+    float in[GB * GI], out[GB * GI], r[GB * GI] = {0}, din[GB * GI] = {0};
     fill(in, GB * GI, 20); fill(r, GB * GI, 21);
     for (int i = 0; i < GB * GI; i++) in[i] *= 3.0f;
     gelu_tanh_backward(din, r, in, GB * GI, DTYPE_FP32);
@@ -298,7 +298,8 @@ static void test_attention16(void) {
 /* A Linear layer's input held in 16 bits (kernels/layers.h): with
  * backend.gemm_dtype bf16, as on a GPU with bf16 parameters, each layer
  * that writes one (LayerNorm, GELU, gelu_new, the byte embedding,
- * attention's y from a held qkv, GELU from a held fc; in backward GELU's, gelu_new's and
+ * attention's y from a held qkv, GELU from a held fc; in backward, from
+ * held inputs and output gradients, GELU's, gelu_new's and
  * attention's input gradients, a Linear's output gradient) writes packed bf16, and it must
  * be, bit for bit, the CPU's fp32 slots (gemm_dtype fp32) rounded to
  * bf16; gemm_input packs a float-slot operand and passes a held one
@@ -318,7 +319,7 @@ static void test_matmul_inputs16(void) {
     const Dtype d = DTYPE_BF16;
     static float in[N], g[N], w[GI], b[GI], slots[NQ], mean[GB], rstd[GB], qkv[NQ], att[NA],
         dy[NY], datt[NA];
-    static uint16_t packed[NQ], qkv16[NQ], in16[N]; /* held in bf16: c_attn's, c_fc's output */
+    static uint16_t packed[NQ], qkv16[NQ], in16[N], g16[N], dy16[NY]; /* as held in bf16 */
     static const unsigned char tok[GB * ET] = {1, 5, 0, 2, 2, 4, 3, 0, 5};
     static float emb[EV * EC];
     fill(in, N, 30); fill(w, GI, 31); fill(b, GI, 32); fill(qkv, NQ, 33); fill(emb, EV * EC, 34);
@@ -327,6 +328,8 @@ static void test_matmul_inputs16(void) {
     for (int i = 0; i < NQ; i++) qkv[i] = round_to(qkv[i], d), qkv16[i] = bf16_from_float(qkv[i]);
     for (int i = 0; i < NY; i++) dy[i] = round_to(dy[i], d);
     for (int i = 0; i < N; i++) in[i] = round_to(in[i], d), in16[i] = bf16_from_float(in[i]);
+    for (int i = 0; i < N; i++) g[i] = round_to(g[i], d), g16[i] = bf16_from_float(g[i]);
+    for (int i = 0; i < NY; i++) dy16[i] = bf16_from_float(dy[i]);
     const char *names[] = {"layernorm", "gelu", "gelu_new", "embedding", "attention's y",
                            "gelu backward", "gelu_new backward", "attention's dqkv"};
     long count[] = {N, N, N, GB * ET * EC, NY, N, N, NQ};
@@ -335,15 +338,17 @@ static void test_matmul_inputs16(void) {
             backend.gemm_dtype = pass ? d : DTYPE_FP32;
             void *out = pass ? (void *)packed : (void *)slots;
             const void *x = pass ? (const void *)qkv16 : (const void *)qkv,
-                       *fc = pass ? (const void *)in16 : (const void *)in;
+                       *fc = pass ? (const void *)in16 : (const void *)in,
+                       *dfc = pass ? (const void *)g16 : (const void *)g,
+                       *dat = pass ? (const void *)dy16 : (const void *)dy;
             if (k == 0) layernorm_forward(out, mean, rstd, in, w, b, GB, GI, d);
             if (k == 1) gelu_forward(out, fc, N, d);
             if (k == 2) gelu_tanh_forward(out, fc, N, d);
             if (k == 3) embedding_forward(out, tok, emb, GB, ET, EC);
             if (k == 4) attention_forward_gemm(out, att, x, AB, AT, AD, AH, d); /* P: bf16 */
-            if (k == 5) gelu_backward(out, g, fc, N, d);
-            if (k == 6) gelu_tanh_backward(out, g, fc, N, d);
-            if (k == 7) attention_backward_gemm(out, datt, dy, x, att, AB, AT, AD, AH, d);
+            if (k == 5) gelu_backward(out, dfc, fc, N, d);
+            if (k == 6) gelu_tanh_backward(out, dfc, fc, N, d);
+            if (k == 7) attention_backward_gemm(out, datt, dat, x, att, AB, AT, AD, AH, d);
         }
         backend.gemm_dtype = DTYPE_FP32;
         char what[96];
