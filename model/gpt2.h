@@ -105,7 +105,7 @@ static void gpt2_linear(Trainer *t, int module, void *out, Dtype oh, const void 
                         int I, int O) {
     module_pre_forward(t, module);
     linear_forward(out, oh, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
-    if (oh == DTYPE_FP32) lowp(t, (float *)out, BT * O);
+    lowp_held(t, out, BT * O, oh);
     module_post_forward(t, module);
 }
 static void gpt2_layernorm(Trainer *t, int module, void *out, float *mean, float *rstd,
@@ -182,7 +182,7 @@ static float gpt2_forward(Trainer *t) {
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
     Dtype held = backend.gemm_dtype; /* the logits': no kernel but the loss reads them */
     linear_forward(a->logits, held, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
-    if (held == DTYPE_FP32) lowp(t, (float *)a->logits, BT * V);
+    lowp_held(t, a->logits, BT * V, held);
     module_post_forward(t, m->lm_head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, (int)BT, V);
     module_post_forward(t, m->root);
@@ -198,7 +198,7 @@ static void gpt2_linear_backward(Trainer *t, int module, void *dinp, Dtype dih, 
     module_pre_backward(t, module);
     linear_backward(dinp, dih, dweight_of(t, module), dbias_of(t, module), dout, dh, inp,
                     weight_of(t, module), (int)BT, I, O);
-    if (dih == DTYPE_FP32) lowp(t, (float *)dinp, BT * I);
+    lowp_held(t, dinp, BT * I, dih);
     module_post_backward(t, module);
 }
 /* LayerNorm's backward adds into dinp (the residual stream's gradient) */

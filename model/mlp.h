@@ -88,6 +88,12 @@ static float *dbias_of(Trainer *t, int module) {
  * layer's input is rounded by the layer that writes it, as it is held:
  * store_matmul_input.) */
 static void lowp(Trainer *t, float *x, long n) { round_all(x, n, t->cfg.param_dtype); }
+/* ... for a Linear's output that may be held (activation_held): in fp32
+ * slots (the CPU) it is rounded here; held in 16 bits, cuBLAS rounded it
+ * as it wrote it. */
+static void lowp_held(Trainer *t, void *x, long n, Dtype held) {
+    if (held == DTYPE_FP32) lowp(t, (float *)x, n);
+}
 
 static void block_norm_fc1_gelu(Trainer *t, int l) {
     const Model *m = &t->model;
@@ -105,7 +111,7 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     module_pre_forward(t, m->block_fc1[l]);
     linear_forward(fc1, held, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B,
                    D, 4 * D);
-    if (held == DTYPE_FP32) lowp(t, (float *)fc1, BF); /* fp32 slots: round */
+    lowp_held(t, fc1, BF, held);
     module_post_forward(t, m->block_fc1[l]);
     gelu_forward(element_at(a->act, k * BF, held), fc1, BF, c->param_dtype);
 }
@@ -152,7 +158,7 @@ static float model_forward(Trainer *t) {
     module_pre_forward(t, m->head);
     Dtype held = backend.gemm_dtype; /* the logits': no kernel but the loss reads them */
     linear_forward(a->logits, held, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
-    if (held == DTYPE_FP32) lowp(t, (float *)a->logits, (long)B * V); /* fp32 slots: round */
+    lowp_held(t, a->logits, (long)B * V, held);
     module_post_forward(t, m->head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
     module_post_forward(t, m->root);
@@ -233,7 +239,7 @@ static void model_backward(Trainer *t) {
         linear_backward(a->d_act, held, dweight_of(t, m->block_fc2[l]),
                         dbias_of(t, m->block_fc2[l]), a->d_h, DTYPE_FP32, act,
                         weight_of(t, m->block_fc2[l]), B, 4 * D, D);
-        if (held == DTYPE_FP32) lowp(t, (float *)a->d_act, BF); /* fp32 slots: round */
+        lowp_held(t, a->d_act, BF, held);
         module_post_backward(t, m->block_fc2[l]);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
         module_pre_backward(t, m->block_fc1[l]);
