@@ -298,7 +298,7 @@ static void print_roofline(const Trainer *t, const char *gpu) {
     printf("  model FLOPs %.4g TFLOP (6 x parameters%s a token); at best:\n", model / 1e12,
            t->cfg.arch == ARCH_GPT2 ? " + 12 L T D" : "");
     const char *what[ROOF_MODES] = {"(as built)", "(as built, --param-dtype bf16)",
-                                    "(16-bit storage: not built)"};
+                                    "(16-bit storage throughout: not built)"};
     for (int m = 0; m < ROOF_MODES; m++)
         printf("    %-9s %10.0f tokens/s %6.1f%% MFU (of the bf16 peak) %s\n", ROOF_MODE_NAMES[m],
                1e3 * tokens / total[m], 100.0 * model / (total[m] / 1e3 * g->bf16 * 1e12), what[m]);
