@@ -422,13 +422,15 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     /* --vram is the ledger's budget, as in the simulator (exact bytes: the
      * same verdict on both builds), and caps the pool too, with room for its
      * rounding (512 bytes a block) and the kernels' scratch. With mixed
-     * precision 16-bit values sit in float slots (section 2): the ledger
-     * books 2 bytes, the pool holds 4, and NCCL's packed 16-bit copies of
-     * the buffers in flight (nccl_pack) 2 more: its cap triples. */
+     * precision most 16-bit values sit in float slots (section 2): the
+     * ledger books 2 bytes, the pool holds 4 (2 for those held as the
+     * matmuls read them, kernels/layers.h), and NCCL's packed 16-bit copies
+     * of the buffers in flight (nccl_pack) 2 more: its cap triples, a
+     * bound from above. */
     int halves = cfg->param_dtype != DTYPE_FP32 || cfg->reduce_dtype != DTYPE_FP32;
     backend.cap = 0; /* no --vram: the GPU's own size limits the pool */
     if (cfg->vram) /* + the kernels' scratch, outside the ledger as cuBLAS's workspace is
-                    * (column sums, embedding partials, 16-bit matmul packs) */
+                    * (column sums, 16-bit matmul packs, attention's scores) */
         backend.cap = (halves ? 3 : 1) * cfg->vram + ((size_t)64 << 20) + cfg->vram / 4;
     backend.clock_event = event_record(backend.compute, 1);
     cudaCheck(cudaEventSynchronize(backend.clock_event));
