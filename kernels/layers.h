@@ -35,7 +35,8 @@ static inline void *element_at(const void *x, long i, Dtype d) {
  * cores read as they are: half the bytes kept, and no packing pass in
  * either matmul. The same holds for c_attn's output, which only
  * attention's matmuls read, for c_fc's and fc1's, which only GELU reads,
- * for the logits, which no kernel but the loss reads
+ * for GPT-2's c_projs', which only the residual connection reads
+ * (residual_add_one), for the logits, which no kernel but the loss reads
  * (crossentropy_forward), and in backward for the output gradient
  * of a Linear whose producer is a GELU or attention (c_fc, fc1, c_attn):
  * only the layer's two matmuls and its bias's column sum read it. The CPU's
@@ -66,6 +67,14 @@ FSDP_HD static inline void gelu_backward_one(long i, void *dinp, const void *dou
     store_matmul_input(dinp, i, g, d, held);
 }
 FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
+/* A residual connection: out = x + y, rounded to d, y held in format yh
+ * (a projection that only this reads: 16 bits on a GPU with 16-bit
+ * parameters). One pass, where a copy, an add and a rounding were three;
+ * out may be x. */
+FSDP_HD static inline void residual_add_one(long i, float *out, const float *x, const void *y,
+                                            Dtype d, Dtype yh) {
+    out[i] = round_to(x[i] + load_as(y, i, yh), d);
+}
 
 /* out row b of (B, O), held in format oh, starts as the bias (or 0 with
  * none: GPT-2's lm_head); the matmul then adds to it */

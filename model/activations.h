@@ -11,8 +11,9 @@
  * only matmuls read (void *: a Linear layer's input, c_attn's output, the
  * output gradient a GELU or attention writes; and c_fc's and fc1's output
  * and the input gradient of the Linear after them, which only GELU reads,
- * c_proj's input gradient, which only attention reads, and the logits,
- * which no kernel but the loss reads) is held as the matmuls read it, in
+ * c_proj's input gradient, which only attention reads, c_proj's output,
+ * which only the residual connection reads, and the logits, which no
+ * kernel but the loss reads) is held as the matmuls read it, in
  * backend.gemm_dtype: 16-bit values on a GPU with 16-bit parameters
  * (kernels/layers.h); a slice of it is element_at's. */
 typedef struct {
@@ -56,7 +57,7 @@ typedef struct {
     void *logits;                 /* (BT, V) lm_head's output: the loss's input */
     float *probs;                 /* (BT, V); backward turns them into the logits' gradient */
     float *losses;                /* (BT) */
-    float *proj;                  /* (BT, D) a projection's output before it joins the stream */
+    void *proj;                   /* (BT, D) a c_proj's output: the residual connection's input */
     float *d_res, *d_x;           /* (BT, D) */
     void *d_atty;                 /* (BT, D) c_proj's input gradient: attention's backward's */
     void *d_qkv;                  /* (BT, 3D) c_attn's output gradient (attention's backward) */

@@ -46,7 +46,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->logits = activation_held(l, c, BT * V);
     a->probs = activation_fp32(l, BT * V);
     a->losses = activation_fp32(l, BT);
-    a->proj = activation(l, c, BT * D);
+    a->proj = activation_held(l, c, BT * D);
     a->d_res = activation(l, c, BT * D);
     a->d_x = activation(l, c, BT * D);
     a->d_atty = activation_held(l, c, BT * D);
@@ -128,19 +128,19 @@ static void gpt2_block_inner(Trainer *t, int l) {
     Gpt2Saved s = gpt2_saved(t, l);
     int B = t->micro_batch, T = c->context, D = c->width;
     long BT = (long)B * T;
+    Dtype held = backend.gemm_dtype; /* qkv's, proj's and fc's: activations.h */
     const float *h = a->res + l * BT * D;
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_1), s.ln1, s.ln1_mean, s.ln1_rstd, h, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_ATTN));
-    gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, backend.gemm_dtype, s.ln1, BT, D, 3 * D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, held, s.ln1, BT, D, 3 * D);
     attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
-    gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, DTYPE_FP32, s.atty, BT, D, D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, held, s.atty, BT, D, D);
     module_post_forward(t, gpt2_module(m, l, GPT2_ATTN));
-    dev_copy(s.res_mid, h, (size_t)(BT * D) * sizeof(float));
-    FOR_EACH(BT * D, add_one, s.res_mid, a->proj); /* the attention's residual connection */
-    lowp(t, s.res_mid, BT * D);
+    /* the attention's residual connection */
+    FOR_EACH(BT * D, residual_add_one, s.res_mid, h, a->proj, c->param_dtype, held);
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_2), s.ln2, s.ln2_mean, s.ln2_rstd, s.res_mid, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_MLP));
-    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, backend.gemm_dtype, s.ln2, BT, D, 4 * D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, held, s.ln2, BT, D, 4 * D);
     gelu_tanh_forward(s.fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
 }
 
@@ -150,6 +150,7 @@ static float gpt2_forward(Trainer *t) {
     const Config *c = &t->cfg;
     int B = t->micro_batch, T = c->context, D = c->width, V = c->vocab;
     long BT = (long)B * T;
+    Dtype held = backend.gemm_dtype; /* proj's and the logits': activations.h */
 
     module_pre_forward(t, m->root);
     module_pre_forward(t, m->transformer);
@@ -167,12 +168,10 @@ static float gpt2_forward(Trainer *t) {
         float *h_out = a->res + (l + 1) * BT * D;
         module_pre_forward(t, m->block[l]);
         gpt2_block_inner(t, l);
-        gpt2_linear(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->proj, DTYPE_FP32, s.fc_gelu, BT, 4 * D,
-                    D);
+        gpt2_linear(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->proj, held, s.fc_gelu, BT, 4 * D, D);
         module_post_forward(t, gpt2_module(m, l, GPT2_MLP));
-        dev_copy(h_out, s.res_mid, (size_t)(BT * D) * sizeof(float));
-        FOR_EACH(BT * D, add_one, h_out, a->proj); /* the MLP's residual connection */
-        lowp(t, h_out, BT * D);
+        /* the MLP's residual connection */
+        FOR_EACH(BT * D, residual_add_one, h_out, s.res_mid, a->proj, c->param_dtype, held);
         module_post_forward(t, m->block[l]);
     }
     module_post_forward(t, m->h);
@@ -180,7 +179,6 @@ static float gpt2_forward(Trainer *t) {
     module_post_forward(t, m->transformer);
 
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
-    Dtype held = backend.gemm_dtype; /* the logits': no kernel but the loss reads them */
     linear_forward(a->logits, held, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
     lowp_held(t, a->logits, BT * V, held);
     module_post_forward(t, m->lm_head);

@@ -145,8 +145,11 @@ static float model_forward(Trainer *t) {
                        bias_of(t, m->block_fc2[l]), B, 4 * D, D);
         lowp(t, h_out, BD);
         module_post_forward(t, m->block_fc2[l]);
-        FOR_EACH(BD, add_one, h_out, h_in); /* the residual connection */
-        lowp(t, h_out, BD);
+        /* the residual connection; fc2's output is in fp32 slots (a Dtype
+         * variable, not the enumerator: nvcc's kernel stubs name its type
+         * `enum Dtype`, which C++ refuses for a typedef'd enum) */
+        Dtype slots = DTYPE_FP32;
+        FOR_EACH(BD, residual_add_one, h_out, h_in, h_out, c->param_dtype, slots);
         module_post_forward(t, m->block[l]);
     }
     module_post_forward(t, m->blocks);

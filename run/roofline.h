@@ -18,19 +18,17 @@
  *   fp32       fp32 values, cuBLAS's fp32 GEMMs on the fp32 units (no
  *              tensor core), 4 bytes a value: the GPU build in fp32;
  *   bf16 GEMM  the GPU build with --param-dtype bf16: GEMMs on the tensor
- *              cores (kernels/layers.h's gemm). Stored in 16 bits (2
- *              bytes): a Linear layer's input, written so by the layer
- *              before it and read so by both its GEMMs; c_attn's output
- *              q, k, v, which only attention's GEMMs read; c_fc's and
- *              fc1's output, which only GELU reads; the output gradient a
- *              GELU or attention writes for c_fc, fc1 or c_attn, and the
- *              input gradient only GELU or attention reads;
- *              attention's B*H*T^2 probabilities P and their gradient dS
- *              (kernels/transformer.h's attention_forward_gemm); and the
- *              logits, which only the loss reads. Every other value in an
- *              fp32 slot (4 bytes), and a GEMM's other inputs (the
- *              weights, the other output gradients) packed to 16 bits on
- *              the way (read 4, written 2, read 2 by the GEMM);
+ *              cores (kernels/layers.h's gemm), and stored in 16 bits (2
+ *              bytes) every value that no kernel but a GEMM, GELU,
+ *              attention, a residual connection or the loss reads, written
+ *              so by the kernel before it: a Linear layer's input; the
+ *              output of c_attn, c_fc, fc1, GPT-2's c_projs and the head;
+ *              the output gradient a GELU or attention writes, the input
+ *              gradient only they read; attention's B*H*T^2 probabilities
+ *              P and their gradient dS (kernels/transformer.h). Every
+ *              other value in an fp32 slot (4 bytes), and a GEMM's other
+ *              inputs (the weights, the other output gradients) packed to
+ *              16 bits on the way (read 4, written 2, read 2 by the GEMM);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
@@ -104,7 +102,8 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
  * (the input's gradient, the weight's) and its bias gradient (a column
  * sum of the output's gradient). Its input is in 16 bits; `held` says
  * what else is: its output (HELD_OUT: c_attn's, attention's input; c_fc's
- * and fc1's, GELU's; the logits), its output's gradient (HELD_GRAD:
+ * and fc1's, GELU's; GPT-2's c_projs', the residual connection's; the
+ * logits), its output's gradient (HELD_GRAD:
  * c_attn's, c_fc's, fc1's, written so by attention or GELU), its input's
  * gradient (HELD_IN_GRAD: c_proj's and fc2's, read by attention's or
  * GELU's backward). */
@@ -170,16 +169,16 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
     roof_layernorm(r, BT, D, backward);
     roof_linear(r, BT, D, 3 * D, backward, HELD_OUT | HELD_GRAD); /* c_attn */
     roof_attention(r, B, T, D, c->n_head, backward);
-    roof_linear(r, BT, D, D, backward, HELD_IN_GRAD); /* attn.c_proj */
-    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
+    roof_linear(r, BT, D, D, backward, HELD_OUT | HELD_IN_GRAD); /* attn.c_proj */
+    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 1); /* c_proj's output in 16 bits */
     roof_layernorm(r, BT, D, backward);
     roof_linear(r, BT, D, 4 * D, backward, HELD_OUT | HELD_GRAD); /* c_fc */
     /* c_fc's output in, c_proj's input out; backward also c_proj's input
      * gradient in, c_fc's output gradient out */
     roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0,
                      backward ? 3 : 2);
-    roof_linear(r, BT, 4 * D, D, backward, HELD_IN_GRAD); /* mlp.c_proj */
-    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 0);
+    roof_linear(r, BT, 4 * D, D, backward, HELD_OUT | HELD_IN_GRAD); /* mlp.c_proj */
+    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 1);
 }
 
 /* One block of the byte MLP on B samples (model/mlp.h's order). */

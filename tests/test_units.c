@@ -364,6 +364,12 @@ static void test_matmul_inputs16(void) {
     FOR_EACH(3 * AD, bias_backward_one, db32, slots, AB * AT, 3 * AD, DTYPE_FP32);
     check(!memcmp(db16, db32, sizeof(db16)), "bias gradient from a held output gradient",
           "%d columns of %d rows, bit for bit", 3 * AD, AB * AT);
+    /* a residual connection from a held projection */
+    static float ra16[N], ra32[N];
+    FOR_EACH(N, residual_add_one, ra16, g, in16, d, d);
+    FOR_EACH(N, residual_add_one, ra32, g, in, d, DTYPE_FP32);
+    check(!memcmp(ra16, ra32, sizeof(ra16)), "a residual connection from a held projection",
+          "%d values, bit for bit", N);
     /* the loss from held logits (here qkv's values, as AB * AT rows of 3 * AD) */
     static float p16[NQ], p32[NQ], l16[AB * AT], l32[AB * AT];
     static const int tg[AB * AT] = {0, 5, 17, 3, 3, 9, 12, 1, 16, 8};
