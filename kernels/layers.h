@@ -36,7 +36,8 @@ static inline void *element_at(const void *x, long i, Dtype d) {
  * either matmul. The same holds for c_attn's output, which only
  * attention's matmuls read, for c_fc's and fc1's, which only GELU reads,
  * for GPT-2's c_projs', which only the residual connection reads
- * (residual_add_one), for the logits, which no kernel but the loss reads
+ * (residual_add_one), for a LayerNorm's output gradient, which only its
+ * backward reads, for the logits, which no kernel but the loss reads
  * (crossentropy_forward), and in backward for the output gradient
  * of a Linear whose producer is a GELU or attention (c_fc, fc1, c_attn):
  * only the layer's two matmuls and its bias's column sum read it. The CPU's
@@ -109,16 +110,18 @@ FSDP_HD static inline void layernorm_forward_row(long b, void *out, float *mean,
     rstd[b] = s;
 }
 /* The input gradient of row b. With n = normalised input, g = dy * weight:
- * dx = rstd * (g - mean(g) - n * mean(g * n)) */
-FSDP_HD static inline void layernorm_backward_row(long b, float *dinp, const float *dout,
+ * dx = rstd * (g - mean(g) - n * mean(g * n)). dy is held in format dh (the
+ * Linear after the norm wrote it; only this and the column sums read it). */
+FSDP_HD static inline void layernorm_backward_row(long b, float *dinp, const void *dout,
                                                   const float *inp, const float *weight,
-                                                  const float *mean, const float *rstd, int D) {
-    const float *x = inp + b * D, *dy = dout + b * D;
+                                                  const float *mean, const float *rstd, int D,
+                                                  Dtype dh) {
+    const float *x = inp + b * D;
     float *dx = dinp + b * D;
     float g_mean = 0.0f, gn_mean = 0.0f;
     for (int i = 0; i < D; i++) {
         float n = (x[i] - mean[b]) * rstd[b];
-        float g = dy[i] * weight[i];
+        float g = load_as(dout, b * D + i, dh) * weight[i];
         g_mean += g;
         gn_mean += g * n;
     }
@@ -126,20 +129,20 @@ FSDP_HD static inline void layernorm_backward_row(long b, float *dinp, const flo
     gn_mean /= (float)D;
     for (int i = 0; i < D; i++) {
         float n = (x[i] - mean[b]) * rstd[b];
-        dx[i] += rstd[b] * (dy[i] * weight[i] - g_mean - n * gn_mean);
+        dx[i] += rstd[b] * (load_as(dout, b * D + i, dh) * weight[i] - g_mean - n * gn_mean);
     }
 }
 /* The parameter gradients of column i: a sum over the rows, in increasing
  * b, from one thread (a row per thread would need atomics here). */
 FSDP_HD static inline void layernorm_backward_col(long i, float *dweight, float *dbias,
-                                                  const float *dout, const float *inp,
+                                                  const void *dout, const float *inp,
                                                   const float *mean, const float *rstd, int B,
-                                                  int D) {
+                                                  int D, Dtype dh) {
     for (int b = 0; b < B; b++) {
         long at = (long)b * D + i;
-        float n = (inp[at] - mean[b]) * rstd[b];
-        dweight[i] += dout[at] * n;
-        dbias[i] += dout[at];
+        float n = (inp[at] - mean[b]) * rstd[b], dy = load_as(dout, at, dh);
+        dweight[i] += dy * n;
+        dbias[i] += dy;
     }
 }
 
@@ -305,7 +308,7 @@ __global__ static void layernorm_forward_warp(void *__restrict__ out, float *__r
 }
 
 __global__ static void layernorm_backward_warp(float *__restrict__ dinp,
-                                               const float *__restrict__ dout,
+                                               const void *__restrict__ dout, Dtype dh,
                                                const float *__restrict__ inp,
                                                const float *__restrict__ weight,
                                                const float *__restrict__ mean,
@@ -313,17 +316,18 @@ __global__ static void layernorm_backward_warp(float *__restrict__ dinp,
     long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (b >= B) return;
-    const float *x = inp + b * D, *dy = dout + b * D;
+    const float *x = inp + b * D;
     float mb = mean[b], sb = rstd[b], g_mean = 0.0f, gn_mean = 0.0f;
     for (int i = lane; i < D; i += 32) {
-        float g = dy[i] * weight[i];
+        float g = load_as(dout, b * D + i, dh) * weight[i];
         g_mean += g;
         gn_mean += g * ((x[i] - mb) * sb);
     }
     g_mean = warp_sum(g_mean) / (float)D;
     gn_mean = warp_sum(gn_mean) / (float)D;
     for (int i = lane; i < D; i += 32)
-        dinp[b * D + i] += sb * (dy[i] * weight[i] - g_mean - (x[i] - mb) * sb * gn_mean);
+        dinp[b * D + i] += sb * (load_as(dout, b * D + i, dh) * weight[i] - g_mean -
+                                 (x[i] - mb) * sb * gn_mean);
 }
 
 __device__ static inline float warp_max(float v) {
@@ -428,14 +432,17 @@ static void layernorm_forward(void *out, float *mean, float *rstd, const float *
         out, mean, rstd, inp, weight, bias, B, D, d, backend.gemm_dtype);
     cudaCheck(cudaGetLastError());
 }
-static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+/* dinp += LayerNorm's input gradient, from dout (held in gemm_dtype: the
+ * Linear after the norm wrote it, and only this reads it) */
+static void layernorm_backward(float *dinp, float *dweight, float *dbias, const void *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int B, int D) {
     if (backend.dry || B <= 0) return;
+    Dtype dh = backend.gemm_dtype;
     layernorm_backward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        dinp, dout, inp, weight, mean, rstd, B, D);
+        dinp, dout, dh, inp, weight, mean, rstd, B, D);
     cudaCheck(cudaGetLastError());
-    column_sums(dweight, dbias, dout, DTYPE_FP32, inp, mean, rstd, B, D);
+    column_sums(dweight, dbias, dout, dh, inp, mean, rstd, B, D);
 }
 static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O) {
     column_sums(NULL, dbias, dout, dh, NULL, NULL, NULL, B, O);
@@ -626,11 +633,12 @@ static void layernorm_forward(void *out, float *mean, float *rstd, const float *
     FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, D, d,
              backend.gemm_dtype);
 }
-static void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+static void layernorm_backward(float *dinp, float *dweight, float *dbias, const void *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int B, int D) {
-    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, D);
-    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D);
+    Dtype dh = backend.gemm_dtype;
+    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, D, dh);
+    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D, dh);
 }
 #endif
 

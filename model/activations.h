@@ -12,7 +12,8 @@
  * output gradient a GELU or attention writes; and c_fc's and fc1's output
  * and the input gradient of the Linear after them, which only GELU reads,
  * c_proj's input gradient, which only attention reads, c_proj's output,
- * which only the residual connection reads, and the logits, which no
+ * which only the residual connection reads, a LayerNorm's output
+ * gradient, which only its backward reads, and the logits, which no
  * kernel but the loss reads) is held as the matmuls read it, in
  * backend.gemm_dtype: 16-bit values on a GPU with 16-bit parameters
  * (kernels/layers.h); a slice of it is element_at's. */
@@ -31,7 +32,8 @@ typedef struct {
     void *logits;             /* (B, V) the head's output: the loss's input */
     float *probs;             /* (B, V); backward turns them into the logits' gradient */
     float *losses;            /* (B) each sample's loss */
-    float *d_nf, *d_h, *d_ln; /* (B, D) */
+    float *d_h;               /* (B, D) the residual stream's gradient */
+    void *d_nf, *d_ln;        /* (B, D) a LayerNorm's output gradient: its backward's input */
     void *d_act;              /* (B, 4D) fc2's input gradient: GELU's backward's input */
     void *d_fc1;              /* (B, 4D) fc1's output gradient (GELU's backward writes it) */
     float *d_emb;             /* (B, T*C)                                      */
@@ -58,7 +60,8 @@ typedef struct {
     float *probs;                 /* (BT, V); backward turns them into the logits' gradient */
     float *losses;                /* (BT) */
     void *proj;                   /* (BT, D) a c_proj's output: the residual connection's input */
-    float *d_res, *d_x;           /* (BT, D) */
+    float *d_res;                 /* (BT, D) the residual stream's gradient */
+    void *d_x;                    /* (BT, D) a LayerNorm's output gradient: its backward's */
     void *d_atty;                 /* (BT, D) c_proj's input gradient: attention's backward's */
     void *d_qkv;                  /* (BT, 3D) c_attn's output gradient (attention's backward) */
     float *d_att;                 /* (B, H, T, T) */

@@ -48,7 +48,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->losses = activation_fp32(l, BT);
     a->proj = activation_held(l, c, BT * D);
     a->d_res = activation(l, c, BT * D);
-    a->d_x = activation(l, c, BT * D);
+    a->d_x = activation_held(l, c, BT * D);
     a->d_atty = activation_held(l, c, BT * D);
     a->d_qkv = activation_held(l, c, BT * 3 * D);
     a->d_att = activation_fp32(l, att);
@@ -199,8 +199,9 @@ static void gpt2_linear_backward(Trainer *t, int module, void *dinp, Dtype dih, 
     lowp_held(t, dinp, BT * I, dih);
     module_post_backward(t, module);
 }
-/* LayerNorm's backward adds into dinp (the residual stream's gradient) */
-static void gpt2_layernorm_backward(Trainer *t, int module, float *dinp, const float *dout,
+/* LayerNorm's backward adds into dinp (the residual stream's gradient),
+ * from dout held in gemm_dtype (d_x: the Linear after the norm wrote it) */
+static void gpt2_layernorm_backward(Trainer *t, int module, float *dinp, const void *dout,
                                     const float *inp, const float *mean, const float *rstd,
                                     long BT) {
     int D = t->cfg.width;
@@ -230,11 +231,11 @@ static void gpt2_block_backward(Trainer *t, int l) {
     Gpt2Saved s = gpt2_saved(t, l);
     /* the MLP branch: c_proj, GELU, c_fc, then ln_2 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_MLP));
-    Dtype held = backend.gemm_dtype, fp32 = DTYPE_FP32; /* d_fc_gelu, d_fc, d_atty, d_qkv's */
+    Dtype held = backend.gemm_dtype, fp32 = DTYPE_FP32; /* activations.h */
     gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, held, a->d_res, fp32,
                          s.fc_gelu, BT, 4 * D, D);
     gelu_tanh_backward(a->d_fc, a->d_fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, fp32, a->d_fc, held, s.ln2, BT,
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, held, a->d_fc, held, s.ln2, BT,
                          D, 4 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_MLP));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_2), a->d_res, a->d_x, s.res_mid,
@@ -245,8 +246,8 @@ static void gpt2_block_backward(Trainer *t, int l) {
                          s.atty, BT, D, D);
     attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head,
                        c->param_dtype);
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, fp32, a->d_qkv, held, s.ln1, BT,
-                         D, 3 * D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, held, a->d_qkv, held, s.ln1,
+                         BT, D, 3 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_ATTN));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_1), a->d_res, a->d_x,
                             a->res + l * BT * D, s.ln1_mean, s.ln1_rstd, BT);
@@ -267,9 +268,10 @@ static void gpt2_backward(Trainer *t) {
         a->probs, a->targets, t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V);
     lowp(t, d_logits, BT * V);
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
-    linear_backward(a->d_x, DTYPE_FP32, dweight_of(t, m->wte), NULL, d_logits, DTYPE_FP32, a->lnf,
+    Dtype held = backend.gemm_dtype; /* d_x's: only ln_f's backward reads it */
+    linear_backward(a->d_x, held, dweight_of(t, m->wte), NULL, d_logits, DTYPE_FP32, a->lnf,
                     weight_of(t, m->wte), (int)BT, D, V);
-    lowp(t, a->d_x, BT * D);
+    lowp_held(t, a->d_x, BT * D, held);
     module_post_backward(t, m->lm_head);
     module_pre_backward(t, m->transformer);
     zero(a->d_res, BT * D);

@@ -55,9 +55,9 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->logits = activation_held(l, c, B * V);
     a->probs = activation_fp32(l, B * V);
     a->losses = activation_fp32(l, B);
-    a->d_nf = activation(l, c, B * D);
+    a->d_nf = activation_held(l, c, B * D);
     a->d_h = activation(l, c, B * D);
-    a->d_ln = activation(l, c, B * D);
+    a->d_ln = activation_held(l, c, B * D);
     a->d_act = activation_held(l, c, B * 4 * D);
     a->d_fc1 = activation_held(l, c, B * 4 * D);
     a->d_emb = activation(l, c, B * T * C);
@@ -215,9 +215,10 @@ static void model_backward(Trainer *t) {
         crossentropy_backward(a->probs, a->targets, t->loss_scale / (float)t->local_batch, B, V);
     lowp(t, d_logits, (long)B * V);
     module_pre_backward(t, m->head);
-    linear_backward(a->d_nf, DTYPE_FP32, dweight_of(t, m->head), dbias_of(t, m->head), d_logits,
+    Dtype held = backend.gemm_dtype; /* activations.h */
+    linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), d_logits,
                     DTYPE_FP32, a->nf, weight_of(t, m->head), B, D, V);
-    lowp(t, a->d_nf, BD);
+    lowp_held(t, a->d_nf, BD, held);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
     zero(a->d_h, BD);
@@ -238,7 +239,6 @@ static void model_backward(Trainer *t) {
         /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
          * the MLP branch adds its own part through norm's backward. */
         module_pre_backward(t, m->block_fc2[l]);
-        Dtype held = backend.gemm_dtype; /* d_act's (only GELU reads it) and d_fc1's */
         linear_backward(a->d_act, held, dweight_of(t, m->block_fc2[l]),
                         dbias_of(t, m->block_fc2[l]), a->d_h, DTYPE_FP32, act,
                         weight_of(t, m->block_fc2[l]), B, 4 * D, D);
@@ -246,10 +246,10 @@ static void model_backward(Trainer *t) {
         module_post_backward(t, m->block_fc2[l]);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
         module_pre_backward(t, m->block_fc1[l]);
-        linear_backward(a->d_ln, DTYPE_FP32, dweight_of(t, m->block_fc1[l]),
+        linear_backward(a->d_ln, held, dweight_of(t, m->block_fc1[l]),
                         dbias_of(t, m->block_fc1[l]), a->d_fc1, held, ln,
                         weight_of(t, m->block_fc1[l]), B, D, 4 * D);
-        lowp(t, a->d_ln, BD);
+        lowp_held(t, a->d_ln, BD, held);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
         layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),

@@ -20,15 +20,16 @@
  *   bf16 GEMM  the GPU build with --param-dtype bf16: GEMMs on the tensor
  *              cores (kernels/layers.h's gemm), and stored in 16 bits (2
  *              bytes) every value that no kernel but a GEMM, GELU,
- *              attention, a residual connection or the loss reads, written
- *              so by the kernel before it: a Linear layer's input; the
- *              output of c_attn, c_fc, fc1, GPT-2's c_projs and the head;
- *              the output gradient a GELU or attention writes, the input
- *              gradient only they read; attention's B*H*T^2 probabilities
- *              P and their gradient dS (kernels/transformer.h). Every
- *              other value in an fp32 slot (4 bytes), and a GEMM's other
- *              inputs (the weights, the other output gradients) packed to
- *              16 bits on the way (read 4, written 2, read 2 by the GEMM);
+ *              attention, a residual connection, a LayerNorm's backward or
+ *              the loss reads, written so by the kernel before it: a
+ *              Linear layer's input; the output of c_attn, c_fc, fc1,
+ *              GPT-2's c_projs and the head; the output gradient a GELU
+ *              or attention writes, and every Linear's input gradient but
+ *              proj_in's; attention's B*H*T^2 probabilities P and their
+ *              gradient dS (kernels/transformer.h). Every other value in
+ *              an fp32 slot (4 bytes), and a GEMM's other inputs (the
+ *              weights, the other output gradients) packed to 16 bits on
+ *              the way (read 4, written 2, read 2 by the GEMM);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits,
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
@@ -105,8 +106,8 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
  * and fc1's, GELU's; GPT-2's c_projs', the residual connection's; the
  * logits), its output's gradient (HELD_GRAD:
  * c_attn's, c_fc's, fc1's, written so by attention or GELU), its input's
- * gradient (HELD_IN_GRAD: c_proj's and fc2's, read by attention's or
- * GELU's backward). */
+ * gradient (HELD_IN_GRAD: read only by attention's, GELU's or a
+ * LayerNorm's backward: all but proj_in's). */
 enum { HELD_OUT = 1, HELD_GRAD = 2, HELD_IN_GRAD = 4 };
 static void roof_linear(Roofline *r, double R, double in, double out, int backward, int held) {
     if (!backward) {
@@ -120,11 +121,13 @@ static void roof_linear(Roofline *r, double R, double in, double out, int backwa
 }
 
 /* LayerNorm over R rows of D: forward reads x and writes y (a Linear's
- * input) and two statistics a row; backward reads dy and x, writes dx,
- * and adds into the weight's and bias's gradients. */
+ * input) and two statistics a row; backward reads dy (in 16 bits: the
+ * Linear after it wrote it) and x, writes dx, and adds into the weight's
+ * and bias's gradients. */
 static void roof_layernorm(Roofline *r, double R, double D, int backward) {
     if (backward) {
-        roof_add(r, "layernorm", 0, 14.0 * R * D, 3.0 * R * D, 2.0 * R + 2.0 * D);
+        int i = roof_add(r, "layernorm", 0, 14.0 * R * D, 3.0 * R * D, 2.0 * R + 2.0 * D);
+        r->k[i].stored16 += R * D;
         return;
     }
     r->k[roof_add(r, "layernorm", 0, 8.0 * R * D, 2.0 * R * D, 2.0 * R)].stored16 += R * D;
@@ -167,12 +170,12 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
 static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward) {
     double T = c->context, D = c->width, BT = B * T;
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 3 * D, backward, HELD_OUT | HELD_GRAD); /* c_attn */
+    roof_linear(r, BT, D, 3 * D, backward, HELD_OUT | HELD_GRAD | HELD_IN_GRAD); /* c_attn */
     roof_attention(r, B, T, D, c->n_head, backward);
     roof_linear(r, BT, D, D, backward, HELD_OUT | HELD_IN_GRAD); /* attn.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 1); /* c_proj's output in 16 bits */
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 4 * D, backward, HELD_OUT | HELD_GRAD); /* c_fc */
+    roof_linear(r, BT, D, 4 * D, backward, HELD_OUT | HELD_GRAD | HELD_IN_GRAD); /* c_fc */
     /* c_fc's output in, c_proj's input out; backward also c_proj's input
      * gradient in, c_fc's output gradient out */
     roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0,
@@ -185,7 +188,7 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
 static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward) {
     double W = c->width;
     roof_layernorm(r, B, W, backward);
-    roof_linear(r, B, W, 4 * W, backward, HELD_OUT | HELD_GRAD); /* fc1 */
+    roof_linear(r, B, W, 4 * W, backward, HELD_OUT | HELD_GRAD | HELD_IN_GRAD); /* fc1 */
     roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0,
                      backward ? 3 : 2);
     roof_linear(r, B, 4 * W, W, backward, HELD_IN_GRAD); /* fc2 */
@@ -217,7 +220,7 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     roof_layernorm(r, R, D, 0); /* ln_f, norm_f */
     roof_linear(r, R, D, V, 0, HELD_OUT); /* lm_head, head */
     roof_cross_entropy(r, R, V);
-    roof_linear(r, R, D, V, 1, 0);
+    roof_linear(r, R, D, V, 1, HELD_IN_GRAD);
     roof_layernorm(r, R, D, 1);
     for (int l = 0; l < c->depth; l++)
         if (gpt2) roof_gpt2_block(r, c, B, 1);

@@ -122,6 +122,7 @@ static void check_layernorm(void) {
     float *x = host_random(n, 1, 1.0f), *w = host_random(D, 2, 0.2f), *b = host_random(D, 3, 0.2f),
           *dy = host_random(n, 4, 1.0f);
     for (int i = 0; i < D; i++) w[i] += 1.0f;
+    for (long i = 0; i < n; i++) dy[i] = round_to(dy[i], DTYPE_BF16); /* for its held run */
     float *out = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
           *mean = (float *)host_calloc(B, sizeof(float), "ref"),
           *rstd = (float *)host_calloc(B, sizeof(float), "ref"),
@@ -130,8 +131,9 @@ static void check_layernorm(void) {
           *db = (float *)host_calloc(D, sizeof(float), "ref");
     for (long r = 0; r < B; r++)
         layernorm_forward_row(r, out, mean, rstd, x, w, b, D, DTYPE_FP32, DTYPE_FP32);
-    for (long r = 0; r < B; r++) layernorm_backward_row(r, dx, dy, x, w, mean, rstd, D);
-    for (long c = 0; c < D; c++) layernorm_backward_col(c, dw, db, dy, x, mean, rstd, B, D);
+    for (long r = 0; r < B; r++) layernorm_backward_row(r, dx, dy, x, w, mean, rstd, D, DTYPE_FP32);
+    for (long c = 0; c < D; c++)
+        layernorm_backward_col(c, dw, db, dy, x, mean, rstd, B, D, DTYPE_FP32);
     float *gx = device_copy(x, n), *gw = device_copy(w, D), *gb = device_copy(b, D),
           *gdy = device_copy(dy, n), *gout = gpu(n), *gmean = gpu(B), *grstd = gpu(B),
           *gdx = gpu(n), *gdw = gpu(D), *gdb = gpu(D);
@@ -179,12 +181,23 @@ static void check_layernorm(void) {
         col = fmax(col, sum);
     }
     /* 20 runs add 20 times: 20 times each bound, and 20 u of the total */
-    expect("layernorm backward (8192 x 768)", "dinp", gdx, dx, n,
-           20.0 * 2.0 * D * U * row + 20.0 * U * max_abs(dx, n), us);
-    expect("layernorm backward (8192 x 768)", "dweight", gdw, dw, D,
-           20.0 * (2.0 * B + 4.0 * D) * U * col + 20.0 * U * max_abs(dw, D), us);
-    expect("layernorm backward (8192 x 768)", "dbias", gdb, db, D,
-           20.0 * 2.0 * B * U * col + 20.0 * U * max_abs(db, D), us);
+    double tdx = 20.0 * 2.0 * D * U * row + 20.0 * U * max_abs(dx, n),
+           tdw = 20.0 * (2.0 * B + 4.0 * D) * U * col + 20.0 * U * max_abs(dw, D),
+           tdb = 20.0 * 2.0 * B * U * col + 20.0 * U * max_abs(db, D);
+    expect("layernorm backward (8192 x 768)", "dinp", gdx, dx, n, tdx, us);
+    expect("layernorm backward (8192 x 768)", "dweight", gdw, dw, D, tdw, us);
+    expect("layernorm backward (8192 x 768)", "dbias", gdb, db, D, tdb, us);
+    /* ... from dy held in bf16, as c_attn's backward writes it with bf16
+     * parameters: the same values (dy is bf16 here), so the same bounds */
+    float *gdy16 = gpu(n);
+    FOR_EACH(n, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f);
+    dev_zero(gdx, (size_t)n * 4), dev_zero(gdw, (size_t)D * 4), dev_zero(gdb, (size_t)D * 4);
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy16, gx, gw, gmean, grstd, B, D));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("layernorm backward, dy held in bf16", "dinp", gdx, dx, n, tdx, us);
+    expect("layernorm backward, dy held in bf16", "dweight", gdw, dw, D, tdw, us);
+    expect("layernorm backward, dy held in bf16", "dbias", gdb, db, D, tdb, us);
     float *frees[] = {x, w, b, dy, out, mean, rstd, dx, dw, db};
     for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
     gpu_free_all();

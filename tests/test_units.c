@@ -364,6 +364,17 @@ static void test_matmul_inputs16(void) {
     FOR_EACH(3 * AD, bias_backward_one, db32, slots, AB * AT, 3 * AD, DTYPE_FP32);
     check(!memcmp(db16, db32, sizeof(db16)), "bias gradient from a held output gradient",
           "%d columns of %d rows, bit for bit", 3 * AD, AB * AT);
+    /* LayerNorm's backward from a held output gradient (the residual
+     * stream's gradient and the parameters' are fp32 either way) */
+    static float dx16[N], dx32[N], nw16[GI], nw32[GI], nb16[GI], nb32[GI];
+    layernorm_forward(slots, mean, rstd, in, w, b, GB, GI, d);
+    backend.gemm_dtype = d;
+    layernorm_backward(dx16, nw16, nb16, g16, in, w, mean, rstd, GB, GI);
+    backend.gemm_dtype = DTYPE_FP32;
+    layernorm_backward(dx32, nw32, nb32, g, in, w, mean, rstd, GB, GI);
+    check(!memcmp(dx16, dx32, sizeof(dx16)) && !memcmp(nw16, nw32, sizeof(nw16)) &&
+              !memcmp(nb16, nb32, sizeof(nb16)),
+          "layernorm backward from a held output gradient", "dinp, dweight, dbias bit for bit");
     /* a residual connection from a held projection */
     static float ra16[N], ra32[N];
     FOR_EACH(N, residual_add_one, ra16, g, in16, d, d);
