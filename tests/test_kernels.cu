@@ -288,8 +288,9 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
         }
         tb = fmax(tb, col);
     }
-    float *gdy16 = gpu(nd), *gdin = gpu((long)B * I), *gdw = gpu((long)O * I), *gdb = gpu(O);
-    FOR_EACH(nd, pack_one, (uint16_t *)gdy16, device_copy(dy, nd), DTYPE_BF16, 1.0f);
+    float *gdy = device_copy(dy, nd), *gdy16 = gpu(nd), *gdin = gpu((long)B * I),
+          *gdw = gpu((long)O * I), *gdb = gpu(O);
+    FOR_EACH(nd, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f); /* rounds it: dyr's values */
     backend.gemm_dtype = DTYPE_BF16;
     double us;
     TIME_US(us, linear_backward(gdin, DTYPE_FP32, gdw, gdb, gdy16, DTYPE_BF16, gx16, gw, B, I, O));
