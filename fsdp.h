@@ -63,6 +63,9 @@ typedef enum {
 } BackwardPrefetch;
 
 typedef enum { LR_CONSTANT, LR_STEP, LR_COSINE } LrSchedule;
+/* --attention: GPT-2's attention as matmuls that keep P (SDPBackend.MATH),
+ * or fused, recomputing P in backward (SDPBackend.FLASH_ATTENTION) */
+typedef enum { ATTENTION_MATH, ATTENTION_FLASH } AttentionKind;
 
 /* The floating-point formats of PyTorch's MixedPrecision (fsdp.c, section
  * 5): a value's width in memory and on the wire. */
@@ -154,6 +157,7 @@ typedef struct {
     int inline_collectives; /* --inline-collectives: no communication thread */
     int collective_timeout; /* --collective-timeout: seconds a collective may take; 0: no limit */
     int activation_checkpointing; /* --activation-checkpointing: keep block inputs only */
+    AttentionKind attention;      /* --attention math|flash (GPT-2) */
     int tf32;               /* --tf32: cuBLAS may use TF32 tensor cores (GPU build) */
     int plan;               /* --plan: the ledger's figures for one step, nothing run */
     const char *roofline;   /* --roofline GPU: --plan also counts the kernels (h100, ...) */

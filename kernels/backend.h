@@ -14,7 +14,10 @@
 #endif
 #ifdef __CUDACC__
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <nccl.h>
 /* Element-wise math is written once and marked for both host and device, so
  * the CPU tests check the very arithmetic the GPU kernels will run. */

@@ -427,3 +427,456 @@ static void attention_backward(void *dqkv, float *datt, const void *dy, const vo
     FOR_EACH((long)B * H * T, attention_backward_key, g, datt, gy, x, att, T, D, H, d);
 }
 #endif
+
+/* ---- fused attention: FlashAttention's algorithm -----------------------------
+ * --attention flash (PyTorch's SDPBackend.FLASH_ATTENTION) computes the
+ * same y without ever storing P. A query row meets the keys a tile of
+ * FLASH_TILE at a time, and keeps only a running maximum m, a running sum
+ * l of exp(score - m) and the output o, rescaled by exp(m_old - m_new)
+ * whenever a tile raises the maximum (the "online softmax"):
+ *   o = sum_s exp(score_s - m) v_s,   l = sum_s exp(score_s - m),   y = o / l
+ * All it keeps for backward is one number a row, the log of the softmax's
+ * denominator, lse = m + log l, from which backward recomputes any
+ * p_ts = exp(score_ts - lse_t) it needs. So the B*H*T^2 probabilities
+ * (and dS, in backward) never reach memory: B*H*T numbers a block where
+ * the math path keeps B*H*T^2, and on a GPU the scores stay on chip
+ * (kernels below). The price is recomputing the scores in backward.
+ *
+ * Rounded where the tensor cores round (with 16-bit parameters): each
+ * exp(score - m) as it multiplies v (the tile's P, 16-bit for the matmul),
+ * dS as it multiplies q and k; m, l, o, lse, dP in fp32. Every row below
+ * writes only its own outputs, so a GPU can run them one thread a row
+ * (FOR_EACH): that is its path where the tensor-core kernels do not
+ * apply (fp32, or a head not 16, 32, 48 or 64 channels wide), and the
+ * reference they are tested against (tests/test_kernels.cu). Heads are at
+ * most FLASH_MAX_HD channels: a row's o lives in registers. */
+enum { FLASH_TILE = 32, FLASH_MAX_HD = 128 };
+
+/* element j of q (part 0), k (1) or v (2) of position t, head h, sequence b */
+FSDP_HD static inline long qkv_index(long b, int t, int part, int h, int T, int D, int hd) {
+    return (b * T + t) * 3L * D + (long)part * D + (long)h * hd;
+}
+/* scale * q_t . k_s, from qkv held in format `held` */
+FSDP_HD static inline float flash_score(const void *qkv, long b, int t, int s, int h, int T, int D,
+                                        int hd, float scale, Dtype held) {
+    long q = qkv_index(b, t, 0, h, T, D, hd), k = qkv_index(b, s, 1, h, T, D, hd);
+    float z = 0.0f;
+    for (int j = 0; j < hd; j++) z += load_as(qkv, q + j, held) * load_as(qkv, k + j, held);
+    return z * scale;
+}
+/* x . v over hd values, x in fp32, v from a held buffer at index v0 */
+FSDP_HD static inline float dot_held(const float *x, const void *v, long v0, int hd, Dtype held) {
+    float z = 0.0f;
+    for (int j = 0; j < hd; j++) z += x[j] * load_as(v, v0 + j, held);
+    return z;
+}
+
+/* Row r = (b*H + h)*T + t: y_t (c_proj's input, held) and lse[r] */
+FSDP_HD static inline void flash_forward_row(long r, void *y, float *lse, const void *qkv, int T,
+                                             int D, int H, Dtype d, Dtype held) {
+    int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
+    long b = r / ((long)T * H);
+    float scale = 1.0f / sqrtf((float)hd), m = -INFINITY, l = 0.0f;
+    float o[FLASH_MAX_HD], z[FLASH_TILE];
+    for (int j = 0; j < hd; j++) o[j] = 0.0f;
+    for (int s0 = 0; s0 <= t; s0 += FLASH_TILE) {
+        int n = t + 1 - s0 < FLASH_TILE ? t + 1 - s0 : FLASH_TILE;
+        float mt = m;
+        for (int i = 0; i < n; i++) {
+            z[i] = flash_score(qkv, b, t, s0 + i, h, T, D, hd, scale, held);
+            mt = fmaxf(mt, z[i]);
+        }
+        float c = expf(m - mt); /* what the earlier terms are rescaled by: 0 at first */
+        l *= c;
+        for (int j = 0; j < hd; j++) o[j] *= c;
+        for (int i = 0; i < n; i++) {
+            float p = expf(z[i] - mt), p16 = round_to(p, d); /* P's tile, as the matmul reads it */
+            long v = qkv_index(b, s0 + i, 2, h, T, D, hd);
+            l += p;
+            for (int j = 0; j < hd; j++) o[j] += p16 * load_as(qkv, v + j, held);
+        }
+        m = mt;
+    }
+    long yi = (b * T + t) * D + (long)h * hd;
+    for (int j = 0; j < hd; j++) store_matmul_input(y, yi + j, o[j] / l, d, held);
+    lse[r] = m + logf(l);
+}
+
+/* Backward, first: delta[r] = dy_t . y_t, which is sum_s p_ts dp_ts (y_t
+ * = sum_s p_ts v_s and dp_ts = dy_t . v_s): the mean that softmax's
+ * backward subtracts (attention_backward_query), from y instead of P */
+FSDP_HD static inline void flash_backward_dot_row(long r, float *delta, const void *dy,
+                                                  const void *y, int T, int D, int H,
+                                                  Dtype held) {
+    int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
+    long b = r / ((long)T * H), i0 = (b * T + t) * D + (long)h * hd;
+    float z = 0.0f;
+    for (int j = 0; j < hd; j++) z += load_as(dy, i0 + j, held) * load_as(y, i0 + j, held);
+    delta[r] = z;
+}
+/* p_ts recomputed, and dscore_ts = p (dy_t . v_s - delta_t), rounded as
+ * the matmuls read it; g is dy_t in fp32 */
+FSDP_HD static inline float flash_dscore(const void *qkv, const float *g, long b, int t, int s,
+                                         int h, int T, int D, int hd, float scale, float lse,
+                                         float delta, float *p, Dtype d, Dtype held) {
+    *p = expf(flash_score(qkv, b, t, s, h, T, D, hd, scale, held) - lse);
+    float dp = dot_held(g, qkv, qkv_index(b, s, 2, h, T, D, hd), hd, held);
+    return round_to(*p * (dp - delta), d);
+}
+/* Backward, part 1, row r: dq_t = scale sum_{s <= t} dscore_ts k_s */
+FSDP_HD static inline void flash_backward_query_row(long r, void *dqkv, const void *dy,
+                                                    const void *qkv, const float *lse,
+                                                    const float *delta, int T, int D, int H,
+                                                    Dtype d, Dtype held) {
+    int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
+    long b = r / ((long)T * H), yi = (b * T + t) * D + (long)h * hd;
+    float scale = 1.0f / sqrtf((float)hd), g[FLASH_MAX_HD], dq[FLASH_MAX_HD], p;
+    for (int j = 0; j < hd; j++) g[j] = load_as(dy, yi + j, held), dq[j] = 0.0f;
+    for (int s = 0; s <= t; s++) {
+        float ds = flash_dscore(qkv, g, b, t, s, h, T, D, hd, scale, lse[r], delta[r], &p, d, held);
+        long k = qkv_index(b, s, 1, h, T, D, hd);
+        for (int j = 0; j < hd; j++) dq[j] += ds * load_as(qkv, k + j, held);
+    }
+    long q = qkv_index(b, t, 0, h, T, D, hd);
+    for (int j = 0; j < hd; j++) store_matmul_input(dqkv, q + j, dq[j] * scale, d, held);
+}
+/* Backward, part 2, row r = (b*H + h)*T + s: key and value s, from every
+ * query t >= s (a column, as attention_backward_key):
+ *   dk_s = scale sum_t dscore_ts q_t        dv_s = sum_t p_ts dy_t */
+FSDP_HD static inline void flash_backward_key_row(long r, void *dqkv, const void *dy,
+                                                  const void *qkv, const float *lse,
+                                                  const float *delta, int T, int D, int H,
+                                                  Dtype d, Dtype held) {
+    int hd = D / H, s = (int)(r % T), h = (int)((r / T) % H);
+    long b = r / ((long)T * H), row0 = r - s; /* row of (b, h, t = 0) */
+    float scale = 1.0f / sqrtf((float)hd), g[FLASH_MAX_HD], dk[FLASH_MAX_HD], dv[FLASH_MAX_HD], p;
+    for (int j = 0; j < hd; j++) dk[j] = dv[j] = 0.0f;
+    for (int t = s; t < T; t++) {
+        long yi = (b * T + t) * D + (long)h * hd, q = qkv_index(b, t, 0, h, T, D, hd);
+        for (int j = 0; j < hd; j++) g[j] = load_as(dy, yi + j, held);
+        float ds = flash_dscore(qkv, g, b, t, s, h, T, D, hd, scale, lse[row0 + t],
+                                delta[row0 + t], &p, d, held);
+        float p16 = round_to(p, d);
+        for (int j = 0; j < hd; j++) {
+            dk[j] += ds * load_as(qkv, q + j, held);
+            dv[j] += p16 * g[j];
+        }
+    }
+    long k = qkv_index(b, s, 1, h, T, D, hd);
+    for (int j = 0; j < hd; j++) {
+        store_matmul_input(dqkv, k + j, dk[j] * scale, d, held);
+        store_matmul_input(dqkv, k + D + j, dv[j], d, held);
+    }
+}
+
+#ifdef __CUDACC__
+/* ---- fused attention on the tensor cores ------------------------------------
+ * FlashAttention-2's loop order, with the tile products on the tensor
+ * cores through WMMA (16 x 16 x 16 fragments of 16-bit values, fp32
+ * accumulation) and the softmax's arithmetic on the ordinary cores. A
+ * block of FLASH_THREADS (4 warps) owns FLASH_ROWS = 64 rows of one head
+ * (queries in forward and for dq; keys for dk and dv), 16 a warp, and
+ * walks the other side a tile of FLASH_TILE = 32 at a time through shared
+ * memory: S = Q K^T of a tile stays on chip, as do P and dS. Each warp
+ * lays a product out to shared memory in fp32, where its 32 lanes (one a
+ * column of the tile) apply the mask and the exponentials, and where the
+ * forward's running output is rescaled; FlashAttention keeps these in
+ * registers, which WMMA's opaque fragment layout does not allow. So this
+ * is the algorithm, not its last factor of speed.
+ *
+ * Backward needs no atomics: one kernel walks each key tile's queries for
+ * dk and dv, another each query tile's keys for dq, both recomputing S
+ * and dP. Every sum runs in a fixed order, so a run repeats bit for bit.
+ * Heads of 16, 32, 48 or 64 channels, 16-bit parameters; else the rows
+ * above, a thread each. */
+enum { FLASH_ROWS = 64, FLASH_HD = 64, FLASH_THREADS = 128 };
+namespace wmma = nvcuda::wmma;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FlashAcc;
+template <bool transposed> struct FlashLayout { typedef wmma::row_major L; };
+template <> struct FlashLayout<true> { typedef wmma::col_major L; };
+
+/* acc (16 x 16) += A (16 x k) B (k x 16), A row-major in shared memory
+ * (leading dimension lda), B row-major, or with `bt` B^T row-major (B
+ * read column-major: K^T from a tile of K's rows); k a multiple of 16 */
+template <typename F16, bool bt>
+__device__ static void flash_mma(FlashAcc &acc, const uint16_t *a, int lda, const uint16_t *b,
+                                 int ldb, int k) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, F16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, F16, typename FlashLayout<bt>::L> fb;
+    for (int kk = 0; kk < k; kk += 16) {
+        wmma::load_matrix_sync(fa, (const F16 *)(a + kk), lda);
+        wmma::load_matrix_sync(fb, (const F16 *)(bt ? b + kk : b + (long)kk * ldb), ldb);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+}
+/* a warp's 16 x 32 product S = A B^T (A: 16 rows of k; B: 32 rows of k)
+ * into fp32 out (16 x FLASH_TILE) */
+template <typename F16>
+__device__ static void flash_scores(float *out, const uint16_t *a, const uint16_t *b, int k) {
+    for (int nb = 0; nb < FLASH_TILE / 16; nb++) {
+        FlashAcc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        flash_mma<F16, true>(acc, a, FLASH_HD, b + nb * 16 * FLASH_HD, FLASH_HD, k);
+        wmma::store_matrix_sync(out + nb * 16, acc, FLASH_TILE, wmma::mem_row_major);
+    }
+    __syncwarp(); /* the lanes read what the warp stored */
+}
+/* rows [t0, t0 + n) of one head's q, k or v (src: row 0's, rows `ld`
+ * apart), or of dy, into a tile FLASH_HD wide; zero past T */
+__device__ static void flash_load(uint16_t *tile, int n, const uint16_t *src, long ld, int t0,
+                                  int T, int hd) {
+    for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
+        int r = i / hd, j = i % hd;
+        tile[r * FLASH_HD + j] = t0 + r < T ? src[(long)(t0 + r) * ld + j] : (uint16_t)0;
+    }
+}
+/* a warp's 16 x hd result (hd / 16 fragments) times `scale` into rows
+ * [r0, r0 + 16) below T of dst (rows ld apart), format d, through its
+ * 16 x FLASH_TILE floats of shared memory */
+__device__ static void flash_store(uint16_t *dst, long ld, FlashAcc *acc, float scale,
+                                   float *stage, int r0, int T, int hd, Dtype d) {
+    int lane = threadIdx.x % 32;
+#pragma unroll /* both loops: acc's index known, the fragments in registers */
+    for (int c0 = 0; c0 < FLASH_HD; c0 += 32) {
+        if (c0 >= hd) break;
+#pragma unroll
+        for (int nb = 0; nb < 2; nb++)
+            if (c0 + nb * 16 < hd)
+                wmma::store_matrix_sync(stage + nb * 16, acc[c0 / 16 + nb], FLASH_TILE,
+                                        wmma::mem_row_major);
+        __syncwarp();
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            if (r0 + i < T && c0 + lane < hd)
+                dst[(long)(r0 + i) * ld + c0 + lane] =
+                    half_from_float(stage[i * FLASH_TILE + lane] * scale, d);
+        __syncwarp();
+    }
+}
+
+/* Forward: block (b*H + h, query tile). flash_forward_row's arithmetic,
+ * a tile's 32 keys at once: lane j takes key s0 + j of each of its warp's
+ * 16 rows; m and l of those rows are in every lane's registers. */
+template <typename F16>
+__global__ static void __launch_bounds__(FLASH_THREADS)
+    flash_forward_tc(uint16_t *y, float *lse, const uint16_t *qkv, int T, int D, int H, Dtype d) {
+    __shared__ __align__(32) uint16_t qs[FLASH_ROWS * FLASH_HD], ks[FLASH_TILE * FLASH_HD],
+        vs[FLASH_TILE * FLASH_HD], ps[FLASH_ROWS * FLASH_TILE];
+    __shared__ __align__(32) float ss[FLASH_ROWS * FLASH_TILE], os[FLASH_ROWS * FLASH_HD];
+    int hd = D / H, w = threadIdx.x / 32, lane = threadIdx.x % 32, h = blockIdx.x % H;
+    long b = blockIdx.x / H;
+    int q0 = blockIdx.y * FLASH_ROWS, r0 = q0 + w * 16, end = min(T, q0 + FLASH_ROWS);
+    float scale = 1.0f / sqrtf((float)hd), m[16], l[16];
+    const uint16_t *q = qkv + qkv_index(b, 0, 0, h, T, D, hd);
+    flash_load(qs, FLASH_ROWS, q, 3L * D, q0, T, hd);
+    for (int i = threadIdx.x; i < FLASH_ROWS * FLASH_HD; i += blockDim.x) os[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; i++) m[i] = -INFINITY, l[i] = 0.0f;
+    float *sw = ss + w * 16 * FLASH_TILE, *ow = os + w * 16 * FLASH_HD;
+    uint16_t *pw = ps + w * 16 * FLASH_TILE;
+    for (int s0 = 0; s0 < end; s0 += FLASH_TILE) {
+        __syncthreads(); /* every warp is done with the last tile */
+        flash_load(ks, FLASH_TILE, q + D, 3L * D, s0, T, hd);
+        flash_load(vs, FLASH_TILE, q + 2L * D, 3L * D, s0, T, hd);
+        __syncthreads();
+        if (r0 + 15 < s0 || r0 >= T) continue; /* the warp's rows see none of these keys */
+        flash_scores<F16>(sw, qs + w * 16 * FLASH_HD, ks, hd);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            int t = r0 + i, s = s0 + lane;
+            float z = s <= t && t < T ? sw[i * FLASH_TILE + lane] * scale : -INFINITY;
+            float mt = fmaxf(m[i], warp_max(z)); /* -inf only on a row past T */
+            float p = z == -INFINITY ? 0.0f : expf(z - mt), c = t < T ? expf(m[i] - mt) : 1.0f;
+            l[i] = l[i] * c + warp_sum(p);
+            m[i] = mt;
+            pw[i * FLASH_TILE + lane] = half_from_float(p, d);
+            for (int j = lane; j < hd; j += 32) ow[i * FLASH_HD + j] *= c;
+        }
+        __syncwarp();
+        for (int nb = 0; nb < hd / 16; nb++) { /* O += P V */
+            FlashAcc acc;
+            wmma::load_matrix_sync(acc, ow + nb * 16, FLASH_HD, wmma::mem_row_major);
+            flash_mma<F16, false>(acc, pw, FLASH_TILE, vs + nb * 16, FLASH_HD, FLASH_TILE);
+            wmma::store_matrix_sync(ow + nb * 16, acc, FLASH_HD, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        if (r0 + i >= T) break;
+        long yi = (b * T + r0 + i) * D + (long)h * hd;
+        for (int j = lane; j < hd; j += 32)
+            y[yi + j] = half_from_float(ow[i * FLASH_HD + j] / l[i], d);
+        if (lane == 0) lse[(b * H + h) * T + r0 + i] = m[i] + logf(l[i]);
+    }
+}
+
+/* Backward, dk and dv: block (b*H + h, key tile); the queries t >= the
+ * tile's first key, 32 at a time. Per warp (16 keys), transposed:
+ * S^T = K Q^T, P^T, dP^T = V dY^T, dS^T; dV += P^T dY, dK += dS^T Q. */
+template <typename F16>
+__global__ static void __launch_bounds__(FLASH_THREADS)
+    flash_backward_key_tc(uint16_t *dqkv, const uint16_t *dy, const uint16_t *qkv,
+                          const float *lse, const float *delta, int T, int D, int H, Dtype d) {
+    __shared__ __align__(32) uint16_t ks[FLASH_ROWS * FLASH_HD], vs[FLASH_ROWS * FLASH_HD],
+        qs[FLASH_TILE * FLASH_HD], gs[FLASH_TILE * FLASH_HD], pt[FLASH_ROWS * FLASH_TILE],
+        dst[FLASH_ROWS * FLASH_TILE];
+    __shared__ __align__(32) float fs[FLASH_ROWS * FLASH_TILE];
+    __shared__ float lse_t[FLASH_TILE], delta_t[FLASH_TILE];
+    int hd = D / H, w = threadIdx.x / 32, lane = threadIdx.x % 32, h = blockIdx.x % H;
+    long b = blockIdx.x / H, bh = blockIdx.x;
+    int k0 = blockIdx.y * FLASH_ROWS, r0 = k0 + w * 16;
+    float scale = 1.0f / sqrtf((float)hd), p[16];
+    const uint16_t *q = qkv + qkv_index(b, 0, 0, h, T, D, hd), *g = dy + b * T * D + h * hd;
+    flash_load(ks, FLASH_ROWS, q + D, 3L * D, k0, T, hd);
+    flash_load(vs, FLASH_ROWS, q + 2L * D, 3L * D, k0, T, hd);
+    FlashAcc dk[FLASH_HD / 16], dv[FLASH_HD / 16];
+    for (int nb = 0; nb < FLASH_HD / 16; nb++)
+        wmma::fill_fragment(dk[nb], 0.0f), wmma::fill_fragment(dv[nb], 0.0f);
+    float *fw = fs + w * 16 * FLASH_TILE;
+    uint16_t *pw = pt + w * 16 * FLASH_TILE, *dw = dst + w * 16 * FLASH_TILE;
+    for (int t0 = k0; t0 < T; t0 += FLASH_TILE) {
+        __syncthreads();
+        flash_load(qs, FLASH_TILE, q, 3L * D, t0, T, hd);
+        flash_load(gs, FLASH_TILE, g, D, t0, T, hd);
+        if (threadIdx.x < FLASH_TILE) {
+            int t = t0 + threadIdx.x; /* past T: p = exp(-inf) = 0 */
+            lse_t[threadIdx.x] = t < T ? lse[bh * T + t] : INFINITY;
+            delta_t[threadIdx.x] = t < T ? delta[bh * T + t] : 0.0f;
+        }
+        __syncthreads();
+        if (r0 >= T || t0 + FLASH_TILE - 1 < r0) continue; /* no key of the warp's is seen */
+        flash_scores<F16>(fw, ks + w * 16 * FLASH_HD, qs, hd);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            int s = r0 + i, t = t0 + lane;
+            p[i] = s <= t && t < T && s < T ? expf(fw[i * FLASH_TILE + lane] * scale - lse_t[lane])
+                                            : 0.0f;
+            pw[i * FLASH_TILE + lane] = half_from_float(p[i], d);
+        }
+        __syncwarp(); /* before fw is written again, and P^T is read */
+#pragma unroll
+        for (int nb = 0; nb < FLASH_HD / 16; nb++) /* unrolled: fragments in registers */
+            if (nb < hd / 16)
+            flash_mma<F16, false>(dv[nb], pw, FLASH_TILE, gs + nb * 16, FLASH_HD, FLASH_TILE);
+        flash_scores<F16>(fw, vs + w * 16 * FLASH_HD, gs, hd); /* dP^T */
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            dw[i * FLASH_TILE + lane] =
+                half_from_float(p[i] * (fw[i * FLASH_TILE + lane] - delta_t[lane]), d);
+        __syncwarp();
+#pragma unroll
+        for (int nb = 0; nb < FLASH_HD / 16; nb++) /* unrolled: fragments in registers */
+            if (nb < hd / 16)
+            flash_mma<F16, false>(dk[nb], dw, FLASH_TILE, qs + nb * 16, FLASH_HD, FLASH_TILE);
+    }
+    if (r0 >= T) return;
+    uint16_t *dq = dqkv + qkv_index(b, 0, 0, h, T, D, hd);
+    flash_store(dq + D, 3L * D, dk, scale, fw, r0, T, hd, d);
+    flash_store(dq + 2L * D, 3L * D, dv, 1.0f, fw, r0, T, hd, d);
+}
+
+/* Backward, dq: block (b*H + h, query tile); the keys s <= its last
+ * query, 32 at a time. Per warp (16 queries): S = Q K^T, P, dP = dY V^T,
+ * dS; dQ += dS K. */
+template <typename F16>
+__global__ static void __launch_bounds__(FLASH_THREADS)
+    flash_backward_query_tc(uint16_t *dqkv, const uint16_t *dy, const uint16_t *qkv,
+                            const float *lse, const float *delta, int T, int D, int H, Dtype d) {
+    __shared__ __align__(32) uint16_t qs[FLASH_ROWS * FLASH_HD], gs[FLASH_ROWS * FLASH_HD],
+        ks[FLASH_TILE * FLASH_HD], vs[FLASH_TILE * FLASH_HD], dss[FLASH_ROWS * FLASH_TILE];
+    __shared__ __align__(32) float fs[FLASH_ROWS * FLASH_TILE];
+    int hd = D / H, w = threadIdx.x / 32, lane = threadIdx.x % 32, h = blockIdx.x % H;
+    long b = blockIdx.x / H, bh = blockIdx.x;
+    int q0 = blockIdx.y * FLASH_ROWS, r0 = q0 + w * 16, end = min(T, q0 + FLASH_ROWS);
+    float scale = 1.0f / sqrtf((float)hd), p[16], lse_r[16], delta_r[16];
+    const uint16_t *q = qkv + qkv_index(b, 0, 0, h, T, D, hd), *g = dy + b * T * D + h * hd;
+    flash_load(qs, FLASH_ROWS, q, 3L * D, q0, T, hd);
+    flash_load(gs, FLASH_ROWS, g, D, q0, T, hd);
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        lse_r[i] = r0 + i < T ? lse[bh * T + r0 + i] : INFINITY;
+        delta_r[i] = r0 + i < T ? delta[bh * T + r0 + i] : 0.0f;
+    }
+    FlashAcc dq[FLASH_HD / 16];
+    for (int nb = 0; nb < FLASH_HD / 16; nb++) wmma::fill_fragment(dq[nb], 0.0f);
+    float *fw = fs + w * 16 * FLASH_TILE;
+    uint16_t *dw = dss + w * 16 * FLASH_TILE;
+    for (int s0 = 0; s0 < end; s0 += FLASH_TILE) {
+        __syncthreads();
+        flash_load(ks, FLASH_TILE, q + D, 3L * D, s0, T, hd);
+        flash_load(vs, FLASH_TILE, q + 2L * D, 3L * D, s0, T, hd);
+        __syncthreads();
+        if (r0 + 15 < s0 || r0 >= T) continue;
+        flash_scores<F16>(fw, qs + w * 16 * FLASH_HD, ks, hd);
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            int t = r0 + i, s = s0 + lane;
+            p[i] = s <= t && t < T ? expf(fw[i * FLASH_TILE + lane] * scale - lse_r[i]) : 0.0f;
+        }
+        __syncwarp(); /* before fw is written again */
+        flash_scores<F16>(fw, gs + w * 16 * FLASH_HD, vs, hd); /* dP */
+#pragma unroll
+        for (int i = 0; i < 16; i++)
+            dw[i * FLASH_TILE + lane] =
+                half_from_float(p[i] * (fw[i * FLASH_TILE + lane] - delta_r[i]), d);
+        __syncwarp();
+#pragma unroll
+        for (int nb = 0; nb < FLASH_HD / 16; nb++) /* unrolled: fragments in registers */
+            if (nb < hd / 16)
+            flash_mma<F16, false>(dq[nb], dw, FLASH_TILE, ks + nb * 16, FLASH_HD, FLASH_TILE);
+    }
+    if (r0 < T) flash_store(dqkv + qkv_index(b, 0, 0, h, T, D, hd), 3L * D, dq, scale, fw, r0, T,
+                            hd, d);
+}
+
+static int flash_tensor_cores(Dtype d, int hd) {
+    return d != DTYPE_FP32 && backend.gemm_dtype == d && hd % 16 == 0 && hd <= FLASH_HD;
+}
+/* kernel<the 16-bit type of d> on (B*H, T / FLASH_ROWS) blocks */
+#define FLASH_LAUNCH(kernel, B, H, T, ...)                                                         \
+    do {                                                                                           \
+        dim3 grid_((unsigned)((B) * (H)), (unsigned)(((T) + FLASH_ROWS - 1) / FLASH_ROWS));        \
+        if (d == DTYPE_BF16)                                                                       \
+            kernel<__nv_bfloat16><<<grid_, FLASH_THREADS, 0, backend.compute>>>(__VA_ARGS__);      \
+        else kernel<__half><<<grid_, FLASH_THREADS, 0, backend.compute>>>(__VA_ARGS__);            \
+        cudaCheck(cudaGetLastError());                                                             \
+    } while (0)
+#endif
+
+/* --attention flash: y (B, T, D), c_proj's input, and lse (B, H, T) from
+ * qkv (B, T, 3D), the first two held as attention_forward's are */
+static void flash_attention_forward(void *y, float *lse, const void *qkv, int B, int T, int D,
+                                    int H, Dtype d) {
+    if (backend.dry) return; /* --plan */
+#ifdef __CUDACC__
+    if (flash_tensor_cores(d, D / H)) {
+        FLASH_LAUNCH(flash_forward_tc, B, H, T, (uint16_t *)y, lse, (const uint16_t *)qkv, T, D, H,
+                     d);
+        return;
+    }
+#endif
+    FOR_EACH((long)B * H * T, flash_forward_row, y, lse, qkv, T, D, H, d, backend.gemm_dtype);
+}
+/* dqkv (B, T, 3D), written whole, from dy (c_proj's input gradient), y,
+ * qkv and lse, all held as attention_backward's; delta (B, H, T) is
+ * scratch */
+static void flash_attention_backward(void *dqkv, float *delta, const void *dy, const void *y,
+                                     const void *qkv, const float *lse, int B, int T, int D,
+                                     int H, Dtype d) {
+    if (backend.dry) return; /* --plan */
+    long rows = (long)B * H * T;
+    Dtype held = backend.gemm_dtype;
+    FOR_EACH(rows, flash_backward_dot_row, delta, dy, y, T, D, H, held);
+#ifdef __CUDACC__
+    if (flash_tensor_cores(d, D / H)) {
+        uint16_t *g = (uint16_t *)dqkv;
+        const uint16_t *gy = (const uint16_t *)dy, *x = (const uint16_t *)qkv;
+        FLASH_LAUNCH(flash_backward_key_tc, B, H, T, g, gy, x, lse, delta, T, D, H, d);
+        FLASH_LAUNCH(flash_backward_query_tc, B, H, T, g, gy, x, lse, delta, T, D, H, d);
+        return;
+    }
+#endif
+    FOR_EACH(rows, flash_backward_query_row, dqkv, dy, qkv, lse, delta, T, D, H, d, held);
+    FOR_EACH(rows, flash_backward_key_row, dqkv, dy, qkv, lse, delta, T, D, H, d, held);
+}

@@ -49,7 +49,8 @@ typedef struct {
     float *ln1_mean, *ln1_rstd;   /* (S, BT) */
     float *ln2_mean, *ln2_rstd;   /* (S, BT) */
     void *qkv;                    /* (S, BT, 3D) c_attn's output: attention's input */
-    float *att;                   /* (S, B, H, T, T) attention probabilities P */
+    float *att;                   /* (S, B, H, T, T) attention probabilities P; with
+                                   * --attention flash (S, B, H, T), each row's lse */
     void *atty;                   /* (S, BT, D) attention output, c_proj's input */
     float *res_mid;               /* (S, BT, D) residual after the attention branch */
     void *fc;                     /* (S, BT, 4D) c_fc's output: GELU's input */
@@ -64,7 +65,7 @@ typedef struct {
     void *d_x;                    /* (BT, D) a LayerNorm's output gradient: its backward's */
     void *d_atty;                 /* (BT, D) c_proj's input gradient: attention's backward's */
     void *d_qkv;                  /* (BT, 3D) c_attn's output gradient (attention's backward) */
-    float *d_att;                 /* (B, H, T, T) */
+    float *d_att;                 /* (B, H, T, T) dP; with flash (B, H, T), delta */
     void *d_fc;                   /* (BT, 4D) c_fc's output gradient (GELU's backward) */
     void *d_fc_gelu;              /* (BT, 4D) mlp.c_proj's input gradient: GELU's backward's */
 } Gpt2Activations;

@@ -21,9 +21,17 @@ static long gpt2_saved_blocks(const Config *c) {
     return c->activation_checkpointing ? 1 : c->depth;
 }
 
+/* What attention keeps a block for backward, in numbers: P, B*H*T^2;
+ * with --attention flash one lse a row, B*H*T (kernels/transformer.h) */
+static long gpt2_attention_saved(const Config *c, int B) {
+    long rows = (long)B * c->n_head * c->context;
+    return c->attention == ATTENTION_FLASH ? rows : rows * c->context;
+}
+
 static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *c, int B) {
     long S = gpt2_saved_blocks(c), D = c->width, T = c->context, V = c->vocab, BT = B * T;
-    long att = (long)B * c->n_head * T * T;
+    long att = gpt2_attention_saved(c, B);
+    int flash = c->attention == ATTENTION_FLASH;
     a->tokens = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     token_rows_alloc(&a->by_token, l, BT);
@@ -32,7 +40,8 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->ln1_mean = activation_fp32(l, S * BT);
     a->ln1_rstd = activation_fp32(l, S * BT);
     a->qkv = activation_held(l, c, S * BT * 3 * D);
-    a->att = activation(l, c, S * att); /* P: in param_dtype, as autocast keeps it */
+    /* P in param_dtype, as autocast keeps it; lse in fp32 */
+    a->att = flash ? activation_fp32(l, S * att) : activation(l, c, S * att);
     a->atty = activation_held(l, c, S * BT * D);
     a->res_mid = activation(l, c, S * BT * D);
     a->ln2 = activation_held(l, c, S * BT * D);
@@ -51,7 +60,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->d_x = activation_held(l, c, BT * D);
     a->d_atty = activation_held(l, c, BT * D);
     a->d_qkv = activation_held(l, c, BT * 3 * D);
-    a->d_att = activation_fp32(l, att);
+    a->d_att = activation_fp32(l, att); /* dP; flash's delta, a number a row */
     a->d_fc = activation_held(l, c, BT * 4 * D);
     a->d_fc_gelu = activation_held(l, c, BT * 4 * D);
 }
@@ -86,7 +95,7 @@ static Gpt2Saved gpt2_saved(Trainer *t, int l) {
     const Config *c = &t->cfg;
     Gpt2Activations *a = &t->gpt;
     long k = c->activation_checkpointing ? 0 : l, BT = (long)t->micro_batch * c->context;
-    long D = c->width, att = (long)t->micro_batch * c->n_head * c->context * c->context;
+    long D = c->width, att = gpt2_attention_saved(c, t->micro_batch);
     Dtype held = backend.gemm_dtype;
     Gpt2Saved s = {element_at(a->ln1, k * BT * D, held), element_at(a->qkv, k * BT * 3 * D, held),
                    element_at(a->atty, k * BT * D, held), element_at(a->ln2, k * BT * D, held),
@@ -133,7 +142,9 @@ static void gpt2_block_inner(Trainer *t, int l) {
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_1), s.ln1, s.ln1_mean, s.ln1_rstd, h, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_ATTN));
     gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, held, s.ln1, BT, D, 3 * D);
-    attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
+    if (c->attention == ATTENTION_FLASH)
+        flash_attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
+    else attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
     gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, held, s.atty, BT, D, D);
     module_post_forward(t, gpt2_module(m, l, GPT2_ATTN));
     /* the attention's residual connection */
@@ -244,8 +255,11 @@ static void gpt2_block_backward(Trainer *t, int l) {
     module_pre_backward(t, gpt2_module(m, l, GPT2_ATTN));
     gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, held, a->d_res, fp32,
                          s.atty, BT, D, D);
-    attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head,
-                       c->param_dtype);
+    if (c->attention == ATTENTION_FLASH)
+        flash_attention_backward(a->d_qkv, a->d_att, a->d_atty, s.atty, s.qkv, s.att, B, T, D,
+                                 c->n_head, c->param_dtype);
+    else attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head,
+                            c->param_dtype);
     gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, held, a->d_qkv, held, s.ln1,
                          BT, D, 3 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_ATTN));

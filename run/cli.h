@@ -135,6 +135,8 @@ static const char USAGE[] =
     "                        micro-batch\n"
     "  --activation-checkpointing  keep only each block's input in forward and run the\n"
     "                        block again in backward (PyTorch's checkpoint_wrapper)\n"
+    "  --attention A         GPT-2: math (keep the B*H*T^2 probabilities for backward)\n"
+    "                        | flash (FlashAttention: recompute them)  (default math)\n"
     "  --lr X                AdamW learning rate                     (default 0.003)\n"
     "  --beta1 X --beta2 X   AdamW betas                             (default 0.9 0.999)\n"
     "  --eps X               AdamW eps                               (default 1e-8)\n"
@@ -443,6 +445,16 @@ static int config_set_optimizer(Config *c, const char *flag, const char *val, ch
         else c->reduce_dtype = d;
         return 0;
     }
+    if (!strcmp(flag, "--attention")) {
+        if (!strcmp(val, "math")) c->attention = ATTENTION_MATH;
+        else if (!strcmp(val, "flash")) c->attention = ATTENTION_FLASH;
+        else
+            return usage_error(err, errlen,
+                               "--attention: unknown '%s'. Choose math (the default: P kept for "
+                               "backward) or flash (FlashAttention: P recomputed).",
+                               val);
+        return 0;
+    }
     if (!strcmp(flag, "--init-scale"))
         return parse_float(flag, val, 0.0, 1, 1e30, &c->init_scale, err, errlen);
     if (!strcmp(flag, "--optimizer")) {
@@ -714,7 +726,8 @@ static int flag_takes_value(const char *flag) {
                                         "--sample",
                                         "--temperature",
                                         "--tokenizer",
-                                        "--collective-timeout"};
+                                        "--collective-timeout",
+                                        "--attention"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -777,7 +790,7 @@ static int config_has_network(const Config *c) {
 static int config_check_model(Config *c, int argc, char **argv, char *err, size_t errlen) {
     static const char *const gpt2_only[] = {"--n-head", "--n-ctx", "--vocab", "--val-data",
                                             "--val-every", "--sample", "--tokenizer",
-                                            "--temperature", "--val-batches"};
+                                            "--temperature", "--val-batches", "--attention"};
     for (size_t i = 0; i < sizeof(gpt2_only) / sizeof(gpt2_only[0]); i++)
         if (c->arch != ARCH_GPT2 && flag_given(argc, argv, gpt2_only[i]))
             return usage_error(err, errlen,
@@ -794,6 +807,12 @@ static int config_check_model(Config *c, int argc, char **argv, char *err, size_
                            "--n-embd %d does not divide into --n-head %d heads: each head takes "
                            "n_embd / n_head channels. Give a divisor of %d as --n-head.",
                            c->width, c->n_head, c->width);
+    if (c->attention == ATTENTION_FLASH && c->width / c->n_head > FLASH_MAX_HD)
+        return usage_error(err, errlen,
+                           "--attention flash keeps a head's output row in registers: heads of "
+                           "at most %d channels, and these are %d (n_embd / n_head). Give more "
+                           "--n-head, or --attention math.",
+                           FLASH_MAX_HD, c->width / c->n_head);
     if (c->context > c->n_ctx)
         return usage_error(err, errlen,
                            "--context %d is longer than the %d positions wpe holds (--n-ctx): "

@@ -166,12 +166,33 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
     }
 }
 
+/* --attention flash: one kernel forward, one pass and two kernels
+ * backward (kernels/transformer.h), which skip the tiles the causal mask
+ * empties: each T x T product costs half of qk. Forward two products (QK^T,
+ * PV); backward seven (dk and dv's kernel recomputes S and computes dP,
+ * dV, dK; dq's recomputes S and dP and computes dQ). From memory, each
+ * value once a kernel (the tiles a block streams are assumed to come
+ * from L2): forward q, k, v in and y out; backward dy and y for delta,
+ * then q, k, v, dy into each kernel, dk and dv, then dq, out; all held in
+ * 16 bits. lse and delta, a number a row, in fp32. Its roofline is the
+ * bound of a fused kernel; the WMMA kernels built here stage every tile
+ * product through shared memory and will stay above it. */
+static void roof_flash_attention(Roofline *r, double B, double T, double D, double H,
+                                 int backward) {
+    double BTD = B * T * D, rows = B * H * T, qk = 2.0 * B * T * T * D;
+    double values16 = backward ? 13.0 * BTD : 4.0 * BTD;
+    int i = roof_add(r, "attention (fused: flash)", 1, (backward ? 3.5 : 1.0) * qk, values16,
+                     (backward ? 5.0 : 1.0) * rows);
+    r->k[i].stored16 += values16;
+}
+
 /* One GPT-2 block on B sequences (model/gpt2.h's order). */
 static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward) {
     double T = c->context, D = c->width, BT = B * T;
     roof_layernorm(r, BT, D, backward);
     roof_linear(r, BT, D, 3 * D, backward, HELD_OUT | HELD_GRAD | HELD_IN_GRAD); /* c_attn */
-    roof_attention(r, B, T, D, c->n_head, backward);
+    if (c->attention == ATTENTION_FLASH) roof_flash_attention(r, B, T, D, c->n_head, backward);
+    else roof_attention(r, B, T, D, c->n_head, backward);
     roof_linear(r, BT, D, D, backward, HELD_OUT | HELD_IN_GRAD); /* attn.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 1); /* c_proj's output in 16 bits */
     roof_layernorm(r, BT, D, backward);
@@ -304,8 +325,12 @@ static void print_roofline(const Trainer *t, const char *gpu) {
     for (int m = 0; m < ROOF_MODES; m++)
         printf("    %-9s %10.0f tokens/s %6.1f%% MFU (of the bf16 peak) %s\n", ROOF_MODE_NAMES[m],
                1e3 * tokens / total[m], 100.0 * model / (total[m] / 1e3 * g->bf16 * 1e12), what[m]);
-    if (attention > 0.0)
+    if (attention > 0.0 && t->cfg.attention == ATTENTION_MATH)
         printf("  attention is %.0f%% of the bf16 time, most of it moving the B*H*T^2 scores "
-               "through memory: FlashAttention keeps them on chip\n",
+               "through memory: --attention flash keeps them on chip\n",
+               100.0 * attention / total[ROOF_BF16]);
+    if (attention > 0.0 && t->cfg.attention == ATTENTION_FLASH)
+        printf("  attention, fused, is %.0f%% of the bf16 time at its roofline; the WMMA kernels "
+               "built here will take longer (make test-gpu prints their TFLOP/s)\n",
                100.0 * attention / total[ROOF_BF16]);
 }

@@ -50,6 +50,16 @@ same off2 ref 2 --cpu-offload --forward-prefetch
 export_run small1 1 --n-embd 2 --n-head 1 --min-params 1
 same small6 small1 6 --n-embd 2 --n-head 1 --min-params 1
 
+# --attention flash (FlashAttention: P recomputed in backward, never
+# stored) computes the math path's numbers in another order: on 3 ranks
+# (odd), and with activation checkpointing, which reruns it, against the
+# 1-rank math run, within the same 1e-5; gpt2-tiny's T 32 is one key
+# tile, so a shape of T 80 (three tiles, one partial) too
+same flash3 ref 3 --attention flash
+same flashac2 ref 2 --attention flash --activation-checkpointing --strategy hybrid_shard --ranks-per-node 1
+export_run long1 1 --context 80 --n-ctx 80
+same longflash3 long1 3 --context 80 --n-ctx 80 --attention flash
+
 # mixed precision: bf16 rounds each value to within 2^-8 of itself, so
 # the sums of 3 ranks and of 1 differ by that much at most, and AdamW
 # turns near-zero gradients' differences into parameter differences up to
@@ -62,7 +72,27 @@ if r=$(paste <(grep -o 'loss [0-9.]*' "$D/bf1.log") <(grep -o 'loss [0-9.]*' "$D
   ok "--param-dtype bf16: 3 ranks' losses are 1 rank's within 2^-8 ($r)"
 else bad "--param-dtype bf16: 3 ranks' losses differ from 1 rank's ($r)"; fi
 
-# the tied weight stays in the root's unit, however low the threshold
+# ... and in bf16 its losses are the math path's within 2^-8 (the two
+# round P at different places: unnormalized, or divided by the row's sum)
+run_fsdp 3 "$D/bff3.log" --param-dtype bf16 --attention flash
+if r=$(paste <(grep -o 'loss [0-9.]*' "$D/bf1.log") <(grep -o 'loss [0-9.]*' "$D/bff3.log") |
+  awk '{ d = $2 - $4; d = d < 0 ? -d : d; if (d / $2 > w) w = d / $2; n++ }
+       END { printf "%d steps, worst %.1e", n, w; exit !(n == 4 && w < 2 ^ -8) }'); then
+  ok "--param-dtype bf16 --attention flash: 3 ranks' losses are 1 rank's math path's within 2^-8 ($r)"
+else bad "--param-dtype bf16 --attention flash: losses differ from the math path's ($r)"; fi
+
+# --plan with --attention flash: a block keeps lse (B*H*T fp32) where the
+# math path keeps P (B*H*T^2, fp32 here), and backward's scratch is delta
+# (B*H*T) for dP: 13 x (B*H*T^2 - B*H*T) x 4 bytes fewer, by hand, for
+# gpt2 at batch 8 (12 blocks + the scratch)
+am=$(./fsdp --plan --model gpt2 --batch 8 2>&1 | awk '/^  activations/ { print $2 }')
+af=$(./fsdp --plan --model gpt2 --batch 8 --attention flash 2>&1 | awk '/^  activations/ { print $2 }')
+want=$(awk 'BEGIN { n = 8 * 12 * 1024; printf "%.0f", 13 * (n * 1024 - n) * 4 }')
+if [ -n "$am" ] && [ -n "$af" ] && [ $((am - af)) = "$want" ]; then
+  ok "--plan --attention flash: activations $af bytes, $want fewer than the math path's (13 x (B H T^2 - B H T) x 4)"
+else bad "--plan --attention flash: activations $af vs $am, expected $want fewer"; fi
+
+
 ./fsdp $ARGS --steps 0 --min-params 1 >"$D/wrap.log" 2>&1
 if grep -qE '^ +0 \(root\): transformer.wte ' "$D/wrap.log" && ! grep -qE '^ +[1-9][0-9]* transformer.wte' "$D/wrap.log"; then
   ok "--min-params 1 wraps every module but wte, which stays in the root's unit with lm_head"
@@ -164,6 +194,14 @@ if grep -Eq "^  matmuls \(Linear, Conv1D\) +$mm +[0-9.]+ +[0-9.]+ +$mm16 " <<<"$
    awk -v t="$total" -v w="$want" 'BEGIN { d = t / (w * 1000) - 1; exit !(d < 0.01 && d > -0.01) }'; then
   ok "--roofline h100: the GEMMs' $mm GFLOP and bf16 $mm16 ms, GELU's $gelu GB and attention's bf16 GEMMs' $att ms as counted by hand; all kernels $total GFLOP, llm.c's $want TFLOP within 1%; $(grep 'bf16 GEMM .*tokens' <<<"$out" | xargs)"
 else bad "--roofline's table, expected matmuls $mm GFLOP and $mm16 ms in bf16, gelu $gelu GB, attention's bf16 GEMMs $att ms, a total near $want TFLOP:"; grep -A16 '^roofline' <<<"$out"; fi
+# ... and with --attention flash, one fused kernel: causal, half of each
+# T x T product, two forward and seven backward (S and dP recomputed by
+# both backward kernels), 2 B T^2 D FLOPs a product for 12 layers
+out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 --attention flash 2>&1)
+fa=$(awk 'BEGIN { printf "%.1f", 12 * 9 * 8 * 1024 * 1024 * 768 / 1e9 }')
+if grep -Eq "^  attention \(fused: flash\) +$fa " <<<"$out" && ! grep -q "attention GEMMs" <<<"$out"; then
+  ok "--roofline --attention flash: one fused kernel of $fa GFLOP by hand; $(grep 'bf16 GEMM .*tokens' <<<"$out" | xargs)"
+else bad "--roofline --attention flash: expected a fused line of $fa GFLOP:"; grep -A16 '^roofline' <<<"$out"; fi
 for bad_args in "--roofline h100" "--plan --roofline v100"; do
   # shellcheck disable=SC2086  # the flags are a word list
   if ./fsdp $bad_args >"$D/out" 2>"$D/err"; then rc=0; else rc=$?; fi
@@ -209,5 +247,7 @@ refused "a token file for the byte MLP" "add --model gpt2-tiny\|Add --model gpt2
 refused "heads that do not divide n_embd" "does not divide into --n-head 3" 1 --n-head 3
 refused "a context longer than n_ctx" "longer than the 32 positions" 1 --context 64
 refused "a GPT-2 option with the byte MLP" "is GPT-2's" 1 --model tiny --n-head 2
+refused "--attention flash with heads wider than 128" "heads of at most 128 channels" 2 --n-embd 256 --n-head 1 --attention flash
+refused "an unknown --attention" "unknown 'sdpa'" 1 --attention sdpa
 refused "a tokenizer file that is not llm.c's" "not llm.c's tokenizer file" 2 --sample 4 --tokenizer "$D/notok.bin"
 exit $fail

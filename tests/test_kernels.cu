@@ -604,6 +604,59 @@ static void check_attention16(void) {
     gpu_free_all();
 }
 
+/* --attention flash on the tensor cores (flash_forward_tc and the two
+ * backward kernels, bf16) against its rows on the CPU
+ * (flash_forward_row, flash_backward_*_row), which round P's tile, dS
+ * and the outputs where the kernels do: T not a multiple of the 64-row
+ * blocks, heads of 64 (GPT-2's) and of 32 (half a block's columns). The
+ * sums run in other orders, so a value on a rounding boundary may round
+ * the other way, by one bf16 ulp (2^-8): a p moves y by at most 2^-8
+ * max|v| and y's own rounding flips by as much, beside the fp32 sums' 2
+ * T u (as check_attention16); lse, a log of T positive terms, by 2 T u;
+ * dqkv, sums of T products each of a dS that may flip, by 2^-5 of its
+ * largest value (tests/test_units.c's bound between two roundings). The
+ * line after gives the forward's rate: causal, 2 B H T^2 hd FLOPs. */
+static void check_flash16(int B, int T, int D, int H) {
+    const Dtype d = DTYPE_BF16;
+    long nq = (long)B * T * 3 * D, ny = (long)B * T * D, rows = (long)B * H * T;
+    float *qkv = host_random(nq, 22, 1.0f), *dy = host_random(ny, 23, 1.0f);
+    for (long i = 0; i < nq; i++) qkv[i] = round_to(qkv[i], d);
+    for (long i = 0; i < ny; i++) dy[i] = round_to(dy[i], d);
+    float *y = (float *)host_calloc((size_t)ny, 4, "ref"),
+          *lse = (float *)host_calloc((size_t)rows, 4, "ref"),
+          *delta = (float *)host_calloc((size_t)rows, 4, "ref"),
+          *dq = (float *)host_calloc((size_t)nq, 4, "ref");
+    Dtype slots = DTYPE_FP32; /* the CPU's rows read and write float slots */
+    for (long r = 0; r < rows; r++) flash_forward_row(r, y, lse, qkv, T, D, H, d, slots);
+    for (long r = 0; r < rows; r++) flash_backward_dot_row(r, delta, dy, y, T, D, H, slots);
+    for (long r = 0; r < rows; r++)
+        flash_backward_query_row(r, dq, dy, qkv, lse, delta, T, D, H, d, slots);
+    for (long r = 0; r < rows; r++)
+        flash_backward_key_row(r, dq, dy, qkv, lse, delta, T, D, H, d, slots);
+    float *gq = device_copy(qkv, nq), *gdy = device_copy(dy, ny), *gq16 = gpu(nq),
+          *gdy16 = gpu(ny), *gy = gpu(ny), *glse = gpu(rows), *gdelta = gpu(rows), *gdq = gpu(nq);
+    FOR_EACH(nq, pack_one, (uint16_t *)gq16, gq, d, 1.0f); /* c_attn's output, held in bf16 */
+    FOR_EACH(ny, pack_one, (uint16_t *)gdy16, gdy, d, 1.0f); /* c_proj's input gradient */
+    double us, vmax = max_abs(qkv, nq);
+    char what[64];
+    backend.gemm_dtype = d; /* as with --param-dtype bf16 */
+    TIME_US(us, flash_attention_forward(gy, glse, gq16, B, T, D, H, d));
+    backend.gemm_dtype = DTYPE_FP32;
+    snprintf(what, sizeof(what), "flash forward, bf16 (%dx%dx%d, %d heads)", B, T, D, H);
+    expect(what, "y", unpacked(gy, ny, d), y, ny, vmax * (2.0 / 256 + 2.0 * T * U), us);
+    expect(what, "lse", glse, lse, rows, 2.0 * T * U * max_abs(lse, rows), us);
+    printf("      %.1f TFLOP/s (causal: 2 B H T^2 hd FLOPs)\n",
+           2.0 * B * H * (double)T * T * (D / H) / us / 1e6);
+    backend.gemm_dtype = d;
+    TIME_US(us, flash_attention_backward(gdq, gdelta, gdy16, gy, gq16, glse, B, T, D, H, d));
+    backend.gemm_dtype = DTYPE_FP32;
+    snprintf(what, sizeof(what), "flash backward, bf16 (%dx%dx%d, %d heads)", B, T, D, H);
+    expect(what, "dqkv", unpacked(gdq, nq, d), dq, nq, max_abs(dq, nq) / 32.0, us);
+    float *frees[] = {qkv, dy, y, lse, delta, dq};
+    for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
+    gpu_free_all();
+}
+
 /* clip_grad_norm's and the scaler's sum of squares, a warp a block of
  * NORM_BLOCK (sum_squares_blocks) against a thread a block
  * (sum_squares_block), over a shard that ends inside a block. Both sum
@@ -647,6 +700,8 @@ int main(int argc, char **argv) {
     check_crossentropy();
     check_attention();
     check_attention16();
+    check_flash16(2, 1000, 768, 12);
+    check_flash16(1, 200, 96, 3);
     check_sum_squares();
     printf("%d passed, %d failed\n", passed, failed);
     backend_release();

@@ -295,6 +295,53 @@ static void test_attention16(void) {
           "max |d dqkv| %.1e (tol 2^-5)", wd);
 }
 
+/* --attention flash (kernels/transformer.h): T = 70 positions walk three
+ * key tiles of FLASH_TILE (32), the last one partial, so the online
+ * softmax rescales o and l whenever a tile raises a row's maximum. */
+enum { FB = 2, FT = 70, FD = 8, FH = 2 };
+
+/* The same numbers as the math path's rows, which keep P (and which
+ * test_attention checks by finite differences): in fp32 up to the order
+ * of sums (values O(1), sums of 70 terms: 1e-5 is rounding's scale x
+ * 100), and each p_ts = exp(score - lse) equal to P's. In bf16 (unit
+ * roundoff 2^-8) the two round different things: flash each exp(score -
+ * m) before the division by l, math P after it; each moves y (a mean of
+ * |v| < 2) by at most 2^-7, and each path rounds y itself (2^-8 at
+ * |y| < 2): |dy| < 3 * 2^-7 < 2^-5; lse's p against the rounded P 2^-8
+ * relative, 2^-7 allowed. dqkv, sums of 70 such terms of either sign:
+ * 2^-5 too (a wrong index or rescaling is off by O(1)). */
+static void flash_against_math(Dtype d, double tol_y, double tol_d, double tol_p) {
+    enum { NQ = FB * FT * 3 * FD, NY = FB * FT * FD, NA = FB * FH * FT * FT, NR = FB * FH * FT };
+    static float qkv[NQ], y[NY], r[NY], dqkv[NQ], lse[NR], delta[NR];
+    static float y2[NY], att[NA], datt[NA], dqkv2[NQ];
+    fill(qkv, NQ, 24); fill(r, NY, 25);
+    for (int i = 0; i < NQ; i++) qkv[i] = round_to(2.0f * qkv[i], d);
+    for (int i = 0; i < NY; i++) r[i] = round_to(r[i], d);
+    flash_attention_forward(y, lse, qkv, FB, FT, FD, FH, d);
+    flash_attention_backward(dqkv, delta, r, y, qkv, lse, FB, FT, FD, FH, d);
+    attention_forward(y2, att, qkv, FB, FT, FD, FH, d);
+    attention_backward(dqkv2, datt, r, qkv, att, FB, FT, FD, FH, d);
+    double wy = 0, wd = 0, wl = 0;
+    for (int i = 0; i < NY; i++) wy = fmax(wy, fabs(y[i] - y2[i]));
+    for (int i = 0; i < NQ; i++) wd = fmax(wd, fabs(dqkv[i] - dqkv2[i]));
+    for (long row = 0; row < NR; row++) { /* lse against P: p_ts = exp(score - lse) */
+        int t = (int)(row % FT), h = (int)((row / FT) % FH);
+        long b = row / (FT * FH);
+        float z = flash_score(qkv, b, t, 0, h, FT, FD, FD / FH, 1.0f / sqrtf(FD / FH), DTYPE_FP32);
+        wl = fmax(wl, fabs(expf(z - lse[row]) - att[row * FT]) / fmax(att[row * FT], 1e-30));
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "--attention flash == math, %s: y, lse and dqkv", DTYPE_NAMES[d]);
+    check(wy < tol_y && wd < tol_d && wl < tol_p, what,
+          "max |dy| %.1e, |d dqkv| %.1e, p from lse rel %.1e (tol %.1e, %.1e, %.1e)", wy, wd, wl,
+          tol_y, tol_d, tol_p);
+}
+
+static void test_flash_attention(void) {
+    flash_against_math(DTYPE_FP32, 1e-5, 1e-5, 1e-5);
+    flash_against_math(DTYPE_BF16, 1.0 / 32, 1.0 / 32, 1.0 / 128);
+}
+
 /* A Linear layer's input held in 16 bits (kernels/layers.h): with
  * backend.gemm_dtype bf16, as on a GPU with bf16 parameters, each layer
  * that writes one (LayerNorm, GELU, gelu_new, the byte embedding,
@@ -826,6 +873,7 @@ int main(int argc, char **argv) {
     test_gelu_tanh();
     test_attention();
     test_attention16();
+    test_flash_attention();
     test_matmul_inputs16();
     test_gpt2_embedding();
     test_gpt2_gradients();
