@@ -26,7 +26,8 @@
 # Environment: BENCH_WIDTH, BENCH_DEPTH, BENCH_BATCH (global), BENCH_STEPS,
 # TF32=1 (fsdp-gpu --tf32, bench_gpu --tf32, MFU against the TF32 peak),
 # BENCH_PARAM_DTYPE=bf16 (fsdp-gpu --param-dtype bf16: the Linear GEMMs on
-# the tensor cores; MFU against the bf16 peak).
+# the tensor cores; MFU against the bf16 peak), BENCH_ATTENTION=math|flash
+# (GPT-2: default flash with 16-bit parameters, else math).
 # No GPU: exit 77 with the reason.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -41,7 +42,8 @@ if ! nogpu=$( (find_gpus bench-gpu) ); then
   echo "No GPU here, so nothing is measured. What the roofline says one H100 could do at best"
   echo "(every kernel at the GPU's peak or its memory's bandwidth: ./fsdp --plan --roofline h100):"
   for model in "--width ${BENCH_WIDTH:-3840} --depth ${BENCH_DEPTH:-9} --batch ${BENCH_BATCH:-4096}" \
-               "--model gpt2 --batch 8 --context 1024"; do
+               "--model gpt2 --batch 8 --context 1024" \
+               "--model gpt2 --batch 8 --context 1024 --attention flash"; do
     echo
     echo "  ./fsdp --plan $model --roofline h100"
     # shellcheck disable=SC2086  # the flags are a word list
@@ -169,10 +171,13 @@ awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v 
 # 8 sequences of 1024 tokens a GPU, fp32 (as built), the same difference of
 # two runs. Its FLOPs count attention too: 6 x parameters + 12 L T D a token.
 G2_STEPS=${BENCH_GPT2_STEPS:-8}
+# attention fused on the tensor cores where it can be (16-bit parameters),
+# else as the math path's cuBLAS GEMMs; BENCH_ATTENTION=math|flash chooses
+att=${BENCH_ATTENTION:-$([ -n "$pd" ] && echo flash || echo math)}
 g2() { # g2 STEPS LOG
   # shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
   timeout 600 $MPIRUN -np "$GPUS" ./fsdp-gpu --model gpt2 --batch $((8 * GPUS)) --context 1024 \
-    --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf $pd >"$2" 2>&1 ||
+    --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf $pd --attention "$att" >"$2" 2>&1 ||
     { echo "FAIL: fsdp-gpu --model gpt2 --steps $1: exit $?"; tail -15 "$2"; exit 1; }
 }
 g2 "$G2_STEPS" "$d/g2_long.log"
@@ -181,7 +186,7 @@ read -r m2 u2 <<<"$(totals "$d/g2_long.log")"
 read -r m1 u1 <<<"$(totals "$d/g2_short.log")"
 P2=$(sed -n 's/.*| \([0-9]*\) parameters$/\1/p' "$d/g2_long.log" | head -1)
 echo
-echo "== GPT-2 124M (fsdp-gpu --model gpt2) on $GPUS x ${name:-unknown GPU}, $prec: 8 x 1024 tokens a GPU"
+echo "== GPT-2 124M (fsdp-gpu --model gpt2 --attention $att) on $GPUS x ${name:-unknown GPU}, $prec: 8 x 1024 tokens a GPU"
 awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$m1" -v n2="$m2" -v t1="$u1" -v t2="$u2" \
     -v bf16="$bf16" -v peak="$peak" -v prec="$prec" 'BEGIN {
   ms = (t2 - t1) / (n2 - n1); s = ms / 1e3; tokens = 8 * 1024 * G
@@ -189,5 +194,5 @@ awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$m1" -v n2="$m2" -v t1="$u1" -v 
   printf "per step: %.1f ms (steps 4-%d); %.0f tokens/s\n", ms, n2, tokens / s
   printf "model FLOPs per step = (6 x %.0f + 12 L T D) x %d tokens = %.2f TFLOP; %.1f TFLOP/s per GPU\n", P, tokens, flop / 1e12, per
   if (peak != "") printf "MFU: %.1f%% of the %s peak\n", 100 * per / peak, prec
-  if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8; the roofline of ./fsdp --plan --model gpt2 --batch 8 --roofline h100 puts fp32 at 5.9%%, bf16 GEMMs at 29.7%% at best; BENCH_PARAM_DTYPE=bf16 runs those)\n", 100 * per / bf16
+  if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8; the roofline of ./fsdp --plan --model gpt2 --batch 8 --roofline h100 puts fp32 at 5.9%%, bf16 GEMMs at 29.7%% at best, 53%% with --attention flash at its roofline; BENCH_PARAM_DTYPE=bf16 runs those)\n", 100 * per / bf16
 }'

@@ -16,7 +16,9 @@
 #   h. more ranks than GPUs under NCCL stops with a HINT towards --collectives mpi
 #   i. --trace writes JSON
 #   j. the course's options: zero1 and hybrid_shard == 1 GPU rank, --cpu-offload
-#      and bf16 (the MLP and gpt2-tiny) within rounding, --plan the CPU build's plan
+#      and bf16 (the MLP and gpt2-tiny) within rounding, --attention flash
+#      (gpt2-mini in bf16 on the tensor cores, gpt2-tiny in fp32), --plan the
+#      CPU build's plan
 #
 # One line per check (ok/FAIL), then "N passed, N failed"; exit 1 if any failed.
 # No GPU: says why and exits 77 (skipped, never a pass). Every run is under
@@ -330,6 +332,19 @@ G=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --param-
 if train j_gpt2_bf16_cpu fsdp 1 "${G[@]}" && train j_gpt2_bf16_gpu fsdp-gpu 1 "${G[@]}"; then
   check_losses "j. gpt2-tiny in bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_gpt2_bf16_cpu.log" "$d/j_gpt2_bf16_gpu.log"
   check_params "j. gpt2-tiny in bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_gpt2_bf16_cpu.st" "$d/j_gpt2_bf16_gpu.st"
+fi
+# ... and --attention flash: on the tensor cores (flash_forward_tc and the
+# backward kernels) for gpt2-mini in bf16 (heads of 32, T 128: two query
+# blocks, four key tiles), the rows a thread each in fp32 (gpt2-tiny):
+# each against the CPU's rows, with the same tolerances
+F=(--model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash)
+if train j_flash_cpu fsdp 1 "${F[@]}" && train j_flash_gpu fsdp-gpu 1 "${F[@]}"; then
+  check_losses "j. gpt2-mini, bf16 --attention flash, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_flash_cpu.log" "$d/j_flash_gpu.log"
+  check_params "j. gpt2-mini flash bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_flash_cpu.st" "$d/j_flash_gpu.st"
+fi
+F=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --attention flash)
+if train j_flash32_cpu fsdp 1 "${F[@]}" && train j_flash32_gpu fsdp-gpu 1 "${F[@]}"; then
+  check_losses "j. gpt2-tiny, fp32 --attention flash (rows on the GPU) vs the CPU" 2e-4 "$d/j_flash32_cpu.log" "$d/j_flash32_gpu.log"
 fi
 P=(--plan --width 1024 --depth 8 --param-dtype bf16 --cpu-offload --strategy hybrid_shard --ranks-per-node 2 --collectives ring)
 timeout 120 $MPIRUN -np 4 ./fsdp "${P[@]}" 2>&1 | grep -E 'bytes|calls' >"$d/plan_cpu.txt"

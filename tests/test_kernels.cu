@@ -608,7 +608,7 @@ static void check_attention16(void) {
  * backward kernels, bf16) against its rows on the CPU
  * (flash_forward_row, flash_backward_*_row), which round P's tile, dS
  * and the outputs where the kernels do: T not a multiple of the 64-row
- * blocks, heads of 64 (GPT-2's) and of 32 (half a block's columns). The
+ * blocks, heads of 64 (GPT-2's), 48, 32 and 16. The
  * sums run in other orders, so a value on a rounding boundary may round
  * the other way, by one bf16 ulp (2^-8): a p moves y by at most 2^-8
  * max|v| and y's own rounding flips by as much, beside the fp32 sums' 2
@@ -702,6 +702,8 @@ int main(int argc, char **argv) {
     check_attention16();
     check_flash16(2, 1000, 768, 12);
     check_flash16(1, 200, 96, 3);
+    check_flash16(1, 97, 48, 1);  /* heads of 48: a last 16-column fragment alone */
+    check_flash16(1, 129, 16, 1); /* heads of 16, and one row past two blocks */
     check_sum_squares();
     printf("%d passed, %d failed\n", passed, failed);
     backend_release();
