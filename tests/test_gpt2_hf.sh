@@ -5,7 +5,9 @@
 # trained 4 steps on N ranks, and every loss must equal transformers' under
 # torch.optim.AdamW within 1e-5; the export must load with from_pretrained
 # with no missing or unexpected keys, lm_head tied, and hold AdamW's
-# parameters. A gradient dropped on the transformers side must fail it.
+# parameters; with --attention flash too (fsdp.c's FlashAttention against
+# transformers' default attention, sdpa on the CPU). A gradient dropped on the transformers
+# side must fail it.
 # Needs PyTorch and transformers in .venv-torch/ (make torch-deps);
 # without them: exit 77, a skip that says how to get them.
 set -u
@@ -26,6 +28,7 @@ check() { # check NP FLAGS: the comparison on NP ranks must pass
 }
 check 3 ""
 check 3 "--strategy shard_grad_op --auto-wrap transformer --activation-checkpointing --grad-accum 2"
+check 2 "--attention flash"
 if $PY tests/gpt2_hf.py --mpirun "$MPIRUN" --ranks 2 --break-grad >"$D/out" 2>&1; then
   bad "a gradient dropped on transformers' side passed: the comparison cannot fail"
 else ok "self-test: a gradient dropped on transformers' side fails it: $(grep -m1 '^FAIL' "$D/out" | cut -c1-120)"; fi
