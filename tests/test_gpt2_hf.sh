@@ -6,8 +6,8 @@
 # torch.optim.AdamW within 1e-5; the export must load with from_pretrained
 # with no missing or unexpected keys, lm_head tied, and hold AdamW's
 # parameters; with --attention flash too (fsdp.c's FlashAttention against
-# transformers' default attention, sdpa on the CPU). A gradient dropped on the transformers
-# side must fail it.
+# transformers' default attention, sdpa on the CPU). A gradient dropped on
+# the transformers side must fail it.
 # Needs PyTorch and transformers in .venv-torch/ (make torch-deps);
 # without them: exit 77, a skip that says how to get them.
 set -u
