@@ -621,6 +621,17 @@ __device__ static void flash_scores(float *out, const uint16_t *a, const uint16_
     }
     __syncwarp(); /* the lanes read what the warp stored */
 }
+/* a warp's acc (16 x hd, hd / 16 fragments) += A (16 x FLASH_TILE) B,
+ * B a tile of FLASH_TILE rows FLASH_HD apart (unrolled and inlined: acc's
+ * fragments stay in registers) */
+template <typename F16>
+__device__ __forceinline__ static void flash_accumulate(FlashAcc *acc, const uint16_t *a,
+                                                        const uint16_t *b, int hd) {
+#pragma unroll
+    for (int nb = 0; nb < FLASH_HD / 16; nb++)
+        if (nb < hd / 16)
+            flash_mma<F16, false>(acc[nb], a, FLASH_TILE, b + nb * 16, FLASH_HD, FLASH_TILE);
+}
 /* rows [t0, t0 + n) of one head's q, k or v (src: row 0's, rows `ld`
  * apart), or of dy, into a tile FLASH_HD wide; zero past T */
 __device__ static void flash_load(uint16_t *tile, int n, const uint16_t *src, long ld, int t0,
@@ -755,20 +766,14 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
             pw[i * FLASH_TILE + lane] = half_from_float(p[i], d);
         }
         __syncwarp(); /* before fw is written again, and P^T is read */
-#pragma unroll
-        for (int nb = 0; nb < FLASH_HD / 16; nb++) /* unrolled: fragments in registers */
-            if (nb < hd / 16)
-            flash_mma<F16, false>(dv[nb], pw, FLASH_TILE, gs + nb * 16, FLASH_HD, FLASH_TILE);
+        flash_accumulate<F16>(dv, pw, gs, hd);
         flash_scores<F16>(fw, vs + w * 16 * FLASH_HD, gs, hd); /* dP^T */
 #pragma unroll
         for (int i = 0; i < 16; i++)
             dw[i * FLASH_TILE + lane] =
                 half_from_float(p[i] * (fw[i * FLASH_TILE + lane] - delta_t[lane]), d);
         __syncwarp();
-#pragma unroll
-        for (int nb = 0; nb < FLASH_HD / 16; nb++) /* unrolled: fragments in registers */
-            if (nb < hd / 16)
-            flash_mma<F16, false>(dk[nb], dw, FLASH_TILE, qs + nb * 16, FLASH_HD, FLASH_TILE);
+        flash_accumulate<F16>(dk, dw, qs, hd);
     }
     if (r0 >= T) return;
     uint16_t *dq = dqkv + qkv_index(b, 0, 0, h, T, D, hd);
@@ -821,10 +826,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
             dw[i * FLASH_TILE + lane] =
                 half_from_float(p[i] * (fw[i * FLASH_TILE + lane] - delta_r[i]), d);
         __syncwarp();
-#pragma unroll
-        for (int nb = 0; nb < FLASH_HD / 16; nb++) /* unrolled: fragments in registers */
-            if (nb < hd / 16)
-            flash_mma<F16, false>(dq[nb], dw, FLASH_TILE, ks + nb * 16, FLASH_HD, FLASH_TILE);
+        flash_accumulate<F16>(dq, dw, ks, hd);
     }
     if (r0 < T) flash_store(dqkv + qkv_index(b, 0, 0, h, T, D, hd), 3L * D, dq, scale, fw, r0, T,
                             hd, d);

@@ -64,22 +64,21 @@ same longflash3 long1 3 --context 80 --n-ctx 80 --attention flash
 # the sums of 3 ranks and of 1 differ by that much at most, and AdamW
 # turns near-zero gradients' differences into parameter differences up to
 # lr: the losses (means over 192 positions) are the sharp test, within 2^-8
+losses_close() { # losses_close REF_LOG LOG WHAT: 4 steps' losses within 2^-8
+  local r
+  if r=$(paste <(grep -o 'loss [0-9.]*' "$1") <(grep -o 'loss [0-9.]*' "$2") |
+    awk '{ d = $2 - $4; d = d < 0 ? -d : d; if (d / $2 > w) w = d / $2; n++ }
+         END { printf "%d steps, worst %.1e", n, w; exit !(n == 4 && w < 2 ^ -8) }'); then
+    ok "$3 within 2^-8 ($r)"
+  else bad "$3: not within 2^-8 ($r)"; fi
+}
 run_fsdp 1 "$D/bf1.log" --param-dtype bf16
 run_fsdp 3 "$D/bf3.log" --param-dtype bf16 --strategy shard_grad_op
-if r=$(paste <(grep -o 'loss [0-9.]*' "$D/bf1.log") <(grep -o 'loss [0-9.]*' "$D/bf3.log") |
-  awk '{ d = $2 - $4; d = d < 0 ? -d : d; if (d / $2 > w) w = d / $2; n++ }
-       END { printf "%d steps, worst %.1e", n, w; exit !(n == 4 && w < 2 ^ -8) }'); then
-  ok "--param-dtype bf16: 3 ranks' losses are 1 rank's within 2^-8 ($r)"
-else bad "--param-dtype bf16: 3 ranks' losses differ from 1 rank's ($r)"; fi
-
-# ... and in bf16 its losses are the math path's within 2^-8 (the two
-# round P at different places: unnormalized, or divided by the row's sum)
+losses_close "$D/bf1.log" "$D/bf3.log" "--param-dtype bf16: 3 ranks' losses are 1 rank's"
+# ... and with --attention flash, the math path's (the two round P at
+# different places: unnormalized, or divided by the row's sum)
 run_fsdp 3 "$D/bff3.log" --param-dtype bf16 --attention flash
-if r=$(paste <(grep -o 'loss [0-9.]*' "$D/bf1.log") <(grep -o 'loss [0-9.]*' "$D/bff3.log") |
-  awk '{ d = $2 - $4; d = d < 0 ? -d : d; if (d / $2 > w) w = d / $2; n++ }
-       END { printf "%d steps, worst %.1e", n, w; exit !(n == 4 && w < 2 ^ -8) }'); then
-  ok "--param-dtype bf16 --attention flash: 3 ranks' losses are 1 rank's math path's within 2^-8 ($r)"
-else bad "--param-dtype bf16 --attention flash: losses differ from the math path's ($r)"; fi
+losses_close "$D/bf1.log" "$D/bff3.log" "--param-dtype bf16 --attention flash: 3 ranks' losses are 1 rank's math path's"
 
 # --plan with --attention flash: a block keeps lse (B*H*T fp32) where the
 # math path keeps P (B*H*T^2, fp32 here), and backward's scratch is delta
