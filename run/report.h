@@ -58,6 +58,9 @@ static void print_header(const Trainer *t) {
         printf("cpu offload: shards and AdamW's state in host memory, the optimizer on the CPU\n");
     if (c->activation_checkpointing)
         printf("activation checkpointing: each block keeps its input and runs again in backward\n");
+    if (c->attention == ATTENTION_FLASH)
+        printf("attention: fused (FlashAttention): one lse a query row kept, the probabilities "
+               "recomputed in backward\n");
     if (c->param_dtype != DTYPE_FP32 || c->reduce_dtype != DTYPE_FP32)
         printf("mixed precision: param_dtype %s, reduce_dtype %s, fp32 master parameters and AdamW "
                "state%s\n",
@@ -212,17 +215,19 @@ static void json_numbers(FILE *f, const double *x, int n, long stride) {
 /* The config's fields for the options of lectures 10-15 (accumulation,
  * precision, offload, checkpointing), as one piece of JSON text. */
 static const char *json_options(const Trainer *t) {
-    static char out[256];
+    static char out[320];
     const Config *c = &t->cfg;
     snprintf(out, sizeof(out),
              "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, "
              "\"activation_checkpointing\": %s, \"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", "
-             "\"grad_scaler\": %s, \"ranks_per_node\": %d, \"cpu_offload\": %s, ",
+             "\"grad_scaler\": %s, \"ranks_per_node\": %d, \"cpu_offload\": %s, "
+             "\"attention\": \"%s\", ",
              c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false",
              c->activation_checkpointing ? "true" : "false", DTYPE_NAMES[c->param_dtype],
              DTYPE_NAMES[c->reduce_dtype], c->grad_scaler ? "true" : "false",
              c->ranks_per_node ? c->ranks_per_node : t->comm.world,
-             c->cpu_offload ? "true" : "false");
+             c->cpu_offload ? "true" : "false",
+             c->attention == ATTENTION_FLASH ? "flash" : "math");
     return out;
 }
 
