@@ -7,7 +7,8 @@
 #   (a3) the course's options: time and memory of each, beside fp32 full_shard
 #   (b) collectives: our ring against Open MPI's built-ins, on 2 and 4 ranks
 #   (c) the Linear layers against a textbook matmul and OpenBLAS, on one core
-#   (d) GPT-2 on one rank beside transformers + PyTorch on one thread
+#   (d) GPT-2 on one rank beside transformers + PyTorch on one thread, and
+#       --attention flash beside the math path
 #   (e) --cpu-offload's AdamW in host memory: every core against one thread
 #
 # Every figure is printed next to the one it should be read against, from the
@@ -217,6 +218,18 @@ gpt2_row() { # gpt2_row PRESET L D H T V B
 gpt2_row gpt2-tiny 2 32 2 16 256 64
 gpt2_row gpt2-mini 4 128 4 64 256 16
 echo "(x: fsdp.c's time over PyTorch's; fsdp.c's ms/step includes its first step)"
+
+# --attention flash beside the math path, on the CPU: it computes the
+# scores again in backward (time) and keeps one number a query row where
+# the math path keeps the B*H*T^2 probabilities (activations, from --plan)
+echo
+printf "%-34s %9s %9s %18s\n" "gpt2-mini, 16 x 128, 1 rank" "ms/step" "tok/s" "activation bytes"
+for att in math flash; do
+    TRAIN_ARGS=(--model gpt2-mini --batch 16 --steps 11 --log-every 1000 --attention "$att")
+    read -r ms tok < <(train 1)
+    act=$(./fsdp --plan "${TRAIN_ARGS[@]}" | awk '/^  activations/ { print $2 }')
+    printf "%-34s %9s %9s %18s\n" "--attention $att" "$ms" "$tok" "$act"
+done
 
 echo
 echo "------------------------------------------------------------------"
