@@ -342,6 +342,10 @@ if train j_flash_cpu fsdp 1 "${F[@]}" && train j_flash_gpu fsdp-gpu 1 "${F[@]}";
   check_losses "j. gpt2-mini, bf16 --attention flash, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_flash_cpu.log" "$d/j_flash_gpu.log"
   check_params "j. gpt2-mini flash bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_flash_cpu.st" "$d/j_flash_gpu.st"
 fi
+# the flash kernels sum in a fixed order (no atomics): the same run twice, the same bits
+if [ -f "$d/j_flash_gpu.st" ] && train j_flash_again fsdp-gpu 1 --model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash; then
+  r=$(tests/st_diff "$d/j_flash_gpu.st" "$d/j_flash_again.st" 2>&1) && pass "j. gpt2-mini flash bf16, the same GPU run twice: $r" || flunk "j. flash repeat: $r"
+fi
 F=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --attention flash)
 if train j_flash32_cpu fsdp 1 "${F[@]}" && train j_flash32_gpu fsdp-gpu 1 "${F[@]}"; then
   check_losses "j. gpt2-tiny, fp32 --attention flash (rows on the GPU) vs the CPU" 2e-4 "$d/j_flash32_cpu.log" "$d/j_flash32_gpu.log"
