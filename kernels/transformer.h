@@ -62,12 +62,16 @@ FSDP_HD static inline void position_embedding_backward_one(long i, float *dwpe, 
  * and y (B, T, D) puts the heads side by side again for c_proj. att
  * (B, H, T, T) keeps every p for backward: B*H*T^2 numbers, the term of
  * the activation memory that grows with T squared, and the first thing
- * activation checkpointing saves. (A fused kernel, as FlashAttention,
- * recomputes p in backward instead of keeping it.) */
+ * activation checkpointing saves. (--attention flash, at the end of
+ * this file, recomputes p in backward instead of keeping it.) */
 
+/* the index of element 0 of q (part 0), k (1) or v (2) of position t, head h, sequence b */
+FSDP_HD static inline long qkv_index(long b, int t, int part, int h, int T, int D, int hd) {
+    return (b * T + t) * 3L * D + (long)part * D + (long)h * hd;
+}
 FSDP_HD static inline const float *attention_vec(const float *qkv, long b, int t, int part,
                                                  int h, int T, int D, int hd) {
-    return qkv + (b * T + t) * 3L * D + (long)part * D + (long)h * hd;
+    return qkv + qkv_index(b, t, part, h, T, D, hd);
 }
 
 /* With 16-bit parameters (d = bf16 or fp16) P is kept in that format, as
@@ -452,10 +456,6 @@ static void attention_backward(void *dqkv, float *datt, const void *dy, const vo
  * most FLASH_MAX_HD channels: a row's o lives in registers. */
 enum { FLASH_TILE = 32, FLASH_MAX_HD = 128 };
 
-/* element j of q (part 0), k (1) or v (2) of position t, head h, sequence b */
-FSDP_HD static inline long qkv_index(long b, int t, int part, int h, int T, int D, int hd) {
-    return (b * T + t) * 3L * D + (long)part * D + (long)h * hd;
-}
 /* scale * q_t . k_s, from qkv held in format `held` */
 FSDP_HD static inline float flash_score(const void *qkv, long b, int t, int s, int h, int T, int D,
                                         int hd, float scale, Dtype held) {

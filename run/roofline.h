@@ -176,7 +176,12 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
  * then q, k, v, dy into each kernel, dk and dv, then dq, out; all held in
  * 16 bits. lse and delta, a number a row, in fp32. Its roofline is the
  * bound of a fused kernel; the WMMA kernels built here stage every tile
- * product through shared memory and will stay above it. */
+ * product through shared memory and will stay above it. (MFU's model
+ * FLOPs, llm.c's 12 L T D a token, charge attention's products whole, as
+ * PyTorch's and llm.c's MFU figures do: a kernel that skips the masked
+ * half is credited with work it did not do, so at long T, where attention
+ * dominates, the ceiling reads high: the skipped half is 7% of GPT-2
+ * 124M's model FLOPs at T 1024, 14% of gpt2-xl's at T 4096.) */
 static void roof_flash_attention(Roofline *r, double B, double T, double D, double H,
                                  int backward) {
     double BTD = B * T * D, rows = B * H * T, qk = 2.0 * B * T * T * D;
