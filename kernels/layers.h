@@ -25,7 +25,7 @@ static inline void *element_at(const void *x, long i, Dtype d) {
     return (void *)((const char *)x + i * dtype_bytes(d));
 }
 
-/* ---- a matmul's input, held as the matmul reads it --------------------------
+/* ---- activations held as the matmuls read them -----------------------------
  * A Linear layer's input is read by its two matmuls (forward, and the
  * weight's gradient in backward) and by nothing else: LayerNorm's and
  * GELU's backward read their inputs, not their outputs. So it is held in
@@ -33,18 +33,21 @@ static inline void *element_at(const void *x, long i, Dtype d) {
  * on a GPU, 16-bit values of two bytes each, which its producer (a
  * LayerNorm, a GELU, attention, the byte embedding) writes and the tensor
  * cores read as they are: half the bytes kept, and no packing pass in
- * either matmul. The same holds for c_attn's output, which only
- * attention's matmuls read, for c_fc's and fc1's, which only GELU reads,
- * for GPT-2's c_projs', which only the residual connection reads
- * (residual_add_one), for a LayerNorm's output gradient, which only its
- * backward reads, for the logits, which no kernel but the loss reads
- * (crossentropy_forward), and in backward for the output gradient
- * of a Linear whose producer is a GELU or attention (c_fc, fc1, c_attn):
- * only the layer's two matmuls and its bias's column sum read it. The CPU's
- * loops read fp32, so there (gemm_dtype fp32) the same values sit in
- * float slots. Either way the producer rounds what it writes to format
- * d, the parameters' (store_matmul_input), and writes it whole: nothing
- * adds into a buffer held in 16 bits. */
+ * either matmul. Every other activation whose readers all read through
+ * load_as is held so too: c_attn's output (attention's matmuls), c_fc's
+ * and fc1's (GELU), the c_projs' and fc2's (the residual connection,
+ * residual_add_one), a LayerNorm's output gradient (its backward), the
+ * logits (the loss, crossentropy_forward), the output gradient a GELU or
+ * attention writes (the Linear's two matmuls and its bias's column sum),
+ * and the residual stream and its gradient, read by LayerNorm, the
+ * residual connections, the c_projs' and fc2's matmuls and the
+ * embeddings' backward. The CPU's loops read fp32, so there (gemm_dtype
+ * fp32) the same values sit in float slots. Either way the producer
+ * rounds what it writes to format d, the parameters' (store_matmul_input),
+ * as autocast's bf16 tensors are rounded. One held buffer is added into:
+ * the residual stream's gradient, which each branch's LayerNorm backward
+ * adds its share to; the sum is rounded as it is written, as adding two
+ * bf16 tensors in PyTorch rounds it. */
 FSDP_HD static inline void store_matmul_input(void *x, long i, float v, Dtype d, Dtype held) {
     store_as(x, i, round_to(v, d), held);
 }
@@ -68,13 +71,12 @@ FSDP_HD static inline void gelu_backward_one(long i, void *dinp, const void *dou
     store_matmul_input(dinp, i, g, d, held);
 }
 FSDP_HD static inline void add_one(long i, float *x, const float *y) { x[i] += y[i]; }
-/* A residual connection: out = x + y, rounded to d, y held in format yh
- * (a projection that only this reads: 16 bits on a GPU with 16-bit
- * parameters). One pass, where a copy, an add and a rounding were three;
- * out may be x. */
-FSDP_HD static inline void residual_add_one(long i, float *out, const float *x, const void *y,
-                                            Dtype d, Dtype yh) {
-    out[i] = round_to(x[i] + load_as(y, i, yh), d);
+/* A residual connection: out = x + y, rounded to d; the stream (x, out)
+ * and the projection y all held (above). One pass, where a copy, an add
+ * and a rounding were three; out may be x or y. */
+FSDP_HD static inline void residual_add_one(long i, void *out, const void *x, const void *y,
+                                            Dtype d, Dtype held) {
+    store_as(out, i, round_to(load_as(x, i, held) + load_as(y, i, held), d), held);
 }
 
 /* out row b of (B, O), held in format oh, starts as the bias (or 0 with
@@ -93,54 +95,61 @@ FSDP_HD static inline void bias_backward_one(long o, float *dbias, const void *d
 }
 
 /* LayerNorm of row b: out = (x - mean) * rstd * weight + bias, a matmul's
- * input; saves mean, rstd */
+ * input, from the residual stream; both held. Saves mean, rstd. */
 FSDP_HD static inline void layernorm_forward_row(long b, void *out, float *mean, float *rstd,
-                                                 const float *inp, const float *weight,
+                                                 const void *inp, const float *weight,
                                                  const float *bias, int D, Dtype d, Dtype held) {
-    const float *x = inp + b * D;
     float m = 0.0f, v = 0.0f;
-    for (int i = 0; i < D; i++) m += x[i];
+    for (int i = 0; i < D; i++) m += load_as(inp, b * D + i, held);
     m /= (float)D;
-    for (int i = 0; i < D; i++) v += (x[i] - m) * (x[i] - m);
+    for (int i = 0; i < D; i++) {
+        float x = load_as(inp, b * D + i, held);
+        v += (x - m) * (x - m);
+    }
     v /= (float)D;
     float s = 1.0f / sqrtf(v + 1e-5f);
-    for (int i = 0; i < D; i++)
-        store_matmul_input(out, b * D + i, (x[i] - m) * s * weight[i] + bias[i], d, held);
+    for (int i = 0; i < D; i++) {
+        float x = load_as(inp, b * D + i, held);
+        store_matmul_input(out, b * D + i, (x - m) * s * weight[i] + bias[i], d, held);
+    }
     mean[b] = m;
     rstd[b] = s;
 }
 /* The input gradient of row b. With n = normalised input, g = dy * weight:
- * dx = rstd * (g - mean(g) - n * mean(g * n)). dy is held in format dh (the
- * Linear after the norm wrote it; only this and the column sums read it). */
-FSDP_HD static inline void layernorm_backward_row(long b, float *dinp, const void *dout,
-                                                  const float *inp, const float *weight,
+ * dx = rstd * (g - mean(g) - n * mean(g * n)), added into the residual
+ * stream's gradient dinp and the sum rounded to d. dinp, dy (the Linear
+ * after the norm wrote it; only this and the column sums read it) and the
+ * input are held. */
+FSDP_HD static inline void layernorm_backward_row(long b, void *dinp, const void *dout,
+                                                  const void *inp, const float *weight,
                                                   const float *mean, const float *rstd, int D,
-                                                  Dtype dh) {
-    const float *x = inp + b * D;
-    float *dx = dinp + b * D;
+                                                  Dtype d, Dtype held) {
     float g_mean = 0.0f, gn_mean = 0.0f;
     for (int i = 0; i < D; i++) {
-        float n = (x[i] - mean[b]) * rstd[b];
-        float g = load_as(dout, b * D + i, dh) * weight[i];
+        float n = (load_as(inp, b * D + i, held) - mean[b]) * rstd[b];
+        float g = load_as(dout, b * D + i, held) * weight[i];
         g_mean += g;
         gn_mean += g * n;
     }
     g_mean /= (float)D;
     gn_mean /= (float)D;
     for (int i = 0; i < D; i++) {
-        float n = (x[i] - mean[b]) * rstd[b];
-        dx[i] += rstd[b] * (load_as(dout, b * D + i, dh) * weight[i] - g_mean - n * gn_mean);
+        long at = b * D + i;
+        float n = (load_as(inp, at, held) - mean[b]) * rstd[b];
+        float dx = rstd[b] * (load_as(dout, at, held) * weight[i] - g_mean - n * gn_mean);
+        store_as(dinp, at, round_to(load_as(dinp, at, held) + dx, d), held);
     }
 }
 /* The parameter gradients of column i: a sum over the rows, in increasing
- * b, from one thread (a row per thread would need atomics here). */
+ * b, from one thread (a row per thread would need atomics here); dout and
+ * inp held. */
 FSDP_HD static inline void layernorm_backward_col(long i, float *dweight, float *dbias,
-                                                  const void *dout, const float *inp,
+                                                  const void *dout, const void *inp,
                                                   const float *mean, const float *rstd, int B,
-                                                  int D, Dtype dh) {
+                                                  int D, Dtype held) {
     for (int b = 0; b < B; b++) {
         long at = (long)b * D + i;
-        float n = (inp[at] - mean[b]) * rstd[b], dy = load_as(dout, at, dh);
+        float n = (load_as(inp, at, held) - mean[b]) * rstd[b], dy = load_as(dout, at, held);
         dweight[i] += dy * n;
         dbias[i] += dy;
     }
@@ -202,12 +211,13 @@ static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
  * u, which adds that token's rows in increasing n. So a warp reads 32
  * adjacent channels of one row (coalesced), nothing waits on another
  * thread, and every build and every run adds in the same order. */
-FSDP_HD static inline void embedding_backward_one(long i, float *dweight, const float *dout,
+FSDP_HD static inline void embedding_backward_one(long i, float *dweight, const void *dout,
                                                   const int *rows, const int *end,
-                                                  const int *token, int C) {
+                                                  const int *token, int C, Dtype held) {
     long u = i / C, c = i % C;
     float *w = dweight + (long)token[u] * C + c, sum = *w;
-    for (int k = u ? end[u - 1] : 0; k < end[u]; k++) sum += dout[(long)rows[k] * C + c];
+    for (int k = u ? end[u - 1] : 0; k < end[u]; k++)
+        sum += load_as(dout, (long)rows[k] * C + c, held);
     *w = sum;
 }
 
@@ -288,46 +298,54 @@ static unsigned warp_blocks(long rows) {
 
 __global__ static void layernorm_forward_warp(void *__restrict__ out, float *__restrict__ mean,
                                               float *__restrict__ rstd,
-                                              const float *__restrict__ inp,
+                                              const void *__restrict__ inp,
                                               const float *__restrict__ weight,
                                               const float *__restrict__ bias, int B, int D,
                                               Dtype d, Dtype held) {
     long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (b >= B) return; /* a whole warp: b is the same on its 32 lanes */
-    const float *x = inp + b * D;
     float m = 0.0f, v = 0.0f;
-    for (int i = lane; i < D; i += 32) m += x[i];
+    for (int i = lane; i < D; i += 32) m += load_as(inp, b * D + i, held);
     m = warp_sum(m) / (float)D;
-    for (int i = lane; i < D; i += 32) v += (x[i] - m) * (x[i] - m);
+    for (int i = lane; i < D; i += 32) {
+        float x = load_as(inp, b * D + i, held);
+        v += (x - m) * (x - m);
+    }
     v = warp_sum(v) / (float)D;
     float s = 1.0f / sqrtf(v + 1e-5f);
-    for (int i = lane; i < D; i += 32)
-        store_matmul_input(out, b * D + i, (x[i] - m) * s * weight[i] + bias[i], d, held);
+    for (int i = lane; i < D; i += 32) {
+        float x = load_as(inp, b * D + i, held);
+        store_matmul_input(out, b * D + i, (x - m) * s * weight[i] + bias[i], d, held);
+    }
     if (lane == 0) mean[b] = m, rstd[b] = s;
 }
 
-__global__ static void layernorm_backward_warp(float *__restrict__ dinp,
-                                               const void *__restrict__ dout, Dtype dh,
-                                               const float *__restrict__ inp,
+/* dinp, dout and inp held (layernorm_backward_row) */
+__global__ static void layernorm_backward_warp(void *__restrict__ dinp,
+                                               const void *__restrict__ dout,
+                                               const void *__restrict__ inp,
                                                const float *__restrict__ weight,
                                                const float *__restrict__ mean,
-                                               const float *__restrict__ rstd, int B, int D) {
+                                               const float *__restrict__ rstd, int B, int D,
+                                               Dtype d, Dtype held) {
     long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (b >= B) return;
-    const float *x = inp + b * D;
     float mb = mean[b], sb = rstd[b], g_mean = 0.0f, gn_mean = 0.0f;
     for (int i = lane; i < D; i += 32) {
-        float g = load_as(dout, b * D + i, dh) * weight[i];
+        float g = load_as(dout, b * D + i, held) * weight[i];
         g_mean += g;
-        gn_mean += g * ((x[i] - mb) * sb);
+        gn_mean += g * ((load_as(inp, b * D + i, held) - mb) * sb);
     }
     g_mean = warp_sum(g_mean) / (float)D;
     gn_mean = warp_sum(gn_mean) / (float)D;
-    for (int i = lane; i < D; i += 32)
-        dinp[b * D + i] += sb * (load_as(dout, b * D + i, dh) * weight[i] - g_mean -
-                                 (x[i] - mb) * sb * gn_mean);
+    for (int i = lane; i < D; i += 32) {
+        long at = b * D + i;
+        float n = (load_as(inp, at, held) - mb) * sb;
+        float dx = sb * (load_as(dout, at, held) * weight[i] - g_mean - n * gn_mean);
+        store_as(dinp, at, round_to(load_as(dinp, at, held) + dx, d), held);
+    }
 }
 
 __device__ static inline float warp_max(float v) {
@@ -363,12 +381,13 @@ __global__ static void crossentropy_forward_warp(float *__restrict__ probs,
  * chunk, and the 8 partial sums meet in shared memory in row order.
  * Stage 2: one thread per column adds the chunks' sums in chunk order.
  * What is summed is LayerNorm's dweight (dout * normalised input) and
- * dbias (dout), or a Linear's dbias (dout): `mean` NULL for the latter. */
+ * dbias (dout), or a Linear's dbias (dout): `mean` NULL for the latter.
+ * dout is held in format dh, and so is LayerNorm's input. */
 enum { COL_CHUNK = 256, COL_WARPS = 8 };
 
 __global__ static void column_sums_stage1(float *__restrict__ part_w, float *__restrict__ part_b,
                                           const void *__restrict__ dout, Dtype dh,
-                                          const float *__restrict__ inp,
+                                          const void *__restrict__ inp,
                                           const float *__restrict__ mean,
                                           const float *__restrict__ rstd, int R, int C) {
     __shared__ float sw[COL_WARPS][32], sb[COL_WARPS][32];
@@ -379,7 +398,7 @@ __global__ static void column_sums_stage1(float *__restrict__ part_w, float *__r
              r += COL_WARPS) {
             float d = load_as(dout, (long)r * C + c, dh);
             b += d;
-            if (mean) w += d * ((inp[(long)r * C + c] - mean[r]) * rstd[r]);
+            if (mean) w += d * ((load_as(inp, (long)r * C + c, dh) - mean[r]) * rstd[r]);
         }
     sw[threadIdx.y][threadIdx.x] = w;
     sb[threadIdx.y][threadIdx.x] = b;
@@ -405,10 +424,10 @@ __global__ static void column_sums_stage2(float *__restrict__ dweight, float *__
 }
 
 /* dbias (C) += column sums of dout (R, C), held in format dh; with mean,
- * also dweight (C) += column sums of dout * (inp - mean) * rstd:
- * LayerNorm's parameters */
+ * also dweight (C) += column sums of dout * (inp - mean) * rstd, inp held
+ * in dh too: LayerNorm's parameters */
 static void column_sums(float *dweight, float *dbias, const void *dout, Dtype dh,
-                        const float *inp, const float *mean, const float *rstd, int R, int C) {
+                        const void *inp, const float *mean, const float *rstd, int R, int C) {
     if (backend.dry || R <= 0 || C <= 0) return;
     int chunks = (R + COL_CHUNK - 1) / COL_CHUNK;
     size_t bytes = (size_t)2 * chunks * C * sizeof(float);
@@ -424,25 +443,26 @@ static void column_sums(float *dweight, float *dbias, const void *dout, Dtype dh
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
- * (rounded to d, held in backend.gemm_dtype); saves mean, rstd (B) */
-static void layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
+ * (rounded to d); out and inp held in backend.gemm_dtype; saves mean, rstd (B) */
+static void layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                               const float *weight, const float *bias, int B, int D, Dtype d) {
     if (backend.dry || B <= 0) return;
     layernorm_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
         out, mean, rstd, inp, weight, bias, B, D, d, backend.gemm_dtype);
     cudaCheck(cudaGetLastError());
 }
-/* dinp += LayerNorm's input gradient, from dout (held in gemm_dtype: the
- * Linear after the norm wrote it, and only this reads it) */
-static void layernorm_backward(float *dinp, float *dweight, float *dbias, const void *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int B, int D) {
+/* dinp += LayerNorm's input gradient, rounded to d, from dout (the Linear
+ * after the norm wrote it, and only this reads it); dinp, dout and inp
+ * held in gemm_dtype */
+static void layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                               const void *inp, const float *weight, const float *mean,
+                               const float *rstd, int B, int D, Dtype d) {
     if (backend.dry || B <= 0) return;
-    Dtype dh = backend.gemm_dtype;
+    Dtype held = backend.gemm_dtype;
     layernorm_backward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        dinp, dout, dh, inp, weight, mean, rstd, B, D);
+        dinp, dout, inp, weight, mean, rstd, B, D, d, held);
     cudaCheck(cudaGetLastError());
-    column_sums(dweight, dbias, dout, dh, inp, mean, rstd, B, D);
+    column_sums(dweight, dbias, dout, held, inp, mean, rstd, B, D);
 }
 static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O) {
     column_sums(NULL, dbias, dout, dh, NULL, NULL, NULL, B, O);
@@ -495,11 +515,11 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  * parameters' gradients and writes the input's (beta 0: nothing else adds
  * to it, so it needs no zeroing pass first). fp32 unless --tf32
  * (backend_init), or 16-bit inputs on the tensor cores with 16-bit
- * parameters (gemm, above); inp is held in backend.gemm_dtype; out in oh:
- * fp32, or gemm_dtype where no kernel but a matmul, GELU or the loss reads
- * it (c_attn's, c_fc's, the logits); dinp in dih likewise (gemm_dtype
- * where only GELU's or attention's backward reads it); dout in dh:
- * gemm_dtype too where a GELU or attention wrote it, else fp32. */
+ * parameters (gemm, above); inp is held in backend.gemm_dtype, and so
+ * are out and dinp in the models (oh, dih: every reader of a Linear's
+ * output and input gradient reads it as held, above; tests/test_kernels.cu
+ * also writes fp32); dout in dh: held, or the loss's fp32 gradient of the
+ * logits (the head's). */
 static void linear_forward(void *out, Dtype oh, const void *inp, const float *weight,
                            const float *bias, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
@@ -626,19 +646,19 @@ static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
- * (rounded to d, held in backend.gemm_dtype); saves mean, rstd (B): a row
- * per FOR_EACH element here, a warp per row on a GPU (above) */
-static void layernorm_forward(void *out, float *mean, float *rstd, const float *inp,
+ * (rounded to d); out and inp held in backend.gemm_dtype; saves mean, rstd
+ * (B): a row per FOR_EACH element here, a warp per row on a GPU (above) */
+static void layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                               const float *weight, const float *bias, int B, int D, Dtype d) {
     FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, D, d,
              backend.gemm_dtype);
 }
-static void layernorm_backward(float *dinp, float *dweight, float *dbias, const void *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int B, int D) {
-    Dtype dh = backend.gemm_dtype;
-    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, D, dh);
-    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D, dh);
+static void layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+                               const void *inp, const float *weight, const float *mean,
+                               const float *rstd, int B, int D, Dtype d) {
+    Dtype held = backend.gemm_dtype;
+    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, D, d, held);
+    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D, held);
 }
 #endif
 
@@ -653,11 +673,12 @@ static void gelu_backward(void *dinp, const void *dout, const void *inp, long n,
 }
 
 /* The embedding's gradient from the batch's rows grouped by token
- * (embedding_backward_one): one thread per distinct token and channel. */
-static void embedding_backward(float *dweight, const float *dout, const TokenRows *by_token,
+ * (embedding_backward_one): one thread per distinct token and channel;
+ * dout held in gemm_dtype. */
+static void embedding_backward(float *dweight, const void *dout, const TokenRows *by_token,
                                int C) {
     FOR_EACH((long)by_token->distinct * C, embedding_backward_one, dweight, dout, by_token->rows,
-             by_token->end, by_token->token, C);
+             by_token->end, by_token->token, C, backend.gemm_dtype);
 }
 
 /* out (B, T*C), a matmul's input (held in gemm_dtype): the embeddings of

@@ -35,21 +35,25 @@ FSDP_HD static inline void gelu_tanh_backward_one(long i, void *dinp, const void
     store_matmul_input(dinp, i, g, d, held);
 }
 
-/* element i of out (B*T, D): channel i % D of token i / D's embedding */
-FSDP_HD static inline void token_embedding_forward_one(long i, float *out, const int *tokens,
-                                                       const float *wte, int D) {
-    out[i] = wte[(long)tokens[i / D] * D + i % D];
+/* element i of out (B*T, D), the residual stream (held: kernels/layers.h):
+ * channel i % D of token i / D's embedding (a parameter's value, of
+ * param_dtype already, so held exactly) */
+FSDP_HD static inline void token_embedding_forward_one(long i, void *out, const int *tokens,
+                                                       const float *wte, int D, Dtype held) {
+    store_as(out, i, wte[(long)tokens[i / D] * D + i % D], held);
 }
-/* ... plus its position's: row b*T + t gets wpe row t */
-FSDP_HD static inline void position_embedding_forward_one(long i, float *out, const float *wpe,
-                                                          int T, int D) {
-    out[i] += wpe[((i / D) % T) * D + i % D];
+/* ... plus its position's: row b*T + t gets wpe row t, the sum rounded to d */
+FSDP_HD static inline void position_embedding_forward_one(long i, void *out, const float *wpe,
+                                                          int T, int D, Dtype d, Dtype held) {
+    float x = load_as(out, i, held) + wpe[((i / D) % T) * D + i % D];
+    store_as(out, i, round_to(x, d), held);
 }
-/* element i = t*D + c of wpe's gradient: the sum over the B sequences */
-FSDP_HD static inline void position_embedding_backward_one(long i, float *dwpe, const float *dout,
-                                                           int B, int T, int D) {
+/* element i = t*D + c of wpe's gradient: the sum over the B sequences of
+ * the residual stream's gradient (held) */
+FSDP_HD static inline void position_embedding_backward_one(long i, float *dwpe, const void *dout,
+                                                           int B, int T, int D, Dtype held) {
     float g = 0.0f;
-    for (int b = 0; b < B; b++) g += dout[(long)b * T * D + i];
+    for (int b = 0; b < B; b++) g += load_as(dout, (long)b * T * D + i, held);
     dwpe[i] += g;
 }
 

@@ -7,22 +7,19 @@
  * ========================================================================== */
 
 /* What the forward pass saves for the backward pass, and the gradient
- * scratch the backward pass flows through. B is this rank's batch. What
- * only matmuls read (void *: a Linear layer's input, c_attn's output, the
- * output gradient a GELU or attention writes; and c_fc's and fc1's output
- * and the input gradient of the Linear after them, which only GELU reads,
- * c_proj's input gradient, which only attention reads, c_proj's output,
- * which only the residual connection reads, a LayerNorm's output
- * gradient, which only its backward reads, and the logits, which no
- * kernel but the loss reads) is held as the matmuls read it, in
- * backend.gemm_dtype: 16-bit values on a GPU with 16-bit parameters
- * (kernels/layers.h); a slice of it is element_at's. */
+ * scratch the backward pass flows through. B is this rank's batch. Every
+ * activation but LayerNorm's statistics, attention's probabilities (or
+ * lse) and the loss's softmax (float *, fp32 slots) is held as the
+ * matmuls read it (void *), in backend.gemm_dtype: 16-bit values on a GPU
+ * with 16-bit parameters, the residual stream and its gradient included,
+ * since every kernel that reads them reads through load_as
+ * (kernels/layers.h); a slice of one is element_at's. */
 typedef struct {
     unsigned char *tokens;    /* (B, T) context bytes */
     int *targets;             /* (B) the byte that follows */
     TokenRows by_token;       /* the B*T context bytes grouped by byte */
     void *x_emb;              /* (B, T*C) concatenated embeddings: proj_in's input */
-    float *h;                 /* (L+1, B, D) residual stream before each block */
+    void *h;                  /* (L+1, B, D) residual stream before each block */
     void *ln;                 /* (L, B, D) block norm outputs: fc1's input */
     float *ln_mean, *ln_rstd; /* (L, B) */
     void *fc1;                /* (L, B, 4D) fc1 outputs, before GELU: its input */
@@ -32,11 +29,11 @@ typedef struct {
     void *logits;             /* (B, V) the head's output: the loss's input */
     float *probs;             /* (B, V); backward turns them into the logits' gradient */
     float *losses;            /* (B) each sample's loss */
-    float *d_h;               /* (B, D) the residual stream's gradient */
+    void *d_h;                /* (B, D) the residual stream's gradient */
     void *d_nf, *d_ln;        /* (B, D) a LayerNorm's output gradient: its backward's input */
     void *d_act;              /* (B, 4D) fc2's input gradient: GELU's backward's input */
     void *d_fc1;              /* (B, 4D) fc1's output gradient (GELU's backward writes it) */
-    float *d_emb;             /* (B, T*C)                                      */
+    void *d_emb;              /* (B, T*C) proj_in's input gradient: the embedding's */
 } Activations;
 
 /* GPT-2's (model/gpt2.h), B sequences of T tokens (BT rows of width D).
@@ -44,7 +41,7 @@ typedef struct {
 typedef struct {
     int *tokens, *targets;        /* (B, T) each: the targets are the tokens shifted by one */
     TokenRows by_token;           /* the B*T tokens grouped by token, for wte's gradient */
-    float *res;                   /* (L+1, BT, D) the residual stream before each block */
+    void *res;                    /* (L+1, BT, D) the residual stream before each block */
     void *ln1, *ln2;              /* (S, BT, D) ln_1, ln_2 outputs: c_attn's, c_fc's input */
     float *ln1_mean, *ln1_rstd;   /* (S, BT) */
     float *ln2_mean, *ln2_rstd;   /* (S, BT) */
@@ -52,7 +49,7 @@ typedef struct {
     float *att;                   /* (S, B, H, T, T) attention probabilities P; with
                                    * --attention flash (S, B, H, T), each row's lse */
     void *atty;                   /* (S, BT, D) attention output, c_proj's input */
-    float *res_mid;               /* (S, BT, D) residual after the attention branch */
+    void *res_mid;                /* (S, BT, D) residual after the attention branch */
     void *fc;                     /* (S, BT, 4D) c_fc's output: GELU's input */
     void *fc_gelu;                /* (S, BT, 4D) after GELU: mlp.c_proj's input */
     void *lnf;                    /* (BT, D) ln_f's output: lm_head's input */
@@ -61,7 +58,7 @@ typedef struct {
     float *probs;                 /* (BT, V); backward turns them into the logits' gradient */
     float *losses;                /* (BT) */
     void *proj;                   /* (BT, D) a c_proj's output: the residual connection's input */
-    float *d_res;                 /* (BT, D) the residual stream's gradient */
+    void *d_res;                  /* (BT, D) the residual stream's gradient */
     void *d_x;                    /* (BT, D) a LayerNorm's output gradient: its backward's */
     void *d_atty;                 /* (BT, D) c_proj's input gradient: attention's backward's */
     void *d_qkv;                  /* (BT, 3D) c_attn's output gradient (attention's backward) */

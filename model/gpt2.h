@@ -35,7 +35,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->tokens = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
     token_rows_alloc(&a->by_token, l, BT);
-    a->res = activation(l, c, (c->depth + 1) * BT * D); /* every block's input: the checkpoints */
+    a->res = activation_held(l, c, (c->depth + 1) * BT * D); /* every block's input */
     a->ln1 = activation_held(l, c, S * BT * D);
     a->ln1_mean = activation_fp32(l, S * BT);
     a->ln1_rstd = activation_fp32(l, S * BT);
@@ -43,7 +43,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     /* P in param_dtype, as autocast keeps it; lse in fp32 */
     a->att = flash ? activation_fp32(l, S * att) : activation(l, c, S * att);
     a->atty = activation_held(l, c, S * BT * D);
-    a->res_mid = activation(l, c, S * BT * D);
+    a->res_mid = activation_held(l, c, S * BT * D);
     a->ln2 = activation_held(l, c, S * BT * D);
     a->ln2_mean = activation_fp32(l, S * BT);
     a->ln2_rstd = activation_fp32(l, S * BT);
@@ -56,7 +56,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->probs = activation_fp32(l, BT * V);
     a->losses = activation_fp32(l, BT);
     a->proj = activation_held(l, c, BT * D);
-    a->d_res = activation(l, c, BT * D);
+    a->d_res = activation_held(l, c, BT * D);
     a->d_x = activation_held(l, c, BT * D);
     a->d_atty = activation_held(l, c, BT * D);
     a->d_qkv = activation_held(l, c, BT * 3 * D);
@@ -84,11 +84,11 @@ static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micr
 }
 
 /* Block l's saved buffers: its own with every block kept, else the one
- * slot every block shares (--activation-checkpointing). What only
- * matmuls read (void *) is held in backend.gemm_dtype. */
+ * slot every block shares (--activation-checkpointing). void *: held in
+ * backend.gemm_dtype (model/activations.h). */
 typedef struct {
-    void *ln1, *qkv, *atty, *ln2, *fc, *fc_gelu;
-    float *ln1_mean, *ln1_rstd, *att, *res_mid, *ln2_mean, *ln2_rstd;
+    void *ln1, *qkv, *atty, *res_mid, *ln2, *fc, *fc_gelu;
+    float *ln1_mean, *ln1_rstd, *att, *ln2_mean, *ln2_rstd;
 } Gpt2Saved;
 
 static Gpt2Saved gpt2_saved(Trainer *t, int l) {
@@ -98,27 +98,27 @@ static Gpt2Saved gpt2_saved(Trainer *t, int l) {
     long D = c->width, att = gpt2_attention_saved(c, t->micro_batch);
     Dtype held = backend.gemm_dtype;
     Gpt2Saved s = {element_at(a->ln1, k * BT * D, held), element_at(a->qkv, k * BT * 3 * D, held),
-                   element_at(a->atty, k * BT * D, held), element_at(a->ln2, k * BT * D, held),
-                   element_at(a->fc, k * BT * 4 * D, held),
+                   element_at(a->atty, k * BT * D, held), element_at(a->res_mid, k * BT * D, held),
+                   element_at(a->ln2, k * BT * D, held), element_at(a->fc, k * BT * 4 * D, held),
                    element_at(a->fc_gelu, k * BT * 4 * D, held),
-                   a->ln1_mean + k * BT,    a->ln1_rstd + k * BT,    a->att + k * att,
-                   a->res_mid + k * BT * D, a->ln2_mean + k * BT,    a->ln2_rstd + k * BT};
+                   a->ln1_mean + k * BT, a->ln1_rstd + k * BT, a->att + k * att,
+                   a->ln2_mean + k * BT, a->ln2_rstd + k * BT};
     return s;
 }
 
 /* A Linear module's forward between its hooks: out (BT, O) = inp @ W^T + b,
- * held in oh: fp32 slots (rounded here), or in gemm_dtype (c_attn's
- * output, which only attention's matmuls read; c_fc's, which only GELU
- * reads), rounded as it is written */
-static void gpt2_linear(Trainer *t, int module, void *out, Dtype oh, const void *inp, long BT,
-                        int I, int O) {
+ * held (model/activations.h): in fp32 slots rounded here, in 16 bits
+ * rounded as it is written */
+static void gpt2_linear(Trainer *t, int module, void *out, const void *inp, long BT, int I,
+                        int O) {
+    Dtype held = backend.gemm_dtype;
     module_pre_forward(t, module);
-    linear_forward(out, oh, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
-    lowp_held(t, out, BT * O, oh);
+    linear_forward(out, held, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
+    lowp_held(t, out, BT * O, held);
     module_post_forward(t, module);
 }
 static void gpt2_layernorm(Trainer *t, int module, void *out, float *mean, float *rstd,
-                           const float *inp, long BT) {
+                           const void *inp, long BT) {
     int D = t->cfg.width;
     module_pre_forward(t, module);
     layernorm_forward(out, mean, rstd, inp, weight_of(t, module), bias_of(t, module), (int)BT, D,
@@ -137,21 +137,21 @@ static void gpt2_block_inner(Trainer *t, int l) {
     Gpt2Saved s = gpt2_saved(t, l);
     int B = t->micro_batch, T = c->context, D = c->width;
     long BT = (long)B * T;
-    Dtype held = backend.gemm_dtype; /* qkv's, proj's and fc's: activations.h */
-    const float *h = a->res + l * BT * D;
+    Dtype held = backend.gemm_dtype; /* activations.h */
+    const void *h = element_at(a->res, l * BT * D, held);
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_1), s.ln1, s.ln1_mean, s.ln1_rstd, h, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_ATTN));
-    gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, held, s.ln1, BT, D, 3 * D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_ATTN), s.qkv, s.ln1, BT, D, 3 * D);
     if (c->attention == ATTENTION_FLASH)
         flash_attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
     else attention_forward(s.atty, s.att, s.qkv, B, T, D, c->n_head, c->param_dtype);
-    gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, held, s.atty, BT, D, D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->proj, s.atty, BT, D, D);
     module_post_forward(t, gpt2_module(m, l, GPT2_ATTN));
     /* the attention's residual connection */
     FOR_EACH(BT * D, residual_add_one, s.res_mid, h, a->proj, c->param_dtype, held);
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_2), s.ln2, s.ln2_mean, s.ln2_rstd, s.res_mid, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_MLP));
-    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, held, s.ln2, BT, D, 4 * D);
+    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, s.ln2, BT, D, 4 * D);
     gelu_tanh_forward(s.fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
 }
 
@@ -161,32 +161,34 @@ static float gpt2_forward(Trainer *t) {
     const Config *c = &t->cfg;
     int B = t->micro_batch, T = c->context, D = c->width, V = c->vocab;
     long BT = (long)B * T;
-    Dtype held = backend.gemm_dtype; /* proj's and the logits': activations.h */
+    Dtype held = backend.gemm_dtype; /* activations.h */
 
     module_pre_forward(t, m->root);
     module_pre_forward(t, m->transformer);
     module_pre_forward(t, m->wte);
-    FOR_EACH(BT * D, token_embedding_forward_one, a->res, a->tokens, weight_of(t, m->wte), D);
+    FOR_EACH(BT * D, token_embedding_forward_one, a->res, a->tokens, weight_of(t, m->wte), D,
+             held);
     module_post_forward(t, m->wte);
     module_pre_forward(t, m->wpe);
-    FOR_EACH(BT * D, position_embedding_forward_one, a->res, weight_of(t, m->wpe), T, D);
-    lowp(t, a->res, BT * D);
+    FOR_EACH(BT * D, position_embedding_forward_one, a->res, weight_of(t, m->wpe), T, D,
+             c->param_dtype, held);
     module_post_forward(t, m->wpe);
 
     module_pre_forward(t, m->h);
     for (int l = 0; l < c->depth; l++) {
         Gpt2Saved s = gpt2_saved(t, l);
-        float *h_out = a->res + (l + 1) * BT * D;
+        void *h_out = element_at(a->res, (l + 1) * BT * D, held);
         module_pre_forward(t, m->block[l]);
         gpt2_block_inner(t, l);
-        gpt2_linear(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->proj, held, s.fc_gelu, BT, 4 * D, D);
+        gpt2_linear(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->proj, s.fc_gelu, BT, 4 * D, D);
         module_post_forward(t, gpt2_module(m, l, GPT2_MLP));
         /* the MLP's residual connection */
         FOR_EACH(BT * D, residual_add_one, h_out, s.res_mid, a->proj, c->param_dtype, held);
         module_post_forward(t, m->block[l]);
     }
     module_post_forward(t, m->h);
-    gpt2_layernorm(t, m->ln_f, a->lnf, a->lnf_mean, a->lnf_rstd, a->res + c->depth * BT * D, BT);
+    gpt2_layernorm(t, m->ln_f, a->lnf, a->lnf_mean, a->lnf_rstd,
+                   element_at(a->res, c->depth * BT * D, held), BT);
     module_post_forward(t, m->transformer);
 
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
@@ -199,27 +201,26 @@ static float gpt2_forward(Trainer *t) {
 }
 
 /* A Linear module's backward between its hooks: dinp is written, dout @ W,
- * and its weight and bias gradients add dout's share. dinp is held in
- * dih, dout in dh: fp32 (dinp rounded here), or in gemm_dtype where only
- * GELU or attention reads dinp, or wrote dout (kernels/layers.h). */
-static void gpt2_linear_backward(Trainer *t, int module, void *dinp, Dtype dih, const void *dout,
-                                 Dtype dh, const void *inp, long BT, int I, int O) {
+ * and its weight and bias gradients add dout's share; all three
+ * activations held (model/activations.h), dinp rounded here in fp32 slots */
+static void gpt2_linear_backward(Trainer *t, int module, void *dinp, const void *dout,
+                                 const void *inp, long BT, int I, int O) {
+    Dtype held = backend.gemm_dtype;
     module_pre_backward(t, module);
-    linear_backward(dinp, dih, dweight_of(t, module), dbias_of(t, module), dout, dh, inp,
+    linear_backward(dinp, held, dweight_of(t, module), dbias_of(t, module), dout, held, inp,
                     weight_of(t, module), (int)BT, I, O);
-    lowp_held(t, dinp, BT * I, dih);
+    lowp_held(t, dinp, BT * I, held);
     module_post_backward(t, module);
 }
 /* LayerNorm's backward adds into dinp (the residual stream's gradient),
- * from dout held in gemm_dtype (d_x: the Linear after the norm wrote it) */
-static void gpt2_layernorm_backward(Trainer *t, int module, float *dinp, const void *dout,
-                                    const float *inp, const float *mean, const float *rstd,
+ * rounding the sum, from dout (d_x: the Linear after the norm wrote it) */
+static void gpt2_layernorm_backward(Trainer *t, int module, void *dinp, const void *dout,
+                                    const void *inp, const float *mean, const float *rstd,
                                     long BT) {
     int D = t->cfg.width;
     module_pre_backward(t, module);
     layernorm_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, inp,
-                       weight_of(t, module), mean, rstd, (int)BT, D);
-    lowp(t, dinp, BT * D);
+                       weight_of(t, module), mean, rstd, (int)BT, D, t->cfg.param_dtype);
     module_post_backward(t, module);
 }
 
@@ -242,29 +243,27 @@ static void gpt2_block_backward(Trainer *t, int l) {
     Gpt2Saved s = gpt2_saved(t, l);
     /* the MLP branch: c_proj, GELU, c_fc, then ln_2 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_MLP));
-    Dtype held = backend.gemm_dtype, fp32 = DTYPE_FP32; /* activations.h */
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, held, a->d_res, fp32,
-                         s.fc_gelu, BT, 4 * D, D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, a->d_res, s.fc_gelu,
+                         BT, 4 * D, D);
     gelu_tanh_backward(a->d_fc, a->d_fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, held, a->d_fc, held, s.ln2, BT,
-                         D, 4 * D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, a->d_fc, s.ln2, BT, D, 4 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_MLP));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_2), a->d_res, a->d_x, s.res_mid,
                             s.ln2_mean, s.ln2_rstd, BT);
     /* the attention branch: c_proj, attention, c_attn, then ln_1 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_ATTN));
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, held, a->d_res, fp32,
-                         s.atty, BT, D, D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_ATTN_PROJ), a->d_atty, a->d_res, s.atty, BT, D,
+                         D);
     if (c->attention == ATTENTION_FLASH)
         flash_attention_backward(a->d_qkv, a->d_att, a->d_atty, s.atty, s.qkv, s.att, B, T, D,
                                  c->n_head, c->param_dtype);
     else attention_backward(a->d_qkv, a->d_att, a->d_atty, s.qkv, s.att, B, T, D, c->n_head,
                             c->param_dtype);
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, held, a->d_qkv, held, s.ln1,
-                         BT, D, 3 * D);
+    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_ATTN), a->d_x, a->d_qkv, s.ln1, BT, D, 3 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_ATTN));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_1), a->d_res, a->d_x,
-                            a->res + l * BT * D, s.ln1_mean, s.ln1_rstd, BT);
+                            element_at(a->res, l * BT * D, backend.gemm_dtype), s.ln1_mean,
+                            s.ln1_rstd, BT);
     module_post_backward(t, m->block[l]);
 }
 
@@ -282,21 +281,21 @@ static void gpt2_backward(Trainer *t) {
         a->probs, a->targets, t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V);
     lowp(t, d_logits, BT * V);
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
-    Dtype held = backend.gemm_dtype; /* d_x's: only ln_f's backward reads it */
+    Dtype held = backend.gemm_dtype; /* activations.h */
     linear_backward(a->d_x, held, dweight_of(t, m->wte), NULL, d_logits, DTYPE_FP32, a->lnf,
                     weight_of(t, m->wte), (int)BT, D, V);
     lowp_held(t, a->d_x, BT * D, held);
     module_post_backward(t, m->lm_head);
     module_pre_backward(t, m->transformer);
-    zero(a->d_res, BT * D);
-    gpt2_layernorm_backward(t, m->ln_f, a->d_res, a->d_x, a->res + c->depth * BT * D, a->lnf_mean,
-                            a->lnf_rstd, BT);
+    zero_held(a->d_res, BT * D);
+    const void *h_last = element_at(a->res, c->depth * BT * D, held); /* ln_f's input */
+    gpt2_layernorm_backward(t, m->ln_f, a->d_res, a->d_x, h_last, a->lnf_mean, a->lnf_rstd, BT);
     module_pre_backward(t, m->h);
     for (int l = c->depth - 1; l >= 0; l--) gpt2_block_backward(t, l);
     module_post_backward(t, m->h);
     module_pre_backward(t, m->wpe);
     FOR_EACH((long)T * D, position_embedding_backward_one, dweight_of(t, m->wpe), a->d_res, B, T,
-             D);
+             D, held);
     module_post_backward(t, m->wpe);
     module_pre_backward(t, m->wte); /* ... and its second */
     embedding_backward(dweight_of(t, m->wte), a->d_res, &a->by_token, D);

@@ -17,17 +17,16 @@
 static long saved_blocks(const Config *c) { return c->activation_checkpointing ? 1 : c->depth; }
 static long saved_block(const Config *c, int l) { return c->activation_checkpointing ? 0 : l; }
 
-/* An activation buffer: in param_dtype with mixed precision. LayerNorm's
- * statistics, the softmax and the losses stay fp32, as PyTorch keeps them. */
+/* An activation buffer in fp32 slots: in param_dtype with mixed precision
+ * (GPT-2's attention probabilities P). LayerNorm's statistics, the
+ * softmax and the losses stay fp32, as PyTorch keeps them. */
 static float *activation(Ledger *l, const Config *c, long count) {
     return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, c->param_dtype, "activations");
 }
 static float *activation_fp32(Ledger *l, long count) {
     return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, DTYPE_FP32, "activations");
 }
-/* An activation that only matmuls read (a Linear layer's input, or its
- * output gradient where only its matmuls and bias gradient read that; or
- * the logits, which no kernel but the loss reads): held in the matmuls'
+/* Any other activation (model/activations.h): held in the matmuls'
  * format, backend.gemm_dtype (kernels/layers.h), booked in param_dtype.
  * On a GPU with 16-bit parameters that is 2 bytes a value, as booked; on
  * the CPU float slots. */
@@ -43,7 +42,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
     token_rows_alloc(&a->by_token, l, (long)B * T);
     a->x_emb = activation_held(l, c, B * T * C);
-    a->h = activation(l, c, (c->depth + 1) * B * D); /* every block's input: the checkpoints */
+    a->h = activation_held(l, c, (c->depth + 1) * B * D); /* every block's input: checkpoints */
     a->ln = activation_held(l, c, L * B * D);
     a->ln_mean = activation_fp32(l, L * B);
     a->ln_rstd = activation_fp32(l, L * B);
@@ -56,14 +55,18 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->probs = activation_fp32(l, B * V);
     a->losses = activation_fp32(l, B);
     a->d_nf = activation_held(l, c, B * D);
-    a->d_h = activation(l, c, B * D);
+    a->d_h = activation_held(l, c, B * D);
     a->d_ln = activation_held(l, c, B * D);
     a->d_act = activation_held(l, c, B * 4 * D);
     a->d_fc1 = activation_held(l, c, B * 4 * D);
-    a->d_emb = activation(l, c, B * T * C);
+    a->d_emb = activation_held(l, c, B * T * C);
 }
 
-static void zero(float *x, long n) { dev_zero(x, (size_t)n * sizeof(float)); }
+/* n held values set to 0: the residual stream's gradient, before the
+ * head's LayerNorm adds into it */
+static void zero_held(void *x, long n) {
+    dev_zero(x, (size_t)n * (size_t)dtype_bytes(backend.gemm_dtype));
+}
 
 /* The parameter tensors of a module, once its unit's full state is present. */
 static float *weight_of(Trainer *t, int module) {
@@ -104,7 +107,7 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     Dtype held = backend.gemm_dtype;
     void *ln = element_at(a->ln, k * BD, held), *fc1 = element_at(a->fc1, k * BF, held);
     module_pre_forward(t, m->block_norm[l]);
-    layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, a->h + l * BD,
+    layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, element_at(a->h, l * BD, held),
                       weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D,
                       c->param_dtype);
     module_post_forward(t, m->block_norm[l]);
@@ -129,37 +132,34 @@ static float model_forward(Trainer *t) {
     module_post_forward(t, m->embed);
 
     module_pre_forward(t, m->proj_in);
-    linear_forward(a->h, DTYPE_FP32, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B,
+    Dtype held = backend.gemm_dtype; /* activations.h */
+    linear_forward(a->h, held, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B,
                    T * C, D);
-    lowp(t, a->h, BD);
+    lowp_held(t, a->h, BD, held);
     module_post_forward(t, m->proj_in);
 
     module_pre_forward(t, m->blocks);
     for (int l = 0; l < c->depth; l++) {
-        float *h_in = a->h + l * BD, *h_out = a->h + (l + 1) * BD;
-        const void *act = element_at(a->act, saved_block(c, l) * BF, backend.gemm_dtype);
+        void *h_in = element_at(a->h, l * BD, held), *h_out = element_at(a->h, (l + 1) * BD, held);
+        const void *act = element_at(a->act, saved_block(c, l) * BF, held);
         module_pre_forward(t, m->block[l]);
         block_norm_fc1_gelu(t, l);
         module_pre_forward(t, m->block_fc2[l]);
-        linear_forward(h_out, DTYPE_FP32, act, weight_of(t, m->block_fc2[l]),
+        linear_forward(h_out, held, act, weight_of(t, m->block_fc2[l]),
                        bias_of(t, m->block_fc2[l]), B, 4 * D, D);
-        lowp(t, h_out, BD);
+        lowp_held(t, h_out, BD, held);
         module_post_forward(t, m->block_fc2[l]);
-        /* the residual connection; fc2's output is in fp32 slots (a Dtype
-         * variable, not the enumerator: nvcc's kernel stubs name its type
-         * `enum Dtype`, which C++ refuses for a typedef'd enum) */
-        Dtype slots = DTYPE_FP32;
-        FOR_EACH(BD, residual_add_one, h_out, h_in, h_out, c->param_dtype, slots);
+        /* the residual connection, over fc2's output in place */
+        FOR_EACH(BD, residual_add_one, h_out, h_in, h_out, c->param_dtype, held);
         module_post_forward(t, m->block[l]);
     }
     module_post_forward(t, m->blocks);
 
     module_pre_forward(t, m->norm_f);
-    layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, a->h + c->depth * BD, weight_of(t, m->norm_f),
-                      bias_of(t, m->norm_f), B, D, c->param_dtype);
+    layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, element_at(a->h, c->depth * BD, held),
+                      weight_of(t, m->norm_f), bias_of(t, m->norm_f), B, D, c->param_dtype);
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
-    Dtype held = backend.gemm_dtype; /* the logits': no kernel but the loss reads them */
     linear_forward(a->logits, held, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
     lowp_held(t, a->logits, (long)B * V, held);
     module_post_forward(t, m->head);
@@ -221,26 +221,24 @@ static void model_backward(Trainer *t) {
     lowp_held(t, a->d_nf, BD, held);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
-    zero(a->d_h, BD);
+    zero_held(a->d_h, BD);
     layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), a->d_nf,
-                       a->h + c->depth * BD, weight_of(t, m->norm_f), a->nf_mean, a->nf_rstd, B, D);
-    lowp(t, a->d_h, BD);
+                       element_at(a->h, c->depth * BD, held), weight_of(t, m->norm_f), a->nf_mean,
+                       a->nf_rstd, B, D, c->param_dtype);
     module_post_backward(t, m->norm_f);
 
     module_pre_backward(t, m->blocks);
     for (int l = c->depth - 1; l >= 0; l--) {
         long k = saved_block(c, l);
-        float *h_in = a->h + l * BD;
-        const void *ln = element_at(a->ln, k * BD, backend.gemm_dtype),
-                   *fc1 = element_at(a->fc1, k * BF, backend.gemm_dtype),
-                   *act = element_at(a->act, k * BF, backend.gemm_dtype);
+        const void *h_in = element_at(a->h, l * BD, held), *ln = element_at(a->ln, k * BD, held),
+                   *fc1 = element_at(a->fc1, k * BF, held), *act = element_at(a->act, k * BF, held);
         module_pre_backward(t, m->block[l]);
         if (c->activation_checkpointing) block_recompute(t, l);
         /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
          * the MLP branch adds its own part through norm's backward. */
         module_pre_backward(t, m->block_fc2[l]);
         linear_backward(a->d_act, held, dweight_of(t, m->block_fc2[l]),
-                        dbias_of(t, m->block_fc2[l]), a->d_h, DTYPE_FP32, act,
+                        dbias_of(t, m->block_fc2[l]), a->d_h, held, act,
                         weight_of(t, m->block_fc2[l]), B, 4 * D, D);
         lowp_held(t, a->d_act, BF, held);
         module_post_backward(t, m->block_fc2[l]);
@@ -254,17 +252,16 @@ static void model_backward(Trainer *t) {
         module_pre_backward(t, m->block_norm[l]);
         layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
                            a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + k * B,
-                           a->ln_rstd + k * B, B, D);
-        lowp(t, a->d_h, BD);
+                           a->ln_rstd + k * B, B, D, c->param_dtype);
         module_post_backward(t, m->block_norm[l]);
         module_post_backward(t, m->block[l]);
     }
     module_post_backward(t, m->blocks);
 
     module_pre_backward(t, m->proj_in);
-    linear_backward(a->d_emb, DTYPE_FP32, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in),
-                    a->d_h, DTYPE_FP32, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
-    lowp(t, a->d_emb, (long)B * T * C);
+    linear_backward(a->d_emb, held, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h,
+                    held, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
+    lowp_held(t, a->d_emb, (long)B * T * C, held);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);
     embedding_backward(dweight_of(t, m->embed), a->d_emb, &a->by_token, C);

@@ -18,20 +18,21 @@
  *   fp32       fp32 values, cuBLAS's fp32 GEMMs on the fp32 units (no
  *              tensor core), 4 bytes a value: the GPU build in fp32;
  *   bf16 GEMM  the GPU build with --param-dtype bf16: GEMMs on the tensor
- *              cores (kernels/layers.h's gemm), and stored in 16 bits (2
- *              bytes) every value that no kernel but a GEMM, GELU,
- *              attention, a residual connection, a LayerNorm's backward or
- *              the loss reads, written so by the kernel before it: a
- *              Linear layer's input; the output of c_attn, c_fc, fc1,
- *              GPT-2's c_projs and the head; the output gradient a GELU
- *              or attention writes, and every Linear's input gradient but
- *              proj_in's; attention's B*H*T^2 probabilities P and their
- *              gradient dS (kernels/transformer.h). Every other value in
- *              an fp32 slot (4 bytes), and a GEMM's other inputs (the
- *              weights, the other output gradients) packed to 16 bits on
- *              the way (read 4, written 2, read 2 by the GEMM);
+ *              cores (kernels/layers.h's gemm), and every activation
+ *              stored in 16 bits (2 bytes), written so by the kernel
+ *              before it (model/activations.h): each Linear's input,
+ *              output, input gradient and output gradient, the residual
+ *              stream and its gradient, attention's B*H*T^2
+ *              probabilities P and their gradient dS
+ *              (kernels/transformer.h). LayerNorm's statistics, the
+ *              loss's probabilities and the logits' gradient, the
+ *              parameters, their gradients and AdamW's state in fp32
+ *              slots (4 bytes); a GEMM's fp32 inputs (the weights, the
+ *              logits' gradient) packed to 16 bits on the way (read 4,
+ *              written 2, read 2 by the GEMM);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
- *              parameters, activations and gradients stored in 16 bits,
+ *              parameters, activations and gradients stored in 16 bits
+ *              (so no packing on the way to a GEMM),
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
  *              statistics, the loss's probabilities and AdamW's master
  *              weights and moments in fp32. Not built yet.
@@ -101,14 +102,12 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
 
 /* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
  * (the input's gradient, the weight's) and its bias gradient (a column
- * sum of the output's gradient). Its input is in 16 bits; `held` says
- * what else is: its output (HELD_OUT: c_attn's, attention's input; c_fc's
- * and fc1's, GELU's; GPT-2's c_projs', the residual connection's; the
- * logits), its output's gradient (HELD_GRAD:
- * c_attn's, c_fc's, fc1's, written so by attention or GELU), its input's
- * gradient (HELD_IN_GRAD: read only by attention's, GELU's or a
- * LayerNorm's backward: all but proj_in's). */
-enum { HELD_OUT = 1, HELD_GRAD = 2, HELD_IN_GRAD = 4 };
+ * sum of the output's gradient), unless it has no bias (NO_BIAS: GPT-2's
+ * lm_head). Its input is in 16 bits; `held` says what else is: its output
+ * (HELD_OUT), its output's gradient (HELD_GRAD: all but the head's, the
+ * loss's fp32 gradient of the logits), its input's gradient
+ * (HELD_IN_GRAD). */
+enum { HELD_OUT = 1, HELD_GRAD = 2, HELD_IN_GRAD = 4, NO_BIAS = 8 };
 static void roof_linear(Roofline *r, double R, double in, double out, int backward, int held) {
     if (!backward) {
         roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in, held & HELD_OUT);
@@ -117,25 +116,29 @@ static void roof_linear(Roofline *r, double R, double in, double out, int backwa
     double dout = held & HELD_GRAD ? R * out : 0.0;
     roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, dout, held & HELD_IN_GRAD);
     roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + dout, 0);
+    if (held & NO_BIAS) return;
     r->k[roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out)].stored16 += dout;
 }
 
-/* LayerNorm over R rows of D: forward reads x and writes y (a Linear's
- * input) and two statistics a row; backward reads dy (in 16 bits: the
- * Linear after it wrote it) and x, writes dx, and adds into the weight's
- * and bias's gradients. */
+/* LayerNorm over R rows of D: forward reads x (the residual stream) and
+ * writes y (a Linear's input) and two statistics a row; backward reads dy
+ * (the Linear after it wrote it) and x, adds into dx (the stream's
+ * gradient: read and written) and into the weight's and bias's
+ * gradients. The stream, its gradient, y and dy are in 16 bits. */
 static void roof_layernorm(Roofline *r, double R, double D, int backward) {
     if (backward) {
-        int i = roof_add(r, "layernorm", 0, 14.0 * R * D, 3.0 * R * D, 2.0 * R + 2.0 * D);
-        r->k[i].stored16 += R * D;
+        int i = roof_add(r, "layernorm", 0, 14.0 * R * D, 4.0 * R * D, 2.0 * R + 2.0 * D);
+        r->k[i].stored16 += 4.0 * R * D;
         return;
     }
-    r->k[roof_add(r, "layernorm", 0, 8.0 * R * D, 2.0 * R * D, 2.0 * R)].stored16 += R * D;
+    r->k[roof_add(r, "layernorm", 0, 8.0 * R * D, 2.0 * R * D, 2.0 * R)].stored16 += 2.0 * R * D;
 }
 
 /* An element-wise pass over n values reading `reads` arrays of n and
  * writing one, `flops` flops a value; `held` of those arrays stored in 16
- * bits (GELU's: c_fc's output and gradient, mlp.c_proj's input and its gradient). */
+ * bits (all of them, as built: GELU's c_fc's output and gradient,
+ * mlp.c_proj's input and its gradient; a residual connection's stream in
+ * and out and its projection). */
 static void roof_elementwise(Roofline *r, const char *name, double n, int reads, double flops,
                              int held) {
     r->k[roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0)].stored16 += held * n;
@@ -195,30 +198,32 @@ static void roof_flash_attention(Roofline *r, double B, double T, double D, doub
 static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward) {
     double T = c->context, D = c->width, BT = B * T;
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 3 * D, backward, HELD_OUT | HELD_GRAD | HELD_IN_GRAD); /* c_attn */
+    const int held = HELD_OUT | HELD_GRAD | HELD_IN_GRAD;
+    roof_linear(r, BT, D, 3 * D, backward, held); /* c_attn */
     if (c->attention == ATTENTION_FLASH) roof_flash_attention(r, B, T, D, c->n_head, backward);
     else roof_attention(r, B, T, D, c->n_head, backward);
-    roof_linear(r, BT, D, D, backward, HELD_OUT | HELD_IN_GRAD); /* attn.c_proj */
-    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 1); /* c_proj's output in 16 bits */
+    roof_linear(r, BT, D, D, backward, held); /* attn.c_proj */
+    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 3);
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 4 * D, backward, HELD_OUT | HELD_GRAD | HELD_IN_GRAD); /* c_fc */
+    roof_linear(r, BT, D, 4 * D, backward, held); /* c_fc */
     /* c_fc's output in, c_proj's input out; backward also c_proj's input
      * gradient in, c_fc's output gradient out */
     roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0,
                      backward ? 3 : 2);
-    roof_linear(r, BT, 4 * D, D, backward, HELD_OUT | HELD_IN_GRAD); /* mlp.c_proj */
-    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 1);
+    roof_linear(r, BT, 4 * D, D, backward, held); /* mlp.c_proj */
+    roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 3);
 }
 
 /* One block of the byte MLP on B samples (model/mlp.h's order). */
 static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward) {
     double W = c->width;
+    const int held = HELD_OUT | HELD_GRAD | HELD_IN_GRAD;
     roof_layernorm(r, B, W, backward);
-    roof_linear(r, B, W, 4 * W, backward, HELD_OUT | HELD_GRAD | HELD_IN_GRAD); /* fc1 */
+    roof_linear(r, B, W, 4 * W, backward, held); /* fc1 */
     roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0,
                      backward ? 3 : 2);
-    roof_linear(r, B, 4 * W, W, backward, HELD_IN_GRAD); /* fc2 */
-    roof_elementwise(r, "residual adds", B * W, 2, 1.0, 0);
+    roof_linear(r, B, 4 * W, W, backward, held); /* fc2 */
+    roof_elementwise(r, "residual adds", B * W, 2, 1.0, 3);
 }
 
 /* The loss over R rows of V logits: softmax, log-likelihood and its
@@ -236,24 +241,27 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     double T = c->context, D = c->width, V = c->vocab;
     double R = gpt2 ? B * T : B;                                     /* rows the head sees */
     double E = R * T * c->embed_dim;                                 /* the MLP's proj_in input */
-    if (gpt2) roof_add(r, "embeddings", 0, R * D, 3.0 * R * D, 0.0); /* wte + wpe */
+    /* wte + wpe: two rows of parameters in, the stream (16 bits) out */
+    if (gpt2) r->k[roof_add(r, "embeddings", 0, R * D, 3.0 * R * D, 0.0)].stored16 += R * D;
     else r->k[roof_add(r, "embeddings", 0, 0.0, 2.0 * E, 0.0)].stored16 += E;
-    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0, 0); /* proj_in */
+    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0, HELD_OUT); /* proj_in */
     for (int f = 0; f < forwards; f++)
         for (int l = 0; l < c->depth; l++)
             if (gpt2) roof_gpt2_block(r, c, B, 0);
             else roof_mlp_block(r, c, B, 0);
     roof_layernorm(r, R, D, 0); /* ln_f, norm_f */
-    roof_linear(r, R, D, V, 0, HELD_OUT); /* lm_head, head */
+    int head = gpt2 ? NO_BIAS : 0; /* lm_head is tied to wte, with no bias */
+    roof_linear(r, R, D, V, 0, HELD_OUT | head); /* lm_head, head */
     roof_cross_entropy(r, R, V);
-    roof_linear(r, R, D, V, 1, HELD_IN_GRAD);
+    roof_linear(r, R, D, V, 1, HELD_IN_GRAD | head);
     roof_layernorm(r, R, D, 1);
     for (int l = 0; l < c->depth; l++)
         if (gpt2) roof_gpt2_block(r, c, B, 1);
         else roof_mlp_block(r, c, B, 1);
-    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1, 0);
-    /* the embeddings' gradient: each row added into its token's (fp32) */
-    roof_add(r, "embeddings", 0, R * D, R * D, 2.0 * R * D);
+    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1, HELD_GRAD | HELD_IN_GRAD);
+    /* the embeddings' gradient: each row of the stream's gradient (16
+     * bits; the MLP's proj_in's input gradient) added into its token's (fp32) */
+    r->k[roof_add(r, "embeddings", 0, R * D, R * D, 2.0 * R * D)].stored16 += R * D;
 }
 
 /* A step's kernels on this rank: K micro-batches, then AdamW on its

@@ -166,20 +166,19 @@ else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <
 # 8 B*T*D + 6 B*H*T^2 bytes, backward 16 B*T*D + 10 B*H*T^2, over
 # 3.35 TB/s. The Linear layers' GEMMs in bf16 as built: a layer on R
 # rows, in -> out, reads its input held in 16 bits in forward and for the
-# weight's gradient (2 + 2) and writes the input's gradient in 16 bits (2:
-# only a LayerNorm's, attention's or GELU's backward reads it); packs the
-# weight twice (8 each) and writes dweight in fp32 (4); writes out in 16
-# bits (2: only attention, GELU, a residual connection or the loss reads
-# it); and packs the output's gradient twice (8 each) or, c_attn's and
-# c_fc's, which attention and GELU write in 16 bits, reads it twice (2
-# each): 6 R in + 20 in out + 18 R out bytes, 6 R out for c_attn and c_fc.
-# That is 5.7 ms at
+# weight's gradient (2 + 2) and writes the input's gradient in 16 bits (2);
+# packs the weight twice (8 each) and writes dweight in fp32 (4); writes
+# out in 16 bits (2); and reads the output's gradient, held in 16 bits,
+# twice (2 each): 6 R in + 20 in out + 6 R out bytes. lm_head's output
+# gradient is the loss's, in fp32: packed twice (8 each), 18 R V. (Every
+# activation is held in 16 bits, the residual stream's gradient, which the
+# c_projs' backward reads, included: model/activations.h.) That is 5.1 ms at
 # 3.35 TB/s, less than their FLOPs take at 989.4 TFLOP/s: the line is the
 # larger, bound by arithmetic now.
 out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 2>&1)
 att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (24 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
 mm16=$(awk 'BEGIN { R = 8192; D = 768; V = 50257 # in, out, bytes a row an input, an output
-  split("768 2304 6 6 768 768 6 18 768 3072 6 6 3072 768 6 18", p, " ")
+  split("768 2304 6 6 768 768 6 6 768 3072 6 6 3072 768 6 6", p, " ")
   for (i = 1; i <= 16; i += 4) b += p[i + 2] * R * p[i] + 20 * p[i] * p[i + 1] + p[i + 3] * R * p[i + 1]
   bytes = (12 * b + 6 * R * D + 20 * D * V + 18 * R * V) / 3.35e12
   flops = 3 * (24 * 12 * D * D + 2 * D * V) * R / 989.4e12

@@ -114,6 +114,13 @@ static double max_abs(const float *x, long n) {
     for (long i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
     return m;
 }
+/* One ulp of 16-bit format d at magnitude m (bf16 keeps 8 significant
+ * bits, fp16 11): by this much two roundings of values m or smaller may
+ * differ when the fp32 values differ by less and straddle a rounding
+ * boundary. (m / 256 is short of it by up to twice in bf16.) */
+static double ulp16(double m, Dtype d) {
+    return m > 0.0 ? ldexp(1.0, ilogb(m) - (d == DTYPE_BF16 ? 7 : 10)) : 0.0;
+}
 
 /* LayerNorm over GPT-2 124M's rows: 8 x 1024 tokens of 768 */
 static void check_layernorm(void) {
@@ -122,7 +129,8 @@ static void check_layernorm(void) {
     float *x = host_random(n, 1, 1.0f), *w = host_random(D, 2, 0.2f), *b = host_random(D, 3, 0.2f),
           *dy = host_random(n, 4, 1.0f);
     for (int i = 0; i < D; i++) w[i] += 1.0f;
-    for (long i = 0; i < n; i++) dy[i] = round_to(dy[i], DTYPE_BF16); /* for its held run */
+    for (long i = 0; i < n; i++) /* bf16 values, for the held runs */
+        x[i] = round_to(x[i], DTYPE_BF16), dy[i] = round_to(dy[i], DTYPE_BF16);
     float *out = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
           *mean = (float *)host_calloc(B, sizeof(float), "ref"),
           *rstd = (float *)host_calloc(B, sizeof(float), "ref"),
@@ -131,7 +139,8 @@ static void check_layernorm(void) {
           *db = (float *)host_calloc(D, sizeof(float), "ref");
     for (long r = 0; r < B; r++)
         layernorm_forward_row(r, out, mean, rstd, x, w, b, D, DTYPE_FP32, DTYPE_FP32);
-    for (long r = 0; r < B; r++) layernorm_backward_row(r, dx, dy, x, w, mean, rstd, D, DTYPE_FP32);
+    for (long r = 0; r < B; r++)
+        layernorm_backward_row(r, dx, dy, x, w, mean, rstd, D, DTYPE_FP32, DTYPE_FP32);
     for (long c = 0; c < D; c++)
         layernorm_backward_col(c, dw, db, dy, x, mean, rstd, B, D, DTYPE_FP32);
     float *gx = device_copy(x, n), *gw = device_copy(w, D), *gb = device_copy(b, D),
@@ -142,22 +151,26 @@ static void check_layernorm(void) {
     /* a row's mean and variance are sums of D terms; the output carries their error */
     double bound = 4.0 * D * U * max_abs(out, n);
     expect("layernorm forward (8192 x 768)", "out", gout, out, n, bound, us);
-    /* With bf16 parameters the output is c_attn's input, written in bf16
-     * (held as the matmul reads it): the CPU's value rounded, give or take
-     * the one bf16 ulp (2^-8 relative) a value on a rounding boundary may
-     * round the other way by */
+    /* With bf16 parameters the input is the residual stream, held in bf16,
+     * and the output c_attn's input, written in bf16 (held as the matmul
+     * reads it): the CPU's value rounded, give or take the one bf16 ulp a
+     * value on a rounding boundary may round the other way by */
     float *out16 = (float *)host_malloc((size_t)n * 4, "ref");
     for (long i = 0; i < n; i++) out16[i] = round_to(out[i], DTYPE_BF16);
+    float *gx16 = gpu(n);
+    FOR_EACH(n, pack_one, (uint16_t *)gx16, gx, DTYPE_BF16, 1.0f);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, B, D, DTYPE_BF16));
+    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx16, gw, gb, B, D, DTYPE_BF16));
     backend.gemm_dtype = DTYPE_FP32;
     expect("layernorm forward, held in bf16", "out", unpacked(gout, n, DTYPE_BF16), out16, n,
-           bound + max_abs(out, n) / 256.0, us);
+           bound + ulp16(max_abs(out, n), DTYPE_BF16), us);
     free(out16);
     expect("layernorm forward (8192 x 768)", "rstd", grstd, rstd, B, 4.0 * D * U * max_abs(rstd, B),
            us);
-    TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, B, D));
-    /* the GPU ran it 20 times, adding: the CPU's once, times 20 */
+    TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, B, D, DTYPE_FP32));
+    /* the GPU ran it 20 times, adding: the CPU's once, times 20 (dx1: once) */
+    float *dx1 = (float *)host_malloc((size_t)n * 4, "ref");
+    memcpy(dx1, dx, (size_t)n * 4);
     for (long i = 0; i < n; i++) dx[i] *= 20.0f;
     for (int i = 0; i < D; i++) dw[i] *= 20.0f, db[i] *= 20.0f;
     /* dinp_i = rstd (g_i - mean(g) - n_i mean(g n)), g = dy w: the two
@@ -187,18 +200,28 @@ static void check_layernorm(void) {
     expect("layernorm backward (8192 x 768)", "dinp", gdx, dx, n, tdx, us);
     expect("layernorm backward (8192 x 768)", "dweight", gdw, dw, D, tdw, us);
     expect("layernorm backward (8192 x 768)", "dbias", gdb, db, D, tdb, us);
-    /* ... from dy held in bf16, as c_attn's backward writes it with bf16
-     * parameters: the same values (dy is bf16 here), so the same bounds */
-    float *gdy16 = gpu(n);
+    /* ... with bf16 parameters: dy as c_attn's backward writes it, the
+     * input (the residual stream) and dinp (its gradient) held in bf16.
+     * The same values (x and dy are bf16 here), so the same bounds for the
+     * parameters' gradients; dinp, whose adds are rounded to bf16 one by
+     * one, from one run into zeros: the CPU's once, rounded, within its
+     * bound and one bf16 ulp */
+    float *gdy16 = gpu(n), *gdx16 = gpu(n);
     FOR_EACH(n, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f);
-    dev_zero(gdx, (size_t)n * 4), dev_zero(gdw, (size_t)D * 4), dev_zero(gdb, (size_t)D * 4);
+    dev_zero(gdw, (size_t)D * 4), dev_zero(gdb, (size_t)D * 4);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy16, gx, gw, gmean, grstd, B, D));
+    TIME_US(us, layernorm_backward(gdx16, gdw, gdb, gdy16, gx16, gw, gmean, grstd, B, D,
+                                   DTYPE_BF16));
+    expect("layernorm backward, held in bf16", "dweight", gdw, dw, D, tdw, us);
+    expect("layernorm backward, held in bf16", "dbias", gdb, db, D, tdb, us);
+    dev_zero(gdx16, (size_t)n * 2);
+    layernorm_backward(gdx16, gdw, gdb, gdy16, gx16, gw, gmean, grstd, B, D, DTYPE_BF16);
     backend.gemm_dtype = DTYPE_FP32;
-    expect("layernorm backward, dy held in bf16", "dinp", gdx, dx, n, tdx, us);
-    expect("layernorm backward, dy held in bf16", "dweight", gdw, dw, D, tdw, us);
-    expect("layernorm backward, dy held in bf16", "dbias", gdb, db, D, tdb, us);
-    float *frees[] = {x, w, b, dy, out, mean, rstd, dx, dw, db};
+    double m1 = max_abs(dx1, n);
+    for (long i = 0; i < n; i++) dx1[i] = round_to(dx1[i], DTYPE_BF16);
+    expect("layernorm backward, held in bf16", "dinp", unpacked(gdx16, n, DTYPE_BF16), dx1, n,
+           tdx / 20.0 + ulp16(m1, DTYPE_BF16), us);
+    float *frees[] = {x, w, b, dy, out, mean, rstd, dx, dx1, dw, db};
     for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
     gpu_free_all();
 }
@@ -227,7 +250,7 @@ static double linear_reference(float *out, const float *x, const float *w, const
  * attention's matmuls read, held in bf16 (linear_forward's oh): the bias
  * (a bf16 parameter) starts each sum in 16 bits, and cuBLAS rounds the
  * fp32 sum once as it writes it. Against the CPU's sum of the same values,
- * rounded: the forward's bound, and the one bf16 ulp (2^-8 relative) a
+ * rounded: the forward's bound, and the one bf16 ulp (ulp16) a
  * value on a rounding boundary may round the other way by. */
 static void check_linear_held_output(const float *xr, const float *wr, const float *b,
                                      const float *gx16, const float *gw, int B, int I, int O) {
@@ -243,7 +266,7 @@ static void check_linear_held_output(const float *xr, const float *wr, const flo
     TIME_US(us, linear_forward(g16, DTYPE_BF16, gx16, gw, gbr, B, I, O));
     backend.gemm_dtype = DTYPE_FP32;
     expect("linear forward, output held in bf16 (c_attn's)", "out", unpacked(g16, n, DTYPE_BF16),
-           ref, n, 4.0 * (I + 1) * U * terms + top / 256.0, us);
+           ref, n, 4.0 * (I + 1) * U * terms + ulp16(top, DTYPE_BF16), us);
     free(br), free(ref);
 }
 
@@ -363,7 +386,7 @@ static void check_linear(void) {
  * backward, mlp.c_proj's input gradient in and c_fc's output gradient out;
  * all held in bf16. Against the CPU's
  * function on the same rounded inputs, rounded: the fp32 bound, and the
- * one bf16 ulp (2^-8 relative) a value on a rounding boundary may round
+ * one bf16 ulp (ulp16) a value on a rounding boundary may round
  * the other way by. */
 static void check_gelu16(const float *x, const float *dy, long n) {
     const Dtype d = DTYPE_BF16;
@@ -382,11 +405,11 @@ static void check_gelu16(const float *x, const float *dy, long n) {
     backend.gemm_dtype = d;
     TIME_US(us, gelu_tanh_forward(gout, gx16, n, d));
     expect("gelu_new forward, held in bf16", "out", unpacked(gout, n, d), out, n,
-           32.0 * U * (mo + 1.0) + mo / 256.0, us);
+           32.0 * U * (mo + 1.0) + ulp16(mo, d), us);
     TIME_US(us, gelu_tanh_backward(gdx, gdy16, gx16, n, d));
     backend.gemm_dtype = DTYPE_FP32;
     expect("gelu_new backward, held in bf16", "dinp", unpacked(gdx, n, d), dx, n,
-           32.0 * U * (md + 1.0) + md / 256.0, us);
+           32.0 * U * (md + 1.0) + ulp16(md, d), us);
     free(xr), free(dyr), free(out), free(dx);
 }
 
@@ -596,9 +619,9 @@ static void check_attention16(void) {
     backend.gemm_dtype = d; /* dqkv written in bf16: c_attn's output gradient, held */
     TIME_US(us, attention_backward(gdq, gda, gdy16, gq16, ga, B, T, D, H, d));
     backend.gemm_dtype = DTYPE_FP32;
-    /* ... and dqkv's own rounding may flip by one ulp: 2^-8 of max |dqkv| */
+    /* ... and dqkv's own rounding may flip by one ulp */
     expect("attention backward, bf16 tensor cores", "dqkv", unpacked(gdq, nq, d), dq, nq,
-           terms / 64.0 + 2.0 * (T + 64) * U * terms + max_abs(dq, nq) / 256.0, us);
+           terms / 64.0 + 2.0 * (T + 64) * U * terms + ulp16(max_abs(dq, nq), d), us);
     float *frees[] = {qkv, dy, y, att, dq, da};
     for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
     gpu_free_all();

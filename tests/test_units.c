@@ -106,7 +106,7 @@ static void test_layernorm(void) {
     fill(in, GB * GI, 5); fill(w, GI, 6); fill(b, GI, 7); fill(r, GB * GI, 8);
     NormCtx ctx = {out, mean, rstd, in, w, b};
     norm_case(&ctx); /* saves mean and rstd for the backward */
-    layernorm_backward(din, dw, db, r, in, w, mean, rstd, GB, GI);
+    layernorm_backward(din, dw, db, r, in, w, mean, rstd, GB, GI, DTYPE_FP32);
     GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GI, GI}, {"input", "weight", "bias"}, 3, out, r, GB * GI, norm_case, &ctx};
     gradcheck(&g, "layernorm");
 }
@@ -342,17 +342,18 @@ static void test_flash_attention(void) {
     flash_against_math(DTYPE_BF16, 1.0 / 32, 1.0 / 32, 1.0 / 128);
 }
 
-/* A Linear layer's input held in 16 bits (kernels/layers.h): with
- * backend.gemm_dtype bf16, as on a GPU with bf16 parameters, each layer
- * that writes one (LayerNorm, GELU, gelu_new, the byte embedding,
- * attention's y from a held qkv, GELU from a held fc; in backward, from
- * held inputs and output gradients, GELU's, gelu_new's and
- * attention's input gradients, a Linear's output gradient) writes packed bf16, and it must
- * be, bit for bit, the CPU's fp32 slots (gemm_dtype fp32) rounded to
- * bf16; gemm_input packs a float-slot operand and passes a held one
- * through, and a bias gradient reads a held one as the same numbers. A
- * producer that wrote floats into the packed buffer, or forgot to round,
- * fails. */
+/* Activations held in 16 bits (kernels/layers.h): with backend.gemm_dtype
+ * bf16, as on a GPU with bf16 parameters, each layer that writes one
+ * (LayerNorm from the held residual stream, GELU, gelu_new, the byte
+ * embedding, attention's y from a held qkv, GELU from a held fc; in
+ * backward, from held inputs and output gradients, GELU's, gelu_new's and
+ * attention's input gradients, a Linear's output gradient) writes packed
+ * bf16, and it must be, bit for bit, the CPU's fp32 slots (gemm_dtype
+ * fp32) rounded to bf16; gemm_input packs a float-slot operand and passes
+ * a held one through, and a bias gradient reads a held one as the same
+ * numbers. A producer that wrote floats into the packed buffer, or forgot
+ * to round, fails. test_stream16 below does the residual stream's other
+ * kernels. */
 static int packed_equal(const uint16_t *packed, const float *slots, long n) {
     int rounded = 1, equal = 1;
     for (long i = 0; i < n; i++) {
@@ -388,7 +389,7 @@ static void test_matmul_inputs16(void) {
                        *fc = pass ? (const void *)in16 : (const void *)in,
                        *dfc = pass ? (const void *)g16 : (const void *)g,
                        *dat = pass ? (const void *)dy16 : (const void *)dy;
-            if (k == 0) layernorm_forward(out, mean, rstd, in, w, b, GB, GI, d);
+            if (k == 0) layernorm_forward(out, mean, rstd, fc, w, b, GB, GI, d);
             if (k == 1) gelu_forward(out, fc, N, d);
             if (k == 2) gelu_tanh_forward(out, fc, N, d);
             if (k == 3) embedding_forward(out, tok, emb, GB, ET, EC);
@@ -411,23 +412,6 @@ static void test_matmul_inputs16(void) {
     FOR_EACH(3 * AD, bias_backward_one, db32, slots, AB * AT, 3 * AD, DTYPE_FP32);
     check(!memcmp(db16, db32, sizeof(db16)), "bias gradient from a held output gradient",
           "%d columns of %d rows, bit for bit", 3 * AD, AB * AT);
-    /* LayerNorm's backward from a held output gradient (the residual
-     * stream's gradient and the parameters' are fp32 either way) */
-    static float dx16[N], dx32[N], nw16[GI], nw32[GI], nb16[GI], nb32[GI];
-    layernorm_forward(slots, mean, rstd, in, w, b, GB, GI, d);
-    backend.gemm_dtype = d;
-    layernorm_backward(dx16, nw16, nb16, g16, in, w, mean, rstd, GB, GI);
-    backend.gemm_dtype = DTYPE_FP32;
-    layernorm_backward(dx32, nw32, nb32, g, in, w, mean, rstd, GB, GI);
-    check(!memcmp(dx16, dx32, sizeof(dx16)) && !memcmp(nw16, nw32, sizeof(nw16)) &&
-              !memcmp(nb16, nb32, sizeof(nb16)),
-          "layernorm backward from a held output gradient", "dinp, dweight, dbias bit for bit");
-    /* a residual connection from a held projection */
-    static float ra16[N], ra32[N];
-    FOR_EACH(N, residual_add_one, ra16, g, in16, d, d);
-    FOR_EACH(N, residual_add_one, ra32, g, in, d, DTYPE_FP32);
-    check(!memcmp(ra16, ra32, sizeof(ra16)), "a residual connection from a held projection",
-          "%d values, bit for bit", N);
     /* the loss from held logits (here qkv's values, as AB * AT rows of 3 * AD) */
     static float p16[NQ], p32[NQ], l16[AB * AT], l32[AB * AT];
     static const int tg[AB * AT] = {0, 5, 17, 3, 3, 9, 12, 1, 16, 8};
@@ -444,8 +428,9 @@ enum { PV = 7, PT = 3, PD = 2 };
 typedef struct { float *out, *wte, *wpe; const int *tok; } PosCtx;
 static void pos_case(void *c) {
     PosCtx *x = (PosCtx *)c;
-    FOR_EACH(GB * PT * PD, token_embedding_forward_one, x->out, x->tok, x->wte, PD);
-    FOR_EACH(GB * PT * PD, position_embedding_forward_one, x->out, x->wpe, PT, PD);
+    FOR_EACH(GB * PT * PD, token_embedding_forward_one, x->out, x->tok, x->wte, PD, DTYPE_FP32);
+    FOR_EACH(GB * PT * PD, position_embedding_forward_one, x->out, x->wpe, PT, PD, DTYPE_FP32,
+             DTYPE_FP32);
 }
 
 static void test_gpt2_embedding(void) {
@@ -455,10 +440,73 @@ static void test_gpt2_embedding(void) {
     fill(wte, PV * PD, 24); fill(wpe, PT * PD, 25); fill(r, GB * PT * PD, 26);
     static Grouped x;
     embedding_backward(dwte, r, group_by_token(&x, tok, GB * PT, PV), PD);
-    FOR_EACH(PT * PD, position_embedding_backward_one, dwpe, r, GB, PT, PD);
+    FOR_EACH(PT * PD, position_embedding_backward_one, dwpe, r, GB, PT, PD, DTYPE_FP32);
     PosCtx ctx = {out, wte, wpe, tok};
     GradCase g = {{wte, wpe}, {dwte, dwpe}, {PV * PD, PT * PD}, {"wte", "wpe"}, 2, out, r, GB * PT * PD, pos_case, &ctx};
     gradcheck(&g, "gpt2 embedding");
+}
+
+/* The residual stream and its gradient held in 16 bits (kernels/layers.h):
+ * a residual connection; LayerNorm's backward adding into the held
+ * gradient, its parameter gradients from a held input; GPT-2's token +
+ * position embedding written into the held stream, and wte's and wpe's
+ * gradients read from the held gradient. Each, run with gemm_dtype bf16
+ * on packed buffers, must equal bit for bit the same kernel on fp32 slots
+ * holding the same values (gemm_dtype fp32, what the CPU runs), and what
+ * it writes into the stream must be those slots rounded to bf16. The
+ * gradient starts nonzero, so LayerNorm's add into it is checked too. */
+static void round_pack(float *x, uint16_t *packed, long n) {
+    for (long i = 0; i < n; i++)
+        x[i] = round_to(x[i], DTYPE_BF16), packed[i] = bf16_from_float(x[i]);
+}
+static void test_stream16(void) {
+    enum { N = GB * GI, BT = GB * PT, NE = BT * PD };
+    const Dtype d = DTYPE_BF16, fp32 = DTYPE_FP32;
+    static float x[N], y[N], dy[N], w[GI], b[GI], mean[GB], rstd[GB], out[N], dx[N];
+    static uint16_t x16[N], y16[N], dy16[N], out16[N], dx16[N];
+    fill(x, N, 40); fill(y, N, 41); fill(dy, N, 42); fill(w, GI, 43); fill(b, GI, 44);
+    fill(dx, N, 45);
+    round_pack(x, x16, N), round_pack(y, y16, N), round_pack(dy, dy16, N), round_pack(dx, dx16, N);
+    FOR_EACH(N, residual_add_one, out, x, y, d, fp32);
+    backend.gemm_dtype = d;
+    FOR_EACH(N, residual_add_one, out16, x16, y16, d, d);
+    backend.gemm_dtype = fp32;
+    check(packed_equal(out16, out, N), "a residual connection, the stream held in bf16",
+          "%d values == fp32 slots rounded, bit for bit", N);
+    float nw[GI] = {0}, nb[GI] = {0}, nw16[GI] = {0}, nb16[GI] = {0};
+    layernorm_forward(out, mean, rstd, x, w, b, GB, GI, d); /* the statistics */
+    layernorm_backward(dx, nw, nb, dy, x, w, mean, rstd, GB, GI, d);
+    backend.gemm_dtype = d;
+    layernorm_backward(dx16, nw16, nb16, dy16, x16, w, mean, rstd, GB, GI, d);
+    backend.gemm_dtype = fp32;
+    check(packed_equal(dx16, dx, N) && !memcmp(nw, nw16, sizeof(nw)) &&
+              !memcmp(nb, nb16, sizeof(nb)),
+          "layernorm backward into the stream's gradient held in bf16",
+          "dinp (added into, rounded), dweight, dbias == fp32 slots', bit for bit");
+    static const int tok[BT] = {0, 6, 2, 2, 2, 1, 4, 0, 6};
+    static float wte[PV * PD], wpe[PT * PD], e[NE], g[NE];
+    static uint16_t e16[NE], g16[NE];
+    float dwte[PV * PD] = {0}, dwpe[PT * PD] = {0}, dwte16[PV * PD] = {0}, dwpe16[PT * PD] = {0};
+    fill(wte, PV * PD, 46); fill(wpe, PT * PD, 47); fill(g, NE, 48);
+    round_all(wte, PV * PD, d), round_all(wpe, PT * PD, d), round_pack(g, g16, NE); /* bf16 */
+    static Grouped grouped;
+    TokenRows *rows = group_by_token(&grouped, tok, BT, PV);
+    for (int pass = 0; pass < 2; pass++) {
+        Dtype held = pass ? d : fp32;
+        backend.gemm_dtype = held;
+        void *stream = pass ? (void *)e16 : (void *)e;
+        const void *grad = pass ? (const void *)g16 : (const void *)g;
+        FOR_EACH(NE, token_embedding_forward_one, stream, tok, wte, PD, held);
+        FOR_EACH(NE, position_embedding_forward_one, stream, wpe, PT, PD, d, held);
+        embedding_backward(pass ? dwte16 : dwte, grad, rows, PD);
+        FOR_EACH(PT * PD, position_embedding_backward_one, pass ? dwpe16 : dwpe, grad, GB, PT, PD,
+                 held);
+    }
+    backend.gemm_dtype = fp32;
+    check(packed_equal(e16, e, NE) && !memcmp(dwte, dwte16, sizeof(dwte)) &&
+              !memcmp(dwpe, dwpe16, sizeof(dwpe)),
+          "gpt2 embeddings into and out of the stream held in bf16",
+          "wte + wpe == fp32 slots rounded; dwte, dwpe bit for bit");
 }
 
 /* GPT-2 through the trainer, as test_model_gradients below does the MLP:
@@ -875,6 +923,7 @@ int main(int argc, char **argv) {
     test_attention16();
     test_flash_attention();
     test_matmul_inputs16();
+    test_stream16();
     test_gpt2_embedding();
     test_gpt2_gradients();
     printf("AdamW\n");
