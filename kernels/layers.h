@@ -598,6 +598,30 @@ static void accumulate(float *dst, const float *coef, long coef_row, long coef_c
     accumulate_rest(dst, n, coef, coef_row, coef_col, src, n, K, r, R, 0, n);
 }
 
+/* The CPU's loops read and write fp32 slots, the CPU's gemm_dtype. An
+ * operand held in 16 bits, as a GPU holds it (tests/test_units.c runs a
+ * GPU's storage through whole models on the CPU), is unpacked into
+ * scratch first; a 16-bit result is computed in scratch and packed, each
+ * value rounded once, as cuBLAS rounds what it writes. */
+static const float *cpu_operand(const void *x, Dtype held, long n) {
+    if (held == DTYPE_FP32) return (const float *)x;
+    float *f = (float *)host_malloc((size_t)n * sizeof(float), "unpack a matmul operand");
+    FOR_EACH(n, unpack_one, f, (const uint16_t *)x, held);
+    return f;
+}
+static void cpu_operand_free(const float *f, const void *x) {
+    if ((const void *)f != x) free((void *)f);
+}
+static float *cpu_result(void *x, Dtype held, long n) {
+    if (held == DTYPE_FP32) return (float *)x;
+    return (float *)host_malloc((size_t)n * sizeof(float), "hold a matmul's result");
+}
+static void cpu_result_store(float *f, void *x, Dtype held, long n) {
+    if (held == DTYPE_FP32) return;
+    FOR_EACH(n, pack_one, (uint16_t *)x, f, held, 1.0f);
+    free(f);
+}
+
 /* out (B, O) = inp (B, I) @ weight^T + bias, weight (O, I) as nn.Linear.
  * The same kernel as backward: 32 outputs at a time, their weights first
  * copied into a panel laid out (I, 32), so that each sample's row streams
@@ -605,14 +629,15 @@ static void accumulate(float *dst, const float *coef, long coef_row, long coef_c
  * the products in increasing i: it depends only on sample b and the
  * weights, so a sample's forward gives the same bits on every rank and
  * every batch size. (The panel is scratch in host memory, outside the
- * ledger, as cuBLAS's workspace would be on a GPU.) inp, a matmul's input,
- * and out are held in fp32 here (the CPU's gemm_dtype, and oh). */
+ * ledger, as cuBLAS's workspace would be on a GPU.) inp is held in
+ * gemm_dtype, out in oh (cpu_operand, above). */
 static void linear_forward(void *out, Dtype oh, const void *inp, const float *weight,
                            const float *bias, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
-    const float *x = (const float *)inp;
-    float *y = (float *)out;
-    FOR_EACH((long)B * O, bias_broadcast_one, y, bias, O, oh);
+    const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
+    float *y = cpu_result(out, oh, (long)B * O);
+    Dtype slots = DTYPE_FP32;
+    FOR_EACH((long)B * O, bias_broadcast_one, y, bias, O, slots);
     float *panel =
         (float *)host_malloc((size_t)I * BWD_VEC * sizeof(float), "allocate a matmul panel");
     for (int o0 = 0; o0 < O; o0 += BWD_VEC) {
@@ -627,22 +652,27 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const float *we
         accumulate_rest(y + o0, O, x, I, 1, panel, BWD_VEC, I, b, B, 0, w);
     }
     free(panel);
+    cpu_result_store(y, out, oh, (long)B * O);
+    cpu_operand_free(x, inp);
 }
 
-/* dinp, dout and inp are held in fp32 here (dih, dh and the CPU's
- * gemm_dtype) */
+/* dinp held in dih, dout in dh, inp in gemm_dtype (cpu_operand, above) */
 static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
                             const void *dout, Dtype dh, const void *inp, const float *weight,
                             int B, int I, int O) {
     if (backend.dry) return; /* --plan */
-    (void)dih;
-    const float *g = (const float *)dout;
+    const float *g = cpu_operand(dout, dh, (long)B * O);
+    const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
+    float *dx = cpu_result(dinp, dih, (long)B * I);
     /* dinp (B, I) = dout (B, O) @ weight (O, I): summed over o, from 0 */
-    dev_zero(dinp, (size_t)B * I * sizeof(float));
-    accumulate((float *)dinp, g, O, 1, weight, B, O, I);
+    dev_zero(dx, (size_t)B * I * sizeof(float));
+    accumulate(dx, g, O, 1, weight, B, O, I);
+    cpu_result_store(dx, dinp, dih, (long)B * I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
-    accumulate(dweight, g, 1, O, (const float *)inp, O, B, I);
+    accumulate(dweight, g, 1, O, x, O, B, I);
     if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh);
+    cpu_operand_free(g, dout);
+    cpu_operand_free(x, inp);
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input

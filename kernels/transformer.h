@@ -420,15 +420,25 @@ static void attention_backward(void *dqkv, float *datt, const void *dy, const vo
     attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
 }
 #else
+/* The rows read fp32 slots, the CPU's gemm_dtype; activations held in 16
+ * bits as on a GPU (tests/test_units.c) take the GPU's formulation, which
+ * reads them as held and gives the rows' values (test_attention16). */
 static void attention_forward(void *y, float *att, const void *qkv, int B, int T, int D, int H,
-                              Dtype d) { /* the rows use fp32 slots: the CPU's gemm_dtype */
+                              Dtype d) {
+    if (backend.gemm_dtype != DTYPE_FP32) {
+        attention_forward_gemm(y, att, qkv, B, T, D, H, d);
+        return;
+    }
     FOR_EACH((long)B * H * T, attention_forward_row, (float *)y, att, (const float *)qkv, T, D, H,
              d);
 }
-/* dqkv (B, T, 3D) = the gradient of q, k, v (fp32 slots: the CPU's
- * gemm_dtype); datt (B, H, T, T) is scratch */
+/* dqkv (B, T, 3D) = the gradient of q, k, v; datt (B, H, T, T) is scratch */
 static void attention_backward(void *dqkv, float *datt, const void *dy, const void *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
+    if (backend.gemm_dtype != DTYPE_FP32) {
+        attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
+        return;
+    }
     float *g = (float *)dqkv;
     const float *x = (const float *)qkv, *gy = (const float *)dy;
     FOR_EACH((long)B * H * T, attention_backward_query, g, datt, gy, x, att, T, D, H, d);

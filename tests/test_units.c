@@ -534,6 +534,69 @@ static void test_gpt2_gradients(void) {
     trainer_destroy(t);
 }
 
+/* A GPU's storage, end to end, on the CPU: with backend.gemm_dtype set to
+ * the 16-bit param_dtype before the trainer is made, as backend_init sets
+ * it on a GPU, every held activation (model/activations.h) is packed 16
+ * bits, as on a GPU, and every kernel reads it as held (the CPU's matmuls
+ * unpack it, cpu_operand; attention takes the GPU's GEMM formulation).
+ * One forward and backward must give the loss and every parameter's
+ * gradient of the CPU's own run (fp32 slots) bit for bit: a buffer read
+ * in the wrong format, a slice at the wrong stride, a zeroing of the
+ * wrong size or a kernel that forgot to round would not. */
+static float step_gradients(char **argv, int argc, int held16, float **grads, long *n) {
+    Config cfg;
+    char err[256];
+    if (config_parse(&cfg, argc, argv, err, sizeof(err)) != 0) {
+        check(0, "held16 config", "%s", err);
+        return NAN;
+    }
+    backend.gemm_dtype = held16 ? cfg.param_dtype : DTYPE_FP32;
+    Trainer *t = trainer_create(&cfg, MPI_COMM_SELF);
+    trainer_load_batch(t, 0, 0);
+    int gpt2 = cfg.arch == ARCH_GPT2;
+    float loss = gpt2 ? gpt2_forward(t) : model_forward(t);
+    if (gpt2) gpt2_backward(t);
+    else model_backward(t);
+    *n = 0;
+    for (int pi = 0; pi < t->model.n_params; pi++) *n += t->model.params[pi].numel;
+    *grads = (float *)host_malloc((size_t)*n * sizeof(float), "keep the gradients");
+    for (int pi = 0, at = 0; pi < t->model.n_params; at += (int)t->model.params[pi++].numel)
+        memcpy(*grads + at, t->model.params[pi].grad,
+               (size_t)t->model.params[pi].numel * sizeof(float));
+    trainer_destroy(t);
+    backend.gemm_dtype = DTYPE_FP32;
+    return loss;
+}
+static void test_held16_models(void) {
+    const char *cases[][14] = {
+        {"--model", "gpt2-tiny", "--param-dtype", "bf16", "--batch", "2", "--context", "8"},
+        {"--model", "gpt2-tiny", "--param-dtype", "bf16", "--batch", "2", "--n-ctx", "64",
+         "--context", "40", "--attention", "flash", "--activation-checkpointing"},
+        {"--model", "gpt2-tiny", "--param-dtype", "fp16", "--grad-scaler", "--batch", "2",
+         "--context", "8"},
+        {"--model", "tiny", "--param-dtype", "bf16", "--batch", "4", "--activation-checkpointing"},
+        {"--model", "tiny", "--param-dtype", "fp16", "--grad-scaler", "--batch", "4"},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        char *argv[16] = {(char *)"t", (char *)"--strategy", (char *)"no_shard"};
+        int argc = 3;
+        char what[160] = "held in 16 bits == fp32 slots, one step:";
+        for (int a = 0; cases[k][a]; a++) {
+            argv[argc++] = (char *)cases[k][a];
+            snprintf(what + strlen(what), sizeof(what) - strlen(what), " %s", cases[k][a]);
+        }
+        float *g16 = NULL, *g32 = NULL;
+        long n16 = 0, n32 = 0;
+        float l16 = step_gradients(argv, argc, 1, &g16, &n16);
+        float l32 = step_gradients(argv, argc, 0, &g32, &n32);
+        long differ = 0;
+        for (long i = 0; n16 == n32 && i < n32; i++) differ += memcmp(&g16[i], &g32[i], 4) != 0;
+        check(n16 == n32 && n32 > 0 && l16 == l32 && differ == 0, what,
+              "loss %.7g == %.7g, %ld of %ld gradient values differ", l16, l32, differ, n32);
+        free(g16), free(g32);
+    }
+}
+
 /* The whole model, through the trainer on one rank with no_shard: the
  * backward pass, with every hook, against finite differences of the loss.
  * A few elements of every parameter tensor are probed. The loss is an
@@ -926,6 +989,7 @@ int main(int argc, char **argv) {
     test_stream16();
     test_gpt2_embedding();
     test_gpt2_gradients();
+    test_held16_models();
     printf("AdamW\n");
     test_adamw();
     test_adam();
