@@ -236,11 +236,13 @@ FSDP_HD static inline void crossentropy_forward_row(long b, float *probs, float 
     for (int v = 0; v < V; v++) p[v] /= sum;
     losses[b] = -logf(p[targets[b]]);
 }
-/* The logits' gradient, written over the probabilities it is computed
- * from: dlogits = (probs - onehot(target)) * dloss */
-FSDP_HD static inline void crossentropy_backward_one(long i, float *probs, const int *targets,
-                                                     float dloss, int V) {
-    probs[i] = (probs[i] - (i % V == targets[i / V] ? 1.0f : 0.0f)) * dloss;
+/* The logits' gradient dlogits = (probs - onehot(target)) * dloss, the
+ * head's output gradient: rounded to d and held (a matmul's input) */
+FSDP_HD static inline void crossentropy_backward_one(long i, void *dlogits, const float *probs,
+                                                     const int *targets, float dloss, int V,
+                                                     Dtype d, Dtype held) {
+    float g = (probs[i] - (i % V == targets[i / V] ? 1.0f : 0.0f)) * dloss;
+    store_matmul_input(dlogits, i, g, d, held);
 }
 
 /* ---- layers ------------------------------------------------------------------
@@ -745,13 +747,16 @@ static float crossentropy_forward(float *probs, float *losses, const void *logit
     free(host);
     return (float)(loss / B);
 }
-/* Returns the logits' gradient, in probs's place: nothing reads the
- * probabilities after this, so the gradient needs no buffer of its own,
- * which would be the largest activation (GPT-2's B*T x 50257 floats,
- * 1.6 GB at B*T = 8192). llm.c's fused classifier does the same. */
-static float *crossentropy_backward(float *probs, const int *targets, float dloss, int B, int V) {
-    FOR_EACH((long)B * V, crossentropy_backward_one, probs, targets, dloss, V);
-    return probs;
+/* Writes the logits' gradient over the logits, held as they are (in 16
+ * bits on a GPU with 16-bit parameters, so the head's two backward GEMMs
+ * read it without packing it): nothing reads the logits after the loss's
+ * forward, so the gradient needs no buffer of its own, which would be the
+ * largest activation (GPT-2's B*T x 50257 values, 1.6 GB in fp32 at B*T =
+ * 8192). llm.c's fused classifier does the same. */
+static void crossentropy_backward(void *logits, const float *probs, const int *targets,
+                                  float dloss, int B, int V, Dtype d) {
+    FOR_EACH((long)B * V, crossentropy_backward_one, logits, probs, targets, dloss, V, d,
+             backend.gemm_dtype);
 }
 
 /* ---- a sum of squares, in blocks --------------------------------------------

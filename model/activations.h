@@ -26,8 +26,9 @@ typedef struct {
     void *act;                /* (L, B, 4D) GELU outputs: fc2's input */
     void *nf;                 /* (B, D) norm_f output: the head's input */
     float *nf_mean, *nf_rstd; /* (B) */
-    void *logits;             /* (B, V) the head's output: the loss's input */
-    float *probs;             /* (B, V); backward turns them into the logits' gradient */
+    void *logits;             /* (B, V) the head's output, the loss's input; backward
+                               * writes their gradient over them */
+    float *probs;             /* (B, V) the loss's softmax */
     float *losses;            /* (B) each sample's loss */
     void *d_h;                /* (B, D) the residual stream's gradient */
     void *d_nf, *d_ln;        /* (B, D) a LayerNorm's output gradient: its backward's input */
@@ -54,8 +55,9 @@ typedef struct {
     void *fc_gelu;                /* (S, BT, 4D) after GELU: mlp.c_proj's input */
     void *lnf;                    /* (BT, D) ln_f's output: lm_head's input */
     float *lnf_mean, *lnf_rstd;   /* (BT), (BT) */
-    void *logits;                 /* (BT, V) lm_head's output: the loss's input */
-    float *probs;                 /* (BT, V); backward turns them into the logits' gradient */
+    void *logits;                 /* (BT, V) lm_head's output, the loss's input; backward
+                                   * writes their gradient over them */
+    float *probs;                 /* (BT, V) the loss's softmax */
     float *losses;                /* (BT) */
     void *proj;                   /* (BT, D) a c_proj's output: the residual connection's input */
     void *d_res;                  /* (BT, D) the residual stream's gradient */

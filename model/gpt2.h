@@ -114,7 +114,7 @@ static void gpt2_linear(Trainer *t, int module, void *out, const void *inp, long
     Dtype held = backend.gemm_dtype;
     module_pre_forward(t, module);
     linear_forward(out, held, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
-    lowp_held(t, out, BT * O, held);
+    lowp(t, out, BT * O, held);
     module_post_forward(t, module);
 }
 static void gpt2_layernorm(Trainer *t, int module, void *out, float *mean, float *rstd,
@@ -193,7 +193,7 @@ static float gpt2_forward(Trainer *t) {
 
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
     linear_forward(a->logits, held, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
-    lowp_held(t, a->logits, BT * V, held);
+    lowp(t, a->logits, BT * V, held);
     module_post_forward(t, m->lm_head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, (int)BT, V);
     module_post_forward(t, m->root);
@@ -209,7 +209,7 @@ static void gpt2_linear_backward(Trainer *t, int module, void *dinp, const void 
     module_pre_backward(t, module);
     linear_backward(dinp, held, dweight_of(t, module), dbias_of(t, module), dout, held, inp,
                     weight_of(t, module), (int)BT, I, O);
-    lowp_held(t, dinp, BT * I, held);
+    lowp(t, dinp, BT * I, held);
     module_post_backward(t, module);
 }
 /* LayerNorm's backward adds into dinp (the residual stream's gradient),
@@ -277,14 +277,14 @@ static void gpt2_backward(Trainer *t) {
     long BT = (long)B * T;
 
     module_pre_backward(t, m->root);
-    float *d_logits = crossentropy_backward(
-        a->probs, a->targets, t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V);
-    lowp(t, d_logits, BT * V);
+    crossentropy_backward(a->logits, a->probs, a->targets,
+                          t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V,
+                          c->param_dtype); /* over the logits */
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
     Dtype held = backend.gemm_dtype; /* activations.h */
-    linear_backward(a->d_x, held, dweight_of(t, m->wte), NULL, d_logits, DTYPE_FP32, a->lnf,
+    linear_backward(a->d_x, held, dweight_of(t, m->wte), NULL, a->logits, held, a->lnf,
                     weight_of(t, m->wte), (int)BT, D, V);
-    lowp_held(t, a->d_x, BT * D, held);
+    lowp(t, a->d_x, BT * D, held);
     module_post_backward(t, m->lm_head);
     module_pre_backward(t, m->transformer);
     zero_held(a->d_res, BT * D);

@@ -82,21 +82,19 @@ static float *dbias_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[1]].grad;
 }
 
+/* Mixed precision: a Linear layer's output as the GPU stores it, in
+ * param_dtype. (The layers compute in fp32 from 16-bit inputs, as tensor
+ * cores accumulate; the result is rounded once, when it is written.) In
+ * fp32 slots (the CPU) it is rounded here; held in 16 bits, cuBLAS
+ * rounded it as it wrote it. Every other layer rounds what it writes
+ * itself (store_matmul_input). */
+static void lowp(Trainer *t, void *x, long n, Dtype held) {
+    if (held == DTYPE_FP32) round_all((float *)x, n, t->cfg.param_dtype);
+}
+
 /* A block's first half: norm, fc1 and GELU, from the block's input into
  * the saved slots. Forward runs it once; with activation checkpointing
  * backward runs it again (block_recompute). */
-/* Mixed precision: a layer's output as the GPU stores it, in param_dtype.
- * (The layers compute in fp32 from 16-bit inputs, as tensor cores
- * accumulate; the result is rounded once, when it is written. A Linear
- * layer's input is rounded by the layer that writes it, as it is held:
- * store_matmul_input.) */
-static void lowp(Trainer *t, float *x, long n) { round_all(x, n, t->cfg.param_dtype); }
-/* ... for a Linear's output that may be held (activation_held): in fp32
- * slots (the CPU) it is rounded here; held in 16 bits, cuBLAS rounded it
- * as it wrote it. */
-static void lowp_held(Trainer *t, void *x, long n, Dtype held) {
-    if (held == DTYPE_FP32) lowp(t, (float *)x, n);
-}
 
 static void block_norm_fc1_gelu(Trainer *t, int l) {
     const Model *m = &t->model;
@@ -114,7 +112,7 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     module_pre_forward(t, m->block_fc1[l]);
     linear_forward(fc1, held, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B,
                    D, 4 * D);
-    lowp_held(t, fc1, BF, held);
+    lowp(t, fc1, BF, held);
     module_post_forward(t, m->block_fc1[l]);
     gelu_forward(element_at(a->act, k * BF, held), fc1, BF, c->param_dtype);
 }
@@ -135,7 +133,7 @@ static float model_forward(Trainer *t) {
     Dtype held = backend.gemm_dtype; /* activations.h */
     linear_forward(a->h, held, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B,
                    T * C, D);
-    lowp_held(t, a->h, BD, held);
+    lowp(t, a->h, BD, held);
     module_post_forward(t, m->proj_in);
 
     module_pre_forward(t, m->blocks);
@@ -147,7 +145,7 @@ static float model_forward(Trainer *t) {
         module_pre_forward(t, m->block_fc2[l]);
         linear_forward(h_out, held, act, weight_of(t, m->block_fc2[l]),
                        bias_of(t, m->block_fc2[l]), B, 4 * D, D);
-        lowp_held(t, h_out, BD, held);
+        lowp(t, h_out, BD, held);
         module_post_forward(t, m->block_fc2[l]);
         /* the residual connection, over fc2's output in place */
         FOR_EACH(BD, residual_add_one, h_out, h_in, h_out, c->param_dtype, held);
@@ -161,7 +159,7 @@ static float model_forward(Trainer *t) {
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
     linear_forward(a->logits, held, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
-    lowp_held(t, a->logits, (long)B * V, held);
+    lowp(t, a->logits, (long)B * V, held);
     module_post_forward(t, m->head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
     module_post_forward(t, m->root);
@@ -211,14 +209,13 @@ static void model_backward(Trainer *t) {
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
     module_pre_backward(t, m->root);
-    float *d_logits =
-        crossentropy_backward(a->probs, a->targets, t->loss_scale / (float)t->local_batch, B, V);
-    lowp(t, d_logits, (long)B * V);
+    crossentropy_backward(a->logits, a->probs, a->targets, t->loss_scale / (float)t->local_batch,
+                          B, V, c->param_dtype); /* over the logits */
     module_pre_backward(t, m->head);
     Dtype held = backend.gemm_dtype; /* activations.h */
-    linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), d_logits,
-                    DTYPE_FP32, a->nf, weight_of(t, m->head), B, D, V);
-    lowp_held(t, a->d_nf, BD, held);
+    linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), a->logits, held,
+                    a->nf, weight_of(t, m->head), B, D, V);
+    lowp(t, a->d_nf, BD, held);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
     zero_held(a->d_h, BD);
@@ -240,14 +237,14 @@ static void model_backward(Trainer *t) {
         linear_backward(a->d_act, held, dweight_of(t, m->block_fc2[l]),
                         dbias_of(t, m->block_fc2[l]), a->d_h, held, act,
                         weight_of(t, m->block_fc2[l]), B, 4 * D, D);
-        lowp_held(t, a->d_act, BF, held);
+        lowp(t, a->d_act, BF, held);
         module_post_backward(t, m->block_fc2[l]);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
         module_pre_backward(t, m->block_fc1[l]);
         linear_backward(a->d_ln, held, dweight_of(t, m->block_fc1[l]),
                         dbias_of(t, m->block_fc1[l]), a->d_fc1, held, ln,
                         weight_of(t, m->block_fc1[l]), B, D, 4 * D);
-        lowp_held(t, a->d_ln, BD, held);
+        lowp(t, a->d_ln, BD, held);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
         layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
@@ -261,7 +258,7 @@ static void model_backward(Trainer *t) {
     module_pre_backward(t, m->proj_in);
     linear_backward(a->d_emb, held, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h,
                     held, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
-    lowp_held(t, a->d_emb, (long)B * T * C, held);
+    lowp(t, a->d_emb, (long)B * T * C, held);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);
     embedding_backward(dweight_of(t, m->embed), a->d_emb, &a->by_token, C);

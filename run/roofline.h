@@ -21,15 +21,15 @@
  *              cores (kernels/layers.h's gemm), and every activation
  *              stored in 16 bits (2 bytes), written so by the kernel
  *              before it (model/activations.h): each Linear's input,
- *              output, input gradient and output gradient, the residual
- *              stream and its gradient, attention's B*H*T^2
- *              probabilities P and their gradient dS
+ *              output, input gradient and output gradient (the logits'
+ *              included), the residual stream and its gradient,
+ *              attention's B*H*T^2 probabilities P and their gradient dS
  *              (kernels/transformer.h). LayerNorm's statistics, the
- *              loss's probabilities and the logits' gradient, the
- *              parameters, their gradients and AdamW's state in fp32
- *              slots (4 bytes); a GEMM's fp32 inputs (the weights, the
- *              logits' gradient) packed to 16 bits on the way (read 4,
- *              written 2, read 2 by the GEMM);
+ *              loss's probabilities, the parameters, their gradients and
+ *              AdamW's state in fp32 slots (4 bytes); the weights packed
+ *              to 16 bits before each GEMM that reads them, a pass of
+ *              its own (read 4, written 2), which the GEMM then reads
+ *              (2);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits
  *              (so no packing on the way to a GEMM),
@@ -91,8 +91,8 @@ static int roof_add(Roofline *r, const char *name, int gemm, double flops, doubl
 }
 
 /* C (M x N) = A (M x K) B (K x N): 2MNK flops; A and B read, C written;
- * `held` of A's and B's values stored in 16 bits (a matmul's input), and
- * with c_held C too. */
+ * `held` of A's and B's values stored in 16 bits (activations), and with
+ * c_held C too. */
 static void roof_gemm(Roofline *r, const char *name, double M, double N, double K, double held,
                       int c_held) {
     int i = roof_add(r, name, 1, 2.0 * M * N * K, M * K + K * N + M * N, 0.0);
@@ -101,23 +101,20 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
 }
 
 /* A Linear layer on R rows, in -> out: forward, or backward's two GEMMs
- * (the input's gradient, the weight's) and its bias gradient (a column
- * sum of the output's gradient), unless it has no bias (NO_BIAS: GPT-2's
- * lm_head). Its input is in 16 bits; `held` says what else is: its output
- * (HELD_OUT), its output's gradient (HELD_GRAD: all but the head's, the
- * loss's fp32 gradient of the logits), its input's gradient
- * (HELD_IN_GRAD). */
-enum { HELD_OUT = 1, HELD_GRAD = 2, HELD_IN_GRAD = 4, NO_BIAS = 8 };
-static void roof_linear(Roofline *r, double R, double in, double out, int backward, int held) {
+ * (the input's gradient, the weight's) and, `bias` or not (GPT-2's
+ * lm_head), its bias gradient (a column sum of the output's gradient).
+ * Its input, output and their gradients are activations, in 16 bits; its
+ * weight is packed, and its weight's gradient written in fp32. */
+static void roof_linear(Roofline *r, double R, double in, double out, int backward, int bias) {
     if (!backward) {
-        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in, held & HELD_OUT);
+        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in, 1);
         return;
     }
-    double dout = held & HELD_GRAD ? R * out : 0.0;
-    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, dout, held & HELD_IN_GRAD);
-    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + dout, 0);
-    if (held & NO_BIAS) return;
-    r->k[roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out)].stored16 += dout;
+    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, R * out, 1);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + R * out, 0);
+    if (!bias) return;
+    int i = roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out);
+    r->k[i].stored16 += R * out; /* the output's gradient */
 }
 
 /* LayerNorm over R rows of D: forward reads x (the residual stream) and
@@ -198,40 +195,38 @@ static void roof_flash_attention(Roofline *r, double B, double T, double D, doub
 static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward) {
     double T = c->context, D = c->width, BT = B * T;
     roof_layernorm(r, BT, D, backward);
-    const int held = HELD_OUT | HELD_GRAD | HELD_IN_GRAD;
-    roof_linear(r, BT, D, 3 * D, backward, held); /* c_attn */
+    roof_linear(r, BT, D, 3 * D, backward, 1); /* c_attn */
     if (c->attention == ATTENTION_FLASH) roof_flash_attention(r, B, T, D, c->n_head, backward);
     else roof_attention(r, B, T, D, c->n_head, backward);
-    roof_linear(r, BT, D, D, backward, held); /* attn.c_proj */
+    roof_linear(r, BT, D, D, backward, 1); /* attn.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 3);
     roof_layernorm(r, BT, D, backward);
-    roof_linear(r, BT, D, 4 * D, backward, held); /* c_fc */
+    roof_linear(r, BT, D, 4 * D, backward, 1); /* c_fc */
     /* c_fc's output in, c_proj's input out; backward also c_proj's input
      * gradient in, c_fc's output gradient out */
     roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0,
                      backward ? 3 : 2);
-    roof_linear(r, BT, 4 * D, D, backward, held); /* mlp.c_proj */
+    roof_linear(r, BT, 4 * D, D, backward, 1); /* mlp.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 3);
 }
 
 /* One block of the byte MLP on B samples (model/mlp.h's order). */
 static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward) {
     double W = c->width;
-    const int held = HELD_OUT | HELD_GRAD | HELD_IN_GRAD;
     roof_layernorm(r, B, W, backward);
-    roof_linear(r, B, W, 4 * W, backward, held); /* fc1 */
+    roof_linear(r, B, W, 4 * W, backward, 1); /* fc1 */
     roof_elementwise(r, "gelu", B * 4 * W, backward ? 2 : 1, backward ? 16.0 : 10.0,
                      backward ? 3 : 2);
-    roof_linear(r, B, 4 * W, W, backward, held); /* fc2 */
+    roof_linear(r, B, 4 * W, W, backward, 1); /* fc2 */
     roof_elementwise(r, "residual adds", B * W, 2, 1.0, 3);
 }
 
 /* The loss over R rows of V logits: softmax, log-likelihood and its
  * gradient, with the probabilities kept in fp32 (model/mlp.h, gpt2.h); the
- * logits it reads are in 16 bits, its gradient is written in an fp32 slot. */
+ * logits it reads and the gradient it writes over them in 16 bits. */
 static void roof_cross_entropy(Roofline *r, double R, double V) {
     int i = roof_add(r, "cross-entropy (softmax over V)", 0, 6.0 * R * V, 2.0 * R * V, 2.0 * R * V);
-    r->k[i].stored16 += R * V;
+    r->k[i].stored16 += 2.0 * R * V;
 }
 
 /* One micro-batch of B sequences (GPT-2) or samples (the MLP), forward and
@@ -244,21 +239,20 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     /* wte + wpe: two rows of parameters in, the stream (16 bits) out */
     if (gpt2) r->k[roof_add(r, "embeddings", 0, R * D, 3.0 * R * D, 0.0)].stored16 += R * D;
     else r->k[roof_add(r, "embeddings", 0, 0.0, 2.0 * E, 0.0)].stored16 += E;
-    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0, HELD_OUT); /* proj_in */
+    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0, 1); /* proj_in */
     for (int f = 0; f < forwards; f++)
         for (int l = 0; l < c->depth; l++)
             if (gpt2) roof_gpt2_block(r, c, B, 0);
             else roof_mlp_block(r, c, B, 0);
     roof_layernorm(r, R, D, 0); /* ln_f, norm_f */
-    int head = gpt2 ? NO_BIAS : 0; /* lm_head is tied to wte, with no bias */
-    roof_linear(r, R, D, V, 0, HELD_OUT | head); /* lm_head, head */
+    roof_linear(r, R, D, V, 0, !gpt2); /* lm_head (tied to wte, no bias), head */
     roof_cross_entropy(r, R, V);
-    roof_linear(r, R, D, V, 1, HELD_IN_GRAD | head);
+    roof_linear(r, R, D, V, 1, !gpt2);
     roof_layernorm(r, R, D, 1);
     for (int l = 0; l < c->depth; l++)
         if (gpt2) roof_gpt2_block(r, c, B, 1);
         else roof_mlp_block(r, c, B, 1);
-    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1, HELD_GRAD | HELD_IN_GRAD);
+    if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1, 1);
     /* the embeddings' gradient: each row of the stream's gradient (16
      * bits; the MLP's proj_in's input gradient) added into its token's (fp32) */
     r->k[roof_add(r, "embeddings", 0, R * D, R * D, 2.0 * R * D)].stored16 += R * D;
@@ -297,12 +291,14 @@ static double roof_seconds(const KernelCost *k, const GpuPeaks *g, int mode) {
     double peak = !k->gemm ? 1e9 : mode == ROOF_FP32 ? g->fp32 : g->bf16; /* 1e9: no limit */
     double bytes = 4.0 * (k->values16 + k->values32);
     if (mode == ROOF_BF16) bytes = 2.0 * k->values16 + 4.0 * k->values32;
-    if (mode == ROOF_BF16_GEMM) { /* P and dS 2 bytes; GEMM inputs read 4, packed 2, read 2 */
+    double packing = 0.0;
+    if (mode == ROOF_BF16_GEMM) { /* a GEMM's weights packed first: a pass of their own */
         double packed = k->gemm ? k->values16 - k->written - k->stored16 : 0.0;
-        bytes = 8.0 * packed + 2.0 * k->stored16 +
-                4.0 * (k->values16 - packed - k->stored16 + k->values32);
+        bytes = 2.0 * (packed + k->stored16) + 4.0 * (k->written + k->values32);
+        if (!k->gemm) bytes = 2.0 * k->stored16 + 4.0 * (k->values16 - k->stored16 + k->values32);
+        packing = 6.0 * packed / (g->tbps * 1e12); /* read 4, written 2 */
     }
-    return fmax(k->flops / (peak * 1e12), bytes / (g->tbps * 1e12));
+    return fmax(k->flops / (peak * 1e12), bytes / (g->tbps * 1e12)) + packing;
 }
 
 static void print_roofline(const Trainer *t, const char *gpu) {

@@ -165,24 +165,26 @@ else bad "--plan's compute line, expected $want TFLOP:"; grep -A1 '^  compute' <
 # and the scores and dP in fp32, and reads P and dS in 16 bits: forward
 # 8 B*T*D + 6 B*H*T^2 bytes, backward 16 B*T*D + 10 B*H*T^2, over
 # 3.35 TB/s. The Linear layers' GEMMs in bf16 as built: a layer on R
-# rows, in -> out, reads its input held in 16 bits in forward and for the
-# weight's gradient (2 + 2) and writes the input's gradient in 16 bits (2);
-# packs the weight twice (8 each) and writes dweight in fp32 (4); writes
-# out in 16 bits (2); and reads the output's gradient, held in 16 bits,
-# twice (2 each): 6 R in + 20 in out + 6 R out bytes. lm_head's output
-# gradient is the loss's, in fp32: packed twice (8 each), 18 R V. (Every
-# activation is held in 16 bits, the residual stream's gradient, which the
-# c_projs' backward reads, included: model/activations.h.) That is 5.1 ms at
-# 3.35 TB/s, less than their FLOPs take at 989.4 TFLOP/s: the line is the
-# larger, bound by arithmetic now.
+# rows, in -> out, reads its input in 16 bits in forward and for the
+# weight's gradient (2 + 2) and writes the input's gradient in 16 bits
+# (2); reads its packed weight twice (2 each) and writes dweight in fp32
+# (4); writes out in 16 bits (2); and reads the output's gradient in 16
+# bits twice (2 each): 6 R in + 8 in out + 6 R out bytes, lm_head's (D ->
+# V) too (every activation is held in 16 bits, the logits' gradient and
+# the residual stream's included: model/activations.h). That is 3.2 ms at
+# 3.35 TB/s, less than their FLOPs take at 989.4 TFLOP/s, so bound by
+# arithmetic; then the packing of each weight before each of its two
+# GEMMs, passes of their own bound by memory (read 4, write 2): 12 bytes
+# a weight, 0.44 ms.
 out=$($MPIRUN -np 8 ./fsdp --plan --model gpt2 --batch 64 --roofline h100 2>&1)
 att=$(awk 'BEGIN { B = 8; T = 1024; D = 768; H = 12; printf "%.3f", 12 * (24 * B * T * D + 16 * B * H * T * T) / 3.35e12 * 1e3 }')
 mm16=$(awk 'BEGIN { R = 8192; D = 768; V = 50257 # in, out, bytes a row an input, an output
-  split("768 2304 6 6 768 768 6 6 768 3072 6 6 3072 768 6 6", p, " ")
-  for (i = 1; i <= 16; i += 4) b += p[i + 2] * R * p[i] + 20 * p[i] * p[i + 1] + p[i + 3] * R * p[i + 1]
-  bytes = (12 * b + 6 * R * D + 20 * D * V + 18 * R * V) / 3.35e12
+  split("768 2304 768 768 768 3072 3072 768", p, " ")
+  for (i = 1; i <= 8; i += 2) { b += 6 * R * p[i] + 8 * p[i] * p[i + 1] + 6 * R * p[i + 1]; w += p[i] * p[i + 1] }
+  bytes = (12 * b + 6 * R * D + 8 * D * V + 6 * R * V) / 3.35e12
+  pack = 12 * (12 * w + D * V) / 3.35e12
   flops = 3 * (24 * 12 * D * D + 2 * D * V) * R / 989.4e12
-  printf "%.3f", (bytes > flops ? bytes : flops) * 1e3 }')
+  printf "%.3f", ((bytes > flops ? bytes : flops) + pack) * 1e3 }')
 mm=$(awk 'BEGIN { printf "%.1f", (3 * (24 * 12 * 768 * 768 + 2 * 768 * 50257)) * 8192 / 1e9 }')
 gelu=$(awk 'BEGIN { printf "%.3f", 5 * 4 * 768 * 12 * 8192 * 4 / 1e9 }')
 total=$(awk '/^  total +[0-9]/ { print $2 }' <<<"$out")
