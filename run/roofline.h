@@ -253,9 +253,11 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
         if (gpt2) roof_gpt2_block(r, c, B, 1);
         else roof_mlp_block(r, c, B, 1);
     if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1, 1);
-    /* the embeddings' gradient: each row of the stream's gradient (16
-     * bits; the MLP's proj_in's input gradient) added into its token's (fp32) */
-    r->k[roof_add(r, "embeddings", 0, R * D, R * D, 2.0 * R * D)].stored16 += R * D;
+    /* the embeddings' gradient: each row of GPT-2's stream's gradient, or
+     * of the MLP's proj_in's input gradient (16 bits), added into its
+     * token's (fp32) */
+    double G = gpt2 ? R * D : E;
+    r->k[roof_add(r, "embeddings", 0, G, G, 2.0 * G)].stored16 += G;
 }
 
 /* A step's kernels on this rank: K micro-batches, then AdamW on its

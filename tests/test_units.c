@@ -577,10 +577,10 @@ static void test_held16_models(void) {
         {"--model", "tiny", "--param-dtype", "fp16", "--grad-scaler", "--batch", "4"},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-        char *argv[16] = {(char *)"t", (char *)"--strategy", (char *)"no_shard"};
+        char *argv[3 + 14] = {(char *)"t", (char *)"--strategy", (char *)"no_shard"};
         int argc = 3;
         char what[160] = "held in 16 bits == fp32 slots, one step:";
-        for (int a = 0; cases[k][a]; a++) {
+        for (int a = 0; a < 14 && cases[k][a]; a++) {
             argv[argc++] = (char *)cases[k][a];
             snprintf(what + strlen(what), sizeof(what) - strlen(what), " %s", cases[k][a]);
         }
