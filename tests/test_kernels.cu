@@ -94,6 +94,25 @@ static void expect(const char *kernel, const char *what, const float *dev, const
     ok ? passed++ : failed++;
     free(got);
 }
+/* ... relative to the CPU's value (probabilities, whose errors are
+ * relative: an absolute bound at the largest would pass almost any small one) */
+static void expect_relative(const char *kernel, const char *what, const float *dev,
+                            const float *ref, long n, double tol, double us) {
+    float *got = host_copy(dev, n);
+    double worst = 0.0;
+    long at = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)ref[i]) / fmax(fabs((double)ref[i]), 1e-30);
+        if (isnan(d)) d = INFINITY;
+        if (d > worst) worst = d, at = i;
+    }
+    int ok = worst <= tol;
+    printf("%s %-46s %-8s max |gpu - cpu| / |cpu| %9.3g  tol %9.3g  %9.1f us\n",
+           ok ? "ok  " : "FAIL", kernel, what, worst, tol, us);
+    if (!ok) printf("      at %ld: gpu %.9g, cpu %.9g\n", at, (double)got[at], (double)ref[at]);
+    ok ? passed++ : failed++;
+    free(got);
+}
 
 /* The mean time of 20 runs of `call` on the compute stream, in microseconds. */
 #define TIME_US(out, call)                                                                         \
@@ -267,8 +286,10 @@ static void check_linear_held_output(const float *xr, const float *wr, const flo
     backend.gemm_dtype = DTYPE_BF16;
     TIME_US(us, linear_forward(g16, DTYPE_BF16, gx16, gw, gbr, B, I, O));
     backend.gemm_dtype = DTYPE_FP32;
+    /* (two ulps: cuBLAS's default math mode may add split-K partial sums
+     * in the output's type, bf16, before the last rounding) */
     expect("linear forward, output held in bf16 (c_attn's)", "out", unpacked(g16, n, DTYPE_BF16),
-           ref, n, 4.0 * (I + 1) * U * terms + ulp16(top, DTYPE_BF16), us);
+           ref, n, 4.0 * (I + 1) * U * terms + 2.0 * ulp16(top, DTYPE_BF16), us);
     free(br), free(ref);
 }
 
@@ -428,7 +449,9 @@ static void check_elementwise(void) {
     TIME_US(us, gelu_tanh_forward(gout, gx, n, DTYPE_FP32));
     expect("gelu_new forward (8192 x 3072)", "out", gout, out, n, ew, us);
     TIME_US(us, gelu_tanh_backward(gdx, gdy, gx, n, DTYPE_FP32)); /* written, not added */
-    expect("gelu_new backward (8192 x 3072)", "dinp", gdx, dx, n, 32.0 * U * (max_abs(dx, n) + 1.0),
+    /* (near x = -5, e^2u + 1 rounds differently on the GPU, whose PTX
+     * fuses it: gelu' moves by up to 4e-6, times |dy|) */
+    expect("gelu_new backward (8192 x 3072)", "dinp", gdx, dx, n, 64.0 * U * (max_abs(dx, n) + 1.0),
            us);
     check_gelu16(x, dy, n);
     /* AdamW, one step from zero moments: each element alone, the same
@@ -497,8 +520,8 @@ static void check_crossentropy(void) {
     dev_from_host(gt, tg, B * sizeof(int));
     double us, rel = 4.0 * U + 2.0 * V * U;
     TIME_US(us, crossentropy_forward(gp, gl, gz, gt, B, V));
-    expect("cross-entropy forward, a warp a row (512 x 50257)", "probs", gp, pr, n,
-           rel * max_abs(pr, n), us);
+    expect_relative("cross-entropy forward, a warp a row (512 x 50257)", "probs", gp, pr, n, rel,
+                    us);
     expect("cross-entropy forward, a warp a row (512 x 50257)", "losses", gl, ls, B,
            rel + U * max_abs(ls, B), us);
     /* ... from the same logits held in bf16, as lm_head writes them with
@@ -508,8 +531,7 @@ static void check_crossentropy(void) {
     backend.gemm_dtype = DTYPE_BF16;
     TIME_US(us, crossentropy_forward(gp, gl, gz16, gt, B, V));
     backend.gemm_dtype = DTYPE_FP32;
-    expect("cross-entropy forward, logits held in bf16", "probs", gp, pr, n, rel * max_abs(pr, n),
-           us);
+    expect_relative("cross-entropy forward, logits held in bf16", "probs", gp, pr, n, rel, us);
     expect("cross-entropy forward, logits held in bf16", "losses", gl, ls, B,
            rel + U * max_abs(ls, B), us);
     free(z), free(tg), free(pr), free(ls);
@@ -586,11 +608,11 @@ static void check_attention(void) {
  * rows rounding P, dS and y where it stores them, on bf16 inputs: GPT-2
  * 124M's 12 heads of 64, T 1024, B 2. The two sum in fp32 in other
  * orders, so a P on a rounding boundary may round the other way: at most
- * one bf16 ulp, 2^-8 of it, and as the P of a row sum to 1, y moves by at
- * most 2^-8 max|v| (beside the fp32 sums' 2 T u), and y's own rounding
- * may flip by as much again.
- * dS inherits that from P and dP and rounds once more: at most 2^-6 of
- * the largest sum of |terms| in dq, dk, dv. A wrong stride is off by O(1). */
+ * one bf16 ulp, up to 2^-7 of it, and as the P of a row sum to 1, y moves
+ * by at most 2^-7 max|v| (beside the fp32 sums' 2 T u), and y's own
+ * rounding may flip by as much again.
+ * dS inherits that from P and dP and rounds once more: dqkv is held to
+ * 2^-5 of its largest value, as flash's is. A wrong stride is off by O(1). */
 static void check_attention16(void) {
     const int B = 2, T = 1024, D = 768, H = 12;
     const Dtype d = DTYPE_BF16;
@@ -616,14 +638,15 @@ static void check_attention16(void) {
     TIME_US(us, attention_forward(gy, ga, gq16, B, T, D, H, d));
     backend.gemm_dtype = DTYPE_FP32;
     expect("attention forward, bf16 tensor cores (2x1024x768)", "y", unpacked(gy, ny, d), y, ny,
-           vmax * (2.0 / 256 + 2.0 * T * U), us);
-    double terms = fmax(T * max_abs(da, na) * vmax / 8.0, T * max_abs(dy, ny));
+           vmax * (4.0 / 256 + 2.0 * T * U), us);
     backend.gemm_dtype = d; /* dqkv written in bf16: c_attn's output gradient, held */
     TIME_US(us, attention_backward(gdq, gda, gdy16, gq16, ga, B, T, D, H, d));
     backend.gemm_dtype = DTYPE_FP32;
-    /* ... and dqkv's own rounding may flip by one ulp */
+    /* ... bounded as flash's dqkv is, 2^-5 of the largest: a bound from
+     * the maxima of its terms (T |dP| |v| / 8, T |dy|) is 20 times the
+     * largest |dqkv| here, and would pass a kernel that wrote nothing */
     expect("attention backward, bf16 tensor cores", "dqkv", unpacked(gdq, nq, d), dq, nq,
-           terms / 64.0 + 2.0 * (T + 64) * U * terms + ulp16(max_abs(dq, nq), d), us);
+           max_abs(dq, nq) / 32.0, us);
     float *frees[] = {qkv, dy, y, att, dq, da};
     for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
     gpu_free_all();
@@ -635,8 +658,8 @@ static void check_attention16(void) {
  * and the outputs where the kernels do: T not a multiple of the 64-row
  * blocks, heads of 64 (GPT-2's), 48, 32 and 16. The
  * sums run in other orders, so a value on a rounding boundary may round
- * the other way, by one bf16 ulp (2^-8): a p moves y by at most 2^-8
- * max|v| and y's own rounding flips by as much, beside the fp32 sums' 2
+ * the other way, by one bf16 ulp (up to 2^-7): a p moves y by at most
+ * 2^-7 max|v| and y's own rounding flips by as much, beside the fp32 sums' 2
  * T u (as check_attention16); lse, a log of T positive terms, by 2 T u;
  * dqkv, sums of T products each of a dS that may flip, by 2^-5 of its
  * largest value (tests/test_units.c's bound between two roundings). The
@@ -668,7 +691,7 @@ static void check_flash16(int B, int T, int D, int H) {
     TIME_US(us, flash_attention_forward(gy, glse, gq16, B, T, D, H, d));
     backend.gemm_dtype = DTYPE_FP32;
     snprintf(what, sizeof(what), "flash forward, bf16 (%dx%dx%d, %d heads)", B, T, D, H);
-    expect(what, "y", unpacked(gy, ny, d), y, ny, vmax * (2.0 / 256 + 2.0 * T * U), us);
+    expect(what, "y", unpacked(gy, ny, d), y, ny, vmax * (4.0 / 256 + 2.0 * T * U), us);
     expect(what, "lse", glse, lse, rows, 2.0 * T * U * max_abs(lse, rows), us);
     printf("      %.1f TFLOP/s (causal: 2 B H T^2 hd FLOPs)\n",
            2.0 * B * H * (double)T * T * (D / H) / us / 1e6);
