@@ -73,14 +73,16 @@ static float *host_copy(const float *d, long n) {
     return x;
 }
 
-/* The GPU's result dev (n values) against the CPU's ref, within tol. */
-static void expect(const char *kernel, const char *what, const float *dev, const float *ref, long n,
-                   double tol, double us) {
+/* The GPU's result dev (n values) against the CPU's ref, within tol: the
+ * largest difference, or with `relative` the largest relative to ref */
+static void expect_as(const char *kernel, const char *what, const float *dev, const float *ref,
+                      long n, double tol, double us, int relative) {
     float *got = host_copy(dev, n);
     double worst = 0.0;
     long at = 0;
     for (long i = 0; i < n; i++) {
         double d = fabs((double)got[i] - (double)ref[i]);
+        if (relative) d /= fmax(fabs((double)ref[i]), 1e-30);
         if (isnan(d)) { /* a NaN is the worst there is: stop at the first */
             worst = INFINITY, at = i;
             break;
@@ -88,30 +90,21 @@ static void expect(const char *kernel, const char *what, const float *dev, const
         if (d > worst) worst = d, at = i;
     }
     int ok = worst <= tol;
-    printf("%s %-46s %-8s max |gpu - cpu| %9.3g  tol %9.3g  %9.1f us\n", ok ? "ok  " : "FAIL",
-           kernel, what, worst, tol, us);
+    printf("%s %-46s %-8s max |gpu - cpu|%s %9.3g  tol %9.3g  %9.1f us\n", ok ? "ok  " : "FAIL",
+           kernel, what, relative ? " / |cpu|" : "", worst, tol, us);
     if (!ok) printf("      at %ld: gpu %.9g, cpu %.9g\n", at, (double)got[at], (double)ref[at]);
     ok ? passed++ : failed++;
     free(got);
+}
+static void expect(const char *kernel, const char *what, const float *dev, const float *ref, long n,
+                   double tol, double us) {
+    expect_as(kernel, what, dev, ref, n, tol, us, 0);
 }
 /* ... relative to the CPU's value (probabilities, whose errors are
  * relative: an absolute bound at the largest would pass almost any small one) */
 static void expect_relative(const char *kernel, const char *what, const float *dev,
                             const float *ref, long n, double tol, double us) {
-    float *got = host_copy(dev, n);
-    double worst = 0.0;
-    long at = 0;
-    for (long i = 0; i < n; i++) {
-        double d = fabs((double)got[i] - (double)ref[i]) / fmax(fabs((double)ref[i]), 1e-30);
-        if (isnan(d)) d = INFINITY;
-        if (d > worst) worst = d, at = i;
-    }
-    int ok = worst <= tol;
-    printf("%s %-46s %-8s max |gpu - cpu| / |cpu| %9.3g  tol %9.3g  %9.1f us\n",
-           ok ? "ok  " : "FAIL", kernel, what, worst, tol, us);
-    if (!ok) printf("      at %ld: gpu %.9g, cpu %.9g\n", at, (double)got[at], (double)ref[at]);
-    ok ? passed++ : failed++;
-    free(got);
+    expect_as(kernel, what, dev, ref, n, tol, us, 1);
 }
 
 /* The mean time of 20 runs of `call` on the compute stream, in microseconds. */

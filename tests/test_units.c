@@ -361,6 +361,11 @@ static int packed_equal(const uint16_t *packed, const float *slots, long n) {
     }
     return rounded && equal;
 }
+/* x rounded to bf16 in its float slots, and packed beside them */
+static void round_pack(float *x, uint16_t *packed, long n) {
+    for (long i = 0; i < n; i++)
+        x[i] = round_to(x[i], DTYPE_BF16), packed[i] = bf16_from_float(x[i]);
+}
 static void test_matmul_inputs16(void) {
     enum { NQ = AB * AT * 3 * AD, NY = AB * AT * AD, NA = AB * AH * AT * AT, N = GB * GI };
     const Dtype d = DTYPE_BF16;
@@ -372,10 +377,9 @@ static void test_matmul_inputs16(void) {
     fill(in, N, 30); fill(w, GI, 31); fill(b, GI, 32); fill(qkv, NQ, 33); fill(emb, EV * EC, 34);
     fill(dy, NY, 35); fill(g, N, 36);
     for (int i = 0; i < EV * EC; i++) emb[i] = round_to(emb[i], d); /* a parameter: bf16 */
-    for (int i = 0; i < NQ; i++) qkv[i] = round_to(qkv[i], d), qkv16[i] = bf16_from_float(qkv[i]);
+    round_pack(qkv, qkv16, NQ);
     for (int i = 0; i < NY; i++) dy[i] = round_to(dy[i], d);
-    for (int i = 0; i < N; i++) in[i] = round_to(in[i], d), in16[i] = bf16_from_float(in[i]);
-    for (int i = 0; i < N; i++) g[i] = round_to(g[i], d), g16[i] = bf16_from_float(g[i]);
+    round_pack(in, in16, N), round_pack(g, g16, N);
     for (int i = 0; i < NY; i++) dy16[i] = bf16_from_float(dy[i]);
     const char *names[] = {"layernorm", "gelu", "gelu_new", "embedding", "attention's y",
                            "gelu backward", "gelu_new backward", "attention's dqkv"};
@@ -454,10 +458,6 @@ static void test_gpt2_embedding(void) {
  * holding the same values (gemm_dtype fp32, what the CPU runs), and what
  * it writes into the stream must be those slots rounded to bf16. The
  * gradient starts nonzero, so LayerNorm's add into it is checked too. */
-static void round_pack(float *x, uint16_t *packed, long n) {
-    for (long i = 0; i < n; i++)
-        x[i] = round_to(x[i], DTYPE_BF16), packed[i] = bf16_from_float(x[i]);
-}
 static void test_stream16(void) {
     enum { N = GB * GI, BT = GB * PT, NE = BT * PD };
     const Dtype d = DTYPE_BF16, fp32 = DTYPE_FP32;
