@@ -754,21 +754,23 @@ static float predivide_factor(const Comm *c, Dtype wire) {
 
 /* all-gather: shard (S elements) from each of the group's G ranks -> full
  * (G*S) on every one, in format `wire` (fp32, or mixed precision's
- * param_dtype) */
-static CommHandle comm_all_gather_in(Comm *c, CommGroup group, float *full, const float *shard,
-                                     long S, int unit, Dtype wire) {
+ * param_dtype); full held in fp32 slots, or (held = wire) the wire's 16
+ * bits as they came */
+static CommHandle comm_all_gather_in(Comm *c, CommGroup group, void *full, Dtype held,
+                                     const float *shard, long S, int unit, Dtype wire) {
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, group, unit, S * c->group[group]->world, wire))
         return h;
     CommTask task = comm_task(COMM_ALL_GATHER, group, full, shard, NULL, NULL, S, wire, 1.0f);
+    task.held = held;
     comm_submit(c, &h, &task);
     return h;
 }
 
 /* ... over the ranks that share a unit's shards (GROUP_SHARD): the unshard */
-static CommHandle comm_all_gather_start(Comm *c, float *full, const float *shard, long S, int unit,
-                                        Dtype wire) {
-    return comm_all_gather_in(c, GROUP_SHARD, full, shard, S, unit, wire);
+static CommHandle comm_all_gather_start(Comm *c, void *full, Dtype held, const float *shard,
+                                        long S, int unit, Dtype wire) {
+    return comm_all_gather_in(c, GROUP_SHARD, full, held, shard, S, unit, wire);
 }
 
 /* The ring's receive buffer for a reduction, when the ring runs it */
@@ -1321,12 +1323,13 @@ static void unit_init_shard(const Unit *u, const Model *m, int rank, uint64_t se
     unit_init_range(u, m, lo, lo + u->shard, seed, out);
 }
 
-/* Points every parameter of the unit at its place in the full state (and
- * the full gradient, when one exists), or at NULL when they are freed. */
-static void unit_set_views(Unit *u, Model *m) {
+/* Points every parameter of the unit at its place in the full state, held
+ * in format `held` (section 8's full_dtype), and the full gradient, when
+ * they exist, or at NULL when they are freed. */
+static void unit_set_views(Unit *u, Model *m, Dtype held) {
     for (int k = 0; k < u->n_params; k++) {
         Param *p = &m->params[u->params[k]];
-        p->data = u->full_param ? u->full_param + p->offset : NULL;
+        p->data = u->full_param ? element_at(u->full_param, p->offset, held) : NULL;
         p->grad = u->full_grad ? u->full_grad + p->offset : NULL;
     }
 }
@@ -1482,6 +1485,13 @@ static int reshards_after_forward(const Trainer *t) {
     return t->cfg.strategy == STRATEGY_FULL_SHARD || t->cfg.strategy == STRATEGY_HYBRID_SHARD;
 }
 static int is_zero1(const Trainer *t) { return t->cfg.strategy == STRATEGY_ZERO1; }
+/* A unit's full state: on a GPU with 16-bit parameters, a gathered one is
+ * held in 16 bits, the all-gather's own result, as PyTorch holds it, and
+ * the kernels read it as it is (kernels/layers.h); else fp32 slots (the
+ * CPU; no_shard's and zero1's, which are the replicas AdamW updates). */
+static Dtype full_dtype(const Trainer *t) {
+    return is_sharded(t) ? backend.gemm_dtype : DTYPE_FP32;
+}
 
 /* A unit's forward or backward (or the optimizer), as the instruments see
  * it. On a GPU the host runs ahead of the kernels it queues, so when a
@@ -1508,7 +1518,7 @@ static void span_end(Trainer *t, int ui, SimPhase phase) {
 static float *unit_gather(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     if (t->cfg.strategy == STRATEGY_NO_SHARD) return unit_master(u);
-    if (is_zero1(t) && !u->master_param) return u->full_param;
+    if (is_zero1(t) && !u->master_param) return (float *)u->full_param; /* fp32 slots */
     float *full = ledger_alloc_floats_overwritten(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
                                                   DTYPE_FP32, u->name);
     float *mine = unit_master(u), *staged = NULL;
@@ -1518,7 +1528,8 @@ static float *unit_gather(Trainer *t, int ui) {
         dev_from_host(staged, mine, (size_t)u->shard * sizeof(float));
         mine = staged;
     }
-    CommHandle h = comm_all_gather_start(&t->comm, full, mine, u->shard, ui, DTYPE_FP32);
+    CommHandle h =
+        comm_all_gather_start(&t->comm, full, DTYPE_FP32, mine, u->shard, ui, DTYPE_FP32);
     comm_wait(&t->comm, &h);
     if (staged) ledger_free(&t->ledger, staged);
     return full;
@@ -1567,7 +1578,7 @@ static void unit_unshard_wait(Trainer *t, int ui) {
         ledger_free(&t->ledger, u->device_shard);
         u->device_shard = NULL;
     }
-    unit_set_views(u, &t->model);
+    unit_set_views(u, &t->model, full_dtype(t));
 }
 
 /* ------------------------------------------------------------------------
@@ -1666,10 +1677,14 @@ static void unit_unshard_start(Trainer *t, int ui) {
         if (oldest < 0) FATAL("this is a bug in fsdp.c's lifecycle", "all-gathers miscounted");
         unit_unshard_wait(t, oldest);
     }
-    u->full_param = ledger_alloc_floats_overwritten(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
-                                                    t->cfg.param_dtype, u->name);
-    u->gather = comm_all_gather_start(&t->comm, u->full_param, unit_gather_input(t, ui), u->shard,
-                                      ui, t->cfg.param_dtype);
+    /* held in fp32 slots or 16 bits (full_dtype); booked, as every full
+     * state, at param_dtype's width: what PyTorch would hold */
+    Dtype held = full_dtype(t), d = t->cfg.param_dtype;
+    size_t n = (size_t)u->padded;
+    u->full_param = ledger_book(&t->ledger, MEM_FULL_PARAMS, n * dtype_bytes(held),
+                                n * dtype_bytes(d), u->name, ON_DEVICE_OVERWRITTEN);
+    u->gather = comm_all_gather_start(&t->comm, u->full_param, held, unit_gather_input(t, ui),
+                                      u->shard, ui, t->cfg.param_dtype);
     u->gathering = 1;
     if (++t->gathers_in_flight > t->max_gathers_in_flight)
         t->max_gathers_in_flight = t->gathers_in_flight;
@@ -1685,7 +1700,7 @@ static void unit_free_full_params(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     ledger_free(&t->ledger, u->full_param);
     u->full_param = NULL;
-    unit_set_views(u, &t->model);
+    unit_set_views(u, &t->model, full_dtype(t));
     sim_on_free(&t->sim, ui);
 }
 
@@ -1775,7 +1790,7 @@ static void unit_pre_backward(Trainer *t, int ui) {
         if (!u->full_grad) /* --no-sync keeps it across micro-batches, to add into */
             u->full_grad = ledger_alloc_floats(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
                                                t->cfg.param_dtype, u->name);
-        unit_set_views(u, &t->model);
+        unit_set_views(u, &t->model, full_dtype(t));
     }
     span_begin(t, ui, PHASE_BACKWARD);
 }
@@ -1862,7 +1877,7 @@ static void reduce_grad_finish(Trainer *t) {
     if (!is_sharded(t)) return;
     ledger_free(&t->ledger, u->full_grad);
     u->full_grad = NULL;
-    unit_set_views(u, &t->model);
+    unit_set_views(u, &t->model, full_dtype(t));
     if (t->comm.group[GROUP_REPLICA]) unit_reduce_replicas(t, p->unit);
     if (u->offloaded) unit_grad_to_host(t, p->unit, p->kept);
     else if (p->kept) unit_grad_accumulate(t, u, p->kept);
@@ -1944,8 +1959,8 @@ static void unit_post_backward(Trainer *t, int ui) {
 static void units_gather_replicas(Trainer *t) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        CommHandle h = comm_all_gather_start(&t->comm, u->full_param, u->shard_param, u->shard, ui,
-                                             t->cfg.param_dtype);
+        CommHandle h = comm_all_gather_start(&t->comm, u->full_param, DTYPE_FP32, u->shard_param,
+                                             u->shard, ui, t->cfg.param_dtype);
         comm_wait(&t->comm, &h);
     }
 }
@@ -1998,7 +2013,8 @@ static double sum_over_ranks(Trainer *t, CommGroup group, float mine, const char
         (float *)ledger_alloc(&t->ledger, MEM_COMM_BUFFERS, (size_t)N, sizeof(float), what);
     float *host = (float *)host_calloc((size_t)N, sizeof(float), "gather one float per rank");
     dev_from_host(all + rank, &mine, sizeof(float)); /* in place: our slot is the input */
-    CommHandle h = comm_all_gather_in(&t->comm, group, all, all + rank, 1, -1, DTYPE_FP32);
+    CommHandle h =
+        comm_all_gather_in(&t->comm, group, all, DTYPE_FP32, all + rank, 1, -1, DTYPE_FP32);
     comm_wait(&t->comm, &h);
     dev_to_host(host, all, (size_t)N * sizeof(float));
     double sum = 0.0;
@@ -2257,7 +2273,7 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
         size_t P = (size_t)u->padded, lo = (size_t)shard_begin(u, t->shard_rank);
         u->full_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, P, c->param_dtype, u->name);
         u->full_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, P, whole_grad, u->name);
-        u->shard_param = u->full_param ? u->full_param + lo : NULL;
+        u->shard_param = u->full_param ? (float *)u->full_param + lo : NULL;
         u->shard_grad = u->full_grad ? u->full_grad + lo : NULL;
     } else if (c->cpu_offload) { /* all of it in the host's memory (section 8) */
         u->offloaded = 1;
@@ -2292,7 +2308,7 @@ static void unit_init_replica(Trainer *t, Unit *u) {
     float *host = (float *)host_calloc((size_t)u->padded + 1, sizeof(float), "initialise a unit");
     unit_init_range(u, &t->model, 0, u->padded, t->cfg.seed, host);
     dev_from_host(u->full_param, host, (size_t)u->padded * sizeof(float));
-    round_all(u->full_param, u->padded, t->cfg.param_dtype);
+    round_all((float *)u->full_param, u->padded, t->cfg.param_dtype);
     free(host);
 }
 
@@ -2349,7 +2365,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         Unit *u = &t->units[ui];
         unit_alloc_state(t, u);
         if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
-        if (!is_sharded(t)) unit_set_views(u, &t->model); /* the full state, always there */
+        if (!is_sharded(t)) unit_set_views(u, &t->model, DTYPE_FP32); /* the full state, always */
         if (backend.dry) continue; /* --plan: no values, only the ledger's bookings */
         unit_init_shard(u, &t->model, t->shard_rank, cfg->seed, unit_state_host(u, 0));
         unit_state_to_device(u, cfg->param_dtype);

@@ -295,6 +295,8 @@ typedef struct {
     float *tmp;         /* (S) the ring's receive buffer */
     long S;             /* elements per rank (chunk) */
     Dtype wire;         /* the format on the wire; fp32, or 16-bit (mixed precision) */
+    Dtype held;         /* all-gather: full holds fp32 slots, or (= wire) the wire's 16
+                         * bits as they came: a unit's full state on a GPU */
     CommGroup group;    /* the ranks it runs over */
     float prescale;     /* 16-bit sums: the inputs are multiplied by it first (1/predivide) */
     void *ready;        /* GPU: cudaEvent_t on the compute stream once the inputs are
@@ -400,7 +402,8 @@ typedef struct {
     ParamInit init;   /* how its elements start (PyTorch defaults) */
     float init_bound; /* INIT_UNIFORM: uniform(-bound, bound); INIT_NORMAL: the std */
     int conv1d;       /* GPT-2's Conv1D weight: Hugging Face's files hold it (in, out) */
-    float *data;      /* view into the unit's full state, or NULL */
+    void *data;       /* view into the unit's full state (its format: fsdp.c's full_dtype),
+                       * or NULL */
     float *grad;      /* view into the unit's full gradient, or NULL */
 } Param;
 
@@ -439,7 +442,8 @@ typedef struct {
     float *master_param;           /* (shard) mixed precision: the fp32 parameters AdamW
                                     * updates; shard_param is then their param_dtype copy.
                                     * NULL in fp32: shard_param is the master itself */
-    float *full_param;             /* (padded) gathered full state, or NULL */
+    void *full_param;              /* (padded) gathered full state, or NULL; fp32 slots, or
+                                    * 16 bits on a GPU (fsdp.c's full_dtype) */
     float *full_grad;              /* (padded) full-size gradient, or NULL */
     /* its all-gather on the way (fsdp.c, section 8; a gradient's reduction
      * is the trainer's pending_reduce) */

@@ -40,11 +40,13 @@ static void collective_run(Comm *c, const CommTask *k) {
     if (S == 0 || backend.dry) return; /* no parameters, or --plan: nothing to move */
     CommTask host = comm_task(k->kind, k->group, c->stage, NULL, c->stage + (N + 1) * S,
                               c->stage + N * S, S, k->wire, k->prescale);
-    size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * sizeof(float);
+    host.held = k->held; /* an all-gather into 16 bits: the stage holds them so too */
+    size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * dtype_bytes(k->held);
     if (k->kind == COMM_ALL_GATHER) {
-        host.shard = c->stage + c->rank * S; /* in place on the host */
-        cudaCheck(cudaMemcpyAsync(host.full + c->rank * S, k->shard, chunk, cudaMemcpyDeviceToHost,
-                                  backend.comm));
+        /* in place on the host; packed into 16 bits, from the out slot */
+        float *mine = k->held != DTYPE_FP32 ? host.out : c->stage + c->rank * S;
+        host.shard = mine;
+        cudaCheck(cudaMemcpyAsync(mine, k->shard, chunk, cudaMemcpyDeviceToHost, backend.comm));
     } else {
         cudaCheck(cudaMemcpyAsync(host.full, k->full, all, cudaMemcpyDeviceToHost, backend.comm));
     }
@@ -252,10 +254,18 @@ static void device_comm_close(Comm *c) {
 /* Mixed precision on NCCL: the float slots are packed into a 16-bit device
  * buffer on the compute stream (before the `ready` event), NCCL works on
  * that in ncclBfloat16 or ncclFloat16, and nccl_wait unpacks the result.
- * The returned task points NCCL at the packed buffer. */
+ * The returned task points NCCL at the packed buffer. An all-gather into a
+ * unit's 16-bit full state (k->held) needs neither: it packs the shard
+ * into its own slice of the output, and NCCL gathers in place. */
 static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     long S = k->S, N = c->world;
     CommTask w = *k;
+    if (k->kind == COMM_ALL_GATHER && k->held != DTYPE_FP32) {
+        uint16_t *full = (uint16_t *)k->full;
+        FOR_EACH(S, pack_one, full + c->rank * S, k->shard, k->wire, 1.0f);
+        w.shard = (float *)(full + c->rank * S);
+        return w;
+    }
     /* N slices and the reduce-scatter's output; + 2 bytes, never 0 (S = 0) */
     h->wire_bytes = (size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2;
     uint16_t *buf = (uint16_t *)dev_alloc(h->wire_bytes);

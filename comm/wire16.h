@@ -48,15 +48,17 @@ static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
 
 /* A collective whose wire format is 16-bit, on host buffers: the float
  * slots are packed into uint16_t, the collective runs on those, and the
- * result is unpacked into the slots. */
+ * result is unpacked into the slots, or, an all-gather into 16 bits
+ * (k->held), left packed: then full itself is the wire's buffer. */
 static void collective_run_host_16(Comm *c, const CommTask *k) {
     long S = k->S, N = c->world;
-    int mpi = c->impl == COLLECTIVES_MPI;
+    int mpi = c->impl == COLLECTIVES_MPI, packed = k->held != DTYPE_FP32;
     Dtype d = k->wire;
     /* N slices and the ring's tmp; + 2 bytes so that a group holding none
      * of a unit's parameters (S = 0) still asks for some memory */
-    uint16_t *w = (uint16_t *)host_malloc((size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2,
-                                          "pack a 16-bit collective");
+    size_t bytes = (size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2;
+    uint16_t *w = packed ? (uint16_t *)k->full
+                         : (uint16_t *)host_malloc(bytes, "pack a 16-bit collective");
     uint16_t *tmp = w + N * S, *mine = w + c->rank * S;
     if (k->kind == COMM_ALL_GATHER) {
         for (long i = 0; i < S; i++) pack_one(i, mine, k->shard, d, 1.0f);
@@ -64,7 +66,8 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
             mpiCheck(MPI_Allgather(MPI_IN_PLACE, (int)S, MPI_UINT16_T, w, (int)S, MPI_UINT16_T,
                                    c->stream_comm));
         else ring_all_gather_16(c, w, S);
-        for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
+        if (!packed)
+            for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
     } else if (k->kind == COMM_REDUCE_SCATTER) {
         for (long i = 0; i < N * S; i++) pack_one(i, w, k->full, d, k->prescale);
         if (mpi)
@@ -83,5 +86,5 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
         }
         for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
     }
-    free(w);
+    if (!packed) free(w);
 }

@@ -79,11 +79,11 @@ FSDP_HD static inline void residual_add_one(long i, void *out, const void *x, co
     store_as(out, i, round_to(load_as(x, i, held) + load_as(y, i, held), d), held);
 }
 
-/* out row b of (B, O), held in format oh, starts as the bias (or 0 with
- * none: GPT-2's lm_head); the matmul then adds to it */
-FSDP_HD static inline void bias_broadcast_one(long i, void *out, const float *bias, int O,
-                                              Dtype oh) {
-    store_as(out, i, bias ? bias[i % O] : 0.0f, oh);
+/* out row b of (B, O), held in format oh, starts as the bias (held in
+ * wh, or 0 with none: GPT-2's lm_head); the matmul then adds to it */
+FSDP_HD static inline void bias_broadcast_one(long i, void *out, const void *bias, int O,
+                                              Dtype wh, Dtype oh) {
+    store_as(out, i, bias ? load_as(bias, i % O, wh) : 0.0f, oh);
 }
 /* dbias[o] += the sum over the B rows of dout (held in format dh), in
  * increasing b */
@@ -95,10 +95,12 @@ FSDP_HD static inline void bias_backward_one(long o, float *dbias, const void *d
 }
 
 /* LayerNorm of row b: out = (x - mean) * rstd * weight + bias, a matmul's
- * input, from the residual stream; both held. Saves mean, rstd. */
+ * input, from the residual stream; both held, the parameters in wh (a
+ * unit's full state: fsdp.c, section 8). Saves mean, rstd. */
 FSDP_HD static inline void layernorm_forward_row(long b, void *out, float *mean, float *rstd,
-                                                 const void *inp, const float *weight,
-                                                 const float *bias, int D, Dtype d, Dtype held) {
+                                                 const void *inp, const void *weight,
+                                                 const void *bias, Dtype wh, int D, Dtype d,
+                                                 Dtype held) {
     float m = 0.0f, v = 0.0f;
     for (int i = 0; i < D; i++) m += load_as(inp, b * D + i, held);
     m /= (float)D;
@@ -110,7 +112,8 @@ FSDP_HD static inline void layernorm_forward_row(long b, void *out, float *mean,
     float s = 1.0f / sqrtf(v + 1e-5f);
     for (int i = 0; i < D; i++) {
         float x = load_as(inp, b * D + i, held);
-        store_matmul_input(out, b * D + i, (x - m) * s * weight[i] + bias[i], d, held);
+        float y = (x - m) * s * load_as(weight, i, wh) + load_as(bias, i, wh);
+        store_matmul_input(out, b * D + i, y, d, held);
     }
     mean[b] = m;
     rstd[b] = s;
@@ -119,15 +122,15 @@ FSDP_HD static inline void layernorm_forward_row(long b, void *out, float *mean,
  * dx = rstd * (g - mean(g) - n * mean(g * n)), added into the residual
  * stream's gradient dinp and the sum rounded to d. dinp, dy (the Linear
  * after the norm wrote it; only this and the column sums read it) and the
- * input are held. */
+ * input are held, the weight in wh. */
 FSDP_HD static inline void layernorm_backward_row(long b, void *dinp, const void *dout,
-                                                  const void *inp, const float *weight,
+                                                  const void *inp, const void *weight, Dtype wh,
                                                   const float *mean, const float *rstd, int D,
                                                   Dtype d, Dtype held) {
     float g_mean = 0.0f, gn_mean = 0.0f;
     for (int i = 0; i < D; i++) {
         float n = (load_as(inp, b * D + i, held) - mean[b]) * rstd[b];
-        float g = load_as(dout, b * D + i, held) * weight[i];
+        float g = load_as(dout, b * D + i, held) * load_as(weight, i, wh);
         g_mean += g;
         gn_mean += g * n;
     }
@@ -136,7 +139,8 @@ FSDP_HD static inline void layernorm_backward_row(long b, void *dinp, const void
     for (int i = 0; i < D; i++) {
         long at = b * D + i;
         float n = (load_as(inp, at, held) - mean[b]) * rstd[b];
-        float dx = rstd[b] * (load_as(dout, at, held) * weight[i] - g_mean - n * gn_mean);
+        float w = load_as(weight, i, wh);
+        float dx = rstd[b] * (load_as(dout, at, held) * w - g_mean - n * gn_mean);
         store_as(dinp, at, round_to(load_as(dinp, at, held) + dx, d), held);
     }
 }
@@ -156,11 +160,12 @@ FSDP_HD static inline void layernorm_backward_col(long i, float *dweight, float 
 }
 
 /* element i of out (B, T*C), proj_in's input: channel i % C of the
- * embedding of context byte i / C (a parameter's value: of param_dtype
- * already, so held exactly) */
+ * embedding of context byte i / C (a parameter's value, held in wh: of
+ * param_dtype already, so held exactly) */
 FSDP_HD static inline void embedding_forward_one(long i, void *out, const unsigned char *tokens,
-                                                 const float *weight, int C, Dtype held) {
-    store_as(out, i, weight[(long)tokens[i / C] * C + i % C], held);
+                                                 const void *weight, Dtype wh, int C,
+                                                 Dtype held) {
+    store_as(out, i, load_as(weight, (long)tokens[i / C] * C + i % C, wh), held);
 }
 /* The batch's rows grouped by token, for an embedding's gradient
  * (embedding_backward_one below): built on the host when a batch is
@@ -301,9 +306,9 @@ static unsigned warp_blocks(long rows) {
 __global__ static void layernorm_forward_warp(void *__restrict__ out, float *__restrict__ mean,
                                               float *__restrict__ rstd,
                                               const void *__restrict__ inp,
-                                              const float *__restrict__ weight,
-                                              const float *__restrict__ bias, int B, int D,
-                                              Dtype d, Dtype held) {
+                                              const void *__restrict__ weight,
+                                              const void *__restrict__ bias, Dtype wh, int B,
+                                              int D, Dtype d, Dtype held) {
     long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (b >= B) return; /* a whole warp: b is the same on its 32 lanes */
@@ -318,7 +323,8 @@ __global__ static void layernorm_forward_warp(void *__restrict__ out, float *__r
     float s = 1.0f / sqrtf(v + 1e-5f);
     for (int i = lane; i < D; i += 32) {
         float x = load_as(inp, b * D + i, held);
-        store_matmul_input(out, b * D + i, (x - m) * s * weight[i] + bias[i], d, held);
+        float y = (x - m) * s * load_as(weight, i, wh) + load_as(bias, i, wh);
+        store_matmul_input(out, b * D + i, y, d, held);
     }
     if (lane == 0) mean[b] = m, rstd[b] = s;
 }
@@ -327,7 +333,7 @@ __global__ static void layernorm_forward_warp(void *__restrict__ out, float *__r
 __global__ static void layernorm_backward_warp(void *__restrict__ dinp,
                                                const void *__restrict__ dout,
                                                const void *__restrict__ inp,
-                                               const float *__restrict__ weight,
+                                               const void *__restrict__ weight, Dtype wh,
                                                const float *__restrict__ mean,
                                                const float *__restrict__ rstd, int B, int D,
                                                Dtype d, Dtype held) {
@@ -336,7 +342,7 @@ __global__ static void layernorm_backward_warp(void *__restrict__ dinp,
     if (b >= B) return;
     float mb = mean[b], sb = rstd[b], g_mean = 0.0f, gn_mean = 0.0f;
     for (int i = lane; i < D; i += 32) {
-        float g = load_as(dout, b * D + i, held) * weight[i];
+        float g = load_as(dout, b * D + i, held) * load_as(weight, i, wh);
         g_mean += g;
         gn_mean += g * ((load_as(inp, b * D + i, held) - mb) * sb);
     }
@@ -345,7 +351,8 @@ __global__ static void layernorm_backward_warp(void *__restrict__ dinp,
     for (int i = lane; i < D; i += 32) {
         long at = b * D + i;
         float n = (load_as(inp, at, held) - mb) * sb;
-        float dx = sb * (load_as(dout, at, held) * weight[i] - g_mean - n * gn_mean);
+        float w = load_as(weight, i, wh);
+        float dx = sb * (load_as(dout, at, held) * w - g_mean - n * gn_mean);
         store_as(dinp, at, round_to(load_as(dinp, at, held) + dx, d), held);
     }
 }
@@ -445,24 +452,26 @@ static void column_sums(float *dweight, float *dbias, const void *dout, Dtype dh
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
- * (rounded to d); out and inp held in backend.gemm_dtype; saves mean, rstd (B) */
+ * (rounded to d); out and inp held in backend.gemm_dtype, the parameters
+ * in wh; saves mean, rstd (B) */
 static void layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
-                              const float *weight, const float *bias, int B, int D, Dtype d) {
+                              const void *weight, const void *bias, Dtype wh, int B, int D,
+                              Dtype d) {
     if (backend.dry || B <= 0) return;
     layernorm_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        out, mean, rstd, inp, weight, bias, B, D, d, backend.gemm_dtype);
+        out, mean, rstd, inp, weight, bias, wh, B, D, d, backend.gemm_dtype);
     cudaCheck(cudaGetLastError());
 }
 /* dinp += LayerNorm's input gradient, rounded to d, from dout (the Linear
  * after the norm wrote it, and only this reads it); dinp, dout and inp
- * held in gemm_dtype */
+ * held in gemm_dtype, the weight in wh */
 static void layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
-                               const void *inp, const float *weight, const float *mean,
+                               const void *inp, const void *weight, Dtype wh, const float *mean,
                                const float *rstd, int B, int D, Dtype d) {
     if (backend.dry || B <= 0) return;
     Dtype held = backend.gemm_dtype;
     layernorm_backward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        dinp, dout, inp, weight, mean, rstd, B, D, d, held);
+        dinp, dout, inp, weight, wh, mean, rstd, B, D, d, held);
     cudaCheck(cudaGetLastError());
     column_sums(dweight, dbias, dout, held, inp, mean, rstd, B, D);
 }
@@ -522,21 +531,20 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  * output and input gradient reads it as held, above; tests/test_kernels.cu
  * also writes fp32); dout in dh: held, or the loss's fp32 gradient of the
  * logits (the head's). */
-static void linear_forward(void *out, Dtype oh, const void *inp, const float *weight,
-                           const float *bias, int B, int I, int O) {
+static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight,
+                           const void *bias, Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
-    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O, oh);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, DTYPE_FP32, I, inp, held, I, 1.0f, out, oh, O);
+    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O, wh, oh);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 1.0f, out, oh, O);
 }
 
 static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
-                            const void *dout, Dtype dh, const void *inp, const float *weight,
-                            int B, int I, int O) {
+                            const void *dout, Dtype dh, const void *inp, const void *weight,
+                            Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, DTYPE_FP32, I, dout, dh, O, 0.0f, dinp, dih,
-         I);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, wh, I, dout, dh, O, 0.0f, dinp, dih, I);
     gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, 1.0f, dweight, DTYPE_FP32,
          I);
     if (dbias) bias_backward(dbias, dout, dh, B, O);
@@ -633,13 +641,13 @@ static void cpu_result_store(float *f, void *x, Dtype held, long n) {
  * every batch size. (The panel is scratch in host memory, outside the
  * ledger, as cuBLAS's workspace would be on a GPU.) inp is held in
  * gemm_dtype, out in oh (cpu_operand, above). */
-static void linear_forward(void *out, Dtype oh, const void *inp, const float *weight,
-                           const float *bias, int B, int I, int O) {
+static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight_held,
+                           const void *bias, Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
+    const float *weight = cpu_operand(weight_held, wh, (long)O * I);
     float *y = cpu_result(out, oh, (long)B * O);
-    Dtype slots = DTYPE_FP32;
-    FOR_EACH((long)B * O, bias_broadcast_one, y, bias, O, slots);
+    FOR_EACH((long)B * O, bias_broadcast_one, y, bias, O, wh, DTYPE_FP32);
     float *panel =
         (float *)host_malloc((size_t)I * BWD_VEC * sizeof(float), "allocate a matmul panel");
     for (int o0 = 0; o0 < O; o0 += BWD_VEC) {
@@ -656,14 +664,16 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const float *we
     free(panel);
     cpu_result_store(y, out, oh, (long)B * O);
     cpu_operand_free(x, inp);
+    cpu_operand_free(weight, weight_held);
 }
 
 /* dinp held in dih, dout in dh, inp in gemm_dtype (cpu_operand, above) */
 static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
-                            const void *dout, Dtype dh, const void *inp, const float *weight,
-                            int B, int I, int O) {
+                            const void *dout, Dtype dh, const void *inp, const void *weight_held,
+                            Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     const float *g = cpu_operand(dout, dh, (long)B * O);
+    const float *weight = cpu_operand(weight_held, wh, (long)O * I);
     const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
     float *dx = cpu_result(dinp, dih, (long)B * I);
     /* dinp (B, I) = dout (B, O) @ weight (O, I): summed over o, from 0 */
@@ -675,21 +685,23 @@ static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
     if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh);
     cpu_operand_free(g, dout);
     cpu_operand_free(x, inp);
+    cpu_operand_free(weight, weight_held);
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
  * (rounded to d); out and inp held in backend.gemm_dtype; saves mean, rstd
  * (B): a row per FOR_EACH element here, a warp per row on a GPU (above) */
 static void layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
-                              const float *weight, const float *bias, int B, int D, Dtype d) {
-    FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, D, d,
+                              const void *weight, const void *bias, Dtype wh, int B, int D,
+                              Dtype d) {
+    FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, wh, D, d,
              backend.gemm_dtype);
 }
 static void layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
-                               const void *inp, const float *weight, const float *mean,
+                               const void *inp, const void *weight, Dtype wh, const float *mean,
                                const float *rstd, int B, int D, Dtype d) {
     Dtype held = backend.gemm_dtype;
-    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, mean, rstd, D, d, held);
+    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, wh, mean, rstd, D, d, held);
     FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D, held);
 }
 #endif
@@ -713,11 +725,12 @@ static void embedding_backward(float *dweight, const void *dout, const TokenRows
              by_token->end, by_token->token, C, backend.gemm_dtype);
 }
 
-/* out (B, T*C), a matmul's input (held in gemm_dtype): the embeddings of
- * the T context bytes of each sample, end to end */
-static void embedding_forward(void *out, const unsigned char *tokens, const float *weight, int B,
-                              int T, int C) {
-    FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight, C, backend.gemm_dtype);
+/* out (B, T*C), a matmul's input (held in gemm_dtype): the embeddings
+ * (held in wh) of the T context bytes of each sample, end to end */
+static void embedding_forward(void *out, const unsigned char *tokens, const void *weight,
+                              Dtype wh, int B, int T, int C) {
+    FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight, wh, C,
+             backend.gemm_dtype);
 }
 
 /* Softmax cross-entropy, averaged over the B samples: writes probs (B, V)

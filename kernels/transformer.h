@@ -36,16 +36,18 @@ FSDP_HD static inline void gelu_tanh_backward_one(long i, void *dinp, const void
 }
 
 /* element i of out (B*T, D), the residual stream (held: kernels/layers.h):
- * channel i % D of token i / D's embedding (a parameter's value, of
- * param_dtype already, so held exactly) */
+ * channel i % D of token i / D's embedding (a parameter's value, held in
+ * wh: of param_dtype already, so held exactly) */
 FSDP_HD static inline void token_embedding_forward_one(long i, void *out, const int *tokens,
-                                                       const float *wte, int D, Dtype held) {
-    store_as(out, i, wte[(long)tokens[i / D] * D + i % D], held);
+                                                       const void *wte, Dtype wh, int D,
+                                                       Dtype held) {
+    store_as(out, i, load_as(wte, (long)tokens[i / D] * D + i % D, wh), held);
 }
 /* ... plus its position's: row b*T + t gets wpe row t, the sum rounded to d */
-FSDP_HD static inline void position_embedding_forward_one(long i, void *out, const float *wpe,
-                                                          int T, int D, Dtype d, Dtype held) {
-    float x = load_as(out, i, held) + wpe[((i / D) % T) * D + i % D];
+FSDP_HD static inline void position_embedding_forward_one(long i, void *out, const void *wpe,
+                                                          Dtype wh, int T, int D, Dtype d,
+                                                          Dtype held) {
+    float x = load_as(out, i, held) + load_as(wpe, ((i / D) % T) * D + i % D, wh);
     store_as(out, i, round_to(x, d), held);
 }
 /* element i = t*D + c of wpe's gradient: the sum over the B sequences of

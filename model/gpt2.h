@@ -113,7 +113,8 @@ static void gpt2_linear(Trainer *t, int module, void *out, const void *inp, long
                         int O) {
     Dtype held = backend.gemm_dtype;
     module_pre_forward(t, module);
-    linear_forward(out, held, inp, weight_of(t, module), bias_of(t, module), (int)BT, I, O);
+    linear_forward(out, held, inp, weight_of(t, module), bias_of(t, module), full_dtype(t),
+                   (int)BT, I, O);
     lowp(t, out, BT * O, held);
     module_post_forward(t, module);
 }
@@ -121,8 +122,8 @@ static void gpt2_layernorm(Trainer *t, int module, void *out, float *mean, float
                            const void *inp, long BT) {
     int D = t->cfg.width;
     module_pre_forward(t, module);
-    layernorm_forward(out, mean, rstd, inp, weight_of(t, module), bias_of(t, module), (int)BT, D,
-                      t->cfg.param_dtype);
+    layernorm_forward(out, mean, rstd, inp, weight_of(t, module), bias_of(t, module),
+                      full_dtype(t), (int)BT, D, t->cfg.param_dtype);
     module_post_forward(t, module);
 }
 
@@ -161,16 +162,16 @@ static float gpt2_forward(Trainer *t) {
     const Config *c = &t->cfg;
     int B = t->micro_batch, T = c->context, D = c->width, V = c->vocab;
     long BT = (long)B * T;
-    Dtype held = backend.gemm_dtype; /* activations.h */
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 8 */
 
     module_pre_forward(t, m->root);
     module_pre_forward(t, m->transformer);
     module_pre_forward(t, m->wte);
-    FOR_EACH(BT * D, token_embedding_forward_one, a->res, a->tokens, weight_of(t, m->wte), D,
+    FOR_EACH(BT * D, token_embedding_forward_one, a->res, a->tokens, weight_of(t, m->wte), wh, D,
              held);
     module_post_forward(t, m->wte);
     module_pre_forward(t, m->wpe);
-    FOR_EACH(BT * D, position_embedding_forward_one, a->res, weight_of(t, m->wpe), T, D,
+    FOR_EACH(BT * D, position_embedding_forward_one, a->res, weight_of(t, m->wpe), wh, T, D,
              c->param_dtype, held);
     module_post_forward(t, m->wpe);
 
@@ -192,7 +193,7 @@ static float gpt2_forward(Trainer *t) {
     module_post_forward(t, m->transformer);
 
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
-    linear_forward(a->logits, held, a->lnf, weight_of(t, m->wte), NULL, (int)BT, D, V);
+    linear_forward(a->logits, held, a->lnf, weight_of(t, m->wte), NULL, wh, (int)BT, D, V);
     lowp(t, a->logits, BT * V, held);
     module_post_forward(t, m->lm_head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, (int)BT, V);
@@ -208,7 +209,7 @@ static void gpt2_linear_backward(Trainer *t, int module, void *dinp, const void 
     Dtype held = backend.gemm_dtype;
     module_pre_backward(t, module);
     linear_backward(dinp, held, dweight_of(t, module), dbias_of(t, module), dout, held, inp,
-                    weight_of(t, module), (int)BT, I, O);
+                    weight_of(t, module), full_dtype(t), (int)BT, I, O);
     lowp(t, dinp, BT * I, held);
     module_post_backward(t, module);
 }
@@ -220,7 +221,8 @@ static void gpt2_layernorm_backward(Trainer *t, int module, void *dinp, const vo
     int D = t->cfg.width;
     module_pre_backward(t, module);
     layernorm_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, inp,
-                       weight_of(t, module), mean, rstd, (int)BT, D, t->cfg.param_dtype);
+                       weight_of(t, module), full_dtype(t), mean, rstd, (int)BT, D,
+                       t->cfg.param_dtype);
     module_post_backward(t, module);
 }
 
@@ -283,7 +285,7 @@ static void gpt2_backward(Trainer *t) {
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
     Dtype held = backend.gemm_dtype; /* activations.h */
     linear_backward(a->d_x, held, dweight_of(t, m->wte), NULL, a->logits, held, a->lnf,
-                    weight_of(t, m->wte), (int)BT, D, V);
+                    weight_of(t, m->wte), full_dtype(t), (int)BT, D, V);
     lowp(t, a->d_x, BT * D, held);
     module_post_backward(t, m->lm_head);
     module_pre_backward(t, m->transformer);

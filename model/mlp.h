@@ -68,11 +68,12 @@ static void zero_held(void *x, long n) {
     dev_zero(x, (size_t)n * (size_t)dtype_bytes(backend.gemm_dtype));
 }
 
-/* The parameter tensors of a module, once its unit's full state is present. */
-static float *weight_of(Trainer *t, int module) {
+/* The parameter tensors of a module, once its unit's full state is
+ * present, held in full_dtype(t) (fsdp.c, section 8). */
+static const void *weight_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[0]].data;
 }
-static float *bias_of(Trainer *t, int module) {
+static const void *bias_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[1]].data;
 }
 static float *dweight_of(Trainer *t, int module) {
@@ -102,16 +103,16 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     const Config *c = &t->cfg;
     int B = t->micro_batch, D = c->width;
     long k = saved_block(c, l), BD = (long)B * D, BF = 4 * BD;
-    Dtype held = backend.gemm_dtype;
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t);
     void *ln = element_at(a->ln, k * BD, held), *fc1 = element_at(a->fc1, k * BF, held);
     module_pre_forward(t, m->block_norm[l]);
     layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, element_at(a->h, l * BD, held),
-                      weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), B, D,
+                      weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), wh, B, D,
                       c->param_dtype);
     module_post_forward(t, m->block_norm[l]);
     module_pre_forward(t, m->block_fc1[l]);
-    linear_forward(fc1, held, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), B,
-                   D, 4 * D);
+    linear_forward(fc1, held, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), wh,
+                   B, D, 4 * D);
     lowp(t, fc1, BF, held);
     module_post_forward(t, m->block_fc1[l]);
     gelu_forward(element_at(a->act, k * BF, held), fc1, BF, c->param_dtype);
@@ -124,14 +125,14 @@ static float model_forward(Trainer *t) {
     int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 8 */
     module_pre_forward(t, m->root);
     module_pre_forward(t, m->embed);
-    embedding_forward(a->x_emb, a->tokens, weight_of(t, m->embed), B, T, C);
+    embedding_forward(a->x_emb, a->tokens, weight_of(t, m->embed), wh, B, T, C);
     module_post_forward(t, m->embed);
 
     module_pre_forward(t, m->proj_in);
-    Dtype held = backend.gemm_dtype; /* activations.h */
-    linear_forward(a->h, held, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), B,
+    linear_forward(a->h, held, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), wh, B,
                    T * C, D);
     lowp(t, a->h, BD, held);
     module_post_forward(t, m->proj_in);
@@ -144,7 +145,7 @@ static float model_forward(Trainer *t) {
         block_norm_fc1_gelu(t, l);
         module_pre_forward(t, m->block_fc2[l]);
         linear_forward(h_out, held, act, weight_of(t, m->block_fc2[l]),
-                       bias_of(t, m->block_fc2[l]), B, 4 * D, D);
+                       bias_of(t, m->block_fc2[l]), wh, B, 4 * D, D);
         lowp(t, h_out, BD, held);
         module_post_forward(t, m->block_fc2[l]);
         /* the residual connection, over fc2's output in place */
@@ -155,10 +156,11 @@ static float model_forward(Trainer *t) {
 
     module_pre_forward(t, m->norm_f);
     layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, element_at(a->h, c->depth * BD, held),
-                      weight_of(t, m->norm_f), bias_of(t, m->norm_f), B, D, c->param_dtype);
+                      weight_of(t, m->norm_f), bias_of(t, m->norm_f), wh, B, D, c->param_dtype);
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
-    linear_forward(a->logits, held, a->nf, weight_of(t, m->head), bias_of(t, m->head), B, D, V);
+    linear_forward(a->logits, held, a->nf, weight_of(t, m->head), bias_of(t, m->head), wh, B, D,
+                   V);
     lowp(t, a->logits, (long)B * V, held);
     module_post_forward(t, m->head);
     float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
@@ -212,16 +214,16 @@ static void model_backward(Trainer *t) {
     crossentropy_backward(a->logits, a->probs, a->targets, t->loss_scale / (float)t->local_batch,
                           B, V, c->param_dtype); /* over the logits */
     module_pre_backward(t, m->head);
-    Dtype held = backend.gemm_dtype; /* activations.h */
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 8 */
     linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), a->logits, held,
-                    a->nf, weight_of(t, m->head), B, D, V);
+                    a->nf, weight_of(t, m->head), wh, B, D, V);
     lowp(t, a->d_nf, BD, held);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
     zero_held(a->d_h, BD);
     layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), a->d_nf,
-                       element_at(a->h, c->depth * BD, held), weight_of(t, m->norm_f), a->nf_mean,
-                       a->nf_rstd, B, D, c->param_dtype);
+                       element_at(a->h, c->depth * BD, held), weight_of(t, m->norm_f), wh,
+                       a->nf_mean, a->nf_rstd, B, D, c->param_dtype);
     module_post_backward(t, m->norm_f);
 
     module_pre_backward(t, m->blocks);
@@ -236,20 +238,20 @@ static void model_backward(Trainer *t) {
         module_pre_backward(t, m->block_fc2[l]);
         linear_backward(a->d_act, held, dweight_of(t, m->block_fc2[l]),
                         dbias_of(t, m->block_fc2[l]), a->d_h, held, act,
-                        weight_of(t, m->block_fc2[l]), B, 4 * D, D);
+                        weight_of(t, m->block_fc2[l]), wh, B, 4 * D, D);
         lowp(t, a->d_act, BF, held);
         module_post_backward(t, m->block_fc2[l]);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
         module_pre_backward(t, m->block_fc1[l]);
         linear_backward(a->d_ln, held, dweight_of(t, m->block_fc1[l]),
                         dbias_of(t, m->block_fc1[l]), a->d_fc1, held, ln,
-                        weight_of(t, m->block_fc1[l]), B, D, 4 * D);
+                        weight_of(t, m->block_fc1[l]), wh, B, D, 4 * D);
         lowp(t, a->d_ln, BD, held);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
         layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
-                           a->d_ln, h_in, weight_of(t, m->block_norm[l]), a->ln_mean + k * B,
-                           a->ln_rstd + k * B, B, D, c->param_dtype);
+                           a->d_ln, h_in, weight_of(t, m->block_norm[l]), wh,
+                           a->ln_mean + k * B, a->ln_rstd + k * B, B, D, c->param_dtype);
         module_post_backward(t, m->block_norm[l]);
         module_post_backward(t, m->block[l]);
     }
@@ -257,7 +259,7 @@ static void model_backward(Trainer *t) {
 
     module_pre_backward(t, m->proj_in);
     linear_backward(a->d_emb, held, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h,
-                    held, a->x_emb, weight_of(t, m->proj_in), B, T * C, D);
+                    held, a->x_emb, weight_of(t, m->proj_in), wh, B, T * C, D);
     lowp(t, a->d_emb, (long)B * T * C, held);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);

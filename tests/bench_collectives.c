@@ -88,11 +88,11 @@ static void run_op(Bench *b, Op op) {
     int S = (int)b->S;
     switch (op) {
     case OP_AG_RING:
-        h = comm_all_gather_start(&b->ring, b->full, b->shard, b->S, -1, DTYPE_FP32);
+        h = comm_all_gather_start(&b->ring, b->full, DTYPE_FP32, b->shard, b->S, -1, DTYPE_FP32);
         comm_wait(&b->ring, &h);
         break;
     case OP_AG_NB:
-        h = comm_all_gather_start(&b->nb, b->full, b->shard, b->S, -1, DTYPE_FP32);
+        h = comm_all_gather_start(&b->nb, b->full, DTYPE_FP32, b->shard, b->S, -1, DTYPE_FP32);
         comm_wait(&b->nb, &h);
         break;
     case OP_AG_OMPI:

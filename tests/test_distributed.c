@@ -805,6 +805,44 @@ static void test_clip(int argc, char **argv, const char *strategy) {
     trainer_destroy(ref);
 }
 
+/* ---- a GPU's storage, on N ranks -----------------------------------------------
+ * With backend.gemm_dtype the 16-bit param_dtype, as backend_init sets it
+ * on a GPU, activations are held in 16 bits and a sharded unit's full state
+ * is gathered into 16 bits, the all-gather's output as it came, from which
+ * every kernel reads the parameters (fsdp.c's full_dtype). K steps on N
+ * ranks must give the losses and parameters of the same N ranks holding
+ * fp32 slots, the CPU's own storage, bit for bit: a shard packed into the
+ * wrong slice of the gathered state, or a view at the wrong offset, would
+ * not. The global switch is set for one trainer's whole life at a time. */
+static float held16_run(int argc, char **argv, const char *strategy, int held16, float *params) {
+    Config cfg;
+    make_config(&cfg, argc, argv, strategy, NULL);
+    backend.gemm_dtype = held16 ? cfg.param_dtype : DTYPE_FP32;
+    Trainer *t = trainer_create(&cfg, MPI_COMM_WORLD);
+    float loss = 0.0f;
+    for (int s = 0; s < cfg.steps; s++) loss += trainer_step(t, s);
+    trainer_gather_params(t, params);
+    trainer_destroy(t);
+    backend.gemm_dtype = DTYPE_FP32;
+    return loss;
+}
+
+static void test_held16(int argc, char **argv, const char *strategy) {
+    Config cfg;
+    make_config(&cfg, argc, argv, strategy, NULL);
+    Trainer *probe = trainer_create(&cfg, MPI_COMM_SELF);
+    long P = trainer_num_params(probe);
+    trainer_destroy(probe);
+    float *a = (float *)malloc((size_t)P * sizeof(float)), *b = (float *)malloc((size_t)P * sizeof(float));
+    float l16 = held16_run(argc, argv, strategy, 1, a), l32 = held16_run(argc, argv, strategy, 0, b);
+    long differ = 0;
+    for (long i = 0; i < P; i++) differ += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    check(l16 == l32 && differ == 0, "16-bit storage == fp32 slots",
+          "losses summed over %d steps %.7g == %.7g; %ld of %ld parameters differ", cfg.steps, l16, l32, differ, P);
+    free(a);
+    free(b);
+}
+
 int main(int argc, char **argv) {
     int provided = 0; /* fsdp.c's communication thread needs MPI_THREAD_MULTIPLE */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -849,6 +887,9 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "clip") && argc >= 3) {
         if (rank == 0) printf("clip_grad_norm: %s on %d ranks against 1 rank\n", argv[2], world);
         test_clip(argc - 3, argv + 3, argv[2]);
+    } else if (!strcmp(mode, "held16") && argc >= 3) {
+        if (rank == 0) printf("a GPU's 16-bit storage: %s on %d ranks == fp32 slots\n", argv[2], world);
+        test_held16(argc - 3, argv + 3, argv[2]);
     } else if (!strcmp(mode, "traffic") && argc >= 3) {
         if (rank == 0) printf("traffic: %s on %d ranks\n", argv[2], world);
         test_traffic(argc - 3, argv + 3, argv[2]);

@@ -85,20 +85,20 @@ static void gradcheck(GradCase *g, const char *layer) {
 enum { GB = 3, GI = 5, GO = 4 };
 
 typedef struct { float *out, *in, *w, *b; } LinearCtx;
-static void linear_case(void *c) { LinearCtx *x = (LinearCtx *)c; linear_forward(x->out, DTYPE_FP32, x->in, x->w, x->b, GB, GI, GO); }
+static void linear_case(void *c) { LinearCtx *x = (LinearCtx *)c; linear_forward(x->out, DTYPE_FP32, x->in, x->w, x->b, DTYPE_FP32, GB, GI, GO); }
 
 static void test_linear(void) {
     float in[GB * GI], w[GO * GI], b[GO], out[GB * GO], r[GB * GO];
     float din[GB * GI] = {0}, dw[GO * GI] = {0}, db[GO] = {0};
     fill(in, GB * GI, 1); fill(w, GO * GI, 2); fill(b, GO, 3); fill(r, GB * GO, 4);
-    linear_backward(din, DTYPE_FP32, dw, db, r, DTYPE_FP32, in, w, GB, GI, GO);
+    linear_backward(din, DTYPE_FP32, dw, db, r, DTYPE_FP32, in, w, DTYPE_FP32, GB, GI, GO);
     LinearCtx ctx = {out, in, w, b};
     GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GO * GI, GO}, {"input", "weight", "bias"}, 3, out, r, GB * GO, linear_case, &ctx};
     gradcheck(&g, "linear");
 }
 
 typedef struct { float *out, *mean, *rstd, *in, *w, *b; } NormCtx;
-static void norm_case(void *c) { NormCtx *x = (NormCtx *)c; layernorm_forward(x->out, x->mean, x->rstd, x->in, x->w, x->b, GB, GI, DTYPE_FP32); }
+static void norm_case(void *c) { NormCtx *x = (NormCtx *)c; layernorm_forward(x->out, x->mean, x->rstd, x->in, x->w, x->b, DTYPE_FP32, GB, GI, DTYPE_FP32); }
 
 static void test_layernorm(void) {
     float in[GB * GI], w[GI], b[GI], out[GB * GI], r[GB * GI], mean[GB], rstd[GB];
@@ -106,7 +106,7 @@ static void test_layernorm(void) {
     fill(in, GB * GI, 5); fill(w, GI, 6); fill(b, GI, 7); fill(r, GB * GI, 8);
     NormCtx ctx = {out, mean, rstd, in, w, b};
     norm_case(&ctx); /* saves mean and rstd for the backward */
-    layernorm_backward(din, dw, db, r, in, w, mean, rstd, GB, GI, DTYPE_FP32);
+    layernorm_backward(din, dw, db, r, in, w, DTYPE_FP32, mean, rstd, GB, GI, DTYPE_FP32);
     GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GI, GI}, {"input", "weight", "bias"}, 3, out, r, GB * GI, norm_case, &ctx};
     gradcheck(&g, "layernorm");
 }
@@ -126,7 +126,7 @@ static void test_gelu(void) {
 
 enum { EV = 6, ET = 3, EC = 2 };
 typedef struct { float *out, *w; const unsigned char *tok; } EmbCtx;
-static void emb_case(void *c) { EmbCtx *x = (EmbCtx *)c; embedding_forward(x->out, x->tok, x->w, GB, ET, EC); }
+static void emb_case(void *c) { EmbCtx *x = (EmbCtx *)c; embedding_forward(x->out, x->tok, x->w, DTYPE_FP32, GB, ET, EC); }
 
 /* A batch's rows grouped by token (TokenRows) in the arrays given: the
  * CPU build's device memory is the host's. */
@@ -194,12 +194,13 @@ static void probe_param(Trainer *t, Param *p, const long *idx, int n, float (*fo
     const float h = 1e-2f;
     double diff2 = 0.0, norm2 = 0.0;
     for (int k = 0; k < n; k++) {
-        float keep = p->data[idx[k]];
-        p->data[idx[k]] = keep + h;
+        float *data = (float *)p->data; /* fp32 slots: the CPU's full_dtype */
+        float keep = data[idx[k]];
+        data[idx[k]] = keep + h;
         double lp = forward(t);
-        p->data[idx[k]] = keep - h;
+        data[idx[k]] = keep - h;
         double lm = forward(t);
-        p->data[idx[k]] = keep;
+        data[idx[k]] = keep;
         double numeric = (lp - lm) / (2.0 * h), g = p->grad[idx[k]];
         diff2 += (numeric - g) * (numeric - g);
         norm2 += g * g;
@@ -392,10 +393,10 @@ static void test_matmul_inputs16(void) {
                        *fc = pass ? (const void *)in16 : (const void *)in,
                        *dfc = pass ? (const void *)g16 : (const void *)g,
                        *dat = pass ? (const void *)dy16 : (const void *)dy;
-            if (k == 0) layernorm_forward(out, mean, rstd, fc, w, b, GB, GI, d);
+            if (k == 0) layernorm_forward(out, mean, rstd, fc, w, b, DTYPE_FP32, GB, GI, d);
             if (k == 1) gelu_forward(out, fc, N, d);
             if (k == 2) gelu_tanh_forward(out, fc, N, d);
-            if (k == 3) embedding_forward(out, tok, emb, GB, ET, EC);
+            if (k == 3) embedding_forward(out, tok, emb, DTYPE_FP32, GB, ET, EC);
             if (k == 4) attention_forward_gemm(out, att, x, AB, AT, AD, AH, d); /* P: bf16 */
             if (k == 5) gelu_backward(out, dfc, fc, N, d);
             if (k == 6) gelu_tanh_backward(out, dfc, fc, N, d);
@@ -431,9 +432,10 @@ enum { PV = 7, PT = 3, PD = 2 };
 typedef struct { float *out, *wte, *wpe; const int *tok; } PosCtx;
 static void pos_case(void *c) {
     PosCtx *x = (PosCtx *)c;
-    FOR_EACH(GB * PT * PD, token_embedding_forward_one, x->out, x->tok, x->wte, PD, DTYPE_FP32);
-    FOR_EACH(GB * PT * PD, position_embedding_forward_one, x->out, x->wpe, PT, PD, DTYPE_FP32,
-             DTYPE_FP32);
+    const Dtype fp32 = DTYPE_FP32;
+    FOR_EACH(GB * PT * PD, token_embedding_forward_one, x->out, x->tok, x->wte, fp32, PD, fp32);
+    FOR_EACH(GB * PT * PD, position_embedding_forward_one, x->out, x->wpe, fp32, PT, PD, fp32,
+             fp32);
 }
 
 static void test_gpt2_embedding(void) {
@@ -450,10 +452,12 @@ static void test_gpt2_embedding(void) {
 }
 
 /* The residual stream and its gradient held in 16 bits (kernels/layers.h):
- * a residual connection; LayerNorm's backward adding into the held
- * gradient, its parameter gradients from a held input; GPT-2's token +
- * position embedding written into the held stream, and wte's and wpe's
- * gradients read from the held gradient. Each, run with gemm_dtype bf16
+ * a residual connection; LayerNorm's forward from the held stream, and its
+ * backward adding into the held gradient, its parameter gradients from a
+ * held input; GPT-2's token + position embedding written into the held
+ * stream, and wte's and wpe's gradients read from the held gradient. The
+ * parameters are read from a unit's full state held in 16 bits too (fsdp.c's
+ * full_dtype). Each, run with gemm_dtype bf16
  * on packed buffers, must equal bit for bit the same kernel on fp32 slots
  * holding the same values (gemm_dtype fp32, what the CPU runs), and what
  * it writes into the stream must be those slots rounded to bf16. The
@@ -462,10 +466,11 @@ static void test_stream16(void) {
     enum { N = GB * GI, BT = GB * PT, NE = BT * PD };
     const Dtype d = DTYPE_BF16, fp32 = DTYPE_FP32;
     static float x[N], y[N], dy[N], w[GI], b[GI], mean[GB], rstd[GB], out[N], dx[N];
-    static uint16_t x16[N], y16[N], dy16[N], out16[N], dx16[N];
+    static uint16_t x16[N], y16[N], dy16[N], out16[N], dx16[N], w16[GI], b16[GI];
     fill(x, N, 40); fill(y, N, 41); fill(dy, N, 42); fill(w, GI, 43); fill(b, GI, 44);
     fill(dx, N, 45);
     round_pack(x, x16, N), round_pack(y, y16, N), round_pack(dy, dy16, N), round_pack(dx, dx16, N);
+    round_pack(w, w16, GI), round_pack(b, b16, GI); /* a full state held in bf16 */
     FOR_EACH(N, residual_add_one, out, x, y, d, fp32);
     backend.gemm_dtype = d;
     FOR_EACH(N, residual_add_one, out16, x16, y16, d, d);
@@ -473,10 +478,15 @@ static void test_stream16(void) {
     check(packed_equal(out16, out, N), "a residual connection, the stream held in bf16",
           "%d values == fp32 slots rounded, bit for bit", N);
     float nw[GI] = {0}, nb[GI] = {0}, nw16[GI] = {0}, nb16[GI] = {0};
-    layernorm_forward(out, mean, rstd, x, w, b, GB, GI, d); /* the statistics */
-    layernorm_backward(dx, nw, nb, dy, x, w, mean, rstd, GB, GI, d);
+    layernorm_forward(out, mean, rstd, x, w, b, fp32, GB, GI, d); /* and the statistics */
     backend.gemm_dtype = d;
-    layernorm_backward(dx16, nw16, nb16, dy16, x16, w, mean, rstd, GB, GI, d);
+    layernorm_forward(out16, mean, rstd, x16, w16, b16, d, GB, GI, d);
+    backend.gemm_dtype = fp32;
+    check(packed_equal(out16, out, N), "layernorm from the stream and parameters held in bf16",
+          "%d values == fp32 slots', bit for bit", N);
+    layernorm_backward(dx, nw, nb, dy, x, w, fp32, mean, rstd, GB, GI, d);
+    backend.gemm_dtype = d;
+    layernorm_backward(dx16, nw16, nb16, dy16, x16, w16, d, mean, rstd, GB, GI, d);
     backend.gemm_dtype = fp32;
     check(packed_equal(dx16, dx, N) && !memcmp(nw, nw16, sizeof(nw)) &&
               !memcmp(nb, nb16, sizeof(nb)),
@@ -484,10 +494,10 @@ static void test_stream16(void) {
           "dinp (added into, rounded), dweight, dbias == fp32 slots', bit for bit");
     static const int tok[BT] = {0, 6, 2, 2, 2, 1, 4, 0, 6};
     static float wte[PV * PD], wpe[PT * PD], e[NE], g[NE];
-    static uint16_t e16[NE], g16[NE];
+    static uint16_t e16[NE], g16[NE], wte16[PV * PD], wpe16[PT * PD];
     float dwte[PV * PD] = {0}, dwpe[PT * PD] = {0}, dwte16[PV * PD] = {0}, dwpe16[PT * PD] = {0};
     fill(wte, PV * PD, 46); fill(wpe, PT * PD, 47); fill(g, NE, 48);
-    round_all(wte, PV * PD, d), round_all(wpe, PT * PD, d), round_pack(g, g16, NE); /* bf16 */
+    round_pack(wte, wte16, PV * PD), round_pack(wpe, wpe16, PT * PD), round_pack(g, g16, NE);
     static Grouped grouped;
     TokenRows *rows = group_by_token(&grouped, tok, BT, PV);
     for (int pass = 0; pass < 2; pass++) {
@@ -495,8 +505,9 @@ static void test_stream16(void) {
         backend.gemm_dtype = held;
         void *stream = pass ? (void *)e16 : (void *)e;
         const void *grad = pass ? (const void *)g16 : (const void *)g;
-        FOR_EACH(NE, token_embedding_forward_one, stream, tok, wte, PD, held);
-        FOR_EACH(NE, position_embedding_forward_one, stream, wpe, PT, PD, d, held);
+        const void *te = pass ? (const void *)wte16 : wte, *pe = pass ? (const void *)wpe16 : wpe;
+        FOR_EACH(NE, token_embedding_forward_one, stream, tok, te, held, PD, held);
+        FOR_EACH(NE, position_embedding_forward_one, stream, pe, held, PT, PD, d, held);
         embedding_backward(pass ? dwte16 : dwte, grad, rows, PD);
         FOR_EACH(PT * PD, position_embedding_backward_one, pass ? dwpe16 : dwpe, grad, GB, PT, PD,
                  held);
@@ -538,10 +549,14 @@ static void test_gpt2_gradients(void) {
  * it on a GPU, every held activation (model/activations.h) is packed 16
  * bits, as on a GPU, and every kernel reads it as held (the CPU's matmuls
  * unpack it, cpu_operand; attention takes the GPU's GEMM formulation).
- * One forward and backward must give the loss and every parameter's
- * gradient of the CPU's own run (fp32 slots) bit for bit: a buffer read
- * in the wrong format, a slice at the wrong stride, a zeroing of the
- * wrong size or a kernel that forgot to round would not. */
+ * Under full_shard a unit's gathered full state is held in 16 bits too
+ * (fsdp.c's full_dtype), the all-gather's output as it came, and every
+ * kernel reads the parameters from it; under no_shard they stay in fp32
+ * slots, packed on the way into each matmul (gemm_input). One forward and
+ * backward must give the loss and every gradient shard of the CPU's own
+ * run (fp32 slots) bit for bit: a buffer read in the wrong format, a slice
+ * at the wrong stride, a zeroing of the wrong size or a kernel that forgot
+ * to round would not. */
 static float step_gradients(char **argv, int argc, int held16, float **grads, long *n) {
     Config cfg;
     char err[256];
@@ -556,12 +571,11 @@ static float step_gradients(char **argv, int argc, int held16, float **grads, lo
     float loss = gpt2 ? gpt2_forward(t) : model_forward(t);
     if (gpt2) gpt2_backward(t);
     else model_backward(t);
-    *n = 0;
-    for (int pi = 0; pi < t->model.n_params; pi++) *n += t->model.params[pi].numel;
+    *n = 0; /* one rank: each unit's gradient shard is its whole gradient */
+    for (int ui = 0; ui < t->n_units; ui++) *n += t->units[ui].shard;
     *grads = (float *)host_malloc((size_t)*n * sizeof(float), "keep the gradients");
-    for (int pi = 0, at = 0; pi < t->model.n_params; at += (int)t->model.params[pi++].numel)
-        memcpy(*grads + at, t->model.params[pi].grad,
-               (size_t)t->model.params[pi].numel * sizeof(float));
+    for (int ui = 0, at = 0; ui < t->n_units; at += (int)t->units[ui++].shard)
+        memcpy(*grads + at, t->units[ui].shard_grad, (size_t)t->units[ui].shard * sizeof(float));
     trainer_destroy(t);
     backend.gemm_dtype = DTYPE_FP32;
     return loss;
@@ -576,13 +590,15 @@ static void test_held16_models(void) {
         {"--model", "tiny", "--param-dtype", "bf16", "--batch", "4", "--activation-checkpointing"},
         {"--model", "tiny", "--param-dtype", "fp16", "--grad-scaler", "--batch", "4"},
     };
-    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
-        char *argv[3 + 14] = {(char *)"t", (char *)"--strategy", (char *)"no_shard"};
+    for (size_t k = 0; k < 2 * sizeof(cases) / sizeof(cases[0]); k++) {
+        const char *strategy = k % 2 ? "full_shard" : "no_shard";
+        char *argv[3 + 14] = {(char *)"t", (char *)"--strategy", (char *)strategy};
         int argc = 3;
-        char what[160] = "held in 16 bits == fp32 slots, one step:";
-        for (int a = 0; a < 14 && cases[k][a]; a++) {
-            argv[argc++] = (char *)cases[k][a];
-            snprintf(what + strlen(what), sizeof(what) - strlen(what), " %s", cases[k][a]);
+        char what[200];
+        snprintf(what, sizeof(what), "held in 16 bits == fp32 slots, one step: %s", strategy);
+        for (int a = 0; a < 14 && cases[k / 2][a]; a++) {
+            argv[argc++] = (char *)cases[k / 2][a];
+            snprintf(what + strlen(what), sizeof(what) - strlen(what), " %s", cases[k / 2][a]);
         }
         float *g16 = NULL, *g32 = NULL;
         long n16 = 0, n32 = 0;
