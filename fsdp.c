@@ -761,7 +761,8 @@ static CommHandle comm_all_gather_in(Comm *c, CommGroup group, void *full, Dtype
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, group, unit, S * c->group[group]->world, wire))
         return h;
-    CommTask task = comm_task(COMM_ALL_GATHER, group, full, shard, NULL, NULL, S, wire, 1.0f);
+    CommTask task =
+        comm_task(COMM_ALL_GATHER, group, (float *)full, shard, NULL, NULL, S, wire, 1.0f);
     task.held = held;
     comm_submit(c, &h, &task);
     return h;

@@ -24,15 +24,19 @@
  *              output, input gradient and output gradient (the logits'
  *              included), the residual stream and its gradient,
  *              attention's B*H*T^2 probabilities P and their gradient dS
- *              (kernels/transformer.h). LayerNorm's statistics, the
- *              loss's probabilities, the parameters, their gradients and
- *              AdamW's state in fp32 slots (4 bytes); the weights packed
- *              to 16 bits before each GEMM that reads them, a pass of
- *              its own (read 4, written 2), which the GEMM then reads
- *              (2);
+ *              (kernels/transformer.h); and the parameters, read from a
+ *              unit's full state gathered in 16 bits (fsdp.c's
+ *              full_dtype) under the sharded strategies. LayerNorm's
+ *              statistics, the loss's probabilities, the parameters'
+ *              gradients and AdamW's state in fp32 slots (4 bytes).
+ *              no_shard's and zero1's full states are fp32 slots too:
+ *              there each weight is packed to 16 bits before each GEMM
+ *              that reads it, a pass of its own (read 4, written 2),
+ *              which the GEMM then reads (2);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits
- *              (so no packing on the way to a GEMM),
+ *              (so no packing on the way to a GEMM, and the weights'
+ *              gradients written in 16 bits too),
  *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
  *              statistics, the loss's probabilities and AdamW's master
  *              weights and moments in fp32. Not built yet.
@@ -68,12 +72,15 @@ typedef struct {
     double flops, values16, values32;
     double written;  /* of a GEMM's values16, those it writes (in fp32): not packed */
     double stored16; /* of values16, those the bf16 GEMM path stores in 16 bits */
+    double packs;    /* the bf16 GEMM path only: values packed from fp32 slots (read 4,
+                      * written 2) or unpacked into them (read 2, written 4) */
 } KernelCost;
 
 enum { ROOFLINE_MAX = 16 };
 typedef struct {
     KernelCost k[ROOFLINE_MAX];
     int n;
+    int params16; /* the bf16 GEMM path reads the parameters in 16 bits (sharded) */
 } Roofline;
 
 static int roof_add(Roofline *r, const char *name, int gemm, double flops, double values16,
@@ -82,7 +89,7 @@ static int roof_add(Roofline *r, const char *name, int gemm, double flops, doubl
     while (i < r->n && strcmp(r->k[i].name, name) != 0) i++;
     if (i == r->n) {
         if (r->n == ROOFLINE_MAX) FATAL("raise ROOFLINE_MAX", "too many kinds of kernel");
-        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0, 0.0};
+        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     }
     r->k[i].flops += flops;
     r->k[i].values16 += values16;
@@ -104,13 +111,15 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
  * (the input's gradient, the weight's) and, `bias` or not (GPT-2's
  * lm_head), its bias gradient (a column sum of the output's gradient).
  * Its input, output and their gradients are activations, in 16 bits; its
- * weight is packed, and its weight's gradient written in fp32. */
+ * weight is in 16 bits (params16) or packed, and its weight's gradient
+ * written in fp32. */
 static void roof_linear(Roofline *r, double R, double in, double out, int backward, int bias) {
+    double w = r->params16 ? in * out : 0.0; /* the weight, read in 16 bits */
     if (!backward) {
-        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in, 1);
+        roof_gemm(r, "matmuls (Linear, Conv1D)", R, out, in, R * in + w, 1);
         return;
     }
-    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, R * out, 1);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, R * out + w, 1);
     roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + R * out, 0);
     if (!bias) return;
     int i = roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out);
@@ -236,9 +245,11 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     double T = c->context, D = c->width, V = c->vocab;
     double R = gpt2 ? B * T : B;                                     /* rows the head sees */
     double E = R * T * c->embed_dim;                                 /* the MLP's proj_in input */
-    /* wte + wpe: two rows of parameters in, the stream (16 bits) out */
-    if (gpt2) r->k[roof_add(r, "embeddings", 0, R * D, 3.0 * R * D, 0.0)].stored16 += R * D;
-    else r->k[roof_add(r, "embeddings", 0, 0.0, 2.0 * E, 0.0)].stored16 += E;
+    /* wte + wpe: two rows of parameters in (16 bits with params16), the
+     * stream (16 bits) out */
+    double rows = gpt2 ? 2.0 * R * D : E, written = gpt2 ? R * D : E;
+    int i = roof_add(r, "embeddings", 0, gpt2 ? R * D : 0.0, rows + written, 0.0);
+    r->k[i].stored16 += written + (r->params16 ? rows : 0.0);
     if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0, 1); /* proj_in */
     for (int f = 0; f < forwards; f++)
         for (int l = 0; l < c->depth; l++)
@@ -260,6 +271,24 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     r->k[roof_add(r, "embeddings", 0, G, G, 2.0 * G)].stored16 += G;
 }
 
+/* The all-gathers' 16-bit wire, on the bf16 GEMM path: the shard's fp32
+ * slots are packed before each (comm/device.h's nccl_pack). A sharded
+ * unit is gathered each micro-batch, and again for backward where it was
+ * resharded after forward (full_shard, but for the root); its gathered
+ * state is already the 16 bits. zero1 gathers its replicas once a step,
+ * into fp32 slots: packed, then the whole result unpacked. */
+static void roof_gathers(Roofline *r, const Trainer *t) {
+    double packs = 0.0;
+    for (int ui = 0; ui < t->n_units; ui++) {
+        const Unit *u = &t->units[ui];
+        if (is_zero1(t)) packs += (double)u->shard + (double)u->padded;
+        else if (is_sharded(t))
+            packs += t->cfg.grad_accum * (double)u->shard *
+                     (reshards_after_forward(t) && ui != 0 ? 2.0 : 1.0);
+    }
+    if (packs > 0.0) r->k[roof_add(r, "all-gathers: shards packed", 0, 0, 0, 0)].packs = packs;
+}
+
 /* A step's kernels on this rank: K micro-batches, then AdamW on its
  * shards (fp32 master, moments and gradient: 7 values an element read
  * or written; its 16-bit copy for the next gather), and the clipping
@@ -267,7 +296,9 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
 static void roofline_count(const Trainer *t, Roofline *r) {
     const Config *c = &t->cfg;
     memset(r, 0, sizeof(*r));
+    r->params16 = is_sharded(t); /* full_dtype: 16 bits where gathered */
     for (int m = 0; m < c->grad_accum; m++) roof_micro_batch(r, c, t->micro_batch);
+    roof_gathers(r, t);
     double shard = 0.0;
     for (int ui = 0; ui < t->n_units; ui++) shard += (double)t->units[ui].shard; /* no_shard: all */
     roof_add(r, "AdamW (this rank's shards)", 0, 12.0 * shard, shard, 7.0 * shard);
@@ -298,7 +329,7 @@ static double roof_seconds(const KernelCost *k, const GpuPeaks *g, int mode) {
         double packed = k->gemm ? k->values16 - k->written - k->stored16 : 0.0;
         bytes = 2.0 * (packed + k->stored16) + 4.0 * (k->written + k->values32);
         if (!k->gemm) bytes = 2.0 * k->stored16 + 4.0 * (k->values16 - k->stored16 + k->values32);
-        packing = 6.0 * packed / (g->tbps * 1e12); /* read 4, written 2 */
+        packing = 6.0 * (packed + k->packs) / (g->tbps * 1e12); /* read 4, written 2 */
     }
     return fmax(k->flops / (peak * 1e12), bytes / (g->tbps * 1e12)) + packing;
 }

@@ -140,8 +140,9 @@ static void check_layernorm(void) {
     long n = (long)B * D;
     float *x = host_random(n, 1, 1.0f), *w = host_random(D, 2, 0.2f), *b = host_random(D, 3, 0.2f),
           *dy = host_random(n, 4, 1.0f);
-    for (int i = 0; i < D; i++) w[i] += 1.0f;
-    for (long i = 0; i < n; i++) /* bf16 values, for the held runs */
+    for (int i = 0; i < D; i++) /* bf16 values, for the held runs */
+        w[i] = round_to(w[i] + 1.0f, DTYPE_BF16), b[i] = round_to(b[i], DTYPE_BF16);
+    for (long i = 0; i < n; i++)
         x[i] = round_to(x[i], DTYPE_BF16), dy[i] = round_to(dy[i], DTYPE_BF16);
     float *out = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
           *mean = (float *)host_calloc(B, sizeof(float), "ref"),
@@ -150,36 +151,41 @@ static void check_layernorm(void) {
           *dw = (float *)host_calloc(D, sizeof(float), "ref"),
           *db = (float *)host_calloc(D, sizeof(float), "ref");
     for (long r = 0; r < B; r++)
-        layernorm_forward_row(r, out, mean, rstd, x, w, b, D, DTYPE_FP32, DTYPE_FP32);
+        layernorm_forward_row(r, out, mean, rstd, x, w, b, DTYPE_FP32, D, DTYPE_FP32, DTYPE_FP32);
     for (long r = 0; r < B; r++)
-        layernorm_backward_row(r, dx, dy, x, w, mean, rstd, D, DTYPE_FP32, DTYPE_FP32);
+        layernorm_backward_row(r, dx, dy, x, w, DTYPE_FP32, mean, rstd, D, DTYPE_FP32, DTYPE_FP32);
     for (long c = 0; c < D; c++)
         layernorm_backward_col(c, dw, db, dy, x, mean, rstd, B, D, DTYPE_FP32);
     float *gx = device_copy(x, n), *gw = device_copy(w, D), *gb = device_copy(b, D),
           *gdy = device_copy(dy, n), *gout = gpu(n), *gmean = gpu(B), *grstd = gpu(B),
           *gdx = gpu(n), *gdw = gpu(D), *gdb = gpu(D);
     double us;
-    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, B, D, DTYPE_FP32));
+    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, DTYPE_FP32, B, D, DTYPE_FP32));
     /* a row's mean and variance are sums of D terms; the output carries their error */
     double bound = 4.0 * D * U * max_abs(out, n);
     expect("layernorm forward (8192 x 768)", "out", gout, out, n, bound, us);
     /* With bf16 parameters the input is the residual stream, held in bf16,
-     * and the output c_attn's input, written in bf16 (held as the matmul
+     * the weight and bias are read from the unit's full state in bf16, and
+     * the output is c_attn's input, written in bf16 (held as the matmul
      * reads it): the CPU's value rounded, give or take the one bf16 ulp a
      * value on a rounding boundary may round the other way by */
     float *out16 = (float *)host_malloc((size_t)n * 4, "ref");
     for (long i = 0; i < n; i++) out16[i] = round_to(out[i], DTYPE_BF16);
-    float *gx16 = gpu(n);
+    float *gx16 = gpu(n), *gw16 = gpu(D), *gb16 = gpu(D);
     FOR_EACH(n, pack_one, (uint16_t *)gx16, gx, DTYPE_BF16, 1.0f);
+    FOR_EACH(D, pack_one, (uint16_t *)gw16, gw, DTYPE_BF16, 1.0f);
+    FOR_EACH(D, pack_one, (uint16_t *)gb16, gb, DTYPE_BF16, 1.0f);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx16, gw, gb, B, D, DTYPE_BF16));
+    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx16, gw16, gb16, DTYPE_BF16, B, D,
+                                  DTYPE_BF16));
     backend.gemm_dtype = DTYPE_FP32;
     expect("layernorm forward, held in bf16", "out", unpacked(gout, n, DTYPE_BF16), out16, n,
            bound + ulp16(max_abs(out, n), DTYPE_BF16), us);
     free(out16);
     expect("layernorm forward (8192 x 768)", "rstd", grstd, rstd, B, 4.0 * D * U * max_abs(rstd, B),
            us);
-    TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, gmean, grstd, B, D, DTYPE_FP32));
+    TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, DTYPE_FP32, gmean, grstd, B, D,
+                                   DTYPE_FP32));
     /* the GPU ran it 20 times, adding: the CPU's once, times 20 (dx1: once) */
     float *dx1 = (float *)host_malloc((size_t)n * 4, "ref");
     memcpy(dx1, dx, (size_t)n * 4);
@@ -223,12 +229,13 @@ static void check_layernorm(void) {
     FOR_EACH(n, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f);
     dev_zero(gdw, (size_t)D * 4), dev_zero(gdb, (size_t)D * 4);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, layernorm_backward(gdx16, gdw, gdb, gdy16, gx16, gw, gmean, grstd, B, D,
-                                   DTYPE_BF16));
+    TIME_US(us, layernorm_backward(gdx16, gdw, gdb, gdy16, gx16, gw16, DTYPE_BF16, gmean, grstd,
+                                   B, D, DTYPE_BF16));
     expect("layernorm backward, held in bf16", "dweight", gdw, dw, D, tdw, us);
     expect("layernorm backward, held in bf16", "dbias", gdb, db, D, tdb, us);
     FOR_EACH(n, pack_one, (uint16_t *)gdx16, gdy, DTYPE_BF16, 1.0f);
-    layernorm_backward(gdx16, gdw, gdb, gdy16, gx16, gw, gmean, grstd, B, D, DTYPE_BF16);
+    layernorm_backward(gdx16, gdw, gdb, gdy16, gx16, gw16, DTYPE_BF16, gmean, grstd, B, D,
+                       DTYPE_BF16);
     backend.gemm_dtype = DTYPE_FP32;
     for (long i = 0; i < n; i++) dx1[i] += dy[i];
     double m1 = max_abs(dx1, n);
@@ -260,24 +267,26 @@ static double linear_reference(float *out, const float *x, const float *w, const
     return worst;
 }
 
-/* c_attn's forward with bf16 parameters: its output, which only
- * attention's matmuls read, held in bf16 (linear_forward's oh): the bias
- * (a bf16 parameter) starts each sum in 16 bits, and cuBLAS rounds the
- * fp32 sum once as it writes it. Against the CPU's sum of the same values,
+/* c_attn's forward with bf16 parameters under full_shard: its weight and
+ * bias read from the unit's full state, gathered in bf16 (linear_forward's
+ * wh), and its output, which only attention's matmuls read, held in bf16
+ * (oh): the bias starts each sum in 16 bits, and cuBLAS rounds the fp32
+ * sum once as it writes it. Against the CPU's sum of the same values,
  * rounded: the forward's bound, and the one bf16 ulp (ulp16) a
  * value on a rounding boundary may round the other way by. */
 static void check_linear_held_output(const float *xr, const float *wr, const float *b,
-                                     const float *gx16, const float *gw, int B, int I, int O) {
+                                     const float *gx16, const float *gw16, int B, int I, int O) {
     long n = (long)B * O;
     float *br = (float *)host_malloc((size_t)O * 4, "ref"),
           *ref = (float *)host_malloc((size_t)n * 4, "ref");
     for (int o = 0; o < O; o++) br[o] = round_to(b[o], DTYPE_BF16);
     double terms = linear_reference(ref, xr, wr, br, B, I, O), top = max_abs(ref, n);
     for (long i = 0; i < n; i++) ref[i] = round_to(ref[i], DTYPE_BF16);
-    float *gbr = device_copy(br, O), *g16 = gpu(n);
+    float *gbr = device_copy(br, O), *gb16 = gpu(O), *g16 = gpu(n);
+    FOR_EACH(O, pack_one, (uint16_t *)gb16, gbr, DTYPE_BF16, 1.0f);
     double us;
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, linear_forward(g16, DTYPE_BF16, gx16, gw, gbr, B, I, O));
+    TIME_US(us, linear_forward(g16, DTYPE_BF16, gx16, gw16, gb16, DTYPE_BF16, B, I, O));
     backend.gemm_dtype = DTYPE_FP32;
     /* (two ulps: cuBLAS's default math mode may add split-K partial sums
      * in the output's type, bf16, before the last rounding) */
@@ -288,13 +297,13 @@ static void check_linear_held_output(const float *xr, const float *wr, const flo
 
 /* A Linear layer's backward on the tensor cores, as c_attn's runs with
  * bf16 parameters: its output gradient dy and its input x held in bf16
- * (attention and the LayerNorm wrote them so), the weight packed on the
- * way. The CPU sums the same bf16 values in fp32 in another order: dinp
+ * (attention and the LayerNorm wrote them so), the weight read from the
+ * unit's full state in bf16. The CPU sums the same bf16 values in fp32 in another order: dinp
  * over O terms, dweight and dbias over B; 4 (terms + 1) u of each sum of
  * |terms|, as the forward's bound. The GPU runs it 20 times, adding into
  * dweight and dbias, writing dinp. */
 static void check_linear_backward16(const float *xr, const float *wr, const float *dy,
-                                    const float *gx16, const float *gw, int B, int I, int O) {
+                                    const float *gx16, const float *gw16, int B, int I, int O) {
     long nd = (long)B * O;
     float *dyr = (float *)host_malloc((size_t)nd * 4, "ref");
     for (long i = 0; i < nd; i++) dyr[i] = round_to(dy[i], DTYPE_BF16);
@@ -332,7 +341,8 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
     FOR_EACH(nd, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f); /* rounds it: dyr's values */
     backend.gemm_dtype = DTYPE_BF16;
     double us;
-    TIME_US(us, linear_backward(gdin, DTYPE_FP32, gdw, gdb, gdy16, DTYPE_BF16, gx16, gw, B, I, O));
+    TIME_US(us, linear_backward(gdin, DTYPE_FP32, gdw, gdb, gdy16, DTYPE_BF16, gx16, gw16,
+                                DTYPE_BF16, B, I, O));
     backend.gemm_dtype = DTYPE_FP32;
     for (long i = 0; i < (long)O * I; i++) dw[i] *= 20.0f; /* dinp is written, not added */
     for (int o = 0; o < O; o++) db[o] *= 20.0f;
@@ -358,14 +368,16 @@ static void check_linear(void) {
           *gb = device_copy(b, O), *gdy = device_copy(dy, (long)B * O), *gout = gpu((long)B * O),
           *gdb = gpu(O);
     double us;
-    TIME_US(us, linear_forward(gout, DTYPE_FP32, gx, gw, gb, B, I, O));
+    TIME_US(us, linear_forward(gout, DTYPE_FP32, gx, gw, gb, DTYPE_FP32, B, I, O));
     expect("linear forward, cuBLAS (512x768 @ 768x2304)", "out", gout, out, (long)B * O,
            2.0 * (I + 1) * U * worst_terms, us);
     /* The same product from bf16 inputs on the tensor cores (what
      * --param-dtype bf16 runs): the CPU multiplies the same bf16 values in
      * fp32. Their products are exact in fp32 (8 + 8 bits of mantissa), so
      * the difference is the sums' order again; tensor cores may truncate
-     * where fp32 rounds, so twice the bound: 4 (I + 1) u. */
+     * where fp32 rounds, so twice the bound: 4 (I + 1) u. Here the weight is
+     * in fp32 slots, as no_shard holds it, and packed on the way; below,
+     * read from a 16-bit full state, as full_shard's. */
     float *xr = (float *)host_malloc((size_t)B * I * 4, "ref"),
           *wr = (float *)host_malloc((size_t)O * I * 4, "ref");
     for (long i = 0; i < (long)B * I; i++) xr[i] = round_to(x[i], DTYPE_BF16);
@@ -375,12 +387,14 @@ static void check_linear(void) {
     backend.gemm_dtype = DTYPE_BF16;
     float *gx16 = gpu((long)B * I); /* x held in bf16, as a LayerNorm writes it */
     FOR_EACH((long)B * I, pack_one, (uint16_t *)gx16, gx, DTYPE_BF16, 1.0f);
-    TIME_US(us, linear_forward(gout, DTYPE_FP32, gx16, gw, gb, B, I, O)); /* packs w on the way */
+    TIME_US(us, linear_forward(gout, DTYPE_FP32, gx16, gw, gb, DTYPE_FP32, B, I, O));
     backend.gemm_dtype = DTYPE_FP32;
     expect("linear forward, bf16 tensor cores (cublasGemmEx)", "out", gout, out16, (long)B * O,
            4.0 * (I + 1) * U * terms16, us);
-    check_linear_held_output(xr, wr, b, gx16, gw, B, I, O);
-    check_linear_backward16(xr, wr, dy, gx16, gw, B, I, O);
+    float *gw16 = gpu((long)O * I);
+    FOR_EACH((long)O * I, pack_one, (uint16_t *)gw16, gw, DTYPE_BF16, 1.0f); /* wr's values */
+    check_linear_held_output(xr, wr, b, gx16, gw16, B, I, O);
+    check_linear_backward16(xr, wr, dy, gx16, gw16, B, I, O);
     free(xr), free(wr), free(out16);
     TIME_US(us, bias_backward(gdb, gdy, DTYPE_FP32, B, O));
     double col = 0.0;
