@@ -487,9 +487,11 @@ static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O
  * 16-bit parameters (--param-dtype bf16 or fp16) on the tensor cores with
  * fp32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F), as PyTorch's
  * autocast and llm.c multiply: each operand is read as it is
- * held (ha, hb), a Linear's input in 16 bits already (above), the weights
- * and the output's gradient as 16-bit values in float slots (section 2),
- * packed on the way into scratch from the pool, as cuBLAS's workspace is.
+ * held (ha, hb): a Linear's input and output gradient in 16 bits already
+ * (above), its weight too where its unit's full state is gathered in 16
+ * bits (fsdp.c's full_dtype); an operand in float slots (no_shard's and
+ * zero1's weights: 16-bit values, section 2) is packed on the way into
+ * scratch from the pool, as cuBLAS's workspace is.
  * (Attention's products: kernels/transformer.h's heads_gemm.) */
 static long gemm_span(cublasOperation_t op, int rows, int cols, int ld) {
     int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
@@ -529,8 +531,8 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  * parameters (gemm, above); inp is held in backend.gemm_dtype, and so
  * are out and dinp in the models (oh, dih: every reader of a Linear's
  * output and input gradient reads it as held, above; tests/test_kernels.cu
- * also writes fp32); dout in dh: held, or the loss's fp32 gradient of the
- * logits (the head's). */
+ * also writes fp32); dout in dh; the weight and bias in wh, their unit's
+ * full state's format. */
 static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight,
                            const void *bias, Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
@@ -640,7 +642,7 @@ static void cpu_result_store(float *f, void *x, Dtype held, long n) {
  * weights, so a sample's forward gives the same bits on every rank and
  * every batch size. (The panel is scratch in host memory, outside the
  * ledger, as cuBLAS's workspace would be on a GPU.) inp is held in
- * gemm_dtype, out in oh (cpu_operand, above). */
+ * gemm_dtype, out in oh, the weight and bias in wh (cpu_operand, above). */
 static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight_held,
                            const void *bias, Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
@@ -667,7 +669,8 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const void *wei
     cpu_operand_free(weight, weight_held);
 }
 
-/* dinp held in dih, dout in dh, inp in gemm_dtype (cpu_operand, above) */
+/* dinp held in dih, dout in dh, inp in gemm_dtype, the weight in wh
+ * (cpu_operand, above) */
 static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
                             const void *dout, Dtype dh, const void *inp, const void *weight_held,
                             Dtype wh, int B, int I, int O) {
