@@ -245,11 +245,13 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     double T = c->context, D = c->width, V = c->vocab;
     double R = gpt2 ? B * T : B;                                     /* rows the head sees */
     double E = R * T * c->embed_dim;                                 /* the MLP's proj_in input */
-    /* wte + wpe: two rows of parameters in (16 bits with params16), the
-     * stream (16 bits) out */
-    double rows = gpt2 ? 2.0 * R * D : E, written = gpt2 ? R * D : E;
-    int i = roof_add(r, "embeddings", 0, gpt2 ? R * D : 0.0, rows + written, 0.0);
-    r->k[i].stored16 += written + (r->params16 ? rows : 0.0);
+    /* GPT-2's two passes: wte's rows into the stream, then wpe's added to
+     * it (read and written again); the MLP's one: its rows into proj_in's
+     * input. The rows are parameters (16 bits with params16), the stream
+     * is held in 16 bits. */
+    double rows = gpt2 ? 2.0 * R * D : E, stream = gpt2 ? 3.0 * R * D : E;
+    int i = roof_add(r, "embeddings", 0, gpt2 ? R * D : 0.0, rows + stream, 0.0);
+    r->k[i].stored16 += stream + (r->params16 ? rows : 0.0);
     if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 0, 1); /* proj_in */
     for (int f = 0; f < forwards; f++)
         for (int l = 0; l < c->depth; l++)
@@ -266,9 +268,10 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1, 1);
     /* the embeddings' gradient: each row of GPT-2's stream's gradient, or
      * of the MLP's proj_in's input gradient (16 bits), added into its
-     * token's (fp32) */
-    double G = gpt2 ? R * D : E;
-    r->k[roof_add(r, "embeddings", 0, G, G, 2.0 * G)].stored16 += G;
+     * token's (fp32); GPT-2's stream's gradient read again, for wpe's */
+    double G = gpt2 ? R * D : E, pos = gpt2 ? R * D : 0.0, wpe = gpt2 ? T * D : 0.0;
+    i = roof_add(r, "embeddings", 0, G + pos, G + pos, 2.0 * (G + wpe));
+    r->k[i].stored16 += G + pos;
 }
 
 /* The all-gathers' 16-bit wire, on the bf16 GEMM path: the shard's fp32
