@@ -758,6 +758,8 @@ static float predivide_factor(const Comm *c, Dtype wire) {
  * bits as they came */
 static CommHandle comm_all_gather_in(Comm *c, CommGroup group, void *full, Dtype held,
                                      const float *shard, long S, int unit, Dtype wire) {
+    if (held != DTYPE_FP32 && held != wire) /* the output is the wire's buffer itself */
+        FATAL("this is a bug in fsdp.c", "a 16-bit all-gather on a %s wire", DTYPE_NAMES[wire]);
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, group, unit, S * c->group[group]->world, wire))
         return h;

@@ -277,17 +277,18 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
 /* The all-gathers' 16-bit wire, on the bf16 GEMM path: the shard's fp32
  * slots are packed before each (comm/device.h's nccl_pack). A sharded
  * unit is gathered each micro-batch, and again for backward where it was
- * resharded after forward (full_shard, but for the root); its gathered
- * state is already the 16 bits. zero1 gathers its replicas once a step,
- * into fp32 slots: packed, then the whole result unpacked. */
+ * resharded after forward (full_shard, but for the root), or, kept from
+ * forward to backward (shard_grad_op), once a step under --no-sync; its
+ * gathered state is already the 16 bits. zero1 gathers its replicas once
+ * a step, into fp32 slots: packed, then the whole result unpacked. */
 static void roof_gathers(Roofline *r, const Trainer *t) {
-    double packs = 0.0;
+    double packs = 0.0, K = t->cfg.grad_accum;
     for (int ui = 0; ui < t->n_units; ui++) {
         const Unit *u = &t->units[ui];
+        double gathers = t->cfg.no_sync ? 1.0 : K;
+        if (reshards_after_forward(t)) gathers = ui == 0 ? K : 2.0 * K;
         if (is_zero1(t)) packs += (double)u->shard + (double)u->padded;
-        else if (is_sharded(t))
-            packs += t->cfg.grad_accum * (double)u->shard *
-                     (reshards_after_forward(t) && ui != 0 ? 2.0 : 1.0);
+        else if (is_sharded(t)) packs += gathers * (double)u->shard;
     }
     if (packs > 0.0) r->k[roof_add(r, "all-gathers: shards packed", 0, 0, 0, 0)].packs = packs;
 }

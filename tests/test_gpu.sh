@@ -16,7 +16,7 @@
 #   h. more ranks than GPUs under NCCL stops with a HINT towards --collectives mpi
 #   i. --trace writes JSON
 #   j. the course's options: zero1 and hybrid_shard == 1 GPU rank, --cpu-offload
-#      and bf16 (the MLP and gpt2-tiny) within rounding, --attention flash
+#      and bf16 (the MLP on 1 and 4 ranks, gpt2-tiny) within rounding, --attention flash
 #      (gpt2-mini in bf16 on the tensor cores, gpt2-tiny in fp32), --plan the
 #      CPU build's plan
 #
@@ -325,6 +325,23 @@ if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu fsdp
   check_losses "j. bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_bf16_cpu.log" "$d/j_bf16_gpu.log"
   check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
 fi
+# ... and bf16 on 4 ranks: each unit's full state gathered straight into 16
+# bits, each rank's shard into its own slice of it (nccl_pack with NCCL on
+# 4 GPUs; the host stage with mpi on one shared GPU), against the CPU
+# build's bf16 on 4 ranks: the same argument and tolerances
+train_4() { # on 4 GPUs with NCCL, else 4 ranks sharing one through host staging
+  if [ "$GPUS" -ge 4 ]; then train "$@" --collectives nccl
+  else CUDA_VISIBLE_DEVICES=$ONE_GPU train "$@" --collectives mpi; fi
+}
+for st in full_shard "hybrid_shard --ranks-per-node 2"; do
+  name="j_bf16_4_$(echo "$st" | cut -d' ' -f1)" impl=mpi
+  [ "$GPUS" -ge 4 ] && impl=nccl
+  if train "${name}_cpu" fsdp 4 "${J[@]}" --param-dtype bf16 --strategy $st &&
+     train_4 "${name}_gpu" fsdp-gpu 4 "${J[@]}" --param-dtype bf16 --strategy $st; then
+    check_losses "j. bf16 --strategy $st on 4 ranks ($impl), GPU vs CPU" 1e-2 "$d/${name}_cpu.log" "$d/${name}_gpu.log"
+    check_params "j. bf16 $st on 4 ranks: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/${name}_cpu.st" "$d/${name}_gpu.st"
+  fi
+done
 # ... and GPT-2 in bf16: attention's P and dS stored in bf16, its products on
 # the tensor cores (attention_forward_gemm), the CPU's rows rounding where
 # the GPU stores: the same argument and tolerances as the MLP's above.

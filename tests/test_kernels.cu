@@ -298,10 +298,10 @@ static void check_linear_held_output(const float *xr, const float *wr, const flo
 /* A Linear layer's backward on the tensor cores, as c_attn's runs with
  * bf16 parameters: its output gradient dy and its input x held in bf16
  * (attention and the LayerNorm wrote them so), the weight read from the
- * unit's full state in bf16. The CPU sums the same bf16 values in fp32 in another order: dinp
- * over O terms, dweight and dbias over B; 4 (terms + 1) u of each sum of
- * |terms|, as the forward's bound. The GPU runs it 20 times, adding into
- * dweight and dbias, writing dinp. */
+ * unit's full state in bf16. The CPU sums the same bf16 values in fp32 in
+ * another order: dinp over O terms, dweight and dbias over B; 4 (terms +
+ * 1) u of each sum of |terms|, as the forward's bound. The GPU runs it 20
+ * times, adding into dweight and dbias, writing dinp. */
 static void check_linear_backward16(const float *xr, const float *wr, const float *dy,
                                     const float *gx16, const float *gw16, int B, int I, int O) {
     long nd = (long)B * O;

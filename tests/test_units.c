@@ -557,7 +557,8 @@ static void test_gpt2_gradients(void) {
  * run (fp32 slots) bit for bit: a buffer read in the wrong format, a slice
  * at the wrong stride, a zeroing of the wrong size or a kernel that forgot
  * to round would not. */
-static float step_gradients(char **argv, int argc, int held16, float **grads, long *n) {
+static float step_gradients(char **argv, int argc, int held16, float **grads, long *n,
+                            long *value_bytes) {
     Config cfg;
     char err[256];
     if (config_parse(&cfg, argc, argv, err, sizeof(err)) != 0) {
@@ -569,6 +570,11 @@ static float step_gradients(char **argv, int argc, int held16, float **grads, lo
     trainer_load_batch(t, 0, 0);
     int gpt2 = cfg.arch == ARCH_GPT2;
     float loss = gpt2 ? gpt2_forward(t) : model_forward(t);
+    /* the layout itself: the root's unit is still gathered after forward,
+     * its last parameter's view that many bytes a value into it */
+    const Unit *root = &t->units[0];
+    const Param *last = &t->model.params[root->params[root->n_params - 1]];
+    *value_bytes = ((const char *)last->data - (const char *)root->full_param) / last->offset;
     if (gpt2) gpt2_backward(t);
     else model_backward(t);
     *n = 0; /* one rank: each unit's gradient shard is its whole gradient */
@@ -601,13 +607,14 @@ static void test_held16_models(void) {
             snprintf(what + strlen(what), sizeof(what) - strlen(what), " %s", cases[k / 2][a]);
         }
         float *g16 = NULL, *g32 = NULL;
-        long n16 = 0, n32 = 0;
-        float l16 = step_gradients(argv, argc, 1, &g16, &n16);
-        float l32 = step_gradients(argv, argc, 0, &g32, &n32);
+        long n16 = 0, n32 = 0, b16 = 0, b32 = 0, want = k % 2 ? 2 : 4; /* full_shard: 16 bits */
+        float l16 = step_gradients(argv, argc, 1, &g16, &n16, &b16);
+        float l32 = step_gradients(argv, argc, 0, &g32, &n32, &b32);
         long differ = 0;
         for (long i = 0; n16 == n32 && i < n32; i++) differ += memcmp(&g16[i], &g32[i], 4) != 0;
-        check(n16 == n32 && n32 > 0 && l16 == l32 && differ == 0, what,
-              "loss %.7g == %.7g, %ld of %ld gradient values differ", l16, l32, differ, n32);
+        check(n16 == n32 && n32 > 0 && l16 == l32 && differ == 0 && b16 == want && b32 == 4, what,
+              "loss %.7g == %.7g, %ld of %ld gradient values differ; full state %ld bytes a value",
+              l16, l32, differ, n32, b16);
         free(g16), free(g32);
     }
 }
