@@ -491,7 +491,13 @@ static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O
  * (above), its weight too where its unit's full state is gathered in 16
  * bits (fsdp.c's full_dtype); an operand in float slots (no_shard's and
  * zero1's weights: 16-bit values, section 2) is packed on the way into
- * scratch from the pool, as cuBLAS's workspace is.
+ * scratch from the pool, as cuBLAS's workspace is. cuBLAS's fastest
+ * tensor-core kernels want operands on 16-byte boundaries: a weight read
+ * from a full state starts on one when the parameters before it in its
+ * flat parameter add up to a multiple of 8 values, as in every model the
+ * course runs (widths of multiples of 8); another width multiplies right,
+ * perhaps slower (PyTorch's FSDP, with use_orig_params, pads each
+ * parameter of a flat parameter to that boundary; ours are end to end).
  * (Attention's products: kernels/transformer.h's heads_gemm.) */
 static long gemm_span(cublasOperation_t op, int rows, int cols, int ld) {
     int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
