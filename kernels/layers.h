@@ -698,8 +698,9 @@ static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
- * (rounded to d); out and inp held in backend.gemm_dtype; saves mean, rstd
- * (B): a row per FOR_EACH element here, a warp per row on a GPU (above) */
+ * (rounded to d); out and inp held in backend.gemm_dtype, the parameters
+ * in wh; saves mean, rstd (B): a row per FOR_EACH element here, a warp per
+ * row on a GPU (above) */
 static void layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
                               const void *weight, const void *bias, Dtype wh, int B, int D,
                               Dtype d) {

@@ -574,7 +574,8 @@ static float step_gradients(char **argv, int argc, int held16, float **grads, lo
      * its last parameter's view that many bytes a value into it */
     const Unit *root = &t->units[0];
     const Param *last = &t->model.params[root->params[root->n_params - 1]];
-    *value_bytes = ((const char *)last->data - (const char *)root->full_param) / last->offset;
+    long at = ((const char *)last->data - (const char *)root->full_param);
+    *value_bytes = last->offset > 0 ? at / last->offset : 0; /* 0: nothing to measure by */
     if (gpt2) gpt2_backward(t);
     else model_backward(t);
     *n = 0; /* one rank: each unit's gradient shard is its whole gradient */
