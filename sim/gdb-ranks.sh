@@ -19,9 +19,9 @@ shift
 command -v tmux >/dev/null || { echo "error: tmux is needed (apt-get install tmux)"; exit 2; }
 command -v gdb >/dev/null || { echo "error: gdb is needed (apt-get install gdb)"; exit 2; }
 make -s fsdp-debug
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+. sim/mpi-env.sh
 log=$(mktemp)
-mpirun -q --oversubscribe -np "$np" ./fsdp-debug --wait-for-debugger "$@" >"$log" 2>&1 &
+$MPIRUN -np "$np" ./fsdp-debug --wait-for-debugger "$@" >"$log" 2>&1 &
 for _ in $(seq 1 100); do # up to 10 s for every rank to report its PID
   [ "$(grep -c 'waiting for a debugger' "$log")" -ge "$np" ] && break
   sleep 0.1

@@ -208,7 +208,9 @@ int show_collective(Sim *s, const Comm *c, CommKind kind, int unit, long count) 
         if (s->view) draw_view(s, c, kind, unit, count, mem);
         if (stop) draw_step_picture(s, c, kind, unit, count, mem);
         if (stop && s->step_mode == STEP_INTERACTIVE) {
-            printf("Enter/n: next collective, c: continue to the next step, q: quit > ");
+            /* A whole line: Open MPI 5's mpirun passes a rank's output on a
+             * line at a time, so a prompt without its newline stays hidden. */
+            printf("Enter/n: next collective, c: continue to the next step, q: quit\n");
             fflush(stdout);
             key = read_key();
         }

@@ -18,13 +18,10 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 
-# The Makefile exports these; set them here too so the script runs by hand
-# (as root in a container, and without the single-copy warning).
-export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
-export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
-export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+# The Makefile exports these; sim/mpi-env.sh sets them when run by hand.
+. sim/mpi-env.sh
 # MPIRUN is a command with options; split it into words once.
-read -r -a MPIRUN_CMD <<< "${MPIRUN:-mpirun -q --oversubscribe}"
+read -r -a MPIRUN_CMD <<< "$MPIRUN"
 
 for bin in ./fsdp tests/bench_collectives tests/bench_matmul tests/bench_adamw; do
     if [[ ! -x $bin ]]; then

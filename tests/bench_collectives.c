@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
     b.N = b.ring.world;
     if (b.N < 2) {
         if (b.rank == 0) fprintf(stderr, "bench_collectives: needs at least 2 ranks (a collective on 1 rank moves nothing).\n"
-                                         "HINT: mpirun -q --oversubscribe -np 4 tests/bench_collectives\n");
+                                         "HINT: mpirun --oversubscribe -np 4 tests/bench_collectives\n");
         MPI_Finalize();
         return 2;
     }

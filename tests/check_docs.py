@@ -43,7 +43,8 @@ MAKE_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    "MPIRUN": "mpirun -q --oversubscribe",
+    "PRTE_MCA_rmaps_default_mapping_policy": "slot:oversubscribe",  # Open MPI 5's
+    "MPIRUN": "mpirun --oversubscribe",  # make adds -q where Open MPI 4 takes it
 }
 DEFAULT_TIMEOUT = 120.0
 TAIL = 15  # lines of output shown under a FAIL

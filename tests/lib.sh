@@ -1,10 +1,7 @@
-# tests/lib.sh — sourced by the shell tests: the mpirun environment (the
-# Makefile exports the same; repeated so each test also runs on its own)
-# and the two words every check ends in.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-export OMPI_MCA_odls_base_sigkill_timeout=0 # no 2 s sleep after a rank's error exit (Makefile)
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+# tests/lib.sh — sourced by the shell tests: the mpirun environment
+# (sim/mpi-env.sh, so each test also runs on its own) and the two words
+# every check ends in.
+. "$(dirname "${BASH_SOURCE[0]}")/../sim/mpi-env.sh"
 fail=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }

@@ -6,10 +6,7 @@
 # test could not run here, e.g. no CUDA compiler: never counted as passed).
 set -u
 cd "$(dirname "$0")/.."
-# the Makefile exports these; repeated so the script also runs on its own
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+. sim/mpi-env.sh # the Makefile exports the same; so the script also runs on its own
 TINY="--model tiny --steps 8 --batch 12"
 passed=0 failed=0 skipped=0
 failed_names=()
@@ -144,6 +141,7 @@ run "traffic with --grad-accum: K times, or one reduce-scatter with --no-sync" b
 # -- the command line ------------------------------------------------------------------
 run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh
 run "demo: --compare trains and prints the table" bash tests/test_demo.sh
+run "Open MPI 5 (PyPI's; Debian 13 and Homebrew ship it): make run, plain mpirun -np 4, exit 2, 3 ranks == 1" bash tests/test_openmpi5.sh
 run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
 run "checkpoints: resume bitwise, reshard 4->1,3,5,7 and 3->2, crash during a save, init-from" bash tests/test_checkpoint.sh
 run "bad checkpoints and safetensors files are refused, nothing overwritten" bash tests/test_checkpoint_bad.sh

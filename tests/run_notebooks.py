@@ -42,7 +42,6 @@ def environment():
         "MPLBACKEND": "Agg",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",  # quiets a debugger warning at kernel start
     })
-    os.environ.setdefault("MPIRUN", "mpirun -q --oversubscribe")
 
 
 def has_outputs(nb):

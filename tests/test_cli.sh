@@ -21,16 +21,12 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 
-MPIRUN="${MPIRUN:-mpirun -q --oversubscribe}"
 FSDP=./fsdp
 NP=2
 CASE_TIMEOUT=60     # seconds per run
 FIFO_TIMEOUT=15     # the named-pipe case: an error exit takes ~2 s; more is a hang
 JOBS="${CLI_JOBS:-4}"
-export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
-export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
-export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
-export OMPI_MCA_odls_base_sigkill_timeout="${OMPI_MCA_odls_base_sigkill_timeout:-0}" # Makefile
+. sim/mpi-env.sh # make exports MPIRUN and the rest; so the script also runs on its own
 
 if [ ! -x "$FSDP" ]; then
     echo "FAIL  $FSDP is not built; run: make fsdp"

