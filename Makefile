@@ -17,9 +17,15 @@
 
 CC      := mpicc
 CFLAGS  ?= -O3 -g -std=c11 -Wall -Wextra -Werror=implicit-function-declaration
-NATIVE  ?= -march=native
-# Host loops (--cpu-offload's AdamW) on several threads; make OPENMP= turns it off.
-OPENMP  ?= -fopenmp
+# Two flags not every compiler takes: Apple's clang (macOS) has no -fopenmp,
+# and an older clang for Apple silicon no -march=native. Each is kept where a
+# test compile takes it, asked when a recipe runs (make mpi may install mpicc
+# first), so a laptop builds either way: tuned for no CPU in particular, or
+# stepping --cpu-offload's AdamW on one thread. make NATIVE= OPENMP= drops both.
+cc_takes = $(shell echo 'int main(void) { return 0; }' | $(CC) $(1) -x c - -o /dev/null 2>/dev/null && echo $(1))
+NATIVE  ?= $(call cc_takes,-march=native)
+# Host loops (--cpu-offload's AdamW) on several threads
+OPENMP  ?= $(call cc_takes,-fopenmp)
 LDLIBS  := -lm -lpthread
 NP      ?= 4
 

@@ -425,11 +425,12 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     /* --vram is the ledger's budget, as in the simulator (exact bytes: the
      * same verdict on both builds), and caps the pool too, with room for its
      * rounding (512 bytes a block) and the kernels' scratch. With mixed
-     * precision most 16-bit values sit in float slots (section 2): the
-     * ledger books 2 bytes, the pool holds 4 (2 for those held as the
-     * matmuls read them, kernels/layers.h), and NCCL's packed 16-bit copies
-     * of the buffers in flight (nccl_pack) 2 more: its cap triples, a
-     * bound from above. */
+     * precision the ledger books 16-bit values at 2 bytes, but the shards,
+     * the gradients and no_shard's replicas sit in float slots (section 2),
+     * 4, and NCCL's packed 16-bit copies of the buffers in flight
+     * (nccl_pack) take 2 more: its cap triples, a bound from above (a
+     * sharded unit's gathered full state and the activations are held in
+     * 16 bits, as booked). */
     int halves = cfg->param_dtype != DTYPE_FP32 || cfg->reduce_dtype != DTYPE_FP32;
     backend.cap = 0; /* no --vram: the GPU's own size limits the pool */
     if (cfg->vram) /* + the kernels' scratch, outside the ledger as cuBLAS's workspace is
