@@ -57,7 +57,7 @@ find_gpus bench-gpu
 
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
-make -s fsdp-gpu tests/bench_gpu >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp-gpu tests/bench_gpu"; exit 1; }
+make -s -j"$(nproc)" fsdp-gpu tests/bench_gpu >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp-gpu tests/bench_gpu"; exit 1; }
 
 # ---- the configuration and its parameter count -----------------------------------
 W=${BENCH_WIDTH:-3840} L=${BENCH_DEPTH:-9} B=${BENCH_BATCH:-4096} S=${BENCH_STEPS:-13}

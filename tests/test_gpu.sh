@@ -38,7 +38,7 @@ sed 's/ (UUID.*//; s/^/  /' <<<"$GPU_LIST"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 # nvcc where the CUDA toolkit puts it, if it is not on PATH already
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
-make -s fsdp fsdp-gpu tests/st_diff tests/test_kernels >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp fsdp-gpu tests/st_diff tests/test_kernels"; echo "0 passed, 1 failed"; exit 1; }
+make -s -j"$(nproc)" fsdp fsdp-gpu tests/st_diff tests/test_kernels >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp fsdp-gpu tests/st_diff tests/test_kernels"; echo "0 passed, 1 failed"; exit 1; }
 
 # ---- helpers --------------------------------------------------------------------
 n_ok=0 n_bad=0

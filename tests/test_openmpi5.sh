@@ -33,7 +33,7 @@ tar --exclude=./.git --exclude=./out --exclude=./.venv-torch --exclude=./.openmp
 cd "$tree" || exit 1
 make -s clean >/dev/null
 # a student's shell: Open MPI 5 first on PATH, nothing of make's exported
-unset MPIRUN OMPI_MCA_rmaps_base_oversubscribe PRTE_MCA_rmaps_default_mapping_policy
+unset MPIRUN OMPI_MCA_rmaps_base_oversubscribe PRTE_MCA_rmaps_default_mapping_policy OMPI_MCA_pml OMPI_MCA_btl
 export PATH="$prefix/bin:$PATH"
 echo "$(mpirun --version | head -1), from $prefix"
 
