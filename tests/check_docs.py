@@ -36,17 +36,18 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The environment the Makefile exports, so `mpirun -np 4 ./fsdp` works as
-# root and with more ranks than cores, exactly as under `make test`.
-MAKE_ENV = {
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
-    "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    "PRTE_MCA_rmaps_default_mapping_policy": "slot:oversubscribe",  # Open MPI 5's
-    "OMPI_MCA_pml": "ob1", "OMPI_MCA_btl": "^ofi",  # starts in 0.1 s (Makefile)
-    "MPIRUN": "mpirun --oversubscribe",  # make adds -q where Open MPI 4 takes it
-}
+
+def mpi_env():
+    """What sim/mpi-env.sh sets (the Makefile exports the same), so that
+    `mpirun -np 4 ./fsdp` works as root and with more ranks than cores,
+    exactly as under `make test`; values already set are kept."""
+    script = os.path.join(REPO, "sim", "mpi-env.sh")
+    out = subprocess.run(["bash", "-c", '. "$1" && env -0', "mpi-env", script],
+                         capture_output=True, check=True).stdout.decode()
+    pairs = (kv.split("=", 1) for kv in out.split("\0") if "=" in kv)
+    return {k: v for k, v in pairs if k.startswith(("OMPI_", "PRTE_")) or k == "MPIRUN"}
+
+
 DEFAULT_TIMEOUT = 120.0
 TAIL = 15  # lines of output shown under a FAIL
 
@@ -452,7 +453,7 @@ class Sandbox:
         with open(os.path.join(self.state, "run.sh"), "w") as f:
             f.write(RUNNER)
         self.env = dict(os.environ)
-        for k, v in MAKE_ENV.items():
+        for k, v in mpi_env().items():
             self.env.setdefault(k, v)
         self.env.update(__CHECK_STATE=self.state, __CHECK_WORK=self.work)
         torchrun = os.path.join(TORCH_BIN, "torchrun")
