@@ -160,6 +160,14 @@ ring_only() { case $EX in ring_*) printf "%s" "$1" ;; esac; } # ring_only TEXT
 # first error line.
 # grep -a: Open MPI 5 ends its MPI_Abort banner with a NUL byte, and grep
 # would then call the log binary and print none of its lines.
+# first_error LOG: fsdp.c's own message ("error: ..." or "[rank R] error
+# at ..."), which under load Open MPI 5 may print after its banner (whose
+# "Errorcode: 1" names nothing), the banner's NUL starting its line; else
+# the first line that says error.
+first_error() {
+  tr -d '\000' <"$1" | grep -m1 -E '^(\[rank [0-9]+\] )?error' ||
+    tr -d '\000' <"$1" | grep -v '\*\*\*' | grep -m1 -i 'error'
+}
 crash_reason() { # crash_reason LOG RC
   local log=$1 rc=$2 n="" text
   text=$(grep -a -m1 -o 'Signal: .*([0-9]*)' "$log" | sed 's/^Signal: //; s/ *([0-9]*)$//')
@@ -170,7 +178,7 @@ crash_reason() { # crash_reason LOG RC
       "a chunk index out of range, or a pointer past its buffer?$(ring_only " $NEGMOD_HINT")" \
       "Run exercises/build/fsdp-$EX by hand, or under gdb (--wait-for-debugger)"
   else
-    echo "exit $rc: $(grep -a -v '\*\*\*' "$log" | grep -a -m1 -i 'error')$(ring_only " $NEGMOD_HINT")"
+    echo "exit $rc: $(first_error "$log")$(ring_only " $NEGMOD_HINT")"
   fi
 }
 
