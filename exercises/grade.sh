@@ -156,29 +156,25 @@ hang_hint() { # hang_hint FLAGS...
 ring_only() { case $EX in ring_*) printf "%s" "$1" ;; esac; } # ring_only TEXT
 
 # How a run that failed ended: a signal by name (Open MPI's handler prints
-# "Signal: Segmentation fault (11)"; a shell reports 128 + n), else the
-# first error line.
-# grep -a: Open MPI 5 ends its MPI_Abort banner with a NUL byte, and grep
-# would then call the log binary and print none of its lines.
-# first_error LOG: fsdp.c's own message ("error: ..." or "[rank R] error
-# at ..."), which under load Open MPI 5 may print after its banner (whose
-# "Errorcode: 1" names nothing), the banner's NUL starting its line; else
-# the first line that says error.
-first_error() {
-  tr -d '\000' <"$1" | grep -m1 -E '^(\[rank [0-9]+\] )?error' ||
-    tr -d '\000' <"$1" | grep -v '\*\*\*' | grep -m1 -i 'error'
-}
+# "Signal: Segmentation fault (11)"; a shell reports 128 + n), else
+# fsdp.c's own message ("error: ..." or "[rank R] error at ..."), else the
+# first line that says error. The log is read with its NUL bytes taken out:
+# Open MPI 5 ends its MPI_Abort banner with one, which makes grep call the
+# log binary and print none of its lines, and under load it prints that
+# banner (whose "Errorcode: 1" names nothing) before fsdp.c's message.
 crash_reason() { # crash_reason LOG RC
-  local log=$1 rc=$2 n="" text
-  text=$(grep -a -m1 -o 'Signal: .*([0-9]*)' "$log" | sed 's/^Signal: //; s/ *([0-9]*)$//')
-  n=$(grep -a -m1 -o 'Signal: .*([0-9]*)' "$log" | sed 's/.*(\([0-9]*\))$/\1/')
+  local rc=$2 n="" text log
+  log=$(tr -d '\000' <"$1")
+  text=$(grep -m1 -o 'Signal: .*([0-9]*)' <<<"$log" | sed 's/^Signal: //; s/ *([0-9]*)$//')
+  n=$(grep -m1 -o 'Signal: .*([0-9]*)' <<<"$log" | sed 's/.*(\([0-9]*\))$/\1/')
   [ -z "$n" ] && [ "$rc" -gt 128 ] && [ "$rc" -lt 192 ] && n=$((rc - 128))
   if [ -n "$n" ]; then
     echo "crashed: a rank was killed by SIG$(kill -l "$n" 2>/dev/null || echo "$n")${text:+ ($text)} (exit $rc):" \
       "a chunk index out of range, or a pointer past its buffer?$(ring_only " $NEGMOD_HINT")" \
       "Run exercises/build/fsdp-$EX by hand, or under gdb (--wait-for-debugger)"
   else
-    echo "exit $rc: $(first_error "$log")$(ring_only " $NEGMOD_HINT")"
+    echo "exit $rc: $(grep -m1 -E '^(\[rank [0-9]+\] )?error' <<<"$log" ||
+      grep -v '\*\*\*' <<<"$log" | grep -m1 -i 'error')$(ring_only " $NEGMOD_HINT")"
   fi
 }
 

@@ -22,7 +22,8 @@ export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1
 export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy:-slot:oversubscribe}"
 export OMPI_MCA_odls_base_sigkill_timeout="${OMPI_MCA_odls_base_sigkill_timeout:-0}"
 export OMPI_MCA_pml="${OMPI_MCA_pml:-ob1}" OMPI_MCA_btl="${OMPI_MCA_btl:-^ofi}"
-if [ -n "${MPIRUN:-}" ]; then :
-elif mpirun -q --version >/dev/null 2>&1; then MPIRUN="mpirun -q --oversubscribe"
-else MPIRUN="mpirun --oversubscribe"; fi
+if [ -z "${MPIRUN:-}" ]; then
+  if mpirun -q --version >/dev/null 2>&1; then MPIRUN="mpirun -q --oversubscribe"
+  else MPIRUN="mpirun --oversubscribe"; fi
+fi
 export MPIRUN
