@@ -265,6 +265,29 @@ tests/bench_gpu: tests/bench_gpu.cu | mpi
 tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) | mpi
 	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) -Xcompiler -Wno-unused-function $< $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas -lm -lpthread
 
+# ---- the GPU build on a CPU: emu/ ------------------------------------------------
+# The same source as make gpu, compiled by the host's C++ compiler against
+# the emulator (emu/cuda_emu.h, emu/runtime.cpp): CUDA's headers give the
+# types, the emulator runs the kernels, cuBLAS and NCCL on the CPU, so the
+# GPU path's logic runs in make test where no GPU is. The source is copied
+# into .emu/ with each launch k<<<...>>>(args) spelled EMU_LAUNCH(k, (...))(args),
+# the one piece of CUDA syntax a host compiler cannot read (line for line,
+# so errors name the same lines; perl, since a launch may span two).
+EMU_DIR   := .emu
+EMU_SRC   := $(PROGRAM) $(SIM_DEPS) tests/test_kernels.cu
+EMU_DEPS  := $(EMU_DIR)/.copied emu/cuda_emu.h emu/include/mma.h emu/runtime.cpp
+EMU_FLAGS  = -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-function -Wno-unknown-pragmas \
+             -DOMPI_SKIP_MPICXX -I../emu/include -include ../emu/cuda_emu.h -I$(CUDA_HOME)/include $(MPI_CFLAGS)
+$(EMU_DIR)/.copied: $(EMU_SRC)
+	@rm -rf $(EMU_DIR) && mkdir -p $(EMU_DIR)
+	@for f in $(EMU_SRC); do mkdir -p $(EMU_DIR)/$$(dirname $$f); \
+	  perl -0pe 's/(\w+(<[^<>]*>)?)<<<([^>]*)>>>/EMU_LAUNCH($$1, ($$3))/g' $$f >$(EMU_DIR)/$$f; done
+	@touch $@
+fsdp-emu: $(EMU_DEPS) | mpi
+	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) $(OPENMP) -x c++ main.c $(SIM_SRC) ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
+tests/test_kernels-emu: $(EMU_DEPS) | mpi
+	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) -x c++ tests/test_kernels.cu $(SIM_SRC) ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
+
 # Whether CUDA can use a GPU here (tests/lib.sh's find_gpus asks after nvidia-smi)
 tests/gpu_probe: tests/gpu_probe.cu
 	$(NVCC) -O2 -std=c++17 $(GPU_WARNINGS) $< -o $@

@@ -22,7 +22,7 @@
  * whose only difference is CUDA's expf/erff (2 ulp) and fused
  * multiply-adds get 16 u (|value| + 1), or 32 u where an expf feeds a
  * product of several terms (gelu_new). The kernel's time on the GPU (mean
- * of 20 launches, CUDA events) is printed beside it.
+ * of TIME_REPS launches, CUDA events) is printed beside it.
  *
  * Prints one line a kernel and "N passed, N failed"; exits 1 on a failure.
  * Compiled in CI (make gpu's check); not yet run on a GPU.
@@ -107,16 +107,25 @@ static void expect_relative(const char *kernel, const char *what, const float *d
     expect_as(kernel, what, dev, ref, n, tol, us, 1);
 }
 
-/* The mean time of 20 runs of `call` on the compute stream, in microseconds. */
+/* The mean time of TIME_REPS runs of `call` on the compute stream, in
+ * microseconds: 20 on a GPU; one under the emulator (make test-gpu-emu),
+ * whose time for a kernel says nothing of a GPU's. The attention checks
+ * run GPT-2's sequence of ATTENTION_T = 1024 on a GPU, and a quarter of it
+ * under the emulator, where a T^2 kernel runs a CPU thread per CUDA thread. */
+#ifdef FSDP_EMU
+enum { TIME_REPS = 1, ATTENTION_T = 256 };
+#else
+enum { TIME_REPS = 20, ATTENTION_T = 1024 };
+#endif
 #define TIME_US(out, call)                                                                         \
     do {                                                                                           \
         cudaEvent_t t0_ = event_record(backend.compute, 1);                                        \
-        for (int rep_ = 0; rep_ < 20; rep_++) call;                                                \
+        for (int rep_ = 0; rep_ < TIME_REPS; rep_++) call;                                            \
         cudaEvent_t t1_ = event_record(backend.compute, 1);                                        \
         cudaCheck(cudaEventSynchronize(t1_));                                                      \
         float ms_ = 0.0f;                                                                          \
         cudaCheck(cudaEventElapsedTime(&ms_, t0_, t1_));                                           \
-        (out) = 1e3 * ms_ / 20;                                                                    \
+        (out) = 1e3 * ms_ / TIME_REPS;                                                               \
         cudaEventDestroy(t0_);                                                                     \
         cudaEventDestroy(t1_);                                                                     \
     } while (0)
@@ -186,11 +195,11 @@ static void check_layernorm(void) {
            us);
     TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, DTYPE_FP32, gmean, grstd, B, D,
                                    DTYPE_FP32));
-    /* the GPU ran it 20 times, adding: the CPU's once, times 20 (dx1: once) */
+    /* the GPU ran it TIME_REPS times, adding: the CPU's once, times that (dx1: once) */
     float *dx1 = (float *)host_malloc((size_t)n * 4, "ref");
     memcpy(dx1, dx, (size_t)n * 4);
-    for (long i = 0; i < n; i++) dx[i] *= 20.0f;
-    for (int i = 0; i < D; i++) dw[i] *= 20.0f, db[i] *= 20.0f;
+    for (long i = 0; i < n; i++) dx[i] *= TIME_REPS;
+    for (int i = 0; i < D; i++) dw[i] *= TIME_REPS, db[i] *= TIME_REPS;
     /* dinp_i = rstd (g_i - mean(g) - n_i mean(g n)), g = dy w: the two
      * means are sums of D terms, off by 2 D u times their terms' sums */
     double row = 0.0, col = 0.0, nmax = 0.0;
@@ -211,10 +220,10 @@ static void check_layernorm(void) {
                 fabs(dy[(long)r * D + c]) * (1.0 + fabs((x[(long)r * D + c] - mean[r]) * rstd[r]));
         col = fmax(col, sum);
     }
-    /* 20 runs add 20 times: 20 times each bound, and 20 u of the total */
-    double tdx = 20.0 * 2.0 * D * U * row + 20.0 * U * max_abs(dx, n),
-           tdw = 20.0 * (2.0 * B + 4.0 * D) * U * col + 20.0 * U * max_abs(dw, D),
-           tdb = 20.0 * 2.0 * B * U * col + 20.0 * U * max_abs(db, D);
+    /* the runs add up: TIME_REPS times each bound, and TIME_REPS u of the total */
+    double tdx = TIME_REPS * 2.0 * D * U * row + TIME_REPS * U * max_abs(dx, n),
+           tdw = TIME_REPS * (2.0 * B + 4.0 * D) * U * col + TIME_REPS * U * max_abs(dw, D),
+           tdb = TIME_REPS * 2.0 * B * U * col + TIME_REPS * U * max_abs(db, D);
     expect("layernorm backward (8192 x 768)", "dinp", gdx, dx, n, tdx, us);
     expect("layernorm backward (8192 x 768)", "dweight", gdw, dw, D, tdw, us);
     expect("layernorm backward (8192 x 768)", "dbias", gdb, db, D, tdb, us);
@@ -241,7 +250,7 @@ static void check_layernorm(void) {
     double m1 = max_abs(dx1, n);
     for (long i = 0; i < n; i++) dx1[i] = round_to(dx1[i], DTYPE_BF16);
     expect("layernorm backward, held in bf16", "dinp", unpacked(gdx16, n, DTYPE_BF16), dx1, n,
-           tdx / 20.0 + ulp16(m1, DTYPE_BF16), us);
+           tdx / TIME_REPS + ulp16(m1, DTYPE_BF16), us);
     float *frees[] = {x, w, b, dy, out, mean, rstd, dx, dx1, dw, db};
     for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
     gpu_free_all();
@@ -300,7 +309,7 @@ static void check_linear_held_output(const float *xr, const float *wr, const flo
  * (attention and the LayerNorm wrote them so), the weight read from the
  * unit's full state in bf16. The CPU sums the same bf16 values in fp32 in
  * another order: dinp over O terms, dweight and dbias over B; 4 (terms +
- * 1) u of each sum of |terms|, as the forward's bound. The GPU runs it 20
+ * 1) u of each sum of |terms|, as the forward's bound. The GPU runs it TIME_REPS
  * times, adding into dweight and dbias, writing dinp. */
 static void check_linear_backward16(const float *xr, const float *wr, const float *dy,
                                     const float *gx16, const float *gw16, int B, int I, int O) {
@@ -344,13 +353,13 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
     TIME_US(us, linear_backward(gdin, DTYPE_FP32, gdw, gdb, gdy16, DTYPE_BF16, gx16, gw16,
                                 DTYPE_BF16, B, I, O));
     backend.gemm_dtype = DTYPE_FP32;
-    for (long i = 0; i < (long)O * I; i++) dw[i] *= 20.0f; /* dinp is written, not added */
-    for (int o = 0; o < O; o++) db[o] *= 20.0f;
+    for (long i = 0; i < (long)O * I; i++) dw[i] *= TIME_REPS; /* dinp is written, not added */
+    for (int o = 0; o < O; o++) db[o] *= TIME_REPS;
     const char *name = "linear backward, bf16 tensor cores, dy and x held in bf16";
     expect(name, "dinp", gdin, din, (long)B * I, 4.0 * (O + 1) * U * tin, us);
     expect(name, "dweight", gdw, dw, (long)O * I,
-           20.0 * 4.0 * (B + 1) * U * tw + 20.0 * U * max_abs(dw, (long)O * I), us);
-    expect(name, "dbias", gdb, db, O, 20.0 * 2.0 * B * U * tb + 20.0 * U * max_abs(db, O), us);
+           TIME_REPS * 4.0 * (B + 1) * U * tw + TIME_REPS * U * max_abs(dw, (long)O * I), us);
+    expect(name, "dbias", gdb, db, O, TIME_REPS * 2.0 * B * U * tb + TIME_REPS * U * max_abs(db, O), us);
     free(dyr), free(din), free(dw), free(db);
 }
 
@@ -403,10 +412,10 @@ static void check_linear(void) {
         for (int r = 0; r < B; r++) s += fabs(dy[(long)r * O + o]);
         col = fmax(col, s);
     }
-    for (int o = 0; o < O; o++) db[o] *= 20.0f;
-    /* 20 runs add 20 times: 20 times the bound, and 20 u of the total */
+    for (int o = 0; o < O; o++) db[o] *= TIME_REPS;
+    /* the runs add up: TIME_REPS times the bound, and TIME_REPS u of the total */
     expect("bias gradient, column sums (512 x 2304)", "dbias", gdb, db, O,
-           20.0 * 2.0 * B * U * col + 20.0 * U * max_abs(db, O), us);
+           TIME_REPS * 2.0 * B * U * col + TIME_REPS * U * max_abs(db, O), us);
     float *frees[] = {x, w, b, dy, out, db};
     for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
     gpu_free_all();
@@ -484,15 +493,15 @@ static void check_elementwise(void) {
 /* An embedding's gradient grouped by token (a thread per distinct token
  * and channel) against the plain loop that adds row n to row tokens[n] for
  * n = 0, 1, ...: each token's rows are added in that same order, so the
- * two agree to the bit (tolerance 0). TIME_US runs it 20 times into the
- * same gradient, so the loop runs 20 times too. */
+ * two agree to the bit (tolerance 0). TIME_US runs it TIME_REPS times into the
+ * same gradient, so the loop runs that often too. */
 static void check_embedding_at(const char *name, long BT, int V, int C) {
     long n = BT * C;
     float *dy = host_random(n, 17, 1.0f);
     int *tok = (int *)host_malloc((size_t)BT * sizeof(int), "tokens");
     for (long i = 0; i < BT; i++) tok[i] = (int)(rng_u64(7, 18, 0, (uint64_t)i) % V);
     float *dw = (float *)host_calloc((size_t)V * C, 4, "ref");
-    for (int rep = 0; rep < 20; rep++)
+    for (int rep = 0; rep < TIME_REPS; rep++)
         for (long i = 0; i < BT; i++)
             for (int c = 0; c < C; c++) dw[(long)tok[i] * C + c] += dy[i * C + c];
     TokenRows g;
@@ -613,7 +622,7 @@ static void check_attention(void) {
 /* Attention in bf16 on the tensor cores (attention_forward_gemm in bf16: P and
  * dS stored in bf16, y written in bf16 as c_proj's input) against the
  * rows rounding P, dS and y where it stores them, on bf16 inputs: GPT-2
- * 124M's 12 heads of 64, T 1024, B 2. The two sum in fp32 in other
+ * 124M's 12 heads of 64, T ATTENTION_T (1024 on a GPU), B 2. The two sum in fp32 in other
  * orders, so a P on a rounding boundary may round the other way: at most
  * one bf16 ulp, up to 2^-7 of it, and as the P of a row sum to 1, y moves
  * by at most 2^-7 max|v| (beside the fp32 sums' 2 T u), and y's own
@@ -621,7 +630,7 @@ static void check_attention(void) {
  * dS inherits that from P and dP and rounds once more: dqkv is held to
  * 2^-5 of its largest value, as flash's is. A wrong stride is off by O(1). */
 static void check_attention16(void) {
-    const int B = 2, T = 1024, D = 768, H = 12;
+    const int B = 2, T = ATTENTION_T, D = 768, H = 12;
     const Dtype d = DTYPE_BF16;
     long nq = (long)B * T * 3 * D, ny = (long)B * T * D, na = (long)B * H * T * T;
     float *qkv = host_random(nq, 19, 1.0f), *dy = host_random(ny, 20, 1.0f);
@@ -644,7 +653,9 @@ static void check_attention16(void) {
     backend.gemm_dtype = d; /* as with --param-dtype bf16: qkv and y held in bf16 */
     TIME_US(us, attention_forward(gy, ga, gq16, B, T, D, H, d));
     backend.gemm_dtype = DTYPE_FP32;
-    expect("attention forward, bf16 tensor cores (2x1024x768)", "y", unpacked(gy, ny, d), y, ny,
+    char name[64];
+    snprintf(name, sizeof(name), "attention forward, bf16 tensor cores (%dx%dx%d)", B, T, D);
+    expect(name, "y", unpacked(gy, ny, d), y, ny,
            vmax * (4.0 / 256 + 2.0 * T * U), us);
     backend.gemm_dtype = d; /* dqkv written in bf16: c_attn's output gradient, held */
     TIME_US(us, attention_backward(gdq, gda, gdy16, gq16, ga, B, T, D, H, d));
@@ -755,7 +766,7 @@ int main(int argc, char **argv) {
     check_crossentropy();
     check_attention();
     check_attention16();
-    check_flash16(2, 1000, 768, 12);
+    check_flash16(2, ATTENTION_T - 24, 768, 12); /* a last query block in part */
     check_flash16(1, 200, 96, 3);
     check_flash16(1, 97, 48, 1);  /* heads of 48: a last 16-column fragment alone */
     check_flash16(1, 129, 16, 1); /* heads of 16, and one row past two blocks */

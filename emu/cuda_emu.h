@@ -1,0 +1,151 @@
+/* ============================================================================
+ * emu/cuda_emu.h — the CUDA language on a CPU: what `make emu` builds the
+ * GPU build with in place of nvcc, so that fsdp.c's CUDA path (its kernels,
+ * its cuBLAS and NCCL calls, its streams and events) runs where no GPU is.
+ *
+ *   make fsdp-emu tests/test_kernels-emu       (g++, the CUDA headers, MPI)
+ *   make test-gpu-emu                          (tests/test_gpu.sh on them)
+ *
+ * CUDA 2 had this as `nvcc -deviceemu`; it went away in CUDA 3.1. This is a
+ * small one, for a course whose students have no GPU yet: it runs the very
+ * source nvcc compiles, one CUDA thread after another, so a kernel's
+ * indexing, its barriers and its bounds are tested on every `make test`.
+ * What it does not tell is speed: a CPU thread per CUDA thread, in turn.
+ *
+ * How the source reaches g++ unchanged but for one piece of syntax: the
+ * Makefile copies it and rewrites each launch `k<<<grid, block, 0, s>>>(args)`
+ * as `EMU_LAUNCH(k, (grid, block, 0, s))(args)` (sed, line for line), and
+ * g++ compiles the copy with this header first (-include). The header then
+ * says that this is CUDA (__CUDACC__), so fsdp.c takes its GPU path.
+ *
+ * The model it runs (what a real GPU guarantees, and no more where it can):
+ *  - a kernel's blocks run one after another; a block's threads run as
+ *    fibers (ucontext) on one CPU thread, switching only where CUDA
+ *    synchronises: __syncthreads, __syncwarp, a shuffle, a WMMA operation.
+ *    A kernel with none of these runs its threads as a plain loop.
+ *  - threads that wait at different barriers forever (a __syncthreads that
+ *    some of the block's threads skip while others wait at a warp's) stop
+ *    the program with a message, where a GPU would hang or go wrong;
+ *  - a fragment's store (wmma::store_matrix_sync) writes each element from
+ *    one lane only, as on a GPU, so a lane that reads another lane's part
+ *    without __syncwarp reads stale memory here too;
+ *  - every stream runs its work as it is queued (a legal order of any
+ *    CUDA program: nothing starts before what it waits for), so events are
+ *    done when recorded and a synchronize returns at once;
+ *  - device memory is host memory the emulator lends and knows, so a copy
+ *    in the wrong direction, a kernel, cuBLAS or NCCL given a host pointer,
+ *    or a launch CUDA would refuse (more than 1024 threads a block) fail
+ *    with CUDA's error, as on a GPU;
+ *  - cuBLAS is a loop in fp32 (TF32 rounds its inputs as the tensor cores
+ *    do; 16-bit inputs are widened, the sum is fp32 and rounded once into a
+ *    16-bit output); NCCL is MPI on a communicator of its own.
+ * The runtime, cuBLAS and NCCL are in emu/runtime.cpp.
+ * ========================================================================== */
+#ifndef FSDP_CUDA_EMU_H
+#define FSDP_CUDA_EMU_H
+
+/* The toolkit's own headers, read as a host compiler reads them (before
+ * __CUDACC__ is defined): the types and declarations are CUDA's; the
+ * functions behind them are the emulator's. */
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#define __CUDACC__ 1 /* fsdp.c's GPU path from here on */
+#define FSDP_EMU 1    /* ... on the emulator (tests/test_kernels.cu times one launch) */
+#undef __shared__
+#define __shared__ static thread_local /* one per block: blocks run in turn on a CPU thread */
+#define __launch_bounds__(...)
+
+namespace emu {
+/* The thread a fiber runs now, and its block */
+struct Thread {
+    uint3 idx;
+    int linear, warp, lane;
+};
+struct Block {
+    dim3 grid, dim;
+    uint3 idx;
+};
+extern thread_local Thread *self;
+extern thread_local Block *block;
+
+void sync_block();                 /* __syncthreads */
+void sync_warp();                  /* __syncwarp, and a warp's collective operations */
+void warp_post(const void *v, size_t bytes);            /* a shuffle's value, this lane's */
+void warp_read(void *v, size_t bytes, int lane);        /* ... and another lane's */
+int lane_owns(int element);        /* a fragment's element a lane stores (wmma) */
+
+/* A kernel's launch: the grid is checked as CUDA checks it, every pointer
+ * argument must be device memory (or NULL), and body runs once per thread. */
+struct Launch {
+    dim3 grid, dim;
+    Launch(dim3 g, dim3 b, size_t shared = 0, cudaStream_t s = 0)
+        : grid(g), dim(b) {
+        (void)shared, (void)s;
+    }
+    template <typename K> struct Bound;
+    template <typename K> Bound<K> bind(K k) { return Bound<K>{*this, k}; }
+};
+int launch_check(dim3 grid, dim3 dim); /* 0, or the launch fails (cudaGetLastError) */
+void argument_check(const void *p, int index); /* a kernel's pointer argument */
+void run_grid(dim3 grid, dim3 dim, void (*body)(void *), void *arg);
+
+template <typename T> static inline void check_arg(const T &, int) {}
+template <typename T> static inline void check_arg(T *const &p, int index) {
+    argument_check((const void *)p, index);
+}
+
+template <typename K> struct Launch::Bound {
+    Launch l;
+    K kernel;
+    template <typename... A> void operator()(A... args) {
+        if (launch_check(l.grid, l.dim)) return;
+        int index = 0;
+        (check_arg(args, index++), ...);
+        auto body = [&]() { kernel(args...); }; /* each thread gets its own copies */
+        run_grid(l.grid, l.dim, [](void *b) { (*(decltype(body) *)b)(); }, &body);
+    }
+};
+} // namespace emu
+
+/* k<<<cfg>>>(args), rewritten by the Makefile: a generic lambda calls k, so
+ * a kernel template's arguments are deduced from args as nvcc deduces them */
+#define EMU_LAUNCH(k, cfg) emu::Launch cfg.bind([](auto... emu_a) { k(emu_a...); })
+
+#define threadIdx (emu::self->idx)
+#define blockIdx (emu::block->idx)
+#define blockDim (emu::block->dim)
+#define gridDim (emu::block->grid)
+
+static inline void __syncthreads(void) { emu::sync_block(); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    (void)mask;
+    emu::sync_warp();
+}
+/* A shuffle: every lane posts its value, the warp meets, each reads its
+ * partner's, and the warp meets again before the slots are reused. */
+template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask,
+                                                      int width = 32) {
+    (void)mask, (void)width;
+    T out;
+    emu::sync_warp();
+    emu::warp_post(&v, sizeof(T));
+    emu::sync_warp();
+    emu::warp_read(&out, sizeof(T), emu::self->lane ^ lane_mask);
+    return out;
+}
+
+/* CUDA's device math, host side */
+static inline int min(int a, int b) { return a < b ? a : b; }
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline long min(long a, long b) { return a < b ? a : b; }
+static inline long max(long a, long b) { return a > b ? a : b; }
+
+#endif

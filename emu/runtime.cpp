@@ -1,0 +1,864 @@
+/* ============================================================================
+ * emu/runtime.cpp — the emulator's device: threads as fibers, and the parts
+ * of the CUDA runtime, cuBLAS and NCCL that fsdp.c calls, on the host.
+ * emu/cuda_emu.h says what it is for and what it promises.
+ *
+ *   1. fibers and barriers (a block's threads, CUDA's synchronisation)
+ *   2. device memory (lent from the host, and known, so misuse is caught)
+ *   3. the runtime: devices, streams, events, copies
+ *   4. cuBLAS: the GEMMs, in fp32 (TF32 and 16-bit inputs as the tensor
+ *      cores take them)
+ *   5. NCCL: its collectives as MPI's, on a communicator of their own
+ * ========================================================================== */
+#include "cuda_emu.h"
+
+#include <map>
+#include <mpi.h>
+#include <mutex>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <vector>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+/* ---- 1. fibers and barriers -------------------------------------------------
+ * A block's threads run as fibers on the CPU thread that launched it. A
+ * fiber runs a thread to its end and then takes the block's next thread,
+ * so a kernel without barriers is a plain loop on one fiber; a thread that
+ * waits at a barrier parks its fiber, and the next thread starts on
+ * another. When the last live thread arrives, the barrier opens and the
+ * parked fibers run on in turn. Threads that have returned no longer
+ * count, as on a GPU. */
+namespace emu {
+thread_local Thread *self;
+thread_local Block *block;
+
+enum { STACK_BYTES = 256 << 10, MAX_THREADS = 1024, MAX_WARPS = MAX_THREADS / 32 };
+
+struct Barrier {
+    int arrived;
+    unsigned generation;
+};
+
+/* Switching between fibers. On x86-64 six registers and the stack pointer,
+ * in a few instructions: the warp kernels switch at every shuffle, and
+ * ucontext's swapcontext (elsewhere, and under AddressSanitizer, which
+ * knows it) also makes a system call each time, ten times the cost. */
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define EMU_FAST_SWITCH 1
+struct Context {
+    void *sp;
+};
+extern "C" void emu_switch(void **save_sp, void *sp);
+__asm__(".text\n"
+        ".globl emu_switch\n"
+        ".type emu_switch, @function\n"
+        "emu_switch:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size emu_switch, .-emu_switch\n");
+static void context_switch(Context *from, Context *to) { emu_switch(&from->sp, to->sp); }
+/* a new stack that "returns" into entry, aligned as if entry were called */
+static void context_make(Context *c, char *stack, size_t bytes, void (*entry)()) {
+    uintptr_t top = ((uintptr_t)(stack + bytes)) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = NULL;           /* entry's return address: it never returns */
+    *--sp = (void *)entry;  /* emu_switch's ret lands here */
+    for (int i = 0; i < 6; i++) *--sp = NULL; /* rbp, rbx, r12-r15 */
+    c->sp = sp;
+}
+#else
+struct Context {
+    ucontext_t uc;
+};
+static void context_switch(Context *from, Context *to) {
+    if (swapcontext(&from->uc, &to->uc) != 0) {
+        perror("emulator: swapcontext");
+        abort();
+    }
+}
+static void context_make(Context *c, char *stack, size_t bytes, void (*entry)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = bytes;
+    c->uc.uc_link = NULL;
+    makecontext(&c->uc, entry, 0);
+}
+#endif
+
+struct Fiber {
+    Context context;
+    char *stack;
+    Thread thread;
+    Barrier *waiting; /* NULL: runnable (or idle) */
+    unsigned generation;
+    int idle;
+};
+struct BlockRun {
+    Block block;
+    int threads, next, live, warp_live[MAX_WARPS];
+    Barrier block_barrier, warp_barrier[MAX_WARPS];
+    uint64_t slot[MAX_THREADS]; /* shuffles' values */
+    void (*body)(void *);
+    void *arg;
+};
+struct Scheduler {
+    Context context; /* the launching thread's, while fibers run */
+    std::vector<Fiber *> fibers;
+    Fiber *current;
+    BlockRun *run;
+};
+static thread_local Scheduler sched;
+
+/* A barrier opens when every live thread of its scope has arrived */
+static void barrier_settle(Barrier *b, int live) {
+    if (b->arrived > 0 && b->arrived >= live) {
+        b->arrived = 0;
+        b->generation++;
+    }
+}
+static void barrier_wait(Barrier *b, int live) {
+    unsigned generation = b->generation;
+    b->arrived++;
+    barrier_settle(b, live);
+    if (b->generation != generation) return; /* the last to arrive goes straight on */
+    Fiber *f = sched.current;
+    f->waiting = b, f->generation = generation;
+    context_switch(&f->context, &sched.context);
+}
+
+void sync_block() {
+    if (!sched.run) return; /* host code, outside a kernel */
+    barrier_wait(&sched.run->block_barrier, sched.run->live);
+}
+void sync_warp() {
+    BlockRun *r = sched.run;
+    if (!r) return;
+    barrier_wait(&r->warp_barrier[self->warp], r->warp_live[self->warp]);
+}
+void warp_post(const void *v, size_t bytes) { memcpy(&sched.run->slot[self->linear], v, bytes); }
+void warp_read(void *v, size_t bytes, int lane) {
+    int from = self->warp * 32 + (lane & 31);
+    if (from >= sched.run->threads) from = self->linear; /* a lane past the block: its own */
+    memcpy(v, &sched.run->slot[from], bytes);
+}
+int lane_owns(int element) { return element % 32 == self->lane; }
+
+static void thread_begin(BlockRun *r, Thread *t, int linear) {
+    dim3 d = r->block.dim;
+    t->linear = linear, t->warp = linear / 32, t->lane = linear % 32;
+    t->idx.x = linear % d.x;
+    t->idx.y = linear / d.x % d.y;
+    t->idx.z = linear / (d.x * d.y);
+}
+static void thread_end(BlockRun *r, const Thread *t) {
+    r->live--;
+    r->warp_live[t->warp]--;
+    barrier_settle(&r->block_barrier, r->live);
+    barrier_settle(&r->warp_barrier[t->warp], r->warp_live[t->warp]);
+}
+
+/* A fiber's life: the block's next thread, while there is one; then idle
+ * until a later block (of this or another launch) needs it again */
+static void fiber_main() {
+    for (;;) {
+        Fiber *f = sched.current;
+        BlockRun *r = sched.run;
+        while (r->next < r->threads) {
+            thread_begin(r, &f->thread, r->next++);
+            self = &f->thread;
+            r->body(r->arg);
+            thread_end(r, &f->thread);
+        }
+        f->idle = 1;
+        context_switch(&f->context, &sched.context);
+    }
+}
+
+static Fiber *fiber_new() {
+    Fiber *f = new Fiber();
+    /* its own stack, with a guard page below it: an overflow is a fault */
+    f->stack = (char *)mmap(NULL, STACK_BYTES + 4096, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (f->stack == MAP_FAILED) {
+        perror("emulator: a fiber's stack");
+        abort();
+    }
+    mprotect(f->stack, 4096, PROT_NONE);
+    context_make(&f->context, f->stack + 4096, STACK_BYTES, fiber_main);
+    sched.fibers.push_back(f);
+    return f;
+}
+
+static void resume(Fiber *f) {
+    sched.current = f;
+    self = &f->thread;
+    f->waiting = NULL, f->idle = 0;
+    context_switch(&sched.context, &f->context);
+    sched.current = NULL;
+}
+
+[[noreturn]] static void deadlock(const BlockRun *r) {
+    int at_block = 0, at_warp = 0;
+    for (Fiber *f : sched.fibers)
+        if (!f->idle && f->waiting)
+            (f->waiting == &r->block_barrier ? at_block : at_warp)++;
+    fprintf(stderr,
+            "emulator: block (%u, %u, %u) of a kernel is stuck: %d thread(s) wait at "
+            "__syncthreads and %d at a warp's barrier (__syncwarp, a shuffle or a WMMA "
+            "operation), and none can go on. On a GPU this kernel hangs or computes garbage.\n"
+            "HINT: every live thread of a block must reach the same __syncthreads; every lane "
+            "of a warp the same warp operation.\n",
+            r->block.idx.x, r->block.idx.y, r->block.idx.z, at_block, at_warp);
+    abort();
+}
+
+static void run_block(BlockRun *r) {
+    size_t next_idle = 0;
+    while (r->live > 0) {
+        int ran = 0;
+        for (size_t i = 0; i < sched.fibers.size() && r->live > 0; i++) {
+            Fiber *f = sched.fibers[i];
+            if (f->idle || (f->waiting && f->waiting->generation == f->generation)) continue;
+            if (!f->waiting) continue; /* idle fibers are taken below, in order */
+            resume(f);
+            ran = 1;
+        }
+        if (ran || r->live == 0) continue;
+        if (r->next >= r->threads) deadlock(r);
+        /* every started thread waits: start the next one, on an idle fiber */
+        while (next_idle < sched.fibers.size() && !sched.fibers[next_idle]->idle) next_idle++;
+        resume(next_idle < sched.fibers.size() ? sched.fibers[next_idle] : fiber_new());
+    }
+}
+
+void run_grid(dim3 grid, dim3 dim, void (*body)(void *), void *arg) {
+    BlockRun *r = new BlockRun();
+    r->block.grid = grid, r->block.dim = dim;
+    r->threads = (int)(dim.x * dim.y * dim.z);
+    r->body = body, r->arg = arg;
+    BlockRun *outer = sched.run;
+    Thread *outer_self = self;
+    sched.run = r;
+    block = &r->block;
+    for (Fiber *f : sched.fibers) f->idle = 1;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                r->block.idx = {x, y, z};
+                r->next = 0, r->live = r->threads;
+                for (int w = 0; w < MAX_WARPS; w++) {
+                    int first = w * 32;
+                    r->warp_live[w] = first < r->threads ? (r->threads - first < 32 ? r->threads - first : 32) : 0;
+                    r->warp_barrier[w] = Barrier{0, 0};
+                }
+                r->block_barrier = Barrier{0, 0};
+                run_block(r);
+            }
+    sched.run = outer, self = outer_self;
+    block = NULL;
+    delete r;
+}
+} // namespace emu
+
+/* ---- 2. device memory ---------------------------------------------------------
+ * Lent from the host and written down, so the emulator can tell device
+ * memory from host memory as a GPU's page tables do: a kernel, cuBLAS or
+ * NCCL given host memory, or a copy whose direction is wrong, fails with
+ * CUDA's error instead of working here and faulting on the first GPU.
+ * Pinned host memory (cudaHostAlloc) is known too: a kernel may read it
+ * (unified addressing), a device-to-device copy may not name it. */
+namespace emu {
+enum Kind { HOST = 0, DEVICE, PINNED };
+static std::mutex memory_lock;
+static std::map<uintptr_t, std::pair<size_t, Kind>> lent; /* start -> bytes, kind */
+static size_t device_bytes;
+static const size_t DEVICE_TOTAL = (size_t)80 << 30; /* an 80 GB GPU's worth */
+static thread_local cudaError_t last_error = cudaSuccess;
+
+static cudaError_t fail(cudaError_t e) {
+    last_error = e;
+    return e;
+}
+static Kind kind_of(const void *p, size_t bytes = 1) {
+    std::lock_guard<std::mutex> hold(memory_lock);
+    uintptr_t a = (uintptr_t)p;
+    auto it = lent.upper_bound(a);
+    if (it == lent.begin()) return HOST;
+    --it;
+    if (a + bytes > it->first + it->second.first) return HOST; /* runs past the end */
+    return it->second.second;
+}
+static void *lend(size_t bytes, Kind kind) {
+    void *p = NULL;
+    if (posix_memalign(&p, 256, bytes ? bytes : 1)) return NULL; /* cudaMalloc's alignment */
+    std::lock_guard<std::mutex> hold(memory_lock);
+    lent[(uintptr_t)p] = {bytes ? bytes : 1, kind};
+    if (kind == DEVICE) device_bytes += bytes;
+    return p;
+}
+static int take_back(void *p, Kind kind) {
+    std::lock_guard<std::mutex> hold(memory_lock);
+    auto it = lent.find((uintptr_t)p);
+    if (it == lent.end() || it->second.second != kind) return 0;
+    if (kind == DEVICE) device_bytes -= it->second.first;
+    lent.erase(it);
+    free(p);
+    return 1;
+}
+/* A pointer some device code is given: device memory, pinned host memory
+ * (reachable by unified addressing), or NULL */
+static int reachable(const void *p) { return !p || kind_of(p) != HOST; }
+
+int launch_check(dim3 grid, dim3 dim) {
+    unsigned long threads = (unsigned long)dim.x * dim.y * dim.z;
+    if (threads == 0 || threads > MAX_THREADS || dim.z > 64 || grid.x == 0 || grid.y == 0 ||
+        grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
+        last_error = cudaErrorInvalidConfiguration;
+        return 1;
+    }
+    return 0;
+}
+void argument_check(const void *p, int index) {
+    if (reachable(p)) return;
+    fprintf(stderr,
+            "emulator: a kernel's argument %d is host memory (%p), which a GPU cannot read: "
+            "it would fail there with an illegal address.\nHINT: give kernels device memory "
+            "(dev_alloc), or copy the values there first (dev_from_host).\n",
+            index + 1, p);
+    abort();
+}
+} // namespace emu
+using namespace emu;
+
+/* ---- 3. the runtime ---------------------------------------------------------------
+ * Devices: FSDP_EMU_GPUS of them (4 unless set), of which CUDA_VISIBLE_DEVICES
+ * shows a part, as on a machine with that many GPUs: each has its own PCI
+ * bus id, so two ranks on one of them are seen sharing it. Streams and
+ * events are tokens: work runs when it is queued. */
+struct CUstream_st {
+    int flags;
+};
+struct CUevent_st {
+    double at; /* when it was recorded: the work before it is done */
+    int recorded;
+};
+static thread_local int current_device;
+
+static double now_seconds_emu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static int physical_gpus(void) {
+    const char *n = getenv("FSDP_EMU_GPUS");
+    return n && atoi(n) > 0 ? atoi(n) : 4;
+}
+/* the visible devices' physical numbers, as CUDA_VISIBLE_DEVICES lists them */
+static int visible_gpus(int *which, int cap) {
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    int n = 0, all = physical_gpus();
+    if (!v) {
+        for (; n < all && n < cap; n++) which[n] = n;
+        return n;
+    }
+    for (const char *p = v; *p && n < cap;) { /* CUDA stops at the first entry it cannot use */
+        char *end;
+        long g = strtol(p, &end, 10);
+        if (end == p || g < 0 || g >= all) break;
+        which[n++] = (int)g;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') break;
+    }
+    return n;
+}
+
+extern "C" {
+cudaError_t cudaGetDeviceCount(int *count) {
+    int which[64];
+    *count = visible_gpus(which, 64);
+    return *count ? cudaSuccess : fail(cudaErrorNoDevice);
+}
+cudaError_t cudaSetDevice(int device) {
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (device < 0 || device >= n) return fail(cudaErrorInvalidDevice);
+    current_device = device;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
+    int which[64], n = visible_gpus(which, 64);
+    if (device < 0 || device >= n) return fail(cudaErrorInvalidDevice);
+    snprintf(bus, (size_t)len, "00000000:%02X:00.0", 0x10 + which[device]);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
+    (void)device;
+    *value = attr == cudaDevAttrComputeMode ? cudaComputeModeDefault : 0;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    memset(prop, 0, sizeof(*prop));
+    snprintf(prop->name, sizeof(prop->name), "fsdp.c's CPU emulator (emu/), device %d", device);
+    prop->totalGlobalMem = DEVICE_TOTAL;
+    prop->multiProcessorCount = 1;
+    prop->major = 9, prop->minor = 0;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = MAX_THREADS;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+    cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
+    default: return "cudaErrorUnknown";
+    }
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    default: return "unknown error";
+    }
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = NULL;
+    if (device_bytes + bytes > DEVICE_TOTAL) return fail(cudaErrorMemoryAllocation);
+    *p = lend(bytes, DEVICE);
+    return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFree(void *p) {
+    if (!p || take_back(p, DEVICE)) return cudaSuccess;
+    return fail(cudaErrorInvalidValue);
+}
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
+    (void)flags;
+    *p = lend(bytes, PINNED);
+    return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t cudaFreeHost(void *p) {
+    if (!p || take_back(p, PINNED)) return cudaSuccess;
+    return fail(cudaErrorInvalidValue);
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    *total = DEVICE_TOTAL;
+    *free_bytes = DEVICE_TOTAL - device_bytes;
+    return cudaSuccess;
+}
+
+/* A copy's direction must match where its ends are, as it must on a GPU
+ * (there a host pointer given as device memory faults, or the copy fails) */
+static int copy_ends_ok(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
+    if (bytes == 0) return 1;
+    int dst_dev = kind_of(dst, bytes) == DEVICE, src_dev = kind_of(src, bytes) == DEVICE;
+    switch (kind) {
+    case cudaMemcpyHostToDevice: return dst_dev && !src_dev;
+    case cudaMemcpyDeviceToHost: return !dst_dev && src_dev;
+    case cudaMemcpyDeviceToDevice: return dst_dev && src_dev;
+    case cudaMemcpyHostToHost: return !dst_dev && !src_dev;
+    default: return 1; /* cudaMemcpyDefault: unified addressing works it out */
+    }
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                            cudaStream_t stream) {
+    (void)stream;
+    if (!copy_ends_ok(dst, src, bytes, kind)) {
+        fprintf(stderr,
+                "emulator: cudaMemcpyAsync of %zu bytes from %p to %p: its ends are not where "
+                "its kind (%d) says (or it runs past the end of a device buffer)\n",
+                bytes, src, dst, (int)kind);
+        return fail(cudaErrorInvalidValue);
+    }
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+    return cudaMemcpyAsync(dst, src, bytes, kind, NULL);
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream) {
+    (void)stream;
+    if (bytes && kind_of(p, bytes) != DEVICE) return fail(cudaErrorInvalidValue);
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    *s = new CUstream_st{(int)flags};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    (void)s, (void)flags;
+    return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    (void)flags;
+    *e = new CUevent_st{0.0, 0};
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)s;
+    e->at = now_seconds_emu();
+    e->recorded = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
+    *ms = (float)((end->at - start->at) * 1e3);
+    return cudaSuccess;
+}
+} /* extern "C" */
+
+/* ---- 4. cuBLAS -----------------------------------------------------------------
+ * C (m, n) = alpha op(A) op(B) + beta C, column-major, as cuBLAS defines it:
+ * each operand read in its type (TF32 rounds fp32 inputs to 10 bits of
+ * mantissa, as the tensor cores read them with --tf32), the sum in fp32 in
+ * k's order, C written once in its type; beta 0 reads no C. The leading
+ * dimensions are checked as cuBLAS checks them, and every element an
+ * operand spans must lie in one device buffer. */
+struct cublasContext {
+    cublasMath_t math;
+};
+
+static float tf32(float v) { /* round to nearest, ties away, as cvt.rna.tf32.f32 */
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+static size_t type_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+static float load_typed(const void *p, long i, cudaDataType t) {
+    if (t == CUDA_R_16BF) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (t == CUDA_R_16F) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+static void store_typed(void *p, long i, float v, cudaDataType t) {
+    if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16(v);
+    else if (t == CUDA_R_16F) ((__half *)p)[i] = __float2half(v);
+    else ((float *)p)[i] = v;
+}
+/* the elements an operand of rows x cols spans, stored op-wise with ld */
+static long span(cublasOperation_t op, int rows, int cols, int ld) {
+    int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
+    return major == 0 || minor == 0 ? 0 : (long)(major - 1) * ld + minor;
+}
+static int operand_ok(const void *p, long elements, cudaDataType t) {
+    return elements == 0 || kind_of(p, (size_t)elements * type_bytes(t)) == DEVICE;
+}
+
+static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
+                                   int m, int n, int k, float alpha, const void *A,
+                                   cudaDataType at, int lda, long long sa, const void *B,
+                                   cudaDataType bt, int ldb, long long sb, float beta, void *C,
+                                   cudaDataType ct, int ldc, long long sc, int batches) {
+    if (m < 0 || n < 0 || k < 0 || batches < 0 || ldc < (m > 1 ? m : 1) ||
+        lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
+        ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    int round = h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F;
+    std::vector<float> a((size_t)m * k), b((size_t)n * k);
+    for (int batch = 0; batch < batches; batch++) {
+        const char *pa = (const char *)A + (size_t)batch * sa * type_bytes(at);
+        const char *pb = (const char *)B + (size_t)batch * sb * type_bytes(bt);
+        char *pc = (char *)C + (size_t)batch * sc * type_bytes(ct);
+        if (!operand_ok(pa, span(ta, m, k, lda), at) || !operand_ok(pb, span(tb, k, n, ldb), bt) ||
+            !operand_ok(pc, span(CUBLAS_OP_N, m, n, ldc), ct)) {
+            fprintf(stderr, "emulator: a GEMM's operand is not all in one device buffer "
+                            "(m %d n %d k %d, lda %d ldb %d ldc %d, batch %d)\n",
+                    m, n, k, lda, ldb, ldc, batch);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+        for (int i = 0; i < m; i++) /* row i of op(A), contiguous in k */
+            for (int l = 0; l < k; l++) {
+                float v = load_typed(pa, ta == CUBLAS_OP_N ? i + (long)l * lda : l + (long)i * lda, at);
+                a[(size_t)i * k + l] = round ? tf32(v) : v;
+            }
+        for (int j = 0; j < n; j++) /* column j of op(B) */
+            for (int l = 0; l < k; l++) {
+                float v = load_typed(pb, tb == CUBLAS_OP_N ? l + (long)j * ldb : j + (long)l * ldb, bt);
+                b[(size_t)j * k + l] = round ? tf32(v) : v;
+            }
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                float s = 0.0f;
+                const float *x = &a[(size_t)i * k], *y = &b[(size_t)j * k];
+                for (int l = 0; l < k; l++) s += x[l] * y[l];
+                long at_c = i + (long)j * ldc;
+                float v = alpha * s;
+                if (beta != 0.0f) v += beta * load_typed(pc, at_c, ct);
+                store_typed(pc, at_c, v, ct);
+            }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+extern "C" {
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+    *h = new cublasContext{CUBLAS_DEFAULT_MATH};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+    (void)h, (void)s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
+    h->math = mode;
+    return CUBLAS_STATUS_SUCCESS;
+}
+const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    }
+}
+cublasStatus_t cublasSgemm_v2(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                              int n, int k, const float *alpha, const float *A, int lda,
+                              const float *B, int ldb, const float *beta, float *C, int ldc) {
+    return gemm_batched(h, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, 0, B, CUDA_R_32F, ldb, 0,
+                        *beta, C, CUDA_R_32F, ldc, 0, 1);
+}
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
+                                         cublasOperation_t tb, int m, int n, int k,
+                                         const float *alpha, const float *A, int lda,
+                                         long long sa, const float *B, int ldb, long long sb,
+                                         const float *beta, float *C, int ldc, long long sc,
+                                         int batches) {
+    return gemm_batched(h, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb,
+                        sb, *beta, C, CUDA_R_32F, ldc, sc, batches);
+}
+/* the tensor cores' GEMMs: 16-bit inputs of one type, fp32 sums */
+static cublasStatus_t ex_types_ok(cudaDataType at, cudaDataType bt, cublasComputeType_t compute) {
+    return at == bt && compute == CUBLAS_COMPUTE_32F ? CUBLAS_STATUS_SUCCESS
+                                                     : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType at,
+                            int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
+                            void *C, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (ex_types_ok(at, bt, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_batched(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, 0, B, bt, ldb, 0,
+                        *(const float *)beta, C, ct, ldc, 0, 1);
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType at,
+                                          int lda, long long sa, const void *B, cudaDataType bt,
+                                          int ldb, long long sb, const void *beta, void *C,
+                                          cudaDataType ct, int ldc, long long sc, int batches,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t algo) {
+    (void)algo;
+    if (ex_types_ok(at, bt, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    return gemm_batched(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, sa, B, bt, ldb, sb,
+                        *(const float *)beta, C, ct, ldc, sc, batches);
+}
+} /* extern "C" */
+
+/* ---- 5. NCCL ------------------------------------------------------------------------
+ * A communicator is an MPI communicator of its own ranks. ncclCommInitRank
+ * cannot see which MPI communicator the caller broadcast the id over, so
+ * it splits MPI_COMM_WORLD by the id: every rank of the world must open
+ * its communicators in the same order, as fsdp.c's ranks do (the world's,
+ * then each hybrid group's). As NCCL does, it refuses two ranks on one
+ * GPU. A collective runs when it is queued; 16-bit sums add in fp32 and
+ * round at each step, as NCCL's ring does. */
+struct ncclComm {
+    MPI_Comm comm;
+    int rank, size;
+};
+static int id_counter;
+
+static void sum16(void *in, void *inout, int *len, MPI_Datatype *type, int bf16) {
+    (void)type;
+    for (int i = 0; i < *len; i++) {
+        if (bf16) {
+            __nv_bfloat16 *a = (__nv_bfloat16 *)in, *b = (__nv_bfloat16 *)inout;
+            b[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+        } else {
+            __half *a = (__half *)in, *b = (__half *)inout;
+            b[i] = __float2half(__half2float(a[i]) + __half2float(b[i]));
+        }
+    }
+}
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *t) { sum16(in, inout, len, t, 1); }
+static void sum_fp16(void *in, void *inout, int *len, MPI_Datatype *t) { sum16(in, inout, len, t, 0); }
+
+static size_t nccl_bytes(ncclDataType_t t) { return t == ncclFloat ? 4 : 2; }
+/* The MPI type and sum of an NCCL type, or 0 where the emulator has none */
+static int mpi_sum_of(ncclDataType_t t, MPI_Datatype *type, MPI_Op *op) {
+    static MPI_Op ops[2];
+    static std::once_flag made;
+    std::call_once(made, [] {
+        MPI_Op_create(sum_bf16, 1, &ops[0]);
+        MPI_Op_create(sum_fp16, 1, &ops[1]);
+    });
+    if (t == ncclFloat) return *type = MPI_FLOAT, *op = MPI_SUM, 1;
+    if (t == ncclBfloat16) return *type = MPI_UINT16_T, *op = ops[0], 1;
+    if (t == ncclFloat16) return *type = MPI_UINT16_T, *op = ops[1], 1;
+    return 0;
+}
+static int buffers_ok(const void *send, size_t send_bytes, const void *recv, size_t recv_bytes) {
+    if ((!send_bytes || kind_of(send, send_bytes) == DEVICE) &&
+        (!recv_bytes || kind_of(recv, recv_bytes) == DEVICE))
+        return 1;
+    fprintf(stderr, "emulator: an NCCL collective's buffers are not device memory "
+                    "(NCCL reads and writes only the GPU's)\n");
+    return 0;
+}
+
+extern "C" {
+ncclResult_t ncclGetVersion(int *version) {
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclSystemError: return "unhandled system error";
+    default: return "internal error";
+    }
+}
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    int world = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    memset(id, 0, sizeof(*id));
+    int color = (world * 4096 + id_counter++ % 4096) & 0x7fffffff; /* unique in the world */
+    memcpy(id->internal, &color, sizeof(color));
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank) {
+    int color;
+    memcpy(&color, id.internal, sizeof(color));
+    ncclComm *c = new ncclComm();
+    MPI_Comm_split(MPI_COMM_WORLD, color, rank, &c->comm);
+    MPI_Comm_rank(c->comm, &c->rank);
+    MPI_Comm_size(c->comm, &c->size);
+    int which[64], n = visible_gpus(which, 64);
+    int mine = current_device < n ? which[current_device] : -1, dup = 0;
+    std::vector<int> all((size_t)c->size);
+    MPI_Allgather(&mine, 1, MPI_INT, all.data(), 1, MPI_INT, c->comm);
+    for (int r = 0; r < c->size; r++) dup |= r != c->rank && all[(size_t)r] == mine;
+    if (c->size != nranks || c->rank != rank || dup) {
+        if (dup) fprintf(stderr, "emulator: NCCL WARN Duplicate GPU detected: rank %d and another "
+                                 "rank both on GPU %d\n", rank, mine);
+        MPI_Comm_free(&c->comm);
+        delete c;
+        return ncclInvalidUsage;
+    }
+    *out = c;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    MPI_Comm_free(&c->comm);
+    delete c;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t c) { return ncclCommDestroy(c); }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
+    (void)c;
+    *r = ncclSuccess;
+    return ncclSuccess;
+}
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t,
+                           ncclComm_t c, cudaStream_t s) {
+    (void)s;
+    size_t bytes = count * nccl_bytes(t);
+    if (bytes > INT32_MAX) return ncclInvalidArgument;
+    if (!buffers_ok(send, bytes, recv, bytes * (size_t)c->size)) return ncclInvalidArgument;
+    const void *in = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
+    MPI_Allgather(in, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
+    return ncclSuccess;
+}
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t,
+                               ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
+    (void)s;
+    MPI_Datatype type;
+    MPI_Op sum;
+    if (op != ncclSum || !mpi_sum_of(t, &type, &sum) || count > INT32_MAX) return ncclInvalidArgument;
+    size_t bytes = count * nccl_bytes(t);
+    if (!buffers_ok(send, bytes * (size_t)c->size, recv, bytes)) return ncclInvalidArgument;
+    std::vector<char> copy;
+    const char *in = (const char *)send;
+    if ((const char *)recv < in + bytes * (size_t)c->size && in < (const char *)recv + bytes) {
+        copy.assign(in, in + bytes * (size_t)c->size); /* in place: MPI wants them apart */
+        in = copy.data();
+    }
+    MPI_Reduce_scatter_block(in, recv, (int)count, type, sum, c->comm);
+    return ncclSuccess;
+}
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+                           ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
+    (void)s;
+    MPI_Datatype type;
+    MPI_Op sum;
+    if (op != ncclSum || !mpi_sum_of(t, &type, &sum) || count > INT32_MAX) return ncclInvalidArgument;
+    size_t bytes = count * nccl_bytes(t);
+    if (!buffers_ok(send, bytes, recv, bytes)) return ncclInvalidArgument;
+    MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, type, sum, c->comm);
+    return ncclSuccess;
+}
+} /* extern "C" */
