@@ -274,9 +274,9 @@ tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) | mpi
 # the one piece of CUDA syntax a host compiler cannot read (line for line,
 # so errors name the same lines; perl, since a launch may span two).
 EMU_DIR   := .emu
-EMU_SRC   := $(PROGRAM) $(SIM_DEPS) tests/test_kernels.cu
+EMU_SRC   := $(PROGRAM) $(SIM_DEPS) tests/test_kernels.cu tests/test_emu.cu
 EMU_DEPS  := $(EMU_DIR)/.copied emu/cuda_emu.h emu/include/mma.h emu/runtime.cpp
-EMU_FLAGS  = -std=c++17 -O2 -g -Wall -Wextra -Werror -Wno-unused-function -Wno-unknown-pragmas \
+EMU_FLAGS  = -std=c++17 -O3 -g $(NATIVE) -Wall -Wextra -Werror -Wno-unused-function -Wno-unknown-pragmas \
              -DOMPI_SKIP_MPICXX -I../emu/include -include ../emu/cuda_emu.h -I$(CUDA_HOME)/include $(MPI_CFLAGS)
 $(EMU_DIR)/.copied: $(EMU_SRC)
 	@rm -rf $(EMU_DIR) && mkdir -p $(EMU_DIR)
@@ -287,6 +287,9 @@ fsdp-emu: $(EMU_DEPS) | mpi
 	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) $(OPENMP) -x c++ main.c $(SIM_SRC) ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
 tests/test_kernels-emu: $(EMU_DEPS) | mpi
 	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) -x c++ tests/test_kernels.cu $(SIM_SRC) ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
+# The emulator against what CUDA promises (a plain CUDA program: nvcc builds it too)
+tests/test_emu-emu: $(EMU_DEPS) | mpi
+	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) -x c++ tests/test_emu.cu ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
 
 # Whether CUDA can use a GPU here (tests/lib.sh's find_gpus asks after nvidia-smi)
 tests/gpu_probe: tests/gpu_probe.cu

@@ -78,8 +78,7 @@ extern thread_local Block *block;
 
 void sync_block();                 /* __syncthreads */
 void sync_warp();                  /* __syncwarp, and a warp's collective operations */
-void warp_post(const void *v, size_t bytes);            /* a shuffle's value, this lane's */
-void warp_read(void *v, size_t bytes, int lane);        /* ... and another lane's */
+void *warp_slot(int lane); /* where a lane of this warp leaves a shuffle's value (8 bytes) */
 int lane_owns(int element);        /* a fragment's element a lane stores (wmma) */
 
 /* A kernel's launch: the grid is checked as CUDA checks it, every pointer
@@ -135,10 +134,11 @@ template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int la
                                                       int width = 32) {
     (void)mask, (void)width;
     T out;
+    static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
     emu::sync_warp();
-    emu::warp_post(&v, sizeof(T));
+    memcpy(emu::warp_slot(emu::self->lane), &v, sizeof(T));
     emu::sync_warp();
-    emu::warp_read(&out, sizeof(T), emu::self->lane ^ lane_mask);
+    memcpy(&out, emu::warp_slot(emu::self->lane ^ lane_mask), sizeof(T));
     return out;
 }
 

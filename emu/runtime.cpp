@@ -12,6 +12,7 @@
  * ========================================================================== */
 #include "cuda_emu.h"
 
+#include <algorithm>
 #include <map>
 #include <mpi.h>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <ucontext.h>
+#include <unistd.h>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -42,9 +44,11 @@ thread_local Block *block;
 
 enum { STACK_BYTES = 256 << 10, MAX_THREADS = 1024, MAX_WARPS = MAX_THREADS / 32 };
 
+struct Fiber;
 struct Barrier {
     int arrived;
     unsigned generation;
+    std::vector<Fiber *> waiting; /* parked here, in the order they came */
 };
 
 /* Switching between fibers. On x86-64 six registers and the stack pointer,
@@ -100,8 +104,7 @@ struct Fiber {
     Context context;
     char *stack;
     Thread thread;
-    Barrier *waiting; /* NULL: runnable (or idle) */
-    unsigned generation;
+    Barrier *waiting; /* where it is parked, or NULL */
     int idle;
 };
 struct BlockRun {
@@ -109,6 +112,8 @@ struct BlockRun {
     int threads, next, live, warp_live[MAX_WARPS];
     Barrier block_barrier, warp_barrier[MAX_WARPS];
     uint64_t slot[MAX_THREADS]; /* shuffles' values */
+    std::vector<Fiber *> ready; /* parked where a barrier has opened since */
+    size_t ready_next;
     void (*body)(void *);
     void *arg;
 };
@@ -120,12 +125,26 @@ struct Scheduler {
 };
 static thread_local Scheduler sched;
 
-/* A barrier opens when every live thread of its scope has arrived */
+/* What a GPU would do wrong or hang on stops the job here, every rank, with
+ * the message above it (MPI_Abort, as fsdp.c's own errors end a job). */
+[[noreturn]] static void die(void) {
+    fflush(stderr);
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    if (up && !down) MPI_Abort(MPI_COMM_WORLD, 6);
+    _exit(6);
+}
+
+/* A barrier opens when every live thread of its scope has arrived: the
+ * threads parked there are ready to run on */
 static void barrier_settle(Barrier *b, int live) {
-    if (b->arrived > 0 && b->arrived >= live) {
-        b->arrived = 0;
-        b->generation++;
-    }
+    if (b->arrived == 0 || b->arrived < live) return;
+    b->arrived = 0;
+    b->generation++;
+    std::vector<Fiber *> &ready = sched.run->ready;
+    ready.insert(ready.end(), b->waiting.begin(), b->waiting.end());
+    b->waiting.clear();
 }
 static void barrier_wait(Barrier *b, int live) {
     unsigned generation = b->generation;
@@ -133,7 +152,8 @@ static void barrier_wait(Barrier *b, int live) {
     barrier_settle(b, live);
     if (b->generation != generation) return; /* the last to arrive goes straight on */
     Fiber *f = sched.current;
-    f->waiting = b, f->generation = generation;
+    f->waiting = b;
+    b->waiting.push_back(f);
     context_switch(&f->context, &sched.context);
 }
 
@@ -146,11 +166,10 @@ void sync_warp() {
     if (!r) return;
     barrier_wait(&r->warp_barrier[self->warp], r->warp_live[self->warp]);
 }
-void warp_post(const void *v, size_t bytes) { memcpy(&sched.run->slot[self->linear], v, bytes); }
-void warp_read(void *v, size_t bytes, int lane) {
+void *warp_slot(int lane) {
     int from = self->warp * 32 + (lane & 31);
     if (from >= sched.run->threads) from = self->linear; /* a lane past the block: its own */
-    memcpy(v, &sched.run->slot[from], bytes);
+    return &sched.run->slot[from];
 }
 int lane_owns(int element) { return element % 32 == self->lane; }
 
@@ -192,7 +211,7 @@ static Fiber *fiber_new() {
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (f->stack == MAP_FAILED) {
         perror("emulator: a fiber's stack");
-        abort();
+        die();
     }
     mprotect(f->stack, 4096, PROT_NONE);
     context_make(&f->context, f->stack + 4096, STACK_BYTES, fiber_main);
@@ -220,25 +239,21 @@ static void resume(Fiber *f) {
             "HINT: every live thread of a block must reach the same __syncthreads; every lane "
             "of a warp the same warp operation.\n",
             r->block.idx.x, r->block.idx.y, r->block.idx.z, at_block, at_warp);
-    abort();
+    die();
 }
 
+/* Runs what is ready; when every started thread waits, starts the next
+ * thread on a fiber of its own (every fiber is idle when a block starts,
+ * and the block takes them in order). */
 static void run_block(BlockRun *r) {
-    size_t next_idle = 0;
+    size_t used = 0;
+    r->ready.clear();
+    r->ready_next = 0;
     while (r->live > 0) {
-        int ran = 0;
-        for (size_t i = 0; i < sched.fibers.size() && r->live > 0; i++) {
-            Fiber *f = sched.fibers[i];
-            if (f->idle || (f->waiting && f->waiting->generation == f->generation)) continue;
-            if (!f->waiting) continue; /* idle fibers are taken below, in order */
-            resume(f);
-            ran = 1;
-        }
-        if (ran || r->live == 0) continue;
-        if (r->next >= r->threads) deadlock(r);
-        /* every started thread waits: start the next one, on an idle fiber */
-        while (next_idle < sched.fibers.size() && !sched.fibers[next_idle]->idle) next_idle++;
-        resume(next_idle < sched.fibers.size() ? sched.fibers[next_idle] : fiber_new());
+        if (r->ready_next < r->ready.size()) resume(r->ready[r->ready_next++]);
+        else if (r->next < r->threads)
+            resume(used < sched.fibers.size() ? sched.fibers[used++] : (used++, fiber_new()));
+        else deadlock(r);
     }
 }
 
@@ -260,9 +275,9 @@ void run_grid(dim3 grid, dim3 dim, void (*body)(void *), void *arg) {
                 for (int w = 0; w < MAX_WARPS; w++) {
                     int first = w * 32;
                     r->warp_live[w] = first < r->threads ? (r->threads - first < 32 ? r->threads - first : 32) : 0;
-                    r->warp_barrier[w] = Barrier{0, 0};
+                    r->warp_barrier[w].arrived = 0;
                 }
-                r->block_barrier = Barrier{0, 0};
+                r->block_barrier.arrived = 0;
                 run_block(r);
             }
     sched.run = outer, self = outer_self;
@@ -336,7 +351,7 @@ void argument_check(const void *p, int index) {
             "it would fail there with an illegal address.\nHINT: give kernels device memory "
             "(dev_alloc), or copy the values there first (dev_from_host).\n",
             index + 1, p);
-    abort();
+    die();
 }
 } // namespace emu
 using namespace emu;
@@ -573,6 +588,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
 struct cublasContext {
     cublasMath_t math;
 };
+enum { ROWS = 32, COLS = 256 }; /* a tile of C: its sums stay in cache */
 
 static float tf32(float v) { /* round to nearest, ties away, as cvt.rna.tf32.f32 */
     uint32_t u;
@@ -611,7 +627,7 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
         ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
     int round = h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F;
-    std::vector<float> a((size_t)m * k), b((size_t)n * k);
+    std::vector<float> a((size_t)m * k), b((size_t)k * n), acc((size_t)ROWS * COLS);
     for (int batch = 0; batch < batches; batch++) {
         const char *pa = (const char *)A + (size_t)batch * sa * type_bytes(at);
         const char *pb = (const char *)B + (size_t)batch * sb * type_bytes(bt);
@@ -623,25 +639,36 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
                     m, n, k, lda, ldb, ldc, batch);
             return CUBLAS_STATUS_INVALID_VALUE;
         }
-        for (int i = 0; i < m; i++) /* row i of op(A), contiguous in k */
+        for (int i = 0; i < m; i++) /* op(A) row-major (m, k) */
             for (int l = 0; l < k; l++) {
                 float v = load_typed(pa, ta == CUBLAS_OP_N ? i + (long)l * lda : l + (long)i * lda, at);
                 a[(size_t)i * k + l] = round ? tf32(v) : v;
             }
-        for (int j = 0; j < n; j++) /* column j of op(B) */
-            for (int l = 0; l < k; l++) {
+        for (int l = 0; l < k; l++) /* op(B) row-major (k, n) */
+            for (int j = 0; j < n; j++) {
                 float v = load_typed(pb, tb == CUBLAS_OP_N ? l + (long)j * ldb : j + (long)l * ldb, bt);
-                b[(size_t)j * k + l] = round ? tf32(v) : v;
+                b[(size_t)l * n + j] = round ? tf32(v) : v;
             }
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                float s = 0.0f;
-                const float *x = &a[(size_t)i * k], *y = &b[(size_t)j * k];
-                for (int l = 0; l < k; l++) s += x[l] * y[l];
-                long at_c = i + (long)j * ldc;
-                float v = alpha * s;
-                if (beta != 0.0f) v += beta * load_typed(pc, at_c, ct);
-                store_typed(pc, at_c, v, ct);
+        /* a tile of C at a time, each element summed in k's order; the
+         * loop over a row of the tile is what the compiler vectorises */
+        for (int i0 = 0; i0 < m; i0 += ROWS)
+            for (int j0 = 0; j0 < n; j0 += COLS) {
+                int rows = m - i0 < ROWS ? m - i0 : ROWS, cols = n - j0 < COLS ? n - j0 : COLS;
+                std::fill(acc.begin(), acc.end(), 0.0f);
+                for (int l = 0; l < k; l++) {
+                    const float *bl = &b[(size_t)l * n + j0];
+                    for (int i = 0; i < rows; i++) {
+                        float x = a[(size_t)(i0 + i) * k + l], *out = &acc[(size_t)i * COLS];
+                        for (int j = 0; j < cols; j++) out[j] += x * bl[j];
+                    }
+                }
+                for (int i = 0; i < rows; i++)
+                    for (int j = 0; j < cols; j++) {
+                        long at_c = (i0 + i) + (long)(j0 + j) * ldc;
+                        float v = alpha * acc[(size_t)i * COLS + j];
+                        if (beta != 0.0f) v += beta * load_typed(pc, at_c, ct);
+                        store_typed(pc, at_c, v, ct);
+                    }
             }
     }
     return CUBLAS_STATUS_SUCCESS;

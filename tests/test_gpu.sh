@@ -30,7 +30,18 @@ source tests/lib.sh
 # ---- is there a GPU? ----------------------------------------------------------
 # nvidia-smi lists the machine's GPUs; CUDA_VISIBLE_DEVICES, when set, is what
 # the ranks will see of them (its first entry is "one GPU" for section c).
-find_gpus test-gpu
+# FSDP_EMU=1 (make test-gpu-emu): the same checks on the emulator's GPUs
+# (emu/: the GPU build on this CPU), FSDP_EMU_GPUS of them (4 unless set).
+if [ -n "${FSDP_EMU:-}" ]; then
+  GPU_BIN=fsdp-emu KERNELS=tests/test_kernels-emu
+  export FSDP_EMU_GPUS=${FSDP_EMU_GPUS:-4}
+  VISIBLE=(); [ -n "${CUDA_VISIBLE_DEVICES+set}" ] && IFS=, read -ra VISIBLE <<<"$CUDA_VISIBLE_DEVICES"
+  GPUS=${#VISIBLE[@]}; [ "$GPUS" -gt 0 ] || GPUS=$FSDP_EMU_GPUS
+  GPU_LIST=$(for ((g = 0; g < FSDP_EMU_GPUS; g++)); do echo "GPU $g: fsdp.c's CPU emulator (emu/)"; done)
+else
+  find_gpus test-gpu
+  GPU_BIN=fsdp-gpu KERNELS=tests/test_kernels
+fi
 ONE_GPU=${VISIBLE[0]:-0}
 echo "GPUs the ranks see: $GPUS; nvidia-smi -L:"
 sed 's/ (UUID.*//; s/^/  /' <<<"$GPU_LIST"
@@ -38,7 +49,7 @@ sed 's/ (UUID.*//; s/^/  /' <<<"$GPU_LIST"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 # nvcc where the CUDA toolkit puts it, if it is not on PATH already
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
-make -s -j"$(nproc)" fsdp fsdp-gpu tests/st_diff tests/test_kernels >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp fsdp-gpu tests/st_diff tests/test_kernels"; echo "0 passed, 1 failed"; exit 1; }
+make -s -j"$(nproc)" fsdp "$GPU_BIN" tests/st_diff "$KERNELS" >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp $GPU_BIN tests/st_diff $KERNELS"; echo "0 passed, 1 failed"; exit 1; }
 
 # ---- helpers --------------------------------------------------------------------
 n_ok=0 n_bad=0
@@ -49,12 +60,12 @@ flunk() { bad "$@"; n_bad=$((n_bad + 1)); }
 # Before the end-to-end runs: a kernel that is wrong is named here, not
 # found later as a loss that drifts. One GPU, one rank.
 echo "0. each kernel against the CPU's arithmetic"
-if CUDA_VISIBLE_DEVICES=$ONE_GPU timeout 300 $MPIRUN -np 1 tests/test_kernels >"$d/kernels.log" 2>&1; then
+if CUDA_VISIBLE_DEVICES=$ONE_GPU timeout 300 $MPIRUN -np 1 "$KERNELS" >"$d/kernels.log" 2>&1; then
   sed 's/^/   /' "$d/kernels.log"
   pass "0. $(tail -1 "$d/kernels.log") kernel checks"
 else
   sed 's/^/   /' "$d/kernels.log"
-  flunk "0. tests/test_kernels: $(tail -1 "$d/kernels.log")"
+  flunk "0. $KERNELS: $(tail -1 "$d/kernels.log")"
 fi
 
 # train NAME BINARY NP ARGS...: one run of ./BINARY on NP ranks, output in
@@ -137,16 +148,16 @@ PTOL=$(awk -v lr=$LR -v k=$STEPS 'BEGIN { print 2 * lr * k }')
 for m in tiny small gpt2-tiny gpt2-mini; do
   A=(--model "$m" --batch 32 --log-every 1 --lr "$LR")
   train "c1_$m" fsdp 1 "${A[@]}" --steps 1 --trace "$d/c1_$m.json" &&
-    train "g1_$m" fsdp-gpu 1 "${A[@]}" --steps 1 --trace "$d/g1_$m.json" &&
+    train "g1_$m" "$GPU_BIN" 1 "${A[@]}" --steps 1 --trace "$d/g1_$m.json" &&
     check_final_loss "a. $m, first step's loss, GPU vs CPU (fp32)" 1e-5 "$d/c1_$m.json" "$d/g1_$m.json"
-  if train "c_$m" fsdp 1 "${A[@]}" --steps $STEPS && train "g_$m" fsdp-gpu 1 "${A[@]}" --steps $STEPS; then
+  if train "c_$m" fsdp 1 "${A[@]}" --steps $STEPS && train "g_$m" "$GPU_BIN" 1 "${A[@]}" --steps $STEPS; then
     check_losses "a. $m, losses of $STEPS steps, GPU vs CPU (fp32)" 2e-4 "$d/c_$m.log" "$d/g_$m.log"
     check_params "a. $m, parameters after $STEPS steps, GPU vs CPU (fp32; tol 2*lr*steps)" "$PTOL" "$d/c_$m.st" "$d/g_$m.st"
     note_params "a. $m, fp32" "$d/c_$m.st" "$d/g_$m.st"
   fi
-  train "t1_$m" fsdp-gpu 1 "${A[@]}" --steps 1 --tf32 --trace "$d/t1_$m.json" &&
+  train "t1_$m" "$GPU_BIN" 1 "${A[@]}" --steps 1 --tf32 --trace "$d/t1_$m.json" &&
     check_final_loss "a. $m, first step's loss, GPU --tf32 vs CPU" 2e-3 "$d/c1_$m.json" "$d/t1_$m.json"
-  if train "t_$m" fsdp-gpu 1 "${A[@]}" --steps $STEPS --tf32 && [ -f "$d/c_$m.st" ]; then
+  if train "t_$m" "$GPU_BIN" 1 "${A[@]}" --steps $STEPS --tf32 && [ -f "$d/c_$m.st" ]; then
     check_losses "a. $m, losses of $STEPS steps, GPU --tf32 vs CPU" 5e-3 "$d/c_$m.log" "$d/t_$m.log"
     check_params "a. $m, parameters after $STEPS steps, GPU --tf32 vs CPU (tol 2*lr*steps)" "$PTOL" "$d/c_$m.st" "$d/t_$m.st"
     tests/st_diff "$d/g_$m.st" "$d/t_$m.st" >/dev/null 2>&1 &&
@@ -158,7 +169,7 @@ done
 # The kernels use no float atomics whose order varies, and cuBLAS is
 # deterministic for a given GPU, shapes and stream, so the same run twice
 # gives the same bits: exports bitwise equal, every printed loss identical.
-if [ -f "$d/g_small.st" ] && train g_small_again fsdp-gpu 1 --model small --batch 32 --log-every 1 --lr "$LR" --steps $STEPS; then
+if [ -f "$d/g_small.st" ] && train g_small_again "$GPU_BIN" 1 --model small --batch 32 --log-every 1 --lr "$LR" --steps $STEPS; then
   r=$(tests/st_diff "$d/g_small.st" "$d/g_small_again.st" 2>&1) && pass "b. small, the same GPU run twice: $r" || flunk "b. repeat: $r"
   [ -n "$(losses "$d/g_small.log")" ] && [ "$(losses "$d/g_small.log")" = "$(losses "$d/g_small_again.log")" ] \
     && pass "b. the same GPU run twice: every printed loss identical" || flunk "b. losses differ: $(losses "$d/g_small.log" | paste -sd' ') vs $(losses "$d/g_small_again.log" | paste -sd' ')"
@@ -183,11 +194,11 @@ equivalent() {
   check_losses "$2: printed losses" 1e-4 "$d/eq1.log" "$d/$1.log"
   check_final_loss "$2: final loss" 1e-5 "$d/eq1.json" "$d/$1.json"
 }
-train eq1 fsdp-gpu 1 "${EQ[@]}" --trace "$d/eq1.json"
+train eq1 "$GPU_BIN" 1 "${EQ[@]}" --trace "$d/eq1.json"
 if [ -f "$d/eq1.st" ]; then
   for impl in mpi ring; do
     for n in 2 4; do
-      CUDA_VISIBLE_DEVICES=$ONE_GPU train "eq_${impl}_$n" fsdp-gpu $n "${EQ[@]}" --collectives $impl --trace "$d/eq_${impl}_$n.json" &&
+      CUDA_VISIBLE_DEVICES=$ONE_GPU train "eq_${impl}_$n" "$GPU_BIN" $n "${EQ[@]}" --collectives $impl --trace "$d/eq_${impl}_$n.json" &&
         equivalent "eq_${impl}_$n" "c. $n ranks on one GPU, --collectives $impl, vs 1 GPU rank"
     done
   done
@@ -198,10 +209,10 @@ fi
 # With one GPU there is nothing to compare across GPUs: -np 1 with nccl named
 # explicitly must be the default run, bit for bit.
 if [ -f "$d/eq1.st" ] && [ "$GPUS" -ge 2 ]; then
-  train "eq_nccl_$GPUS" fsdp-gpu "$GPUS" "${EQ[@]}" --collectives nccl --trace "$d/eq_nccl_$GPUS.json" &&
+  train "eq_nccl_$GPUS" "$GPU_BIN" "$GPUS" "${EQ[@]}" --collectives nccl --trace "$d/eq_nccl_$GPUS.json" &&
     equivalent "eq_nccl_$GPUS" "d. $GPUS ranks on $GPUS GPUs, --collectives nccl, vs 1 GPU rank"
 elif [ -f "$d/eq1.st" ]; then
-  if train eq_nccl_1 fsdp-gpu 1 "${EQ[@]}" --collectives nccl; then
+  if train eq_nccl_1 "$GPU_BIN" 1 "${EQ[@]}" --collectives nccl; then
     r=$(tests/st_diff "$d/eq1.st" "$d/eq_nccl_1.st" 2>&1) && pass "d. -np 1 --collectives nccl: $r" || flunk "d. -np 1 nccl: $r"
   fi
   echo "note: d. one GPU here: the multi-GPU NCCL comparison (N ranks on N GPUs vs 1) needs >= 2 GPUs"
@@ -221,7 +232,7 @@ if train ck_full fsdp 2 "${CK[@]}" --steps 12 && train ck_cpu fsdp 2 "${CK[@]}" 
   for g in 1 2; do
     coll=""; [ $g -eq 2 ] && coll="--collectives mpi"   # 2 ranks may share one GPU
     # shellcheck disable=SC2086  # $coll is empty or two words
-    train "ck_gpu$g" fsdp-gpu $g "${CK[@]}" $coll --steps 8 --resume "$d/ck_cpu" --save-dir "$d/ck_gpu$g" &&
+    train "ck_gpu$g" "$GPU_BIN" $g "${CK[@]}" $coll --steps 8 --resume "$d/ck_cpu" --save-dir "$d/ck_gpu$g" &&
       train "ck_end$g" fsdp 3 "${CK[@]}" --steps 12 --resume "$d/ck_gpu$g" || continue
     grep -q "resumed from $d/ck_cpu/step-00000004" "$d/ck_gpu$g.log" && grep -q "resumed from $d/ck_gpu$g/step-00000008" "$d/ck_end$g.log" \
       && pass "e. $g GPU rank(s)${coll:+ $coll} resumed the CPU's step 4 and saved step 8; 3 CPU ranks resumed that" \
@@ -236,7 +247,7 @@ fi
 # ---- f. out of memory under --vram ---------------------------------------------------
 # The small model's shard state alone (16 bytes per parameter) is ~9 MiB:
 # 1 MiB cannot hold it, and the GPU build must fail like the simulator does.
-out=$(timeout 120 $MPIRUN -np 1 ./fsdp-gpu --model small --batch 32 --steps 2 --vram 1M 2>&1); rc=$?
+out=$(timeout 120 $MPIRUN -np 1 "./$GPU_BIN" --model small --batch 32 --steps 2 --vram 1M 2>&1); rc=$?
 [ $rc -eq 3 ] && grep -q "out of memory" <<<"$out" && pass "f. --vram 1M: exit 3, 'out of memory' reported" \
   || { flunk "f. --vram 1M: exit $rc (want 3 and 'out of memory')"; tail -8 <<<"$out" | sed 's/^/      /'; }
 
@@ -249,7 +260,7 @@ per_rank_exits() { # TAG NP ARGS...: prints each rank's exit code, by rank
   local tag=$1 np=$2; shift 2
   # bash -c SCRIPT $0 ARGS: $0 is the file prefix, "$@" the command
   timeout 60 $MPIRUN -np "$np" bash -c 'r=${OMPI_COMM_WORLD_RANK:-${PMIX_RANK:-0}}
-    "$@" >"$0.out.$r" 2>&1; echo $? >"$0.rc.$r"' "$d/$tag" ./fsdp-gpu "$@" >/dev/null 2>&1
+    "$@" >"$0.out.$r" 2>&1; echo $? >"$0.rc.$r"' "$d/$tag" "./$GPU_BIN" "$@" >/dev/null 2>&1
   local rc=$? r
   [ $rc -eq 124 ] && { echo "timeout"; return; }
   for ((r = 0; r < np; r++)); do cat "$d/$tag.rc.$r" 2>/dev/null || echo "none"; done | paste -sd' ' -
@@ -269,7 +280,7 @@ done
 # NCCL needs a GPU per rank: one more rank than GPUs must stop (not hang, not
 # share a GPU silently) and point to the host-staged collectives.
 n=$((GPUS + 1))
-out=$(timeout 60 $MPIRUN -np $n ./fsdp-gpu --model tiny --batch $((12 * n)) --steps 2 --collectives nccl 2>&1); rc=$?
+out=$(timeout 60 $MPIRUN -np $n "./$GPU_BIN" --model tiny --batch $((12 * n)) --steps 2 --collectives nccl 2>&1); rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "HINT" <<<"$out" && grep -qF -- "--collectives mpi" <<<"$out" \
   && pass "h. $n ranks on $GPUS GPU(s) with nccl: exit $rc, HINT names --collectives mpi" \
   || { flunk "h. $n ranks on $GPUS GPU(s) with nccl: exit $rc$([ $rc -eq 124 ] && echo ' (hung: timed out)'), want non-zero with a HINT naming --collectives mpi"; tail -6 <<<"$out" | sed 's/^/      /'; }
@@ -310,18 +321,18 @@ if [ -f "$d/eq1.st" ]; then
   for st in zero1 "hybrid_shard --ranks-per-node 2"; do
     name="j_$(echo "$st" | cut -d' ' -f1)"
     if [ "$GPUS" -ge 4 ]; then
-      train "$name" fsdp-gpu 4 "${EQ[@]}" --strategy $st --collectives nccl --trace "$d/$name.json"
+      train "$name" "$GPU_BIN" 4 "${EQ[@]}" --strategy $st --collectives nccl --trace "$d/$name.json"
     else
-      CUDA_VISIBLE_DEVICES=$ONE_GPU train "$name" fsdp-gpu 4 "${EQ[@]}" --strategy $st --collectives mpi --trace "$d/$name.json"
+      CUDA_VISIBLE_DEVICES=$ONE_GPU train "$name" "$GPU_BIN" 4 "${EQ[@]}" --strategy $st --collectives mpi --trace "$d/$name.json"
     fi && equivalent "$name" "j. --strategy $st on 4 ranks vs 1 GPU rank"
   done
 fi
 J=(--model small --batch 32 --log-every 1 --lr "$LR" --steps $STEPS)
-if [ -f "$d/g_small.st" ] && train j_offload fsdp-gpu 1 "${J[@]}" --cpu-offload; then
+if [ -f "$d/g_small.st" ] && train j_offload "$GPU_BIN" 1 "${J[@]}" --cpu-offload; then
   check_losses "j. --cpu-offload on 1 GPU rank vs without it" 2e-4 "$d/g_small.log" "$d/j_offload.log"
   check_params "j. --cpu-offload: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/g_small.st" "$d/j_offload.st"
 fi
-if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu fsdp-gpu 1 "${J[@]}" --param-dtype bf16; then
+if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu "$GPU_BIN" 1 "${J[@]}" --param-dtype bf16; then
   check_losses "j. bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_bf16_cpu.log" "$d/j_bf16_gpu.log"
   check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
 fi
@@ -337,7 +348,7 @@ for st in full_shard "hybrid_shard --ranks-per-node 2"; do
   name="j_bf16_4_$(echo "$st" | cut -d' ' -f1)" impl=mpi
   [ "$GPUS" -ge 4 ] && impl=nccl
   if train "${name}_cpu" fsdp 4 "${J[@]}" --param-dtype bf16 --strategy $st &&
-     train_4 "${name}_gpu" fsdp-gpu 4 "${J[@]}" --param-dtype bf16 --strategy $st; then
+     train_4 "${name}_gpu" "$GPU_BIN" 4 "${J[@]}" --param-dtype bf16 --strategy $st; then
     check_losses "j. bf16 --strategy $st on 4 ranks ($impl), GPU vs CPU" 1e-2 "$d/${name}_cpu.log" "$d/${name}_gpu.log"
     check_params "j. bf16 $st on 4 ranks: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/${name}_cpu.st" "$d/${name}_gpu.st"
   fi
@@ -346,7 +357,7 @@ done
 # the tensor cores (attention_forward_gemm), the CPU's rows rounding where
 # the GPU stores: the same argument and tolerances as the MLP's above.
 G=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16)
-if train j_gpt2_bf16_cpu fsdp 1 "${G[@]}" && train j_gpt2_bf16_gpu fsdp-gpu 1 "${G[@]}"; then
+if train j_gpt2_bf16_cpu fsdp 1 "${G[@]}" && train j_gpt2_bf16_gpu "$GPU_BIN" 1 "${G[@]}"; then
   check_losses "j. gpt2-tiny in bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_gpt2_bf16_cpu.log" "$d/j_gpt2_bf16_gpu.log"
   check_params "j. gpt2-tiny in bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_gpt2_bf16_cpu.st" "$d/j_gpt2_bf16_gpu.st"
 fi
@@ -355,21 +366,21 @@ fi
 # blocks, four key tiles), the rows a thread each in fp32 (gpt2-tiny):
 # each against the CPU's rows, with the same tolerances
 F=(--model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash)
-if train j_flash_cpu fsdp 1 "${F[@]}" && train j_flash_gpu fsdp-gpu 1 "${F[@]}"; then
+if train j_flash_cpu fsdp 1 "${F[@]}" && train j_flash_gpu "$GPU_BIN" 1 "${F[@]}"; then
   check_losses "j. gpt2-mini, bf16 --attention flash, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_flash_cpu.log" "$d/j_flash_gpu.log"
   check_params "j. gpt2-mini flash bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_flash_cpu.st" "$d/j_flash_gpu.st"
 fi
 # the flash kernels sum in a fixed order (no atomics): the same run twice, the same bits
-if [ -f "$d/j_flash_gpu.st" ] && train j_flash_again fsdp-gpu 1 --model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash; then
+if [ -f "$d/j_flash_gpu.st" ] && train j_flash_again "$GPU_BIN" 1 --model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash; then
   r=$(tests/st_diff "$d/j_flash_gpu.st" "$d/j_flash_again.st" 2>&1) && pass "j. gpt2-mini flash bf16, the same GPU run twice: $r" || flunk "j. flash repeat: $r"
 fi
 F=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --attention flash)
-if train j_flash32_cpu fsdp 1 "${F[@]}" && train j_flash32_gpu fsdp-gpu 1 "${F[@]}"; then
+if train j_flash32_cpu fsdp 1 "${F[@]}" && train j_flash32_gpu "$GPU_BIN" 1 "${F[@]}"; then
   check_losses "j. gpt2-tiny, fp32 --attention flash (rows on the GPU) vs the CPU" 2e-4 "$d/j_flash32_cpu.log" "$d/j_flash32_gpu.log"
 fi
 P=(--plan --width 1024 --depth 8 --param-dtype bf16 --cpu-offload --strategy hybrid_shard --ranks-per-node 2 --collectives ring)
 timeout 120 $MPIRUN -np 4 ./fsdp "${P[@]}" 2>&1 | grep -E 'bytes|calls' >"$d/plan_cpu.txt"
-timeout 120 $MPIRUN -np 4 ./fsdp-gpu "${P[@]}" 2>&1 | grep -E 'bytes|calls' >"$d/plan_gpu.txt"
+timeout 120 $MPIRUN -np 4 "./$GPU_BIN" "${P[@]}" 2>&1 | grep -E 'bytes|calls' >"$d/plan_gpu.txt"
 [ -s "$d/plan_cpu.txt" ] && cmp -s "$d/plan_cpu.txt" "$d/plan_gpu.txt" \
   && pass "j. --plan: the GPU build's plan is the CPU build's, line for line ($(wc -l <"$d/plan_cpu.txt") lines)" \
   || flunk "j. --plan differs: $(diff "$d/plan_cpu.txt" "$d/plan_gpu.txt" | head -4)"
