@@ -7,6 +7,7 @@
 #                with nvcc (no GPU needed to build)
 #   make test-gpu  the GPU build against the CPU build, on this machine's GPUs
 #                  (exit 77 from tests/test_gpu.sh, "Error 77" from make: no GPU here)
+#   make test-gpu-emu  the same on the emulator (emu/): the GPU build run by the CPU
 #   make bench-gpu fsdp-gpu on a 1B-parameter model: tokens/s, TFLOP/s, MFU, beside
 #                  cuBLAS and NCCL alone (tests/bench_gpu)
 #   make sanitize  the tests under AddressSanitizer and UBSan
@@ -78,7 +79,7 @@ NVCC_MPI_LIBS   = $(call nvcc_flags,$(MPI_LIBS))
 # -lnccl to find. Override: make gpu NCCL_HOME=/path/with/include+lib.
 # Python is asked only when all three hold: no NCCL_HOME given, a CUDA
 # target among make's goals, and no nccl.h found.
-CUDA_GOALS := $(filter gpu fsdp-gpu tests/bench_gpu tests/test_kernels,$(MAKECMDGOALS))
+CUDA_GOALS := $(filter gpu fsdp-gpu tests/bench_gpu tests/test_kernels fsdp-emu tests/test_kernels-emu tests/test_emu-emu,$(MAKECMDGOALS))
 ifeq ($(origin NCCL_HOME)$(if $(CUDA_GOALS),,-no)$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),undefined)
   NCCL_HOME := $(shell python3 -c 'import nvidia.nccl as m; print(m.__path__[0])' 2>/dev/null)
 endif
@@ -87,7 +88,7 @@ NCCL_LIBS   = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NC
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu test-gpu bench-gpu clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps
+.PHONY: all run test bench gpu test-gpu test-gpu-emu bench-gpu clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps
 
 all: fsdp
 
@@ -276,8 +277,8 @@ tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) | mpi
 EMU_DIR   := .emu
 EMU_SRC   := $(PROGRAM) $(SIM_DEPS) tests/test_kernels.cu tests/test_emu.cu
 EMU_DEPS  := $(EMU_DIR)/.copied emu/cuda_emu.h emu/include/mma.h emu/runtime.cpp
-EMU_FLAGS  = -std=c++17 -O3 -g $(NATIVE) -Wall -Wextra -Werror -Wno-unused-function -Wno-unknown-pragmas \
-             -DOMPI_SKIP_MPICXX -I../emu/include -include ../emu/cuda_emu.h -I$(CUDA_HOME)/include $(MPI_CFLAGS)
+EMU_FLAGS  = -std=c++17 -O3 -g $(NATIVE) $(EMU_SAN) -Wall -Wextra -Werror -Wno-unused-function -Wno-unknown-pragmas \
+             -DOMPI_SKIP_MPICXX -I../emu/include -include ../emu/cuda_emu.h -I$(CUDA_HOME)/include $(NCCL_CFLAGS) $(MPI_CFLAGS)
 $(EMU_DIR)/.copied: $(EMU_SRC)
 	@rm -rf $(EMU_DIR) && mkdir -p $(EMU_DIR)
 	@for f in $(EMU_SRC); do mkdir -p $(EMU_DIR)/$$(dirname $$f); \
@@ -303,16 +304,21 @@ tests/gpu_probe: tests/gpu_probe.cu
 # a CI that must tell a skip from a failure runs `bash tests/test_gpu.sh`.
 test-gpu: | mpi
 	@bash tests/test_gpu.sh
+# The same suite on the emulator (emu/): no GPU needed; make test runs it
+test-gpu-emu: | mpi
+	@FSDP_EMU=1 bash tests/test_gpu.sh
 bench-gpu: | mpi
 	@bash tests/bench_gpu.sh
 
 # ---- the whole suite under AddressSanitizer + UBSan (rebuilds, then cleans) --
 # Leak checking is off: Open MPI keeps allocations alive until exit by design.
 SAN_FLAGS := -O1 -g -std=c11 -Wall -Wextra -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+EMU_BINS := fsdp-emu tests/test_kernels-emu tests/test_emu-emu
 sanitize:
-	rm -f fsdp $(TEST_BINS)
-	ASAN_OPTIONS=detect_leaks=0 $(MAKE) test CFLAGS="$(SAN_FLAGS)" NATIVE=
-	rm -f fsdp $(TEST_BINS)
+	rm -f fsdp $(TEST_BINS) $(EMU_BINS)
+	ASAN_OPTIONS=detect_leaks=0 $(MAKE) test CFLAGS="$(SAN_FLAGS)" NATIVE= EMU_SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	rm -f fsdp $(TEST_BINS) $(EMU_BINS)
 
 clean:
 	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe tests/test_kernels
+	rm -rf $(EMU_BINS) $(EMU_DIR)

@@ -70,9 +70,10 @@ typedef enum { ATTENTION_MATH, ATTENTION_FLASH } AttentionKind;
 /* The floating-point formats of PyTorch's MixedPrecision (fsdp.c, section
  * 5): a value's width in memory and on the wire. */
 typedef enum {
-    DTYPE_FP32, /* float32: 8-bit exponent, 23-bit mantissa */
-    DTYPE_BF16, /* bfloat16: fp32's 8-bit exponent, 7-bit mantissa */
-    DTYPE_FP16, /* float16: 5-bit exponent (largest 65504), 10-bit mantissa */
+    DTYPE_UNSET = -1, /* --reduce-dtype not given: --param-dtype's (run/cli.h) */
+    DTYPE_FP32,       /* float32: 8-bit exponent, 23-bit mantissa */
+    DTYPE_BF16,       /* bfloat16: fp32's 8-bit exponent, 7-bit mantissa */
+    DTYPE_FP16,       /* float16: 5-bit exponent (largest 65504), 10-bit mantissa */
 } Dtype;
 
 static const char *const DTYPE_NAMES[] = {"fp32", "bf16", "fp16"};

@@ -73,8 +73,8 @@ struct Block {
     dim3 grid, dim;
     uint3 idx;
 };
-extern thread_local Thread *self;
-extern thread_local Block *block;
+extern __thread Thread *self; /* __thread: plain TLS, no C++ wrapper call at each use */
+extern __thread Block *block;
 
 void sync_block();                 /* __syncthreads */
 void sync_warp();                  /* __syncwarp, and a warp's collective operations */

@@ -39,8 +39,8 @@
  * parked fibers run on in turn. Threads that have returned no longer
  * count, as on a GPU. */
 namespace emu {
-thread_local Thread *self;
-thread_local Block *block;
+__thread Thread *self;
+__thread Block *block;
 
 enum { STACK_BYTES = 256 << 10, MAX_THREADS = 1024, MAX_WARPS = MAX_THREADS / 32 };
 

@@ -305,7 +305,7 @@ static void config_defaults(Config *c) {
     c->beta2 = 0.999f;
     c->eps = 1e-8f;
     c->weight_decay = -1.0f; /* PyTorch's default for the optimizer: resolved below */
-    c->reduce_dtype = (Dtype)-1; /* MixedPrecision's default: param_dtype, resolved below */
+    c->reduce_dtype = DTYPE_UNSET; /* MixedPrecision's default: param_dtype, resolved below */
     c->init_scale = 65536.0f;    /* ShardedGradScaler's default, 2^16 */
     c->gamma = 0.1f;         /* StepLR's default; step_size has none (0: not given) */
     c->steps = 200;
@@ -879,7 +879,7 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
                            "checkpoint options.");
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->weight_decay < 0.0f) c->weight_decay = c->optimizer == OPTIMIZER_ADAM ? 0.0f : 0.01f;
-    if ((int)c->reduce_dtype < 0) c->reduce_dtype = c->param_dtype;
+    if (c->reduce_dtype == DTYPE_UNSET) c->reduce_dtype = c->param_dtype;
     rc = config_check_precision(c, argc, argv, err, errlen);
     if (rc) return rc;
     if (c->lr_schedule != LR_STEP &&

@@ -226,6 +226,7 @@ gpu_plan() {
 export -f gpu_plan
 export MPIRUN
 export -f gpu_build
+run "the GPU build on the emulator (emu/: fsdp.c's CUDA path compiled by g++, run by the CPU): the emulator keeps CUDA's promises, every kernel against the CPU's arithmetic, then make test-gpu's whole suite against ./fsdp (make test-gpu-emu)" env FSDP_EMU=1 bash tests/test_gpu.sh
 run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
 
 echo

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_gpu.sh — the GPU build (./fsdp-gpu) against the CPU build (./fsdp),
-# on this machine's NVIDIA GPUs; `make test-gpu` runs it.
+# on this machine's NVIDIA GPUs; `make test-gpu` runs it. With FSDP_EMU=1
+# (`make test-gpu-emu`, and `make test`) the same checks run the GPU build on
+# the emulator (emu/: ./fsdp-emu, the CUDA path compiled by g++ and run by
+# the CPU), on 4 emulated GPUs, after checking the emulator itself (0e.).
 #
 #   0. every kernel alone against the CPU's arithmetic (tests/test_kernels.cu):
 #      LayerNorm, the column sums, cuBLAS's Linear, gelu_new, AdamW, attention,
@@ -33,14 +36,19 @@ source tests/lib.sh
 # FSDP_EMU=1 (make test-gpu-emu): the same checks on the emulator's GPUs
 # (emu/: the GPU build on this CPU), FSDP_EMU_GPUS of them (4 unless set).
 if [ -n "${FSDP_EMU:-}" ]; then
-  GPU_BIN=fsdp-emu KERNELS=tests/test_kernels-emu
+  CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
+  if [ ! -f "$CUDA_INC/cuda_runtime.h" ] || [ ! -f "$CUDA_INC/cublas_v2.h" ]; then
+    echo "skip: the emulator compiles the GPU build against the CUDA toolkit's headers, and $CUDA_INC has no cuda_runtime.h and cublas_v2.h (install the CUDA toolkit, or set CUDA_HOME)"
+    exit 77
+  fi
+  GPU_BIN=fsdp-emu KERNELS=tests/test_kernels-emu EMU_TEST=tests/test_emu-emu
   export FSDP_EMU_GPUS=${FSDP_EMU_GPUS:-4}
   VISIBLE=(); [ -n "${CUDA_VISIBLE_DEVICES+set}" ] && IFS=, read -ra VISIBLE <<<"$CUDA_VISIBLE_DEVICES"
   GPUS=${#VISIBLE[@]}; [ "$GPUS" -gt 0 ] || GPUS=$FSDP_EMU_GPUS
   GPU_LIST=$(for ((g = 0; g < FSDP_EMU_GPUS; g++)); do echo "GPU $g: fsdp.c's CPU emulator (emu/)"; done)
 else
   find_gpus test-gpu
-  GPU_BIN=fsdp-gpu KERNELS=tests/test_kernels
+  GPU_BIN=fsdp-gpu KERNELS=tests/test_kernels EMU_TEST=
 fi
 ONE_GPU=${VISIBLE[0]:-0}
 echo "GPUs the ranks see: $GPUS; nvidia-smi -L:"
@@ -49,12 +57,34 @@ sed 's/ (UUID.*//; s/^/  /' <<<"$GPU_LIST"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 # nvcc where the CUDA toolkit puts it, if it is not on PATH already
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
-make -s -j"$(nproc)" fsdp "$GPU_BIN" tests/st_diff "$KERNELS" >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp $GPU_BIN tests/st_diff $KERNELS"; echo "0 passed, 1 failed"; exit 1; }
+make -s -j"$(nproc)" fsdp "$GPU_BIN" tests/st_diff "$KERNELS" $EMU_TEST >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp $GPU_BIN tests/st_diff $KERNELS $EMU_TEST"; echo "0 passed, 1 failed"; exit 1; }
 
 # ---- helpers --------------------------------------------------------------------
 n_ok=0 n_bad=0
 pass() { ok "$@"; n_ok=$((n_ok + 1)); }
 flunk() { bad "$@"; n_bad=$((n_bad + 1)); }
+
+# ---- 0e. the emulator itself ----------------------------------------------------------
+# Only on the emulator: a pass below means something only if the emulator
+# keeps CUDA's promises (barriers, shuffles, WMMA, NCCL) and refuses what a
+# GPU refuses; and what would hang or fault on a GPU must stop the job.
+if [ -n "$EMU_TEST" ]; then
+  echo "0e. the emulator against what CUDA promises"
+  if timeout 120 $MPIRUN -np 3 "$EMU_TEST" >"$d/emu.log" 2>&1; then
+    grep -E '^(ok|FAIL)' "$d/emu.log" | sed 's/^/   /'
+    pass "0e. $EMU_TEST on 3 ranks: $(tail -1 "$d/emu.log")"
+  else
+    sed 's/^/   /' "$d/emu.log"
+    flunk "0e. $EMU_TEST on 3 ranks: $(tail -1 "$d/emu.log")"
+  fi
+  for case in "host-pointer|argument 1 is host memory" "deadlock|is stuck: 1 thread(s) wait at __syncthreads and 31"; do
+    IFS='|' read -r arg frag <<<"$case"
+    out=$(timeout 60 $MPIRUN -np 1 "$EMU_TEST" "$arg" 2>&1); rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF "$frag" <<<"$out" \
+      && pass "0e. $EMU_TEST $arg stops the job (exit $rc): '$frag'" \
+      || { flunk "0e. $arg: exit $rc$([ $rc -eq 124 ] && echo ' (hung)'), want non-zero and '$frag'"; tail -4 <<<"$out" | sed 's/^/      /'; }
+  done
+fi
 
 # ---- 0. each kernel alone ----------------------------------------------------------
 # Before the end-to-end runs: a kernel that is wrong is named here, not
