@@ -26,10 +26,6 @@
 #include <unistd.h>
 #include <vector>
 
-#if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/common_interface_defs.h>
-#endif
-
 /* ---- 1. fibers and barriers -------------------------------------------------
  * A block's threads run as fibers on the CPU thread that launched it. A
  * fiber runs a thread to its end and then takes the block's next thread,
@@ -54,7 +50,8 @@ struct Barrier {
 /* Switching between fibers. On x86-64 six registers and the stack pointer,
  * in a few instructions: the warp kernels switch at every shuffle, and
  * ucontext's swapcontext (elsewhere, and under AddressSanitizer, which
- * knows it) also makes a system call each time, ten times the cost. */
+ * follows it from stack to stack) also makes a system call each time, ten
+ * times the cost. */
 #if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
 #define EMU_FAST_SWITCH 1
 struct Context {
@@ -122,6 +119,12 @@ struct Scheduler {
     std::vector<Fiber *> fibers;
     Fiber *current;
     BlockRun *run;
+    ~Scheduler() { /* the CPU thread ends: its fibers go with it */
+        for (Fiber *f : fibers) {
+            munmap(f->stack, STACK_BYTES + 4096);
+            delete f;
+        }
+    }
 };
 static thread_local Scheduler sched;
 
@@ -262,26 +265,22 @@ void run_grid(dim3 grid, dim3 dim, void (*body)(void *), void *arg) {
     r->block.grid = grid, r->block.dim = dim;
     r->threads = (int)(dim.x * dim.y * dim.z);
     r->body = body, r->arg = arg;
-    BlockRun *outer = sched.run;
-    Thread *outer_self = self;
     sched.run = r;
     block = &r->block;
-    for (Fiber *f : sched.fibers) f->idle = 1;
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 r->block.idx = {x, y, z};
                 r->next = 0, r->live = r->threads;
                 for (int w = 0; w < MAX_WARPS; w++) {
-                    int first = w * 32;
-                    r->warp_live[w] = first < r->threads ? (r->threads - first < 32 ? r->threads - first : 32) : 0;
+                    int left = r->threads - w * 32; /* the last warp may be partial */
+                    r->warp_live[w] = left < 0 ? 0 : left < 32 ? left : 32;
                     r->warp_barrier[w].arrived = 0;
                 }
                 r->block_barrier.arrived = 0;
                 run_block(r);
             }
-    sched.run = outer, self = outer_self;
-    block = NULL;
+    sched.run = NULL, self = NULL, block = NULL;
     delete r;
 }
 } // namespace emu
