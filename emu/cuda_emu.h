@@ -38,7 +38,10 @@
  *    with CUDA's error, as on a GPU;
  *  - cuBLAS is a loop in fp32 (TF32 rounds its inputs as the tensor cores
  *    do; 16-bit inputs are widened, the sum is fp32 and rounded once into a
- *    16-bit output); NCCL is MPI on a communicator of its own.
+ *    16-bit output); NCCL is MPI on a communicator of its own;
+ *  - FSDP_EMU_NCCL_HANG=N makes each rank's Nth NCCL collective never
+ *    finish (a dead peer): what waits for it hangs, as on a GPU, so the
+ *    NCCL watchdog (comm/device.h) can be tested.
  * The runtime, cuBLAS and NCCL are in emu/runtime.cpp.
  * ========================================================================== */
 #ifndef FSDP_CUDA_EMU_H
@@ -85,14 +88,16 @@ int lane_owns(int element);        /* a fragment's element a lane stores (wmma) 
  * argument must be device memory (or NULL), and body runs once per thread. */
 struct Launch {
     dim3 grid, dim;
+    cudaStream_t stream;
     Launch(dim3 g, dim3 b, size_t shared = 0, cudaStream_t s = 0)
-        : grid(g), dim(b) {
-        (void)shared, (void)s;
+        : grid(g), dim(b), stream(s) {
+        (void)shared;
     }
     template <typename K> struct Bound;
     template <typename K> Bound<K> bind(K k) { return Bound<K>{*this, k}; }
 };
 int launch_check(dim3 grid, dim3 dim); /* 0, or the launch fails (cudaGetLastError) */
+int launch_skipped(cudaStream_t s);    /* queued behind a hang (FSDP_EMU_NCCL_HANG) */
 void argument_check(const void *p, int index); /* a kernel's pointer argument */
 void run_grid(dim3 grid, dim3 dim, void (*body)(void *), void *arg);
 
@@ -105,7 +110,7 @@ template <typename K> struct Launch::Bound {
     Launch l;
     K kernel;
     template <typename... A> void operator()(A... args) {
-        if (launch_check(l.grid, l.dim)) return;
+        if (launch_check(l.grid, l.dim) || launch_skipped(l.stream)) return;
         int index = 0;
         (check_arg(args, index++), ...);
         auto body = [&]() { kernel(args...); }; /* each thread gets its own copies */

@@ -13,6 +13,7 @@
 #include "cuda_emu.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mpi.h>
 #include <mutex>
@@ -362,11 +363,31 @@ using namespace emu;
  * events are tokens: work runs when it is queued. */
 struct CUstream_st {
     int flags;
+    std::atomic<int> hung; /* it waits for what never finishes: its work never runs */
 };
 struct CUevent_st {
     double at; /* when it was recorded: the work before it is done */
     int recorded;
+    std::atomic<int> never; /* recorded behind a hang: never done */
 };
+
+/* A hang, on purpose: with FSDP_EMU_NCCL_HANG=N the Nth NCCL collective of
+ * each rank never finishes, as when a peer dies or a link fails. Its stream
+ * then runs nothing more, nor does a stream that waits for it, and the host
+ * blocks at its next synchronisation, for ever, as on a GPU: what ends it
+ * is fsdp.c's NCCL watchdog (comm/device.h), which the hang is there to
+ * test. The watchdog's thread reads these flags, hence the atomics. */
+static std::atomic<int> hung_streams;
+static int stream_hung(cudaStream_t s) { return s && s->hung; }
+static void stream_hang(cudaStream_t s) {
+    if (s && !s->hung.exchange(1)) hung_streams++;
+}
+[[noreturn]] static void hang_forever(void) {
+    for (;;) pause(); /* until the watchdog ends the process */
+}
+namespace emu {
+int launch_skipped(cudaStream_t s) { return stream_hung(s); }
+}
 static thread_local int current_device;
 
 static double now_seconds_emu(void) {
@@ -512,7 +533,7 @@ static int copy_ends_ok(void *dst, const void *src, size_t bytes, cudaMemcpyKind
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
-    (void)stream;
+    if (stream_hung(stream)) return cudaSuccess; /* queued behind a hang: never runs */
     if (!copy_ends_ok(dst, src, bytes, kind)) {
         fprintf(stderr,
                 "emulator: cudaMemcpyAsync of %zu bytes from %p to %p: its ends are not where "
@@ -527,14 +548,15 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
     return cudaMemcpyAsync(dst, src, bytes, kind, NULL);
 }
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream) {
-    (void)stream;
+    if (stream_hung(stream)) return cudaSuccess;
     if (bytes && kind_of(p, bytes) != DEVICE) return fail(cudaErrorInvalidValue);
     memset(p, value, bytes);
     return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    *s = new CUstream_st{(int)flags};
+    *s = new CUstream_st();
+    (*s)->flags = (int)flags;
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
@@ -543,18 +565,23 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
+    if (stream_hung(s)) hang_forever();
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-    (void)s, (void)flags;
-    return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+    (void)flags;
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    if (e->never) stream_hang(s); /* it waits for ever too */
+    return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) {
+    if (hung_streams) hang_forever();
+    return cudaSuccess;
+}
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     (void)flags;
-    *e = new CUevent_st{0.0, 0};
+    *e = new CUevent_st();
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
@@ -563,13 +590,20 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) {
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)s;
     e->at = now_seconds_emu();
     e->recorded = 1;
+    e->never = stream_hung(s);
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
-cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : fail(cudaErrorInvalidResourceHandle); }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    if (e->never) hang_forever();
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (!e) return fail(cudaErrorInvalidResourceHandle);
+    return e->never ? cudaErrorNotReady : cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
     *ms = (float)((end->at - start->at) * 1e3);
@@ -586,6 +620,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
  * operand spans must lie in one device buffer. */
 struct cublasContext {
     cublasMath_t math;
+    cudaStream_t stream;
 };
 enum { ROWS = 32, COLS = 256 }; /* a tile of C: its sums stay in cache */
 
@@ -625,6 +660,7 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
         lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
         ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
+    if (stream_hung(h->stream)) return CUBLAS_STATUS_SUCCESS; /* queued behind a hang */
     int round = h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F;
     std::vector<float> a((size_t)m * k), b((size_t)k * n), acc((size_t)ROWS * COLS);
     for (int batch = 0; batch < batches; batch++) {
@@ -675,7 +711,7 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
 
 extern "C" {
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
-    *h = new cublasContext{CUBLAS_DEFAULT_MATH};
+    *h = new cublasContext{CUBLAS_DEFAULT_MATH, NULL};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
@@ -683,7 +719,7 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
-    (void)h, (void)s;
+    h->stream = s;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode) {
@@ -755,6 +791,19 @@ struct ncclComm {
     int rank, size;
 };
 static int id_counter;
+
+/* Whether this collective runs: not behind a hang, and not the one
+ * FSDP_EMU_NCCL_HANG names (which hangs its stream instead) */
+static int collective_runs(cudaStream_t s) {
+    static int count;
+    const char *n = getenv("FSDP_EMU_NCCL_HANG");
+    if (stream_hung(s)) return 0;
+    if (!n || ++count != atoi(n)) return 1;
+    fprintf(stderr, "emulator: FSDP_EMU_NCCL_HANG=%s: this NCCL collective never finishes, as "
+                    "if a peer had died\n", n);
+    stream_hang(s);
+    return 0;
+}
 
 static void sum16(void *in, void *inout, int *len, MPI_Datatype *type, int bf16) {
     (void)type;
@@ -851,22 +900,22 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
 }
 ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t t,
                            ncclComm_t c, cudaStream_t s) {
-    (void)s;
     size_t bytes = count * nccl_bytes(t);
     if (bytes > INT32_MAX) return ncclInvalidArgument;
     if (!buffers_ok(send, bytes, recv, bytes * (size_t)c->size)) return ncclInvalidArgument;
+    if (!collective_runs(s)) return ncclSuccess;
     const void *in = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
     MPI_Allgather(in, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
     return ncclSuccess;
 }
 ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t t,
                                ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
-    (void)s;
     MPI_Datatype type;
     MPI_Op sum;
     if (op != ncclSum || !mpi_sum_of(t, &type, &sum) || count > INT32_MAX) return ncclInvalidArgument;
     size_t bytes = count * nccl_bytes(t);
     if (!buffers_ok(send, bytes * (size_t)c->size, recv, bytes)) return ncclInvalidArgument;
+    if (!collective_runs(s)) return ncclSuccess;
     std::vector<char> copy;
     const char *in = (const char *)send;
     if ((const char *)recv < in + bytes * (size_t)c->size && in < (const char *)recv + bytes) {
@@ -878,12 +927,12 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
 }
 ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
                            ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
-    (void)s;
     MPI_Datatype type;
     MPI_Op sum;
     if (op != ncclSum || !mpi_sum_of(t, &type, &sum) || count > INT32_MAX) return ncclInvalidArgument;
     size_t bytes = count * nccl_bytes(t);
     if (!buffers_ok(send, bytes, recv, bytes)) return ncclInvalidArgument;
+    if (!collective_runs(s)) return ncclSuccess;
     MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, type, sum, c->comm);
     return ncclSuccess;
 }

@@ -22,6 +22,8 @@
 #      and bf16 (the MLP on 1 and 4 ranks, gpt2-tiny) within rounding, --attention flash
 #      (gpt2-mini in bf16 on the tensor cores, gpt2-tiny in fp32), --plan the
 #      CPU build's plan
+#   k. (the emulator only) a NCCL collective that never finishes: the watchdog
+#      ends every rank, exit 4, naming it
 #
 # One line per check (ok/FAIL), then "N passed, N failed"; exit 1 if any failed.
 # No GPU: says why and exits 77 (skipped, never a pass). Every run is under
@@ -70,11 +72,12 @@ flunk() { bad "$@"; n_bad=$((n_bad + 1)); }
 # GPU refuses; and what would hang or fault on a GPU must stop the job.
 if [ -n "$EMU_TEST" ]; then
   echo "0e. the emulator against what CUDA promises"
-  if timeout 120 $MPIRUN -np 3 "$EMU_TEST" >"$d/emu.log" 2>&1; then
-    grep -E '^(ok|FAIL)' "$d/emu.log" | sed 's/^/   /'
+  # stderr apart: the refusals it provokes say so there, as they should
+  if timeout 120 $MPIRUN -np 3 "$EMU_TEST" >"$d/emu.log" 2>"$d/emu.err"; then
+    sed 's/^/   /' "$d/emu.log"
     pass "0e. $EMU_TEST on 3 ranks: $(tail -1 "$d/emu.log")"
   else
-    sed 's/^/   /' "$d/emu.log"
+    sed 's/^/   /' "$d/emu.log" "$d/emu.err"
     flunk "0e. $EMU_TEST on 3 ranks: $(tail -1 "$d/emu.log")"
   fi
   for case in "host-pointer|argument 1 is host memory" "deadlock|is stuck: 1 thread(s) wait at __syncthreads and 31"; do
@@ -414,6 +417,21 @@ timeout 120 $MPIRUN -np 4 "./$GPU_BIN" "${P[@]}" 2>&1 | grep -E 'bytes|calls' >"
 [ -s "$d/plan_cpu.txt" ] && cmp -s "$d/plan_cpu.txt" "$d/plan_gpu.txt" \
   && pass "j. --plan: the GPU build's plan is the CPU build's, line for line ($(wc -l <"$d/plan_cpu.txt") lines)" \
   || flunk "j. --plan differs: $(diff "$d/plan_cpu.txt" "$d/plan_gpu.txt" | head -4)"
+
+# ---- k. NCCL's watchdog: a collective that never finishes (the emulator only) ----------
+# A GPU cannot be told to hang on cue; the emulator can: FSDP_EMU_NCCL_HANG=N
+# makes each rank's Nth NCCL collective never finish, as when a peer dies,
+# and the host then blocks at its next synchronisation. The watchdog
+# (comm/device.h) must end every rank within --collective-timeout (2 s
+# here; 60 s is the test's own limit): exit 4, naming the collective, its
+# unit and its step, as PyTorch's NCCL watchdog does.
+if [ -n "${FSDP_EMU:-}" ]; then
+  start=$SECONDS
+  out=$(FSDP_EMU_NCCL_HANG=5 timeout 60 $MPIRUN -np 2 "./$GPU_BIN" --model tiny --batch 24 --steps 4 --collectives nccl --collective-timeout 2 2>&1); rc=$?
+  [ $rc -eq 4 ] && grep -qE 'error: the all_gather of unit [0-9]+ at step 1 over 2 ranks did not finish in 2 s' <<<"$out" \
+    && pass "k. a NCCL collective that never finishes: the watchdog ends the job in $((SECONDS - start)) s, exit 4: $(grep -o 'the all_gather of unit [0-9]* at step 1' <<<"$out" | head -1)" \
+    || { flunk "k. NCCL watchdog: exit $rc$([ $rc -eq 124 ] && echo ' (hung: the watchdog never fired)'), want 4 and the collective named"; tail -4 <<<"$out" | sed 's/^/      /'; }
+fi
 
 echo
 echo "$n_ok passed, $n_bad failed"
