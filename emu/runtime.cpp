@@ -27,6 +27,10 @@
 #include <unistd.h>
 #include <vector>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 /* ---- 1. fibers and barriers -------------------------------------------------
  * A block's threads run as fibers on the CPU thread that launched it. A
  * fiber runs a thread to its end and then takes the block's next thread,
@@ -50,14 +54,20 @@ struct Barrier {
 
 /* Switching between fibers. On x86-64 six registers and the stack pointer,
  * in a few instructions: the warp kernels switch at every shuffle, and
- * ucontext's swapcontext (elsewhere, and under AddressSanitizer, which
- * follows it from stack to stack) also makes a system call each time, ten
- * times the cost. */
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define EMU_FAST_SWITCH 1
+ * ucontext's swapcontext (elsewhere) also makes a system call each time,
+ * ten times the cost. Under AddressSanitizer each switch tells it which
+ * stack is live (its fiber API), so it checks kernels' stacks too. */
 struct Context {
+#if defined(__x86_64__)
     void *sp;
+#else
+    ucontext_t uc;
+#endif
+    const void *bottom; /* its stack, for AddressSanitizer */
+    size_t size;
+    void *fake_stack;
 };
+#if defined(__x86_64__)
 extern "C" void emu_switch(void **save_sp, void *sp);
 __asm__(".text\n"
         ".globl emu_switch\n"
@@ -69,9 +79,9 @@ __asm__(".text\n"
         "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
         "  ret\n"
         ".size emu_switch, .-emu_switch\n");
-static void context_switch(Context *from, Context *to) { emu_switch(&from->sp, to->sp); }
+static void raw_switch(Context *from, Context *to) { emu_switch(&from->sp, to->sp); }
 /* a new stack that "returns" into entry, aligned as if entry were called */
-static void context_make(Context *c, char *stack, size_t bytes, void (*entry)()) {
+static void raw_make(Context *c, char *stack, size_t bytes, void (*entry)()) {
     uintptr_t top = ((uintptr_t)(stack + bytes)) & ~(uintptr_t)15;
     void **sp = (void **)top;
     *--sp = NULL;           /* entry's return address: it never returns */
@@ -80,16 +90,13 @@ static void context_make(Context *c, char *stack, size_t bytes, void (*entry)())
     c->sp = sp;
 }
 #else
-struct Context {
-    ucontext_t uc;
-};
-static void context_switch(Context *from, Context *to) {
+static void raw_switch(Context *from, Context *to) {
     if (swapcontext(&from->uc, &to->uc) != 0) {
         perror("emulator: swapcontext");
         abort();
     }
 }
-static void context_make(Context *c, char *stack, size_t bytes, void (*entry)()) {
+static void raw_make(Context *c, char *stack, size_t bytes, void (*entry)()) {
     getcontext(&c->uc);
     c->uc.uc_stack.ss_sp = stack;
     c->uc.uc_stack.ss_size = bytes;
@@ -97,6 +104,26 @@ static void context_make(Context *c, char *stack, size_t bytes, void (*entry)())
     makecontext(&c->uc, entry, 0);
 }
 #endif
+static void context_make(Context *c, char *stack, size_t bytes, void (*entry)()) {
+    raw_make(c, stack, bytes, entry);
+    c->bottom = stack, c->size = bytes;
+}
+/* `from` goes on here when something switches back to it: then the stack
+ * it came back from is the scheduler's, or a fiber's */
+static void context_switch(Context *from, Context *to, Context *scheduler) {
+#if defined(__SANITIZE_ADDRESS__)
+    __sanitizer_start_switch_fiber(&from->fake_stack, to->bottom, to->size);
+#endif
+    raw_switch(from, to);
+#if defined(__SANITIZE_ADDRESS__)
+    const void *bottom;
+    size_t size;
+    __sanitizer_finish_switch_fiber(from->fake_stack, &bottom, &size);
+    if (from != scheduler) scheduler->bottom = bottom, scheduler->size = size;
+#else
+    (void)scheduler;
+#endif
+}
 
 struct Fiber {
     Context context;
@@ -158,7 +185,7 @@ static void barrier_wait(Barrier *b, int live) {
     Fiber *f = sched.current;
     f->waiting = b;
     b->waiting.push_back(f);
-    context_switch(&f->context, &sched.context);
+    context_switch(&f->context, &sched.context, &sched.context);
 }
 
 void sync_block() {
@@ -194,6 +221,9 @@ static void thread_end(BlockRun *r, const Thread *t) {
 /* A fiber's life: the block's next thread, while there is one; then idle
  * until a later block (of this or another launch) needs it again */
 static void fiber_main() {
+#if defined(__SANITIZE_ADDRESS__) /* its first entry: from the scheduler's stack */
+    __sanitizer_finish_switch_fiber(NULL, &sched.context.bottom, &sched.context.size);
+#endif
     for (;;) {
         Fiber *f = sched.current;
         BlockRun *r = sched.run;
@@ -204,7 +234,7 @@ static void fiber_main() {
             thread_end(r, &f->thread);
         }
         f->idle = 1;
-        context_switch(&f->context, &sched.context);
+        context_switch(&f->context, &sched.context, &sched.context);
     }
 }
 
@@ -227,7 +257,7 @@ static void resume(Fiber *f) {
     sched.current = f;
     self = &f->thread;
     f->waiting = NULL, f->idle = 0;
-    context_switch(&sched.context, &f->context);
+    context_switch(&sched.context, &f->context, &sched.context);
     sched.current = NULL;
 }
 
