@@ -11,11 +11,11 @@ TINY="--model tiny --steps 8 --batch 12"
 passed=0 failed=0 skipped=0
 failed_names=()
 
-run() { # run NAME COMMAND...
+run() { # run NAME COMMAND... (at most RUN_LIMIT seconds, 300 unless set)
   local name=$1; shift
   local log; log=$(mktemp)
   local start=$SECONDS
-  timeout 300 "$@" >"$log" 2>&1
+  timeout "${RUN_LIMIT:-300}" "$@" >"$log" 2>&1
   local rc=$?
   if [ $rc -eq 0 ]; then
     passed=$((passed + 1)); echo "PASS  $name ($((SECONDS - start)) s)"
@@ -226,7 +226,8 @@ gpu_plan() {
 export -f gpu_plan
 export MPIRUN
 export -f gpu_build
-run "the GPU build on the emulator (emu/: fsdp.c's CUDA path compiled by g++, run by the CPU): the emulator keeps CUDA's promises, every kernel against the CPU's arithmetic, then make test-gpu's whole suite against ./fsdp (make test-gpu-emu)" env FSDP_EMU=1 bash tests/test_gpu.sh
+# ~90 s; under make sanitize (ASan and UBSan in the emulated build) a few times that
+RUN_LIMIT=900 run "the GPU build on the emulator (emu/: fsdp.c's CUDA path compiled by g++, run by the CPU): the emulator keeps CUDA's promises, every kernel against the CPU's arithmetic, then make test-gpu's whole suite against ./fsdp (make test-gpu-emu)" env FSDP_EMU=1 bash tests/test_gpu.sh
 run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
 
 echo

@@ -3,11 +3,13 @@
  *
  * A fragment here holds its whole tile in every lane (CUDA leaves the
  * layout unspecified, and code that is right for any layout is right for
- * this one). Each operation is a warp's collective, as its _sync says:
- * the lanes meet first. Loads read the tile, mma_sync multiplies it in
- * fp32 in k's order, and a store writes each element from the one lane
- * that owns it, so reading another lane's part before __syncwarp is
- * caught as it would be on a GPU. */
+ * this one), and a lane owns the elements e of an accumulator with
+ * e % 32 == its lane. No operation waits for the warp's other lanes: a
+ * load reads memory when its lane comes to it, mma_sync multiplies in fp32
+ * in k's order, and a store writes only the lane's own elements. So a lane
+ * that loads what later lanes have not yet written, or reads a stored
+ * tile's elements another lane owns, before the __syncwarp a GPU needs
+ * there, reads stale memory here, and the result is wrong. */
 #ifndef FSDP_EMU_MMA_H
 #define FSDP_EMU_MMA_H
 
@@ -43,7 +45,6 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float v) {
 /* a or b: the layout is the fragment's */
 template <typename Use, int M, int N, int K, typename T, typename L>
 static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ld) {
-    emu::sync_warp();
     const bool col = __is_same(L, col_major);
     for (int r = 0; r < f.rows; r++)
         for (int c = 0; c < f.cols; c++)
@@ -53,7 +54,6 @@ static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p,
 template <int M, int N, int K>
 static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p,
                                     unsigned ld, layout_t layout) {
-    emu::sync_warp();
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++)
             f.x[r * N + c] = layout == mem_row_major ? p[(long)r * ld + c] : p[(long)c * ld + r];
@@ -61,7 +61,6 @@ static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, co
 template <int M, int N, int K>
 static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f,
                                      unsigned ld, layout_t layout) {
-    emu::sync_warp();
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++)
             if (emu::lane_owns(r * N + c))
@@ -73,7 +72,6 @@ static inline void mma_sync(fragment<accumulator, M, N, K, float> &d,
                             const fragment<matrix_a, M, N, K, T, LA> &a,
                             const fragment<matrix_b, M, N, K, T, LB> &b,
                             const fragment<accumulator, M, N, K, float> &c) {
-    emu::sync_warp();
     float out[M * N];
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
