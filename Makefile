@@ -281,8 +281,10 @@ EMU_FLAGS  = -std=c++17 -O3 -g $(NATIVE) $(EMU_SAN) -Wall -Wextra -Werror -Wno-u
              -DOMPI_SKIP_MPICXX -I../emu/include -include ../emu/cuda_emu.h -I$(CUDA_HOME)/include $(NCCL_CFLAGS) $(MPI_CFLAGS)
 $(EMU_DIR)/.copied: $(EMU_SRC)
 	@rm -rf $(EMU_DIR) && mkdir -p $(EMU_DIR)
-	@for f in $(EMU_SRC); do mkdir -p $(EMU_DIR)/$$(dirname $$f); \
-	  perl -0pe 's/(\w+(<[^<>]*>)?)<<<([^>]*)>>>/EMU_LAUNCH($$1, ($$3))/g' $$f >$(EMU_DIR)/$$f; done
+	@for f in $(EMU_SRC); do mkdir -p $(EMU_DIR)/$$(dirname $$f) && \
+	  perl -0pe 's/(\w+(<[^<>]*>)?)<<<([^>]*)>>>/EMU_LAUNCH($$1, ($$3))/g' $$f >$(EMU_DIR)/$$f || exit 1; done
+	@! grep -n '<<<' $(addprefix $(EMU_DIR)/,$(EMU_SRC)) || \
+	  { echo "error: a launch above is not of the form k<<<...>>>( or k<T><<<...>>>( that the emulator's rewrite reads"; exit 1; }
 	@touch $@
 fsdp-emu: $(EMU_DEPS) | mpi
 	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) $(OPENMP) -x c++ main.c $(SIM_SRC) ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread

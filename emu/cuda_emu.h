@@ -1,6 +1,6 @@
 /* ============================================================================
- * emu/cuda_emu.h — the CUDA language on a CPU: what `make emu` builds the
- * GPU build with in place of nvcc, so that fsdp.c's CUDA path (its kernels,
+ * emu/cuda_emu.h — the CUDA language on a CPU: what `make fsdp-emu` builds
+ * the GPU build with in place of nvcc, so that fsdp.c's CUDA path (its kernels,
  * its cuBLAS and NCCL calls, its streams and events) runs where no GPU is.
  *
  *   make fsdp-emu tests/test_kernels-emu       (g++, the CUDA headers, MPI)
@@ -14,28 +14,33 @@
  *
  * How the source reaches g++ unchanged but for one piece of syntax: the
  * Makefile copies it and rewrites each launch `k<<<grid, block, 0, s>>>(args)`
- * as `EMU_LAUNCH(k, (grid, block, 0, s))(args)` (sed, line for line), and
+ * as `EMU_LAUNCH(k, (grid, block, 0, s))(args)` (perl, line for line), and
  * g++ compiles the copy with this header first (-include). The header then
  * says that this is CUDA (__CUDACC__), so fsdp.c takes its GPU path.
  *
  * The model it runs (what a real GPU guarantees, and no more where it can):
  *  - a kernel's blocks run one after another; a block's threads run as
- *    fibers (ucontext) on one CPU thread, switching only where CUDA
- *    synchronises: __syncthreads, __syncwarp, a shuffle, a WMMA operation.
- *    A kernel with none of these runs its threads as a plain loop.
+ *    fibers on one CPU thread, in index order (FSDP_EMU_ORDER=reverse: from
+ *    the last), switching only where CUDA synchronises: __syncthreads,
+ *    __syncwarp, a shuffle. A kernel with none of these runs its threads as
+ *    a plain loop. So a missing barrier shows where a thread reads what a
+ *    thread after it in that order writes: the two orders cover both sides;
  *  - threads that wait at different barriers forever (a __syncthreads that
  *    some of the block's threads skip while others wait at a warp's) stop
  *    the program with a message, where a GPU would hang or go wrong;
- *  - a fragment's store (wmma::store_matrix_sync) writes each element from
- *    one lane only, as on a GPU, so a lane that reads another lane's part
- *    without __syncwarp reads stale memory here too;
+ *  - WMMA waits for no lane (emu/include/mma.h): a load reads memory when
+ *    its lane comes to it, a store writes only the lane's own elements, as
+ *    on a GPU, so a missing __syncwarp on either side reads stale memory;
  *  - every stream runs its work as it is queued (a legal order of any
  *    CUDA program: nothing starts before what it waits for), so events are
  *    done when recorded and a synchronize returns at once;
  *  - device memory is host memory the emulator lends and knows, so a copy
  *    in the wrong direction, a kernel, cuBLAS or NCCL given a host pointer,
- *    or a launch CUDA would refuse (more than 1024 threads a block) fail
- *    with CUDA's error, as on a GPU;
+ *    or a GEMM operand past its buffer fail here at once, where a GPU
+ *    would fault or read garbage, perhaps later; a launch CUDA refuses
+ *    (more than 1024 threads a block) fails with CUDA's error; a shuffle
+ *    that is not a whole warp's (a mask, a width, lanes past the block)
+ *    stops the job: fsdp.c uses none, and the emulator does not model them;
  *  - cuBLAS is a loop in fp32 (TF32 rounds its inputs as the tensor cores
  *    do; 16-bit inputs are widened, the sum is fp32 and rounded once into a
  *    16-bit output); NCCL is MPI on a communicator of its own;
@@ -63,7 +68,9 @@
 #define __CUDACC__ 1 /* fsdp.c's GPU path from here on */
 #define FSDP_EMU 1    /* ... on the emulator (tests/test_kernels.cu times one launch) */
 #undef __shared__
-#define __shared__ static thread_local /* one per block: blocks run in turn on a CPU thread */
+/* one per CPU thread: the blocks it runs in turn share it, and find the last
+ * block's values in it, as a GPU's shared memory is not cleared either */
+#define __shared__ static thread_local
 #define __launch_bounds__(...)
 
 namespace emu {
@@ -82,6 +89,7 @@ extern __thread Block *block;
 void sync_block();                 /* __syncthreads */
 void sync_warp();                  /* __syncwarp, and a warp's collective operations */
 void *warp_slot(int lane); /* where a lane of this warp leaves a shuffle's value (8 bytes) */
+[[noreturn]] void unmodelled(const char *what); /* stops the job: the emulator has no model of it */
 int lane_owns(int element);        /* a fragment's element a lane stores (wmma) */
 
 /* A kernel's launch: the grid is checked as CUDA checks it, every pointer
@@ -137,7 +145,7 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) {
  * partner's, and the warp meets again before the slots are reused. */
 template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask,
                                                       int width = 32) {
-    (void)mask, (void)width;
+    if (mask != 0xffffffffu || width != 32) emu::unmodelled("a shuffle of part of a warp");
     T out;
     static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
     emu::sync_warp();

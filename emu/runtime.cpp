@@ -199,8 +199,13 @@ void sync_warp() {
 }
 void *warp_slot(int lane) {
     int from = self->warp * 32 + (lane & 31);
-    if (from >= sched.run->threads) from = self->linear; /* a lane past the block: its own */
+    if (from >= sched.run->threads) unmodelled("a shuffle with lanes past the block's last thread");
     return &sched.run->slot[from];
+}
+void unmodelled(const char *what) {
+    fprintf(stderr, "emulator: %s: CUDA leaves it undefined or the emulator does not model it; "
+                    "fsdp.c's kernels shuffle whole warps only\n", what);
+    die();
 }
 int lane_owns(int element) { return element % 32 == self->lane; }
 
@@ -218,6 +223,17 @@ static void thread_end(BlockRun *r, const Thread *t) {
     barrier_settle(&r->warp_barrier[t->warp], r->warp_live[t->warp]);
 }
 
+/* The order a block's threads start in: by index, or with
+ * FSDP_EMU_ORDER=reverse from the last, so a missing barrier shows whichever
+ * side of it the writing thread is on (make test runs the kernels both ways) */
+static int thread_order_reversed(void) {
+    static const int reversed = [] { /* once, whichever CPU thread asks first */
+        const char *o = getenv("FSDP_EMU_ORDER");
+        return o && !strcmp(o, "reverse");
+    }();
+    return reversed;
+}
+
 /* A fiber's life: the block's next thread, while there is one; then idle
  * until a later block (of this or another launch) needs it again */
 static void fiber_main() {
@@ -228,7 +244,8 @@ static void fiber_main() {
         Fiber *f = sched.current;
         BlockRun *r = sched.run;
         while (r->next < r->threads) {
-            thread_begin(r, &f->thread, r->next++);
+            int n = r->next++;
+            thread_begin(r, &f->thread, thread_order_reversed() ? r->threads - 1 - n : n);
             self = &f->thread;
             r->body(r->arg);
             thread_end(r, &f->thread);
@@ -284,6 +301,7 @@ static void run_block(BlockRun *r) {
     r->ready.clear();
     r->ready_next = 0;
     while (r->live > 0) {
+        if (r->ready_next == r->ready.size()) r->ready.clear(), r->ready_next = 0;
         if (r->ready_next < r->ready.size()) resume(r->ready[r->ready_next++]);
         else if (r->next < r->threads)
             resume(used < sched.fibers.size() ? sched.fibers[used++] : (used++, fiber_new()));
@@ -344,10 +362,12 @@ static Kind kind_of(const void *p, size_t bytes = 1) {
     if (a + bytes > it->first + it->second.first) return HOST; /* runs past the end */
     return it->second.second;
 }
+/* NULL when the emulated GPU is full (device memory) or the host is */
 static void *lend(size_t bytes, Kind kind) {
+    std::lock_guard<std::mutex> hold(memory_lock); /* the communication thread lends too */
+    if (kind == DEVICE && device_bytes + bytes > DEVICE_TOTAL) return NULL;
     void *p = NULL;
     if (posix_memalign(&p, 256, bytes ? bytes : 1)) return NULL; /* cudaMalloc's alignment */
-    std::lock_guard<std::mutex> hold(memory_lock);
     lent[(uintptr_t)p] = {bytes ? bytes : 1, kind};
     if (kind == DEVICE) device_bytes += bytes;
     return p;
@@ -377,9 +397,10 @@ int launch_check(dim3 grid, dim3 dim) {
 void argument_check(const void *p, int index) {
     if (reachable(p)) return;
     fprintf(stderr,
-            "emulator: a kernel's argument %d is host memory (%p), which a GPU cannot read: "
-            "it would fail there with an illegal address.\nHINT: give kernels device memory "
-            "(dev_alloc), or copy the values there first (dev_from_host).\n",
+            "emulator: a kernel's argument %d (%p) is not in device memory (host memory, or "
+            "past a device buffer's end), which a GPU cannot read: there it faults or reads "
+            "garbage.\nHINT: give kernels device memory (dev_alloc), or copy the values there "
+            "first (dev_from_host).\n",
             index + 1, p);
     die();
 }
@@ -392,12 +413,11 @@ using namespace emu;
  * bus id, so two ranks on one of them are seen sharing it. Streams and
  * events are tokens: work runs when it is queued. */
 struct CUstream_st {
-    int flags;
     std::atomic<int> hung; /* it waits for what never finishes: its work never runs */
 };
 struct CUevent_st {
     double at; /* when it was recorded: the work before it is done */
-    int recorded;
+    int recorded, timed; /* timed: not cudaEventDisableTiming */
     std::atomic<int> never; /* recorded behind a hang: never done */
 };
 
@@ -495,7 +515,6 @@ cudaError_t cudaGetLastError(void) {
     last_error = cudaSuccess;
     return e;
 }
-cudaError_t cudaPeekAtLastError(void) { return last_error; }
 const char *cudaGetErrorName(cudaError_t e) {
     switch (e) {
     case cudaSuccess: return "cudaSuccess";
@@ -524,8 +543,6 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
-    *p = NULL;
-    if (device_bytes + bytes > DEVICE_TOTAL) return fail(cudaErrorMemoryAllocation);
     *p = lend(bytes, DEVICE);
     return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
@@ -543,6 +560,7 @@ cudaError_t cudaFreeHost(void *p) {
     return fail(cudaErrorInvalidValue);
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    std::lock_guard<std::mutex> hold(memory_lock);
     *total = DEVICE_TOTAL;
     *free_bytes = DEVICE_TOTAL - device_bytes;
     return cudaSuccess;
@@ -585,8 +603,8 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t strea
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    (void)flags; /* non-blocking or not: every stream runs its work as it is queued */
     *s = new CUstream_st();
-    (*s)->flags = (int)flags;
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
@@ -610,8 +628,8 @@ cudaError_t cudaDeviceSynchronize(void) {
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-    (void)flags;
     *e = new CUevent_st();
+    (*e)->timed = !(flags & cudaEventDisableTiming);
     return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
@@ -635,7 +653,9 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
     return e->never ? cudaErrorNotReady : cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
-    if (!start->recorded || !end->recorded) return fail(cudaErrorInvalidResourceHandle);
+    /* as CUDA: both recorded, and neither made with cudaEventDisableTiming */
+    if (!start->recorded || !end->recorded || !start->timed || !end->timed)
+        return fail(cudaErrorInvalidResourceHandle);
     *ms = (float)((end->at - start->at) * 1e3);
     return cudaSuccess;
 }
@@ -779,10 +799,13 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, cublasOperation_t ta,
     return gemm_batched(h, ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb,
                         sb, *beta, C, CUDA_R_32F, ldc, sc, batches);
 }
-/* the tensor cores' GEMMs: 16-bit inputs of one type, fp32 sums */
-static cublasStatus_t ex_types_ok(cudaDataType at, cudaDataType bt, cublasComputeType_t compute) {
-    return at == bt && compute == CUBLAS_COMPUTE_32F ? CUBLAS_STATUS_SUCCESS
-                                                     : CUBLAS_STATUS_NOT_SUPPORTED;
+/* the tensor cores' GEMMs as fsdp.c asks for them: 16-bit inputs of one
+ * type, fp32 sums, an output in fp32 or the inputs' type; else the
+ * emulator says NOT_SUPPORTED (cuBLAS takes more) */
+static int ex_supported(cudaDataType at, cudaDataType bt, cudaDataType ct,
+                        cublasComputeType_t compute) {
+    return (at == CUDA_R_16BF || at == CUDA_R_16F) && at == bt &&
+           (ct == at || ct == CUDA_R_32F) && compute == CUBLAS_COMPUTE_32F;
 }
 cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                             int n, int k, const void *alpha, const void *A, cudaDataType at,
@@ -790,7 +813,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             void *C, cudaDataType ct, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t algo) {
     (void)algo;
-    if (ex_types_ok(at, bt, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!ex_supported(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     return gemm_batched(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, 0, B, bt, ldb, 0,
                         *(const float *)beta, C, ct, ldc, 0, 1);
 }
@@ -802,7 +825,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                                           cudaDataType ct, int ldc, long long sc, int batches,
                                           cublasComputeType_t compute, cublasGemmAlgo_t algo) {
     (void)algo;
-    if (ex_types_ok(at, bt, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!ex_supported(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     return gemm_batched(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, sa, B, bt, ldb, sb,
                         *(const float *)beta, C, ct, ldc, sc, batches);
 }
@@ -820,12 +843,12 @@ struct ncclComm {
     MPI_Comm comm;
     int rank, size;
 };
-static int id_counter;
+static std::atomic<int> id_counter;
 
 /* Whether this collective runs: not behind a hang, and not the one
  * FSDP_EMU_NCCL_HANG names (which hangs its stream instead) */
 static int collective_runs(cudaStream_t s) {
-    static int count;
+    static std::atomic<int> count;
     const char *n = getenv("FSDP_EMU_NCCL_HANG");
     if (stream_hung(s)) return 0;
     if (!n || ++count != atoi(n)) return 1;
@@ -922,7 +945,6 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
     delete c;
     return ncclSuccess;
 }
-ncclResult_t ncclCommAbort(ncclComm_t c) { return ncclCommDestroy(c); }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
     (void)c;
     *r = ncclSuccess;

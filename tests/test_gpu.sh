@@ -39,8 +39,11 @@ source tests/lib.sh
 # (emu/: the GPU build on this CPU), FSDP_EMU_GPUS of them (4 unless set).
 if [ -n "${FSDP_EMU:-}" ]; then
   CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
-  if [ ! -f "$CUDA_INC/cuda_runtime.h" ] || [ ! -f "$CUDA_INC/cublas_v2.h" ]; then
-    echo "skip: the emulator compiles the GPU build against the CUDA toolkit's headers, and $CUDA_INC has no cuda_runtime.h and cublas_v2.h (install the CUDA toolkit, or set CUDA_HOME)"
+  # NCCL's header: the toolkit's, the system's, NCCL_HOME's, or pip's (as make gpu finds it)
+  nccl_h=$(ls "$CUDA_INC/nccl.h" /usr/include/nccl.h "${NCCL_HOME:-/nonexistent}/include/nccl.h" 2>/dev/null | head -1)
+  [ -n "$nccl_h" ] || python3 -c 'import nvidia.nccl' 2>/dev/null && nccl_h=pip
+  if [ ! -f "$CUDA_INC/cuda_runtime.h" ] || [ ! -f "$CUDA_INC/cublas_v2.h" ] || [ -z "$nccl_h" ]; then
+    echo "skip: the emulator compiles the GPU build against the CUDA toolkit's headers (cuda_runtime.h, cublas_v2.h in $CUDA_INC) and NCCL's (nccl.h), and some are missing: install the CUDA toolkit and NCCL (or set CUDA_HOME, NCCL_HOME)"
     exit 77
   fi
   GPU_BIN=fsdp-emu KERNELS=tests/test_kernels-emu EMU_TEST=tests/test_emu-emu
@@ -80,7 +83,7 @@ if [ -n "$EMU_TEST" ]; then
     sed 's/^/   /' "$d/emu.log" "$d/emu.err"
     flunk "0e. $EMU_TEST on 3 ranks: $(tail -1 "$d/emu.log")"
   fi
-  for case in "host-pointer|argument 1 is host memory" "deadlock|is stuck: 1 thread(s) wait at __syncthreads and 31"; do
+  for case in "host-pointer|argument 1 (0x" "deadlock|is stuck: 1 thread(s) wait at __syncthreads and 31"; do
     IFS='|' read -r arg frag <<<"$case"
     out=$(timeout 60 $MPIRUN -np 1 "$EMU_TEST" "$arg" 2>&1); rc=$?
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qF "$frag" <<<"$out" \
@@ -99,6 +102,19 @@ if CUDA_VISIBLE_DEVICES=$ONE_GPU timeout 300 $MPIRUN -np 1 "$KERNELS" >"$d/kerne
 else
   sed 's/^/   /' "$d/kernels.log"
   flunk "0. $KERNELS: $(tail -1 "$d/kernels.log")"
+fi
+
+# ... and on the emulator once more with each block's threads in reverse
+# order: a missing barrier shows only where a thread runs before the one
+# whose write it reads, and the two orders put every pair both ways round.
+if [ -n "$EMU_TEST" ]; then
+  echo "0r. each kernel again, threads in reverse order (FSDP_EMU_ORDER=reverse)"
+  if FSDP_EMU_ORDER=reverse timeout 300 $MPIRUN -np 1 "$KERNELS" >"$d/kernels_r.log" 2>&1; then
+    pass "0r. threads in reverse order: $(tail -1 "$d/kernels_r.log") kernel checks"
+  else
+    grep -E '^FAIL' "$d/kernels_r.log" | sed 's/^/   /'
+    flunk "0r. threads in reverse order: $(tail -1 "$d/kernels_r.log")"
+  fi
 fi
 
 # train NAME BINARY NP ARGS...: one run of ./BINARY on NP ranks, output in
