@@ -117,9 +117,12 @@ static void nccl_watch_fail(const NcclNote *n, const char *error) {
     MPI_Abort(MPI_COMM_WORLD, 4);
 }
 
-/* One look at every note: forget the finished, fail the hopeless. */
+/* One look at every note: forget the finished, fail the hopeless. Past
+ * the timeout, the oldest unfinished collective is named: those queued
+ * after it on the stream wait for it, and may be past the timeout too. */
 static void nccl_watch_poll(NcclWatch *w) {
     double now = watch_seconds();
+    const NcclNote *oldest = NULL;
     for (int i = 0; i < w->n;) {
         NcclNote *n = &w->note[i];
         cudaError_t q = cudaEventQuery(n->done);
@@ -137,9 +140,11 @@ static void nccl_watch_poll(NcclWatch *w) {
             async != ncclInProgress)
             nccl_watch_fail(n, ncclGetErrorString(async));
         if (q != cudaErrorNotReady) nccl_watch_fail(n, cudaGetErrorString(q));
-        if (n->timeout > 0 && now - n->since > n->timeout) nccl_watch_fail(n, NULL);
+        if (!oldest || n->since < oldest->since) oldest = n;
         i++;
     }
+    if (oldest && oldest->timeout > 0 && now - oldest->since > oldest->timeout)
+        nccl_watch_fail(oldest, NULL);
 }
 
 static void *nccl_watch_main(void *arg) {
