@@ -41,6 +41,7 @@
  *    (more than 1024 threads a block) fails with CUDA's error; a shuffle
  *    that is not a whole warp's (a mask, a width, lanes past the block)
  *    stops the job: fsdp.c uses none, and the emulator does not model them;
+ *    so does a WMMA tile off CUDA's alignment (32 bytes; rows 16 apart);
  *  - cuBLAS is a loop in fp32 (TF32 rounds its inputs as the tensor cores
  *    do; 16-bit inputs are widened, the sum is fp32 and rounded once into a
  *    16-bit output); NCCL is MPI on a communicator of its own;
@@ -89,7 +90,7 @@ extern __thread Block *block;
 void sync_block();                 /* __syncthreads */
 void sync_warp();                  /* __syncwarp, and a warp's collective operations */
 void *warp_slot(int lane); /* where a lane of this warp leaves a shuffle's value (8 bytes) */
-[[noreturn]] void unmodelled(const char *what); /* stops the job: the emulator has no model of it */
+[[noreturn]] void unmodelled(const char *what); /* stops the job: undefined, or not modelled */
 int lane_owns(int element);        /* a fragment's element a lane stores (wmma) */
 
 /* A kernel's launch: the grid is checked as CUDA checks it, every pointer

@@ -203,8 +203,8 @@ void *warp_slot(int lane) {
     return &sched.run->slot[from];
 }
 void unmodelled(const char *what) {
-    fprintf(stderr, "emulator: %s: CUDA leaves it undefined or the emulator does not model it; "
-                    "fsdp.c's kernels shuffle whole warps only\n", what);
+    fprintf(stderr, "emulator: %s: CUDA leaves it undefined, or the emulator does not model "
+                    "it (fsdp.c's kernels do neither)\n", what);
     die();
 }
 int lane_owns(int element) { return element % 32 == self->lane; }

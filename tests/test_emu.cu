@@ -8,6 +8,7 @@
  *   make tests/test_emu-emu && mpirun -np 3 tests/test_emu-emu
  *   mpirun -np 1 tests/test_emu-emu host-pointer   (must stop: a host pointer)
  *   mpirun -np 1 tests/test_emu-emu deadlock       (must stop: stuck barriers)
+ *   mpirun -np 1 tests/test_emu-emu misaligned     (must stop: a WMMA load off 32 bytes)
  *
  * Checked: __syncthreads orders a block's shared memory; shuffles over
  * whole warps; threads that returned no longer hold a barrier; a
@@ -220,6 +221,16 @@ int main(int argc, char **argv) {
         touch<<<1, 32>>>(host); /* must not return */
         cudaDeviceSynchronize();
         printf("the kernel ran on host memory\n");
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "misaligned")) {
+        __nv_bfloat16 *a;
+        float *c;
+        cudaMalloc(&a, 512 * sizeof(*a));
+        cudaMalloc(&c, 512 * sizeof(*c));
+        tile_product<<<1, 32>>>(c, c + 256, a + 1, a + 256, 1); /* must not return */
+        cudaDeviceSynchronize();
+        printf("the misaligned load ran\n");
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "deadlock")) {

@@ -33,6 +33,15 @@ template <typename Use, int M, int N, int K, typename T, typename Layout = void>
     float x[num_elements]; /* row-major, whatever the memory's layout */
 };
 
+/* What CUDA asks of a fragment's memory: a 256-bit aligned pointer, and a
+ * leading dimension of a multiple of 16 bytes (8 16-bit values, 4 floats).
+ * A GPU faults or loads garbage otherwise; the emulator stops. */
+template <typename T> static inline void check_tile(const T *p, unsigned ld) {
+    if ((uintptr_t)p % 32 || ld * sizeof(T) % 16)
+        emu::unmodelled("a WMMA load or store misaligned (its pointer not on 32 bytes, or "
+                        "its leading dimension not a multiple of 16 bytes)");
+}
+
 static inline float widen(float v) { return v; }
 static inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 static inline float widen(__half v) { return __half2float(v); }
@@ -45,6 +54,7 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, L> &f, float v) {
 /* a or b: the layout is the fragment's */
 template <typename Use, int M, int N, int K, typename T, typename L>
 static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ld) {
+    check_tile(p, ld);
     const bool col = __is_same(L, col_major);
     for (int r = 0; r < f.rows; r++)
         for (int c = 0; c < f.cols; c++)
@@ -54,6 +64,7 @@ static inline void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p,
 template <int M, int N, int K>
 static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, const float *p,
                                     unsigned ld, layout_t layout) {
+    check_tile(p, ld);
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++)
             f.x[r * N + c] = layout == mem_row_major ? p[(long)r * ld + c] : p[(long)c * ld + r];
@@ -61,6 +72,7 @@ static inline void load_matrix_sync(fragment<accumulator, M, N, K, float> &f, co
 template <int M, int N, int K>
 static inline void store_matrix_sync(float *p, const fragment<accumulator, M, N, K, float> &f,
                                      unsigned ld, layout_t layout) {
+    check_tile(p, ld);
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++)
             if (emu::lane_owns(r * N + c))
