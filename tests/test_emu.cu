@@ -62,7 +62,7 @@ namespace wmma = nvcuda::wmma;
  * lane of C from memory: with `sync`, after __syncwarp */
 __global__ void tile_product(float *c, float *seen, const __nv_bfloat16 *a,
                              const __nv_bfloat16 *b, int sync) {
-    __shared__ float stage[256];
+    __shared__ __align__(32) float stage[256]; /* WMMA wants 32-byte alignment */
     for (int i = threadIdx.x; i < 256; i += 32) stage[i] = -1.0f;
     __syncwarp();
     wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
