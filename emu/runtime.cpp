@@ -137,6 +137,7 @@ struct BlockRun {
     int threads, next, live, warp_live[MAX_WARPS];
     Barrier block_barrier, warp_barrier[MAX_WARPS];
     uint64_t slot[MAX_THREADS]; /* shuffles' values */
+    int reversed; /* threads start from the last (FSDP_EMU_ORDER=reverse) */
     std::vector<Fiber *> ready; /* parked where a barrier has opened since */
     size_t ready_next;
     void (*body)(void *);
@@ -223,12 +224,32 @@ static void thread_end(BlockRun *r, const Thread *t) {
     barrier_settle(&r->warp_barrier[t->warp], r->warp_live[t->warp]);
 }
 
+/* One of the emulator's settings, FSDP_EMU_*: unset (dflt), or a whole
+ * number from lo up; anything else stops this rank with exit 2, and every
+ * rank reads the same environment, so every rank stops alike. */
+static long emu_setting(const char *name, long dflt, long lo) {
+    const char *v = getenv(name);
+    if (!v) return dflt;
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end != v && !*end && n >= lo && n <= 1000000) return n;
+    fprintf(stderr, "error: %s=%s: the emulator wants a whole number from %ld.\nHINT: unset it "
+                    "for the default, %ld.\n", name, v, lo, dflt);
+    exit(2);
+}
+
 /* The order a block's threads start in: by index, or with
  * FSDP_EMU_ORDER=reverse from the last, so a missing barrier shows whichever
  * side of it the writing thread is on (make test runs the kernels both ways) */
 static int thread_order_reversed(void) {
     static const int reversed = [] { /* once, whichever CPU thread asks first */
         const char *o = getenv("FSDP_EMU_ORDER");
+        if (o && strcmp(o, "reverse") && strcmp(o, "index")) {
+            fprintf(stderr, "error: FSDP_EMU_ORDER=%s: the emulator runs a block's threads in "
+                            "index order or in reverse.\nHINT: FSDP_EMU_ORDER=reverse, or unset "
+                            "it.\n", o);
+            exit(2);
+        }
         return o && !strcmp(o, "reverse");
     }();
     return reversed;
@@ -245,7 +266,7 @@ static void fiber_main() {
         BlockRun *r = sched.run;
         while (r->next < r->threads) {
             int n = r->next++;
-            thread_begin(r, &f->thread, thread_order_reversed() ? r->threads - 1 - n : n);
+            thread_begin(r, &f->thread, r->reversed ? r->threads - 1 - n : n);
             self = &f->thread;
             r->body(r->arg);
             thread_end(r, &f->thread);
@@ -314,6 +335,7 @@ void run_grid(dim3 grid, dim3 dim, void (*body)(void *), void *arg) {
     r->block.grid = grid, r->block.dim = dim;
     r->threads = (int)(dim.x * dim.y * dim.z);
     r->body = body, r->arg = arg;
+    r->reversed = thread_order_reversed(); /* here, not on a fiber: a bad setting exits */
     sched.run = r;
     block = &r->block;
     for (unsigned z = 0; z < grid.z; z++)
@@ -445,10 +467,7 @@ static double now_seconds_emu(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-static int physical_gpus(void) {
-    const char *n = getenv("FSDP_EMU_GPUS");
-    return n && atoi(n) > 0 ? atoi(n) : 4;
-}
+static int physical_gpus(void) { return (int)emu_setting("FSDP_EMU_GPUS", 4, 1); }
 /* the visible devices' physical numbers, as CUDA_VISIBLE_DEVICES lists them */
 static int visible_gpus(int *which, int cap) {
     const char *v = getenv("CUDA_VISIBLE_DEVICES");
@@ -849,10 +868,10 @@ static std::atomic<int> id_counter;
  * FSDP_EMU_NCCL_HANG names (which hangs its stream instead) */
 static int collective_runs(cudaStream_t s) {
     static std::atomic<int> count;
-    const char *n = getenv("FSDP_EMU_NCCL_HANG");
+    long n = emu_setting("FSDP_EMU_NCCL_HANG", 0, 1); /* 0: none hangs */
     if (stream_hung(s)) return 0;
-    if (!n || ++count != atoi(n)) return 1;
-    fprintf(stderr, "emulator: FSDP_EMU_NCCL_HANG=%s: this NCCL collective never finishes, as "
+    if (!n || ++count != n) return 1;
+    fprintf(stderr, "emulator: FSDP_EMU_NCCL_HANG=%ld: this NCCL collective never finishes, as "
                     "if a peer had died\n", n);
     stream_hang(s);
     return 0;
