@@ -255,6 +255,21 @@ static int thread_order_reversed(void) {
     return reversed;
 }
 
+static long nccl_hang_at(void) { return emu_setting("FSDP_EMU_NCCL_HANG", 0, 1); } /* 0: none */
+static int physical_gpus(void) { return (int)emu_setting("FSDP_EMU_GPUS", 4, 1); }
+
+/* Every setting is checked as the program starts, before main and so before
+ * MPI_Init: a rank that exits after MPI_Init without MPI_Finalize makes
+ * mpirun kill the others, which then never say their own exit code (a
+ * bad FSDP_EMU_ORDER stopped one rank of two with 2 and killed the other,
+ * 11 runs in 15 on a loaded machine). Before MPI_Init every rank stops
+ * alike, on its own. */
+__attribute__((constructor)) static void settings_check(void) {
+    (void)thread_order_reversed();
+    (void)nccl_hang_at();
+    (void)physical_gpus();
+}
+
 /* A fiber's life: the block's next thread, while there is one; then idle
  * until a later block (of this or another launch) needs it again */
 static void fiber_main() {
@@ -335,7 +350,7 @@ void run_grid(dim3 grid, dim3 dim, void (*body)(void *), void *arg) {
     r->block.grid = grid, r->block.dim = dim;
     r->threads = (int)(dim.x * dim.y * dim.z);
     r->body = body, r->arg = arg;
-    r->reversed = thread_order_reversed(); /* here, not on a fiber: a bad setting exits */
+    r->reversed = thread_order_reversed();
     sched.run = r;
     block = &r->block;
     for (unsigned z = 0; z < grid.z; z++)
@@ -467,7 +482,6 @@ static double now_seconds_emu(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-static int physical_gpus(void) { return (int)emu_setting("FSDP_EMU_GPUS", 4, 1); }
 /* the visible devices' physical numbers, as CUDA_VISIBLE_DEVICES lists them */
 static int visible_gpus(int *which, int cap) {
     const char *v = getenv("CUDA_VISIBLE_DEVICES");
@@ -868,7 +882,7 @@ static std::atomic<int> id_counter;
  * FSDP_EMU_NCCL_HANG names (which hangs its stream instead) */
 static int collective_runs(cudaStream_t s) {
     static std::atomic<int> count;
-    long n = emu_setting("FSDP_EMU_NCCL_HANG", 0, 1); /* 0: none hangs */
+    long n = nccl_hang_at();
     if (stream_hung(s)) return 0;
     if (!n || ++count != n) return 1;
     fprintf(stderr, "emulator: FSDP_EMU_NCCL_HANG=%ld: this NCCL collective never finishes, as "
