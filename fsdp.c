@@ -147,19 +147,6 @@ static long ceil_div(long a, long b) { return (a + b - 1) / b; }
 
 static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-/* A size in the unit that shows it: "512 B", "1.00 KiB", "160.00 MiB". */
-static const char *human_bytes(double bytes, char *buf, size_t len) {
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-    while (bytes >= 1024.0 && u < 5) {
-        bytes /= 1024.0;
-        u++;
-    }
-    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
-    else snprintf(buf, len, "%.2f %s", bytes, units[u]);
-    return buf;
-}
-
 /* Counter-based random numbers. A value depends only on (seed, stream, a, b),
  * never on what was drawn before, so every rank can compute any element of
  * the model or the data on its own and get the value any other world size
@@ -783,12 +770,12 @@ static void comm_ring_tmp(Comm *c, CommHandle *h, long S, Ledger *l, const char 
     h->ledger = l;
 }
 
-/* reduce-scatter (mean): full (G*S) on each of the G ranks that share a
- * unit's shards (GROUP_SHARD) -> shard (S), the average over them of chunk
- * `rank`, in the gradients' format c->reduce_dtype. The ring consumes
- * `full` as its accumulator, so `full` must live until the wait. */
-static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, long S, int unit,
-                                            Ledger *l) {
+/* reduce-scatter (mean): full (G*S), fp32 slots or (held = the wire) 16 bits, on each of
+ * the G ranks that share a unit's shards (GROUP_SHARD) -> shard (S), the average over them
+ * of chunk `rank`, in the gradients' format c->reduce_dtype. The ring consumes `full` as
+ * its accumulator, so `full` must live until the wait. */
+static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, void *full, Dtype held,
+                                            long S, int unit, Ledger *l) {
     CommHandle h;
     const Comm *g = c->group[GROUP_SHARD];
     if (comm_record(c, &h, COMM_REDUCE_SCATTER, GROUP_SHARD, unit, S * g->world, c->reduce_dtype))
@@ -797,8 +784,9 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, float *full, 
     h.scale_count = S;
     comm_ring_tmp(c, &h, S, l, "ring reduce-scatter");
     h.predivide = predivide_factor(g, h.wire);
-    CommTask task = comm_task(COMM_REDUCE_SCATTER, GROUP_SHARD, full, NULL, shard, h.tmp, S, h.wire,
-                              1.0f / h.predivide);
+    CommTask task = comm_task(COMM_REDUCE_SCATTER, GROUP_SHARD, (float *)full, NULL, shard, h.tmp,
+                              S, h.wire, 1.0f / h.predivide);
+    task.held = held;
     comm_submit(c, &h, &task);
     return h;
 }
@@ -1326,14 +1314,14 @@ static void unit_init_shard(const Unit *u, const Model *m, int rank, uint64_t se
     unit_init_range(u, m, lo, lo + u->shard, seed, out);
 }
 
-/* Points every parameter of the unit at its place in the full state, held
- * in format `held` (section 8's full_dtype), and the full gradient, when
- * they exist, or at NULL when they are freed. */
-static void unit_set_views(Unit *u, Model *m, Dtype held) {
+/* Points every parameter of the unit at its place in the full state and
+ * the full gradient, held in formats `held` and `gh` (section 8's
+ * full_dtype and grad_dtype), when they exist, or at NULL when freed. */
+static void unit_set_views(Unit *u, Model *m, Dtype held, Dtype gh) {
     for (int k = 0; k < u->n_params; k++) {
         Param *p = &m->params[u->params[k]];
         p->data = u->full_param ? element_at(u->full_param, p->offset, held) : NULL;
-        p->grad = u->full_grad ? u->full_grad + p->offset : NULL;
+        p->grad = u->full_grad ? element_at(u->full_grad, p->offset, gh) : NULL;
     }
 }
 
@@ -1495,6 +1483,11 @@ static int is_zero1(const Trainer *t) { return t->cfg.strategy == STRATEGY_ZERO1
 static Dtype full_dtype(const Trainer *t) {
     return is_sharded(t) ? backend.gemm_dtype : DTYPE_FP32;
 }
+/* ... and its full gradient: 16 bits where the full state is and the reduce-scatter
+ * sums them (reduce_dtype = param_dtype, PyTorch's default); else fp32 slots. */
+static Dtype grad_dtype(const Trainer *t) {
+    return full_dtype(t) == t->cfg.reduce_dtype ? full_dtype(t) : DTYPE_FP32;
+}
 
 /* A unit's forward or backward (or the optimizer), as the instruments see
  * it. On a GPU the host runs ahead of the kernels it queues, so when a
@@ -1581,7 +1574,7 @@ static void unit_unshard_wait(Trainer *t, int ui) {
         ledger_free(&t->ledger, u->device_shard);
         u->device_shard = NULL;
     }
-    unit_set_views(u, &t->model, full_dtype(t));
+    unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
 }
 
 /* ------------------------------------------------------------------------
@@ -1703,7 +1696,7 @@ static void unit_free_full_params(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     ledger_free(&t->ledger, u->full_param);
     u->full_param = NULL;
-    unit_set_views(u, &t->model, full_dtype(t));
+    unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
     sim_on_free(&t->sim, ui);
 }
 
@@ -1785,15 +1778,16 @@ static void unit_pre_backward(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     u->needs_backward = 0;
     if (!is_sharded(t)) { /* the full gradient is permanent: zeroed once a step */
-        if (t->micro == 0) dev_zero(u->full_grad, (size_t)u->padded * sizeof(float));
+        if (t->micro == 0) dev_zero(u->full_grad, (size_t)u->padded * sizeof(float)); /* fp32 */
     } else {
         unit_unshard(t, ui);
         if (t->cfg.backward_prefetch == BACKWARD_PRE)
             unit_unshard_start(t, unit_next_backward(t, ui));
+        size_t n = (size_t)u->padded; /* booked at param_dtype's width, as the full state */
         if (!u->full_grad) /* --no-sync keeps it across micro-batches, to add into */
-            u->full_grad = ledger_alloc_floats(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
-                                               t->cfg.param_dtype, u->name);
-        unit_set_views(u, &t->model, full_dtype(t));
+            u->full_grad = ledger_book(&t->ledger, MEM_FULL_GRADS, n * dtype_bytes(grad_dtype(t)),
+                                       n * dtype_bytes(t->cfg.param_dtype), u->name, ON_DEVICE);
+        unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
     }
     span_begin(t, ui, PHASE_BACKWARD);
 }
@@ -1863,7 +1857,8 @@ static void reduce_grad_start(Trainer *t, int ui) {
                                             t->cfg.reduce_dtype, u->name);
     }
     p->handle =
-        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, u->shard, ui, &t->ledger);
+        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, grad_dtype(t), u->shard,
+                                  ui, &t->ledger);
 }
 
 /* Waits for the pending reduction, if any (comm_wait turns the sum into
@@ -1880,7 +1875,7 @@ static void reduce_grad_finish(Trainer *t) {
     if (!is_sharded(t)) return;
     ledger_free(&t->ledger, u->full_grad);
     u->full_grad = NULL;
-    unit_set_views(u, &t->model, full_dtype(t));
+    unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
     if (t->comm.group[GROUP_REPLICA]) unit_reduce_replicas(t, p->unit);
     if (u->offloaded) unit_grad_to_host(t, p->unit, p->kept);
     else if (p->kept) unit_grad_accumulate(t, u, p->kept);
@@ -1998,12 +1993,13 @@ static void module_post_forward(Trainer *t, int module) {
 static void module_pre_backward(Trainer *t, int module) {
     if (t->model.modules[module].unit >= 0) unit_pre_backward(t, t->model.modules[module].unit);
 }
+/* Mixed precision: a gradient in fp32 slots rounded to param_dtype, as 16 bits hold it */
+static void grad_round(Trainer *t, const Param *p) {
+    if (grad_dtype(t) == DTYPE_FP32) round_all((float *)p->grad, p->numel, t->cfg.param_dtype);
+}
 static void module_post_backward(Trainer *t, int module) {
     const Module *mod = &t->model.modules[module];
-    for (int i = 0; i < mod->n_params; i++) { /* mixed precision: as the GPU stores it */
-        const Param *p = &t->model.params[mod->params[i]];
-        round_all(p->grad, p->numel, t->cfg.param_dtype);
-    }
+    for (int i = 0; i < mod->n_params; i++) grad_round(t, &t->model.params[mod->params[i]]);
     if (mod->unit >= 0) unit_post_backward(t, mod->unit);
 }
 
@@ -2277,7 +2273,7 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
         u->full_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, P, c->param_dtype, u->name);
         u->full_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, P, whole_grad, u->name);
         u->shard_param = u->full_param ? (float *)u->full_param + lo : NULL;
-        u->shard_grad = u->full_grad ? u->full_grad + lo : NULL;
+        u->shard_grad = u->full_grad ? (float *)u->full_grad + lo : NULL;
     } else if (c->cpu_offload) { /* all of it in the host's memory (section 8) */
         u->offloaded = 1;
         /* the shard and its gradient cross PCIe every step: pinned */
@@ -2368,7 +2364,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
         Unit *u = &t->units[ui];
         unit_alloc_state(t, u);
         if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
-        if (!is_sharded(t)) unit_set_views(u, &t->model, DTYPE_FP32); /* the full state, always */
+        if (!is_sharded(t)) unit_set_views(u, &t->model, DTYPE_FP32, DTYPE_FP32); /* always there */
         if (backend.dry) continue; /* --plan: no values, only the ledger's bookings */
         unit_init_shard(u, &t->model, t->shard_rank, cfg->seed, unit_state_host(u, 0));
         unit_state_to_device(u, cfg->param_dtype);

@@ -296,8 +296,9 @@ typedef struct {
     float *tmp;         /* (S) the ring's receive buffer */
     long S;             /* elements per rank (chunk) */
     Dtype wire;         /* the format on the wire; fp32, or 16-bit (mixed precision) */
-    Dtype held;         /* all-gather: full holds fp32 slots, or (= wire) the wire's 16
-                         * bits as they came: a unit's full state on a GPU */
+    Dtype held;         /* full holds fp32 slots, or (= wire) the wire's 16 bits: an
+                         * all-gather's output as it came, a reduce-scatter's input as
+                         * it was computed (a unit's full state and gradient on a GPU) */
     CommGroup group;    /* the ranks it runs over */
     float prescale;     /* 16-bit sums: the inputs are multiplied by it first (1/predivide) */
     void *ready;        /* GPU: cudaEvent_t on the compute stream once the inputs are
@@ -405,7 +406,8 @@ typedef struct {
     int conv1d;       /* GPT-2's Conv1D weight: Hugging Face's files hold it (in, out) */
     void *data;       /* view into the unit's full state (its format: fsdp.c's full_dtype),
                        * or NULL */
-    float *grad;      /* view into the unit's full gradient, or NULL */
+    void *grad;       /* view into the unit's full gradient (its format: fsdp.c's
+                       * grad_dtype), or NULL */
 } Param;
 
 typedef struct {
@@ -445,7 +447,8 @@ typedef struct {
                                     * NULL in fp32: shard_param is the master itself */
     void *full_param;              /* (padded) gathered full state, or NULL; fp32 slots, or
                                     * 16 bits on a GPU (fsdp.c's full_dtype) */
-    float *full_grad;              /* (padded) full-size gradient, or NULL */
+    void *full_grad;               /* (padded) full-size gradient, or NULL; fp32 slots, or
+                                    * 16 bits on a GPU (fsdp.c's grad_dtype) */
     /* its all-gather on the way (fsdp.c, section 8; a gradient's reduction
      * is the trainer's pending_reduce) */
     CommHandle gather; /* the all-gather of full_param, while `gathering` */

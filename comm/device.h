@@ -259,23 +259,32 @@ static void device_comm_close(Comm *c) {
 /* Mixed precision on NCCL: the float slots are packed into a 16-bit device
  * buffer on the compute stream (before the `ready` event), NCCL works on
  * that in ncclBfloat16 or ncclFloat16, and nccl_wait unpacks the result.
- * The returned task points NCCL at the packed buffer. An all-gather into a
- * unit's 16-bit full state (k->held) needs neither: it packs the shard
- * into its own slice of the output, and NCCL gathers in place. */
+ * The returned task points NCCL at the packed buffer. A unit's full state
+ * or gradient held in 16 bits (k->held) is that buffer already: the
+ * all-gather packs the shard into its own slice of it and gathers in
+ * place; the reduce-scatter scales the gradient in place and writes into
+ * a 16-bit chunk of its own, unpacked into the shard. */
 static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     long S = k->S, N = c->world;
     CommTask w = *k;
-    if (k->kind == COMM_ALL_GATHER && k->held != DTYPE_FP32) {
+    int packed = k->held != DTYPE_FP32;
+    if (k->kind == COMM_ALL_GATHER && packed) {
         uint16_t *full = (uint16_t *)k->full;
         FOR_EACH(S, pack_one, full + c->rank * S, k->shard, k->wire, 1.0f);
         w.shard = (float *)(full + c->rank * S);
         return w;
     }
-    /* N slices and the reduce-scatter's output; + 2 bytes, never 0 (S = 0) */
-    h->wire_bytes = (size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2;
+    /* N slices (unless held) and the reduce-scatter's output; + 2 bytes, never 0 (S = 0) */
+    h->wire_bytes = (size_t)((packed ? 0 : N) + 1) * (size_t)S * sizeof(uint16_t) + 2;
     uint16_t *buf = (uint16_t *)dev_alloc(h->wire_bytes);
     if (!buf) FATAL("the GPU is out of memory; try a smaller model", "cannot pack a collective");
     h->wire_buf = buf;
+    if (packed) { /* a reduce-scatter of a gradient held in 16 bits */
+        FOR_EACH(N * S, scale_half_one, (uint16_t *)k->full, k->wire, k->prescale);
+        w.out = (float *)buf;
+        h->unpack_to = k->out, h->unpack_count = S, h->unpack_from = 0;
+        return w;
+    }
     w.full = (float *)buf; /* NCCL sees 16-bit elements from here on */
     if (k->kind == COMM_ALL_GATHER) {
         FOR_EACH(S, pack_one, buf + c->rank * S, k->shard, k->wire, 1.0f);

@@ -46,20 +46,30 @@ static void mpi_sum_fp16(void *in, void *inout, int *len, MPI_Datatype *type) {
     for (long i = 0; i < *len; i++) add_half_one(i, (uint16_t *)inout, (uint16_t *)in, DTYPE_FP16);
 }
 
+/* A reduction's input held in 16 bits, scaled in place by f (1/predivide)
+ * as pack_one scales float slots: the same bits, the value being of
+ * format d already */
+FSDP_HD static inline void scale_half_one(long i, uint16_t *x, Dtype d, float f) {
+    x[i] = half_from_float(float_from_half(x[i], d) * f, d);
+}
+
 /* A collective whose wire format is 16-bit, on host buffers: the float
  * slots are packed into uint16_t, the collective runs on those, and the
- * result is unpacked into the slots, or, an all-gather into 16 bits
- * (k->held), left packed: then full itself is the wire's buffer. */
+ * result is unpacked into the slots. Or full holds the 16 bits already
+ * (k->held: a unit's full state or gradient on a GPU) and is the wire's
+ * buffer itself: an all-gather's output stays packed, a reduce-scatter's
+ * input is scaled in place. */
 static void collective_run_host_16(Comm *c, const CommTask *k) {
     long S = k->S, N = c->world;
     int mpi = c->impl == COLLECTIVES_MPI, packed = k->held != DTYPE_FP32;
     Dtype d = k->wire;
-    /* N slices and the ring's tmp; + 2 bytes so that a group holding none
-     * of a unit's parameters (S = 0) still asks for some memory */
-    size_t bytes = (size_t)(N + 1) * (size_t)S * sizeof(uint16_t) + 2;
-    uint16_t *w = packed ? (uint16_t *)k->full
-                         : (uint16_t *)host_malloc(bytes, "pack a 16-bit collective");
-    uint16_t *tmp = w + N * S, *mine = w + c->rank * S;
+    /* N slices (unless full holds them) and the ring's tmp; + 2 bytes so
+     * that a group holding none of a unit's parameters (S = 0) still asks
+     * for some memory */
+    size_t bytes = ((packed ? 0 : (size_t)N) + 1) * (size_t)S * sizeof(uint16_t) + 2;
+    uint16_t *buf = (uint16_t *)host_malloc(bytes, "pack a 16-bit collective");
+    uint16_t *w = packed ? (uint16_t *)k->full : buf;
+    uint16_t *tmp = packed ? buf : buf + N * S, *mine = w + c->rank * S;
     if (k->kind == COMM_ALL_GATHER) {
         for (long i = 0; i < S; i++) pack_one(i, mine, k->shard, d, 1.0f);
         if (mpi)
@@ -69,7 +79,9 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
         if (!packed)
             for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
     } else if (k->kind == COMM_REDUCE_SCATTER) {
-        for (long i = 0; i < N * S; i++) pack_one(i, w, k->full, d, k->prescale);
+        for (long i = 0; i < N * S; i++)
+            if (packed) scale_half_one(i, w, d, k->prescale);
+            else pack_one(i, w, k->full, d, k->prescale);
         if (mpi)
             mpiCheck(MPI_Reduce_scatter_block(w, tmp, (int)S, MPI_UINT16_T, c->half_sum[d],
                                               c->stream_comm));
@@ -86,5 +98,5 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
         }
         for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
     }
-    if (!packed) free(w);
+    free(buf);
 }

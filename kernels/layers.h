@@ -86,12 +86,13 @@ FSDP_HD static inline void bias_broadcast_one(long i, void *out, const void *bia
     store_as(out, i, bias ? load_as(bias, i % O, wh) : 0.0f, oh);
 }
 /* dbias[o] += the sum over the B rows of dout (held in format dh), in
- * increasing b */
-FSDP_HD static inline void bias_backward_one(long o, float *dbias, const void *dout, int B, int O,
-                                             Dtype dh) {
+ * increasing b; dbias held in gh (fsdp.c's grad_dtype: a parameter's
+ * gradient is rounded to 16 bits as it is written, where it is held so) */
+FSDP_HD static inline void bias_backward_one(long o, void *dbias, const void *dout, int B, int O,
+                                             Dtype dh, Dtype gh) {
     float db = 0.0f;
     for (int b = 0; b < B; b++) db += load_as(dout, (long)b * O + o, dh);
-    dbias[o] += db;
+    store_as(dbias, o, load_as(dbias, o, gh) + db, gh);
 }
 
 /* LayerNorm of row b: out = (x - mean) * rstd * weight + bias, a matmul's
@@ -145,18 +146,21 @@ FSDP_HD static inline void layernorm_backward_row(long b, void *dinp, const void
     }
 }
 /* The parameter gradients of column i: a sum over the rows, in increasing
- * b, from one thread (a row per thread would need atomics here); dout and
- * inp held. */
-FSDP_HD static inline void layernorm_backward_col(long i, float *dweight, float *dbias,
+ * b, from one thread (a row per thread would need atomics here), added to
+ * what they hold (in gh); dout and inp held. */
+FSDP_HD static inline void layernorm_backward_col(long i, void *dweight, void *dbias,
                                                   const void *dout, const void *inp,
                                                   const float *mean, const float *rstd, int B,
-                                                  int D, Dtype held) {
+                                                  int D, Dtype held, Dtype gh) {
+    float w = load_as(dweight, i, gh), bias = load_as(dbias, i, gh);
     for (int b = 0; b < B; b++) {
         long at = (long)b * D + i;
         float n = (load_as(inp, at, held) - mean[b]) * rstd[b], dy = load_as(dout, at, held);
-        dweight[i] += dy * n;
-        dbias[i] += dy;
+        w += dy * n;
+        bias += dy;
     }
+    store_as(dweight, i, w, gh);
+    store_as(dbias, i, bias, gh);
 }
 
 /* element i of out (B, T*C), proj_in's input: channel i % C of the
@@ -216,14 +220,14 @@ static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
  * u, which adds that token's rows in increasing n. So a warp reads 32
  * adjacent channels of one row (coalesced), nothing waits on another
  * thread, and every build and every run adds in the same order. */
-FSDP_HD static inline void embedding_backward_one(long i, float *dweight, const void *dout,
+FSDP_HD static inline void embedding_backward_one(long i, void *dweight, const void *dout,
                                                   const int *rows, const int *end,
-                                                  const int *token, int C, Dtype held) {
-    long u = i / C, c = i % C;
-    float *w = dweight + (long)token[u] * C + c, sum = *w;
+                                                  const int *token, int C, Dtype held, Dtype gh) {
+    long u = i / C, c = i % C, at = (long)token[u] * C + c;
+    float sum = load_as(dweight, at, gh);
     for (int k = u ? end[u - 1] : 0; k < end[u]; k++)
         sum += load_as(dout, (long)rows[k] * C + c, held);
-    *w = sum;
+    store_as(dweight, at, sum, gh);
 }
 
 /* Softmax of row b into probs, and the row's loss -log p[target]; the
@@ -391,7 +395,8 @@ __global__ static void crossentropy_forward_warp(float *__restrict__ probs,
  * Stage 2: one thread per column adds the chunks' sums in chunk order.
  * What is summed is LayerNorm's dweight (dout * normalised input) and
  * dbias (dout), or a Linear's dbias (dout): `mean` NULL for the latter.
- * dout is held in format dh, and so is LayerNorm's input. */
+ * dout is held in format dh, and so is LayerNorm's input; the gradients
+ * added into in gh. */
 enum { COL_CHUNK = 256, COL_WARPS = 8 };
 
 __global__ static void column_sums_stage1(float *__restrict__ part_w, float *__restrict__ part_b,
@@ -418,9 +423,10 @@ __global__ static void column_sums_stage1(float *__restrict__ part_w, float *__r
     part_b[(long)chunk * C + c] = b;
 }
 
-__global__ static void column_sums_stage2(float *__restrict__ dweight, float *__restrict__ dbias,
+__global__ static void column_sums_stage2(void *__restrict__ dweight, void *__restrict__ dbias,
                                           const float *__restrict__ part_w,
-                                          const float *__restrict__ part_b, int chunks, int C) {
+                                          const float *__restrict__ part_b, int chunks, int C,
+                                          Dtype gh) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float w = 0.0f, b = 0.0f;
@@ -428,14 +434,14 @@ __global__ static void column_sums_stage2(float *__restrict__ dweight, float *__
         if (dweight) w += part_w[(long)k * C + c];
         b += part_b[(long)k * C + c];
     }
-    if (dweight) dweight[c] += w;
-    dbias[c] += b;
+    if (dweight) store_as(dweight, c, load_as(dweight, c, gh) + w, gh);
+    store_as(dbias, c, load_as(dbias, c, gh) + b, gh);
 }
 
 /* dbias (C) += column sums of dout (R, C), held in format dh; with mean,
  * also dweight (C) += column sums of dout * (inp - mean) * rstd, inp held
- * in dh too: LayerNorm's parameters */
-static void column_sums(float *dweight, float *dbias, const void *dout, Dtype dh,
+ * in dh too: LayerNorm's parameters; their gradients held in gh */
+static void column_sums(void *dweight, void *dbias, Dtype gh, const void *dout, Dtype dh,
                         const void *inp, const float *mean, const float *rstd, int R, int C) {
     if (backend.dry || R <= 0 || C <= 0) return;
     int chunks = (R + COL_CHUNK - 1) / COL_CHUNK;
@@ -446,7 +452,7 @@ static void column_sums(float *dweight, float *dbias, const void *dout, Dtype dh
                                                             dh, inp, mean, rstd, R, C);
     cudaCheck(cudaGetLastError());
     column_sums_stage2<<<blocks_for(C), 256, 0, backend.compute>>>(
-        mean ? dweight : NULL, dbias, part, part + (long)chunks * C, chunks, C);
+        mean ? dweight : NULL, dbias, part, part + (long)chunks * C, chunks, C, gh);
     cudaCheck(cudaGetLastError());
     dev_free(part, bytes);
 }
@@ -464,8 +470,8 @@ static void layernorm_forward(void *out, float *mean, float *rstd, const void *i
 }
 /* dinp += LayerNorm's input gradient, rounded to d, from dout (the Linear
  * after the norm wrote it, and only this reads it); dinp, dout and inp
- * held in gemm_dtype, the weight in wh */
-static void layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+ * held in gemm_dtype, the weight in wh, its gradient and the bias's in gh */
+static void layernorm_backward(void *dinp, void *dweight, void *dbias, Dtype gh, const void *dout,
                                const void *inp, const void *weight, Dtype wh, const float *mean,
                                const float *rstd, int B, int D, Dtype d) {
     if (backend.dry || B <= 0) return;
@@ -473,10 +479,10 @@ static void layernorm_backward(void *dinp, float *dweight, float *dbias, const v
     layernorm_backward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
         dinp, dout, inp, weight, wh, mean, rstd, B, D, d, held);
     cudaCheck(cudaGetLastError());
-    column_sums(dweight, dbias, dout, held, inp, mean, rstd, B, D);
+    column_sums(dweight, dbias, gh, dout, held, inp, mean, rstd, B, D);
 }
-static void bias_backward(float *dbias, const void *dout, Dtype dh, int B, int O) {
-    column_sums(NULL, dbias, dout, dh, NULL, NULL, NULL, B, O);
+static void bias_backward(void *dbias, Dtype gh, const void *dout, Dtype dh, int B, int O) {
+    column_sums(NULL, dbias, gh, dout, dh, NULL, NULL, NULL, B, O);
 }
 
 /* ---- the matmul: fp32, or 16-bit on the tensor cores -----------------------
@@ -538,7 +544,7 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
  * are out and dinp in the models (oh, dih: every reader of a Linear's
  * output and input gradient reads it as held, above; tests/test_kernels.cu
  * also writes fp32); dout in dh; the weight and bias in wh, their unit's
- * full state's format. */
+ * full state's format, and their gradients in gh, its full gradient's. */
 static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight,
                            const void *bias, Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
@@ -547,15 +553,14 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const void *wei
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 1.0f, out, oh, O);
 }
 
-static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
+static void linear_backward(void *dinp, Dtype dih, void *dweight, void *dbias, Dtype gh,
                             const void *dout, Dtype dh, const void *inp, const void *weight,
                             Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, wh, I, dout, dh, O, 0.0f, dinp, dih, I);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, 1.0f, dweight, DTYPE_FP32,
-         I);
-    if (dbias) bias_backward(dbias, dout, dh, B, O);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, 1.0f, dweight, gh, I);
+    if (dbias) bias_backward(dbias, gh, dout, dh, B, O);
 }
 #else
 /* The Linear layers are three matmuls, and a matmul's time goes to loading
@@ -675,9 +680,9 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const void *wei
     cpu_operand_free(weight, weight_held);
 }
 
-/* dinp held in dih, dout in dh, inp in gemm_dtype, the weight in wh
- * (cpu_operand, above) */
-static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
+/* dinp held in dih, dout in dh, inp in gemm_dtype, the weight in wh, its
+ * gradient and the bias's in gh (cpu_operand, above) */
+static void linear_backward(void *dinp, Dtype dih, void *dweight_held, void *dbias, Dtype gh,
                             const void *dout, Dtype dh, const void *inp, const void *weight_held,
                             Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
@@ -689,9 +694,12 @@ static void linear_backward(void *dinp, Dtype dih, float *dweight, float *dbias,
     dev_zero(dx, (size_t)B * I * sizeof(float));
     accumulate(dx, g, O, 1, weight, B, O, I);
     cpu_result_store(dx, dinp, dih, (long)B * I);
-    /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b */
+    /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b, from
+     * what it holds, rounded once as it is stored (as cuBLAS with beta 1) */
+    float *dweight = (float *)cpu_operand(dweight_held, gh, (long)O * I);
     accumulate(dweight, g, 1, O, x, O, B, I);
-    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh);
+    cpu_result_store(dweight, dweight_held, gh, (long)O * I);
+    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh, gh);
     cpu_operand_free(g, dout);
     cpu_operand_free(x, inp);
     cpu_operand_free(weight, weight_held);
@@ -707,12 +715,12 @@ static void layernorm_forward(void *out, float *mean, float *rstd, const void *i
     FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, wh, D, d,
              backend.gemm_dtype);
 }
-static void layernorm_backward(void *dinp, float *dweight, float *dbias, const void *dout,
+static void layernorm_backward(void *dinp, void *dweight, void *dbias, Dtype gh, const void *dout,
                                const void *inp, const void *weight, Dtype wh, const float *mean,
                                const float *rstd, int B, int D, Dtype d) {
     Dtype held = backend.gemm_dtype;
     FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, wh, mean, rstd, D, d, held);
-    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D, held);
+    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D, held, gh);
 }
 #endif
 
@@ -728,11 +736,11 @@ static void gelu_backward(void *dinp, const void *dout, const void *inp, long n,
 
 /* The embedding's gradient from the batch's rows grouped by token
  * (embedding_backward_one): one thread per distinct token and channel;
- * dout held in gemm_dtype. */
-static void embedding_backward(float *dweight, const void *dout, const TokenRows *by_token,
-                               int C) {
+ * dout held in gemm_dtype, dweight in gh. */
+static void embedding_backward(void *dweight, Dtype gh, const void *dout,
+                               const TokenRows *by_token, int C) {
     FOR_EACH((long)by_token->distinct * C, embedding_backward_one, dweight, dout, by_token->rows,
-             by_token->end, by_token->token, C, backend.gemm_dtype);
+             by_token->end, by_token->token, C, backend.gemm_dtype, gh);
 }
 
 /* out (B, T*C), a matmul's input (held in gemm_dtype): the embeddings

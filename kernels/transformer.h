@@ -50,13 +50,14 @@ FSDP_HD static inline void position_embedding_forward_one(long i, void *out, con
     float x = load_as(out, i, held) + load_as(wpe, ((i / D) % T) * D + i % D, wh);
     store_as(out, i, round_to(x, d), held);
 }
-/* element i = t*D + c of wpe's gradient: the sum over the B sequences of
- * the residual stream's gradient (held) */
-FSDP_HD static inline void position_embedding_backward_one(long i, float *dwpe, const void *dout,
-                                                           int B, int T, int D, Dtype held) {
+/* element i = t*D + c of wpe's gradient (held in gh): the sum over the B
+ * sequences of the residual stream's gradient (held) */
+FSDP_HD static inline void position_embedding_backward_one(long i, void *dwpe, const void *dout,
+                                                           int B, int T, int D, Dtype held,
+                                                           Dtype gh) {
     float g = 0.0f;
     for (int b = 0; b < B; b++) g += load_as(dout, (long)b * T * D + i, held);
-    dwpe[i] += g;
+    store_as(dwpe, i, load_as(dwpe, i, gh) + g, gh);
 }
 
 /* ---- causal multi-head attention --------------------------------------------

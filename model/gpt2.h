@@ -208,8 +208,8 @@ static void gpt2_linear_backward(Trainer *t, int module, void *dinp, const void 
                                  const void *inp, long BT, int I, int O) {
     Dtype held = backend.gemm_dtype;
     module_pre_backward(t, module);
-    linear_backward(dinp, held, dweight_of(t, module), dbias_of(t, module), dout, held, inp,
-                    weight_of(t, module), full_dtype(t), (int)BT, I, O);
+    linear_backward(dinp, held, dweight_of(t, module), dbias_of(t, module), grad_dtype(t), dout,
+                    held, inp, weight_of(t, module), full_dtype(t), (int)BT, I, O);
     lowp(t, dinp, BT * I, held);
     module_post_backward(t, module);
 }
@@ -220,7 +220,7 @@ static void gpt2_layernorm_backward(Trainer *t, int module, void *dinp, const vo
                                     long BT) {
     int D = t->cfg.width;
     module_pre_backward(t, module);
-    layernorm_backward(dinp, dweight_of(t, module), dbias_of(t, module), dout, inp,
+    layernorm_backward(dinp, dweight_of(t, module), dbias_of(t, module), grad_dtype(t), dout, inp,
                        weight_of(t, module), full_dtype(t), mean, rstd, (int)BT, D,
                        t->cfg.param_dtype);
     module_post_backward(t, module);
@@ -283,9 +283,12 @@ static void gpt2_backward(Trainer *t) {
                           t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V,
                           c->param_dtype); /* over the logits */
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
-    Dtype held = backend.gemm_dtype; /* activations.h */
-    linear_backward(a->d_x, held, dweight_of(t, m->wte), NULL, a->logits, held, a->lnf,
+    Dtype held = backend.gemm_dtype, gh = grad_dtype(t); /* activations.h; section 8 */
+    linear_backward(a->d_x, held, dweight_of(t, m->wte), NULL, gh, a->logits, held, a->lnf,
                     weight_of(t, m->wte), full_dtype(t), (int)BT, D, V);
+    /* ... stored in param_dtype, as autograd accumulates a tied weight's
+     * shares (and 16 bits hold it): wte's backward adds to the rounded sum */
+    grad_round(t, &m->params[m->modules[m->wte].params[0]]);
     lowp(t, a->d_x, BT * D, held);
     module_post_backward(t, m->lm_head);
     module_pre_backward(t, m->transformer);
@@ -297,10 +300,10 @@ static void gpt2_backward(Trainer *t) {
     module_post_backward(t, m->h);
     module_pre_backward(t, m->wpe);
     FOR_EACH((long)T * D, position_embedding_backward_one, dweight_of(t, m->wpe), a->d_res, B, T,
-             D, held);
+             D, held, gh);
     module_post_backward(t, m->wpe);
     module_pre_backward(t, m->wte); /* ... and its second */
-    embedding_backward(dweight_of(t, m->wte), a->d_res, &a->by_token, D);
+    embedding_backward(dweight_of(t, m->wte), gh, a->d_res, &a->by_token, D);
     module_post_backward(t, m->wte);
     module_post_backward(t, m->transformer);
     module_post_backward(t, m->root);

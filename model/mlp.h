@@ -76,10 +76,11 @@ static const void *weight_of(Trainer *t, int module) {
 static const void *bias_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[1]].data;
 }
-static float *dweight_of(Trainer *t, int module) {
+/* ... and their gradients, held in grad_dtype(t) */
+static void *dweight_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[0]].grad;
 }
-static float *dbias_of(Trainer *t, int module) {
+static void *dbias_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[1]].grad;
 }
 
@@ -214,14 +215,14 @@ static void model_backward(Trainer *t) {
     crossentropy_backward(a->logits, a->probs, a->targets, t->loss_scale / (float)t->local_batch,
                           B, V, c->param_dtype); /* over the logits */
     module_pre_backward(t, m->head);
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 8 */
-    linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), a->logits, held,
-                    a->nf, weight_of(t, m->head), wh, B, D, V);
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t); /* section 8 */
+    linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), gh, a->logits,
+                    held, a->nf, weight_of(t, m->head), wh, B, D, V);
     lowp(t, a->d_nf, BD, held);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
     zero_held(a->d_h, BD);
-    layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), a->d_nf,
+    layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), gh, a->d_nf,
                        element_at(a->h, c->depth * BD, held), weight_of(t, m->norm_f), wh,
                        a->nf_mean, a->nf_rstd, B, D, c->param_dtype);
     module_post_backward(t, m->norm_f);
@@ -237,20 +238,20 @@ static void model_backward(Trainer *t) {
          * the MLP branch adds its own part through norm's backward. */
         module_pre_backward(t, m->block_fc2[l]);
         linear_backward(a->d_act, held, dweight_of(t, m->block_fc2[l]),
-                        dbias_of(t, m->block_fc2[l]), a->d_h, held, act,
+                        dbias_of(t, m->block_fc2[l]), gh, a->d_h, held, act,
                         weight_of(t, m->block_fc2[l]), wh, B, 4 * D, D);
         lowp(t, a->d_act, BF, held);
         module_post_backward(t, m->block_fc2[l]);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
         module_pre_backward(t, m->block_fc1[l]);
         linear_backward(a->d_ln, held, dweight_of(t, m->block_fc1[l]),
-                        dbias_of(t, m->block_fc1[l]), a->d_fc1, held, ln,
+                        dbias_of(t, m->block_fc1[l]), gh, a->d_fc1, held, ln,
                         weight_of(t, m->block_fc1[l]), wh, B, D, 4 * D);
         lowp(t, a->d_ln, BD, held);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
         layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
-                           a->d_ln, h_in, weight_of(t, m->block_norm[l]), wh,
+                           gh, a->d_ln, h_in, weight_of(t, m->block_norm[l]), wh,
                            a->ln_mean + k * B, a->ln_rstd + k * B, B, D, c->param_dtype);
         module_post_backward(t, m->block_norm[l]);
         module_post_backward(t, m->block[l]);
@@ -258,12 +259,12 @@ static void model_backward(Trainer *t) {
     module_post_backward(t, m->blocks);
 
     module_pre_backward(t, m->proj_in);
-    linear_backward(a->d_emb, held, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), a->d_h,
-                    held, a->x_emb, weight_of(t, m->proj_in), wh, B, T * C, D);
+    linear_backward(a->d_emb, held, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), gh,
+                    a->d_h, held, a->x_emb, weight_of(t, m->proj_in), wh, B, T * C, D);
     lowp(t, a->d_emb, (long)B * T * C, held);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);
-    embedding_backward(dweight_of(t, m->embed), a->d_emb, &a->by_token, C);
+    embedding_backward(dweight_of(t, m->embed), gh, a->d_emb, &a->by_token, C);
     module_post_backward(t, m->embed);
     module_post_backward(t, m->root);
     units_finish_backward(t);

@@ -26,20 +26,24 @@
  *              attention's B*H*T^2 probabilities P and their gradient dS
  *              (kernels/transformer.h); and the parameters, read from a
  *              unit's full state gathered in 16 bits (fsdp.c's
- *              full_dtype) under the sharded strategies. LayerNorm's
- *              statistics, the loss's probabilities, the parameters'
- *              gradients and AdamW's state in fp32 slots (4 bytes).
+ *              full_dtype) under the sharded strategies, where the
+ *              parameters' gradients are written in 16 bits too
+ *              (grad_dtype; unless --reduce-dtype differs). LayerNorm's
+ *              statistics, the loss's probabilities and AdamW's state in
+ *              fp32 slots (4 bytes).
  *              no_shard's and zero1's full states are fp32 slots too:
  *              there each weight is packed to 16 bits before each GEMM
  *              that reads it, a pass of its own (read 4, written 2),
  *              which the GEMM then reads (2);
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits
- *              (so no packing on the way to a GEMM, and the weights'
- *              gradients written in 16 bits too),
- *              GEMMs on the tensor cores (fp32 accumulation); LayerNorm's
- *              statistics, the loss's probabilities and AdamW's master
- *              weights and moments in fp32. Not built yet.
+ *              everywhere, GEMMs on the tensor cores (fp32 accumulation);
+ *              LayerNorm's statistics, the loss's probabilities and
+ *              AdamW's master weights and moments in fp32. Beyond the
+ *              bf16 GEMM path: the shards' 16-bit copies kept (no packing
+ *              before each all-gather), attention's scores and dP written
+ *              in 16 bits, and no_shard's and zero1's weights too. Not
+ *              built yet.
  * The ceiling on MFU (model FLOPs / the step's time / the bf16 peak, the
  * figure PyTorch and llm.c report) follows: with fp32 GEMMs it can never
  * pass fp32 peak / bf16 peak, 7% on an H100.
@@ -81,6 +85,7 @@ typedef struct {
     KernelCost k[ROOFLINE_MAX];
     int n;
     int params16; /* the bf16 GEMM path reads the parameters in 16 bits (sharded) */
+    int grads16;  /* ... and writes their gradients in 16 bits (grad_dtype) */
 } Roofline;
 
 static int roof_add(Roofline *r, const char *name, int gemm, double flops, double values16,
@@ -111,8 +116,8 @@ static void roof_gemm(Roofline *r, const char *name, double M, double N, double 
  * (the input's gradient, the weight's) and, `bias` or not (GPT-2's
  * lm_head), its bias gradient (a column sum of the output's gradient).
  * Its input, output and their gradients are activations, in 16 bits; its
- * weight is in 16 bits (params16) or packed, and its weight's gradient
- * written in fp32. */
+ * weight is in 16 bits (params16) or packed, and its weight's and bias's
+ * gradients written in 16 bits (grads16) or fp32. */
 static void roof_linear(Roofline *r, double R, double in, double out, int backward, int bias) {
     double w = r->params16 ? in * out : 0.0; /* the weight, read in 16 bits */
     if (!backward) {
@@ -120,21 +125,25 @@ static void roof_linear(Roofline *r, double R, double in, double out, int backwa
         return;
     }
     roof_gemm(r, "matmuls (Linear, Conv1D)", R, in, out, R * out + w, 1);
-    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + R * out, 0);
+    roof_gemm(r, "matmuls (Linear, Conv1D)", out, in, R, R * in + R * out, r->grads16);
     if (!bias) return;
-    int i = roof_add(r, "bias gradients (column sums)", 0, R * out, R * out, out);
-    r->k[i].stored16 += R * out; /* the output's gradient */
+    double g16 = r->grads16 ? out : 0.0; /* the bias's gradient */
+    int i = roof_add(r, "bias gradients (column sums)", 0, R * out, R * out + g16, out - g16);
+    r->k[i].stored16 += R * out + g16; /* the output's gradient, and that */
 }
 
 /* LayerNorm over R rows of D: forward reads x (the residual stream) and
  * writes y (a Linear's input) and two statistics a row; backward reads dy
  * (the Linear after it wrote it) and x, adds into dx (the stream's
- * gradient: read and written) and into the weight's and bias's
- * gradients. The stream, its gradient, y and dy are in 16 bits. */
+ * gradient: read and written) and into the weight's and bias's gradients
+ * (16 bits with grads16). The stream, its gradient, y and dy are in 16
+ * bits. */
 static void roof_layernorm(Roofline *r, double R, double D, int backward) {
     if (backward) {
-        int i = roof_add(r, "layernorm", 0, 14.0 * R * D, 4.0 * R * D, 2.0 * R + 2.0 * D);
-        r->k[i].stored16 += 4.0 * R * D;
+        double g16 = r->grads16 ? 2.0 * D : 0.0;
+        int i = roof_add(r, "layernorm", 0, 14.0 * R * D, 4.0 * R * D + g16,
+                         2.0 * R + 2.0 * D - g16);
+        r->k[i].stored16 += 4.0 * R * D + g16;
         return;
     }
     r->k[roof_add(r, "layernorm", 0, 8.0 * R * D, 2.0 * R * D, 2.0 * R)].stored16 += 2.0 * R * D;
@@ -268,10 +277,12 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     if (!gpt2) roof_linear(r, B, T * c->embed_dim, D, 1, 1);
     /* the embeddings' gradient: each row of GPT-2's stream's gradient, or
      * of the MLP's proj_in's input gradient (16 bits), added into its
-     * token's (fp32); GPT-2's stream's gradient read again, for wpe's */
+     * token's (16 bits with grads16, else fp32); GPT-2's stream's gradient
+     * read again, for wpe's */
     double G = gpt2 ? R * D : E, pos = gpt2 ? R * D : 0.0, wpe = gpt2 ? T * D : 0.0;
-    i = roof_add(r, "embeddings", 0, G + pos, G + pos, 2.0 * (G + wpe));
-    r->k[i].stored16 += G + pos;
+    double grad = 2.0 * (G + wpe), g16 = r->grads16 ? grad : 0.0;
+    i = roof_add(r, "embeddings", 0, G + pos, G + pos + g16, grad - g16);
+    r->k[i].stored16 += G + pos + g16;
 }
 
 /* The all-gathers' 16-bit wire, on the bf16 GEMM path: the shard's fp32
@@ -301,6 +312,7 @@ static void roofline_count(const Trainer *t, Roofline *r) {
     const Config *c = &t->cfg;
     memset(r, 0, sizeof(*r));
     r->params16 = is_sharded(t); /* full_dtype: 16 bits where gathered */
+    r->grads16 = is_sharded(t) && c->reduce_dtype == c->param_dtype; /* grad_dtype */
     for (int m = 0; m < c->grad_accum; m++) roof_micro_batch(r, c, t->micro_batch);
     roof_gathers(r, t);
     double shard = 0.0;

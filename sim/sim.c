@@ -8,6 +8,19 @@
 
 #include "sim.h"
 
+/* A size in the unit that shows it (sim.h) */
+const char *human_bytes(double bytes, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (bytes >= 1024.0 && u < 5) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0) snprintf(buf, len, "%.0f B", bytes);
+    else snprintf(buf, len, "%.2f %s", bytes, units[u]);
+    return buf;
+}
+
 /* FSDP_FAULT=skip:RANK:SEQ or alter:RANK:SEQ makes rank RANK skip (or call
  * with a different size) its collective number SEQ; killsave:RANK:STEP
  * kills rank RANK in the middle of writing the checkpoint of step STEP.

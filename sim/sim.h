@@ -35,6 +35,10 @@ typedef struct NetModel {
     const char *source; /* where the figures come from */
 } NetModel;
 
+/* A size in the unit that shows it: "512 B", "1.00 KiB", "160.00 MiB" (the
+ * ledger's reports and messages); buf, filled */
+const char *human_bytes(double bytes, char *buf, size_t len);
+
 /* The preset called `name`, or NULL if there is none. */
 const NetModel *net_model_find(const char *name);
 /* The preset names, for messages. */

@@ -91,7 +91,7 @@ typedef struct {
 static void run_kernel(Case *c, Kernel k) {
     switch (k) {
     case K_FORWARD: linear_forward(c->out, DTYPE_FP32, c->inp, c->w, c->bias, DTYPE_FP32, c->B, c->I, c->O); break;
-    case K_BACKWARD: linear_backward(c->dinp, DTYPE_FP32, c->dw, c->db, c->dout, DTYPE_FP32, c->inp, c->w, DTYPE_FP32, c->B, c->I, c->O); break;
+    case K_BACKWARD: linear_backward(c->dinp, DTYPE_FP32, c->dw, c->db, DTYPE_FP32, c->dout, DTYPE_FP32, c->inp, c->w, DTYPE_FP32, c->B, c->I, c->O); break;
     case K_NAIVE: naive_matmul(c->ref, c->inp, c->wt, c->B, c->I, c->O); break;
 #ifdef FSDP_BENCH_OPENBLAS
     case K_BLAS_FORWARD: /* out = inp @ W^T (+ bias, as the layer does: B*O adds) */

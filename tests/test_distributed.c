@@ -809,11 +809,15 @@ static void test_clip(int argc, char **argv, const char *strategy) {
  * With backend.gemm_dtype the 16-bit param_dtype, as backend_init sets it
  * on a GPU, activations are held in 16 bits and a sharded unit's full state
  * is gathered into 16 bits, the all-gather's output as it came, from which
- * every kernel reads the parameters (fsdp.c's full_dtype). K steps on N
- * ranks must give the losses and parameters of the same N ranks holding
- * fp32 slots, the CPU's own storage, bit for bit: a shard packed into the
- * wrong slice of the gathered state, or a view at the wrong offset, would
- * not. The global switch is set for one trainer's whole life at a time. */
+ * every kernel reads the parameters (fsdp.c's full_dtype); its full
+ * gradient is held in 16 bits too, each kernel rounding what it adds, and
+ * reduce-scattered as it is (grad_dtype: unless --reduce-dtype differs).
+ * K steps on N ranks must give the losses and parameters of the same N
+ * ranks holding fp32 slots, the CPU's own storage, bit for bit: a shard
+ * packed into the wrong slice of the gathered state, a view at the wrong
+ * offset, or a gradient rounded where the fp32 slots are not (a tied
+ * weight's two shares), would not. The global switch is set for one
+ * trainer's whole life at a time. */
 static float held16_run(int argc, char **argv, const char *strategy, int held16, float **params,
                         long *P) {
     Config cfg;

@@ -149,6 +149,19 @@ check_losses() {
   [ $? -eq 0 ] && pass "$what: $r" \
     || flunk "$what: $r; losses $(losses "$3" | paste -sd' ') vs $(losses "$4" | paste -sd' ')"
 }
+# check_norms WHAT RELTOL LOG_A LOG_B: the gradient's norm of every step
+# (printed under --clip-grad-norm), within RELTOL of each other. AdamW's
+# step, m / sqrt(v), hides a gradient's scale, so the losses cannot see a
+# reduce-scatter that skipped its predivide (2x) or divided by N twice; the
+# norm does.
+norms() { grep -o 'grad norm [0-9.]*' "$1" | awk '{print $3}'; }
+check_norms() {
+  local r
+  r=$(paste <(norms "$3") <(norms "$4") | awk -v t="$2" '
+      NF != 2 { odd = 1 } { x = ($1 - $2) / $2; if (x < 0) x = -x; if (x > m) m = x; n++ }
+      END { printf "max relative difference %.1e over %d steps (tol %s)", m, n, t; exit odd || n == 0 || m > t }')
+  [ $? -eq 0 ] && pass "$1: $r" || flunk "$1: $r; norms $(norms "$3" | paste -sd' ') vs $(norms "$4" | paste -sd' ')"
+}
 # check_final_loss WHAT TOL JSON_A JSON_B: the last step's loss, to 6 decimals.
 check_final_loss() {
   local a b
@@ -393,9 +406,14 @@ if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu "$GP
   check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
 fi
 # ... and bf16 on 4 ranks: each unit's full state gathered straight into 16
-# bits, each rank's shard into its own slice of it (nccl_pack with NCCL on
-# 4 GPUs; the host stage with mpi on one shared GPU), against the CPU
-# build's bf16 on 4 ranks: the same argument and tolerances
+# bits, each rank's shard into its own slice of it, and its full gradient
+# reduce-scattered from 16 bits (nccl_pack with NCCL on 4 GPUs; the host
+# stage with mpi on one shared GPU), against the CPU build's bf16 on 4
+# ranks: the same argument and tolerances; and the gradient's norm of each
+# step (--clip-grad-norm 1000 prints it and never clips here) within 1%:
+# bf16 gradients summed in another order differ by a few bf16 ulps (2^-8)
+# an element, and the norm of some 10^5 of them by far less (1e-3 at most;
+# 5e-4 seen), where a lost predivide is 100% off
 train_4() { # on 4 GPUs with NCCL, else 4 ranks sharing one through host staging
   if [ "$GPUS" -ge 4 ]; then train "$@" --collectives nccl
   else CUDA_VISIBLE_DEVICES=$ONE_GPU train "$@" --collectives mpi; fi
@@ -403,9 +421,10 @@ train_4() { # on 4 GPUs with NCCL, else 4 ranks sharing one through host staging
 for st in full_shard "hybrid_shard --ranks-per-node 2"; do
   name="j_bf16_4_$(echo "$st" | cut -d' ' -f1)" impl=mpi
   [ "$GPUS" -ge 4 ] && impl=nccl
-  if train "${name}_cpu" fsdp 4 "${J[@]}" --param-dtype bf16 --strategy $st &&
-     train_4 "${name}_gpu" "$GPU_BIN" 4 "${J[@]}" --param-dtype bf16 --strategy $st; then
+  if train "${name}_cpu" fsdp 4 "${J[@]}" --param-dtype bf16 --strategy $st --clip-grad-norm 1000 &&
+     train_4 "${name}_gpu" "$GPU_BIN" 4 "${J[@]}" --param-dtype bf16 --strategy $st --clip-grad-norm 1000; then
     check_losses "j. bf16 --strategy $st on 4 ranks ($impl), GPU vs CPU" 1e-2 "$d/${name}_cpu.log" "$d/${name}_gpu.log"
+    check_norms "j. bf16 --strategy $st on 4 ranks: the gradient's norms" 1e-2 "$d/${name}_cpu.log" "$d/${name}_gpu.log"
     check_params "j. bf16 $st on 4 ranks: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/${name}_cpu.st" "$d/${name}_gpu.st"
   fi
 done

@@ -118,15 +118,17 @@ enum { TIME_REPS = 2, ATTENTION_T = 256 };
 #else
 enum { TIME_REPS = 20, ATTENTION_T = 1024 };
 #endif
-#define TIME_US(out, call)                                                                         \
+#define TIME_US(out, call) TIME_RUNS(out, TIME_REPS, call)
+/* ... of `reps` runs (one: where a second would add into the first's result) */
+#define TIME_RUNS(out, reps, call)                                                                 \
     do {                                                                                           \
         cudaEvent_t t0_ = event_record(backend.compute, 1);                                        \
-        for (int rep_ = 0; rep_ < TIME_REPS; rep_++) call;                                            \
+        for (int rep_ = 0; rep_ < (reps); rep_++) call;                                            \
         cudaEvent_t t1_ = event_record(backend.compute, 1);                                        \
         cudaCheck(cudaEventSynchronize(t1_));                                                      \
         float ms_ = 0.0f;                                                                          \
         cudaCheck(cudaEventElapsedTime(&ms_, t0_, t1_));                                           \
-        (out) = 1e3 * ms_ / TIME_REPS;                                                               \
+        (out) = 1e3 * ms_ / (reps);                                                                \
         cudaEventDestroy(t0_);                                                                     \
         cudaEventDestroy(t1_);                                                                     \
     } while (0)
@@ -165,7 +167,7 @@ static void check_layernorm(void) {
     for (long r = 0; r < B; r++)
         layernorm_backward_row(r, dx, dy, x, w, DTYPE_FP32, mean, rstd, D, DTYPE_FP32, DTYPE_FP32);
     for (long c = 0; c < D; c++)
-        layernorm_backward_col(c, dw, db, dy, x, mean, rstd, B, D, DTYPE_FP32);
+        layernorm_backward_col(c, dw, db, dy, x, mean, rstd, B, D, DTYPE_FP32, DTYPE_FP32);
     float *gx = device_copy(x, n), *gw = device_copy(w, D), *gb = device_copy(b, D),
           *gdy = device_copy(dy, n), *gout = gpu(n), *gmean = gpu(B), *grstd = gpu(B),
           *gdx = gpu(n), *gdw = gpu(D), *gdb = gpu(D);
@@ -194,7 +196,7 @@ static void check_layernorm(void) {
     free(out16);
     expect("layernorm forward (8192 x 768)", "rstd", grstd, rstd, B, 4.0 * D * U * max_abs(rstd, B),
            us);
-    TIME_US(us, layernorm_backward(gdx, gdw, gdb, gdy, gx, gw, DTYPE_FP32, gmean, grstd, B, D,
+    TIME_US(us, layernorm_backward(gdx, gdw, gdb, DTYPE_FP32, gdy, gx, gw, DTYPE_FP32, gmean, grstd, B, D,
                                    DTYPE_FP32));
     /* the GPU ran it TIME_REPS times, adding: the CPU's once, times that (dx1: once) */
     float *dx1 = (float *)host_malloc((size_t)n * 4, "ref");
@@ -239,13 +241,13 @@ static void check_layernorm(void) {
     FOR_EACH(n, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f);
     dev_zero(gdw, (size_t)D * 4), dev_zero(gdb, (size_t)D * 4);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, layernorm_backward(gdx16, gdw, gdb, gdy16, gx16, gw16, DTYPE_BF16, gmean, grstd,
+    TIME_US(us, layernorm_backward(gdx16, gdw, gdb, DTYPE_FP32, gdy16, gx16, gw16, DTYPE_BF16, gmean, grstd,
                                    B, D, DTYPE_BF16));
     expect("layernorm backward, held in bf16", "dweight", gdw, dw, D, tdw, us);
     expect("layernorm backward, held in bf16", "dbias", gdb, db, D, tdb, us);
     FOR_EACH(n, pack_one, (uint16_t *)gdx16, gdy, DTYPE_BF16, 1.0f);
-    layernorm_backward(gdx16, gdw, gdb, gdy16, gx16, gw16, DTYPE_BF16, gmean, grstd, B, D,
-                       DTYPE_BF16);
+    layernorm_backward(gdx16, gdw, gdb, DTYPE_FP32, gdy16, gx16, gw16, DTYPE_BF16, gmean, grstd, B,
+                       D, DTYPE_BF16);
     backend.gemm_dtype = DTYPE_FP32;
     for (long i = 0; i < n; i++) dx1[i] += dy[i];
     double m1 = max_abs(dx1, n);
@@ -305,6 +307,37 @@ static void check_linear_held_output(const float *xr, const float *wr, const flo
     free(br), free(ref);
 }
 
+/* ... its weight's and bias's gradients held in bf16 (fsdp.c's grad_dtype,
+ * under a sharded strategy with --param-dtype bf16) and holding one
+ * already (an earlier micro-batch's; here the sum itself, rounded): one
+ * run, cuBLAS adding into it in fp32 (beta 1) and rounding once as it
+ * writes, the column sums too. The reference: that gradient plus the
+ * CPU's sum, rounded; the bound: the sum's own and one bf16 ulp. */
+static void check_linear_grads16(const float *dw, const float *db, double tw, double tb,
+                                 const float *gdy16, const float *gx16, const float *gw16, int B,
+                                 int I, int O) {
+    long nw = (long)O * I;
+    float *ref = (float *)host_malloc((size_t)(nw + O) * 4, "ref"), *ref_b = ref + nw;
+    for (long i = 0; i < nw; i++) ref[i] = round_to(dw[i], DTYPE_BF16);
+    for (int o = 0; o < O; o++) ref_b[o] = round_to(db[o], DTYPE_BF16);
+    float *g = device_copy(ref, nw + O), *gdw16 = gpu(nw), *gdb16 = gpu(O), *gdin = gpu((long)B * I);
+    FOR_EACH(nw, pack_one, (uint16_t *)gdw16, g, DTYPE_BF16, 1.0f);
+    FOR_EACH(O, pack_one, (uint16_t *)gdb16, g + nw, DTYPE_BF16, 1.0f);
+    backend.gemm_dtype = DTYPE_BF16;
+    double us;
+    TIME_RUNS(us, 1, linear_backward(gdin, DTYPE_FP32, gdw16, gdb16, DTYPE_BF16, gdy16, DTYPE_BF16,
+                                     gx16, gw16, DTYPE_BF16, B, I, O));
+    backend.gemm_dtype = DTYPE_FP32;
+    for (long i = 0; i < nw; i++) ref[i] = round_to(ref[i] + dw[i], DTYPE_BF16);
+    for (int o = 0; o < O; o++) ref_b[o] = round_to(ref_b[o] + db[o], DTYPE_BF16);
+    const char *name = "linear backward, its gradients held in bf16 (added into)";
+    expect(name, "dweight", unpacked(gdw16, nw, DTYPE_BF16), ref, nw,
+           4.0 * (B + 1) * U * tw + ulp16(max_abs(ref, nw), DTYPE_BF16), us);
+    expect(name, "dbias", unpacked(gdb16, O, DTYPE_BF16), ref_b, O,
+           2.0 * B * U * tb + ulp16(max_abs(ref_b, O), DTYPE_BF16), us);
+    free(ref);
+}
+
 /* A Linear layer's backward on the tensor cores, as c_attn's runs with
  * bf16 parameters: its output gradient dy and its input x held in bf16
  * (attention and the LayerNorm wrote them so), the weight read from the
@@ -351,9 +384,10 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
     FOR_EACH(nd, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f); /* rounds it: dyr's values */
     backend.gemm_dtype = DTYPE_BF16;
     double us;
-    TIME_US(us, linear_backward(gdin, DTYPE_FP32, gdw, gdb, gdy16, DTYPE_BF16, gx16, gw16,
-                                DTYPE_BF16, B, I, O));
+    TIME_US(us, linear_backward(gdin, DTYPE_FP32, gdw, gdb, DTYPE_FP32, gdy16, DTYPE_BF16, gx16,
+                                gw16, DTYPE_BF16, B, I, O));
     backend.gemm_dtype = DTYPE_FP32;
+    check_linear_grads16(dw, db, tw, tb, gdy16, gx16, gw16, B, I, O);
     for (long i = 0; i < (long)O * I; i++) dw[i] *= TIME_REPS; /* dinp is written, not added */
     for (int o = 0; o < O; o++) db[o] *= TIME_REPS;
     const char *name = "linear backward, bf16 tensor cores, dy and x held in bf16";
@@ -373,7 +407,7 @@ static void check_linear(void) {
     float *out = (float *)host_calloc((size_t)B * O, sizeof(float), "ref"),
           *db = (float *)host_calloc(O, sizeof(float), "ref");
     double worst_terms = linear_reference(out, x, w, b, B, I, O);
-    for (long o = 0; o < O; o++) bias_backward_one(o, db, dy, B, O, DTYPE_FP32);
+    for (long o = 0; o < O; o++) bias_backward_one(o, db, dy, B, O, DTYPE_FP32, DTYPE_FP32);
     float *gx = device_copy(x, (long)B * I), *gw = device_copy(w, (long)O * I),
           *gb = device_copy(b, O), *gdy = device_copy(dy, (long)B * O), *gout = gpu((long)B * O),
           *gdb = gpu(O);
@@ -406,7 +440,7 @@ static void check_linear(void) {
     check_linear_held_output(xr, wr, b, gx16, gw16, B, I, O);
     check_linear_backward16(xr, wr, dy, gx16, gw16, B, I, O);
     free(xr), free(wr), free(out16);
-    TIME_US(us, bias_backward(gdb, gdy, DTYPE_FP32, B, O));
+    TIME_US(us, bias_backward(gdb, DTYPE_FP32, gdy, DTYPE_FP32, B, O));
     double col = 0.0;
     for (int o = 0; o < O; o++) {
         double s = 0.0;
@@ -510,7 +544,7 @@ static void check_embedding_at(const char *name, long BT, int V, int C) {
     token_rows_load(&g, tok, BT, V);
     float *gdy = device_copy(dy, n), *gdw = gpu((long)V * C);
     double us;
-    TIME_US(us, embedding_backward(gdw, gdy, &g, C));
+    TIME_US(us, embedding_backward(gdw, DTYPE_FP32, gdy, &g, C));
     expect(name, "dweight", gdw, dw, (long)V * C, 0.0, us);
     free(dy), free(tok), free(dw);
     gpu_free_all();
