@@ -99,11 +99,11 @@ static void run_op(Bench *b, Op op) {
         mpiCheck(MPI_Allgather(b->shard, S, MPI_FLOAT, b->full, S, MPI_FLOAT, b->world));
         break;
     case OP_RS_RING:
-        h = comm_reduce_scatter_start(&b->ring, b->shard, b->full, b->S, -1, &b->ledger);
+        h = comm_reduce_scatter_start(&b->ring, b->shard, b->full, DTYPE_FP32, b->S, -1, &b->ledger);
         comm_wait(&b->ring, &h); /* includes the 1/N scaling to a mean: S more flops */
         break;
     case OP_RS_NB:
-        h = comm_reduce_scatter_start(&b->nb, b->shard, b->full, b->S, -1, &b->ledger);
+        h = comm_reduce_scatter_start(&b->nb, b->shard, b->full, DTYPE_FP32, b->S, -1, &b->ledger);
         comm_wait(&b->nb, &h);
         break;
     case OP_RS_OMPI: /* a plain sum: MPI has no "mean" reduction */

@@ -118,12 +118,13 @@ enum { TIME_REPS = 2, ATTENTION_T = 256 };
 #else
 enum { TIME_REPS = 20, ATTENTION_T = 1024 };
 #endif
-#define TIME_US(out, call) TIME_RUNS(out, TIME_REPS, call)
-/* ... of `reps` runs (one: where a second would add into the first's result) */
-#define TIME_RUNS(out, reps, call)                                                                 \
+#define TIME_US(out, ...) TIME_RUNS(out, TIME_REPS, __VA_ARGS__)
+/* ... of `reps` runs (one: where a second would add into the first's result).
+ * The call is variadic: a kernel launch, expanded, has commas outside parentheses. */
+#define TIME_RUNS(out, reps, ...)                                                                  \
     do {                                                                                           \
         cudaEvent_t t0_ = event_record(backend.compute, 1);                                        \
-        for (int rep_ = 0; rep_ < (reps); rep_++) call;                                            \
+        for (int rep_ = 0; rep_ < (reps); rep_++) __VA_ARGS__;                                     \
         cudaEvent_t t1_ = event_record(backend.compute, 1);                                        \
         cudaCheck(cudaEventSynchronize(t1_));                                                      \
         float ms_ = 0.0f;                                                                          \
