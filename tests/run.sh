@@ -165,27 +165,10 @@ run "--check-collectives catches a skipped and an altered collective" bash tests
 run "--wait-for-debugger: gdb attaches to every rank, breaks in comm_record" bash tests/test_debugger.sh
 run "HTML report of traces (sim/report.py), rendered in headless Chromium" bash tests/test_report.sh
 
-# -- the course and the README's commands --------------------------------------------------
-run "README's commands run and print what it shows (tests/check_docs.py), and the checker can fail" bash tests/test_docs.sh
-for f in lectures/[0-9]*.md; do
-  [ -e "$f" ] && run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
-done
-run "the functions the course names are where it says (and exist), fsdp.c has no #ifdef __CUDACC__ and at most 3,000 lines (the check can fail)" \
-  bash -c "python3 tests/test_code_names.py --self-test && python3 tests/test_code_names.py"
-run "one glossary: every lecture's terms in lectures/glossary.md with the same Korean word, every lecture links it (the check can fail)" \
-  bash -c "python3 tests/test_glossary.py --self-test && python3 tests/test_glossary.py"
-run "lecture 17's table maps every option of ./fsdp --help to PyTorch (the check can fail)" bash tests/test_flag_table.sh
-run "GPT-2 under FSDP: 2-6 ranks (every strategy family, transformer auto-wrap, checkpointing, accumulation, offload, units smaller than N, a checkpoint of 4 resumed on 2) compute 1 rank's parameters; Hugging Face's export layout; --plan gpt2-xl on 64 ranks gives ZeRO's 16, 4+12/64, 2+14/64 and 16/64 bytes a parameter; llm.c token files, and bad ones refused" bash tests/test_gpt2.sh
-run "GPT-2 is Hugging Face's: --init-from a transformers GPT-2, each step's loss equals transformers' under torch.optim.AdamW (1e-5) on 3 ranks, the export loads with from_pretrained, lm_head tied; a dropped gradient fails it" bash tests/test_gpt2_hf.sh
-run "the PyTorch lab beside fsdp.c: FSDP on CPU ranks computes the same losses on 3 ranks (shard_grad_op, accumulation in no_sync, clipping) and 2 (no_shard), a loss 0.1 % off fails; fsdp.c resumes 4 -> 2 ranks as DCP does (lecture 17 runs the rest)" bash tests/test_bridge.sh
-run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh
-run "notebooks: every notebook executes top to bottom (nbclient)" bash tests/test_notebooks.sh
-run "notebook 09: the PyTorch lab's losses beside fsdp.c's, plotted and asserted (nbclient)" bash tests/test_notebooks.sh --torch
-
-# -- many nodes: the launch files in cluster/ (checked to parse, not run on a cluster) ----------
-run "cluster files: the Slurm script, the MPIJob manifest and the hostfile parse and agree" bash tests/test_cluster.sh
-
 # -- the CUDA build ------------------------------------------------------------------------
+# Before the course's commands: lecture 8 and the README build ./fsdp-gpu and
+# ./fsdp-emu in copies of this tree, where what is built here is up to date
+# (about a minute of compiling, once instead of three times).
 gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
   make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu &&
@@ -229,6 +212,27 @@ export -f gpu_build
 # ~90 s; under make sanitize (ASan and UBSan in the emulated build) a few times that
 RUN_LIMIT=900 run "the GPU build on the emulator (emu/: fsdp.c's CUDA path compiled by g++, run by the CPU): the emulator keeps CUDA's promises, every kernel against the CPU's arithmetic, then make test-gpu's whole suite against ./fsdp (make test-gpu-emu)" env FSDP_EMU=1 bash tests/test_gpu.sh
 run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
+
+# -- the course and the README's commands --------------------------------------------------
+run "README's commands run and print what it shows (tests/check_docs.py), and the checker can fail" bash tests/test_docs.sh
+for f in lectures/[0-9]*.md; do
+  [ -e "$f" ] && run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
+done
+run "the functions the course names are where it says (and exist), fsdp.c has no #ifdef __CUDACC__ and at most 3,000 lines (the check can fail)" \
+  bash -c "python3 tests/test_code_names.py --self-test && python3 tests/test_code_names.py"
+run "one glossary: every lecture's terms in lectures/glossary.md with the same Korean word, every lecture links it (the check can fail)" \
+  bash -c "python3 tests/test_glossary.py --self-test && python3 tests/test_glossary.py"
+run "lecture 17's table maps every option of ./fsdp --help to PyTorch (the check can fail)" bash tests/test_flag_table.sh
+run "GPT-2 under FSDP: 2-6 ranks (every strategy family, transformer auto-wrap, checkpointing, accumulation, offload, units smaller than N, a checkpoint of 4 resumed on 2) compute 1 rank's parameters; Hugging Face's export layout; --plan gpt2-xl on 64 ranks gives ZeRO's 16, 4+12/64, 2+14/64 and 16/64 bytes a parameter; llm.c token files, and bad ones refused" bash tests/test_gpt2.sh
+run "GPT-2 is Hugging Face's: --init-from a transformers GPT-2, each step's loss equals transformers' under torch.optim.AdamW (1e-5) on 3 ranks, the export loads with from_pretrained, lm_head tied; a dropped gradient fails it" bash tests/test_gpt2_hf.sh
+run "the PyTorch lab beside fsdp.c: FSDP on CPU ranks computes the same losses on 3 ranks (shard_grad_op, accumulation in no_sync, clipping) and 2 (no_shard), a loss 0.1 % off fails; fsdp.c resumes 4 -> 2 ranks as DCP does (lecture 17 runs the rest)" bash tests/test_bridge.sh
+run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh
+run "notebooks: every notebook executes top to bottom (nbclient)" bash tests/test_notebooks.sh
+run "notebook 09: the PyTorch lab's losses beside fsdp.c's, plotted and asserted (nbclient)" bash tests/test_notebooks.sh --torch
+
+# -- many nodes: the launch files in cluster/ (checked to parse, not run on a cluster) ----------
+run "cluster files: the Slurm script, the MPIJob manifest and the hostfile parse and agree" bash tests/test_cluster.sh
+
 
 echo
 [ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"

@@ -112,11 +112,14 @@ static void expect_relative(const char *kernel, const char *what, const float *d
  * whose time for a kernel says nothing of a GPU's, and two runs still tell
  * a kernel that adds into its output from one that overwrites it. The attention checks
  * run GPT-2's sequence of ATTENTION_T = 1024 on a GPU, and a quarter of it
- * under the emulator, where a T^2 kernel runs a CPU thread per CUDA thread. */
+ * under the emulator, where a T^2 kernel runs a CPU thread per CUDA thread;
+ * LayerNorm and GELU GPT-2 124M's ROWS = 8 x 1024 tokens, and a quarter of
+ * them there (still many blocks: what the emulator checks is each block's
+ * threads, not their number). */
 #ifdef FSDP_EMU
-enum { TIME_REPS = 2, ATTENTION_T = 256 };
+enum { TIME_REPS = 2, ATTENTION_T = 256, ROWS = 2048 };
 #else
-enum { TIME_REPS = 20, ATTENTION_T = 1024 };
+enum { TIME_REPS = 20, ATTENTION_T = 1024, ROWS = 8192 };
 #endif
 #define TIME_US(out, ...) TIME_RUNS(out, TIME_REPS, __VA_ARGS__)
 /* ... of `reps` runs (one: where a second would add into the first's result).
@@ -147,9 +150,12 @@ static double ulp16(double m, Dtype d) {
     return m > 0.0 ? ldexp(1.0, ilogb(m) - (d == DTYPE_BF16 ? 7 : 10)) : 0.0;
 }
 
-/* LayerNorm over GPT-2 124M's rows: 8 x 1024 tokens of 768 */
+/* LayerNorm over GPT-2 124M's rows: 8 x 1024 tokens of 768 (ROWS) */
 static void check_layernorm(void) {
-    const int B = 8192, D = 768;
+    const int B = ROWS, D = 768;
+    char fwd[64], bwd[64];
+    snprintf(fwd, sizeof(fwd), "layernorm forward (%d x %d)", B, D);
+    snprintf(bwd, sizeof(bwd), "layernorm backward (%d x %d)", B, D);
     long n = (long)B * D;
     float *x = host_random(n, 1, 1.0f), *w = host_random(D, 2, 0.2f), *b = host_random(D, 3, 0.2f),
           *dy = host_random(n, 4, 1.0f);
@@ -176,7 +182,7 @@ static void check_layernorm(void) {
     TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, DTYPE_FP32, B, D, DTYPE_FP32));
     /* a row's mean and variance are sums of D terms; the output carries their error */
     double bound = 4.0 * D * U * max_abs(out, n);
-    expect("layernorm forward (8192 x 768)", "out", gout, out, n, bound, us);
+    expect(fwd, "out", gout, out, n, bound, us);
     /* With bf16 parameters the input is the residual stream, held in bf16,
      * the weight and bias are read from the unit's full state in bf16, and
      * the output is c_attn's input, written in bf16 (held as the matmul
@@ -195,10 +201,10 @@ static void check_layernorm(void) {
     expect("layernorm forward, held in bf16", "out", unpacked(gout, n, DTYPE_BF16), out16, n,
            bound + ulp16(max_abs(out, n), DTYPE_BF16), us);
     free(out16);
-    expect("layernorm forward (8192 x 768)", "rstd", grstd, rstd, B, 4.0 * D * U * max_abs(rstd, B),
+    expect(fwd, "rstd", grstd, rstd, B, 4.0 * D * U * max_abs(rstd, B),
            us);
-    TIME_US(us, layernorm_backward(gdx, gdw, gdb, DTYPE_FP32, gdy, gx, gw, DTYPE_FP32, gmean, grstd, B, D,
-                                   DTYPE_FP32));
+    TIME_US(us, layernorm_backward(gdx, gdw, gdb, DTYPE_FP32, gdy, gx, gw, DTYPE_FP32, gmean, grstd,
+                                   B, D, DTYPE_FP32));
     /* the GPU ran it TIME_REPS times, adding: the CPU's once, times that (dx1: once) */
     float *dx1 = (float *)host_malloc((size_t)n * 4, "ref");
     memcpy(dx1, dx, (size_t)n * 4);
@@ -228,9 +234,9 @@ static void check_layernorm(void) {
     double tdx = TIME_REPS * 2.0 * D * U * row + TIME_REPS * U * max_abs(dx, n),
            tdw = TIME_REPS * (2.0 * B + 4.0 * D) * U * col + TIME_REPS * U * max_abs(dw, D),
            tdb = TIME_REPS * 2.0 * B * U * col + TIME_REPS * U * max_abs(db, D);
-    expect("layernorm backward (8192 x 768)", "dinp", gdx, dx, n, tdx, us);
-    expect("layernorm backward (8192 x 768)", "dweight", gdw, dw, D, tdw, us);
-    expect("layernorm backward (8192 x 768)", "dbias", gdb, db, D, tdb, us);
+    expect(bwd, "dinp", gdx, dx, n, tdx, us);
+    expect(bwd, "dweight", gdw, dw, D, tdw, us);
+    expect(bwd, "dbias", gdb, db, D, tdb, us);
     /* ... with bf16 parameters: dy as c_attn's backward writes it, the
      * input (the residual stream) and dinp (its gradient) held in bf16.
      * The same values (x and dy are bf16 here), so the same bounds for the
@@ -242,8 +248,8 @@ static void check_layernorm(void) {
     FOR_EACH(n, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f);
     dev_zero(gdw, (size_t)D * 4), dev_zero(gdb, (size_t)D * 4);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, layernorm_backward(gdx16, gdw, gdb, DTYPE_FP32, gdy16, gx16, gw16, DTYPE_BF16, gmean, grstd,
-                                   B, D, DTYPE_BF16));
+    TIME_US(us, layernorm_backward(gdx16, gdw, gdb, DTYPE_FP32, gdy16, gx16, gw16, DTYPE_BF16,
+                                   gmean, grstd, B, D, DTYPE_BF16));
     expect("layernorm backward, held in bf16", "dweight", gdw, dw, D, tdw, us);
     expect("layernorm backward, held in bf16", "dbias", gdb, db, D, tdb, us);
     FOR_EACH(n, pack_one, (uint16_t *)gdx16, gdy, DTYPE_BF16, 1.0f);
@@ -321,7 +327,8 @@ static void check_linear_grads16(const float *dw, const float *db, double tw, do
     float *ref = (float *)host_malloc((size_t)(nw + O) * 4, "ref"), *ref_b = ref + nw;
     for (long i = 0; i < nw; i++) ref[i] = round_to(dw[i], DTYPE_BF16);
     for (int o = 0; o < O; o++) ref_b[o] = round_to(db[o], DTYPE_BF16);
-    float *g = device_copy(ref, nw + O), *gdw16 = gpu(nw), *gdb16 = gpu(O), *gdin = gpu((long)B * I);
+    float *g = device_copy(ref, nw + O), *gdw16 = gpu(nw), *gdb16 = gpu(O),
+          *gdin = gpu((long)B * I);
     FOR_EACH(nw, pack_one, (uint16_t *)gdw16, g, DTYPE_BF16, 1.0f);
     FOR_EACH(O, pack_one, (uint16_t *)gdb16, g + nw, DTYPE_BF16, 1.0f);
     backend.gemm_dtype = DTYPE_BF16;
@@ -490,7 +497,10 @@ static void check_gelu16(const float *x, const float *dy, long n) {
 
 /* Element-wise: GPT-2's gelu_new and AdamW, FOR_EACH over the FSDP_HD function */
 static void check_elementwise(void) {
-    const long n = 8192L * 3072;
+    const long n = (long)ROWS * 3072;
+    char fwd[64], bwd[64];
+    snprintf(fwd, sizeof(fwd), "gelu_new forward (%d x 3072)", ROWS);
+    snprintf(bwd, sizeof(bwd), "gelu_new backward (%d x 3072)", ROWS);
     float *x = host_random(n, 9, 2.0f), *dy = host_random(n, 10, 1.0f);
     float *out = (float *)host_calloc((size_t)n, sizeof(float), "ref"),
           *dx = (float *)host_calloc((size_t)n, sizeof(float), "ref");
@@ -499,11 +509,11 @@ static void check_elementwise(void) {
     float *gx = device_copy(x, n), *gdy = device_copy(dy, n), *gout = gpu(n), *gdx = gpu(n);
     double us, ew = 32.0 * U * (max_abs(out, n) + 1.0);
     TIME_US(us, gelu_tanh_forward(gout, gx, n, DTYPE_FP32));
-    expect("gelu_new forward (8192 x 3072)", "out", gout, out, n, ew, us);
+    expect(fwd, "out", gout, out, n, ew, us);
     TIME_US(us, gelu_tanh_backward(gdx, gdy, gx, n, DTYPE_FP32)); /* written, not added */
     /* (near x = -5, e^2u + 1 rounds differently on the GPU, whose PTX
      * fuses it: gelu' moves by up to 4e-6, times |dy|) */
-    expect("gelu_new backward (8192 x 3072)", "dinp", gdx, dx, n, 64.0 * U * (max_abs(dx, n) + 1.0),
+    expect(bwd, "dinp", gdx, dx, n, 64.0 * U * (max_abs(dx, n) + 1.0),
            us);
     check_gelu16(x, dy, n);
     /* AdamW, one step from zero moments: each element alone, the same
