@@ -373,30 +373,31 @@ static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_
     return ledger_book(l, cat, count * elem_size, count * elem_size, what, ON_DEVICE);
 }
 
-/* `count` values of format d in float slots, booked at d's width */
-static float *ledger_alloc_floats(Ledger *l, MemCategory cat, size_t count, Dtype d,
-                                  const char *what) {
-    return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d), what,
-                                ON_DEVICE);
+/* `count` values of format d, held in format `held` (float slots, or the
+ * 16 bits of a GPU's mixed precision), booked at d's width: what PyTorch
+ * holds; `where` on the device (zeroed or not) or the host */
+static void *ledger_alloc_held(Ledger *l, MemCategory cat, size_t count, Dtype held, Dtype d,
+                               const char *what, int where) {
+    return ledger_book(l, cat, count * (size_t)dtype_bytes(held), count * (size_t)dtype_bytes(d),
+                       what, where);
 }
-
-/* ... not zeroed: for a buffer its first user writes whole */
-static float *ledger_alloc_floats_overwritten(Ledger *l, MemCategory cat, size_t count, Dtype d,
-                                              const char *what) {
-    return (float *)ledger_book(l, cat, count * sizeof(float), count * (size_t)dtype_bytes(d), what,
-                                ON_DEVICE_OVERWRITTEN);
-}
+/* ... in float slots; not zeroed (_overwritten) for a buffer its first user writes whole */
+#define ledger_alloc_floats(l, cat, count, d, what)                                                \
+    (float *)ledger_alloc_held(l, cat, count, DTYPE_FP32, d, what, ON_DEVICE)
+#define ledger_alloc_floats_overwritten(l, cat, count, d, what)                                    \
+    (float *)ledger_alloc_held(l, cat, count, DTYPE_FP32, d, what, ON_DEVICE_OVERWRITTEN)
 
 /* ... in the host's memory (--cpu-offload): booked apart from the device's.
  * What lives there all run and is copied every step is pinned on a GPU
  * (HOST_PINNED, section 2's host_pinned_alloc), or pageable if the system
  * will not lock that much. */
-static float *ledger_alloc_host_floats(Ledger *l, MemCategory cat, size_t count, Dtype d,
-                                       const char *what, int pinned) {
-    size_t physical = count * sizeof(float), bytes = count * (size_t)dtype_bytes(d);
-    void *p = pinned ? ledger_book(l, cat, physical, bytes, what, HOST_PINNED) : NULL;
-    return (float *)(p ? p : ledger_book(l, cat, physical, bytes, what, HOST_PAGEABLE));
+static void *ledger_alloc_host(Ledger *l, MemCategory cat, size_t count, Dtype held, Dtype d,
+                               const char *what, int pinned) {
+    void *p = pinned ? ledger_alloc_held(l, cat, count, held, d, what, HOST_PINNED) : NULL;
+    return p ? p : ledger_alloc_held(l, cat, count, held, d, what, HOST_PAGEABLE);
 }
+#define ledger_alloc_host_floats(l, cat, count, d, what, pinned)                                   \
+    (float *)ledger_alloc_host(l, cat, count, DTYPE_FP32, d, what, pinned)
 
 static void ledger_free(Ledger *l, void *p) {
     if (!p) return;
@@ -741,24 +742,25 @@ static float predivide_factor(const Comm *c, Dtype wire) {
 
 /* all-gather: shard (S elements) from each of the group's G ranks -> full
  * (G*S) on every one, in format `wire` (fp32, or mixed precision's
- * param_dtype); full held in fp32 slots, or (held = wire) the wire's 16
- * bits as they came */
+ * param_dtype); shard and full held in fp32 slots, or (held = wire) the
+ * wire's 16 bits: the shard as it is sent, full as it came */
 static CommHandle comm_all_gather_in(Comm *c, CommGroup group, void *full, Dtype held,
-                                     const float *shard, long S, int unit, Dtype wire) {
+                                     const void *shard, long S, int unit, Dtype wire) {
     if (held != DTYPE_FP32 && held != wire) /* the output is the wire's buffer itself */
         FATAL("this is a bug in fsdp.c", "a 16-bit all-gather on a %s wire", DTYPE_NAMES[wire]);
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, group, unit, S * c->group[group]->world, wire))
         return h;
     CommTask task =
-        comm_task(COMM_ALL_GATHER, group, (float *)full, shard, NULL, NULL, S, wire, 1.0f);
+        comm_task(COMM_ALL_GATHER, group, (float *)full, (const float *)shard, NULL, NULL, S, wire,
+                  1.0f);
     task.held = held;
     comm_submit(c, &h, &task);
     return h;
 }
 
 /* ... over the ranks that share a unit's shards (GROUP_SHARD): the unshard */
-static CommHandle comm_all_gather_start(Comm *c, void *full, Dtype held, const float *shard,
+static CommHandle comm_all_gather_start(Comm *c, void *full, Dtype held, const void *shard,
                                         long S, int unit, Dtype wire) {
     return comm_all_gather_in(c, GROUP_SHARD, full, held, shard, S, unit, wire);
 }
@@ -1333,14 +1335,20 @@ static void round_all(float *x, long n, Dtype d) {
 /* The fp32 parameters of the shard: what AdamW updates, checkpoints keep
  * and exports write. In fp32 that is shard_param itself; with mixed
  * precision (PyTorch: MixedPrecision) it is the master copy, and
- * shard_param holds it rounded to param_dtype: what the all-gather sends.
- * unit_refresh_low_precision rounds it again after every change. */
+ * shard_param holds it rounded to param_dtype: what the all-gather sends
+ * (in 16 bits where the full state is: shard_held). unit_refresh_low_precision
+ * rounds it again after every change. */
 
-static float *unit_master(Unit *u) { return u->master_param ? u->master_param : u->shard_param; }
+static float *unit_master(Unit *u) {
+    return u->master_param ? u->master_param : (float *)u->shard_param;
+}
 static void unit_refresh_low_precision(Unit *u, Dtype param_dtype) {
-    if (u->master_param)
-        STATE_FOR_EACH(u->offloaded, u->shard, round_copy_one, u->shard_param, u->master_param,
-                       param_dtype);
+    if (!u->master_param) return;
+    if (u->shard_held != DTYPE_FP32) /* in 16 bits: what the all-gather sends, as it is */
+        STATE_FOR_EACH(u->offloaded, u->shard, pack_one, (uint16_t *)u->shard_param,
+                       u->master_param, param_dtype, 1.0f);
+    else STATE_FOR_EACH(u->offloaded, u->shard, round_copy_one, (float *)u->shard_param,
+                        u->master_param, param_dtype);
 }
 
 /* Tensor k of a unit's sharded state, where it lives: 0 the fp32 master
@@ -1350,7 +1358,7 @@ static float *unit_state_tensor(Unit *u, int k) {
     return k == 2 ? u->exp_avg_sq : unit_master(u);
 }
 
-/* A unit's state as the host sees it: tensor k (0 shard_param, 1 exp_avg,
+/* A unit's state as the host sees it: tensor k (0 the master, 1 exp_avg,
  * 2 exp_avg_sq) in host memory, for initialisation and checkpoints. On the
  * CPU that is the tensor itself. On a GPU it is a host copy, filled by
  * unit_state_to_host and written back by unit_state_to_device. */
@@ -1609,10 +1617,10 @@ typedef enum { TO_DEVICE, TO_HOST } CopyDirection;
  * changes the host's shard (AdamW, after every all-gather of the step).
  * To the host: whoever reads the shard there waits for the stream first
  * (unit_grad_to_host when it adds at once, else units_finish_backward). */
-static void offload_copy(Trainer *t, int ui, float *dst, const float *src, long count, Dtype d,
-                         CopyDirection dir) {
+static void offload_copy(Trainer *t, int ui, void *dst, const void *src, long count, Dtype held,
+                         Dtype d, CopyDirection dir) {
     SimPhase phase = dir == TO_DEVICE ? PHASE_TO_DEVICE : PHASE_TO_HOST;
-    size_t physical = (size_t)count * sizeof(float);
+    size_t physical = (size_t)count * dtype_bytes(held);
     double bytes = (double)count * dtype_bytes(d);
     const NetModel *pcie = net_model_find("pcie");
     sim_span_begin(&t->sim, ui, phase);
@@ -1624,16 +1632,15 @@ static void offload_copy(Trainer *t, int ui, float *dst, const float *src, long 
     t->copy_sim_seconds += pcie->alpha + bytes / pcie->bandwidth;
 }
 
-/* The all-gather's input: the shard, on the device */
-static const float *unit_gather_input(Trainer *t, int ui) {
+/* The all-gather's input: the shard, on the device, held in shard_held */
+static const void *unit_gather_input(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
+    Dtype d = t->cfg.param_dtype;
     if (!u->offloaded) return u->shard_param;
-    if (!u->device_shard) {
-        u->device_shard = ledger_alloc_floats_overwritten(&t->ledger, MEM_PARAM_SHARD,
-                                                          (size_t)u->shard, t->cfg.param_dtype,
-                                                          u->name); /* the copy writes it all */
-        offload_copy(t, ui, u->device_shard, u->shard_param, u->shard, t->cfg.param_dtype,
-                     TO_DEVICE);
+    if (!u->device_shard) { /* the copy writes it all */
+        u->device_shard = ledger_alloc_held(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard,
+                                            u->shard_held, d, u->name, ON_DEVICE_OVERWRITTEN);
+        offload_copy(t, ui, u->device_shard, u->shard_param, u->shard, u->shard_held, d, TO_DEVICE);
     }
     return u->device_shard;
 }
@@ -1649,7 +1656,7 @@ static void unit_grad_to_host(Trainer *t, int ui, float *host_shard) {
     if (add)
         dst = ledger_alloc_host_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, d,
                                        "the gradient from the device", 0);
-    offload_copy(t, ui, dst, u->shard_grad, u->shard, d, TO_HOST);
+    offload_copy(t, ui, dst, u->shard_grad, u->shard, DTYPE_FP32, d, TO_HOST);
     if (add) {
         dev_synchronize(); /* the copy, before the host reads it */
         HOST_FOR_EACH(u->shard, add_one, host_shard, dst);
@@ -1676,9 +1683,8 @@ static void unit_unshard_start(Trainer *t, int ui) {
     /* held in fp32 slots or 16 bits (full_dtype); booked, as every full
      * state, at param_dtype's width: what PyTorch would hold */
     Dtype held = full_dtype(t), d = t->cfg.param_dtype;
-    size_t n = (size_t)u->padded;
-    u->full_param = ledger_book(&t->ledger, MEM_FULL_PARAMS, n * dtype_bytes(held),
-                                n * dtype_bytes(d), u->name, ON_DEVICE_OVERWRITTEN);
+    u->full_param = ledger_alloc_held(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, held, d,
+                                      u->name, ON_DEVICE_OVERWRITTEN);
     u->gather = comm_all_gather_start(&t->comm, u->full_param, held, unit_gather_input(t, ui),
                                       u->shard, ui, t->cfg.param_dtype);
     u->gathering = 1;
@@ -1783,10 +1789,9 @@ static void unit_pre_backward(Trainer *t, int ui) {
         unit_unshard(t, ui);
         if (t->cfg.backward_prefetch == BACKWARD_PRE)
             unit_unshard_start(t, unit_next_backward(t, ui));
-        size_t n = (size_t)u->padded; /* booked at param_dtype's width, as the full state */
         if (!u->full_grad) /* --no-sync keeps it across micro-batches, to add into */
-            u->full_grad = ledger_book(&t->ledger, MEM_FULL_GRADS, n * dtype_bytes(grad_dtype(t)),
-                                       n * dtype_bytes(t->cfg.param_dtype), u->name, ON_DEVICE);
+            u->full_grad = ledger_alloc_held(&t->ledger, MEM_FULL_GRADS, (size_t)u->padded,
+                                             grad_dtype(t), t->cfg.param_dtype, u->name, ON_DEVICE);
         unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
     }
     span_begin(t, ui, PHASE_BACKWARD);
@@ -2265,6 +2270,7 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
     const Config *c = &t->cfg;
     Ledger *l = &t->ledger;
     size_t S = (size_t)u->shard;
+    u->shard_held = full_dtype(t); /* as the all-gather sends it, into the full state */
     /* a gradient kept whole holds param_dtype values in backward and
      * reduce_dtype ones after the reduction: the wider of the two */
     Dtype whole_grad = c->param_dtype == DTYPE_FP32 ? DTYPE_FP32 : c->reduce_dtype;
@@ -2278,7 +2284,7 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
         u->offloaded = 1;
         /* the shard and its gradient cross PCIe every step: pinned */
         u->shard_param =
-            ledger_alloc_host_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name, 1);
+            ledger_alloc_host(l, MEM_PARAM_SHARD, S, u->shard_held, c->param_dtype, u->name, 1);
         u->shard_grad = ledger_alloc_host_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name, 1);
         u->exp_avg = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
         u->exp_avg_sq = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
@@ -2288,7 +2294,8 @@ static void unit_alloc_state(Trainer *t, Unit *u) {
         return;
     } else {
         Dtype g = c->strategy == STRATEGY_NO_SHARD ? whole_grad : c->reduce_dtype;
-        u->shard_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, S, c->param_dtype, u->name);
+        u->shard_param = ledger_alloc_held(l, MEM_PARAM_SHARD, S, u->shard_held, c->param_dtype,
+                                           u->name, ON_DEVICE);
         u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, g, u->name);
     }
     if (c->strategy == STRATEGY_NO_SHARD) { /* DDP: the "shard" is the whole flat parameter */

@@ -435,12 +435,15 @@ typedef struct {
     long padded;                   /* numel rounded up to a multiple of world */
     long shard;                    /* padded / world: what each rank owns */
     int *params, n_params;         /* its parameters, in model order: the flat layout */
-    float *shard_param;            /* (shard) this rank's slice of the parameters */
+    void *shard_param;             /* (shard) this rank's slice of the parameters, held in
+                                    * shard_held: fp32 slots, or the 16 bits a sharded unit
+                                    * gathers into on a GPU (fsdp.c's full_dtype) */
+    Dtype shard_held;
     float *shard_grad;             /* (shard) this rank's slice of the gradient */
     float *exp_avg;                /* (shard) AdamW first moment */
     float *exp_avg_sq;             /* (shard) AdamW second moment */
     int offloaded;       /* --cpu-offload: the shards and AdamW's state live in host memory */
-    float *device_shard; /* (shard) --cpu-offload: shard_param's copy on the device, the
+    void *device_shard;  /* (shard) --cpu-offload: shard_param's copy on the device, the
                           * input of an all-gather on its way */
     float *master_param;           /* (shard) mixed precision: the fp32 parameters AdamW
                                     * updates; shard_param is then their param_dtype copy.

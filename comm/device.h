@@ -43,10 +43,11 @@ static void collective_run(Comm *c, const CommTask *k) {
     host.held = k->held; /* an all-gather into 16 bits: the stage holds them so too */
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * dtype_bytes(k->held);
     if (k->kind == COMM_ALL_GATHER) {
-        /* in place on the host; packed into 16 bits, from the out slot */
+        /* in place on the host; 16 bits from the out slot, into the stage */
         float *mine = k->held != DTYPE_FP32 ? host.out : c->stage + c->rank * S;
         host.shard = mine;
-        cudaCheck(cudaMemcpyAsync(mine, k->shard, chunk, cudaMemcpyDeviceToHost, backend.comm));
+        cudaCheck(cudaMemcpyAsync(mine, k->shard, (size_t)S * dtype_bytes(k->held),
+                                  cudaMemcpyDeviceToHost, backend.comm));
     } else {
         cudaCheck(cudaMemcpyAsync(host.full, k->full, all, cudaMemcpyDeviceToHost, backend.comm));
     }
@@ -259,21 +260,16 @@ static void device_comm_close(Comm *c) {
 /* Mixed precision on NCCL: the float slots are packed into a 16-bit device
  * buffer on the compute stream (before the `ready` event), NCCL works on
  * that in ncclBfloat16 or ncclFloat16, and nccl_wait unpacks the result.
- * The returned task points NCCL at the packed buffer. A unit's full state
- * or gradient held in 16 bits (k->held) is that buffer already: the
- * all-gather packs the shard into its own slice of it and gathers in
- * place; the reduce-scatter scales the gradient in place and writes into
- * a 16-bit chunk of its own, unpacked into the shard. */
+ * The returned task points NCCL at the packed buffer. A unit's shard, full
+ * state and full gradient held in 16 bits (k->held) are such buffers
+ * already: the all-gather gathers the shard into the full state as they
+ * are; the reduce-scatter scales the gradient in place and writes into a
+ * 16-bit chunk of its own, unpacked into the shard. */
 static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     long S = k->S, N = c->world;
     CommTask w = *k;
     int packed = k->held != DTYPE_FP32;
-    if (k->kind == COMM_ALL_GATHER && packed) {
-        uint16_t *full = (uint16_t *)k->full;
-        FOR_EACH(S, pack_one, full + c->rank * S, k->shard, k->wire, 1.0f);
-        w.shard = (float *)(full + c->rank * S);
-        return w;
-    }
+    if (k->kind == COMM_ALL_GATHER && packed) return w; /* 16 bits in, 16 bits out */
     /* N slices (unless held) and the reduce-scatter's output; + 2 bytes, never 0 (S = 0) */
     h->wire_bytes = (size_t)((packed ? 0 : N) + 1) * (size_t)S * sizeof(uint16_t) + 2;
     uint16_t *buf = (uint16_t *)dev_alloc(h->wire_bytes);

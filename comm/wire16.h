@@ -57,8 +57,8 @@ FSDP_HD static inline void scale_half_one(long i, uint16_t *x, Dtype d, float f)
  * slots are packed into uint16_t, the collective runs on those, and the
  * result is unpacked into the slots. Or full holds the 16 bits already
  * (k->held: a unit's full state or gradient on a GPU) and is the wire's
- * buffer itself: an all-gather's output stays packed, a reduce-scatter's
- * input is scaled in place. */
+ * buffer itself: an all-gather's input (the shard, held so too) and output
+ * stay packed, a reduce-scatter's input is scaled in place. */
 static void collective_run_host_16(Comm *c, const CommTask *k) {
     long S = k->S, N = c->world;
     int mpi = c->impl == COLLECTIVES_MPI, packed = k->held != DTYPE_FP32;
@@ -71,7 +71,9 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
     uint16_t *w = packed ? (uint16_t *)k->full : buf;
     uint16_t *tmp = packed ? buf : buf + N * S, *mine = w + c->rank * S;
     if (k->kind == COMM_ALL_GATHER) {
-        for (long i = 0; i < S; i++) pack_one(i, mine, k->shard, d, 1.0f);
+        if (packed) memcpy(mine, k->shard, (size_t)S * sizeof(uint16_t)); /* held so too */
+        else
+            for (long i = 0; i < S; i++) pack_one(i, mine, k->shard, d, 1.0f);
         if (mpi)
             mpiCheck(MPI_Allgather(MPI_IN_PLACE, (int)S, MPI_UINT16_T, w, (int)S, MPI_UINT16_T,
                                    c->stream_comm));

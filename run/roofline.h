@@ -26,11 +26,12 @@
  *              attention's B*H*T^2 probabilities P and their gradient dS
  *              (kernels/transformer.h); and the parameters, read from a
  *              unit's full state gathered in 16 bits (fsdp.c's
- *              full_dtype) under the sharded strategies, where the
- *              parameters' gradients are written in 16 bits too
- *              (grad_dtype; unless --reduce-dtype differs). LayerNorm's
- *              statistics, the loss's probabilities and AdamW's state in
- *              fp32 slots (4 bytes).
+ *              full_dtype) from shards AdamW writes in 16 bits, under
+ *              the sharded strategies, where the parameters' gradients
+ *              are written in 16 bits too (grad_dtype; unless
+ *              --reduce-dtype differs). LayerNorm's statistics, the
+ *              loss's probabilities and AdamW's state in fp32 slots (4
+ *              bytes).
  *              no_shard's and zero1's full states are fp32 slots too:
  *              there each weight is packed to 16 bits before each GEMM
  *              that reads it, a pass of its own (read 4, written 2),
@@ -40,10 +41,9 @@
  *              everywhere, GEMMs on the tensor cores (fp32 accumulation);
  *              LayerNorm's statistics, the loss's probabilities and
  *              AdamW's master weights and moments in fp32. Beyond the
- *              bf16 GEMM path: the shards' 16-bit copies kept (no packing
- *              before each all-gather), attention's scores and dP written
- *              in 16 bits, and no_shard's and zero1's weights too. Not
- *              built yet.
+ *              bf16 GEMM path: attention's scores and dP written in 16
+ *              bits, and no_shard's and zero1's weights too. Not built
+ *              yet; printed where it differs.
  * The ceiling on MFU (model FLOPs / the step's time / the bf16 peak, the
  * figure PyTorch and llm.c report) follows: with fp32 GEMMs it can never
  * pass fp32 peak / bf16 peak, 7% on an H100.
@@ -285,22 +285,15 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     r->k[i].stored16 += G + pos + g16;
 }
 
-/* The all-gathers' 16-bit wire, on the bf16 GEMM path: the shard's fp32
- * slots are packed before each (comm/device.h's nccl_pack). A sharded
- * unit is gathered each micro-batch, and again for backward where it was
- * resharded after forward (full_shard, but for the root), or, kept from
- * forward to backward (shard_grad_op), once a step under --no-sync; its
- * gathered state is already the 16 bits. zero1 gathers its replicas once
- * a step, into fp32 slots: packed, then the whole result unpacked. */
+/* The all-gathers' 16-bit wire, on the bf16 GEMM path: a sharded unit's
+ * shard is held in 16 bits, as AdamW writes it, and gathered as it is into
+ * its 16-bit full state (fsdp.c's full_dtype): nothing to pack. zero1
+ * gathers its replicas once a step, into fp32 slots: each shard packed,
+ * then the whole result unpacked. */
 static void roof_gathers(Roofline *r, const Trainer *t) {
-    double packs = 0.0, K = t->cfg.grad_accum;
-    for (int ui = 0; ui < t->n_units; ui++) {
-        const Unit *u = &t->units[ui];
-        double gathers = t->cfg.no_sync ? 1.0 : K;
-        if (reshards_after_forward(t)) gathers = ui == 0 ? K : 2.0 * K;
-        if (is_zero1(t)) packs += (double)u->shard + (double)u->padded;
-        else if (is_sharded(t)) packs += gathers * (double)u->shard;
-    }
+    double packs = 0.0;
+    for (int ui = 0; ui < t->n_units && is_zero1(t); ui++)
+        packs += (double)t->units[ui].shard + (double)t->units[ui].padded;
     if (packs > 0.0) r->k[roof_add(r, "all-gathers: shards packed", 0, 0, 0, 0)].packs = packs;
 }
 
@@ -317,7 +310,8 @@ static void roofline_count(const Trainer *t, Roofline *r) {
     roof_gathers(r, t);
     double shard = 0.0;
     for (int ui = 0; ui < t->n_units; ui++) shard += (double)t->units[ui].shard; /* no_shard: all */
-    roof_add(r, "AdamW (this rank's shards)", 0, 12.0 * shard, shard, 7.0 * shard);
+    int i = roof_add(r, "AdamW (this rank's shards)", 0, 12.0 * shard, shard, 7.0 * shard);
+    if (r->params16) r->k[i].stored16 += shard; /* the shard's 16-bit copy, held so */
     if (c->clip_grad_norm > 0.0f) roof_add(r, "gradient norm (clipping)", 0, 2.0 * shard, 0, shard);
 }
 
@@ -380,7 +374,9 @@ static void print_roofline(const Trainer *t, const char *gpu) {
            t->cfg.arch == ARCH_GPT2 ? " + 12 L T D" : "");
     const char *what[ROOF_MODES] = {"(as built)", "(as built, --param-dtype bf16)",
                                     "(16-bit storage throughout: not built)"};
-    for (int m = 0; m < ROOF_MODES; m++)
+    /* the last only where it differs: attention's scores, no_shard's and zero1's weights */
+    int modes = total[ROOF_BF16] < total[ROOF_BF16_GEMM] - 1e-9 ? ROOF_MODES : ROOF_BF16;
+    for (int m = 0; m < modes; m++)
         printf("    %-9s %10.0f tokens/s %6.1f%% MFU (of the bf16 peak) %s\n", ROOF_MODE_NAMES[m],
                1e3 * tokens / total[m], 100.0 * model / (total[m] / 1e3 * g->bf16 * 1e12), what[m]);
     if (attention > 0.0 && t->cfg.attention == ATTENTION_MATH)

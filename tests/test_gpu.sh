@@ -378,7 +378,8 @@ fi
 #  - zero1, and hybrid_shard as 2 nodes of 2 (4 ranks sharing one GPU over
 #    --collectives mpi, or NCCL across 4 GPUs when there are 4), against
 #    eq1 (1 GPU rank): c.'s N-vs-1 tolerances;
-#  - --cpu-offload on 1 GPU rank against the same run without it: AdamW
+#  - --cpu-offload on 1 GPU rank against the same run without it (fp32,
+#    and bf16 with the bf16 tolerances below): AdamW
 #    runs on the CPU instead of the GPU, and nvcc contracts its a*b+c into
 #    fused multiply-adds where the host compiler does not, so not bitwise:
 #    a.'s GPU-vs-CPU tolerances (the same kernels otherwise);
@@ -410,6 +411,12 @@ fi
 if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu "$GPU_BIN" 1 "${J[@]}" --param-dtype bf16; then
   check_losses "j. bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_bf16_cpu.log" "$d/j_bf16_gpu.log"
   check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
+  # ... and with --cpu-offload: the host's shard in 16 bits, as AdamW on
+  # the CPU writes it, copied to the GPU and gathered as it is
+  if train j_offload16 "$GPU_BIN" 1 "${J[@]}" --param-dtype bf16 --cpu-offload; then
+    check_losses "j. bf16 --cpu-offload on 1 GPU rank vs without it" 1e-2 "$d/j_bf16_gpu.log" "$d/j_offload16.log"
+    check_params "j. bf16 --cpu-offload: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_gpu.st" "$d/j_offload16.st"
+  fi
 fi
 # ... and bf16 on 4 ranks: each unit's full state gathered straight into 16
 # bits, each rank's shard into its own slice of it, and its full gradient
