@@ -171,9 +171,11 @@ run "HTML report of traces (sim/report.py), rendered in headless Chromium" bash 
 # (about a minute of compiling, once instead of three times).
 gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
-  make -s gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" && test -x fsdp-gpu &&
-    make -s tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
-    make -s tests/test_kernels && echo "tests/test_kernels.cu compiled (make test-gpu's check of each kernel alone)" &&
+  # the four at once: nvcc compiles on one core
+  make -s -j"$(nproc)" gpu tests/bench_gpu tests/test_kernels tests/gpu_probe || return 1
+  test -x fsdp-gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" &&
+    test -x tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
+    test -x tests/test_kernels && echo "tests/test_kernels.cu compiled (make test-gpu's check of each kernel alone)" &&
     gpu_probe && gpu_plan && gpu_mpi_flags
 }
 # mpicc --showme's bare -pthread and -Wl,... (HPC-X, a source-built Open
