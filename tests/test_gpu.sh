@@ -262,11 +262,18 @@ fi
 # which have 4 decimals, within one unit of the last (1e-4).
 EQB=840                                   # divides by 1..8 ranks
 [ $((EQB % GPUS)) -eq 0 ] || EQB=$((840 * GPUS))
-EQ=(--model tiny --steps 8 --batch "$EQB" --log-every 1 --lr "$LR")
-# equivalent NAME: parameters, printed losses and final loss of run NAME against eq1
+# --clip-grad-norm 1000 never clips here (the norms are near 1) but prints
+# each step's gradient norm, which AdamW's step hides (m / sqrt(v)): a
+# reduction that forgot to divide by N moves the parameters only through
+# AdamW's eps (4e-4 on 4 ranks, seen by mutation), and the norm N times.
+# Printed to 4 decimals of norms near 1, within 1e-3 relative (the fp32
+# orders differ by ~1e-7; the print's rounding is 5e-5).
+EQ=(--model tiny --steps 8 --batch "$EQB" --log-every 1 --lr "$LR" --clip-grad-norm 1000)
+# equivalent NAME: parameters, printed losses, gradient norms and final loss of run NAME against eq1
 equivalent() {
   check_params "$2: parameters after 8 steps (tol 1e-5)" 1e-5 "$d/eq1.st" "$d/$1.st"
   check_losses "$2: printed losses" 1e-4 "$d/eq1.log" "$d/$1.log"
+  check_norms "$2: gradient norms" 1e-3 "$d/eq1.log" "$d/$1.log"
   check_final_loss "$2: final loss" 1e-5 "$d/eq1.json" "$d/$1.json"
 }
 train eq1 "$GPU_BIN" 1 "${EQ[@]}" --trace "$d/eq1.json"
