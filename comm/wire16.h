@@ -65,9 +65,11 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
     Dtype d = k->wire;
     /* N slices (unless full holds them) and the ring's tmp; + 2 bytes so
      * that a group holding none of a unit's parameters (S = 0) still asks
-     * for some memory */
+     * for some memory. An all-gather into a held full state needs neither. */
     size_t bytes = ((packed ? 0 : (size_t)N) + 1) * (size_t)S * sizeof(uint16_t) + 2;
-    uint16_t *buf = (uint16_t *)host_malloc(bytes, "pack a 16-bit collective");
+    uint16_t *buf = packed && k->kind == COMM_ALL_GATHER
+                        ? NULL
+                        : (uint16_t *)host_malloc(bytes, "pack a 16-bit collective");
     uint16_t *w = packed ? (uint16_t *)k->full : buf;
     uint16_t *tmp = packed ? buf : buf + N * S, *mine = w + c->rank * S;
     if (k->kind == COMM_ALL_GATHER) {
