@@ -751,9 +751,8 @@ static CommHandle comm_all_gather_in(Comm *c, CommGroup group, void *full, Dtype
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, group, unit, S * c->group[group]->world, wire))
         return h;
-    CommTask task =
-        comm_task(COMM_ALL_GATHER, group, (float *)full, (const float *)shard, NULL, NULL, S, wire,
-                  1.0f);
+    CommTask task = comm_task(COMM_ALL_GATHER, group, (float *)full, (const float *)shard, NULL,
+                              NULL, S, wire, 1.0f);
     task.held = held;
     comm_submit(c, &h, &task);
     return h;
@@ -772,12 +771,13 @@ static void comm_ring_tmp(Comm *c, CommHandle *h, long S, Ledger *l, const char 
     h->ledger = l;
 }
 
-/* reduce-scatter (mean): full (G*S), fp32 slots or (held = the wire) 16 bits, on each of
- * the G ranks that share a unit's shards (GROUP_SHARD) -> shard (S), the average over them
- * of chunk `rank`, in the gradients' format c->reduce_dtype. The ring consumes `full` as
- * its accumulator, so `full` must live until the wait. */
+/* reduce-scatter (mean): full (G*S; fp32 slots, or the wire's 16 bits, scaled in place) on
+ * each of the G ranks that share a unit's shards (GROUP_SHARD) -> shard (S), the average of
+ * chunk `rank`, in c->reduce_dtype. The ring consumes `full`: it must live until the wait. */
 static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, void *full, Dtype held,
                                             long S, int unit, Ledger *l) {
+    if (held != DTYPE_FP32 && held != c->reduce_dtype)
+        FATAL("this is a bug in fsdp.c", "a %s gradient on another wire", DTYPE_NAMES[held]);
     CommHandle h;
     const Comm *g = c->group[GROUP_SHARD];
     if (comm_record(c, &h, COMM_REDUCE_SCATTER, GROUP_SHARD, unit, S * g->world, c->reduce_dtype))
@@ -2941,16 +2941,16 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
         Unit *u = &t->units[ui];
         long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
         unit_state_to_host(u);
-        float *shard_param = unit_state_host(u, 0);
+        float *master = unit_state_host(u, 0);
         for (int j = 0; j < u->n_params && rc == 0; j++) {
             const Param *p = &t->model.params[u->params[j]];
             if (!param_in_shard(p, lo, hi, &a, &b)) continue;
             uint64_t at = h->data_start + h->tensors[map[u->params[j]]].begin;
             if (p->conv1d) { /* transposed in the file: read it whole, take our part */
-                rc = st_read_conv1d(fd, at, p, a, b, shard_param + (a - lo));
+                rc = st_read_conv1d(fd, at, p, a, b, master + (a - lo));
             } else {
                 at += (uint64_t)(a - p->offset) * sizeof(float);
-                rc = file_read_at(fd, shard_param + (a - lo), (size_t)(b - a) * sizeof(float), at);
+                rc = file_read_at(fd, master + (a - lo), (size_t)(b - a) * sizeof(float), at);
             }
             if (rc)
                 rc = usage_error(err, errlen, "--init-from %s: cannot read %s (the file changed?).",

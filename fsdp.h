@@ -291,7 +291,7 @@ typedef struct {
     CommKind kind;
     float *full;        /* (N*S) all-gather output; reduce-scatter input, consumed;
                          * all-reduce buffer, in place */
-    const float *shard; /* (S) all-gather input */
+    const float *shard; /* (S) all-gather input; in `held`'s format too */
     float *out;         /* (S) reduce-scatter output */
     float *tmp;         /* (S) the ring's receive buffer */
     long S;             /* elements per rank (chunk) */
@@ -457,8 +457,8 @@ typedef struct {
     CommHandle gather; /* the all-gather of full_param, while `gathering` */
     int gathering;
     int needs_backward; /* ran forward this step, its backward not begun yet */
-    float *host_state;  /* (3, shard) GPU build: a host copy of shard_param, exp_avg,
-                         * exp_avg_sq for checkpoints; NULL on the CPU */
+    float *host_state;  /* (3, shard) GPU build: a host copy of the fp32 master (master_param,
+                         * else shard_param), exp_avg, exp_avg_sq for checkpoints; NULL on CPU */
 } Unit;
 
 typedef struct Trainer Trainer;

@@ -40,7 +40,7 @@ static void collective_run(Comm *c, const CommTask *k) {
     if (S == 0 || backend.dry) return; /* no parameters, or --plan: nothing to move */
     CommTask host = comm_task(k->kind, k->group, c->stage, NULL, c->stage + (N + 1) * S,
                               c->stage + N * S, S, k->wire, k->prescale);
-    host.held = k->held; /* an all-gather into 16 bits: the stage holds them so too */
+    host.held = k->held; /* full in 16 bits (a gather's output, a reduction's input): so here */
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * dtype_bytes(k->held);
     if (k->kind == COMM_ALL_GATHER) {
         /* in place on the host; 16 bits from the out slot, into the stage */
@@ -270,9 +270,12 @@ static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     CommTask w = *k;
     int packed = k->held != DTYPE_FP32;
     if (k->kind == COMM_ALL_GATHER && packed) return w; /* 16 bits in, 16 bits out */
-    /* N slices (unless held) and the reduce-scatter's output; + 2 bytes, never 0 (S = 0) */
+    if (k->kind == COMM_ALL_REDUCE && packed) /* only a unit's full state and gradient are */
+        FATAL("this is a bug in fsdp.c", "an all-reduce of a buffer held in 16 bits");
+    /* N slices (unless held) and the reduce-scatter's output, each written whole before
+     * it is read (not zeroed); + 2 bytes, never 0 (S = 0) */
     h->wire_bytes = (size_t)((packed ? 0 : N) + 1) * (size_t)S * sizeof(uint16_t) + 2;
-    uint16_t *buf = (uint16_t *)dev_alloc(h->wire_bytes);
+    uint16_t *buf = (uint16_t *)dev_alloc_for_overwrite(h->wire_bytes);
     if (!buf) FATAL("the GPU is out of memory; try a smaller model", "cannot pack a collective");
     h->wire_buf = buf;
     if (packed) { /* a reduce-scatter of a gradient held in 16 bits */

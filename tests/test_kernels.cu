@@ -150,6 +150,40 @@ static double ulp16(double m, Dtype d) {
     return m > 0.0 ? ldexp(1.0, ilogb(m) - (d == DTYPE_BF16 ? 7 : 10)) : 0.0;
 }
 
+/* LayerNorm's parameter gradients held in bf16 (a sharded unit's full
+ * gradient on a GPU with --param-dtype bf16: fsdp.c's grad_dtype), added
+ * into one already there (an earlier micro-batch's; here the sum itself,
+ * rounded): the stage-2 column sums add in fp32 and round once as they
+ * write. dw and db are the CPU's sums TIME_REPS times over; tw and tb the
+ * bounds of one. The reference: the gradient there plus one sum, rounded;
+ * the bound: the sum's own and one bf16 ulp. */
+static void check_layernorm_grads16(const float *dw, const float *db, double tw, double tb,
+                                    void *gdx16, const float *gdy16, const float *gx16,
+                                    const float *gw16, const float *gmean, const float *grstd,
+                                    int B, int D) {
+    float *ref = (float *)host_malloc((size_t)2 * D * 4, "ref"), *ref_b = ref + D;
+    for (int i = 0; i < D; i++)
+        ref[i] = round_to(dw[i] / TIME_REPS, DTYPE_BF16),
+        ref_b[i] = round_to(db[i] / TIME_REPS, DTYPE_BF16);
+    float *g = device_copy(ref, 2L * D), *gdw16 = gpu(D), *gdb16 = gpu(D);
+    FOR_EACH(D, pack_one, (uint16_t *)gdw16, g, DTYPE_BF16, 1.0f);
+    FOR_EACH(D, pack_one, (uint16_t *)gdb16, g + D, DTYPE_BF16, 1.0f);
+    backend.gemm_dtype = DTYPE_BF16;
+    double us;
+    TIME_RUNS(us, 1, layernorm_backward(gdx16, gdw16, gdb16, DTYPE_BF16, gdy16, gx16, gw16,
+                                        DTYPE_BF16, gmean, grstd, B, D, DTYPE_BF16));
+    backend.gemm_dtype = DTYPE_FP32;
+    for (int i = 0; i < D; i++)
+        ref[i] = round_to(ref[i] + dw[i] / TIME_REPS, DTYPE_BF16),
+        ref_b[i] = round_to(ref_b[i] + db[i] / TIME_REPS, DTYPE_BF16);
+    const char *name = "layernorm backward, its gradients held in bf16 (added into)";
+    expect(name, "dweight", unpacked(gdw16, D, DTYPE_BF16), ref, D,
+           tw + ulp16(max_abs(ref, D), DTYPE_BF16), us);
+    expect(name, "dbias", unpacked(gdb16, D, DTYPE_BF16), ref_b, D,
+           tb + ulp16(max_abs(ref_b, D), DTYPE_BF16), us);
+    free(ref);
+}
+
 /* LayerNorm over GPT-2 124M's rows: 8 x 1024 tokens of 768 (ROWS) */
 static void check_layernorm(void) {
     const int B = ROWS, D = 768;
@@ -261,6 +295,8 @@ static void check_layernorm(void) {
     for (long i = 0; i < n; i++) dx1[i] = round_to(dx1[i], DTYPE_BF16);
     expect("layernorm backward, held in bf16", "dinp", unpacked(gdx16, n, DTYPE_BF16), dx1, n,
            tdx / TIME_REPS + ulp16(m1, DTYPE_BF16), us);
+    check_layernorm_grads16(dw, db, tdw / TIME_REPS, tdb / TIME_REPS, gdx16, gdy16, gx16, gw16,
+                            gmean, grstd, B, D);
     float *frees[] = {x, w, b, dy, out, mean, rstd, dx, dx1, dw, db};
     for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
     gpu_free_all();
