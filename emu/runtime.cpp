@@ -9,11 +9,14 @@
  *   4. cuBLAS: the GEMMs, in fp32 (TF32 and 16-bit inputs as the tensor
  *      cores take them)
  *   5. NCCL: its collectives as MPI's, on a communicator of their own
+ *   6. what the host asked of the GPU, counted (FSDP_EMU_STATS)
  * ========================================================================== */
 #include "cuda_emu.h"
 
 #include <algorithm>
 #include <atomic>
+#include <errno.h>
+#include <fcntl.h>
 #include <map>
 #include <mpi.h>
 #include <mutex>
@@ -30,6 +33,23 @@
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
 #endif
+
+/* What the host asked of the GPU, counted as it asks (section 6 writes it
+ * out). The communication and watchdog threads call in too, hence atomics. */
+namespace emu {
+struct Counts {
+    std::atomic<long> launches, gemms, device_allocs, host_waits, memset_bytes, copies,
+        collectives;
+};
+static Counts counts;
+static pthread_t main_thread; /* the host thread that queues the step's work */
+/* The host blocks until the GPU catches up: on a GPU the queue drains, and
+ * the GPU idles until the host queues more. Counted on the main thread,
+ * whose waits stall the step (the communication thread waits by design). */
+static void count_host_wait(void) {
+    if (pthread_equal(pthread_self(), main_thread)) counts.host_waits++;
+}
+} // namespace emu
 
 /* ---- 1. fibers and barriers -------------------------------------------------
  * A block's threads run as fibers on the CPU thread that launched it. A
@@ -423,6 +443,7 @@ static int take_back(void *p, Kind kind) {
 static int reachable(const void *p) { return !p || kind_of(p) != HOST; }
 
 int launch_check(dim3 grid, dim3 dim) {
+    counts.launches++;
     unsigned long threads = (unsigned long)dim.x * dim.y * dim.z;
     if (threads == 0 || threads > MAX_THREADS || dim.z > 64 || grid.x == 0 || grid.y == 0 ||
         grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
@@ -576,6 +597,7 @@ const char *cudaGetErrorString(cudaError_t e) {
 }
 
 cudaError_t cudaMalloc(void **p, size_t bytes) {
+    counts.device_allocs++;
     *p = lend(bytes, DEVICE);
     return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
@@ -623,14 +645,17 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
         return fail(cudaErrorInvalidValue);
     }
     memmove(dst, src, bytes);
+    if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToHost) counts.copies++;
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+    count_host_wait(); /* it returns when the copy is done */
     return cudaMemcpyAsync(dst, src, bytes, kind, NULL);
 }
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream) {
     if (stream_hung(stream)) return cudaSuccess;
     if (bytes && kind_of(p, bytes) != DEVICE) return fail(cudaErrorInvalidValue);
+    counts.memset_bytes += (long)bytes;
     memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -646,6 +671,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    count_host_wait();
     if (stream_hung(s)) hang_forever();
     return cudaSuccess;
 }
@@ -656,6 +682,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
+    count_host_wait();
     if (hung_streams) hang_forever();
     return cudaSuccess;
 }
@@ -677,6 +704,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    count_host_wait();
     if (!e) return fail(cudaErrorInvalidResourceHandle);
     if (e->never) hang_forever();
     return cudaSuccess;
@@ -743,6 +771,7 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
         lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
         ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
+    counts.gemms++;
     if (stream_hung(h->stream)) return CUBLAS_STATUS_SUCCESS; /* queued behind a hang */
     int round = h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F;
     std::vector<float> a((size_t)m * k), b((size_t)k * n), acc((size_t)ROWS * COLS);
@@ -882,6 +911,7 @@ static std::atomic<int> id_counter;
  * FSDP_EMU_NCCL_HANG names (which hangs its stream instead) */
 static int collective_runs(cudaStream_t s) {
     static std::atomic<int> count;
+    counts.collectives++;
     long n = nccl_hang_at();
     if (stream_hung(s)) return 0;
     if (!n || ++count != n) return 1;
@@ -1022,3 +1052,34 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     return ncclSuccess;
 }
 } /* extern "C" */
+
+/* ---- 6. what the host asked of the GPU, counted --------------------------------------
+ * With FSDP_EMU_STATS=FILE each process adds one line to FILE as it exits:
+ * its kernel launches, GEMMs, cudaMallocs, the main thread's waits for the
+ * GPU (synchronizations, blocking copies), bytes zeroed, copies between host
+ * and device, and NCCL collectives. These are the GPU build's own choices,
+ * the same on a GPU (the emulator only counts them), and they say what
+ * the GPU's speed alone cannot: a step that mallocs (the pool missed), waits
+ * (the queue drains and the GPU idles) or launches thousands of small
+ * kernels (the host, at a few microseconds a launch, falls behind the GPU)
+ * is slow on any GPU. make test-gpu-emu holds a step's counts (check l.). */
+static void counts_write(void) {
+    const char *path = getenv("FSDP_EMU_STATS"), *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank) rank = getenv("PMIX_RANK");
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "rank %s: launches %ld gemms %ld device_allocs %ld host_waits %ld "
+                     "memset_bytes %ld copies %ld collectives %ld\n",
+                     rank ? rank : "0", counts.launches.load(), counts.gemms.load(),
+                     counts.device_allocs.load(), counts.host_waits.load(),
+                     counts.memset_bytes.load(), counts.copies.load(), counts.collectives.load());
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644); /* one write: lines stay whole */
+    if (fd < 0 || write(fd, line, (size_t)n) != n)
+        fprintf(stderr, "emulator: FSDP_EMU_STATS=%s: cannot write the counts (%s)\n", path,
+                strerror(errno));
+    if (fd >= 0) close(fd);
+}
+__attribute__((constructor)) static void counts_begin(void) {
+    main_thread = pthread_self(); /* constructors run on the main thread, before main */
+    if (getenv("FSDP_EMU_STATS")) atexit(counts_write);
+}

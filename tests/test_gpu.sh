@@ -495,6 +495,43 @@ if [ -n "${FSDP_EMU:-}" ]; then
     || { flunk "k. NCCL watchdog: exit $rc$([ $rc -eq 124 ] && echo ' (hung: the watchdog never fired)'), want 4 and the collective named"; tail -4 <<<"$out" | sed 's/^/      /'; }
 fi
 
+# ---- l. what a step asks of the GPU, counted (the emulator only) -------------------------
+# FSDP_EMU_STATS=FILE: each process counts what it asks of the GPU (emu/runtime.cpp,
+# section 6). These are the GPU build's choices, the same on a GPU, and no
+# GPU's speed can make up for them. A step's share is the difference between
+# a 4-step and a 2-step run, halved (start-up and shutdown drop out):
+#  - cudaMalloc: none. The pool (kernels/backend.h) hands each buffer of a
+#    step back to the next; a cudaMalloc in the loop also synchronizes the
+#    device.
+#  - the main thread's waits for the GPU: 8, each one draining the queue so
+#    the GPU idles until the host queues more: 5 synchronous copies of the
+#    batch (tokens and targets; the embedding's rows grouped by token: rows,
+#    end, token), 1 for the loss (crossentropy_forward reads it), 2 for the
+#    loss's all-gather (one float in, N out: global_mean_loss). A change in
+#    this number is a change in the GPU's idle time: say why here.
+# Launches, GEMMs and bytes zeroed are printed: at a few microseconds each
+# the host must queue a step's launches faster than the GPU runs them.
+if [ -n "${FSDP_EMU:-}" ]; then
+  ok_runs=1
+  for s in 2 4; do
+    FSDP_EMU_STATS=$d/count$s timeout 120 $MPIRUN -np 2 "./$GPU_BIN" --model gpt2-tiny --batch 8 \
+      --steps $s --collectives nccl >"$d/count$s.log" 2>&1 || { ok_runs=0; tail -3 "$d/count$s.log"; }
+  done
+  # count FILE NAME: rank 0's figure
+  count() { grep '^rank 0:' "$1" | grep -oE "$2 [0-9]+" | awk '{ print $2 }'; }
+  per_step() { echo $((($(count "$d/count4" "$1") - $(count "$d/count2" "$1")) / 2)); }
+  if [ $ok_runs = 1 ] && [ -n "$(count "$d/count4" launches)" ] && [ -n "$(count "$d/count2" launches)" ]; then
+    a=$(per_step device_allocs) w=$(per_step host_waits)
+    [ "$a" -eq 0 ] && pass "l. gpt2-tiny, 2 ranks: a step calls cudaMalloc 0 times (the pool serves it)" \
+      || flunk "l. a step calls cudaMalloc $a times: a buffer the pool does not find again"
+    [ "$w" -eq 8 ] && pass "l. gpt2-tiny, 2 ranks: the host waits for the GPU 8 times a step (5 batch copies, the loss, its all-gather)" \
+      || flunk "l. the host waits for the GPU $w times a step, not 8: a wait added or removed (say why in test_gpu.sh l.)"
+    echo "note: l. a step of gpt2-tiny (2 layers) on 2 ranks: $(per_step launches) kernel launches, $(per_step gemms) GEMMs, $(per_step collectives) NCCL collectives, $(per_step memset_bytes) bytes zeroed, $(per_step copies) copies between host and device"
+  else
+    flunk "l. FSDP_EMU_STATS: the runs failed or wrote no counts ($(cat "$d/count4" 2>/dev/null | head -1))"
+  fi
+fi
+
 echo
 echo "$n_ok passed, $n_bad failed"
 [ $n_bad -eq 0 ]
