@@ -207,8 +207,8 @@ enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
 
 /* defines: backend (the process's device; backend.dry: --plan, nothing runs),
  *          dev_alloc, dev_free, dev_zero, dev_copy, dev_to_host, dev_from_host,
- *          dev_synchronize, event_record, event_seconds, FOR_EACH, HOST_FOR_EACH,
- *          STATE_FOR_EACH, scale_one, backend_init, backend_describe,
+ *          dev_synchronize, event_record, event_seconds, batch_stage, batch_staged,
+ *          FOR_EACH, HOST_FOR_EACH, STATE_FOR_EACH, scale_one, backend_init, backend_describe,
  *          backend_print_memory, backend_release (and, on GPUs, the pool) */
 #include "kernels/backend.h"
 
@@ -2491,19 +2491,18 @@ static void trainer_load_batch(Trainer *t, int step, int micro) {
         gpt2_load_batch(t, &t->corpus, step, micro);
         return;
     }
-    unsigned char *tokens = (unsigned char *)host_malloc((size_t)B * c->context, "draw a batch");
-    int *targets = (int *)host_malloc((size_t)B * sizeof(int), "draw a batch");
+    long BT = (long)B * c->context; /* the stage: targets (B), rows by byte (3 BT), bytes (BT) */
+    int *targets = (int *)batch_stage(((size_t)B + 3 * (size_t)BT) * sizeof(int) + (size_t)BT);
+    unsigned char *tokens = (unsigned char *)(targets + B + 3 * BT);
     sampler_local_batch(&t->corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
                         c->context, tokens, targets);
-    dev_from_host(t->act.tokens, tokens, (size_t)B * c->context);
-    dev_from_host(t->act.targets, targets, (size_t)B * sizeof(int));
-    long BT = (long)B * c->context;
-    int *bytes = (int *)host_malloc((size_t)BT * sizeof(int), "draw a batch");
-    for (long n = 0; n < BT; n++) bytes[n] = tokens[n];
-    token_rows_load(&t->act.by_token, bytes, BT, c->vocab);
-    free(bytes);
-    free(tokens);
-    free(targets);
+    dev_from_host_queued(t->act.tokens, tokens, (size_t)BT);
+    dev_from_host_queued(t->act.targets, targets, (size_t)B * sizeof(int));
+    int *ids = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by byte");
+    for (long n = 0; n < BT; n++) ids[n] = tokens[n];
+    token_rows_load(&t->act.by_token, ids, BT, c->vocab, targets + B);
+    free(ids);
+    batch_staged(); /* the next batch_stage waits for these copies */
 }
 
 /* ------------------------------------------------------------------------

@@ -78,6 +78,9 @@ typedef struct {
     int dry;
     int host_threads; /* threads for loops over host memory (HOST_FOR_EACH); 0 or 1: one */
     Dtype gemm_dtype; /* the matmuls' inputs: fp32, or 16-bit on a GPU's tensor cores */
+    void *stage;      /* the batch's stage (batch_stage, below): pinned where it could be */
+    size_t stage_bytes;
+    int stage_pinned;
 #ifdef __CUDACC__
     int device;
     cudaStream_t compute, comm;
@@ -89,6 +92,7 @@ typedef struct {
     cudaEvent_t clock_event;        /* recorded at start, when MPI_Wtime() was clock_host: */
     double clock_host;              /* a CUDA event's time on this machine's clock */
     struct NcclWatch *watch;        /* NCCL's watchdog thread (comm/device.h), or NULL */
+    cudaEvent_t stage_read;         /* the last batch's copies have read the stage */
 #endif
 } Backend;
 static Backend backend;
@@ -457,7 +461,9 @@ static void backend_print_memory(size_t allocated_peak) {
            human_bytes((double)total, t, sizeof(t)));
 }
 
+static void batch_stage_release(void);
 static void backend_release(void) {
+    batch_stage_release();
     pool_empty_cache();
     free(backend.cached);
     cudaCheck(cudaEventDestroy(backend.clock_event));
@@ -532,7 +538,8 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     host_threads_choose(comm);
     return 0;
 }
-static void backend_release(void) {}
+static void batch_stage_release(void);
+static void backend_release(void) { batch_stage_release(); }
 static void backend_choose_device_early(void) {} /* there is no device to choose */
 static void backend_describe(const Config *cfg) { (void)cfg; }
 static void backend_print_memory(size_t allocated_peak) { (void)allocated_peak; }
@@ -576,6 +583,51 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
         if (on_host) HOST_FOR_EACH(n, fn, __VA_ARGS__);                                            \
         else FOR_EACH(n, fn, __VA_ARGS__);                                                         \
     } while (0)
+
+/* ---- the batch's stage ----------------------------------------------------------
+ * Each forward's batch (its tokens, targets and rows grouped by token) is
+ * drawn on the host and copied to the device. Copied from pageable memory,
+ * each copy would first wait for the compute stream: the GPU's queue would
+ * run dry at every one. So the batch is drawn into the stage, pinned
+ * memory that the copies, queued (dev_from_host_queued), read when their
+ * turn comes; the host waits only before it draws the next batch into the
+ * same memory, for the copies that read the last one (stage_read), which
+ * are done long before: the host reads the loss in between. On the CPU
+ * the stage is plain memory and the copies are done at once.
+ *   batch_stage(bytes)  the stage, at least `bytes`, free to be written;
+ *   batch_staged()      its copies are queued: the next batch_stage waits
+ *                       for them. */
+static void batch_stage_wait(void) {
+#ifdef __CUDACC__
+    if (backend.stage_read) {
+        cudaCheck(cudaEventSynchronize(backend.stage_read));
+        cudaCheck(cudaEventDestroy(backend.stage_read));
+        backend.stage_read = NULL;
+    }
+#endif
+}
+static void batch_stage_release(void) {
+    batch_stage_wait();
+    if (backend.stage_pinned) host_pinned_free(backend.stage);
+    else free(backend.stage);
+    backend.stage = NULL, backend.stage_bytes = 0, backend.stage_pinned = 0;
+}
+static void *batch_stage(size_t bytes) {
+    batch_stage_wait();
+    if (bytes > backend.stage_bytes) {
+        batch_stage_release();
+        backend.stage = host_pinned_alloc(bytes);
+        backend.stage_pinned = backend.stage != NULL;
+        if (!backend.stage) backend.stage = host_malloc(bytes, "stage a batch"); /* still right */
+        backend.stage_bytes = bytes;
+    }
+    return backend.stage;
+}
+static void batch_staged(void) {
+#ifdef __CUDACC__
+    backend.stage_read = event_record(backend.compute, 0);
+#endif
+}
 
 /* x *= f, element i: how the collectives turn a sum into a mean */
 FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }

@@ -189,12 +189,13 @@ static void token_rows_alloc(TokenRows *g, Ledger *l, long BT) {
     g->distinct = 0;
 }
 
-/* Groups the BT tokens (each in [0, V)) and copies the groups to the device */
-static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
+/* Groups the BT tokens (each in [0, V)) in `stage` (3 BT ints of host
+ * memory: the batch's stage) and queues their copies to the device, which
+ * read it when their turn comes (backend.h's batch_stage says when it may
+ * be written again) */
+static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V, int *stage) {
     int *start = (int *)host_calloc((size_t)V + 1, sizeof(int), "group a batch by token");
-    int *rows = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by token");
-    int *end = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by token");
-    int *token = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by token");
+    int *rows = stage, *end = stage + BT, *token = stage + 2 * BT;
     for (long n = 0; n < BT; n++) start[tokens[n] + 1]++;
     for (int v = 0; v < V; v++) start[v + 1] += start[v]; /* token v's rows begin at start[v] */
     int u = 0;
@@ -204,11 +205,11 @@ static void token_rows_load(TokenRows *g, const int *tokens, long BT, int V) {
             end[u++] = start[v + 1];
         }
     for (long n = 0; n < BT; n++) rows[start[tokens[n]]++] = (int)n; /* in increasing n */
-    dev_from_host(g->rows, rows, (size_t)BT * sizeof(int));
-    dev_from_host(g->end, end, (size_t)u * sizeof(int));
-    dev_from_host(g->token, token, (size_t)u * sizeof(int));
+    dev_from_host_queued(g->rows, rows, (size_t)BT * sizeof(int));
+    dev_from_host_queued(g->end, end, (size_t)u * sizeof(int));
+    dev_from_host_queued(g->token, token, (size_t)u * sizeof(int));
     g->distinct = u;
-    free(start), free(rows), free(end), free(token);
+    free(start);
 }
 
 /* An embedding's gradient: row token[n] of dweight (V, C) gets row n of

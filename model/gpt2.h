@@ -71,16 +71,16 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
 static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micro) {
     const Config *c = &t->cfg;
     int B = t->micro_batch;
-    size_t bytes = (size_t)B * c->context * sizeof(int);
-    int *tokens = (int *)host_malloc(bytes, "draw a batch");
-    int *targets = (int *)host_malloc(bytes, "draw a batch");
+    long BT = (long)B * c->context;
+    size_t bytes = (size_t)BT * sizeof(int);
+    /* the batch's stage: tokens (BT), targets (BT), the rows grouped by token (3 BT) */
+    int *tokens = (int *)batch_stage(5 * bytes), *targets = tokens + BT;
     sampler_local_sequences(corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
                             c->context, tokens, targets);
-    dev_from_host(t->gpt.tokens, tokens, bytes);
-    dev_from_host(t->gpt.targets, targets, bytes);
-    token_rows_load(&t->gpt.by_token, tokens, (long)B * c->context, c->vocab);
-    free(tokens);
-    free(targets);
+    dev_from_host_queued(t->gpt.tokens, tokens, bytes);
+    dev_from_host_queued(t->gpt.targets, targets, bytes);
+    token_rows_load(&t->gpt.by_token, tokens, BT, c->vocab, targets + BT);
+    batch_staged(); /* the next batch_stage waits for these copies */
 }
 
 /* Block l's saved buffers: its own with every block kept, else the one

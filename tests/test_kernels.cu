@@ -588,7 +588,10 @@ static void check_embedding_at(const char *name, long BT, int V, int C) {
             for (int c = 0; c < C; c++) dw[(long)tok[i] * C + c] += dy[i * C + c];
     TokenRows g;
     g.rows = (int *)gpu(BT), g.end = (int *)gpu(BT), g.token = (int *)gpu(BT);
-    token_rows_load(&g, tok, BT, V);
+    int *stage = (int *)host_malloc((size_t)3 * BT * sizeof(int), "group a batch by token");
+    token_rows_load(&g, tok, BT, V, stage);
+    dev_synchronize(); /* the queued copies have read the stage */
+    free(stage);
     float *gdy = device_copy(dy, n), *gdw = gpu((long)V * C);
     double us;
     TIME_US(us, embedding_backward(gdw, DTYPE_FP32, gdy, &g, C));

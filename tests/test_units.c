@@ -131,10 +131,13 @@ static void emb_case(void *c) { EmbCtx *x = (EmbCtx *)c; embedding_forward(x->ou
 /* A batch's rows grouped by token (TokenRows) in the arrays given: the
  * CPU build's device memory is the host's. */
 enum { MAX_ROWS = 4096 };
-typedef struct { int rows[MAX_ROWS], end[MAX_ROWS], token[MAX_ROWS]; TokenRows g; } Grouped;
+typedef struct {
+    int rows[MAX_ROWS], end[MAX_ROWS], token[MAX_ROWS], stage[3 * MAX_ROWS];
+    TokenRows g;
+} Grouped;
 static TokenRows *group_by_token(Grouped *x, const int *tok, long BT, int V) {
     x->g = (TokenRows){x->rows, x->end, x->token, 0};
-    token_rows_load(&x->g, tok, BT, V);
+    token_rows_load(&x->g, tok, BT, V, x->stage);
     return &x->g;
 }
 
