@@ -10,6 +10,8 @@
 #   make test-gpu-emu  the same on the emulator (emu/): the GPU build run by the CPU
 #   make bench-gpu fsdp-gpu on a 1B-parameter model: tokens/s, TFLOP/s, MFU, beside
 #                  cuBLAS and NCCL alone (tests/bench_gpu)
+#   make gpu-report  on a GPU, in one go: test-gpu, then bench-gpu in bf16 and fp32,
+#                  built for that GPU alone, logs and a summary in gpu-report/
 #   make sanitize  the tests under AddressSanitizer and UBSan
 #   make exercise EX=NAME  grade a graded exercise (exercises/README.md)
 #
@@ -88,7 +90,7 @@ NCCL_LIBS   = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NC
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu test-gpu test-gpu-emu bench-gpu clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps
+.PHONY: all run test bench gpu test-gpu test-gpu-emu bench-gpu gpu-report clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps
 
 all: fsdp
 
@@ -311,6 +313,10 @@ test-gpu-emu: | mpi
 	@FSDP_EMU=1 bash tests/test_gpu.sh
 bench-gpu: | mpi
 	@bash tests/bench_gpu.sh
+# All of the above that a GPU machine should be asked, within REPORT_SECONDS
+# (540), built for its GPU alone; DIR (gpu-report/) holds a summary and the logs
+gpu-report: | mpi
+	@bash tests/gpu_report.sh
 
 # ---- the whole suite under AddressSanitizer + UBSan (rebuilds, then cleans) --
 # Leak checking is off: Open MPI keeps allocations alive until exit by design.

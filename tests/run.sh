@@ -176,8 +176,20 @@ gpu_build() {
   test -x fsdp-gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu, warnings as errors" &&
     test -x tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
     test -x tests/test_kernels && echo "tests/test_kernels.cu compiled (make test-gpu's check of each kernel alone)" &&
-    gpu_probe && gpu_plan && gpu_mpi_flags
+    gpu_probe && gpu_plan && gpu_mpi_flags && gpu_report_skips
 }
+# make gpu-report without a GPU: a skip (77) that says why, never a pass,
+# with the machine written down (a machine with a GPU runs it whole: minutes)
+gpu_report_skips() {
+  local d rc
+  command -v nvidia-smi >/dev/null 2>&1 && { echo "a GPU driver here: make gpu-report runs on it (not from make test)"; return 0; }
+  d=$(mktemp -d); DIR=$d/report bash tests/gpu_report.sh >"$d/log" 2>&1; rc=$?
+  if [ $rc -eq 77 ] && grep -q '^no GPU here' "$d/log" && grep -q '^cores: ' "$d/report/machine.txt"; then
+    echo "make gpu-report: no GPU here, exit 77 with the reason: $(head -1 "$d/log")"; rm -rf "$d"; return 0
+  fi
+  echo "make gpu-report without a GPU: exit $rc, want 77 and the reason:"; cat "$d/log"; rm -rf "$d"; return 1
+}
+export -f gpu_report_skips
 # mpicc --showme's bare -pthread and -Wl,... (HPC-X, a source-built Open
 # MPI) reach nvcc wrapped, and nvcc takes them: the bare ones it refuses
 gpu_mpi_flags() {
@@ -213,7 +225,7 @@ export MPIRUN
 export -f gpu_build
 # ~90 s; under make sanitize (ASan and UBSan in the emulated build) a few times that
 RUN_LIMIT=900 run "the GPU build on the emulator (emu/: fsdp.c's CUDA path compiled by g++, run by the CPU): the emulator keeps CUDA's promises, every kernel against the CPU's arithmetic, then make test-gpu's whole suite against ./fsdp (make test-gpu-emu)" env FSDP_EMU=1 bash tests/test_gpu.sh
-run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped" bash -c gpu_build
+run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped; make gpu-report skips, saying why" bash -c gpu_build
 
 # -- the course and the README's commands --------------------------------------------------
 run "README's commands run and print what it shows (tests/check_docs.py), and the checker can fail" bash tests/test_docs.sh

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tests/gpu_report.sh — what a GPU machine should be asked, in one command,
+# its answers in one folder: `make gpu-report` (DIR=gpu-report by default).
+#
+# For the first run on a GPU, or a GPU lent for a few minutes: it writes
+# down the machine (nvidia-smi, the driver, nvcc, MPI), builds for this
+# GPU's architecture alone (make gpu builds three: sm_80, sm_90 and PTX,
+# so nvcc's device passes take a third of the time), then runs
+#   1. make test-gpu                          every kernel, then whole runs, against ./fsdp
+#   2. BENCH_PARAM_DTYPE=bf16 make bench-gpu  tokens/s and MFU in bf16 (GPT-2: --attention flash)
+#   3. make bench-gpu                         the same in fp32, if time is left
+# within REPORT_SECONDS in all (540 unless set; each part gets what is
+# left), and writes DIR/summary.txt: each part's verdict and its figures,
+# beside each part's whole log. Please send the folder back with an issue.
+# No GPU: says why and exits 77, having written DIR/machine.txt.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+source tests/lib.sh
+
+out=${DIR:-gpu-report} budget=${REPORT_SECONDS:-540} start=$SECONDS
+mkdir -p "$out" || exit 1
+command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
+{
+  echo "fsdp.c $(git rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv 2>&1
+  "${NVCC:-nvcc}" --version 2>&1 | tail -2
+  $MPIRUN --version 2>&1 | head -1
+  echo "cores: $(nproc)"
+} >"$out/machine.txt"
+summary=$out/summary.txt
+cp "$out/machine.txt" "$summary"
+(find_gpus gpu-report) >>"$summary" || { tail -1 "$summary"; exit 77; }
+
+# This GPU's compute capability (9.0: sm_90), unless GPU_ARCH says otherwise
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
+[ -n "${GPU_ARCH:-}" ] || [ -z "$cc" ] || export GPU_ARCH="-gencode arch=compute_$cc,code=sm_$cc"
+echo "build: GPU_ARCH=${GPU_ARCH:-make's default}" >>"$summary"
+
+left() { echo $((budget - (SECONDS - start))); }
+# part NAME PATTERN COMMAND...: COMMAND's output in DIR/NAME.log, within
+# the time left; the summary gets its verdict and the lines matching PATTERN
+status=0
+part() {
+  local name=$1 pattern=$2 t rc; shift 2
+  t=$(left)
+  if [ "$t" -lt 30 ]; then
+    echo "== $name: not run (the ${budget} s were spent)" >>"$summary"; return
+  fi
+  timeout "$t" "$@" >"$out/$name.log" 2>&1; rc=$?
+  case $rc in
+    0) echo "== $name: passed ($((SECONDS - start)) s in all)" ;;
+    124) echo "== $name: stopped after $t s (REPORT_SECONDS)"; status=1 ;;
+    *) echo "== $name: exit $rc"; status=1 ;;
+  esac >>"$summary"
+  grep -E "$pattern" "$out/$name.log" | sed 's/^/  /' >>"$summary"
+}
+part build 'error|FAIL' make -s -j"$(nproc)" fsdp fsdp-gpu tests/st_diff tests/test_kernels tests/bench_gpu
+part test-gpu '^FAIL|^[0-9]+ passed, [0-9]+ failed' make -s test-gpu
+part bench-bf16 '^==|per step|tokens/s|MFU|cuBLAS|NCCL|FAIL' env BENCH_PARAM_DTYPE=bf16 make -s bench-gpu
+part bench-fp32 '^==|per step|MFU|cuBLAS|FAIL' make -s bench-gpu
+cat "$summary"
+echo "the logs: $out/"
+exit $status
