@@ -34,7 +34,7 @@ cp "$out/machine.txt" "$summary"
 # This GPU's compute capability (9.0: sm_90), unless GPU_ARCH says otherwise
 cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ')
 [ -n "${GPU_ARCH:-}" ] || [ -z "$cc" ] || export GPU_ARCH="-gencode arch=compute_$cc,code=sm_$cc"
-echo "build: GPU_ARCH=${GPU_ARCH:-make's default}" >>"$summary"
+echo "build: GPU_ARCH=${GPU_ARCH:-(the Makefile default)}" >>"$summary"
 
 left() { echo $((budget - (SECONDS - start))); }
 # part NAME PATTERN COMMAND...: COMMAND's output in DIR/NAME.log, within
