@@ -90,6 +90,12 @@ run_case() {
     shown="${shown% }"
     [ -n "$shown" ] || shown="(no args)"
     t0=$(date +%s.%N)
+    # Each case's own session directory. The cases run at once, and Open MPI
+    # 4's mpiruns share /tmp/ompi.HOST.UID, which one removes as it ends,
+    # perhaps while another is starting in it: "ORTE_ERROR_LOG ...
+    # session_dir.c", exit 1 (seen once, a case of 60, beside other jobs).
+    mkdir -p "$TMP/ompi.$n"
+    export OMPI_MCA_orte_tmpdir_base="$TMP/ompi.$n"
     # shellcheck disable=SC2086  # MPIRUN is a command line: split it
     out="$(FSDP_CLI_CASE="$TAG-$n" timeout -k 5 "$limit" $MPIRUN -np "$NP" "$FSDP" "$@" 2>&1)"
     rc=$?

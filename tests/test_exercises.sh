@@ -25,7 +25,9 @@ spawn() { # spawn FUNCTION ARGS...: in the background, its report kept in order
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
   n_cases=$((n_cases + 1))
   local log=$out/$n_cases.log
-  (log=$log; "$@") >"$out/$n_cases.report" 2>&1 &
+  # its own Open MPI session directory (tests/test_cli.sh's run_case says why)
+  mkdir -p "$out/ompi.$n_cases"
+  (log=$log; export OMPI_MCA_orte_tmpdir_base=$out/ompi.$n_cases; "$@") >"$out/$n_cases.report" 2>&1 &
 }
 
 # stub_and_reference EX: the stub fails its grader, the reference passes it
