@@ -67,6 +67,12 @@ static float *unpacked(const void *dev, long n, Dtype d) {
     FOR_EACH(n, unpack_one, out, (const uint16_t *)dev, d);
     return out;
 }
+/* ... and the other way: n values (fp32) packed into a new buffer in format d */
+static float *packed(const float *dev, long n, Dtype d) {
+    float *out = gpu(n);
+    FOR_EACH(n, pack_one, (uint16_t *)out, dev, d, 1.0f);
+    return out;
+}
 static float *host_copy(const float *d, long n) {
     float *x = (float *)host_malloc((size_t)n * sizeof(float), "read a result back");
     dev_to_host(x, d, (size_t)n * sizeof(float));
@@ -165,9 +171,8 @@ static void check_layernorm_grads16(const float *dw, const float *db, double tw,
     for (int i = 0; i < D; i++)
         ref[i] = round_to(dw[i] / TIME_REPS, DTYPE_BF16),
         ref_b[i] = round_to(db[i] / TIME_REPS, DTYPE_BF16);
-    float *g = device_copy(ref, 2L * D), *gdw16 = gpu(D), *gdb16 = gpu(D);
-    FOR_EACH(D, pack_one, (uint16_t *)gdw16, g, DTYPE_BF16, 1.0f);
-    FOR_EACH(D, pack_one, (uint16_t *)gdb16, g + D, DTYPE_BF16, 1.0f);
+    float *g = device_copy(ref, 2L * D), *gdw16 = packed(g, D, DTYPE_BF16),
+          *gdb16 = packed(g + D, D, DTYPE_BF16);
     backend.gemm_dtype = DTYPE_BF16;
     double us;
     TIME_RUNS(us, 1, layernorm_backward(gdx16, gdw16, gdb16, DTYPE_BF16, gdy16, gx16, gw16,
@@ -363,10 +368,8 @@ static void check_linear_grads16(const float *dw, const float *db, double tw, do
     float *ref = (float *)host_malloc((size_t)(nw + O) * 4, "ref"), *ref_b = ref + nw;
     for (long i = 0; i < nw; i++) ref[i] = round_to(dw[i], DTYPE_BF16);
     for (int o = 0; o < O; o++) ref_b[o] = round_to(db[o], DTYPE_BF16);
-    float *g = device_copy(ref, nw + O), *gdw16 = gpu(nw), *gdb16 = gpu(O),
-          *gdin = gpu((long)B * I);
-    FOR_EACH(nw, pack_one, (uint16_t *)gdw16, g, DTYPE_BF16, 1.0f);
-    FOR_EACH(O, pack_one, (uint16_t *)gdb16, g + nw, DTYPE_BF16, 1.0f);
+    float *g = device_copy(ref, nw + O), *gdw16 = packed(g, nw, DTYPE_BF16),
+          *gdb16 = packed(g + nw, O, DTYPE_BF16), *gdin = gpu((long)B * I);
     backend.gemm_dtype = DTYPE_BF16;
     double us;
     TIME_RUNS(us, 1, linear_backward(gdin, DTYPE_FP32, gdw16, gdb16, DTYPE_BF16, gdy16, DTYPE_BF16,
