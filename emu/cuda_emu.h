@@ -47,7 +47,13 @@
  *    16-bit output); NCCL is MPI on a communicator of its own;
  *  - FSDP_EMU_NCCL_HANG=N makes each rank's Nth NCCL collective never
  *    finish (a dead peer): what waits for it hangs, as on a GPU, so the
- *    NCCL watchdog (comm/device.h) can be tested.
+ *    NCCL watchdog (comm/device.h) can be tested;
+ *  - streams run their work as it is queued, but each device buffer's uses
+ *    are held to the order CUDA guarantees: an operation on one stream
+ *    that touches a buffer an operation on another stream wrote (or, to
+ *    write it, read), with neither an event the stream waited for nor a
+ *    wait of the host between them, stops the job. On a GPU the two could
+ *    run at once (emu/runtime.cpp, section 7).
  * The runtime, cuBLAS and NCCL are in emu/runtime.cpp.
  * ========================================================================== */
 #ifndef FSDP_CUDA_EMU_H
@@ -65,6 +71,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <string.h>
+#include <type_traits> /* std::is_const: a kernel argument read, or written */
 
 #define __CUDACC__ 1 /* fsdp.c's GPU path from here on */
 #define FSDP_EMU 1    /* ... on the emulator (tests/test_kernels.cu times one launch) */
@@ -98,9 +105,14 @@ int lane_owns(int element);        /* a fragment's element a lane stores (wmma) 
 struct Launch {
     dim3 grid, dim;
     cudaStream_t stream;
+    const char *name; /* the kernel's, for the stream-order checker's messages */
     Launch(dim3 g, dim3 b, size_t shared = 0, cudaStream_t s = 0)
-        : grid(g), dim(b), stream(s) {
+        : grid(g), dim(b), stream(s), name("a kernel") {
         (void)shared;
+    }
+    Launch &named(const char *n) {
+        name = n;
+        return *this;
     }
     template <typename K> struct Bound;
     template <typename K> Bound<K> bind(K k) { return Bound<K>{*this, k}; }
@@ -115,13 +127,32 @@ template <typename T> static inline void check_arg(T *const &p, int index) {
     argument_check((const void *)p, index);
 }
 
+/* What an operation queued on a stream reads or writes: the stream-order
+ * checker (emu/runtime.cpp, section 7) holds every device buffer to the
+ * order CUDA guarantees between streams. A kernel's pointer arguments are
+ * its uses: read where the pointer passed points to const, else read or
+ * written (USE_ANY: the kernel's own signature is not seen here). */
+enum { USE_READ, USE_WRITE, USE_ANY };
+struct Use {
+    const void *ptr;
+    int how; /* USE_READ, USE_WRITE or USE_ANY */
+};
+void stream_op(cudaStream_t s, const char *what, const Use *uses, int n);
+template <typename T> static inline void note_use(const T &, Use *, int &) {}
+template <typename T> static inline void note_use(T *const &p, Use *uses, int &n) {
+    uses[n++] = {(const void *)p, std::is_const<T>::value ? USE_READ : USE_ANY};
+}
+
 template <typename K> struct Launch::Bound {
     Launch l;
     K kernel;
     template <typename... A> void operator()(A... args) {
         if (launch_check(l.grid, l.dim) || launch_skipped(l.stream)) return;
-        int index = 0;
+        int index = 0, n = 0;
         (check_arg(args, index++), ...);
+        Use uses[sizeof...(A) + 1];
+        (note_use(args, uses, n), ...);
+        stream_op(l.stream, l.name, uses, n);
         auto body = [&]() { kernel(args...); }; /* each thread gets its own copies */
         run_grid(l.grid, l.dim, [](void *b) { (*(decltype(body) *)b)(); }, &body);
     }
@@ -130,7 +161,7 @@ template <typename K> struct Launch::Bound {
 
 /* k<<<cfg>>>(args), rewritten by the Makefile: a generic lambda calls k, so
  * a kernel template's arguments are deduced from args as nvcc deduces them */
-#define EMU_LAUNCH(k, cfg) emu::Launch cfg.bind([](auto... emu_a) { k(emu_a...); })
+#define EMU_LAUNCH(k, cfg) emu::Launch cfg.named(#k).bind([](auto... emu_a) { k(emu_a...); })
 
 #define threadIdx (emu::self->idx)
 #define blockIdx (emu::block->idx)

@@ -10,6 +10,7 @@
  *      cores take them)
  *   5. NCCL: its collectives as MPI's, on a communicator of their own
  *   6. what the host asked of the GPU, counted (FSDP_EMU_STATS)
+ *   7. stream order, checked: each device buffer's uses across streams
  * ========================================================================== */
 #include "cuda_emu.h"
 
@@ -49,6 +50,28 @@ static pthread_t main_thread; /* the host thread that queues the step's work */
 static void count_host_wait(void) {
     if (pthread_equal(pthread_self(), main_thread)) counts.host_waits++;
 }
+
+/* What a stream (or an event, or the host) knows to be done: for each
+ * stream, how many of its operations (section 7) */
+struct Clock {
+    std::vector<std::pair<cudaStream_t, long>> done;
+    long of(cudaStream_t s) const {
+        for (const auto &d : done)
+            if (d.first == s) return d.second;
+        return 0;
+    }
+    void raise(cudaStream_t s, long t) {
+        for (auto &d : done)
+            if (d.first == s) {
+                d.second = std::max(d.second, t);
+                return;
+            }
+        done.push_back({s, t});
+    }
+    void join(const Clock &o) {
+        for (const auto &d : o.done) raise(d.first, d.second);
+    }
+};
 } // namespace emu
 
 /* ---- 1. fibers and barriers -------------------------------------------------
@@ -472,12 +495,25 @@ using namespace emu;
  * events are tokens: work runs when it is queued. */
 struct CUstream_st {
     std::atomic<int> hung; /* it waits for what never finishes: its work never runs */
+    Clock clock;           /* what its next operation comes after (section 7) */
+    int number;            /* 1, 2, ...: in the order they were created */
 };
 struct CUevent_st {
     double at; /* when it was recorded: the work before it is done */
     int recorded, timed; /* timed: not cudaEventDisableTiming */
     std::atomic<int> never; /* recorded behind a hang: never done */
+    Clock clock;            /* what is done when it is (section 7) */
 };
+/* section 7's side of streams, events and the host's waits */
+static void order_stream_new(cudaStream_t s);
+static void order_stream_gone(cudaStream_t s);
+static void order_record(cudaEvent_t e, cudaStream_t s);
+static void order_wait_event(cudaStream_t s, cudaEvent_t e);
+static void order_host_waits_stream(cudaStream_t s);
+static void order_host_waits_event(cudaEvent_t e);
+static void order_host_waits_all(void);
+static void order_forget(const void *p);
+static void stream_op2(cudaStream_t s, const char *what, const void *read, const void *written);
 
 /* A hang, on purpose: with FSDP_EMU_NCCL_HANG=N the Nth NCCL collective of
  * each rank never finishes, as when a peer dies or a link fails. Its stream
@@ -602,6 +638,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaFree(void *p) {
+    order_forget(p); /* its uses end with it */
     if (!p || take_back(p, DEVICE)) return cudaSuccess;
     return fail(cudaErrorInvalidValue);
 }
@@ -611,6 +648,7 @@ cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags) {
     return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
 }
 cudaError_t cudaFreeHost(void *p) {
+    order_forget(p);
     if (!p || take_back(p, PINNED)) return cudaSuccess;
     return fail(cudaErrorInvalidValue);
 }
@@ -644,46 +682,58 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
                 bytes, src, dst, (int)kind);
         return fail(cudaErrorInvalidValue);
     }
+    if (bytes) stream_op2(stream, "cudaMemcpyAsync", src, dst);
     memmove(dst, src, bytes);
     if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToHost) counts.copies++;
     return cudaSuccess;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
     count_host_wait(); /* it returns when the copy is done */
-    return cudaMemcpyAsync(dst, src, bytes, kind, NULL);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, NULL);
+    order_host_waits_stream(NULL);
+    return e;
 }
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t stream) {
     if (stream_hung(stream)) return cudaSuccess;
     if (bytes && kind_of(p, bytes) != DEVICE) return fail(cudaErrorInvalidValue);
     counts.memset_bytes += (long)bytes;
+    if (bytes) stream_op2(stream, "cudaMemsetAsync", NULL, p);
     memset(p, value, bytes);
     return cudaSuccess;
 }
 
+/* Non-blocking or not, every stream runs its work as it is queued. The
+ * checker (section 7) takes each as non-blocking, the stricter: no implicit
+ * order with the default stream. */
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    (void)flags; /* non-blocking or not: every stream runs its work as it is queued */
+    (void)flags;
     *s = new CUstream_st();
+    order_stream_new(*s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    order_stream_gone(s);
     delete s;
     return cudaSuccess;
 }
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     count_host_wait();
     if (stream_hung(s)) hang_forever();
+    order_host_waits_stream(s);
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     (void)flags;
     if (!e) return fail(cudaErrorInvalidResourceHandle);
     if (e->never) stream_hang(s); /* it waits for ever too */
+    order_wait_event(s, e);
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {
     count_host_wait();
     if (hung_streams) hang_forever();
+    order_host_waits_all();
     return cudaSuccess;
 }
 
@@ -701,12 +751,14 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     e->at = now_seconds_emu();
     e->recorded = 1;
     e->never = stream_hung(s);
+    order_record(e, s);
     return cudaSuccess;
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     count_host_wait();
     if (!e) return fail(cudaErrorInvalidResourceHandle);
     if (e->never) hang_forever();
+    order_host_waits_event(e);
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) {
@@ -773,6 +825,8 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
         return CUBLAS_STATUS_INVALID_VALUE;
     counts.gemms++;
     if (stream_hung(h->stream)) return CUBLAS_STATUS_SUCCESS; /* queued behind a hang */
+    const Use uses[] = {{A, USE_READ}, {B, USE_READ}, {C, USE_WRITE}};
+    stream_op(h->stream, "a cuBLAS GEMM", uses, 3);
     int round = h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F;
     std::vector<float> a((size_t)m * k), b((size_t)k * n), acc((size_t)ROWS * COLS);
     for (int batch = 0; batch < batches; batch++) {
@@ -1019,6 +1073,7 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
     if (bytes > INT32_MAX) return ncclInvalidArgument;
     if (!buffers_ok(send, bytes, recv, bytes * (size_t)c->size)) return ncclInvalidArgument;
     if (!collective_runs(s)) return ncclSuccess;
+    stream_op2(s, "ncclAllGather", send, recv);
     const void *in = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
     MPI_Allgather(in, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, c->comm);
     return ncclSuccess;
@@ -1031,6 +1086,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
     size_t bytes = count * nccl_bytes(t);
     if (!buffers_ok(send, bytes * (size_t)c->size, recv, bytes)) return ncclInvalidArgument;
     if (!collective_runs(s)) return ncclSuccess;
+    stream_op2(s, "ncclReduceScatter", send, recv);
     std::vector<char> copy;
     const char *in = (const char *)send;
     if ((const char *)recv < in + bytes * (size_t)c->size && in < (const char *)recv + bytes) {
@@ -1048,6 +1104,7 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
     size_t bytes = count * nccl_bytes(t);
     if (!buffers_ok(send, bytes, recv, bytes)) return ncclInvalidArgument;
     if (!collective_runs(s)) return ncclSuccess;
+    stream_op2(s, "ncclAllReduce", send, recv);
     MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, (int)count, type, sum, c->comm);
     return ncclSuccess;
 }
@@ -1082,4 +1139,138 @@ static void counts_write(void) {
 __attribute__((constructor)) static void counts_begin(void) {
     main_thread = pthread_self(); /* constructors run on the main thread, before main */
     if (getenv("FSDP_EMU_STATS")) atexit(counts_write);
+}
+
+/* ---- 7. stream order, checked ----------------------------------------------------------
+ * Work runs here as it is queued, one order of the many a GPU may take: on
+ * a GPU the compute and communication streams run at once, and only events
+ * (cudaStreamWaitEvent) and the host's waits order one stream's work after
+ * another's. So a missing event passes here and races there. This section
+ * finds it without a GPU: every stream, event and the host carry a Clock
+ * (for each stream, how many of its operations are known to be done),
+ * and every block of device memory (a cudaMalloc's, so a pool's block
+ * reused for another buffer is the same block) remembers its last write
+ * and the reads since. An operation that reads a block written on another
+ * stream, or writes one read or written there, must know that operation
+ * done; else the job stops, naming both. The host's threads count as one
+ * (the communication thread hands its results over through a queue the
+ * emulator does not see): what one has waited for, all know. */
+struct Access {
+    cudaStream_t stream;
+    long t; /* the stream's operation number */
+    const char *what;
+};
+struct BlockUse {
+    Access write;              /* the last write (what NULL: none yet) */
+    std::vector<Access> reads; /* since it, the last of each stream */
+};
+static std::mutex order_lock;
+static Clock host_knows, default_stream; /* the legacy stream: cudaMemcpy, launches on 0 */
+static std::vector<cudaStream_t> streams;
+static std::map<uintptr_t, BlockUse> block_uses; /* by the block's start */
+static int streams_created;
+
+static Clock &clock_of(cudaStream_t s) { return s ? s->clock : default_stream; }
+static void stream_name(char *buf, size_t len, cudaStream_t s) {
+    if (s) snprintf(buf, len, "stream %d", s->number);
+    else snprintf(buf, len, "the default stream");
+}
+static void order_stream_new(cudaStream_t s) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    s->number = ++streams_created;
+    streams.push_back(s);
+}
+static void order_stream_gone(cudaStream_t s) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    streams.erase(std::remove(streams.begin(), streams.end(), s), streams.end());
+}
+/* Queued now: after all the host has waited for */
+static Clock &enqueue(cudaStream_t s) {
+    Clock &c = clock_of(s);
+    c.join(host_knows);
+    return c;
+}
+static void order_record(cudaEvent_t e, cudaStream_t s) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    e->clock = enqueue(s);
+}
+static void order_wait_event(cudaStream_t s, cudaEvent_t e) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    enqueue(s).join(e->clock);
+}
+static void order_host_waits_stream(cudaStream_t s) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    host_knows.join(clock_of(s));
+}
+static void order_host_waits_event(cudaEvent_t e) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    host_knows.join(e->clock);
+}
+static void order_host_waits_all(void) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    host_knows.join(default_stream);
+    for (cudaStream_t s : streams) host_knows.join(s->clock);
+}
+static void order_forget(const void *p) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    block_uses.erase((uintptr_t)p);
+}
+
+/* The start of the device block (or pinned host block) p lies in, or 0 */
+static uintptr_t block_of(const void *p) {
+    std::lock_guard<std::mutex> hold(memory_lock);
+    uintptr_t a = (uintptr_t)p;
+    auto it = lent.upper_bound(a);
+    if (!p || it == lent.begin()) return 0;
+    --it;
+    return a < it->first + it->second.first ? it->first : 0;
+}
+/* `now` (on stream s, which knows `c`) comes after `before`, or the job stops */
+static void ordered(const Access &before, const Access &now, const Clock &c, uintptr_t block,
+                    const char *how) {
+    if (!before.what || before.stream == now.stream || c.of(before.stream) >= before.t) return;
+    char a[32], b[32];
+    stream_name(a, sizeof a, before.stream), stream_name(b, sizeof b, now.stream);
+    size_t bytes;
+    {
+        std::lock_guard<std::mutex> hold(memory_lock);
+        bytes = lent[block].first;
+    }
+    fprintf(stderr,
+            "emulator: a stream race on the device block at %p (%zu bytes): %s on %s %s it "
+            "after %s on %s, and nothing orders the two: no event %s waited for, no wait of "
+            "the host between. On a GPU they may run at once.\nHINT: record an event on %s "
+            "after the first (event_record) and make %s wait for it (cudaStreamWaitEvent) "
+            "before the second.\n",
+            (void *)block, bytes, now.what, b, how, before.what, a, b, a, b);
+    die();
+}
+void emu::stream_op(cudaStream_t s, const char *what, const Use *uses, int n) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    Clock &c = enqueue(s);
+    Access now = {s, c.of(s) + 1, what};
+    c.raise(s, now.t);
+    for (int i = 0; i < n; i++) {
+        uintptr_t block = block_of(uses[i].ptr);
+        if (!block) continue; /* NULL, or host memory (refused elsewhere) */
+        BlockUse &u = block_uses[block];
+        int how = uses[i].how;
+        const char *verb = how == USE_ANY ? "uses" : how == USE_WRITE ? "writes" : "reads";
+        ordered(u.write, now, c, block, verb);
+        if (how != USE_READ) { /* a kernel's argument may be written: taken as written */
+            for (const Access &r : u.reads) ordered(r, now, c, block, verb);
+            u.write = now;
+            u.reads.clear();
+            continue;
+        }
+        auto same = std::find_if(u.reads.begin(), u.reads.end(),
+                                 [&](const Access &r) { return r.stream == s; });
+        if (same != u.reads.end()) *same = now;
+        else u.reads.push_back(now);
+    }
+}
+/* An operation that reads one buffer and writes another (either may be NULL) */
+static void stream_op2(cudaStream_t s, const char *what, const void *read, const void *written) {
+    const Use uses[] = {{read, USE_READ}, {written, USE_WRITE}};
+    emu::stream_op(s, what, uses, 2);
 }

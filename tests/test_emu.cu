@@ -9,13 +9,16 @@
  *   mpirun -np 1 tests/test_emu-emu host-pointer   (must stop: a host pointer)
  *   mpirun -np 1 tests/test_emu-emu deadlock       (must stop: stuck barriers)
  *   mpirun -np 1 tests/test_emu-emu misaligned     (must stop: a WMMA load off 32 bytes)
+ *   mpirun -np 1 tests/test_emu-emu stream-race    (must stop: two streams, no event)
  *
  * Checked: __syncthreads orders a block's shared memory; shuffles over
  * whole warps; threads that returned no longer hold a barrier; a
  * WMMA product; a lane that reads a stored fragment before __syncwarp sees
  * stale memory (as on a GPU, where the warp's lanes store their own parts);
  * launches, copies and GEMMs CUDA refuses are refused; NCCL's all-gather,
- * reduce-scatter and all-reduce over the ranks, and two ranks on one GPU.
+ * reduce-scatter and all-reduce over the ranks, and two ranks on one GPU;
+ * a buffer written on one stream and read on another after an event, or
+ * after the host waited, is no race (the stream-order checker's passes).
  * Prints one line a check and "N passed, N failed".
  * ========================================================================== */
 #include <cublas_v2.h>
@@ -79,6 +82,7 @@ __global__ void tile_product(float *c, float *seen, const __nv_bfloat16 *a,
     for (int i = threadIdx.x; i < 256; i += 32) c[i] = stage[i];
 }
 __global__ void touch(int *p) { p[threadIdx.x] = 1; }
+__global__ void sum_into(int *out, const int *in) { out[threadIdx.x] += in[threadIdx.x]; }
 /* lane 0 waits at the block's barrier, the others at their warp's */
 __global__ void stuck(void) {
     if (threadIdx.x == 0) __syncthreads();
@@ -142,6 +146,37 @@ static void check_wmma(void) {
     check(stale, "wmma: a lane reading the store before __syncwarp sees stale memory");
 #endif
     cudaFree(a), cudaFree(b), cudaFree(dc), cudaFree(ds);
+}
+
+/* One stream writes, another reads: ordered by an event, or by the host
+ * waiting for the first; with `order` 0, by nothing (a race: must stop) */
+static void two_streams(int order) {
+    cudaStream_t a, b;
+    cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+    cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+    int *x, *y, h[32];
+    cudaMalloc(&x, 32 * sizeof(int)), cudaMalloc(&y, 32 * sizeof(int));
+    cudaMemsetAsync(y, 0, 32 * sizeof(int), b);
+    cudaStreamSynchronize(b);
+    touch<<<1, 32, 0, a>>>(x);
+    if (order == 1) {
+        cudaEvent_t e;
+        cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+        cudaEventRecord(e, a);
+        cudaStreamWaitEvent(b, e, 0);
+        cudaEventDestroy(e);
+    } else if (order == 2) {
+        cudaStreamSynchronize(a);
+    }
+    sum_into<<<1, 32, 0, b>>>(y, x);
+    cudaMemcpyAsync(h, y, sizeof(h), cudaMemcpyDeviceToHost, b);
+    cudaStreamSynchronize(b);
+    int ok = 1;
+    for (int i = 0; i < 32; i++) ok &= h[i] == 1;
+    check(ok, order == 1 ? "two streams, ordered by an event: the read sees the write"
+                         : "two streams, ordered by the host's wait: the read sees the write");
+    cudaFree(x), cudaFree(y);
+    cudaStreamDestroy(a), cudaStreamDestroy(b);
 }
 
 static void check_refusals(void) {
@@ -233,6 +268,11 @@ int main(int argc, char **argv) {
         printf("the misaligned load ran\n");
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "stream-race")) {
+        two_streams(0); /* must not return */
+        printf("the race ran\n");
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "deadlock")) {
         stuck<<<1, 64>>>(); /* must not return */
         cudaDeviceSynchronize();
@@ -240,6 +280,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     check_kernels();
+    two_streams(1);
+    two_streams(2);
     check_wmma();
     check_refusals();
     check_nccl();
