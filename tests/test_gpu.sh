@@ -24,6 +24,10 @@
 #      CPU build's plan
 #   k. (the emulator only) a NCCL collective that never finishes: the watchdog
 #      ends every rank, exit 4, naming it
+#   l. (the emulator only) what a step asks of the GPU, counted: no cudaMalloc,
+#      4 waits of the host; and under all of them the emulator's stream-order
+#      checker (emu/runtime.cpp, section 7) stops any run with a race between
+#      the compute and the communication streams
 #
 # One line per check (ok/FAIL), then "N passed, N failed"; exit 1 if any failed.
 # No GPU: says why and exits 77 (skipped, never a pass). Every run is under
