@@ -18,7 +18,10 @@ cd "$(dirname "$0")/.." || exit 1
 source tests/lib.sh
 
 out=${DIR:-gpu-report} budget=${REPORT_SECONDS:-540} start=$SECONDS
-mkdir -p "$out" || exit 1
+case $budget in
+  '' | *[!0-9]*) echo "error: REPORT_SECONDS=$budget: give a whole number of seconds (540 unless set)"; exit 2 ;;
+esac
+mkdir -p "$out" 2>/dev/null || { echo "error: DIR=$out: cannot make that folder; name another (DIR=...)"; exit 2; }
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
 {
   echo "fsdp.c $(git rev-parse --short HEAD 2>/dev/null || echo '(not a git checkout)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
