@@ -433,15 +433,18 @@ static cudaError_t fail(cudaError_t e) {
     last_error = e;
     return e;
 }
-static Kind kind_of(const void *p, size_t bytes = 1) {
+/* The lent block that holds [p, p + bytes): its start and kind; {0, HOST}
+ * for host memory, or a range that runs past a block's end */
+static std::pair<uintptr_t, Kind> block_at(const void *p, size_t bytes) {
     std::lock_guard<std::mutex> hold(memory_lock);
     uintptr_t a = (uintptr_t)p;
     auto it = lent.upper_bound(a);
-    if (it == lent.begin()) return HOST;
+    if (it == lent.begin()) return {0, HOST};
     --it;
-    if (a + bytes > it->first + it->second.first) return HOST; /* runs past the end */
-    return it->second.second;
+    if (a + bytes > it->first + it->second.first) return {0, HOST};
+    return {it->first, it->second.second};
 }
+static Kind kind_of(const void *p, size_t bytes = 1) { return block_at(p, bytes).second; }
 /* NULL when the emulated GPU is full (device memory) or the host is */
 static void *lend(size_t bytes, Kind kind) {
     std::lock_guard<std::mutex> hold(memory_lock); /* the communication thread lends too */
@@ -1136,9 +1139,20 @@ static void counts_write(void) {
                 strerror(errno));
     if (fd >= 0) close(fd);
 }
+/* The file is tried now, before MPI_Init, so a path it cannot write stops
+ * every rank alike (section 1's settings_check says why before MPI_Init) */
 __attribute__((constructor)) static void counts_begin(void) {
     main_thread = pthread_self(); /* constructors run on the main thread, before main */
-    if (getenv("FSDP_EMU_STATS")) atexit(counts_write);
+    const char *path = getenv("FSDP_EMU_STATS");
+    if (!path) return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd < 0) {
+        fprintf(stderr, "error: FSDP_EMU_STATS=%s: cannot write there (%s).\nHINT: name a file "
+                        "in a folder that exists, or unset it.\n", path, strerror(errno));
+        exit(2);
+    }
+    close(fd);
+    atexit(counts_write);
 }
 
 /* ---- 7. stream order, checked ----------------------------------------------------------
@@ -1216,15 +1230,6 @@ static void order_forget(const void *p) {
     block_uses.erase((uintptr_t)p);
 }
 
-/* The start of the device block (or pinned host block) p lies in, or 0 */
-static uintptr_t block_of(const void *p) {
-    std::lock_guard<std::mutex> hold(memory_lock);
-    uintptr_t a = (uintptr_t)p;
-    auto it = lent.upper_bound(a);
-    if (!p || it == lent.begin()) return 0;
-    --it;
-    return a < it->first + it->second.first ? it->first : 0;
-}
 /* `now` (on stream s, which knows `c`) comes after `before`, or the job stops */
 static void ordered(const Access &before, const Access &now, const Clock &c, uintptr_t block,
                     const char *how) {
@@ -1251,7 +1256,7 @@ void emu::stream_op(cudaStream_t s, const char *what, const Use *uses, int n) {
     Access now = {s, c.of(s) + 1, what};
     c.raise(s, now.t);
     for (int i = 0; i < n; i++) {
-        uintptr_t block = block_of(uses[i].ptr);
+        uintptr_t block = uses[i].ptr ? block_at(uses[i].ptr, 1).first : 0;
         if (!block) continue; /* NULL, or host memory (refused elsewhere) */
         BlockUse &u = block_uses[block];
         int how = uses[i].how;

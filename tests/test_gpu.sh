@@ -97,7 +97,8 @@ if [ -n "$EMU_TEST" ]; then
       || { flunk "0e. $arg: exit $rc$([ $rc -eq 124 ] && echo ' (hung)'), want non-zero and '$frag'"; tail -4 <<<"$out" | sed 's/^/      /'; }
   done
   # the emulator's settings refuse what they cannot mean, on every rank
-  for bad in FSDP_EMU_GPUS=0 FSDP_EMU_GPUS=abc FSDP_EMU_NCCL_HANG=-1 FSDP_EMU_ORDER=backwards; do
+  for bad in FSDP_EMU_GPUS=0 FSDP_EMU_GPUS=abc FSDP_EMU_NCCL_HANG=-1 FSDP_EMU_ORDER=backwards \
+             FSDP_EMU_STATS=/nonexistent/counts; do
     codes=$(env "$bad" timeout 60 $MPIRUN -np 2 bash -c '"$@" >/dev/null 2>&1; echo $?' _ \
       "./$GPU_BIN" --model tiny --batch 8 --steps 1 --collectives nccl 2>/dev/null | sort | paste -sd' ')
     [ "$codes" = "2 2" ] && pass "0e. $bad: exit 2 on both ranks" || flunk "0e. $bad: exits '$codes' (want '2 2')"
