@@ -78,7 +78,6 @@
 #include "formats.h"
 #include "sim/sim.h"
 
-
 /* ============================================================================
  * 1. Checks and utilities
  * ========================================================================== */
@@ -303,20 +302,20 @@ FSDP_HD static inline void add_half_one(long i, uint16_t *acc, const uint16_t *x
 
 /* Where a booked buffer lives: the device, or the host's memory, plain or
  * pinned for DMA (a GPU's --cpu-offload shards); and, on the device,
- * whether it must start zeroed. Zeroing costs a pass over the memory, so
- * a buffer its first user writes whole (an all-gather's output: every
- * chunk, padding included) skips it, as PyTorch's empty() does. */
-enum { ON_DEVICE = 0, HOST_PAGEABLE = 1, HOST_PINNED = 2, ON_DEVICE_OVERWRITTEN = 3 };
+ * whether it must start zeroed: a buffer its first user writes whole (an
+ * all-gather's output) skips that pass, as PyTorch's empty() does. An
+ * unshard's comes from the communication stream's blocks (kernels/backend.h). */
+enum { ON_DEVICE, HOST_PAGEABLE, HOST_PINNED, ON_DEVICE_OVERWRITTEN, ON_DEVICE_GATHERED };
 static int on_host(int where) { return where == HOST_PAGEABLE || where == HOST_PINNED; }
 
-/* Zeroed memory (padding must be 0), but for ON_DEVICE_OVERWRITTEN. --plan
- * allocates nothing: a distinct address the ledger can recognise at
- * ledger_free stands in. */
+/* Zeroed memory (padding must be 0), but for the two overwritten. --plan allocates
+ * nothing: a distinct address the ledger can recognise at ledger_free stands in. */
 static void *ledger_memory(Ledger *l, size_t physical, int where) {
     if (backend.dry) return (void *)(l->plan_next += 64);
     if (where == HOST_PINNED) return host_pinned_alloc(physical);
     if (where == HOST_PAGEABLE) return calloc(physical ? physical : 1, 1);
     if (where == ON_DEVICE_OVERWRITTEN) return dev_alloc_for_overwrite(physical);
+    if (where == ON_DEVICE_GATHERED) return dev_alloc_for_gather(physical);
     return dev_alloc(physical);
 }
 
@@ -1641,6 +1640,7 @@ static const void *unit_gather_input(Trainer *t, int ui) {
         u->device_shard = ledger_alloc_held(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard,
                                             u->shard_held, d, u->name, ON_DEVICE_OVERWRITTEN);
         offload_copy(t, ui, u->device_shard, u->shard_param, u->shard, u->shard_held, d, TO_DEVICE);
+        comm_shards_settled(&t->comm); /* its all-gather waits for the copy */
     }
     return u->device_shard;
 }
@@ -1684,7 +1684,7 @@ static void unit_unshard_start(Trainer *t, int ui) {
      * state, at param_dtype's width: what PyTorch would hold */
     Dtype held = full_dtype(t), d = t->cfg.param_dtype;
     u->full_param = ledger_alloc_held(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, held, d,
-                                      u->name, ON_DEVICE_OVERWRITTEN);
+                                      u->name, ON_DEVICE_GATHERED);
     u->gather = comm_all_gather_start(&t->comm, u->full_param, held, unit_gather_input(t, ui),
                                       u->shard, ui, t->cfg.param_dtype);
     u->gathering = 1;
@@ -2525,6 +2525,7 @@ static void trainer_load_batch(Trainer *t, int step, int micro) {
  * --------------------------------------------------------------------- */
 /* The model FSDP wraps: the byte MLP (model/mlp.h) or GPT-2 (model/gpt2.h) */
 static float trainer_forward(Trainer *t) {
+    comm_shards_settled(&t->comm); /* what the unshards below wait for, and no more */
     return t->cfg.arch == ARCH_GPT2 ? gpt2_forward(t) : model_forward(t);
 }
 static void trainer_backward(Trainer *t) {

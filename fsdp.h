@@ -357,6 +357,7 @@ typedef struct Comm {
     int stopping;
     /* the GPU build (fsdp.c, sections 2 and 4) */
     void *nccl;       /* ncclComm_t, with --collectives nccl */
+    void *settled;    /* cudaEvent_t: the shards are written (comm_shards_settled) */
     float *stage;     /* host copy of a task's buffers: ring and mpi stage through it */
     long stage_count; /* its size in floats */
     int stage_pinned; /* cudaHostAlloc'd (else malloc'd: the system would not pin it) */

@@ -241,6 +241,8 @@ static int device_comm_open(Comm *c) {
 }
 
 static void device_comm_close(Comm *c) {
+    if (c->settled) cudaCheck(cudaEventDestroy((cudaEvent_t)c->settled));
+    c->settled = NULL;
     if (c->nccl) nccl_watch_close((ncclComm_t)c->nccl);
     if (c->nccl) ncclCheck(ncclCommDestroy((ncclComm_t)c->nccl));
     c->nccl = NULL;
@@ -305,13 +307,46 @@ static ncclDataType_t nccl_type(Dtype d) {
     return d == DTYPE_FP16 ? ncclFloat16 : ncclFloat;
 }
 
+/* From here on, the all-gathers of unshards may start as soon as what the
+ * compute stream has queued so far is done: the trainer calls this as a
+ * forward begins (PyTorch's root pre-forward makes its all-gather stream
+ * wait for the compute stream once, there), and after it copies a shard to
+ * the device. Shards are written by the optimizer step, loads and those
+ * copies only, never during forward and backward. */
+static void comm_shards_settled(Comm *c) {
+    if (c->impl != COLLECTIVES_NCCL || backend.dry) return;
+    if (!c->settled) cudaCheck(cudaEventCreateWithFlags((cudaEvent_t *)&c->settled,
+                                                        cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord((cudaEvent_t)c->settled, backend.compute));
+}
+
+/* The communication stream waits until what the collective reads is
+ * written and what it writes is no longer read. Most collectives read what
+ * the compute stream has just computed, so they wait for all of it. An
+ * unshard's all-gather waits for less: its shard is settled (above) and its
+ * output is a communication block (dev_alloc_for_gather), whose readers are
+ * done once its `freed` event has passed. So it does not wait for the unit
+ * computing now, and runs while that unit computes (no --forward-prefetch
+ * needed: the host queues it early, as PyTorch's CPU runs ahead). A packed
+ * shard (nccl_pack, on the compute stream) takes the first way. */
+static void nccl_order_after_inputs(const Comm *c, const CommTask *task, const CommTask *k) {
+    cudaEvent_t freed = NULL;
+    if (task->kind == COMM_ALL_GATHER && k->shard == task->shard && c->settled &&
+        dev_gather_block(task->full, &freed)) {
+        cudaCheck(cudaStreamWaitEvent(backend.comm, (cudaEvent_t)c->settled, 0));
+        if (freed) cudaCheck(cudaStreamWaitEvent(backend.comm, freed, 0));
+        return;
+    }
+    cudaEvent_t ready = event_record(backend.compute, 0);
+    cudaCheck(cudaStreamWaitEvent(backend.comm, ready, 0));
+    cudaCheck(cudaEventDestroy(ready));
+}
+
 static void nccl_submit(Comm *c, CommHandle *h, const CommTask *task) {
     const Comm *g = c->group[task->group]; /* its ranks, and their NCCL communicator */
     CommTask k = task->wire == DTYPE_FP32 ? *task : nccl_pack(g, h, task);
     ncclDataType_t type = nccl_type(k.wire);
-    cudaEvent_t ready = event_record(backend.compute, 0);
-    cudaCheck(cudaStreamWaitEvent(backend.comm, ready, 0));
-    cudaCheck(cudaEventDestroy(ready));
+    nccl_order_after_inputs(c, task, &k);
     ncclComm_t nc = (ncclComm_t)g->nccl;
     size_t S = (size_t)k.S;
     h->began = event_record(backend.comm, c->keep_events); /* timing only for --trace */
@@ -380,6 +415,7 @@ static int device_comm_open(Comm *c) {
     return 0;
 }
 static void device_comm_close(Comm *c) { (void)c; }
+static void comm_shards_settled(Comm *c) { (void)c; } /* the CPU's collectives wait on the host */
 static int device_comm_submit(Comm *c, CommHandle *h, CommTask *task) {
     (void)c, (void)h, (void)task;
     return 0;

@@ -40,7 +40,7 @@
 namespace emu {
 struct Counts {
     std::atomic<long> launches, gemms, device_allocs, host_waits, memset_bytes, copies,
-        collectives;
+        collectives, serialized;
 };
 static Counts counts;
 static pthread_t main_thread; /* the host thread that queues the step's work */
@@ -966,9 +966,11 @@ static std::atomic<int> id_counter;
 
 /* Whether this collective runs: not behind a hang, and not the one
  * FSDP_EMU_NCCL_HANG names (which hangs its stream instead) */
+static int after_all_queued(cudaStream_t s);
 static int collective_runs(cudaStream_t s) {
     static std::atomic<int> count;
     counts.collectives++;
+    counts.serialized += after_all_queued(s);
     long n = nccl_hang_at();
     if (stream_hung(s)) return 0;
     if (!n || ++count != n) return 1;
@@ -1117,7 +1119,9 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
  * With FSDP_EMU_STATS=FILE each process adds one line to FILE as it exits:
  * its kernel launches, GEMMs, cudaMallocs, the main thread's waits for the
  * GPU (synchronizations, blocking copies), bytes zeroed, copies between host
- * and device, and NCCL collectives. These are the GPU build's own choices,
+ * and device, NCCL collectives, and how many of those were queued behind
+ * all the work the other streams had queued ("serialized": overlapping none
+ * of what was queued before them). These are the GPU build's own choices,
  * the same on a GPU (the emulator only counts them), and they say what
  * the GPU's speed alone cannot: a step that mallocs (the pool missed), waits
  * (the queue drains and the GPU idles) or launches thousands of small
@@ -1129,10 +1133,11 @@ static void counts_write(void) {
     char line[512];
     int n = snprintf(line, sizeof line,
                      "rank %s: launches %ld gemms %ld device_allocs %ld host_waits %ld "
-                     "memset_bytes %ld copies %ld collectives %ld\n",
+                     "memset_bytes %ld copies %ld collectives %ld serialized %ld\n",
                      rank ? rank : "0", counts.launches.load(), counts.gemms.load(),
                      counts.device_allocs.load(), counts.host_waits.load(),
-                     counts.memset_bytes.load(), counts.copies.load(), counts.collectives.load());
+                     counts.memset_bytes.load(), counts.copies.load(), counts.collectives.load(),
+                     counts.serialized.load());
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644); /* one write: lines stay whole */
     if (fd < 0 || write(fd, line, (size_t)n) != n)
         fprintf(stderr, "emulator: FSDP_EMU_STATS=%s: cannot write the counts (%s)\n", path,
@@ -1273,6 +1278,16 @@ void emu::stream_op(cudaStream_t s, const char *what, const Use *uses, int n) {
         if (same != u.reads.end()) *same = now;
         else u.reads.push_back(now);
     }
+}
+/* Whether an operation queued on s now waits for all that the other streams
+ * have queued: a collective that does overlaps none of it (counted) */
+static int after_all_queued(cudaStream_t s) {
+    std::lock_guard<std::mutex> hold(order_lock);
+    const Clock &c = enqueue(s);
+    if (s && c.of(nullptr) < default_stream.of(nullptr)) return 0;
+    for (cudaStream_t o : streams)
+        if (o != s && c.of(o) < o->clock.of(o)) return 0;
+    return 1;
 }
 /* An operation that reads one buffer and writes another (either may be NULL) */
 static void stream_op2(cudaStream_t s, const char *what, const void *read, const void *written) {

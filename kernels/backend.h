@@ -56,10 +56,17 @@ static void nccl_check(ncclResult_t result, const char *file, int line) {
 }
 #define ncclCheck(call) nccl_check((call), __FILE__, __LINE__)
 
-/* A block the pool holds from cudaMalloc and does not lend right now. */
+/* A block the pool holds from cudaMalloc, lent or cached (free, kept for
+ * the next request of its size). As in PyTorch's caching allocator, a
+ * block belongs to the stream that first writes it: most to the compute
+ * stream, an unshard's output to the communication stream (section 4). */
 typedef struct {
     void *ptr;
     size_t bytes;
+    int lent;
+    int comm;          /* the communication stream's */
+    cudaEvent_t freed; /* comm: recorded on the compute stream at each free */
+    long free_stamp;   /* comm: backend.comm_takes when it was freed */
 } PoolBlock;
 
 #endif
@@ -85,8 +92,9 @@ typedef struct {
     int device;
     cudaStream_t compute, comm;
     cublasHandle_t cublas;
-    PoolBlock *cached; /* freed blocks, kept for the next allocation of their size */
-    int n_cached, cap_cached;
+    PoolBlock *blocks; /* every block the pool holds from the driver */
+    int n_blocks, cap_blocks;
+    long comm_takes; /* blocks lent to the communication stream so far */
     size_t reserved, peak_reserved; /* bytes held from cudaMalloc (PyTorch: "reserved") */
     size_t cap;                     /* --vram: the pool never holds more; 0: the GPU's size */
     cudaEvent_t clock_event;        /* recorded at start, when MPI_Wtime() was clock_host: */
@@ -133,47 +141,98 @@ static size_t pool_round(size_t bytes) {
  * A cached block may still be read by queued work (it was freed once the
  * streams, not the host, had waited), so the host waits for the GPU first. */
 static void pool_empty_cache(void) {
-    if (backend.n_cached) cudaCheck(cudaDeviceSynchronize());
-    for (int i = 0; i < backend.n_cached; i++) {
-        cudaCheck(cudaFree(backend.cached[i].ptr));
-        backend.reserved -= backend.cached[i].bytes;
+    int kept = 0, synced = 0;
+    for (int i = 0; i < backend.n_blocks; i++) {
+        PoolBlock *b = &backend.blocks[i];
+        if (b->lent) {
+            backend.blocks[kept++] = *b;
+            continue;
+        }
+        if (!synced++) cudaCheck(cudaDeviceSynchronize());
+        if (b->freed) cudaCheck(cudaEventDestroy(b->freed));
+        cudaCheck(cudaFree(b->ptr));
+        backend.reserved -= b->bytes;
     }
-    backend.n_cached = 0;
+    backend.n_blocks = kept;
 }
 
-/* A block of exactly `bytes` (rounded): a cached one, or a new one from
- * cudaMalloc; NULL when neither the cap nor the GPU has room. */
-static void *pool_take(size_t bytes) {
-    for (int i = backend.n_cached - 1; i >= 0; i--)
-        if (backend.cached[i].bytes == bytes) {
-            void *p = backend.cached[i].ptr;
-            backend.cached[i] = backend.cached[--backend.n_cached];
-            return p;
-        }
-    void *p = NULL;
-    for (int attempt = 0; attempt < 2 && !p; attempt++) {
-        if (attempt == 1) pool_empty_cache(); /* as PyTorch: free the cache, try again */
-        if (backend.cap && backend.reserved + bytes > backend.cap) continue;
-        if (cudaMalloc(&p, bytes) != cudaSuccess) {
-            (void)cudaGetLastError(); /* an out-of-memory is reported by the ledger */
-            p = NULL;
-        }
+/* A cached block of exactly `bytes` of the stream's side, or NULL. A
+ * communication block is "cold" once another has been lent to that stream
+ * since it was freed; without `hot` only a cold one will do (pool_take). */
+static PoolBlock *pool_cached(size_t bytes, int comm, int hot) {
+    for (int i = backend.n_blocks - 1; i >= 0; i--) {
+        PoolBlock *b = &backend.blocks[i];
+        if (b->lent || b->bytes != bytes || b->comm != comm) continue;
+        if (!comm || hot || b->free_stamp < backend.comm_takes) return b;
     }
-    if (!p) return NULL;
+    return NULL;
+}
+
+/* A new block from cudaMalloc, within the cap; NULL when there is no room */
+static PoolBlock *pool_malloc(size_t bytes, int comm) {
+    void *p = NULL;
+    if (backend.cap && backend.reserved + bytes > backend.cap) return NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an out-of-memory is reported by the ledger */
+        return NULL;
+    }
     backend.reserved += bytes;
     if (backend.reserved > backend.peak_reserved) backend.peak_reserved = backend.reserved;
-    return p;
+    if (backend.n_blocks == backend.cap_blocks) {
+        backend.cap_blocks = backend.cap_blocks ? 2 * backend.cap_blocks : 64;
+        backend.blocks = (PoolBlock *)host_realloc(
+            backend.blocks, (size_t)backend.cap_blocks * sizeof(PoolBlock), "grow the GPU pool");
+    }
+    PoolBlock *b = &backend.blocks[backend.n_blocks++];
+    memset(b, 0, sizeof *b);
+    b->ptr = p, b->bytes = bytes, b->comm = comm;
+    return b;
 }
 
-static void pool_give_back(void *p, size_t bytes) {
-    if (backend.n_cached == backend.cap_cached) {
-        backend.cap_cached = backend.cap_cached ? 2 * backend.cap_cached : 64;
-        backend.cached = (PoolBlock *)host_realloc(
-            backend.cached, (size_t)backend.cap_cached * sizeof(PoolBlock), "grow the GPU pool");
+/* A block of exactly `bytes` (rounded) for the compute stream, or (comm)
+ * for the communication stream; NULL when neither the cap nor the GPU has
+ * room. A compute block is reused at once: its next user is queued behind
+ * its last on the same stream. A communication block's next all-gather
+ * waits for its `freed` event (nccl_order_after_inputs, comm/device.h),
+ * that is for the compute that read the unit it held. A block freed since
+ * the last one was lent to that stream (hot) held the unit queued just
+ * before: an all-gather into it would wait for all of that unit's compute
+ * and overlap none of it. So, as PyTorch's allocator passes over blocks
+ * whose events are pending and calls cudaMalloc, a hot block is taken only
+ * when a new one does not fit: each size settles at two blocks, one being
+ * gathered into while the other's unit computes. */
+static void *pool_take(size_t bytes, int comm) {
+    PoolBlock *b = pool_cached(bytes, comm, 0);
+    if (!b) b = pool_malloc(bytes, comm);
+    if (!b) b = pool_cached(bytes, comm, 1);
+    if (!b) { /* as PyTorch: free the cache, try again */
+        pool_empty_cache();
+        b = pool_malloc(bytes, comm);
     }
-    backend.cached[backend.n_cached].ptr = p;
-    backend.cached[backend.n_cached].bytes = bytes;
-    backend.n_cached++;
+    if (!b) return NULL;
+    b->lent = 1;
+    backend.comm_takes += comm;
+    return b->ptr;
+}
+
+static PoolBlock *pool_block(const void *p) {
+    for (int i = backend.n_blocks - 1; i >= 0; i--)
+        if (backend.blocks[i].ptr == p) return &backend.blocks[i];
+    return NULL;
+}
+
+/* Freed on the host, once every user is queued. A communication block's
+ * users are the all-gather and, after it, the compute stream (which waits
+ * for it); so an event recorded on the compute stream now passes when all
+ * are done: PyTorch's record_stream, at the free. */
+static void pool_give_back(void *p) {
+    PoolBlock *b = pool_block(p);
+    if (!b) FATAL("this is a bug in fsdp.c", "a device block freed that the pool never lent");
+    b->lent = 0;
+    if (!b->comm) return;
+    if (!b->freed) cudaCheck(cudaEventCreateWithFlags(&b->freed, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(b->freed, backend.compute));
+    b->free_stamp = backend.comm_takes;
 }
 
 /* Device memory, zeroed (padding must be 0), or NULL when the GPU is full.
@@ -181,14 +240,27 @@ static void pool_give_back(void *p, size_t bytes) {
  * again: whatever uses it next is queued after them on the compute stream,
  * or on the communication stream after an event recorded on it (section 4). */
 static void *dev_alloc(size_t bytes) {
-    void *p = pool_take(pool_round(bytes));
+    void *p = pool_take(pool_round(bytes), 0);
     if (p) cudaCheck(cudaMemsetAsync(p, 0, bytes, backend.compute));
     return p;
 }
-/* ... not zeroed, for a buffer its first user writes whole (an all-gather's
- * output): the memset would be a wasted pass over it. */
-static void *dev_alloc_for_overwrite(size_t bytes) { return pool_take(pool_round(bytes)); }
-static void dev_free(void *p, size_t bytes) { pool_give_back(p, pool_round(bytes)); }
+/* ... not zeroed, for a buffer its first user writes whole (a packed
+ * collective's buffer): the memset would be a wasted pass over it. */
+static void *dev_alloc_for_overwrite(size_t bytes) { return pool_take(pool_round(bytes), 0); }
+/* ... not zeroed either, from the communication stream's blocks: an
+ * unshard's full state, which its all-gather writes whole */
+static void *dev_alloc_for_gather(size_t bytes) { return pool_take(pool_round(bytes), 1); }
+static void dev_free(void *p, size_t bytes) {
+    (void)bytes;
+    pool_give_back(p);
+}
+/* Whether p is a communication block (dev_alloc_for_gather's), and the
+ * event after its last free (NULL: never freed yet) */
+static int dev_gather_block(const void *p, cudaEvent_t *freed) {
+    const PoolBlock *b = pool_block(p);
+    *freed = b ? b->freed : NULL;
+    return b && b->comm;
+}
 /* After a run (--compare runs two): the next run's figures start afresh. */
 static void dev_empty_cache(void) {
     pool_empty_cache();
@@ -465,7 +537,7 @@ static void batch_stage_release(void);
 static void backend_release(void) {
     batch_stage_release();
     pool_empty_cache();
-    free(backend.cached);
+    free(backend.blocks);
     cudaCheck(cudaEventDestroy(backend.clock_event));
     cublasCheck(cublasDestroy(backend.cublas));
     cudaCheck(cudaStreamDestroy(backend.compute));
@@ -502,6 +574,7 @@ static void *dev_alloc_for_overwrite(size_t bytes) {
     memset(p, 0xff, bytes);
     return p;
 }
+static void *dev_alloc_for_gather(size_t bytes) { return dev_alloc_for_overwrite(bytes); }
 static void dev_free(void *p, size_t bytes) {
     (void)bytes;
     free(p);

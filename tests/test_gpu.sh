@@ -25,7 +25,8 @@
 #   k. (the emulator only) a NCCL collective that never finishes: the watchdog
 #      ends every rank, exit 4, naming it
 #   l. (the emulator only) what a step asks of the GPU, counted: no cudaMalloc,
-#      4 waits of the host; and under all of them the emulator's stream-order
+#      4 waits of the host, the forward's all-gathers not behind its compute;
+#      and under all of them the emulator's stream-order
 #      checker (emu/runtime.cpp, section 7) stops any run with a race between
 #      the compute and the communication streams
 #
@@ -518,24 +519,45 @@ fi
 #    drain. The batch's 5 copies were synchronous, from pageable memory: 8
 #    waits. A change in this number is a change in the GPU's idle time: say
 #    why here.
+#  - collectives queued behind everything the compute stream had queued
+#    (serialized: they overlap none of it): 10 of 15. GPT-2 with 4 layers
+#    is 5 units (the root kept from forward to backward): 10 all-gathers
+#    (5 forward, 4 backward, the loss) and 5 reduce-scatters. Serialized:
+#    the reduce-scatters and the loss's all-gather, which read what was just
+#    computed; the forward's first all-gather (nothing queued since the
+#    shards were settled, comm/device.h); the backward's first (the loss's
+#    read drained the queue); and 2 backward prefetches, queued behind a
+#    reduce-scatter on the one communication stream (they overlap the
+#    compute queued after them, which this count does not see). The other
+#    forward all-gathers wait for no compute at all, only for their block's
+#    last readers (kernels/backend.h): 15 of 15 when every collective waited
+#    for all that was queued. 4 layers, not 2: the pool then lends a unit's
+#    block again within one forward, so a missing wait for its `freed`
+#    event is a race that stops the run.
 # Launches, GEMMs and bytes zeroed are printed: at a few microseconds each
 # the host must queue a step's launches faster than the GPU runs them.
 if [ -n "${FSDP_EMU:-}" ]; then
   ok_runs=1
   for s in 2 4; do
-    FSDP_EMU_STATS=$d/count$s timeout 120 $MPIRUN -np 2 "./$GPU_BIN" --model gpt2-tiny --batch 8 \
-      --steps $s --collectives nccl >"$d/count$s.log" 2>&1 || { ok_runs=0; tail -3 "$d/count$s.log"; }
+    FSDP_EMU_STATS=$d/count$s timeout 120 $MPIRUN -np 2 "./$GPU_BIN" --model gpt2-tiny --n-layer 4 \
+      --batch 8 --steps $s --collectives nccl >"$d/count$s.log" 2>&1 || { ok_runs=0; tail -3 "$d/count$s.log"; }
   done
   # count FILE NAME: rank 0's figure
   count() { grep '^rank 0:' "$1" | grep -oE "$2 [0-9]+" | awk '{ print $2 }'; }
   per_step() { echo $((($(count "$d/count4" "$1") - $(count "$d/count2" "$1")) / 2)); }
   if [ $ok_runs = 1 ] && [ -n "$(count "$d/count4" launches)" ] && [ -n "$(count "$d/count2" launches)" ]; then
-    a=$(per_step device_allocs) w=$(per_step host_waits)
+    a=$(per_step device_allocs) w=$(per_step host_waits) q=$(per_step serialized)
     [ "$a" -eq 0 ] && pass "l. gpt2-tiny, 2 ranks: a step calls cudaMalloc 0 times (the pool serves it)" \
       || flunk "l. a step calls cudaMalloc $a times: a buffer the pool does not find again"
     [ "$w" -eq 4 ] && pass "l. gpt2-tiny, 2 ranks: the host waits for the GPU 4 times a step (the loss, its all-gather, the batch's stage)" \
       || flunk "l. the host waits for the GPU $w times a step, not 4: a wait added or removed (say why in test_gpu.sh l.)"
-    echo "note: l. a step of gpt2-tiny (2 layers) on 2 ranks: $(per_step launches) kernel launches, $(per_step gemms) GEMMs, $(per_step collectives) NCCL collectives, $(per_step memset_bytes) bytes zeroed, $(per_step copies) copies between host and device"
+    [ "$q" -eq 10 ] && pass "l. gpt2-tiny, 2 ranks: 10 of $(per_step collectives) collectives wait for all the compute queued before them; the forward's all-gathers after the first do not" \
+      || flunk "l. $q of $(per_step collectives) collectives wait for all the compute queued before them, not 10 (say why in test_gpu.sh l.)"
+    out=$(timeout 120 $MPIRUN -np 2 "./$GPU_BIN" --model gpt2-tiny --n-layer 4 --batch 8 --steps 2 \
+      --collectives nccl --cpu-offload 2>&1) \
+      && pass "l. --cpu-offload on 2 ranks: each all-gather waits for its shard's copy to the device (no race)" \
+      || { flunk "l. --cpu-offload on 2 ranks over NCCL failed"; grep -m1 -E 'race|rror' <<<"$out" | sed 's/^/      /'; }
+    echo "note: l. a step of gpt2-tiny (4 layers) on 2 ranks: $(per_step launches) kernel launches, $(per_step gemms) GEMMs, $(per_step collectives) NCCL collectives, $(per_step memset_bytes) bytes zeroed, $(per_step copies) copies between host and device"
   else
     flunk "l. FSDP_EMU_STATS: the runs failed or wrote no counts ($(cat "$d/count4" 2>/dev/null | head -1))"
   fi
