@@ -90,7 +90,7 @@ NCCL_LIBS   = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NC
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: all run test bench gpu test-gpu test-gpu-emu bench-gpu gpu-report clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps
+.PHONY: FORCE all run test bench gpu test-gpu test-gpu-emu bench-gpu gpu-report clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps
 
 all: fsdp
 
@@ -255,17 +255,23 @@ GPU_WARNINGS := -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -Werror all-warnings -Xco
 # GPUs compile when the program starts. Override: make gpu GPU_ARCH=...
 GPU_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
             -gencode arch=compute_90,code=compute_90
+# The architectures the CUDA binaries below were built for: rewritten only
+# when GPU_ARCH changes, so a build for one GPU (make gpu-report's, make
+# test's) is rebuilt by the next make gpu for all of them, not taken as done.
+.gpu-arch: FORCE
+	@echo '$(GPU_ARCH)' | cmp -s - $@ || echo '$(GPU_ARCH)' >$@
+FORCE:
 gpu: fsdp-gpu
-fsdp-gpu: $(PROGRAM) $(SIM_DEPS) | mpi
+fsdp-gpu: $(PROGRAM) $(SIM_DEPS) .gpu-arch | mpi
 	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) $(if $(OPENMP),-Xcompiler $(OPENMP)) main.c $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas -lm -lpthread
 
 # What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
 # bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.
-tests/bench_gpu: tests/bench_gpu.cu | mpi
+tests/bench_gpu: tests/bench_gpu.cu .gpu-arch | mpi
 	$(NVCC) -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) $< -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas
 
 # Every GPU kernel against the CPU's arithmetic: make test-gpu runs it first
-tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) | mpi
+tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) .gpu-arch | mpi
 	$(NVCC) -x cu -O2 -std=c++17 $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) -Xcompiler -Wno-unused-function $< $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas -lm -lpthread
 
 # ---- the GPU build on a CPU: emu/ ------------------------------------------------
@@ -328,5 +334,5 @@ sanitize:
 	rm -f fsdp $(TEST_BINS) $(EMU_BINS)
 
 clean:
-	rm -f fsdp fsdp-debug fsdp-gpu $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe tests/test_kernels
+	rm -f fsdp fsdp-debug fsdp-gpu .gpu-arch $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe tests/test_kernels
 	rm -rf $(EMU_BINS) $(EMU_DIR)
