@@ -76,10 +76,12 @@ SRC=$(cd "$(dirname "$FILE")" && pwd)/$(basename "$FILE")
 SIM_SRC="files.c formats.c sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c"
 echo "grading $EX from $FILE"
 
-# build PROGRAM.c OUTPUT: one program compiled with the student's function
+# build PROGRAM.c OUTPUT: one program compiled with the student's function.
+# -O0: it compiles in a quarter of -O1's time (1.5 s, not 6 s, for main.c),
+# the graded runs are tiny, and gdb sees every variable of the build kept.
 build() {
   # shellcheck disable=SC2086  # SIM_SRC is a list
-  mpicc -O1 -g -std=c11 -Wall -Wextra -Wno-unused-function -I. -D"$MACRO" \
+  mpicc -O0 -g -std=c11 -Wall -Wextra -Wno-unused-function -I. -D"$MACRO" \
     -DEXERCISE_FILE="\"$SRC\"" "$1" $SIM_SRC -o "$2" -lm -lpthread >"$B/cc.log" 2>&1
 }
 if build main.c "$YOU/fsdp"; then verdict 0 "compiles" "fsdp.c with your $EX"
