@@ -307,23 +307,46 @@ static void check_layernorm(void) {
     gpu_free_all();
 }
 
-/* out (B, O) = b + x (B, I) . w (O, I)^T in fp32, each sum in increasing
- * i as the CPU sums it; returns the largest sum of |terms| of an output,
- * which the tolerance of a reordered sum scales with. */
+/* a (R, C) -> (C, R), so that a sum over a column reads memory in order */
+static float *transposed(const float *a, int R, int C) {
+    float *t = (float *)host_malloc((size_t)R * C * 4, "ref");
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) t[(long)c * R + r] = a[(long)r * C + c];
+    return t;
+}
+
+/* out (R, O) = init + a (R, K) . bt (K, O) in fp32, each sum in increasing
+ * k as the CPU sums it (init NULL: from 0); returns the largest sum of
+ * |terms| of an output, which the tolerance of a reordered sum scales
+ * with. A row of outputs at a time, k outer: every output still adds its
+ * terms in increasing k, and the inner loop over o vectorizes (the
+ * reference GEMMs were a third of this program's time). */
+static double matmul_reference(float *out, const float *a, const float *bt, const float *init,
+                               int R, int K, int O) {
+    double worst = 0.0, *terms = (double *)host_malloc((size_t)O * 8, "ref");
+    for (int r = 0; r < R; r++) {
+        float *acc = out + (long)r * O;
+        for (int o = 0; o < O; o++) acc[o] = init ? init[o] : 0.0f, terms[o] = fabs(acc[o]);
+        for (int k = 0; k < K; k++) {
+            const float ark = a[(long)r * K + k], *row = bt + (long)k * O;
+            for (int o = 0; o < O; o++) {
+                float p = ark * row[o];
+                acc[o] += p;
+                terms[o] += fabs(p);
+            }
+        }
+        for (int o = 0; o < O; o++) worst = fmax(worst, terms[o]);
+    }
+    free(terms);
+    return worst;
+}
+
+/* out (B, O) = b + x (B, I) . w (O, I)^T: a Linear layer's forward */
 static double linear_reference(float *out, const float *x, const float *w, const float *b, int B,
                                int I, int O) {
-    double worst = 0.0;
-    for (int r = 0; r < B; r++)
-        for (int o = 0; o < O; o++) {
-            float acc = b[o];
-            double terms = fabs(b[o]);
-            for (int i = 0; i < I; i++) {
-                acc += x[(long)r * I + i] * w[(long)o * I + i];
-                terms += fabs(x[(long)r * I + i] * w[(long)o * I + i]);
-            }
-            out[(long)r * O + o] = acc;
-            worst = fmax(worst, terms);
-        }
+    float *wt = transposed(w, O, I);
+    double worst = matmul_reference(out, x, wt, b, B, I, O);
+    free(wt);
     return worst;
 }
 
@@ -397,29 +420,17 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
     long nd = (long)B * O;
     float *dyr = (float *)host_malloc((size_t)nd * 4, "ref");
     for (long i = 0; i < nd; i++) dyr[i] = round_to(dy[i], DTYPE_BF16);
-    float *din = (float *)host_calloc((size_t)B * I, 4, "ref"),
-          *dw = (float *)host_calloc((size_t)O * I, 4, "ref"),
+    float *din = (float *)host_malloc((size_t)B * I * 4, "ref"),
+          *dw = (float *)host_malloc((size_t)O * I * 4, "ref"),
           *db = (float *)host_calloc((size_t)O, 4, "ref");
-    double tin = 0.0, tw = 0.0, tb = 0.0;
-    for (int r = 0; r < B; r++)
-        for (int i = 0; i < I; i++) {
-            double terms = 0.0;
-            for (int o = 0; o < O; o++) {
-                din[(long)r * I + i] += dyr[(long)r * O + o] * wr[(long)o * I + i];
-                terms += fabs(dyr[(long)r * O + o] * wr[(long)o * I + i]);
-            }
-            tin = fmax(tin, terms);
-        }
+    /* dinp (B, I) = dy (B, O) . w (O, I): a sum over o; dweight (O, I) =
+     * dy^T . x (B, I): a sum over r; each in increasing order */
+    float *dyt = transposed(dyr, B, O);
+    double tin = matmul_reference(din, dyr, wr, NULL, B, O, I);
+    double tw = matmul_reference(dw, dyt, xr, NULL, O, B, I), tb = 0.0;
+    free(dyt);
     for (int o = 0; o < O; o++) {
         double col = 0.0;
-        for (int i = 0; i < I; i++) {
-            double terms = 0.0;
-            for (int r = 0; r < B; r++) {
-                dw[(long)o * I + i] += dyr[(long)r * O + o] * xr[(long)r * I + i];
-                terms += fabs(dyr[(long)r * O + o] * xr[(long)r * I + i]);
-            }
-            tw = fmax(tw, terms);
-        }
         for (int r = 0; r < B; r++) {
             db[o] += dyr[(long)r * O + o];
             col += fabs(dyr[(long)r * O + o]);
