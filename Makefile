@@ -166,7 +166,13 @@ run: fsdp
 
 # ---- tests -------------------------------------------------------------------
 # The benchmarks are built too (not run), so a change cannot silently break them.
-test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_adamw test-deps
+# Built with one compiler per core, unless make was given its own -j: seven
+# programs include fsdp.c, a single translation unit of 17 s at -O3, which
+# one after another took 2 minutes on 2 cores. PyPI's downloads run beside
+# them; apt-get runs one at a time (test-deps and notebook-deps after mpi).
+TEST_BUILD := fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_adamw test-deps
+test:
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2)) $(TEST_BUILD)
 	@bash tests/run.sh
 
 # What the checks need beyond a compiler and MPI, installed the way Open MPI
@@ -178,7 +184,7 @@ test: fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul te
 # the reason (exit 77), never pass.
 
 TEST_PY  := safetensors numpy pyyaml
-test-deps: notebook-deps torch-deps
+test-deps: notebook-deps torch-deps | mpi
 	@need=""; for p in tmux gdb chromium clang; do command -v $$p >/dev/null 2>&1 || need="$$need $$p"; done; \
 	ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 || need="$$need libclang-rt-14-dev"; \
 	if [ -n "$$need" ] && command -v apt-get >/dev/null 2>&1; then \
@@ -197,7 +203,7 @@ test-deps: notebook-deps torch-deps
 # Debian's packages. If neither works, make test goes on and that test is
 # skipped (exit 77) with the reason, never counted as passed.
 NOTEBOOK_PY := nbclient nbformat ipykernel matplotlib numpy
-notebook-deps:
+notebook-deps: | mpi
 	@python3 -c "import nbclient, nbformat, ipykernel, matplotlib, numpy" 2>/dev/null && exit 0; \
 	echo "installing the notebooks' Python packages: $(NOTEBOOK_PY)"; \
 	python3 -m pip install --quiet $(NOTEBOOK_PY) 2>/dev/null || \

@@ -40,7 +40,7 @@ unset MAKEFLAGS MFLAGS MAKELEVEL # nor what an outer make passes down (make test
 export PATH="$bin:$PATH"
 echo "$(mpirun --version | head -1), from $bin"
 
-if ! make -s fsdp tests/test_distributed >build.log 2>&1; then
+if ! make -s -j"$(nproc)" fsdp tests/test_distributed >build.log 2>&1; then
   bad "fsdp does not build against Open MPI 5"; tail -20 build.log
   exit 1
 fi
