@@ -146,6 +146,8 @@ train() {
 losses() { grep -o '^step *[0-9]*/[0-9]* | loss [0-9.]*' "$1" | awk '{print $NF}'; }
 # The last step's loss from a --trace file, to 6 decimals (the step lines print 4).
 final_loss() { grep -o '"final_loss":[^,]*' "$1" | head -1 | cut -d: -f2; }
+# The first step's loss from a --json file, to 9 digits.
+first_loss() { grep -o '{"step": 1, "loss": [^,]*' "$1" | head -1 | cut -d: -f3 | tr -d ' '; }
 
 # check_losses WHAT TOL LOG_A LOG_B: the printed losses, step by step, within TOL.
 check_losses() {
@@ -169,10 +171,12 @@ check_norms() {
       END { printf "max relative difference %.1e over %d steps (tol %s)", m, n, t; exit odd || n == 0 || m > t }')
   [ $? -eq 0 ] && pass "$1: $r" || flunk "$1: $r; norms $(norms "$3" | paste -sd' ') vs $(norms "$4" | paste -sd' ')"
 }
-# check_final_loss WHAT TOL JSON_A JSON_B: the last step's loss, to 6 decimals.
+# check_final_loss WHAT TOL JSON_A JSON_B: the last step's loss, to 6
+# decimals, from two --trace files; with LOSS=first_loss, the first
+# step's, from two --json files.
 check_final_loss() {
   local a b
-  a=$(final_loss "$3") b=$(final_loss "$4")
+  a=$(${LOSS:-final_loss} "$3") b=$(${LOSS:-final_loss} "$4")
   awk -v a="$a" -v b="$b" -v t="$2" 'BEGIN { x = a - b; if (x < 0) x = -x; exit !(a != "" && b != "" && x <= t + 1e-9) }' \
     && pass "$1: $a vs $b (tol $2)" || flunk "$1: $a vs $b (tol $2)"
 }
@@ -196,7 +200,7 @@ LR=0.003
 # (cuBLAS picks its own blocking; the CPU sums each dot product in a fixed
 # increasing order) and with CUDA's expf/tanhf/logf instead of glibc's (both
 # within 2 ulp). Tolerances, fp32:
-#  - the first step's loss (no update yet), from --trace to 6 decimals: 1e-5.
+#  - the first step's loss (no update yet), from --json (9 digits): 1e-5.
 #    A dot product of K terms differs by ~sqrt(K) * 2^-24 relative (K <= 512
 #    here: ~1.4e-6), a few such layers deep; the loss (~5.5, ulp 4.8e-7) is a
 #    mean over the batch, so ~1e-6 is expected; 1e-5 is 20 ulps. A wrong
@@ -222,11 +226,10 @@ LR=0.003
 STEPS=4
 PTOL=$(awk -v lr=$LR -v k=$STEPS 'BEGIN { print 2 * lr * k }')
 for m in tiny small gpt2-tiny gpt2-mini; do
-  A=(--model "$m" --batch 32 --log-every 1 --lr "$LR")
-  train "c1_$m" fsdp 1 "${A[@]}" --steps 1 --trace "$d/c1_$m.json" &&
-    train "g1_$m" "$GPU_BIN" 1 "${A[@]}" --steps 1 --trace "$d/g1_$m.json" &&
-    check_final_loss "a. $m, first step's loss, GPU vs CPU (fp32)" 1e-5 "$d/c1_$m.json" "$d/g1_$m.json"
-  if train "c_$m" fsdp 1 "${A[@]}" --steps $STEPS && train "g_$m" "$GPU_BIN" 1 "${A[@]}" --steps $STEPS; then
+  A=(--model "$m" --batch 32 --log-every 1 --lr "$LR" --steps $STEPS)
+  if train "c_$m" fsdp 1 "${A[@]}" --json "$d/c_$m.json" &&
+    train "g_$m" "$GPU_BIN" 1 "${A[@]}" --json "$d/g_$m.json"; then
+    LOSS=first_loss check_final_loss "a. $m, first step's loss, GPU vs CPU (fp32)" 1e-5 "$d/c_$m.json" "$d/g_$m.json"
     check_losses "a. $m, losses of $STEPS steps, GPU vs CPU (fp32)" 2e-4 "$d/c_$m.log" "$d/g_$m.log"
     check_params "a. $m, parameters after $STEPS steps, GPU vs CPU (fp32; tol 2*lr*steps)" "$PTOL" "$d/c_$m.st" "$d/g_$m.st"
     note_params "a. $m, fp32" "$d/c_$m.st" "$d/g_$m.st"
@@ -237,9 +240,8 @@ for m in tiny small gpt2-tiny gpt2-mini; do
     echo "note: a. gpt2-mini --tf32 runs on a GPU only (the emulator checks TF32 on tiny, small and gpt2-tiny)"
     continue
   fi
-  train "t1_$m" "$GPU_BIN" 1 "${A[@]}" --steps 1 --tf32 --trace "$d/t1_$m.json" &&
-    check_final_loss "a. $m, first step's loss, GPU --tf32 vs CPU" 2e-3 "$d/c1_$m.json" "$d/t1_$m.json"
-  if train "t_$m" "$GPU_BIN" 1 "${A[@]}" --steps $STEPS --tf32 && [ -f "$d/c_$m.st" ]; then
+  if train "t_$m" "$GPU_BIN" 1 "${A[@]}" --tf32 --json "$d/t_$m.json" && [ -f "$d/c_$m.st" ]; then
+    LOSS=first_loss check_final_loss "a. $m, first step's loss, GPU --tf32 vs CPU" 2e-3 "$d/c_$m.json" "$d/t_$m.json"
     check_losses "a. $m, losses of $STEPS steps, GPU --tf32 vs CPU" 5e-3 "$d/c_$m.log" "$d/t_$m.log"
     check_params "a. $m, parameters after $STEPS steps, GPU --tf32 vs CPU (tol 2*lr*steps)" "$PTOL" "$d/c_$m.st" "$d/t_$m.st"
     tests/st_diff "$d/g_$m.st" "$d/t_$m.st" >/dev/null 2>&1 &&
