@@ -21,15 +21,15 @@ fi
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
-check() { # check NP FLAGS: the comparison on NP ranks must pass
-  if $PY tests/gpt2_hf.py --mpirun "$MPIRUN" --ranks "$1" --flags="$2" >"$D/out" 2>&1; then
-    grep '^ok' "$D/out"
-  else bad "$1 ranks ($2):"; grep -E '^(ok|FAIL)' "$D/out" || tail -5 "$D/out"; fi
-}
-check 3 ""
-check 3 "--strategy shard_grad_op --auto-wrap transformer --activation-checkpointing --grad-accum 2"
-check 2 "--attention flash"
-if $PY tests/gpt2_hf.py --mpirun "$MPIRUN" --ranks 2 --break-grad >"$D/out" 2>&1; then
+# three cases in one process (torch and transformers import once): 3
+# ranks full_shard; shard_grad_op with transformer auto-wrap, activation
+# checkpointing and accumulation; 2 ranks with --attention flash
+if $PY tests/gpt2_hf.py --mpirun "$MPIRUN" --case 3 \
+    --case "3:--strategy shard_grad_op --auto-wrap transformer --activation-checkpointing --grad-accum 2" \
+    --case "2:--attention flash" >"$D/out" 2>&1; then
+  grep '^ok' "$D/out"
+else bad "the comparison failed:"; grep -E '^(ok|FAIL)' "$D/out" || tail -5 "$D/out"; fi
+if $PY tests/gpt2_hf.py --mpirun "$MPIRUN" --case 2 --break-grad >"$D/out" 2>&1; then
   bad "a gradient dropped on transformers' side passed: the comparison cannot fail"
 else ok "self-test: a gradient dropped on transformers' side fails it: $(grep -m1 '^FAIL' "$D/out" | cut -c1-120)"; fi
 exit $fail

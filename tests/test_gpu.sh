@@ -253,10 +253,15 @@ done
 # The kernels use no float atomics whose order varies, and cuBLAS is
 # deterministic for a given GPU, shapes and stream, so the same run twice
 # gives the same bits: exports bitwise equal, every printed loss identical.
-if [ -f "$d/g_small.st" ] && train g_small_again "$GPU_BIN" 1 --model small --batch 32 --log-every 1 --lr "$LR" --steps $STEPS; then
-  r=$(tests/st_diff "$d/g_small.st" "$d/g_small_again.st" 2>&1) && pass "b. small, the same GPU run twice: $r" || flunk "b. repeat: $r"
+# The emulator runs a block's threads in one fixed order, so there the
+# second run starts them from the last (FSDP_EMU_ORDER=reverse): the same
+# bits then say too that no kernel's result depends on its threads' order.
+AGAIN_ORDER=index AGAIN=""
+[ -n "${FSDP_EMU:-}" ] && AGAIN_ORDER=reverse AGAIN=" (the second with threads in reverse order)"
+if [ -f "$d/g_small.st" ] && FSDP_EMU_ORDER=$AGAIN_ORDER train g_small_again "$GPU_BIN" 1 --model small --batch 32 --log-every 1 --lr "$LR" --steps $STEPS; then
+  r=$(tests/st_diff "$d/g_small.st" "$d/g_small_again.st" 2>&1) && pass "b. small, the same GPU run twice$AGAIN: $r" || flunk "b. repeat: $r"
   [ -n "$(losses "$d/g_small.log")" ] && [ "$(losses "$d/g_small.log")" = "$(losses "$d/g_small_again.log")" ] \
-    && pass "b. the same GPU run twice: every printed loss identical" || flunk "b. losses differ: $(losses "$d/g_small.log" | paste -sd' ') vs $(losses "$d/g_small_again.log" | paste -sd' ')"
+    && pass "b. the same GPU run twice$AGAIN: every printed loss identical" || flunk "b. losses differ: $(losses "$d/g_small.log" | paste -sd' ') vs $(losses "$d/g_small_again.log" | paste -sd' ')"
 fi
 
 # ---- c. N ranks on ONE GPU == 1 GPU rank -------------------------------------------
@@ -474,9 +479,10 @@ if train j_flash_cpu fsdp 1 "${F[@]}" && train j_flash_gpu "$GPU_BIN" 1 "${F[@]}
   check_losses "j. gpt2-mini, bf16 --attention flash, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_flash_cpu.log" "$d/j_flash_gpu.log"
   check_params "j. gpt2-mini flash bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_flash_cpu.st" "$d/j_flash_gpu.st"
 fi
-# the flash kernels sum in a fixed order (no atomics): the same run twice, the same bits
-if [ -f "$d/j_flash_gpu.st" ] && train j_flash_again "$GPU_BIN" 1 --model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash; then
-  r=$(tests/st_diff "$d/j_flash_gpu.st" "$d/j_flash_again.st" 2>&1) && pass "j. gpt2-mini flash bf16, the same GPU run twice: $r" || flunk "j. flash repeat: $r"
+# the flash kernels sum in a fixed order (no atomics): the same run twice
+# (on the emulator, its threads reversed), the same bits
+if [ -f "$d/j_flash_gpu.st" ] && FSDP_EMU_ORDER=$AGAIN_ORDER train j_flash_again "$GPU_BIN" 1 --model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash; then
+  r=$(tests/st_diff "$d/j_flash_gpu.st" "$d/j_flash_again.st" 2>&1) && pass "j. gpt2-mini flash bf16, the same GPU run twice$AGAIN: $r" || flunk "j. flash repeat: $r"
 fi
 F=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --attention flash)
 if train j_flash32_cpu fsdp 1 "${F[@]}" && train j_flash32_gpu "$GPU_BIN" 1 "${F[@]}"; then
