@@ -31,6 +31,7 @@ NATIVE  ?= $(call cc_takes,-march=native)
 OPENMP  ?= $(call cc_takes,-fopenmp)
 LDLIBS  := -lm -lpthread
 NP      ?= 4
+ARGS    ?=
 
 # mpirun must just work: as root (containers, CI), with more ranks than
 # cores (a laptop simulating 4 GPUs on 2 cores), and without the shared
@@ -154,9 +155,10 @@ tests/%: tests/%.c $(PROGRAM) $(SIM_DEPS) | mpi
 
 # ---- the demo --------------------------------------------------------------
 # Ends with two traces (Perfetto) and an HTML report of both runs in out/.
+# make run NP=8 ARGS="--model medium --steps 50": other ranks, more flags.
 run: fsdp
 	@mkdir -p out
-	$(MPIRUN) -np $(NP) ./fsdp --compare --net nvlink --trace out/trace.json
+	$(MPIRUN) -np $(NP) ./fsdp --compare --net nvlink --trace out/trace.json $(ARGS)
 	@if command -v python3 >/dev/null 2>&1; then \
 	  python3 sim/report.py out/trace.no_shard.json out/trace.full_shard.json -o out/report.html && \
 	  echo && echo "report: open file://$(CURDIR)/out/report.html in a browser (one file, works offline)"; \
