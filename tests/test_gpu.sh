@@ -10,7 +10,7 @@
 #      each within a tolerance it derives, with its time
 #   a. 1 GPU rank == 1 CPU rank within rounding (tiny, small, gpt2-tiny and
 #      gpt2-mini: cuBLAS attention against the CPU's rows; fp32 and --tf32)
-#   b. a GPU run repeats bitwise
+#   b. a GPU run repeats bitwise (on the emulator, with its threads reversed)
 #   c. 2 and 4 ranks sharing ONE GPU (--collectives mpi and ring) == 1 GPU rank
 #   d. NCCL on every GPU here == 1 GPU rank
 #   e. checkpoints move CPU -> GPU -> CPU and land where an uninterrupted run does
