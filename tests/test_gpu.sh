@@ -226,7 +226,7 @@ LR=0.003
 STEPS=4
 PTOL=$(awk -v lr=$LR -v k=$STEPS 'BEGIN { print 2 * lr * k }')
 for m in tiny small gpt2-tiny gpt2-mini; do
-  A=(--model "$m" --batch 32 --log-every 1 --lr "$LR" --steps $STEPS)
+  A=(--model "$m" --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS")
   if train "c_$m" fsdp 1 "${A[@]}" --json "$d/c_$m.json" &&
     train "g_$m" "$GPU_BIN" 1 "${A[@]}" --json "$d/g_$m.json"; then
     LOSS=first_loss check_final_loss "a. $m, first step's loss, GPU vs CPU (fp32)" 1e-5 "$d/c_$m.json" "$d/g_$m.json"
@@ -424,7 +424,7 @@ if [ -f "$d/eq1.st" ]; then
     fi && equivalent "$name" "j. --strategy $st on 4 ranks vs 1 GPU rank"
   done
 fi
-J=(--model small --batch 32 --log-every 1 --lr "$LR" --steps $STEPS)
+J=(--model small --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS")
 if [ -f "$d/g_small.st" ] && train j_offload "$GPU_BIN" 1 "${J[@]}" --cpu-offload; then
   check_losses "j. --cpu-offload on 1 GPU rank vs without it" 2e-4 "$d/g_small.log" "$d/j_offload.log"
   check_params "j. --cpu-offload: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/g_small.st" "$d/j_offload.st"
@@ -465,7 +465,7 @@ done
 # ... and GPT-2 in bf16: attention's P and dS stored in bf16, its products on
 # the tensor cores (attention_forward_gemm), the CPU's rows rounding where
 # the GPU stores: the same argument and tolerances as the MLP's above.
-G=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16)
+G=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS" --param-dtype bf16)
 if train j_gpt2_bf16_cpu fsdp 1 "${G[@]}" && train j_gpt2_bf16_gpu "$GPU_BIN" 1 "${G[@]}"; then
   check_losses "j. gpt2-tiny in bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_gpt2_bf16_cpu.log" "$d/j_gpt2_bf16_gpu.log"
   check_params "j. gpt2-tiny in bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_gpt2_bf16_cpu.st" "$d/j_gpt2_bf16_gpu.st"
@@ -474,7 +474,7 @@ fi
 # backward kernels) for gpt2-mini in bf16 (heads of 32, T 128: two query
 # blocks, four key tiles), the rows a thread each in fp32 (gpt2-tiny):
 # each against the CPU's rows, with the same tolerances
-F=(--model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash)
+F=(--model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps "$STEPS" --param-dtype bf16 --attention flash)
 if train j_flash_cpu fsdp 1 "${F[@]}" && train j_flash_gpu "$GPU_BIN" 1 "${F[@]}"; then
   check_losses "j. gpt2-mini, bf16 --attention flash, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_flash_cpu.log" "$d/j_flash_gpu.log"
   check_params "j. gpt2-mini flash bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_flash_cpu.st" "$d/j_flash_gpu.st"
@@ -484,7 +484,7 @@ fi
 if [ -f "$d/j_flash_gpu.st" ] && FSDP_EMU_ORDER=$AGAIN_ORDER train j_flash_again "$GPU_BIN" 1 --model gpt2-mini --batch 16 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash; then
   r=$(tests/st_diff "$d/j_flash_gpu.st" "$d/j_flash_again.st" 2>&1) && pass "j. gpt2-mini flash bf16, the same GPU run twice$AGAIN: $r" || flunk "j. flash repeat: $r"
 fi
-F=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps $STEPS --attention flash)
+F=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS" --attention flash)
 if train j_flash32_cpu fsdp 1 "${F[@]}" && train j_flash32_gpu "$GPU_BIN" 1 "${F[@]}"; then
   check_losses "j. gpt2-tiny, fp32 --attention flash (rows on the GPU) vs the CPU" 2e-4 "$d/j_flash32_cpu.log" "$d/j_flash32_gpu.log"
 fi
