@@ -31,10 +31,18 @@ import argparse, json, os, subprocess, sys, tempfile
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
+def case(text):
+    """RANKS[:FLAGS] -> (ranks, flags); argparse says what is wrong and exits 2"""
+    ranks, _, flags = text.partition(":")
+    if not ranks.isdigit() or int(ranks) < 1:
+        raise argparse.ArgumentTypeError("%r: give RANKS[:FLAGS], RANKS a number of ranks >= 1" % text)
+    return int(ranks), flags
+
+
 p = argparse.ArgumentParser()
 p.add_argument("--fsdp", default="./fsdp")
 p.add_argument("--mpirun", default="mpirun")
-p.add_argument("--case", action="append", default=[], metavar="RANKS[:FLAGS]",
+p.add_argument("--case", type=case, action="append", default=[], metavar="RANKS[:FLAGS]",
                help="fsdp.c on RANKS ranks with more FLAGS (a strategy, --activation-checkpointing);"
                     " repeat it for more cases (default: 3 ranks, full_shard)")
 p.add_argument("--steps", type=int, default=4)
@@ -112,7 +120,13 @@ def check_case(ranks, flags, out):
                     % (step + 1, losses[step], loss.item(), rel))
     print("ok: %d steps on %d ranks (%s): every loss equals transformers' within 1e-5 (worst %.1e)"
           % (a.steps, ranks, flags or "full_shard", worst))
+    return check_export(ref, x, out)
 
+
+def check_export(ref, x, out):
+    """fsdp.c's export in `out` against `ref`, the model transformers
+    trained: it loads, its lm_head is tied, its parameters and logits are
+    ref's; returns a failure's message, or None"""
     back, info = GPT2LMHeadModel.from_pretrained(out, output_loading_info=True)
     bad = {k: v for k, v in info.items() if v}
     if bad:
@@ -135,9 +149,8 @@ def check_case(ranks, flags, out):
 
 
 failed = 0
-for n, case in enumerate(a.case or ["3"]):
-    ranks, _, flags = case.partition(":")
-    why = check_case(int(ranks), flags, os.path.join(tmp, "out%d" % n))
+for n, (ranks, flags) in enumerate(a.case or [(3, "")]):
+    why = check_case(ranks, flags, os.path.join(tmp, "out%d" % n))
     if why:
         print("FAIL: %s ranks (%s): %s" % (ranks, flags or "full_shard", why))
         failed += 1

@@ -176,7 +176,7 @@ run "HTML report of traces (sim/report.py), rendered in headless Chromium" bash 
 # (about a minute of compiling, once instead of three times).
 gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
-  # the four at once: nvcc compiles on one core
+  # the four at once: with the one architecture above, each nvcc uses one core
   make -s -j"$(nproc)" gpu tests/bench_gpu tests/test_kernels tests/gpu_probe || return 1
   test -x fsdp-gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu (GPU_ARCH=${GPU_ARCH:-the Makefile default}), warnings as errors" &&
     test -x tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&

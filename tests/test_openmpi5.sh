@@ -48,8 +48,9 @@ ldd ./fsdp | grep -q "libmpi.so.* => $prefix/" && ok "./fsdp is linked with Open
   bad "./fsdp is not linked with $prefix's libmpi: $(ldd ./fsdp | grep libmpi)"
 
 out=$(timeout 180 make -s run NP=4 ARGS="--steps 20" 2>&1); rc=$? # (200 steps: 12 s more)
-[ $rc -eq 0 ] && grep -q "FSDP keeps 1/4 of the parameters" <<<"$out" &&
-  ok "make run: 4 ranks on $(nproc) cores, DDP beside FSDP" || { bad "make run: exit $rc"; tail -15 <<<"$out"; }
+[ $rc -eq 0 ] && grep -q "FSDP keeps 1/4 of the parameters" <<<"$out" && grep -q "^step *20/20 " <<<"$out" &&
+  ok "make run: 4 ranks on $(nproc) cores, DDP beside FSDP, make's ARGS passed on (20 steps)" ||
+  { bad "make run: exit $rc, or not 20 steps"; tail -15 <<<"$out"; }
 
 # The lectures' plain `mpirun -np N` (no --oversubscribe) with more ranks
 # than cores, in the environment the Makefile exports (make --eval runs a
