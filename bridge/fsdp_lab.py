@@ -41,6 +41,7 @@ import json
 import os
 import struct
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -157,9 +158,16 @@ def local_batch(data, seed, step, rank, world, first, count, context):
 
 def refuse(message):
     """Bad input: one message (from rank 0) and exit 2 on every rank, before
-    the process group starts, so no rank waits for one that has left."""
+    the process group starts, so no rank waits in a collective for one that
+    has left. Every rank runs the same checks on the same files, so rank 0
+    refuses too. The others wait for it: torchrun stops every rank as soon as
+    one exits, and a rank 1 that left first would have rank 0 killed before
+    it said why (seen once in CI: exit 2 and no message). Rank 0's exit ends
+    the wait; the 60 s bound only matters if rank 0 never gets here."""
     if os.environ.get("RANK", "0") == "0":
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    else:
+        time.sleep(60)
     sys.exit(2)
 
 
