@@ -166,11 +166,8 @@ run "--wait-for-debugger: gdb attaches to every rank, breaks in comm_record" bas
 run "HTML report of traces (sim/report.py), rendered in headless Chromium" bash tests/test_report.sh
 
 # -- the CUDA build ------------------------------------------------------------------------
-# Without a GPU to run them, the CUDA binaries are built for one architecture
-# (sm_90), not make gpu's three: the same source, in half the time. Exported,
-# so the course's own `make gpu` (in copies of this tree) finds them built;
-# the next make gpu outside the suite rebuilds for all three (.gpu-arch).
-[ -n "${GPU_ARCH:-}" ] || command -v nvidia-smi >/dev/null 2>&1 || export GPU_ARCH="-gencode arch=compute_90,code=sm_90"
+# make test gives GPU_ARCH (sm_90 alone without a GPU) and has built the
+# CUDA programs already, beside the others (the Makefile's test-build-cuda)
 # Before the course's commands: lecture 8 and the README build ./fsdp-gpu and
 # ./fsdp-emu in copies of this tree, where what is built here is up to date
 # (about a minute of compiling, once instead of three times).
