@@ -14,8 +14,10 @@ still gets its plots into the executed copy: that backend renders with Agg
 too). A cell that raises, a failed assert included, fails its notebook; a
 cell may run 300 s at most (--timeout).
 
-Per notebook one line, PASS or FAIL with its time; a failure adds the cell's
-number, its first line, the error and the cell's own time. The executed copy,
+Per notebook one line, PASS or FAIL with its time, in the order given
+(--jobs N runs N notebooks at once, each in a process of its own); a
+failure adds the cell's number, its first line, the error and the cell's
+own time. The executed copy,
 outputs and plots included, is written to out/notebooks/ (--out) for a
 student to open. The exit status is 0 only when every notebook passed.
 
@@ -23,7 +25,9 @@ Notebooks are kept in git WITHOUT outputs (small diffs, no stale numbers): a
 notebook saved with outputs fails here; `--strip FILE...` removes them.
 """
 import argparse
+import concurrent.futures
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +85,7 @@ def error_text(cell):
 
 
 def run_one(path, timeout, out_dir):
+    """Executes one notebook; returns whether it passed and its report lines."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -99,7 +104,13 @@ def run_one(path, timeout, out_dir):
     problem, cell_took = None, None
     # The kernel's own stderr (ipykernel's start-up notices) goes to a file,
     # shown only if the kernel dies.
-    with tempfile.TemporaryFile(mode="w+") as kernel_log:
+    # The notebook's own Open MPI session directory: Open MPI 4's mpiruns
+    # share /tmp/ompi.HOST.UID, which one removes as it ends, perhaps while
+    # another notebook's is starting in it (tests/test_cli.sh, whose cases
+    # run at once too). The kernel inherits it with the environment.
+    with tempfile.TemporaryFile(mode="w+") as kernel_log, \
+            tempfile.TemporaryDirectory(prefix="ompi-session.") as session:
+        os.environ["OMPI_MCA_orte_tmpdir_base"] = session
         try:
             client.execute(stderr=kernel_log)
         except (CellExecutionError, CellTimeoutError, DeadKernelError, RuntimeError) as e:
@@ -117,12 +128,12 @@ def run_one(path, timeout, out_dir):
     code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     if problem is None and not saved:
         slow = max(((cell_seconds(c) or 0.0, i) for i, c in code), default=(0.0, 0))
-        print(f"PASS  {path} ({seconds:.1f} s; {len(code)} code cells, slowest cell {slow[1]}: {slow[0]:.1f} s)")
-        return True
-    print(f"FAIL  {path} ({seconds:.1f} s)")
+        return True, [f"PASS  {path} ({seconds:.1f} s; {len(code)} code cells, "
+                      f"slowest cell {slow[1]}: {slow[0]:.1f} s)"]
+    lines = [f"FAIL  {path} ({seconds:.1f} s)"]
     if saved:
-        print(f"      saved with outputs in cell(s) {saved}: keep notebooks in git without them;"
-              f"\n      run: python3 tests/run_notebooks.py --strip {path}")
+        lines += [f"      saved with outputs in cell(s) {saved}: keep notebooks in git without them;",
+                  f"      run: python3 tests/run_notebooks.py --strip {path}"]
     if problem is not None:
         text = None
         if "index" in running:
@@ -130,15 +141,14 @@ def run_one(path, timeout, out_dir):
             c = nb.cells[i]
             first = (c.source.strip().splitlines() or [""])[0][:100]
             took = f", {cell_took:.1f} s" if cell_took is not None else ""
-            print(f"      cell {i} ({first!r}{took}):")
+            lines.append(f"      cell {i} ({first!r}{took}):")
             text = error_text(c)
         if isinstance(problem, CellTimeoutError):
             text = f"the cell ran past the {timeout} s limit per cell"
         elif isinstance(problem, DeadKernelError):
             text = f"the kernel died: {problem}"
-        for line in (text or str(problem)).splitlines()[-12:]:
-            print(f"      {line}")
-    return False
+        lines += [f"      {line}" for line in (text or str(problem)).splitlines()[-12:]]
+    return False, lines
 
 
 def main():
@@ -148,6 +158,9 @@ def main():
     p.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
     p.add_argument("--out", default=str(ROOT / "out" / "notebooks"),
                    help="where the executed copies go (default out/notebooks; '' for none)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="notebooks run at once, each in its own process (default 1); "
+                        "reports still in the order given")
     p.add_argument("--strip", action="store_true", help="remove the outputs in place, run nothing")
     a = p.parse_args()
     try:
@@ -169,7 +182,23 @@ def main():
         return 1
     environment()
     out_dir = Path(a.out) if a.out else None
-    results = [run_one(path, a.timeout, out_dir) for path in a.notebooks]
+    # A notebook's kernel waits on its mpirun most of the time, so two at
+    # once use a second core that one leaves idle (the nine of make test:
+    # 144 s one at a time, 83 s two at once, 89 s three, on 2 cores). Each
+    # has its own kernel and temporary directory.
+    # Each notebook's first cells run `make -s fsdp` (notebook 5 also
+    # tests/bench_collectives): built here first, so no two notebooks write
+    # ./fsdp at once while another starts it.
+    if a.jobs > 1 and subprocess.run(["make", "-s", "fsdp", "tests/bench_collectives"], cwd=ROOT).returncode:
+        print("FAIL  make -s fsdp tests/bench_collectives (above), which the notebooks run")
+        return 1
+    with concurrent.futures.ProcessPoolExecutor(max(1, a.jobs)) as pool:
+        futures = [pool.submit(run_one, path, a.timeout, out_dir) for path in a.notebooks]
+        results = []
+        for f in futures:
+            passed, lines = f.result()
+            print("\n".join(lines), flush=True)
+            results.append(passed)
     failed = results.count(False)
     if out_dir:
         print(f"executed copies (outputs, plots): {out_dir}/")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/test_notebooks.sh — every notebook in notebooks/ runs top to bottom
-# (tests/run_notebooks.py: nbclient, a fresh python3 kernel each, the repo
-# root as working directory). First the runner itself is shown to fail a
-# notebook whose assert fails, so a PASS below means something.
+# (tests/run_notebooks.py: nbclient, a fresh python3 kernel each, one per
+# core at once, the repository root as working directory). First the runner
+# itself is shown to fail a notebook whose assert fails, so a PASS below
+# means something.
 # Without the Python packages: exit 77 (skipped, never a pass), with the reason;
 # `make test` installs them first (make notebook-deps).
 #
@@ -42,5 +43,5 @@ fi
 
 others=()
 for nb in notebooks/*.ipynb; do [[ " ${TORCH_NOTEBOOKS[*]} " == *" $nb "* ]] || others+=("$nb"); done
-python3 tests/run_notebooks.py "${others[@]}" || bad "a notebook failed (above); its executed copy is in out/notebooks/"
+python3 tests/run_notebooks.py --jobs "$(nproc 2>/dev/null || echo 2)" "${others[@]}" || bad "a notebook failed (above); its executed copy is in out/notebooks/"
 exit $fail
