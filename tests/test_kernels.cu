@@ -25,7 +25,7 @@
  * of TIME_REPS launches, CUDA events) is printed beside it.
  *
  * Prints one line a kernel and "N passed, N failed"; exits 1 on a failure.
- * Compiled in CI (make gpu's check); not yet run on a GPU.
+ * Compiled in CI (make gpu's check); on one H100 (2026-11-27) every check passed.
  * ========================================================================== */
 #define FSDP_NO_MAIN
 #include "../main.c"
