@@ -123,7 +123,7 @@ SIM_DEPS := $(SIM_SRC) files.h formats.h sim/sim.h
 # fsdp.c and the plumbing headers in run/; fsdp.c includes kernels/ in place:
 # one translation unit.
 PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h run/generate.h run/roofline.h kernels/backend.h kernels/layers.h \
-           kernels/transformer.h io/checkpoint.h comm/device.h comm/wire16.h data/corpus.h \
+           kernels/transformer.h kernels/flash.h io/checkpoint.h comm/device.h comm/wire16.h data/corpus.h \
            sim/events.h sim/oom.h model/activations.h model/mlp.h model/gpt2_tree.h model/gpt2.h
 
 fsdp: $(PROGRAM) $(SIM_DEPS) | mpi
@@ -312,9 +312,9 @@ tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) .gpu-arch | mpi
 # so errors name the same lines; perl, since a launch may span two).
 EMU_DIR   := .emu
 EMU_SRC   := $(PROGRAM) $(SIM_DEPS) tests/test_kernels.cu tests/test_emu.cu
-EMU_DEPS  := $(EMU_DIR)/.copied emu/cuda_emu.h emu/include/mma.h emu/runtime.cpp
+EMU_DEPS  := $(EMU_DIR)/.copied emu/cuda_emu.h emu/runtime.cpp
 EMU_FLAGS  = -std=c++17 -O3 -g $(NATIVE) $(EMU_SAN) -Wall -Wextra -Werror -Wno-unused-function -Wno-unknown-pragmas \
-             -DOMPI_SKIP_MPICXX -I../emu/include -include ../emu/cuda_emu.h -I$(CUDA_HOME)/include $(NCCL_CFLAGS) $(MPI_CFLAGS)
+             -DOMPI_SKIP_MPICXX -include ../emu/cuda_emu.h -I$(CUDA_HOME)/include $(NCCL_CFLAGS) $(MPI_CFLAGS)
 $(EMU_DIR)/.copied: $(EMU_SRC)
 	@rm -rf $(EMU_DIR) && mkdir -p $(EMU_DIR)
 	@for f in $(EMU_SRC); do mkdir -p $(EMU_DIR)/$$(dirname $$f) && \

@@ -28,9 +28,13 @@
  *  - threads that wait at different barriers forever (a __syncthreads that
  *    some of the block's threads skip while others wait at a warp's) stop
  *    the program with a message, where a GPU would hang or go wrong;
- *  - WMMA waits for no lane (emu/include/mma.h): a load reads memory when
- *    its lane comes to it, a store writes only the lane's own elements, as
- *    on a GPU, so a missing __syncwarp on either side reads stale memory;
+ *  - the four PTX instructions of the flash kernels (kernels/flash.h) are
+ *    the PTX ISA's to the bit: mma.sync and ldmatrix meet the warp, as the
+ *    hardware's do, and each lane gets the fragment's elements the ISA's
+ *    tables give it; a cp.async copies nothing until the cp.async.wait_group
+ *    that covers it, so a thread that reads shared memory before its wait
+ *    (or before the __syncthreads after every thread's wait) reads stale
+ *    bytes, as a GPU may;
  *  - every stream runs its work as it is queued (a legal order of any
  *    CUDA program: nothing starts before what it waits for), so events are
  *    done when recorded and a synchronize returns at once;
@@ -41,7 +45,7 @@
  *    (more than 1024 threads a block) fails with CUDA's error; a shuffle
  *    that is not a whole warp's (a mask, a width, lanes past the block)
  *    stops the job: fsdp.c uses none, and the emulator does not model them;
- *    so does a WMMA tile off CUDA's alignment (32 bytes; rows 16 apart);
+ *    so does an ldmatrix row or a cp.async off 16 bytes;
  *  - cuBLAS is a loop in fp32 (TF32 rounds its inputs as the tensor cores
  *    do; 16-bit inputs are widened, the sum is fp32 and rounded once into a
  *    16-bit output); NCCL is MPI on a communicator of its own;
@@ -82,10 +86,20 @@
 #define __launch_bounds__(...)
 
 namespace emu {
+/* A cp.async a thread has issued and not yet waited for: `group` counts
+ * the thread's cp_async_commit calls before it */
+struct AsyncCopy {
+    void *dst;
+    const void *src;
+    int bytes, group;
+};
+enum { MAX_ASYNC_COPIES = 64 };
 /* The thread a fiber runs now, and its block */
 struct Thread {
     uint3 idx;
     int linear, warp, lane;
+    AsyncCopy pending[MAX_ASYNC_COPIES]; /* its cp.async copies in flight */
+    int n_pending, committed;
 };
 struct Block {
     dim3 grid, dim;
@@ -97,8 +111,13 @@ extern __thread Block *block;
 void sync_block();                 /* __syncthreads */
 void sync_warp();                  /* __syncwarp, and a warp's collective operations */
 void *warp_slot(int lane); /* where a lane of this warp leaves a shuffle's value (8 bytes) */
+/* every lane posts `bytes` (at most 32) of its own, the warp meets, each
+ * gets all 32 lanes' in `all` (bytes apart), by lane */
+void warp_exchange(const void *mine, void *all, int bytes);
 [[noreturn]] void unmodelled(const char *what); /* stops the job: undefined, or not modelled */
-int lane_owns(int element);        /* a fragment's element a lane stores (wmma) */
+void async_copy(void *dst, const void *src, int bytes); /* cp.async, issued */
+void async_commit(void);                                /* cp.async.commit_group */
+void async_wait(int groups);                            /* cp.async.wait_group */
 
 /* A kernel's launch: the grid is checked as CUDA checks it, every pointer
  * argument must be device memory (or NULL), and body runs once per thread. */
@@ -186,6 +205,61 @@ template <typename T> static inline T __shfl_xor_sync(unsigned mask, T v, int la
     memcpy(&out, emu::warp_slot(emu::self->lane ^ lane_mask), sizeof(T));
     return out;
 }
+
+/* ---- the four PTX instructions of kernels/flash.h ------------------------------
+ * Their layouts are the PTX ISA's (the comment above them in kernels/flash.h
+ * gives them in words): lane l's groupID g = l / 4 and q = l % 4. */
+namespace emu {
+template <typename F16> static inline float widen(uint16_t bits) {
+    F16 v;
+    memcpy((void *)&v, &bits, 2); /* the bits as they are */
+    return (float)v;
+}
+static inline uint16_t half_of(uint32_t reg, int k) { return (uint16_t)(k % 2 ? reg >> 16 : reg); }
+} // namespace emu
+/* c (16 x 8) += a (16 x 16) b (16 x 8): element (row, k) of a is in lane
+ * (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), its half
+ * k % 2; element (k, n) of b in lane n * 4 + (k % 8) / 2, register k >= 8.
+ * The sum runs in fp32 in k's order (a GPU's order within the tensor core
+ * is its own: tests/test_kernels.cu's tolerances allow for it). */
+template <typename F16> static inline void mma_16816(float *c, const uint32_t *a, const uint32_t *b) {
+    struct Fragments {
+        uint32_t a[4], b[2];
+    } mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all[32];
+    emu::warp_exchange(&mine, all, sizeof(mine));
+    int g = emu::self->lane / 4, q = emu::self->lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i / 2), col = 2 * q + i % 2;
+        float s = c[i];
+        for (int k = 0; k < 16; k++) {
+            uint32_t ra = all[row % 8 * 4 + k % 8 / 2].a[(row >= 8) + 2 * (k >= 8)];
+            uint32_t rb = all[col * 4 + k % 8 / 2].b[k >= 8];
+            s += emu::widen<F16>(emu::half_of(ra, k)) * emu::widen<F16>(emu::half_of(rb, k));
+        }
+        c[i] = s;
+    }
+}
+/* register j of lane l: tile j's row g, columns 2q and 2q + 1 (or, with
+ * trans, its column g, rows 2q and 2q + 1); tile j's row r at the address
+ * lane 8j + r gave. Read when the whole warp has come, as on a GPU. */
+static inline void emu_ldmatrix(uint32_t *r, const uint16_t *row, int trans) {
+    if ((uintptr_t)row % 16) emu::unmodelled("an ldmatrix row address off 16 bytes");
+    const uint16_t *rows[32];
+    emu::warp_exchange(&row, rows, sizeof(row));
+    int g = emu::self->lane / 4, q = emu::self->lane % 4;
+    for (int j = 0; j < 4; j++) {
+        const uint16_t *const *t = rows + 8 * j;
+        uint16_t lo = trans ? t[2 * q][g] : t[g][2 * q], hi = trans ? t[2 * q + 1][g] : t[g][2 * q + 1];
+        r[j] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+}
+static inline void ldmatrix_x4(uint32_t *r, const uint16_t *row) { emu_ldmatrix(r, row, 0); }
+static inline void ldmatrix_x4_trans(uint32_t *r, const uint16_t *row) { emu_ldmatrix(r, row, 1); }
+static inline void cp_async_16(void *dst, const void *src, int bytes) {
+    emu::async_copy(dst, src, bytes);
+}
+static inline void cp_async_commit(void) { emu::async_commit(); }
+template <int n> static inline void cp_async_wait(void) { emu::async_wait(n); }
 
 /* CUDA's device math, host side */
 static inline int min(int a, int b) { return a < b ? a : b; }

@@ -179,7 +179,7 @@ struct BlockRun {
     Block block;
     int threads, next, live, warp_live[MAX_WARPS];
     Barrier block_barrier, warp_barrier[MAX_WARPS];
-    uint64_t slot[MAX_THREADS]; /* shuffles' values */
+    uint64_t slot[MAX_THREADS][4]; /* shuffles' values (8 bytes), an mma's fragments (24) */
     int reversed; /* threads start from the last (FSDP_EMU_ORDER=reverse) */
     std::vector<Fiber *> ready; /* parked where a barrier has opened since */
     size_t ready_next;
@@ -246,16 +246,61 @@ void *warp_slot(int lane) {
     if (from >= sched.run->threads) unmodelled("a shuffle with lanes past the block's last thread");
     return &sched.run->slot[from];
 }
+/* A shuffle's two meetings, for up to 32 bytes a lane: the first, so that
+ * no lane overwrites its slot while another still reads the last exchange */
+void warp_exchange(const void *mine, void *all, int bytes) {
+    sync_warp();
+    memcpy(warp_slot(self->lane), mine, (size_t)bytes);
+    sync_warp();
+    for (int l = 0; l < 32; l++) memcpy((char *)all + l * bytes, warp_slot(l), (size_t)bytes);
+}
+
+/* cp.async: a copy lands at any time between its issue and the wait that
+ * covers its group (cp.async.wait_group n: all but the newest n committed
+ * groups are done; the uncommitted ones are in no group yet). The
+ * emulator takes one end or the other, with the order threads run in: in
+ * index order, at the wait, so a read of the tile before the wait sees
+ * stale bytes; in reverse (FSDP_EMU_ORDER=reverse), at once, so a copy
+ * into a buffer that other warps still read (a missing __syncthreads
+ * before the next tile's copies) changes what they read. */
+static int thread_order_reversed(void);
+static void async_land(const AsyncCopy &c) {
+    memcpy(c.dst, c.src, (size_t)c.bytes);
+    memset((char *)c.dst + c.bytes, 0, (size_t)(16 - c.bytes));
+}
+void async_copy(void *dst, const void *src, int bytes) {
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16)
+        unmodelled("a cp.async of 16 bytes off 16-byte alignment");
+    if (bytes < 0 || bytes > 16) unmodelled("a cp.async of 16 bytes reading more than 16");
+    AsyncCopy c = {dst, src, bytes, self->committed};
+    if (thread_order_reversed()) return async_land(c);
+    if (self->n_pending == MAX_ASYNC_COPIES)
+        unmodelled("more cp.async copies in flight than the emulator holds (MAX_ASYNC_COPIES)");
+    self->pending[self->n_pending++] = c;
+}
+void async_commit(void) { self->committed++; }
+void async_wait(int groups) {
+    int kept = 0;
+    for (int i = 0; i < self->n_pending; i++) {
+        AsyncCopy c = self->pending[i];
+        if (c.group >= self->committed - groups) { /* newer, or not committed */
+            self->pending[kept++] = c;
+            continue;
+        }
+        async_land(c);
+    }
+    self->n_pending = kept;
+}
 void unmodelled(const char *what) {
     fprintf(stderr, "emulator: %s: CUDA leaves it undefined, or the emulator does not model "
                     "it (fsdp.c's kernels do neither)\n", what);
     die();
 }
-int lane_owns(int element) { return element % 32 == self->lane; }
 
 static void thread_begin(BlockRun *r, Thread *t, int linear) {
     dim3 d = r->block.dim;
     t->linear = linear, t->warp = linear / 32, t->lane = linear % 32;
+    t->n_pending = t->committed = 0; /* a copy never waited for is lost with its thread */
     t->idx.x = linear % d.x;
     t->idx.y = linear / d.x % d.y;
     t->idx.z = linear / (d.x * d.y);
@@ -364,8 +409,8 @@ static void resume(Fiber *f) {
             (f->waiting == &r->block_barrier ? at_block : at_warp)++;
     fprintf(stderr,
             "emulator: block (%u, %u, %u) of a kernel is stuck: %d thread(s) wait at "
-            "__syncthreads and %d at a warp's barrier (__syncwarp, a shuffle or a WMMA "
-            "operation), and none can go on. On a GPU this kernel hangs or computes garbage.\n"
+            "__syncthreads and %d at a warp's barrier (__syncwarp, a shuffle, an mma "
+            "or an ldmatrix), and none can go on. On a GPU this kernel hangs or computes garbage.\n"
             "HINT: every live thread of a block must reach the same __syncthreads; every lane "
             "of a warp the same warp operation.\n",
             r->block.idx.x, r->block.idx.y, r->block.idx.z, at_block, at_warp);

@@ -17,8 +17,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 #include <nccl.h>
+#include <type_traits> /* std::is_same: kernels/flash.h picks bf16 or fp16 instructions */
 /* Element-wise math is written once and marked for both host and device, so
  * the CPU tests check the very arithmetic the GPU kernels will run. */
 #define FSDP_HD __host__ __device__

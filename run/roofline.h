@@ -193,8 +193,8 @@ static void roof_attention(Roofline *r, double B, double T, double D, double H, 
  * from L2): forward q, k, v in and y out; backward dy and y for delta,
  * then q, k, v, dy into each kernel, dk and dv, then dq, out; all held in
  * 16 bits. lse and delta, a number a row, in fp32. Its roofline is the
- * bound of a fused kernel; the WMMA kernels built here stage every tile
- * product through shared memory and will stay above it. (MFU's model
+ * bound of a fused kernel; the kernels built here (kernels/flash.h) will
+ * stay above it. (MFU's model
  * FLOPs, llm.c's 12 L T D a token, charge attention's products whole, as
  * PyTorch's and llm.c's MFU figures do: a kernel that skips the masked
  * half is credited with work it did not do, so at long T, where attention
@@ -384,7 +384,7 @@ static void print_roofline(const Trainer *t, const char *gpu) {
                "through memory: --attention flash keeps them on chip\n",
                100.0 * attention / total[ROOF_BF16]);
     if (attention > 0.0 && t->cfg.attention == ATTENTION_FLASH)
-        printf("  attention, fused, is %.0f%% of the bf16 time at its roofline; the WMMA kernels "
-               "built here will take longer (make test-gpu prints their TFLOP/s)\n",
+        printf("  attention, fused, is %.0f%% of the bf16 time at its roofline; the kernels "
+               "built here take longer (make test-gpu prints their TFLOP/s)\n",
                100.0 * attention / total[ROOF_BF16]);
 }

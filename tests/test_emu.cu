@@ -8,13 +8,14 @@
  *   make tests/test_emu-emu && mpirun -np 3 tests/test_emu-emu
  *   mpirun -np 1 tests/test_emu-emu host-pointer   (must stop: a host pointer)
  *   mpirun -np 1 tests/test_emu-emu deadlock       (must stop: stuck barriers)
- *   mpirun -np 1 tests/test_emu-emu misaligned     (must stop: a WMMA load off 32 bytes)
+ *   mpirun -np 1 tests/test_emu-emu misaligned     (must stop: an ldmatrix row off 16 bytes)
  *   mpirun -np 1 tests/test_emu-emu stream-race    (must stop: two streams, no event)
  *
  * Checked: __syncthreads orders a block's shared memory; shuffles over
- * whole warps; threads that returned no longer hold a barrier; a
- * WMMA product; a lane that reads a stored fragment before __syncwarp sees
- * stale memory (as on a GPU, where the warp's lanes store their own parts);
+ * whole warps; threads that returned no longer hold a barrier; cp.async's
+ * copies are there after the wait, and a read before it sees stale bytes
+ * (the PTX instructions' layouts are tests/test_kernels.cu's, on the
+ * emulator and on a GPU alike, and their checks here the emulator's own);
  * launches, copies and GEMMs CUDA refuses are refused; NCCL's all-gather,
  * reduce-scatter and all-reduce over the ranks, and two ranks on one GPU;
  * a buffer written on one stream and read on another after an event, or
@@ -24,7 +25,6 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <mma.h>
 #include <mpi.h>
 #include <nccl.h>
 #include <stdio.h>
@@ -60,27 +60,30 @@ __global__ void early_exit(int *out) {
     for (int i = 0; i < 32; i++) sum += s[i];
     out[threadIdx.x] = sum;
 }
-namespace wmma = nvcuda::wmma;
-/* C = A B (16 x 16 x 16, bf16 in, fp32 out), then each lane reads element
- * lane of C from memory: with `sync`, after __syncwarp */
-__global__ void tile_product(float *c, float *seen, const __nv_bfloat16 *a,
-                             const __nv_bfloat16 *b, int sync) {
-    __shared__ __align__(32) float stage[256]; /* WMMA wants 32-byte alignment */
-    for (int i = threadIdx.x; i < 256; i += 32) stage[i] = -1.0f;
+#ifdef FSDP_EMU /* the PTX instructions: kernels/flash.h defines them for nvcc */
+/* Each lane copies 16 bytes by cp.async (lane 31 only 8, and zeros after);
+ * with `early` it also reads its neighbour's before waiting, then waits,
+ * meets the warp and reads its own */
+__global__ void async_tile(int *seen, int *got, const int *src, int early) {
+    __shared__ __align__(16) int s[32 * 4];
+    int l = threadIdx.x;
+    for (int i = 0; i < 4; i++) s[l * 4 + i] = -1;
     __syncwarp();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    wmma::load_matrix_sync(fa, a, 16);
-    wmma::load_matrix_sync(fb, b, 16);
-    wmma::mma_sync(acc, fa, fb, acc);
-    wmma::store_matrix_sync(stage, acc, 16, wmma::mem_row_major);
-    if (sync) __syncwarp();
-    seen[threadIdx.x] = stage[(threadIdx.x * 7 + 3) % 256]; /* another lane's element */
+    cp_async_16(s + l * 4, src + l * 4, l == 31 ? 8 : 16);
+    cp_async_commit();
+    if (early) seen[l] = s[(l + 1) % 32 * 4];
+    cp_async_wait<0>();
     __syncwarp();
-    for (int i = threadIdx.x; i < 256; i += 32) c[i] = stage[i];
+    for (int i = 0; i < 4; i++) got[l * 4 + i] = s[l * 4 + i];
 }
+/* ldmatrix with row addresses 2 bytes off 16 (must stop) */
+__global__ void misaligned_rows(uint32_t *out) {
+    __shared__ __align__(16) uint16_t s[17 * 16];
+    uint32_t r[4];
+    ldmatrix_x4(r, s + 1 + threadIdx.x % 16 * 16);
+    out[threadIdx.x] = r[0];
+}
+#endif
 __global__ void touch(int *p) { p[threadIdx.x] = 1; }
 __global__ void sum_into(int *out, const int *in) { out[threadIdx.x] += in[threadIdx.x]; }
 /* lane 0 waits at the block's barrier, the others at their warp's */
@@ -110,43 +113,29 @@ static void check_kernels(void) {
     cudaFree(d);
 }
 
-static void check_wmma(void) {
-    __nv_bfloat16 ha[256], hb[256];
-    float want[256], c[256], seen[32];
-    for (int i = 0; i < 256; i++) ha[i] = __float2bfloat16((float)(i % 7) - 3.0f);
-    for (int i = 0; i < 256; i++) hb[i] = __float2bfloat16((float)(i % 5) - 2.0f);
-    for (int r = 0; r < 16; r++)
-        for (int col = 0; col < 16; col++) {
-            float s = 0.0f;
-            for (int k = 0; k < 16; k++)
-                s += __bfloat162float(ha[r * 16 + k]) * __bfloat162float(hb[k * 16 + col]);
-            want[r * 16 + col] = s;
-        }
-    __nv_bfloat16 *a, *b;
-    float *dc, *ds;
-    cudaMalloc(&a, sizeof(ha));
-    cudaMalloc(&b, sizeof(hb));
-    cudaMalloc(&dc, sizeof(c));
-    cudaMalloc(&ds, sizeof(seen));
-    cudaMemcpy(a, ha, sizeof(ha), cudaMemcpyHostToDevice);
-    cudaMemcpy(b, hb, sizeof(hb), cudaMemcpyHostToDevice);
-    int stale = 0;
-    for (int sync = 1; sync >= 0; sync--) {
-        tile_product<<<1, 32>>>(dc, ds, a, b, sync);
-        cudaMemcpy(c, dc, sizeof(c), cudaMemcpyDeviceToHost);
-        cudaMemcpy(seen, ds, sizeof(seen), cudaMemcpyDeviceToHost);
-        if (sync) {
-            int ok = !memcmp(c, want, sizeof(c)); /* small integers: exact in fp32 */
-            for (int t = 0; t < 32; t++) ok &= seen[t] == want[(t * 7 + 3) % 256];
-            check(ok, "wmma: a 16x16x16 bf16 product, stored and read after __syncwarp");
-        } else
-            for (int t = 0; t < 32; t++) stale |= seen[t] == -1.0f;
-    }
-#ifdef FSDP_EMU /* a GPU may or may not show it: its lanes run together */
-    check(stale, "wmma: a lane reading the store before __syncwarp sees stale memory");
-#endif
-    cudaFree(a), cudaFree(b), cudaFree(dc), cudaFree(ds);
+#ifdef FSDP_EMU
+/* cp.async: what a thread waited for is there, a short copy ends in zeros,
+ * and (in index order, where the emulator lands a copy at its wait) a read
+ * before the copier's wait sees the old bytes, as a GPU may */
+static void check_async_copies(void) {
+    int hsrc[128], got[128], seen[32];
+    for (int i = 0; i < 128; i++) hsrc[i] = 1000 + i;
+    int *src, *dg, *ds;
+    cudaMalloc(&src, sizeof(hsrc)), cudaMalloc(&dg, sizeof(got)), cudaMalloc(&ds, sizeof(seen));
+    cudaMemcpy(src, hsrc, sizeof(hsrc), cudaMemcpyHostToDevice);
+    async_tile<<<1, 32>>>(ds, dg, src, 1);
+    cudaMemcpy(got, dg, sizeof(got), cudaMemcpyDeviceToHost);
+    cudaMemcpy(seen, ds, sizeof(seen), cudaMemcpyDeviceToHost);
+    int ok = 1, stale = 0;
+    for (int i = 0; i < 128; i++) ok &= got[i] == (i >= 126 ? 0 : hsrc[i]);
+    for (int l = 0; l < 32; l++) stale |= seen[l] == -1;
+    check(ok, "cp.async: after cp.async.wait_group, the copy (a short one, then zeros)");
+    const char *order = getenv("FSDP_EMU_ORDER");
+    if (!order || strcmp(order, "reverse"))
+        check(stale, "cp.async: a read before the copier's wait sees the old bytes");
+    cudaFree(src), cudaFree(dg), cudaFree(ds);
 }
+#endif
 
 /* One stream writes, another reads: ordered by an event, or by the host
  * waiting for the first; with `order` 0, by nothing (a race: must stop) */
@@ -258,16 +247,16 @@ int main(int argc, char **argv) {
         printf("the kernel ran on host memory\n");
         return 0;
     }
+#ifdef FSDP_EMU
     if (argc > 1 && !strcmp(argv[1], "misaligned")) {
-        __nv_bfloat16 *a;
-        float *c;
-        cudaMalloc(&a, 512 * sizeof(*a));
-        cudaMalloc(&c, 512 * sizeof(*c));
-        tile_product<<<1, 32>>>(c, c + 256, a + 1, a + 256, 1); /* must not return */
+        uint32_t *out;
+        cudaMalloc(&out, 32 * sizeof(*out));
+        misaligned_rows<<<1, 32>>>(out); /* must not return */
         cudaDeviceSynchronize();
         printf("the misaligned load ran\n");
         return 0;
     }
+#endif
     if (argc > 1 && !strcmp(argv[1], "stream-race")) {
         two_streams(0); /* must not return */
         printf("the race ran\n");
@@ -282,7 +271,9 @@ int main(int argc, char **argv) {
     check_kernels();
     two_streams(1);
     two_streams(2);
-    check_wmma();
+#ifdef FSDP_EMU
+    check_async_copies();
+#endif
     check_refusals();
     check_nccl();
     if (rank == 0) printf("%d passed, %d failed\n", passed, failed);

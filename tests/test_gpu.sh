@@ -76,7 +76,7 @@ flunk() { bad "$@"; n_bad=$((n_bad + 1)); }
 
 # ---- 0e. the emulator itself ----------------------------------------------------------
 # Only on the emulator: a pass below means something only if the emulator
-# keeps CUDA's promises (barriers, shuffles, WMMA, NCCL) and refuses what a
+# keeps CUDA's promises (barriers, shuffles, cp.async, NCCL) and refuses what a
 # GPU refuses; and what would hang or fault on a GPU must stop the job.
 if [ -n "$EMU_TEST" ]; then
   echo "0e. the emulator against what CUDA promises"
@@ -89,7 +89,7 @@ if [ -n "$EMU_TEST" ]; then
     flunk "0e. $EMU_TEST on 3 ranks: $(tail -1 "$d/emu.log")"
   fi
   for case in "host-pointer|argument 1 (0x" "deadlock|is stuck: 1 thread(s) wait at __syncthreads and 31" \
-              "misaligned|a WMMA load or store misaligned" \
+              "misaligned|an ldmatrix row address off 16 bytes" \
               "stream-race|sum_into on stream 2 uses it after touch on stream 1, and nothing orders the two"; do
     IFS='|' read -r arg frag <<<"$case"
     out=$(timeout 60 $MPIRUN -np 1 "$EMU_TEST" "$arg" 2>&1); rc=$?

@@ -8,7 +8,9 @@
  * gradients, the embeddings' gradients grouped by token, the Linear layers on
  * cuBLAS in fp32 and on the tensor cores in bf16, gelu_new, AdamW, the
  * loss's softmax (a warp a row) and causal attention (batched GEMMs around
- * a warp-a-row softmax, both directions, in fp32 and in bf16).
+ * a warp-a-row softmax, both directions, in fp32 and in bf16; fused, as
+ * FlashAttention-2, on the tensor cores, after the fragment layouts its
+ * PTX instructions are written to).
  *
  * For each kernel: the same random inputs go through the GPU build's
  * function (a CUDA kernel, cuBLAS, or FOR_EACH over an FSDP_HD function)
@@ -769,6 +771,72 @@ static void check_attention16(void) {
     gpu_free_all();
 }
 
+/* The fragment layouts kernels/flash.h is written to (the PTX ISA's, in
+ * words above its four instructions), asked of the instructions themselves:
+ * on a GPU its tensor cores answer, on the emulator its model of them, so a
+ * pass on both says the emulator models what the GPU does. One warp loads
+ * a 16 x 16 tile of the distinct values 0..255 (exact in bf16) with
+ * ldmatrix_x4 and ldmatrix_x4_trans, each lane giving row l % 16's
+ * address, 8 columns on for lanes 16 and up; then multiplies the loaded
+ * a by a 16 x 8 b laid out by hand, with mma_16816. */
+__global__ static void fragments_kernel(uint32_t *got, float *prod, const uint16_t *tile,
+                                        const uint16_t *bm) {
+    __shared__ __align__(16) uint16_t s[16 * 16];
+    int l = threadIdx.x, g = l / 4, q = l % 4;
+    for (int i = l; i < 256; i += 32) s[i] = tile[i];
+    __syncwarp();
+    uint32_t a[4], t[4];
+    ldmatrix_x4(a, s + l % 16 * 16 + l / 16 * 8);
+    ldmatrix_x4_trans(t, s + l % 16 * 16 + l / 16 * 8);
+    for (int j = 0; j < 4; j++) got[l * 8 + j] = a[j], got[l * 8 + 4 + j] = t[j];
+    uint32_t b[2]; /* b[0]: column g, rows 2q and 2q + 1; b[1]: rows 2q + 8 and 2q + 9 */
+    for (int r = 0; r < 2; r++)
+        b[r] = bm[(2 * q + 8 * r) * 8 + g] | (uint32_t)bm[(2 * q + 8 * r + 1) * 8 + g] << 16;
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_16816<__nv_bfloat16>(c, a, b);
+    for (int i = 0; i < 4; i++) prod[l * 4 + i] = c[i];
+}
+static void check_fragments(void) {
+    uint16_t tile[256], bm[128];
+    for (int i = 0; i < 256; i++) tile[i] = bf16_from_float((float)i);
+    for (int i = 0; i < 128; i++) bm[i] = bf16_from_float((float)(i % 5 - 2));
+    float *gt = gpu(128), *gb = gpu(64), *got = gpu(256), *prod = gpu(128);
+    dev_from_host(gt, tile, sizeof(tile));
+    dev_from_host(gb, bm, sizeof(bm));
+    fragments_kernel<<<1, 32, 0, backend.compute>>>((uint32_t *)got, prod, (const uint16_t *)gt,
+                                                   (const uint16_t *)gb);
+    cudaCheck(cudaGetLastError());
+    uint32_t h[256];
+    float c[128];
+    dev_to_host(h, got, sizeof(h));
+    dev_to_host(c, prod, sizeof(c));
+    int wrong_a = 0, wrong_t = 0, wrong_c = 0;
+    for (int l = 0; l < 32; l++) {
+        int g = l / 4, q = l % 4;
+        for (int j = 0; j < 4; j++) { /* tile j: rows 8 (j % 2).., columns 8 (j / 2).. */
+            const uint16_t *m = tile + 8 * (j % 2) * 16 + 8 * (j / 2);
+            uint32_t row = m[g * 16 + 2 * q] | (uint32_t)m[g * 16 + 2 * q + 1] << 16;
+            uint32_t col = m[2 * q * 16 + g] | (uint32_t)m[(2 * q + 1) * 16 + g] << 16;
+            wrong_a += h[l * 8 + j] != row, wrong_t += h[l * 8 + 4 + j] != col;
+        }
+        for (int i = 0; i < 4; i++) { /* c[i]: row g + 8 (i / 2), column 2q + i % 2 */
+            int r = g + 8 * (i / 2), n = 2 * q + i % 2;
+            float want = 0.0f; /* integers below 2^24: exact in any order */
+            for (int k = 0; k < 16; k++) want += (float)(r * 16 + k) * (float)((k * 8 + n) % 5 - 2);
+            wrong_c += c[l * 4 + i] != want;
+        }
+    }
+    const char *what[] = {"ldmatrix_x4: registers against the PTX ISA's layout",
+                          "ldmatrix_x4_trans: registers against the PTX ISA's layout",
+                          "mma_16816 (bf16): c's layout, and its sums exact"};
+    int wrong[] = {wrong_a, wrong_t, wrong_c};
+    for (int i = 0; i < 3; i++) {
+        printf("%s %-72s %3d of 128 wrong\n", wrong[i] ? "FAIL" : "ok  ", what[i], wrong[i]);
+        wrong[i] ? failed++ : passed++;
+    }
+    gpu_free_all();
+}
+
 /* --attention flash on the tensor cores (flash_forward_tc and the two
  * backward kernels, bf16) against its rows on the CPU
  * (flash_forward_row, flash_backward_*_row), which round P's tile, dS
@@ -865,6 +933,7 @@ int main(int argc, char **argv) {
     check_crossentropy();
     check_attention();
     check_attention16();
+    check_fragments();
     check_flash16(2, ATTENTION_T - 24, 768, 12); /* a last query block in part */
     check_flash16(1, 200, 96, 3);
     check_flash16(1, 97, 48, 1);  /* heads of 48: a last 16-column fragment alone */
