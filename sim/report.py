@@ -2,6 +2,7 @@
 """sim/report.py -- one self-contained HTML page from `fsdp --trace` files.
 
     python3 sim/report.py TRACE.json [TRACE2.json] -o report.html
+    python3 sim/report.py --phases TRACE.json     (a table of a step's time: no page)
 
 Reads one trace, or two to compare side by side (typically a no_shard (DDP)
 run and a full_shard (FSDP) run of the same model on the same number of
@@ -1255,6 +1256,56 @@ def write_atomically(path, text):
     return None
 
 
+def exclusive(spans):
+    """Compute spans (sorted by start) with each one's own time: the root
+    unit's forward encloses its children's, as FSDP's root module's forward
+    encloses theirs, so its duration less theirs is what it did itself."""
+    own = [list(e) for e in spans]
+    open_ = []  # the spans that enclose the next one, innermost last
+    for i, (ts, dur, _, _, _) in enumerate(spans):
+        while open_ and spans[open_[-1]][0] + spans[open_[-1]][1] <= ts:
+            open_.pop()
+        if open_:
+            own[open_[-1]][1] -= dur
+        open_.append(i)
+    return [tuple(e) for e in own]
+
+
+def phases_text(t):
+    """Rank 0's time a step by phase and by collective, as a table: the
+    sums of its spans over the steps after the first (the first warms up
+    caches, pools and, on a GPU, cuBLAS), and the unit that took the most
+    of each phase. Under --trace a span waits for the GPU at both ends, so
+    on a GPU these are its times, not the host's."""
+    first = 1 if t.steps_seen > 1 else 0
+    steps = max(1, t.steps_seen - first)
+    total, worst = {}, {}
+    spans = [(PHASES[ph], unit, dur, step) for _, dur, ph, unit, step in exclusive(t.compute[0])]
+    spans += [(KINDS[k], unit, dur, step) for _, dur, k, unit, _, _, _, step in t.comm[0]]
+    for name, unit, dur, step in spans:
+        if step < first:
+            continue
+        total[name] = total.get(name, 0.0) + dur
+        by_unit = worst.setdefault(name, {})
+        by_unit[unit] = by_unit.get(unit, 0.0) + dur
+    bounds = t.step_bounds()
+    wall = sum(hi - lo for s, (lo, hi) in bounds.items() if s >= first) / steps
+    lines = ["%s: %s, %d rank(s); rank 0, a step (the mean of %d step(s) after the first%s): "
+             "%.3f ms a step" % (t.name, t.model, t.world, steps, "" if first else ": there was one",
+                                 wall / 1000.0)]
+    lines.append("  %-16s %12s %7s   %s" % ("phase", "ms a step", "share", "its largest unit"))
+    spent = sum(total.values()) or 1.0
+    for name in PHASES + KINDS:
+        if name not in total:
+            continue
+        unit, us = max(worst[name].items(), key=lambda kv: kv[1])
+        uname = t.units.get(unit, {}).get("name", "the whole model" if unit < 0 else "unit %d" % unit)
+        lines.append("  %-16s %12.3f %6.1f%%   %s (%.3f ms)" % (name, total[name] / steps / 1000.0,
+                                                            100.0 * total[name] / spent, uname,
+                                                            us / steps / 1000.0))
+    return "\n".join(lines)
+
+
 class Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit 2, like every other bad input
         print("%s: %s (usage: python3 sim/report.py TRACE.json [TRACE2.json] -o report.html)"
@@ -1270,10 +1321,16 @@ def main(argv=None):
     p.add_argument("traces", nargs="+", metavar="TRACE.json", help="a file written by fsdp --trace (one or two)")
     p.add_argument("-o", "--output", default="report.html", metavar="report.html",
                    help="the HTML file to write (default: report.html)")
+    p.add_argument("--phases", action="store_true",
+                   help="no page: print rank 0's time a step by phase and collective, per trace "
+                        "(make gpu-report's profile of a GPU step)")
     a = p.parse_args(argv)
     try:
         if len(a.traces) > 2:
             raise InputError("give one or two trace files, not %d" % len(a.traces))
+        if a.phases:
+            print("\n".join(phases_text(load_trace(path, label)) for path, label in zip(a.traces, "AB")))
+            return 0
         for path in a.traces:
             if os.path.exists(a.output) and os.path.exists(path) and os.path.samefile(path, a.output):
                 raise InputError("%s: is an input trace; refusing to overwrite it with the report (-o)" % a.output)

@@ -8,7 +8,10 @@
 # so nvcc's device passes take a third of the time), then runs
 #   1. make test-gpu                          every kernel, then whole runs, against ./fsdp
 #   2. BENCH_PARAM_DTYPE=bf16 make bench-gpu  tokens/s and MFU in bf16 (GPT-2: --attention flash)
-#   3. make bench-gpu                         the same in fp32, if time is left
+#   3. phases: where a bf16 step's time goes  fsdp-gpu --trace, one GPU, 3 steps of the
+#                                             1.06B model and of GPT-2 (flash), tabled by
+#                                             sim/report.py --phases
+#   4. make bench-gpu                         the same as 2 in fp32, if time is left
 # within REPORT_SECONDS in all (540 unless set; each part gets what is
 # left), and writes DIR/summary.txt: each part's verdict and its figures,
 # beside each part's whole log. Please send the folder back with an issue.
@@ -60,6 +63,11 @@ part() {
 part build 'error|FAIL' make -s -j"$(nproc)" fsdp fsdp-gpu tests/st_diff tests/test_kernels tests/bench_gpu
 part test-gpu '^FAIL|^[0-9]+ passed, [0-9]+ failed' make -s test-gpu
 part bench-bf16 '^==|per step|tokens/s|MFU|cuBLAS|NCCL|FAIL' env BENCH_PARAM_DTYPE=bf16 make -s bench-gpu
+# fsdp-gpu's flags for bench-gpu's two models (tests/bench_gpu.sh), in bf16 on one GPU, traced
+one="$MPIRUN -np 1 ./fsdp-gpu --steps 3 --param-dtype bf16 --collectives nccl --trace $out"
+part phases . bash -c "$one/1b.json --width 3840 --depth 9 --context 16 --embed-dim 16 \
+  --batch 4096 >$out/1b.log 2>&1 && $one/gpt2.json --model gpt2 --batch 8 --context 1024 \
+  --attention flash >$out/gpt2.log 2>&1 && python3 sim/report.py --phases $out/1b.json $out/gpt2.json"
 part bench-fp32 '^==|per step|MFU|cuBLAS|FAIL' make -s bench-gpu
 cat "$summary"
 echo "the logs: $out/"

@@ -13,7 +13,8 @@
 #   - bad input exits 2 with a one-line message naming the file: missing file,
 #     not JSON, truncated JSON, not an fsdp trace, different world sizes,
 #     unwritable output;
-#   - a real trace from ./fsdp --trace, when this build has --trace.
+#   - a real trace from ./fsdp --trace, when this build has --trace; and its
+#     --phases table (a step's time by phase) adds up to no more than the step.
 # Prints one line per check. Exit 0: all passed; 1: a check failed; 77:
 # Chromium is missing (the checks that need no browser still ran and passed).
 set -u
@@ -76,6 +77,16 @@ if [ -x ./fsdp ] && ./fsdp --help 2>&1 | grep -q -- '--trace'; then
      timeout 120 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 12 --strategy full_shard --trace "$tmp/real_fsdp.json" >>"$tmp/run.log" 2>&1; then
     report_ok "real traces from ./fsdp --trace (tiny, 4 ranks)" "$tmp/real.html" "$tmp/real_ddp.json" "$tmp/real_fsdp.json"
     [ -s "$tmp/real.html" ] && pages+=("$tmp/real.html")
+    # --phases: each phase's own time (the root unit's spans enclose the
+    # others'), so the compute phases add up to no more than the step
+    if $REPORT --phases "$tmp/real_fsdp.json" >"$tmp/phases.log" 2>&1 &&
+       awk '/a step \(the mean/ { split($0, w, "first\\): "); step = w[2] + 0 }
+            /^  (forward|backward|optimizer) / { sum += $2; n++ }
+            END { exit !(n == 3 && step > 0 && sum > 0 && sum <= 1.01 * step) }' "$tmp/phases.log"; then
+      ok "--phases: forward, backward and optimizer, their own times within the step's: $(sed -n 1p "$tmp/phases.log" | cut -d: -f3)"
+    else
+      bad "--phases: want forward, backward and optimizer rows adding up to at most the step"; show "$tmp/phases.log"
+    fi
   else
     bad "real traces: mpirun ./fsdp --trace failed"; show "$tmp/run.log"
   fi
