@@ -488,6 +488,24 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
     flash_store<F16>(dqkv + qkv_index(b, 0, 0, h, T, D, hd), ld, dq, dq_scale, r0, T, hd);
 }
 
+/* Backward, first: delta = dy_t . y_t (flash_backward_dot_row's), a warp
+ * a row of a head: lane j takes channels 2j and 2j + 1, and warp_sum adds
+ * the 32 in its fixed tree. A thread a row would read its 64 values alone,
+ * the warp's 32 rows D apart. */
+__global__ static void flash_delta_tc(float *delta, const uint16_t *dy, const uint16_t *y,
+                                      long rows, int T, int D, int H, Dtype d) {
+    long r = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+    if (r >= rows) return; /* the whole warp: its lanes share r */
+    int hd = D / H, lane = threadIdx.x % 32, t = (int)(r % T), h = (int)(r / T % H);
+    long at = (r / ((long)T * H) * T + t) * D + (long)h * hd + 2 * lane;
+    float z = 0.0f;
+    if (2 * lane < hd)
+        z = float_from_half(dy[at], d) * float_from_half(y[at], d) +
+            float_from_half(dy[at + 1], d) * float_from_half(y[at + 1], d);
+    z = warp_sum(z);
+    if (lane == 0) delta[r] = z;
+}
+
 /* Heads of 16, 32, 48 or 64 channels and 16-bit parameters (q, k, v and dy
  * held in param_dtype); else the rows, a thread each */
 static int flash_tensor_cores(Dtype d, int hd) {

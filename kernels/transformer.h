@@ -612,16 +612,19 @@ static void flash_attention_backward(void *dqkv, float *delta, const void *dy, c
     if (backend.dry) return; /* --plan */
     long rows = (long)B * H * T;
     Dtype held = backend.gemm_dtype;
-    FOR_EACH(rows, flash_backward_dot_row, delta, dy, y, T, D, H, held);
 #ifdef __CUDACC__
     if (flash_tensor_cores(d, D / H)) {
         uint16_t *g = (uint16_t *)dqkv;
         const uint16_t *gy = (const uint16_t *)dy, *x = (const uint16_t *)qkv;
+        flash_delta_tc<<<warp_blocks(rows), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
+            delta, gy, (const uint16_t *)y, rows, T, D, H, d);
+        cudaCheck(cudaGetLastError());
         FLASH_LAUNCH(flash_backward_key_tc, B, H, T, g, gy, x, lse, delta, T, D, H);
         FLASH_LAUNCH(flash_backward_query_tc, B, H, T, g, gy, x, lse, delta, T, D, H);
         return;
     }
 #endif
+    FOR_EACH(rows, flash_backward_dot_row, delta, dy, y, T, D, H, held);
     FOR_EACH(rows, flash_backward_query_row, dqkv, dy, qkv, lse, delta, T, D, H, d, held);
     FOR_EACH(rows, flash_backward_key_row, dqkv, dy, qkv, lse, delta, T, D, H, d, held);
 }
