@@ -31,10 +31,12 @@
  *  - the four PTX instructions of the flash kernels (kernels/flash.h) are
  *    the PTX ISA's to the bit: mma.sync and ldmatrix meet the warp, as the
  *    hardware's do, and each lane gets the fragment's elements the ISA's
- *    tables give it; a cp.async copies nothing until the cp.async.wait_group
- *    that covers it, so a thread that reads shared memory before its wait
- *    (or before the __syncthreads after every thread's wait) reads stale
- *    bytes, as a GPU may;
+ *    tables give it; a cp.async lands at one end of the time a GPU may
+ *    land it: in index order at the cp.async.wait_group that covers it,
+ *    so a read of shared memory before the wait (or before the
+ *    __syncthreads after every thread's wait) sees stale bytes; in reverse,
+ *    as it is issued, so a copy into a tile other warps still read (no
+ *    __syncthreads between) changes what they read;
  *  - every stream runs its work as it is queued (a legal order of any
  *    CUDA program: nothing starts before what it waits for), so events are
  *    done when recorded and a synchronize returns at once;
@@ -111,9 +113,10 @@ extern __thread Block *block;
 void sync_block();                 /* __syncthreads */
 void sync_warp();                  /* __syncwarp, and a warp's collective operations */
 void *warp_slot(int lane); /* where a lane of this warp leaves a shuffle's value (8 bytes) */
-/* every lane posts `bytes` (at most 32) of its own, the warp meets, each
- * gets all 32 lanes' in `all` (bytes apart), by lane */
-void warp_exchange(const void *mine, void *all, int bytes);
+/* every lane posts `bytes` (at most 32) of its own in its warp_slot, and
+ * the warp meets: each lane may then read any lane's slot, until its next
+ * warp operation */
+void warp_post(const void *mine, int bytes);
 [[noreturn]] void unmodelled(const char *what); /* stops the job: undefined, or not modelled */
 void async_copy(void *dst, const void *src, int bytes); /* cp.async, issued */
 void async_commit(void);                                /* cp.async.commit_group */
@@ -220,23 +223,36 @@ static inline uint16_t half_of(uint32_t reg, int k) { return (uint16_t)(k % 2 ? 
 /* c (16 x 8) += a (16 x 16) b (16 x 8): element (row, k) of a is in lane
  * (row % 8) * 4 + (k % 8) / 2, register (row >= 8) + 2 (k >= 8), its half
  * k % 2; element (k, n) of b in lane n * 4 + (k % 8) / 2, register k >= 8.
+ * So a lane's four outputs need a's rows g and g + 8 from lanes 4g..
+ * 4g + 3, and b's columns 2q and 2q + 1 from lanes 8q.. 8q + 7.
  * The sum runs in fp32 in k's order (a GPU's order within the tensor core
  * is its own: tests/test_kernels.cu's tolerances allow for it). */
 template <typename F16> static inline void mma_16816(float *c, const uint32_t *a, const uint32_t *b) {
     struct Fragments {
         uint32_t a[4], b[2];
-    } mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}}, all[32];
-    emu::warp_exchange(&mine, all, sizeof(mine));
+    } mine = {{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+    emu::warp_post(&mine, sizeof(mine));
     int g = emu::self->lane / 4, q = emu::self->lane % 4;
-    for (int i = 0; i < 4; i++) {
-        int row = g + 8 * (i / 2), col = 2 * q + i % 2;
-        float s = c[i];
-        for (int k = 0; k < 16; k++) {
-            uint32_t ra = all[row % 8 * 4 + k % 8 / 2].a[(row >= 8) + 2 * (k >= 8)];
-            uint32_t rb = all[col * 4 + k % 8 / 2].b[k >= 8];
-            s += emu::widen<F16>(emu::half_of(ra, k)) * emu::widen<F16>(emu::half_of(rb, k));
+    float x[2][16], y[2][16]; /* a's rows g and g + 8, b's columns 2q and 2q + 1 */
+    for (int kq = 0; kq < 4; kq++) { /* the 4 lanes that hold a row's (a column's) 16 */
+        const Fragments *ra = (const Fragments *)emu::warp_slot(g * 4 + kq);
+        for (int half = 0; half < 2; half++) /* k = 2kq + half, and + 8 */
+            for (int r = 0; r < 2; r++) {
+                x[r][2 * kq + half] = emu::widen<F16>(emu::half_of(ra->a[r], half));
+                x[r][2 * kq + half + 8] = emu::widen<F16>(emu::half_of(ra->a[r + 2], half));
+            }
+        for (int n = 0; n < 2; n++) {
+            const Fragments *rb = (const Fragments *)emu::warp_slot((2 * q + n) * 4 + kq);
+            for (int half = 0; half < 2; half++) {
+                y[n][2 * kq + half] = emu::widen<F16>(emu::half_of(rb->b[0], half));
+                y[n][2 * kq + half + 8] = emu::widen<F16>(emu::half_of(rb->b[1], half));
+            }
         }
-        c[i] = s;
+    }
+    for (int i = 0; i < 4; i++) { /* c[i]: row g + 8 (i / 2), column 2q + i % 2 */
+        float sum = c[i];
+        for (int k = 0; k < 16; k++) sum += x[i / 2][k] * y[i % 2][k];
+        c[i] = sum;
     }
 }
 /* register j of lane l: tile j's row g, columns 2q and 2q + 1 (or, with
@@ -244,12 +260,13 @@ template <typename F16> static inline void mma_16816(float *c, const uint32_t *a
  * lane 8j + r gave. Read when the whole warp has come, as on a GPU. */
 static inline void emu_ldmatrix(uint32_t *r, const uint16_t *row, int trans) {
     if ((uintptr_t)row % 16) emu::unmodelled("an ldmatrix row address off 16 bytes");
-    const uint16_t *rows[32];
-    emu::warp_exchange(&row, rows, sizeof(row));
+    emu::warp_post(&row, sizeof(row));
+    auto at = [](int l) { return *(const uint16_t *const *)emu::warp_slot(l); };
     int g = emu::self->lane / 4, q = emu::self->lane % 4;
     for (int j = 0; j < 4; j++) {
-        const uint16_t *const *t = rows + 8 * j;
-        uint16_t lo = trans ? t[2 * q][g] : t[g][2 * q], hi = trans ? t[2 * q + 1][g] : t[g][2 * q + 1];
+        int l0 = 8 * j; /* tile j's rows: the addresses of lanes 8j.. 8j + 7 */
+        uint16_t lo = trans ? at(l0 + 2 * q)[g] : at(l0 + g)[2 * q],
+                 hi = trans ? at(l0 + 2 * q + 1)[g] : at(l0 + g)[2 * q + 1];
         r[j] = (uint32_t)lo | (uint32_t)hi << 16;
     }
 }

@@ -247,12 +247,11 @@ void *warp_slot(int lane) {
     return &sched.run->slot[from];
 }
 /* A shuffle's two meetings, for up to 32 bytes a lane: the first, so that
- * no lane overwrites its slot while another still reads the last exchange */
-void warp_exchange(const void *mine, void *all, int bytes) {
+ * no lane overwrites its slot while another still reads the last post */
+void warp_post(const void *mine, int bytes) {
     sync_warp();
     memcpy(warp_slot(self->lane), mine, (size_t)bytes);
     sync_warp();
-    for (int l = 0; l < 32; l++) memcpy((char *)all + l * bytes, warp_slot(l), (size_t)bytes);
 }
 
 /* cp.async: a copy lands at any time between its issue and the wait that
