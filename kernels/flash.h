@@ -120,8 +120,14 @@ template <typename F16> __device__ static inline uint32_t pack_pair(float lo, fl
  * values (144 bytes) apart: the 8 rows an ldmatrix reads then start 4
  * banks apart and cover the 32 banks once; 128 bytes apart, all 8 would
  * sit on the same 4 banks, and the read would take 8 turns. */
-enum { FLASH_ROWS = 64, FLASH_FWD_COLS = 64, FLASH_BWD_COLS = 32, FLASH_HD = 64,
-       FLASH_LD = FLASH_HD + 8, FLASH_THREADS = 128 };
+enum {
+    FLASH_ROWS = 64,
+    FLASH_FWD_COLS = 64,
+    FLASH_BWD_COLS = 32,
+    FLASH_HD = 64,
+    FLASH_LD = FLASH_HD + 8,
+    FLASH_THREADS = 128
+};
 #define FLASH_LOG2E 1.4426950408889634f /* scores times log2 e: exp(x) is exp2f(x log2 e) */
 #define FLASH_LN2 0.6931471805599453f
 
@@ -260,7 +266,7 @@ __device__ static void flash_forward_tile(float (*o)[4], float *m, float *l,
                 s[n][2 * i + e] = z;
                 mt = fmaxf(mt, z);
             }
-        mt = quad_max(mt); /* finite: key s0 <= t for every row this tile meets */
+        mt = quad_max(mt);          /* finite: key s0 <= t for every row this tile meets */
         float c = exp2f(m[i] - mt); /* the earlier terms' rescale: 0 at first (m = -inf) */
         m[i] = mt;
         l[i] *= c;
@@ -285,8 +291,8 @@ __device__ static void flash_forward_tile(float (*o)[4], float *m, float *l,
 template <typename F16>
 __global__ static void __launch_bounds__(FLASH_THREADS)
     flash_forward_tc(uint16_t *y, float *lse, const uint16_t *qkv, int T, int D, int H) {
-    __shared__ __align__(16) uint16_t qs[FLASH_ROWS * FLASH_LD],
-        ks[2][FLASH_FWD_COLS * FLASH_LD], vs[2][FLASH_FWD_COLS * FLASH_LD];
+    __shared__ __align__(16) uint16_t qs[FLASH_ROWS * FLASH_LD], ks[2][FLASH_FWD_COLS * FLASH_LD],
+        vs[2][FLASH_FWD_COLS * FLASH_LD];
     int hd = D / H, h = blockIdx.x % H, lane = threadIdx.x % 32;
     long b = blockIdx.x / H, ld = 3L * D;
     int q0 = (gridDim.y - 1 - blockIdx.y) * FLASH_ROWS, r0 = q0 + threadIdx.x / 32 * 16;
@@ -305,7 +311,7 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
             flash_copy(ks[(j + 1) % 2], FLASH_FWD_COLS, q + D, ld, s1, T, hd);
             flash_copy(vs[(j + 1) % 2], FLASH_FWD_COLS, q + 2L * D, ld, s1, T, hd);
         }
-        cp_async_commit(); /* (empty on the last tile: the wait below stays the same) */
+        cp_async_commit();  /* (empty on the last tile: the wait below stays the same) */
         cp_async_wait<1>(); /* this thread's copies of tile j are in */
         __syncthreads();    /* ... and every thread's */
         if (j == 0) flash_own_rows(qf, qs, hd);
@@ -326,21 +332,22 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
 }
 
 /* ---- backward -----------------------------------------------------------------
- * dk and dv: one warp's 16 keys (rows r0.. of S^T) meet queries t0.. t0 +
- * 31, transposed: S^T = K Q^T and dP^T = V dY^T, from which
- *   P^T = exp(S^T - lse_t),  dS^T = P^T (dP^T - delta_t),
- *   dV += P^T dY,  dK += dS^T Q      (flash_backward_key_row's sums)
- * lse2 and delta of the tile's queries are in shared memory (lse2 in base
- * 2; +inf past T, so p = 0 there). */
-template <typename F16>
-__device__ static void flash_key_tile(float (*dk)[4], float (*dv)[4], const uint32_t (*kf)[4],
-                                      const uint32_t (*vf)[4], const uint16_t *qs,
-                                      const uint16_t *gs, const float *lse2, const float *delta,
-                                      int r0, int t0, int hd, float scale) {
+ * A warp's 16 rows meet a tile of 32 of the other side's, through two
+ * products of its fragments a and a2 (in registers) with tiles t1 and t2:
+ *   for dq, rows are queries:  S = Q K^T, dP = dY V^T;
+ *   for dk and dv, keys:       S^T = K Q^T, dP^T = V dY^T (`keys`).
+ * From them p = exp(S - lse) and ds = p (dP - delta) (flash_dscore's), 0
+ * where the key comes after the query; lse2 (in base 2: +inf past T, so
+ * p = 0 there) and delta are the queries': the lane's two rows' in
+ * registers for dq, the tile's 32 columns' in shared memory for dk and dv. */
+template <typename F16, bool keys>
+__device__ static void flash_p_and_ds(float (*p)[4], float (*ds)[4], const uint32_t (*a)[4],
+                                      const uint32_t (*a2)[4], const uint16_t *t1,
+                                      const uint16_t *t2, const float *lse2, const float *delta,
+                                      int r0, int c0, int hd, float scale) {
     enum { N = FLASH_BWD_COLS / 8 };
-    float p[N][4], ds[N][4];
-    flash_rows_times_tile<F16, N>(p, kf, qs, hd);
-    flash_rows_times_tile<F16, N>(ds, vf, gs, hd);
+    flash_rows_times_tile<F16, N>(p, a, t1, hd);
+    flash_rows_times_tile<F16, N>(ds, a2, t2, hd);
     int lane = threadIdx.x % 32;
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -348,13 +355,12 @@ __device__ static void flash_key_tile(float (*dk)[4], float (*dv)[4], const uint
         for (int n = 0; n < N; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                int c = n * 8 + lane % 4 * 2 + e, s = r0 + lane / 4 + 8 * i;
-                float pv = s <= t0 + c ? exp2f(p[n][2 * i + e] * scale - lse2[c]) : 0.0f;
+                int c = n * 8 + lane % 4 * 2 + e, row = r0 + lane / 4 + 8 * i, q = keys ? c : i;
+                int seen = keys ? row <= c0 + c : c0 + c <= row;
+                float pv = seen ? exp2f(p[n][2 * i + e] * scale - lse2[q]) : 0.0f;
                 p[n][2 * i + e] = pv;
-                ds[n][2 * i + e] = pv * (ds[n][2 * i + e] - delta[c]);
+                ds[n][2 * i + e] = pv * (ds[n][2 * i + e] - delta[q]);
             }
-    flash_acc_times_tile<F16, N>(dv, p, gs, hd);
-    flash_acc_times_tile<F16, N>(dk, ds, qs, hd);
 }
 
 /* the queries t0.. t0 + 31 a key tile meets: q's and dy's rows by
@@ -377,8 +383,8 @@ __device__ static void flash_copy_queries(uint16_t *qs, uint16_t *gs, float *lse
  * meet every query: the longest blocks are numbered first. */
 template <typename F16>
 __global__ static void __launch_bounds__(FLASH_THREADS)
-    flash_backward_key_tc(uint16_t *dqkv, const uint16_t *dy, const uint16_t *qkv,
-                          const float *lse, const float *delta, int T, int D, int H) {
+    flash_backward_key_tc(uint16_t *dqkv, const uint16_t *dy, const uint16_t *qkv, const float *lse,
+                          const float *delta, int T, int D, int H) {
     __shared__ __align__(16) uint16_t ks[FLASH_ROWS * FLASH_LD], vs[FLASH_ROWS * FLASH_LD],
         qs[2][FLASH_BWD_COLS * FLASH_LD], gs[2][FLASH_BWD_COLS * FLASH_LD];
     __shared__ float lse2[2][FLASH_BWD_COLS], dl[2][FLASH_BWD_COLS];
@@ -391,8 +397,8 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
     lse += blockIdx.x * (long)T, delta += blockIdx.x * (long)T; /* this head's rows */
     flash_copy(ks, FLASH_ROWS, q + D, ld, k0, T, hd);
     flash_copy(vs, FLASH_ROWS, q + 2L * D, ld, k0, T, hd);
-    flash_copy_queries(qs[0], gs[0], lse2[0], dl[0], q, g, lse, delta, first * FLASH_BWD_COLS, T,
-                       D, hd);
+    flash_copy_queries(qs[0], gs[0], lse2[0], dl[0], q, g, lse, delta, first * FLASH_BWD_COLS, T, D,
+                       hd);
     cp_async_commit();
     uint32_t kf[FLASH_HD / 16][4], vf[FLASH_HD / 16][4];
     float dk[FLASH_HD / 8][4] = {}, dv[FLASH_HD / 8][4] = {};
@@ -405,9 +411,13 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
         cp_async_wait<1>();
         __syncthreads();
         if (j == first) flash_own_rows(kf, ks, hd), flash_own_rows(vf, vs, hd);
-        if (r0 < T && t0 + FLASH_BWD_COLS - 1 >= r0) /* else no query here sees the warp's keys */
-            flash_key_tile<F16>(dk, dv, kf, vf, qs[buf], gs[buf], lse2[buf], dl[buf], r0, t0, hd,
-                                scale * FLASH_LOG2E);
+        if (r0 < T && t0 + FLASH_BWD_COLS - 1 >= r0) { /* else no query here sees its keys */
+            float p[FLASH_BWD_COLS / 8][4], ds[FLASH_BWD_COLS / 8][4];
+            flash_p_and_ds<F16, true>(p, ds, kf, vf, qs[buf], gs[buf], lse2[buf], dl[buf], r0, t0,
+                                      hd, scale * FLASH_LOG2E);
+            flash_acc_times_tile<F16, FLASH_BWD_COLS / 8>(dv, p, gs[buf], hd);  /* dV += P^T dY */
+            flash_acc_times_tile<F16, FLASH_BWD_COLS / 8>(dk, ds, qs[buf], hd); /* dK += dS^T Q */
+        }
         __syncthreads();
     }
     float dk_scale[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
@@ -416,36 +426,12 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
     flash_store<F16>(dk_out + D, ld, dv, one, r0, T, hd); /* dv: D values on */
 }
 
-/* dq: one warp's 16 queries (rows r0..) meet keys s0.. s0 + 31:
- * S = Q K^T, dP = dY V^T, P = exp(S - lse), dS = P (dP - delta), dQ += dS K
- * (flash_backward_query_row's sum) */
-template <typename F16>
-__device__ static void flash_query_tile(float (*dq)[4], const uint32_t (*qf)[4],
-                                        const uint32_t (*gf)[4], const uint16_t *ks,
-                                        const uint16_t *vs, const float *lse2, const float *delta,
-                                        int r0, int s0, int hd, float scale) {
-    enum { N = FLASH_BWD_COLS / 8 };
-    float p[N][4], ds[N][4];
-    flash_rows_times_tile<F16, N>(p, qf, ks, hd);
-    flash_rows_times_tile<F16, N>(ds, gf, vs, hd);
-    int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int n = 0; n < N; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                int t = r0 + lane / 4 + 8 * i, s = s0 + n * 8 + lane % 4 * 2 + e;
-                float pv = s <= t ? exp2f(p[n][2 * i + e] * scale - lse2[i]) : 0.0f;
-                ds[n][2 * i + e] = pv * (ds[n][2 * i + e] - delta[i]);
-            }
-    flash_acc_times_tile<F16, N>(dq, ds, ks, hd);
-}
-
 /* Block (b*H + h, query tile): dq of 64 queries from the keys up to the
- * diagonal, 32 at a time, two buffers deep; the last query tile first */
+ * diagonal, 32 at a time, two buffers deep; the last query tile first.
+ * Four blocks an SM: ptxas gave it 143 registers a thread alone (three
+ * blocks' worth), and fits it in 128 without spilling when asked. */
 template <typename F16>
-__global__ static void __launch_bounds__(FLASH_THREADS)
+__global__ static void __launch_bounds__(FLASH_THREADS, 4)
     flash_backward_query_tc(uint16_t *dqkv, const uint16_t *dy, const uint16_t *qkv,
                             const float *lse, const float *delta, int T, int D, int H) {
     __shared__ __align__(16) uint16_t qs[FLASH_ROWS * FLASH_LD], gs[FLASH_ROWS * FLASH_LD],
@@ -479,9 +465,12 @@ __global__ static void __launch_bounds__(FLASH_THREADS)
         cp_async_wait<1>();
         __syncthreads();
         if (j == 0) flash_own_rows(qf, qs, hd), flash_own_rows(gf, gs, hd);
-        if (r0 < T && r0 + 15 >= j * FLASH_BWD_COLS) /* else the warp's rows see no key here */
-            flash_query_tile<F16>(dq, qf, gf, ks[j % 2], vs[j % 2], lse2, delta_r, r0,
-                                  j * FLASH_BWD_COLS, hd, scale * FLASH_LOG2E);
+        if (r0 < T && r0 + 15 >= j * FLASH_BWD_COLS) { /* else its rows see no key here */
+            float p[FLASH_BWD_COLS / 8][4], ds[FLASH_BWD_COLS / 8][4];
+            flash_p_and_ds<F16, false>(p, ds, qf, gf, ks[j % 2], vs[j % 2], lse2, delta_r, r0,
+                                       j * FLASH_BWD_COLS, hd, scale * FLASH_LOG2E);
+            flash_acc_times_tile<F16, FLASH_BWD_COLS / 8>(dq, ds, ks[j % 2], hd); /* dQ += dS K */
+        }
         __syncthreads();
     }
     float dq_scale[2] = {scale, scale};
