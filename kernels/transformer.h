@@ -461,7 +461,7 @@ static void attention_backward(void *dqkv, float *datt, const void *dy, const vo
  * p_ts = exp(score_ts - lse_t) it needs. So the B*H*T^2 probabilities
  * (and dS, in backward) never reach memory: B*H*T numbers a block where
  * the math path keeps B*H*T^2, and on a GPU the scores stay on chip
- * (kernels below). The price is recomputing the scores in backward.
+ * (kernels/flash.h). The price is recomputing the scores in backward.
  *
  * Rounded where the tensor cores round (with 16-bit parameters): each
  * exp(score - m) as it multiplies v (the tile's P, 16-bit for the matmul),
@@ -469,8 +469,10 @@ static void attention_backward(void *dqkv, float *datt, const void *dy, const vo
  * writes only its own outputs, so a GPU can run them one thread a row
  * (FOR_EACH): that is its path where the tensor-core kernels do not
  * apply (fp32, or a head not 16, 32, 48 or 64 channels wide), and the
- * reference they are tested against (tests/test_kernels.cu). Heads are at
- * most FLASH_MAX_HD channels: a row's o lives in registers. */
+ * reference they are tested against (tests/test_kernels.cu; their forward
+ * meets keys 64 at a time, so its P is rounded against other running
+ * maxima: within the bound the test derives). Heads are at most
+ * FLASH_MAX_HD channels: a row's o lives in registers. */
 enum { FLASH_TILE = 32, FLASH_MAX_HD = 128 };
 
 /* scale * q_t . k_s, from qkv held in format `held` */

@@ -1290,9 +1290,10 @@ def phases_text(t):
         by_unit[unit] = by_unit.get(unit, 0.0) + dur
     bounds = t.step_bounds()
     wall = sum(hi - lo for s, (lo, hi) in bounds.items() if s >= first) / steps
-    lines = ["%s: %s, %d rank(s); rank 0, a step (the mean of %d step(s) after the first%s): "
-             "%.3f ms a step" % (t.name, t.model, t.world, steps, "" if first else ": there was one",
-                                 wall / 1000.0)]
+    which = ("the mean of %d step(s) after the first" % steps if first
+             else "its one step, warm-up included")
+    lines = ["%s: %s, %d rank(s); rank 0 (%s): %.3f ms a step"
+             % (t.name, t.model, t.world, which, wall / 1000.0)]
     lines.append("  %-16s %12s %7s   %s" % ("phase", "ms a step", "share", "its largest unit"))
     spent = sum(total.values()) or 1.0
     for name in PHASES + KINDS:

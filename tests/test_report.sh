@@ -14,7 +14,8 @@
 #     not JSON, truncated JSON, not an fsdp trace, different world sizes,
 #     unwritable output;
 #   - a real trace from ./fsdp --trace, when this build has --trace; and its
-#     --phases table (a step's time by phase) adds up to no more than the step.
+#     --phases table (a step's time by phase) counts nested spans once and
+#     fits in the step.
 # Prints one line per check. Exit 0: all passed; 1: a check failed; 77:
 # Chromium is missing (the checks that need no browser still ran and passed).
 set -u
@@ -77,15 +78,36 @@ if [ -x ./fsdp ] && ./fsdp --help 2>&1 | grep -q -- '--trace'; then
      timeout 120 $MPIRUN -np 4 ./fsdp --model tiny --steps 3 --batch 12 --strategy full_shard --trace "$tmp/real_fsdp.json" >>"$tmp/run.log" 2>&1; then
     report_ok "real traces from ./fsdp --trace (tiny, 4 ranks)" "$tmp/real.html" "$tmp/real_ddp.json" "$tmp/real_fsdp.json"
     [ -s "$tmp/real.html" ] && pages+=("$tmp/real.html")
-    # --phases: each phase's own time (the root unit's spans enclose the
-    # others'), so the compute phases add up to no more than the step
+    # --phases: each phase's own time. The root unit's forward span encloses
+    # its children's, so rank 0's forward a step must equal the union of its
+    # forward spans (a plain sum counts the children twice), and forward,
+    # backward and optimizer together fit in the step.
     if $REPORT --phases "$tmp/real_fsdp.json" >"$tmp/phases.log" 2>&1 &&
-       awk '/a step \(the mean/ { split($0, w, "first\\): "); step = w[2] + 0 }
-            /^  (forward|backward|optimizer) / { sum += $2; n++ }
-            END { exit !(n == 3 && step > 0 && sum > 0 && sum <= 1.01 * step) }' "$tmp/phases.log"; then
-      ok "--phases: forward, backward and optimizer, their own times within the step's: $(sed -n 1p "$tmp/phases.log" | cut -d: -f3)"
+       $PY - "$tmp/real_fsdp.json" "$tmp/phases.log" >"$tmp/phases.check" 2>&1 <<'EOF'
+import json, re, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+table = open(sys.argv[2]).read()
+spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+               if e.get("ph") == "X" and e.get("pid") == 0 and e["name"].startswith("forward")
+               and e.get("args", {}).get("step", 0) >= 1)
+steps = max(e.get("args", {}).get("step", 0) for e in events if e.get("ph") == "X")  # after step 0
+union, end = 0.0, float("-inf")
+for a, b in spans:
+    if b > end:
+        union, end = union + b - max(a, end), b
+want = union / steps / 1000.0
+got = {m.group(1): float(m.group(2)) for m in re.finditer(r"^  (\w+) +([0-9.]+)", table, re.M)}
+step = float(re.search(r"after the first\): ([0-9.]+) ms a step", table).group(1))
+own = sum(got[p] for p in ("forward", "backward", "optimizer"))
+print("forward %.3f ms a step (its spans' union %.3f); forward + backward + optimizer %.3f of a %.3f ms step"
+      % (got["forward"], want, own, step))
+sys.exit(0 if abs(got["forward"] - want) <= 0.002 + 1e-3 * want and own <= 1.01 * step else 1)
+EOF
+    then
+      ok "--phases: $(cat "$tmp/phases.check")"
     else
-      bad "--phases: want forward, backward and optimizer rows adding up to at most the step"; show "$tmp/phases.log"
+      bad "--phases: a phase's own time is not its spans' union, or the phases overflow the step"
+      show "$tmp/phases.log"; show "$tmp/phases.check"
     fi
   else
     bad "real traces: mpirun ./fsdp --trace failed"; show "$tmp/run.log"
