@@ -291,7 +291,7 @@ FORCE:
 NVCC_THREADS := --threads 0
 gpu: fsdp-gpu
 fsdp-gpu: $(PROGRAM) $(SIM_DEPS) .gpu-arch | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(NVCC_THREADS) $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) $(if $(OPENMP),-Xcompiler $(OPENMP)) main.c $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas -lm -lpthread
+	$(NVCC) -x cu -O2 -std=c++17 $(NVCC_THREADS) $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) $(if $(OPENMP),-Xcompiler $(OPENMP)) main.c $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lcublas -lm -lpthread
 
 # What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
 # bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.
@@ -300,7 +300,7 @@ tests/bench_gpu: tests/bench_gpu.cu .gpu-arch | mpi
 
 # Every GPU kernel against the CPU's arithmetic: make test-gpu runs it first
 tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) .gpu-arch | mpi
-	$(NVCC) -x cu -O2 -std=c++17 $(NVCC_THREADS) $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) -Xcompiler -Wno-unused-function $< $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas -lm -lpthread
+	$(NVCC) -x cu -O2 -std=c++17 $(NVCC_THREADS) $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) -Xcompiler -Wno-unused-function $< $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lcublas -lm -lpthread
 
 # ---- the GPU build on a CPU: emu/ ------------------------------------------------
 # The same source as make gpu, compiled by the host's C++ compiler against

@@ -68,6 +68,7 @@
 /* The toolkit's own headers, read as a host compiler reads them (before
  * __CUDACC__ is defined): the types and declarations are CUDA's; the
  * functions behind them are the emulator's. */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -865,15 +865,16 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
                                    int m, int n, int k, float alpha, const void *A,
                                    cudaDataType at, int lda, long long sa, const void *B,
                                    cudaDataType bt, int ldb, long long sb, float beta, void *C,
-                                   cudaDataType ct, int ldc, long long sc, int batches) {
+                                   cudaDataType ct, int ldc, long long sc, int batches,
+                                   const void *bias = NULL) {
     if (m < 0 || n < 0 || k < 0 || batches < 0 || ldc < (m > 1 ? m : 1) ||
         lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
         ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
     counts.gemms++;
     if (stream_hung(h->stream)) return CUBLAS_STATUS_SUCCESS; /* queued behind a hang */
-    const Use uses[] = {{A, USE_READ}, {B, USE_READ}, {C, USE_WRITE}};
-    stream_op(h->stream, "a cuBLAS GEMM", uses, 3);
+    const Use uses[] = {{A, USE_READ}, {B, USE_READ}, {C, USE_WRITE}, {bias, USE_READ}};
+    stream_op(h->stream, "a cuBLAS GEMM", uses, bias ? 4 : 3);
     int round = h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F;
     std::vector<float> a((size_t)m * k), b((size_t)k * n), acc((size_t)ROWS * COLS);
     for (int batch = 0; batch < batches; batch++) {
@@ -915,6 +916,7 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
                         long at_c = (i0 + i) + (long)(j0 + j) * ldc;
                         float v = alpha * acc[(size_t)i * COLS + j];
                         if (beta != 0.0f) v += beta * load_typed(pc, at_c, ct);
+                        if (bias) v += load_typed(bias, i0 + i, ct); /* cuBLASLt's epilogue */
                         store_typed(pc, at_c, v, ct);
                     }
             }
@@ -991,6 +993,151 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
     if (!ex_supported(at, bt, ct, compute)) return CUBLAS_STATUS_NOT_SUPPORTED;
     return gemm_batched(h, ta, tb, m, n, k, *(const float *)alpha, A, at, lda, sa, B, bt, ldb, sb,
                         *(const float *)beta, C, ct, ldc, sc, batches);
+}
+
+} /* extern "C" */
+
+/* cuBLASLt, as far as fsdp.c asks it (kernels/layers.h, linear_forward):
+ * one product D = op(A) op(B) + beta C, in place (C is D), with the bias
+ * epilogue or none; the types cublasGemmEx takes (ex_supported), the bias
+ * in D's type, as cuBLASLt has it. Anything else: the heuristic finds no
+ * algorithm, as cuBLASLt's does for what it cannot run, and fsdp.c takes
+ * its other path. The descriptors are cuBLASLt's own semi-opaque structs,
+ * holding the emulator's fields. */
+struct cublasLtContext {
+    int unused;
+};
+struct LtDesc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    cublasOperation_t op[2];
+    cublasLtEpilogue_t epilogue;
+    const void *bias;
+    int bias_type; /* -1: D's */
+};
+struct LtLayout {
+    cudaDataType type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+static_assert(sizeof(LtDesc) <= sizeof(cublasLtMatmulDescOpaque_t), "LtDesc fits");
+static_assert(sizeof(LtLayout) <= sizeof(cublasLtMatrixLayoutOpaque_t), "LtLayout fits");
+static LtDesc *lt_desc(cublasLtMatmulDesc_t d) { return (LtDesc *)(void *)d->data; }
+static LtLayout *lt_layout(cublasLtMatrixLayout_t l) { return (LtLayout *)(void *)l->data; }
+
+/* Whether the emulator runs this product (the heuristic's verdict) */
+static int lt_supported(const LtDesc *o, const LtLayout *a, const LtLayout *b, const LtLayout *c,
+                        const LtLayout *d) {
+    int epilogue_ok = o->epilogue == CUBLASLT_EPILOGUE_DEFAULT ||
+                      (o->epilogue == CUBLASLT_EPILOGUE_BIAS && o->bias &&
+                       (o->bias_type == -1 || o->bias_type == (int)d->type));
+    return epilogue_ok && o->scale == CUDA_R_32F && c->type == d->type &&
+           ex_supported(a->type, b->type, d->type, o->compute);
+}
+
+extern "C" {
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = new cublasLtContext{0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    delete h;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t compute,
+                                        cudaDataType_t scale) {
+    *d = new cublasLtMatmulDescOpaque_t();
+    *lt_desc(*d) = LtDesc{compute, scale, {CUBLAS_OP_N, CUBLAS_OP_N}, CUBLASLT_EPILOGUE_DEFAULT,
+                          NULL, -1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    delete d;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
+                                              cublasLtMatmulDescAttributes_t attr, const void *buf,
+                                              size_t bytes) {
+    LtDesc *o = lt_desc(d);
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+        if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&o->op[attr == CUBLASLT_MATMUL_DESC_TRANSB], buf, bytes);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&o->epilogue, buf, bytes);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+        if (bytes != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&o->bias, buf, bytes);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+        if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&o->bias_type, buf, bytes);
+        return CUBLAS_STATUS_SUCCESS;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED; /* the emulator's limit, not cuBLASLt's */
+    }
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type,
+                                          uint64_t rows, uint64_t cols, int64_t ld) {
+    *l = new cublasLtMatrixLayoutOpaque_t();
+    *lt_layout(*l) = LtLayout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    delete l;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = new cublasLtMatmulPreferenceOpaque_t();
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void *buf, size_t bytes) {
+    (void)p, (void)attr, (void)buf, (void)bytes; /* workspace, alignments: any will do here */
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op,
+                                              cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                              cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+                                              cublasLtMatmulPreference_t p, int wanted,
+                                              cublasLtMatmulHeuristicResult_t results[],
+                                              int *returned) {
+    (void)h, (void)p;
+    if (wanted < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    *returned = lt_supported(lt_desc(op), lt_layout(a), lt_layout(b), lt_layout(c), lt_layout(d));
+    if (*returned) results[0] = cublasLtMatmulHeuristicResult_t();
+    return *returned ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t a, const void *B,
+                              cublasLtMatrixLayout_t b, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t c, void *D, cublasLtMatrixLayout_t d,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
+    (void)h, (void)algo, (void)workspace, (void)workspace_bytes;
+    const LtDesc *o = lt_desc(op);
+    const LtLayout *la = lt_layout(a), *lb = lt_layout(b), *ld = lt_layout(d);
+    if (!lt_supported(o, la, lb, lt_layout(c), ld) || C != D) return CUBLAS_STATUS_NOT_SUPPORTED;
+    /* op(A) is (m, k), op(B) (k, n), D (m, n): a layout gives the stored shape */
+    int m = (int)ld->rows, n = (int)ld->cols;
+    int k = (int)(o->op[0] == CUBLAS_OP_N ? la->cols : la->rows);
+    int kb = (int)(o->op[1] == CUBLAS_OP_N ? lb->rows : lb->cols);
+    int ma = (int)(o->op[0] == CUBLAS_OP_N ? la->rows : la->cols);
+    int nb = (int)(o->op[1] == CUBLAS_OP_N ? lb->cols : lb->rows);
+    if (k != kb || m != ma || n != nb) return CUBLAS_STATUS_INVALID_VALUE;
+    cublasContext as_cublas{CUBLAS_DEFAULT_MATH, stream};
+    return gemm_batched(&as_cublas, o->op[0], o->op[1], m, n, k, *(const float *)alpha, A,
+                        la->type, (int)la->ld, 0, B, lb->type, (int)lb->ld, 0,
+                        *(const float *)beta, D, ld->type, (int)ld->ld, 0, 1,
+                        o->epilogue == CUBLASLT_EPILOGUE_BIAS ? o->bias : NULL);
 }
 } /* extern "C" */
 

@@ -13,6 +13,7 @@
 #include <omp.h> /* omp_get_num_procs: host_threads_choose */
 #endif
 #ifdef __CUDACC__
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -92,6 +93,10 @@ typedef struct {
     int device;
     cudaStream_t compute, comm;
     cublasHandle_t cublas;
+    cublasLtHandle_t cublaslt; /* a Linear's product and bias in one (kernels/layers.h) */
+    void *lt_workspace;        /* cuBLASLt's, as cuBLAS keeps its own: outside the ledger */
+    size_t lt_workspace_bytes;
+    long lt_products; /* how many: tests/test_kernels.cu checks that cuBLASLt took them */
     PoolBlock *blocks; /* every block the pool holds from the driver */
     int n_blocks, cap_blocks;
     long comm_takes; /* blocks lent to the communication stream so far */
@@ -498,6 +503,11 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     cublasCheck(cublasSetMathMode(backend.cublas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                          : CUBLAS_DEFAULT_MATH));
     backend.gemm_dtype = cfg->param_dtype; /* 16-bit parameters: tensor cores (kernels/layers.h) */
+    cublasCheck(cublasLtCreate(&backend.cublaslt));
+    if (backend.gemm_dtype != DTYPE_FP32) { /* 32 MiB, what llm.c gives Hopper's GEMMs */
+        backend.lt_workspace_bytes = (size_t)32 << 20;
+        cudaCheck(cudaMalloc(&backend.lt_workspace, backend.lt_workspace_bytes));
+    }
     /* --vram is the ledger's budget, as in the simulator (exact bytes: the
      * same verdict on both builds), and caps the pool too, with room for its
      * rounding (512 bytes a block) and the kernels' scratch. With mixed
@@ -540,6 +550,8 @@ static void backend_release(void) {
     free(backend.blocks);
     cudaCheck(cudaEventDestroy(backend.clock_event));
     cublasCheck(cublasDestroy(backend.cublas));
+    if (backend.lt_workspace) cudaCheck(cudaFree(backend.lt_workspace));
+    cublasCheck(cublasLtDestroy(backend.cublaslt));
     cudaCheck(cudaStreamDestroy(backend.compute));
     cudaCheck(cudaStreamDestroy(backend.comm));
 }

@@ -531,6 +531,78 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
     gemm_input_free(b, B, nb);
 }
 
+/* ---- a Linear's product and bias in one: cuBLASLt's bias epilogue -------
+ * With 16-bit parameters, linear_forward asks cuBLASLt for out = weight @
+ * inp + bias with the bias added as the sums are written (the epilogue),
+ * as PyTorch's addmm does on a GPU. Without it the bias is first written
+ * into every row of out, and the GEMM reads it back (beta 1): two passes
+ * over B x O values, about 0.8 ms of GPT-2 124M's step at 8 x 1024 tokens
+ * on an H100. The values are the same: the bias is already held in out's
+ * 16 bits, and cuBLAS adds it to the fp32 sum before rounding once, either
+ * way. cuBLASLt takes the bias in out's type; where the bias is held in
+ * another (no_shard's float slots) or its heuristic has no algorithm, the
+ * bias is written first, as before. */
+static uint32_t address_alignment(const void *p) { /* what the heuristic must assume */
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a) a /= 2;
+    return a;
+}
+static cudaDataType_t cuda_type(Dtype d) {
+    return d == DTYPE_BF16 ? CUDA_R_16BF : d == DTYPE_FP16 ? CUDA_R_16F : CUDA_R_32F;
+}
+static void lt_prefer(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                      const void *p) {
+    uint32_t a = address_alignment(p);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &a, sizeof(a)));
+}
+/* out^T (O, B) = weight (O, I) @ inp^T (I, B) + bias, as linear_forward's
+ * product below; 0 (nothing run) where cuBLASLt has no algorithm for it */
+static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *weight,
+                             const void *bias, int B, int I, int O) {
+    cudaDataType_t t = cuda_type(backend.gemm_dtype), to = cuda_type(oh);
+    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const uint64_t workspace = backend.lt_workspace_bytes;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t lw, lx, ly; /* weight, inp, out: column-major, as cuBLAS sees them */
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                               sizeof(epilogue)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof(bias)));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lw, t, (uint64_t)I, (uint64_t)O, I));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lx, t, (uint64_t)I, (uint64_t)B, I));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ly, to, (uint64_t)O, (uint64_t)B, O));
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                     &workspace, sizeof(workspace)));
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, weight);
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, inp);
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, out);
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, out);
+    cublasLtMatmulHeuristicResult_t found;
+    int n = 0; /* no algorithm: NOT_SUPPORTED, and n 0 */
+    if (cublasLtMatmulAlgoGetHeuristic(backend.cublaslt, op, lw, lx, ly, ly, pref, 1, &found, &n) !=
+        CUBLAS_STATUS_SUCCESS)
+        n = 0;
+    if (n > 0) {
+        const float one = 1.0f, zero = 0.0f;
+        cublasCheck(cublasLtMatmul(backend.cublaslt, op, &one, weight, lw, inp, lx, &zero, out, ly,
+                                   out, ly, &found.algo, backend.lt_workspace, workspace,
+                                   backend.compute));
+        backend.lt_products++;
+    }
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ly));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lx));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lw));
+    cublasCheck(cublasLtMatmulDescDestroy(op));
+    return n > 0;
+}
+
 /* cuBLAS is column-major: a row-major (R, K) matrix is, to cuBLAS, its
  * (K, R) transpose with leading dimension K. So each product below is
  * written for the transposes, as llm.c does:
@@ -550,6 +622,17 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const void *wei
                            const void *bias, Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
+    if (!bias) { /* GPT-2's lm_head: the logits, B x V, are the product alone */
+        gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 0.0f, out, oh, O);
+        return;
+    }
+    if (held != DTYPE_FP32 && wh == oh) { /* the bias in out's type: cuBLASLt adds it */
+        long n = (long)O * I;
+        const void *w = gemm_input(weight, wh, n, held);
+        int fused = linear_forward_lt(out, oh, inp, w, bias, B, I, O);
+        gemm_input_free(w, weight, n);
+        if (fused) return;
+    }
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O, wh, oh);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 1.0f, out, oh, O);
 }
