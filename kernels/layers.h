@@ -369,7 +369,13 @@ __device__ static inline float warp_max(float v) {
 
 /* The loss's softmax, a warp a row of V logits (crossentropy_forward_row's
  * arithmetic, its sums in the warp's order): one thread a row would read
- * V = 50257 floats alone, the 32 threads of a warp V apart. */
+ * V = 50257 floats alone, the 32 threads of a warp V apart. Three passes
+ * over the row: its maximum, the sum of the exponentials, then each
+ * probability written once, its exponential computed again. Writing the
+ * exponentials in the second pass and dividing them in place in a third
+ * would give the same values and move 16 bytes a logit held in 16 bits
+ * instead of 10: 2.5 GB more for GPT-2's 8 x 1024 x 50257 logits, about
+ * 0.7 ms of an H100's bandwidth. */
 __global__ static void crossentropy_forward_warp(float *__restrict__ probs,
                                                  float *__restrict__ losses,
                                                  const void *__restrict__ logits,
@@ -381,9 +387,9 @@ __global__ static void crossentropy_forward_warp(float *__restrict__ probs,
     float *p = probs + b * V, zmax = -INFINITY, sum = 0.0f;
     for (int v = lane; v < V; v += 32) zmax = fmaxf(zmax, load_as(logits, b * V + v, lh));
     zmax = warp_max(zmax);
-    for (int v = lane; v < V; v += 32) sum += p[v] = expf(load_as(logits, b * V + v, lh) - zmax);
+    for (int v = lane; v < V; v += 32) sum += expf(load_as(logits, b * V + v, lh) - zmax);
     sum = warp_sum(sum);
-    for (int v = lane; v < V; v += 32) p[v] /= sum;
+    for (int v = lane; v < V; v += 32) p[v] = expf(load_as(logits, b * V + v, lh) - zmax) / sum;
     __syncwarp(); /* lane 0 reads the target's probability another lane wrote */
     if (lane == 0) losses[b] = -logf(p[targets[b]]);
 }
