@@ -615,7 +615,8 @@ static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *w
  *   out^T (O, B)    = weight (O, I) @ inp^T (I, B)     -> weight transposed
  *   dinp^T (I, B)   = weight^T (I, O) @ dout^T (O, B)
  *   dweight^T (I, O) += inp^T (I, B) @ dout (B, O)     -> dout transposed
- * Forward adds to the bias already in out; backward adds into the
+ * Forward adds to the bias already in out (with 16-bit parameters,
+ * cuBLASLt adds the bias instead: above); backward adds into the
  * parameters' gradients and writes the input's (beta 0: nothing else adds
  * to it, so it needs no zeroing pass first). fp32 unless --tf32
  * (backend_init), or 16-bit inputs on the tensor cores with 16-bit
