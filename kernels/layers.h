@@ -247,12 +247,23 @@ FSDP_HD static inline void crossentropy_forward_row(long b, float *probs, float 
     losses[b] = -logf(p[targets[b]]);
 }
 /* The logits' gradient dlogits = (probs - onehot(target)) * dloss, the
- * head's output gradient: rounded to d and held (a matmul's input) */
-FSDP_HD static inline void crossentropy_backward_one(long i, void *dlogits, const float *probs,
+ * head's output gradient: rounded to d and held (a matmul's input).
+ * Element v of row b, and row b whole (the CPU's FOR_EACH over rows; a
+ * GPU's kernel is below). By row and column, not by the flat index i:
+ * i % V and i / V would be 64-bit divisions, which a GPU runs as a few
+ * dozen instructions, more time than the 6 bytes each element moves. */
+FSDP_HD static inline void crossentropy_backward_at(long b, int v, void *dlogits,
+                                                    const float *probs, const int *targets,
+                                                    float dloss, int V, Dtype d, Dtype held) {
+    long i = b * V + v;
+    float g = (probs[i] - (v == targets[b] ? 1.0f : 0.0f)) * dloss;
+    store_matmul_input(dlogits, i, g, d, held);
+}
+FSDP_HD static inline void crossentropy_backward_row(long b, void *dlogits, const float *probs,
                                                      const int *targets, float dloss, int V,
                                                      Dtype d, Dtype held) {
-    float g = (probs[i] - (i % V == targets[i / V] ? 1.0f : 0.0f)) * dloss;
-    store_matmul_input(dlogits, i, g, d, held);
+    for (int v = 0; v < V; v++)
+        crossentropy_backward_at(b, v, dlogits, probs, targets, dloss, V, d, held);
 }
 
 /* ---- layers ------------------------------------------------------------------
@@ -392,6 +403,15 @@ __global__ static void crossentropy_forward_warp(float *__restrict__ probs,
     for (int v = lane; v < V; v += 32) p[v] = expf(load_as(logits, b * V + v, lh) - zmax) / sum;
     __syncwarp(); /* lane 0 reads the target's probability another lane wrote */
     if (lane == 0) losses[b] = -logf(p[targets[b]]);
+}
+
+/* The logits' gradient, a block a row, its threads along the row:
+ * coalesced, and no division (crossentropy_backward_at) */
+__global__ static void crossentropy_backward_rows(void *dlogits, const float *__restrict__ probs,
+                                                  const int *__restrict__ targets, float dloss,
+                                                  int V, Dtype d, Dtype held) {
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+        crossentropy_backward_at(blockIdx.x, v, dlogits, probs, targets, dloss, V, d, held);
 }
 
 /* Column sums over R rows of (R, C) in two stages, with no atomics and a
@@ -877,8 +897,15 @@ static float crossentropy_forward(float *probs, float *losses, const void *logit
  * 8192). llm.c's fused classifier does the same. */
 static void crossentropy_backward(void *logits, const float *probs, const int *targets,
                                   float dloss, int B, int V, Dtype d) {
-    FOR_EACH((long)B * V, crossentropy_backward_one, logits, probs, targets, dloss, V, d,
+#ifdef __CUDACC__
+    if (B <= 0 || backend.dry) return;
+    crossentropy_backward_rows<<<B, 256, 0, backend.compute>>>(logits, probs, targets, dloss, V, d,
+                                                               backend.gemm_dtype);
+    cudaCheck(cudaGetLastError());
+#else
+    FOR_EACH(B, crossentropy_backward_row, logits, probs, targets, dloss, V, d,
              backend.gemm_dtype);
+#endif
 }
 
 /* ---- a sum of squares, in blocks --------------------------------------------

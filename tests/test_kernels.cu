@@ -666,6 +666,18 @@ static void check_crossentropy(void) {
     expect_relative("cross-entropy forward, logits held in bf16", "probs", gp, pr, n, rel, us);
     expect("cross-entropy forward, logits held in bf16", "losses", gl, ls, B,
            rel + U * max_abs(ls, B), us);
+    /* The logits' gradient, a block a row, against crossentropy_backward_row
+     * from the same probabilities: each element (p - onehot) * dloss rounded
+     * to bf16, the same operations on both, so equal bit for bit */
+    float *dl = (float *)host_calloc((size_t)n, 4, "ref"), *gpr = device_copy(pr, n), *gdl = gpu(n);
+    for (long b = 0; b < B; b++)
+        crossentropy_backward_row(b, dl, pr, tg, 1.0f / B, V, DTYPE_BF16, DTYPE_FP32);
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_US(us, crossentropy_backward(gdl, gpr, gt, 1.0f / B, B, V, DTYPE_BF16));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("cross-entropy backward, a block a row, in bf16", "dlogits", unpacked(gdl, n, DTYPE_BF16),
+           dl, n, 0.0, us);
+    free(dl);
     free(z), free(tg), free(pr), free(ls);
     gpu_free_all();
 }
