@@ -532,6 +532,10 @@ static void bias_backward(void *dbias, Dtype gh, const void *dout, Dtype dh, int
  * perhaps slower (PyTorch's FSDP, with use_orig_params, pads each
  * parameter of a flat parameter to that boundary; ours are end to end).
  * (Attention's products: kernels/transformer.h's heads_gemm.) */
+/* cuBLAS's name for a format: the tensor cores' inputs, or an fp32 output */
+static cudaDataType_t cuda_type(Dtype d) {
+    return d == DTYPE_BF16 ? CUDA_R_16BF : d == DTYPE_FP16 ? CUDA_R_16F : CUDA_R_32F;
+}
 static long gemm_span(cublasOperation_t op, int rows, int cols, int ld) {
     int major = op == CUBLAS_OP_N ? cols : rows, minor = op == CUBLAS_OP_N ? rows : cols;
     return (long)(major - 1) * ld + minor; /* the elements it spans */
@@ -549,10 +553,9 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
     }
     long na = gemm_span(ta, m, k, lda), nb = gemm_span(tb, k, n, ldb);
     const void *a = gemm_input(A, ha, na, d), *b = gemm_input(B, hb, nb, d);
-    cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    cudaDataType_t t = cuda_type(d);
     cublasCheck(cublasGemmEx(backend.cublas, ta, tb, m, n, k, &one, a, t, lda, b, t, ldb, &beta, C,
-                             hc == DTYPE_FP32 ? CUDA_R_32F : t, ldc, CUBLAS_COMPUTE_32F,
-                             CUBLAS_GEMM_DEFAULT));
+                             cuda_type(hc), ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     gemm_input_free(a, A, na);
     gemm_input_free(b, B, nb);
 }
@@ -572,9 +575,6 @@ static uint32_t address_alignment(const void *p) { /* what the heuristic must as
     uint32_t a = 256;
     while (a > 1 && (uintptr_t)p % a) a /= 2;
     return a;
-}
-static cudaDataType_t cuda_type(Dtype d) {
-    return d == DTYPE_BF16 ? CUDA_R_16BF : d == DTYPE_FP16 ? CUDA_R_16F : CUDA_R_32F;
 }
 static void lt_prefer(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
                       const void *p) {

@@ -315,8 +315,7 @@ static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, c
                                               sb, &beta, (float *)C, ldc, sc, H));
         return;
     }
-    cudaDataType_t t = d == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    cudaDataType_t tc = dc == DTYPE_FP32 ? CUDA_R_32F : t;
+    cudaDataType_t t = cuda_type(d), tc = cuda_type(dc);
     cublasCheck(cublasGemmStridedBatchedEx(backend.cublas, ta, tb, m, n, k, &alpha, A, t, lda, sa,
                                            B, t, ldb, sb, &beta, C, tc, ldc, sc, H,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
