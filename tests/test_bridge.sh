@@ -51,7 +51,10 @@ elif grep -qF "a loss differs from fsdp.c's" "$D/out"; then ok "a loss 0.1 % off
 else bad "a loss 0.1 % off failed for another reason:"; tail -4 "$D/out"; fi
 
 # bad input: one message, from rank 0, and exit 2 (torchrun itself then
-# exits 1), before any collective
+# exits 1), before any collective. On 2 ranks once; the other refusals
+# then on one process without torchrun (python3 bridge/fsdp_lab.py, as
+# WORLD_SIZE unset is a world of 1): each rank refuses the same way, and
+# every torch process costs seconds of import here.
 refused() { # refused WHAT SAYING NAME [ARGS...]
   local what=$1 saying=$2; shift 2
   if bridge 2 "$@"; then bad "$what was accepted"; return; fi
@@ -59,15 +62,23 @@ refused() { # refused WHAT SAYING NAME [ARGS...]
   # names the first rank's exit code, not always both)
   local said
   said=$(grep -c "^error: .*$saying" "$D/out")
-  if [ "$said" = 1 ] && grep -q 'exitcode *: 2' "$D/out"; then ok "$what refused: $(grep '^error' "$D/out")"
+  if [ "$said" = 1 ] && grep -q 'exitcode *: 2' "$D/out"; then ok "$what refused on 2 ranks: $(grep '^error' "$D/out")"
   else bad "$what: $said messages with '$saying', or no rank exited 2:"; grep -v Warning "$D/out" | tail -4; fi
+}
+refused_alone() { # refused_alone WHAT SAYING NAME [ARGS...]
+  local what=$1 saying=$2 name=$3 rc; shift 3
+  timeout 120 .venv-torch/bin/python bridge/fsdp_lab.py --fsdp-run "$D/$name.json" --init "$D/$name.st" \
+    --data "$D/data.txt" "$@" >"$D/out" 2>&1
+  rc=$?
+  if [ $rc = 2 ] && [ "$(grep -c "^error: .*$saying" "$D/out")" = 1 ]; then ok "$what refused: $(grep '^error' "$D/out")"
+  else bad "$what: exit $rc (want 2), or not one message with '$saying':"; tail -4 "$D/out"; fi
 }
 head -c 5 "$D/data.txt" >"$D/short.txt"
 echo '{"config": {}}' >"$D/notarun.json"
 refused "a --json that is not a run's" "--fsdp-run" ddp --fsdp-run "$D/notarun.json"
 run_fsdp 1 "$D/small.log" --model small --steps 0 --export "$D/small.st"
-refused "another model's initial parameters" "--init .*where this run's model has" ddp --init "$D/small.st"
-refused "a --data file shorter than one sample" "--data .*a sample needs" ddp --data "$D/short.txt"
+refused_alone "another model's initial parameters" "--init .*where this run's model has" ddp --init "$D/small.st"
+refused_alone "a --data file shorter than one sample" "--data .*a sample needs" ddp --data "$D/short.txt"
 
 # fsdp.c's own resume across world sizes keeps the losses that lecture 17
 # holds PyTorch's DCP resume to (within 1e-5: steps 4..6 on 2 ranks add the

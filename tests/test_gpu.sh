@@ -109,6 +109,14 @@ fi
 # ---- 0. each kernel alone ----------------------------------------------------------
 # Before the end-to-end runs: a kernel that is wrong is named here, not
 # found later as a loss that drifts. One GPU, one rank.
+# (On the emulator the pass in reverse order below runs beside this one:
+# each is one thread.)
+if [ -n "$EMU_TEST" ]; then
+  mkdir -p "$d/ompi.kernels_r" # its own Open MPI session directory (train_start says why)
+  OMPI_MCA_orte_tmpdir_base="$d/ompi.kernels_r" FSDP_EMU_ORDER=reverse \
+    timeout 300 $MPIRUN -np 1 "$KERNELS" >"$d/kernels_r.log" 2>&1 &
+  reversed=$!
+fi
 echo "0. each kernel against the CPU's arithmetic"
 if CUDA_VISIBLE_DEVICES=$ONE_GPU timeout 300 $MPIRUN -np 1 "$KERNELS" >"$d/kernels.log" 2>&1; then
   sed 's/^/   /' "$d/kernels.log"
@@ -123,7 +131,7 @@ fi
 # whose write it reads, and the two orders put every pair both ways round.
 if [ -n "$EMU_TEST" ]; then
   echo "0r. each kernel again, threads in reverse order (FSDP_EMU_ORDER=reverse)"
-  if FSDP_EMU_ORDER=reverse timeout 300 $MPIRUN -np 1 "$KERNELS" >"$d/kernels_r.log" 2>&1; then
+  if wait $reversed; then
     pass "0r. threads in reverse order: $(tail -1 "$d/kernels_r.log") kernel checks"
   else
     grep -E '^FAIL' "$d/kernels_r.log" | sed 's/^/   /'
@@ -133,12 +141,27 @@ fi
 
 # train NAME BINARY NP ARGS...: one run of ./BINARY on NP ranks, output in
 # $d/NAME.log, parameters exported to $d/NAME.st. A failed run is a FAIL.
-train() {
+train() { train_start "$@" && train_end "$1"; }
+# train_start NAME BINARY NP ARGS...: the same run in the background;
+# train_end NAME waits for it and reports as train does. A check's runs of
+# one rank each (the CPU build's, the GPU build's) take a core each this way,
+# not one after the other. Each has its own Open MPI session directory, as
+# in tests/test_cli.sh (an mpirun ending removes the shared one).
+declare -A RUN_PID RUN_CMD
+train_start() {
   local name=$1 bin=$2 np=$3; shift 3
-  timeout 300 $MPIRUN -np "$np" "./$bin" "$@" --export "$d/$name.st" >"$d/$name.log" 2>&1
-  local rc=$?
+  RUN_CMD[$name]="./$bin on $np rank(s) $*"
+  mkdir -p "$d/ompi.$name"
+  OMPI_MCA_orte_tmpdir_base="$d/ompi.$name" timeout 300 $MPIRUN -np "$np" "./$bin" "$@" \
+    --export "$d/$name.st" >"$d/$name.log" 2>&1 &
+  RUN_PID[$name]=$!
+}
+train_end() {
+  local name=$1 rc
+  wait "${RUN_PID[$name]}"
+  rc=$?
   [ $rc -eq 0 ] && return 0
-  flunk "$name: ./$bin on $np rank(s) $*: exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')"
+  flunk "$name: ${RUN_CMD[$name]}: exit $rc$([ $rc -eq 124 ] && echo ' (timed out)')"
   tail -6 "$d/$name.log" | sed 's/^/      /'
   return 1
 }
@@ -234,14 +257,19 @@ for m in tiny small gpt2-tiny gpt2-mini; do
     continue
   fi
   A=(--model "$m" --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS")
-  if train "c_$m" fsdp 1 "${A[@]}" --json "$d/c_$m.json" &&
-    train "g_$m" "$GPU_BIN" 1 "${A[@]}" --json "$d/g_$m.json"; then
+  train_start "c_$m" fsdp 1 "${A[@]}" --json "$d/c_$m.json"
+  train_start "g_$m" "$GPU_BIN" 1 "${A[@]}" --json "$d/g_$m.json"
+  train_start "t_$m" "$GPU_BIN" 1 "${A[@]}" --tf32 --json "$d/t_$m.json"
+  train_end "c_$m"; c=$?
+  train_end "g_$m"; g=$?
+  train_end "t_$m"; t=$?
+  if [ $c -eq 0 ] && [ $g -eq 0 ]; then
     LOSS=first_loss check_final_loss "a. $m, first step's loss, GPU vs CPU (fp32)" 1e-5 "$d/c_$m.json" "$d/g_$m.json"
     check_losses "a. $m, losses of $STEPS steps, GPU vs CPU (fp32)" 2e-4 "$d/c_$m.log" "$d/g_$m.log"
     check_params "a. $m, parameters after $STEPS steps, GPU vs CPU (fp32; tol 2*lr*steps)" "$PTOL" "$d/c_$m.st" "$d/g_$m.st"
     note_params "a. $m, fp32" "$d/c_$m.st" "$d/g_$m.st"
   fi
-  if train "t_$m" "$GPU_BIN" 1 "${A[@]}" --tf32 --json "$d/t_$m.json" && [ -f "$d/c_$m.st" ]; then
+  if [ $t -eq 0 ] && [ $c -eq 0 ]; then
     LOSS=first_loss check_final_loss "a. $m, first step's loss, GPU --tf32 vs CPU" 2e-3 "$d/c_$m.json" "$d/t_$m.json"
     check_losses "a. $m, losses of $STEPS steps, GPU --tf32 vs CPU" 5e-3 "$d/c_$m.log" "$d/t_$m.log"
     check_params "a. $m, parameters after $STEPS steps, GPU --tf32 vs CPU (tol 2*lr*steps)" "$PTOL" "$d/c_$m.st" "$d/t_$m.st"
@@ -430,7 +458,11 @@ if [ -f "$d/g_small.st" ] && train j_offload "$GPU_BIN" 1 "${J[@]}" --cpu-offloa
   check_losses "j. --cpu-offload on 1 GPU rank vs without it" 2e-4 "$d/g_small.log" "$d/j_offload.log"
   check_params "j. --cpu-offload: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/g_small.st" "$d/j_offload.st"
 fi
-if train j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16 && train j_bf16_gpu "$GPU_BIN" 1 "${J[@]}" --param-dtype bf16; then
+train_start j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16
+train_start j_bf16_gpu "$GPU_BIN" 1 "${J[@]}" --param-dtype bf16
+train_end j_bf16_cpu; c=$?
+train_end j_bf16_gpu; g=$?
+if [ $c -eq 0 ] && [ $g -eq 0 ]; then
   check_losses "j. bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_bf16_cpu.log" "$d/j_bf16_gpu.log"
   check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
   # ... and with --cpu-offload: the host's shard in 16 bits, as AdamW on
@@ -467,7 +499,11 @@ done
 # the tensor cores (attention_forward_gemm), the CPU's rows rounding where
 # the GPU stores: the same argument and tolerances as the MLP's above.
 G=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS" --param-dtype bf16)
-if train j_gpt2_bf16_cpu fsdp 1 "${G[@]}" && train j_gpt2_bf16_gpu "$GPU_BIN" 1 "${G[@]}"; then
+train_start j_gpt2_bf16_cpu fsdp 1 "${G[@]}"
+train_start j_gpt2_bf16_gpu "$GPU_BIN" 1 "${G[@]}"
+train_end j_gpt2_bf16_cpu; c=$?
+train_end j_gpt2_bf16_gpu; g=$?
+if [ $c -eq 0 ] && [ $g -eq 0 ]; then
   check_losses "j. gpt2-tiny in bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_gpt2_bf16_cpu.log" "$d/j_gpt2_bf16_gpu.log"
   check_params "j. gpt2-tiny in bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_gpt2_bf16_cpu.st" "$d/j_gpt2_bf16_gpu.st"
 fi
@@ -476,17 +512,27 @@ fi
 # blocks, four key tiles), the rows a thread each in fp32 (gpt2-tiny):
 # each against the CPU's rows, with the same tolerances
 F=(--model gpt2-mini --batch 8 --log-every 1 --lr "$LR" --steps "$STEPS" --param-dtype bf16 --attention flash)
-if train j_flash_cpu fsdp 1 "${F[@]}" && train j_flash_gpu "$GPU_BIN" 1 "${F[@]}"; then
+# ... and the flash kernels sum in a fixed order (no atomics): the same
+# run twice (on the emulator, its threads reversed), the same bits
+train_start j_flash_cpu fsdp 1 "${F[@]}"
+train_start j_flash_gpu "$GPU_BIN" 1 "${F[@]}"
+FSDP_EMU_ORDER=$AGAIN_ORDER train_start j_flash_again "$GPU_BIN" 1 "${F[@]}"
+train_end j_flash_cpu; c=$?
+train_end j_flash_gpu; g=$?
+train_end j_flash_again; again=$?
+if [ $c -eq 0 ] && [ $g -eq 0 ]; then
   check_losses "j. gpt2-mini, bf16 --attention flash, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_flash_cpu.log" "$d/j_flash_gpu.log"
   check_params "j. gpt2-mini flash bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_flash_cpu.st" "$d/j_flash_gpu.st"
 fi
-# the flash kernels sum in a fixed order (no atomics): the same run twice
-# (on the emulator, its threads reversed), the same bits
-if [ -f "$d/j_flash_gpu.st" ] && FSDP_EMU_ORDER=$AGAIN_ORDER train j_flash_again "$GPU_BIN" 1 --model gpt2-mini --batch 8 --log-every 1 --lr "$LR" --steps $STEPS --param-dtype bf16 --attention flash; then
+if [ $g -eq 0 ] && [ $again -eq 0 ]; then
   r=$(tests/st_diff "$d/j_flash_gpu.st" "$d/j_flash_again.st" 2>&1) && pass "j. gpt2-mini flash bf16, the same GPU run twice$AGAIN: $r" || flunk "j. flash repeat: $r"
 fi
 F=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS" --attention flash)
-if train j_flash32_cpu fsdp 1 "${F[@]}" && train j_flash32_gpu "$GPU_BIN" 1 "${F[@]}"; then
+train_start j_flash32_cpu fsdp 1 "${F[@]}"
+train_start j_flash32_gpu "$GPU_BIN" 1 "${F[@]}"
+train_end j_flash32_cpu; c=$?
+train_end j_flash32_gpu; g=$?
+if [ $c -eq 0 ] && [ $g -eq 0 ]; then
   check_losses "j. gpt2-tiny, fp32 --attention flash (rows on the GPU) vs the CPU" 2e-4 "$d/j_flash32_cpu.log" "$d/j_flash32_gpu.log"
 fi
 P=(--plan --width 1024 --depth 8 --param-dtype bf16 --cpu-offload --strategy hybrid_shard --ranks-per-node 2 --collectives ring)
