@@ -165,6 +165,17 @@ train_end() {
   tail -6 "$d/$name.log" | sed 's/^/      /'
   return 1
 }
+# train_both NAME ARGS...: NAME_cpu on ./fsdp and NAME_gpu on the GPU
+# build, one rank each, at once; 0 when both ran to their end
+train_both() {
+  local name=$1 rc=0
+  shift
+  train_start "${name}_cpu" fsdp 1 "$@"
+  train_start "${name}_gpu" "$GPU_BIN" 1 "$@"
+  train_end "${name}_cpu" || rc=1
+  train_end "${name}_gpu" || rc=1
+  return $rc
+}
 # The loss of every printed step (--log-every 1), one per line, as printed (4 decimals).
 losses() { grep -o '^step *[0-9]*/[0-9]* | loss [0-9.]*' "$1" | awk '{print $NF}'; }
 # The last step's loss from a --trace file, to 6 decimals (the step lines print 4).
@@ -458,11 +469,7 @@ if [ -f "$d/g_small.st" ] && train j_offload "$GPU_BIN" 1 "${J[@]}" --cpu-offloa
   check_losses "j. --cpu-offload on 1 GPU rank vs without it" 2e-4 "$d/g_small.log" "$d/j_offload.log"
   check_params "j. --cpu-offload: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/g_small.st" "$d/j_offload.st"
 fi
-train_start j_bf16_cpu fsdp 1 "${J[@]}" --param-dtype bf16
-train_start j_bf16_gpu "$GPU_BIN" 1 "${J[@]}" --param-dtype bf16
-train_end j_bf16_cpu; c=$?
-train_end j_bf16_gpu; g=$?
-if [ $c -eq 0 ] && [ $g -eq 0 ]; then
+if train_both j_bf16 "${J[@]}" --param-dtype bf16; then
   check_losses "j. bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_bf16_cpu.log" "$d/j_bf16_gpu.log"
   check_params "j. bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_bf16_cpu.st" "$d/j_bf16_gpu.st"
   # ... and with --cpu-offload: the host's shard in 16 bits, as AdamW on
@@ -499,11 +506,7 @@ done
 # the tensor cores (attention_forward_gemm), the CPU's rows rounding where
 # the GPU stores: the same argument and tolerances as the MLP's above.
 G=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS" --param-dtype bf16)
-train_start j_gpt2_bf16_cpu fsdp 1 "${G[@]}"
-train_start j_gpt2_bf16_gpu "$GPU_BIN" 1 "${G[@]}"
-train_end j_gpt2_bf16_cpu; c=$?
-train_end j_gpt2_bf16_gpu; g=$?
-if [ $c -eq 0 ] && [ $g -eq 0 ]; then
+if train_both j_gpt2_bf16 "${G[@]}"; then
   check_losses "j. gpt2-tiny in bf16, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_gpt2_bf16_cpu.log" "$d/j_gpt2_bf16_gpu.log"
   check_params "j. gpt2-tiny in bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_gpt2_bf16_cpu.st" "$d/j_gpt2_bf16_gpu.st"
 fi
@@ -514,25 +517,16 @@ fi
 F=(--model gpt2-mini --batch 8 --log-every 1 --lr "$LR" --steps "$STEPS" --param-dtype bf16 --attention flash)
 # ... and the flash kernels sum in a fixed order (no atomics): the same
 # run twice (on the emulator, its threads reversed), the same bits
-train_start j_flash_cpu fsdp 1 "${F[@]}"
-train_start j_flash_gpu "$GPU_BIN" 1 "${F[@]}"
 FSDP_EMU_ORDER=$AGAIN_ORDER train_start j_flash_again "$GPU_BIN" 1 "${F[@]}"
-train_end j_flash_cpu; c=$?
-train_end j_flash_gpu; g=$?
-train_end j_flash_again; again=$?
-if [ $c -eq 0 ] && [ $g -eq 0 ]; then
+if train_both j_flash "${F[@]}"; then
   check_losses "j. gpt2-mini, bf16 --attention flash, 1 GPU rank vs 1 CPU rank" 1e-2 "$d/j_flash_cpu.log" "$d/j_flash_gpu.log"
   check_params "j. gpt2-mini flash bf16: parameters after $STEPS steps (tol 2*lr*steps)" "$PTOL" "$d/j_flash_cpu.st" "$d/j_flash_gpu.st"
 fi
-if [ $g -eq 0 ] && [ $again -eq 0 ]; then
+if train_end j_flash_again && [ -f "$d/j_flash_gpu.st" ]; then
   r=$(tests/st_diff "$d/j_flash_gpu.st" "$d/j_flash_again.st" 2>&1) && pass "j. gpt2-mini flash bf16, the same GPU run twice$AGAIN: $r" || flunk "j. flash repeat: $r"
 fi
 F=(--model gpt2-tiny --batch 32 --log-every 1 --lr "$LR" --steps "$STEPS" --attention flash)
-train_start j_flash32_cpu fsdp 1 "${F[@]}"
-train_start j_flash32_gpu "$GPU_BIN" 1 "${F[@]}"
-train_end j_flash32_cpu; c=$?
-train_end j_flash32_gpu; g=$?
-if [ $c -eq 0 ] && [ $g -eq 0 ]; then
+if train_both j_flash32 "${F[@]}"; then
   check_losses "j. gpt2-tiny, fp32 --attention flash (rows on the GPU) vs the CPU" 2e-4 "$d/j_flash32_cpu.log" "$d/j_flash32_gpu.log"
 fi
 P=(--plan --width 1024 --depth 8 --param-dtype bf16 --cpu-offload --strategy hybrid_shard --ranks-per-node 2 --collectives ring)
