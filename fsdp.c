@@ -2170,16 +2170,14 @@ static void adamw_step(Trainer *t) {
     span_begin(t, -1, PHASE_OPTIMIZER);
     t->adam_step++;
     AdamWStep s = {lr_at(c, t->adam_step - 1), /* the step just counted: t from 0 */
-                   c->beta1,
-                   c->beta2,
-                   c->eps,
-                   c->weight_decay,
+                   c->beta1, c->beta2, c->eps, c->weight_decay,
                    1.0f - powf(c->beta1, (float)t->adam_step),
                    sqrtf(1.0f - powf(c->beta2, (float)t->adam_step)),
                    c->optimizer == OPTIMIZER_ADAM};
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        STATE_FOR_EACH(u->offloaded, u->shard, adamw_one, unit_master(u), u->exp_avg, u->exp_avg_sq,
+        float *master = unit_master(u); /* once, not per element: the loop then vectorises */
+        STATE_FOR_EACH(u->offloaded, u->shard, adamw_one, master, u->exp_avg, u->exp_avg_sq,
                        u->shard_grad, s);
         unit_refresh_low_precision(u, c->param_dtype);
     }
