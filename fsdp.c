@@ -2176,7 +2176,7 @@ static void adamw_step(Trainer *t) {
                    c->optimizer == OPTIMIZER_ADAM};
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        float *master = unit_master(u); /* once, not per element: the loop then vectorises */
+        float *master = unit_master(u); /* FOR_EACH, a macro, would call it every element */
         STATE_FOR_EACH(u->offloaded, u->shard, adamw_one, master, u->exp_avg, u->exp_avg_sq,
                        u->shard_grad, s);
         unit_refresh_low_precision(u, c->param_dtype);

@@ -577,16 +577,14 @@ static void backend_describe(const Config *cfg) {
 
 /* Never NULL: a simulated GPU that runs out of memory is the ledger's
  * business (--vram); the host running out is the end of the run. */
-static void *dev_alloc(size_t bytes) {
-    return host_calloc(1, bytes ? bytes : 1,
-                       "allocate a simulated GPU's buffer; try a smaller --model");
-}
+#define SIM_BUFFER_WHAT "allocate a simulated GPU's buffer; try a smaller --model"
+static void *dev_alloc(size_t bytes) { return host_calloc(1, bytes ? bytes : 1, SIM_BUFFER_WHAT); }
 /* ... not zeroed on a GPU, so here filled with NaN (all bits set): a byte
  * its user forgets to write turns the loss to NaN in the tests, where on
  * a GPU it would be whatever the block held before. */
 static void *dev_alloc_for_overwrite(size_t bytes) {
-    void *p = host_malloc(bytes ? bytes : 1, "allocate a simulated GPU's buffer; try a smaller --model");
-    memset(p, 0xff, bytes); /* one pass: malloc, not calloc's zeros first */
+    void *p = host_malloc(bytes ? bytes : 1, SIM_BUFFER_WHAT); /* not calloc: one pass, not two */
+    memset(p, 0xff, bytes);
     return p;
 }
 static void *dev_alloc_for_gather(size_t bytes) { return dev_alloc_for_overwrite(bytes); }

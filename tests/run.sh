@@ -38,8 +38,8 @@ run "gradients, AdamW, auto-wrap, padding and shards" tests/test_units
 # run in a lane of their own, one at a time (each waits for the one before
 # to be done), beside the checks around them, most of which are mpirun
 # starting and stopping; their results are printed at the end
-# (lane_report), and counted there. On one core `beside` is `run`. On CI's
-# two cores this takes about two minutes off the suite.
+# (lane_report), and counted there. On one core `beside` is `run`. On two
+# cores it took the suite from 963 s to 879 s on one built tree.
 lane=$(mktemp -d); trap 'rm -rf "$lane"' EXIT
 lane_pids=()
 beside() { # beside NAME COMMAND..., as run
