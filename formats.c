@@ -48,11 +48,11 @@
  *
  * ---- meta.txt ----------------------------------------------------------------
  *
- *   fsdp-checkpoint 2
+ *   fsdp-checkpoint 6
  *   world 4
  *   ...
  *   batch 64
- *   data synthetic
+ *   data synthetic train 131072
  *   ...
  *   unit 0 numel 70272 padded 70272 shard 17568
  *   ...
@@ -962,9 +962,9 @@ static void meta_write_lines(const CkptMeta *m, MetaWriter *W) {
     mw_line(W, MW_OTHER, "seed %llu\n", (unsigned long long)m->seed);
     mw_line(W, MW_OTHER, "batch %d\n", m->batch);
     if (m->data_is_file)
-        mw_line(W, MW_OTHER, "data file bytes %llu crc32 %08x\n", (unsigned long long)m->data_bytes,
-                (unsigned)m->data_crc);
-    else mw_line(W, MW_OTHER, "data synthetic\n");
+        mw_line(W, MW_OTHER, "data file bytes %llu crc32 %08x train %ld\n",
+                (unsigned long long)m->data_bytes, (unsigned)m->data_crc, m->data_train);
+    else mw_line(W, MW_OTHER, "data synthetic train %ld\n", m->data_train);
     mw_line(W, MW_OTHER, "step %ld\n", m->step);
     mw_line(W, MW_OTHER, "adam_step %ld\n", m->adam_step);
     /* a meta without a schedule (all zero) writes the constant one */
@@ -1297,14 +1297,15 @@ static int meta_field_is(const MetaReader *R, int i, const char *word) {
            !memcmp(R->field[i], word, R->field_len[i]);
 }
 
-/* "fsdp-checkpoint 2". Version 1 has its own message: it is what every
+/* "fsdp-checkpoint 6". Version 1 has its own message: it is what every
  * checkpoint written before version 2 says, and it cannot be upgraded (it has
  * no batch, no data, and nothing to check it against). */
 static int meta_parse_version(MetaReader *R, CkptMeta *m) {
     if (meta_next_line(R, "fsdp-checkpoint") || meta_fields(R, "fsdp-checkpoint %d", &m->version))
         return 2;
     static const char *const lacked[] = {"", "checksums", "learning-rate schedule",
-                                         "loss scaler's state", "optimizer settings"};
+                                         "loss scaler's state", "optimizer settings",
+                                         "data's held-out tenth"};
     if (m->version >= 1 && m->version < META_VERSION)
         return meta_fail(R,
                          "version %d was written by an older fsdp.c, before checkpoints carried "
@@ -1317,22 +1318,28 @@ static int meta_parse_version(MetaReader *R, CkptMeta *m) {
     return 0;
 }
 
-/* "data synthetic" or "data file bytes N crc32 XXXXXXXX": the second word
- * says which, and so which pattern the line must match. */
+/* "data synthetic train N" or "data file bytes N crc32 XXXXXXXX train N":
+ * the second word says which, and so which pattern the line must match. */
 static int meta_parse_data(MetaReader *R, CkptMeta *m) {
     if (meta_next_line(R, "data")) return 2;
-    if (meta_field_is(R, 1, "synthetic")) return meta_fields(R, "data synthetic");
-    if (!meta_field_is(R, 1, "file")) {
+    long bytes = 1;
+    if (meta_field_is(R, 1, "synthetic")) {
+        if (meta_fields(R, "data synthetic train %L", &m->data_train)) return 2;
+    } else if (meta_field_is(R, 1, "file")) {
+        if (meta_fields(R, "data file bytes %L crc32 %X train %L", &bytes, &m->data_crc,
+                        &m->data_train))
+            return 2;
+        m->data_is_file = 1;
+        m->data_bytes = (uint64_t)bytes;
+    } else {
         int fl = R->n_fields < 2 ? 0 : (int)(R->field_len[1] > 40 ? 40 : R->field_len[1]);
-        return meta_fail(
-            R, "data '%.*s': expected 'data synthetic' or 'data file bytes N crc32 XXXXXXXX'", fl,
-            R->n_fields < 2 ? "" : R->field[1]);
+        return meta_fail(R,
+                         "data '%.*s': expected 'data synthetic train N' or 'data file bytes N "
+                         "crc32 XXXXXXXX train N'",
+                         fl, R->n_fields < 2 ? "" : R->field[1]);
     }
-    long bytes;
-    if (meta_fields(R, "data file bytes %L crc32 %X", &bytes, &m->data_crc)) return 2;
     if (bytes < 1) return meta_fail(R, "data file bytes 0: training data cannot be an empty file");
-    m->data_is_file = 1;
-    m->data_bytes = (uint64_t)bytes;
+    if (m->data_train < 1) return meta_fail(R, "data ... train 0: training draws from no tokens");
     return 0;
 }
 

@@ -133,7 +133,7 @@ void st_free(StHeader *h);
  * this order (numbers are plain non-negative decimals; fields are separated
  * by exactly one space; lines end with "\n"):
  *
- *   fsdp-checkpoint 5                                  magic and version
+ *   fsdp-checkpoint 6                                  magic and version
  *   world 4                                            ranks that wrote it
  *   strategy full_shard                                or shard_grad_op, no_shard
  *   model vocab 256 embed_dim 16 context 16 width 128 depth 4   (GPT-2: embed_dim
@@ -141,7 +141,7 @@ void st_free(StHeader *h);
  *   min_params 131968                                  the auto-wrap threshold
  *   seed 1337
  *   batch 64                                           the global batch
- *   data synthetic                                     the training data (*)
+ *   data synthetic train 131072                        the training data (*)
  *   step 100                                           the next step to run
  *   adam_step 100                                      AdamW's step count t
  *   lr_schedule cosine lr 3b449ba6 warmup 10 step_size 30 gamma 3dcccccd steps 200
@@ -171,8 +171,11 @@ void st_free(StHeader *h);
  *                                                      before this line
  *
  *   (*) "data synthetic" for the corpus built into fsdp.c, or for --data FILE
- *       "data file bytes 123456 crc32 1a2b3c4d": that file's size and CRC-32,
- *       so a resumed run can tell that it is given the same data.
+ *       "data file bytes 123456 crc32 1a2b3c4d": that whole file's size and
+ *       CRC-32, so a resumed run can tell that it is given the same data;
+ *       then "train N": the tokens (bytes, for the MLP) its batches are drawn
+ *       from, fewer than the data's when --val-every holds out the last tenth,
+ *       so a resumed run can tell that it draws the same batches.
  *
  * Rules meta_parse checks (line numbers in every message):
  *   - every line above present, once, in this order; a missing "end" means
@@ -181,7 +184,8 @@ void st_free(StHeader *h);
  *     than printable ASCII are refused;
  *   - the version is 5 (META_VERSION). Version 1, written by older fsdp.c,
  *     had no "batch", "data" or end checksum, version 2 no "lr_schedule",
- *     version 3 no "grad_scaler", version 4 no "optimizer" or "precision";
+ *     version 3 no "grad_scaler", version 4 no "optimizer" or "precision",
+ *     version 5 no "train" (and hashed only part of a token file);
  *     all are refused with a message that says to train again;
  *   - optimizer: adamw or adam; beta1 and beta2 floats in [0, 1), eps a
  *     positive normal float, weight_decay in [0, 1], clip_grad_norm >= 0
@@ -194,7 +198,7 @@ void st_free(StHeader *h);
  *     step_size >= 1; lr and gamma are the 8 hex digits of the floats'
  *     bits, so a resumed run can tell it is given exactly the same schedule;
  *   - world, units, params, files and batch in [1, 2^20]; model dims in
- *     [1, 2^20]; data's bytes in [1, 2^53]; other numbers at most 2^53
+ *     [1, 2^20]; data's bytes and train in [1, 2^53]; other numbers at most 2^53
  *     (seed: any u64); adam_step <= step (AdamW steps once per step at most);
  *   - units: numel >= 0 and padded = ceil(numel / world) * world (the padding
  *     that makes a unit divide evenly); shard = padded / world for the
@@ -217,7 +221,7 @@ void st_free(StHeader *h);
  *     plausible (a changed step, seed or crc of a shard), and a structural
  *     mistake still gets its own message rather than "crc32 mismatch".
  * ------------------------------------------------------------------------- */
-#define META_VERSION 5
+#define META_VERSION 6
 #define META_MAX_NAME 96
 #define META_MAX_COUNT (1 << 20)
 
@@ -246,6 +250,7 @@ typedef struct {
     int data_is_file;    /* 0: "data synthetic"; 1: "data file bytes ..." */
     uint64_t data_bytes; /* the --data file's size and CRC-32 (0 when */
     uint32_t data_crc;   /*   synthetic) */
+    long data_train;     /* the tokens training draws from ("train N") */
     long step, adam_step;
     /* the learning-rate schedule (fsdp.c, lr_at): name, base lr and gamma
      * as float bits, warmup, step_size and the total steps it spans */

@@ -1444,7 +1444,7 @@ struct Trainer {
     int steps_run;           /* trainer_step calls so far (a resumed run counts its own) */
     int adam_step;     /* AdamW's t, for bias correction */
     float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
-    uint32_t data_crc; /* CRC-32 of the --data file, once a checkpoint needs it */
+    uint32_t data_crc; /* CRC-32 of the whole --data file, once a checkpoint needs it */
     int data_crc_known;
     Sim sim; /* the simulator's instruments (sim/), told by hooks */
     /* the order units run in, recorded in the first forward as PyTorch does,
@@ -2731,9 +2731,10 @@ static int ckpt_save(Trainer *t, long next_step) {
         }
         m.data_is_file = t->cfg.data_path != NULL; /* which data: --resume checks it is the same */
         if (m.data_is_file) {
-            m.data_bytes = (uint64_t)t->corpus.len;
+            m.data_bytes = (uint64_t)t->corpus.map_bytes;
             m.data_crc = trainer_data_crc(t);
         }
+        m.data_train = t->corpus.len; /* ... and that it draws the same batches */
         size_t len = 0;
         char *text = meta_format(&m, &len);
         snprintf(path, sizeof(path), "%s/meta.txt", tmp);

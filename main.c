@@ -205,13 +205,14 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         backend_describe(cfg);
         print_unit_table(t);
     }
-    long first = run_start(t);
+    /* the held-out tenth first: it changes the batches, which --resume checks */
     Corpus val;
     char err[1024];
     if (val_open(t, &val, err, sizeof(err))) {
         if (root) fprintf(stderr, "error: %s\n", err);
         exit_all(2);
     }
+    long first = run_start(t);
     RunSummary s;
     memset(&s, 0, sizeof(s));
     s.first = (int)first;

@@ -18,7 +18,7 @@
 /* The CRC-32 of the --data file, so that a checkpoint can say which data it
  * was trained on. Computed once, when a checkpoint first needs it. */
 static uint32_t trainer_data_crc(Trainer *t) {
-    if (!t->data_crc_known) t->data_crc = crc32_update(0, t->corpus.bytes, (size_t)t->corpus.len);
+    if (!t->data_crc_known) t->data_crc = crc32_update(0, t->corpus.bytes, t->corpus.map_bytes);
     t->data_crc_known = 1;
     return t->data_crc;
 }
@@ -387,13 +387,20 @@ static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char
             "run on the embedded corpus. Give the same --data file.",
             path, (unsigned long long)m->data_bytes, (unsigned)m->data_crc);
     if (m->data_is_file && t->comm.rank == 0 && /* one rank reads the whole file */
-        ((uint64_t)t->corpus.len != m->data_bytes || trainer_data_crc(t) != m->data_crc))
+        ((uint64_t)t->corpus.map_bytes != m->data_bytes || trainer_data_crc(t) != m->data_crc))
         return usage_error(
             err, errlen,
             "%s: the checkpoint was trained on a --data file of %llu bytes (crc32 %08x); "
-            "--data %s has %ld bytes (crc32 %08x): other data. Give the file it was trained on.",
+            "--data %s has %zu bytes (crc32 %08x): other data. Give the file it was trained on.",
             path, (unsigned long long)m->data_bytes, (unsigned)m->data_crc, c->data_path,
-            t->corpus.len, (unsigned)trainer_data_crc(t));
+            t->corpus.map_bytes, (unsigned)trainer_data_crc(t));
+    if (m->data_train != t->corpus.len)
+        return usage_error(
+            err, errlen,
+            "%s: the run that saved it drew its batches from %ld tokens of the data, this run "
+            "from %ld: --val-every without --val-data holds out the last tenth, and the "
+            "batches would change. Give the same --val-every and --val-data as that run.",
+            path, m->data_train, t->corpus.len);
     return 0;
 }
 

@@ -161,7 +161,8 @@ static const char USAGE[] =
     "  --val-data FILE       GPT-2: held-out text or tokens for the validation loss\n"
     "  --val-every N         GPT-2: print the validation loss every N steps (and at\n"
     "                        the end); with no --val-data, on the corpus (default off)\n"
-    "  --val-batches N       batches of --batch sequences it averages   (default 4)\n"
+    "  --val-batches N       batches it averages, of --batch / --grad-accum\n"
+    "                        sequences (a micro-batch a rank)          (default 4)\n"
     "  --sample N            GPT-2: after training, rank 0 generates N tokens from the\n"
     "                        first token of the corpus and prints them      (default 0)\n"
     "  --temperature X       their softmax temperature; 0: always the likeliest token\n"
@@ -937,13 +938,16 @@ static int config_check_world(const Config *c, int world, char *err, size_t errl
             "takes the same number of samples. Use a multiple of %d, e.g. --batch %d.",
             c->batch, world, world, up);
     }
-    if (c->ranks_per_node && world % c->ranks_per_node != 0)
+    if (c->ranks_per_node && world % c->ranks_per_node != 0) {
+        int g = world > 1 ? world - 1 : 1; /* the largest divisor below N: the fewest nodes, 2 or more */
+        while (world % g) g--;
         return usage_error(
             err, errlen,
             "--ranks-per-node %d does not divide %d ranks: every node holds the same "
-            "number of ranks. Give a divisor of %d (e.g. %d for two nodes), or "
+            "number of ranks. Give a divisor of %d (e.g. %d: %d nodes of %d), or "
             "change -np.",
-            c->ranks_per_node, world, world, world % 2 ? world : world / 2);
+            c->ranks_per_node, world, world, g, world / g, g);
+    }
     if ((c->batch / world) % c->grad_accum != 0)
         return usage_error(err, errlen,
                            "--grad-accum %d does not divide the %d samples each of %d ranks takes "

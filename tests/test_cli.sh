@@ -285,7 +285,7 @@ bad "fp16 holds nothing below 2^-24" --param-dtype bf16 --reduce-dtype fp16
 bad "--init-scale is the first scale of --grad-scaler; add --grad-scaler." --init-scale 1024
 bad "--init-scale: 0 is out of range" --grad-scaler --init-scale 0
 bad "--strategy: unknown strategy 'zero2'. Choose full_shard, shard_grad_op, no_shard (alias ddp), hybrid_shard, hybrid_shard_zero2 or zero1." --strategy zero2
-bad "--ranks-per-node 3 does not divide 2 ranks" --model tiny --strategy hybrid_shard --ranks-per-node 3
+bad "--ranks-per-node 3 does not divide 2 ranks: every node holds the same number of ranks. Give a divisor of 2 (e.g. 1: 2 nodes of 1)" --model tiny --strategy hybrid_shard --ranks-per-node 3
 bad "--ranks-per-node: 0 is out of range" --ranks-per-node 0
 bad "--net: unknown network 'nvlink+carrier-pigeon'" --net nvlink+carrier-pigeon
 bad "--plan trains nothing and writes nothing: leave out --compare" --plan --compare

@@ -598,6 +598,7 @@ static void sample_meta(CkptMeta *m, int world, const char *strategy, int depth)
     m->seed = 18446744073709551615ull; /* the largest u64: all 64 bits survive */
     m->batch = 64;
     m->data_is_file = 0; /* "data synthetic"; meta_round_trip tries the other form too */
+    m->data_train = 117965;
     m->step = 100;
     m->adam_step = 100;
     snprintf(m->optimizer, sizeof(m->optimizer), "adamw");
@@ -662,7 +663,8 @@ static int meta_equal(const CkptMeta *a, const CkptMeta *b) {
              a->context == b->context && a->width == b->width && a->depth == b->depth && a->min_params == b->min_params && a->seed == b->seed &&
              a->step == b->step && a->adam_step == b->adam_step && a->n_units == b->n_units && a->n_params == b->n_params && a->n_files == b->n_files;
     eq = eq && a->batch == b->batch && a->data_is_file == b->data_is_file &&
-         a->data_bytes == b->data_bytes && a->data_crc == b->data_crc;
+         a->data_bytes == b->data_bytes && a->data_crc == b->data_crc &&
+         a->data_train == b->data_train;
     eq = eq && !strcmp(a->optimizer, b->optimizer) && a->beta1_bits == b->beta1_bits &&
          a->beta2_bits == b->beta2_bits && a->eps_bits == b->eps_bits &&
          a->weight_decay_bits == b->weight_decay_bits && a->clip_bits == b->clip_bits &&
@@ -810,8 +812,8 @@ static void test_meta(void) {
         m.version = 1; /* meta_format writes META_VERSION whatever this says */
         size_t len;
         char *text = meta_format(&m, &len);
-        check(text && !strncmp(text, "fsdp-checkpoint 5\n", 18),
-              "meta_format writes version 4, whatever m->version says", "%.17s",
+        check(text && !strncmp(text, "fsdp-checkpoint 6\n", 18),
+              "meta_format writes version 6, whatever m->version says", "%.17s",
               text ? text : "(NULL)");
         free(text);
         meta_free(&m);
@@ -851,30 +853,34 @@ static void test_meta(void) {
     free(more);
 
     printf("meta.txt: every rule broken once\n");
-    meta_edit_refuses("wrong magic", "fsdp-checkpoint 5\n", "fsdp-checkpoinT 4\n",
+    meta_edit_refuses("wrong magic", "fsdp-checkpoint 6\n", "fsdp-checkpoinT 4\n",
                       "not an fsdp.c checkpoint");
     meta_refuses("not a checkpoint at all", "{\"a\":1}\n", "not an fsdp.c checkpoint");
     meta_refuses("empty text", "", "cut short");
-    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 5\n", "fsdp-checkpoint 1\n",
+    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 6\n", "fsdp-checkpoint 1\n",
                       "line 1: version 1 was written by an older fsdp.c, before checkpoints "
                       "carried their own checksums; "
-                      "this fsdp.c reads version 5 only: train again to re-create it");
-    meta_edit_refuses("version 2 (before the lr schedule)", "fsdp-checkpoint 5\n",
+                      "this fsdp.c reads version 6 only: train again to re-create it");
+    meta_edit_refuses("version 2 (before the lr schedule)", "fsdp-checkpoint 6\n",
                       "fsdp-checkpoint 2\n",
                       "line 1: version 2 was written by an older fsdp.c, before checkpoints "
-                      "carried their own learning-rate schedule; this fsdp.c reads version 5");
-    meta_edit_refuses("version 3 (before the loss scaler)", "fsdp-checkpoint 5\n",
+                      "carried their own learning-rate schedule; this fsdp.c reads version 6");
+    meta_edit_refuses("version 3 (before the loss scaler)", "fsdp-checkpoint 6\n",
                       "fsdp-checkpoint 3\n",
                       "line 1: version 3 was written by an older fsdp.c, before checkpoints "
-                      "carried their own loss scaler's state; this fsdp.c reads version 5");
-    meta_edit_refuses("version 4 (before the optimizer settings)", "fsdp-checkpoint 5\n",
+                      "carried their own loss scaler's state; this fsdp.c reads version 6");
+    meta_edit_refuses("version 4 (before the optimizer settings)", "fsdp-checkpoint 6\n",
                       "fsdp-checkpoint 4\n",
                       "line 1: version 4 was written by an older fsdp.c, before checkpoints "
-                      "carried their own optimizer settings; this fsdp.c reads version 5");
-    meta_edit_refuses("version 6", "fsdp-checkpoint 5\n", "fsdp-checkpoint 6\n",
-                      "version 6; this fsdp.c reads version 5 only");
-    meta_edit_refuses("version 0", "fsdp-checkpoint 5\n", "fsdp-checkpoint 0\n",
-                      "version 0; this fsdp.c reads version 5 only");
+                      "carried their own optimizer settings; this fsdp.c reads version 6");
+    meta_edit_refuses("version 5 (before the held-out tenth)", "fsdp-checkpoint 6\n",
+                      "fsdp-checkpoint 5\n",
+                      "line 1: version 5 was written by an older fsdp.c, before checkpoints "
+                      "carried their own data's held-out tenth; this fsdp.c reads version 6");
+    meta_edit_refuses("version 7", "fsdp-checkpoint 6\n", "fsdp-checkpoint 7\n",
+                      "version 7; this fsdp.c reads version 6 only");
+    meta_edit_refuses("version 0", "fsdp-checkpoint 6\n", "fsdp-checkpoint 0\n",
+                      "version 0; this fsdp.c reads version 6 only");
     meta_edit_refuses("grad_scaler neither off nor a state", "grad_scaler off\n", "grad_scaler on\n",
                       "expected 'grad_scaler scale XXXXXXXX growth N' (5 fields), found 2");
     meta_edit_refuses("grad_scaler scale 0", "grad_scaler off\n", "grad_scaler scale 00000000 growth 0\n",
@@ -932,14 +938,14 @@ static void test_meta(void) {
     meta_edit_refuses("keys out of order (batch before seed)",
                       "seed 18446744073709551615\nbatch 64\n",
                       "batch 64\nseed 18446744073709551615\n", "expected 'seed', found 'batch'");
-    meta_edit_refuses("keys out of order (step before data)", "data synthetic\nstep 100\n",
-                      "step 100\ndata synthetic\n", "expected 'data', found 'step'");
+    meta_edit_refuses("keys out of order (step before data)", "data synthetic train 117965\nstep 100\n",
+                      "step 100\ndata synthetic train 117965\n", "expected 'data', found 'step'");
     meta_edit_refuses("an unknown key", "min_params 131968\n", "min_params 131968\nlr 0.001\n", "unknown key 'lr'");
     meta_edit_refuses("an unknown strategy", "strategy full_shard\n", "strategy zero3\n", "unknown strategy 'zero3'");
     meta_edit_refuses("a strategy of 40 characters", "strategy full_shard\n", "strategy full_shard_full_shard_full_shard_full\n", "is too long");
     /* found by the fuzzer: the message read 40 bytes of a word at the very end */
     meta_refuses("a 35-character word at the end of the text",
-                 "fsdp-checkpoint 5\nworld 2\nstrategy full_shard_full_shard_full_shard_",
+                 "fsdp-checkpoint 6\nworld 2\nstrategy full_shard_full_shard_full_shard_",
                  "is too long");
     meta_edit_refuses("model dims 0", "width 128", "width 0", "width 0 is out of range");
     meta_edit_refuses("a model field renamed", "embed_dim 16", "embed 16", "expected 'embed_dim' as field 4");
@@ -1028,7 +1034,7 @@ static void test_meta_v2(void) {
     printf("meta.txt: batch, data, adam_step\n");
     meta_edit_refuses("no batch line", "batch 64\n", "",
                       "line 7: expected 'batch', found 'data' (a line is missing before this one)");
-    meta_edit_refuses("no data line", "data synthetic\n", "",
+    meta_edit_refuses("no data line", "data synthetic train 117965\n", "",
                       "line 8: expected 'data', found 'step' (a line is missing before this one)");
     meta_edit_refuses("batch 0", "batch 64\n", "batch 0\n", "batch 0 is out of range [1, 1048576]");
     meta_edit_refuses("batch over 2^20", "batch 64\n", "batch 1048577\n",
@@ -1036,30 +1042,41 @@ static void test_meta_v2(void) {
     meta_edit_refuses("batch negative", "batch 64\n", "batch -64\n",
                       "not a non-negative decimal number");
     meta_edit_refuses(
-        "data alone", "data synthetic\n", "data\n",
-        "line 8: data '': expected 'data synthetic' or 'data file bytes N crc32 XXXXXXXX'");
-    meta_edit_refuses("data of an unknown kind", "data synthetic\n", "data random\n",
-                      "data 'random': expected 'data synthetic' or");
-    meta_edit_refuses("data's kind in upper case", "data synthetic\n",
-                      "data File bytes 12 crc32 1a2b3c4d\n", "data 'File': expected");
-    meta_edit_refuses("data synthetic with more", "data synthetic\n", "data synthetic bytes 12\n",
-                      "expected 'data synthetic' (2 fields), found 4");
-    meta_edit_refuses("data file without its crc32", "data synthetic\n", "data file bytes 12\n",
-                      "expected 'data file bytes N crc32 XXXXXXXX' (6 fields), found 4");
-    meta_edit_refuses("data file with 'size' for 'bytes'", "data synthetic\n",
-                      "data file size 12 crc32 1a2b3c4d\n", "expected 'bytes' as field 3");
-    meta_edit_refuses("data file of 0 bytes", "data synthetic\n",
-                      "data file bytes 0 crc32 1a2b3c4d\n", "line 8: data file bytes 0:");
-    meta_edit_refuses("data file bytes over 2^53", "data synthetic\n",
-                      "data file bytes 9007199254740993 crc32 1a2b3c4d\n", "too large");
-    meta_edit_refuses("data file crc32 in upper case", "data synthetic\n",
-                      "data file bytes 12 crc32 1A2B3C4D\n", "8 lowercase hex");
-    meta_edit_refuses("data file crc32 of 7 digits", "data synthetic\n",
-                      "data file bytes 12 crc32 1a2b3c4\n", "8 lowercase hex");
-    meta_edit_fixed("data file bytes 12 crc32 ... (crc fixed): accepted", "data synthetic\n",
-                    "data file bytes 12 crc32 0000abcd\n", NULL);
-    meta_edit_fixed("data file bytes of exactly 2^53 (crc fixed): accepted", "data synthetic\n",
-                    "data file bytes 9007199254740992 crc32 ffffffff\n", NULL);
+        "data alone", "data synthetic train 117965\n", "data\n",
+        "line 8: data '': expected 'data synthetic train N' or 'data file bytes N crc32 XXXXXXXX train N'");
+    meta_edit_refuses("data of an unknown kind", "data synthetic train 117965\n", "data random\n",
+                      "data 'random': expected 'data synthetic train N' or");
+    meta_edit_refuses("data's kind in upper case", "data synthetic train 117965\n",
+                      "data File bytes 12 crc32 1a2b3c4d train 6\n", "data 'File': expected");
+    meta_edit_refuses("data synthetic without train (version 5's line)", "data synthetic train 117965\n",
+                      "data synthetic\n", "expected 'data synthetic train N' (4 fields), found 2");
+    meta_edit_refuses("data synthetic with more", "data synthetic train 117965\n", "data synthetic train 12 bytes 12\n",
+                      "expected 'data synthetic train N' (4 fields), found 6");
+    meta_edit_refuses("data synthetic train 0", "data synthetic train 117965\n", "data synthetic train 0\n",
+                      "line 8: data ... train 0: training draws from no tokens");
+    meta_edit_refuses("data file without its crc32", "data synthetic train 117965\n", "data file bytes 12 train 6\n",
+                      "expected 'data file bytes N crc32 XXXXXXXX train N' (8 fields), found 6");
+    meta_edit_refuses("data file without train (version 5's line)", "data synthetic train 117965\n",
+                      "data file bytes 12 crc32 1a2b3c4d\n",
+                      "expected 'data file bytes N crc32 XXXXXXXX train N' (8 fields), found 6");
+    meta_edit_refuses("data file with 'size' for 'bytes'", "data synthetic train 117965\n",
+                      "data file size 12 crc32 1a2b3c4d train 6\n", "expected 'bytes' as field 3");
+    meta_edit_refuses("data file of 0 bytes", "data synthetic train 117965\n",
+                      "data file bytes 0 crc32 1a2b3c4d train 6\n", "line 8: data file bytes 0:");
+    meta_edit_refuses("data file bytes over 2^53", "data synthetic train 117965\n",
+                      "data file bytes 9007199254740993 crc32 1a2b3c4d train 6\n", "too large");
+    meta_edit_refuses("data file train over 2^53", "data synthetic train 117965\n",
+                      "data file bytes 12 crc32 1a2b3c4d train 9007199254740993\n", "too large");
+    meta_edit_refuses("data file crc32 in upper case", "data synthetic train 117965\n",
+                      "data file bytes 12 crc32 1A2B3C4D train 6\n", "8 lowercase hex");
+    meta_edit_refuses("data file crc32 of 7 digits", "data synthetic train 117965\n",
+                      "data file bytes 12 crc32 1a2b3c4 train 6\n", "8 lowercase hex");
+    meta_edit_fixed("data file bytes 12 crc32 ... train 6 (crc fixed): accepted", "data synthetic train 117965\n",
+                    "data file bytes 12 crc32 0000abcd train 6\n", NULL);
+    meta_edit_fixed("data file bytes of exactly 2^53 (crc fixed): accepted", "data synthetic train 117965\n",
+                    "data file bytes 9007199254740992 crc32 ffffffff train 9007199254740992\n", NULL);
+    meta_edit_fixed("data synthetic train 131072 (crc fixed): accepted", "data synthetic train 117965\n",
+                    "data synthetic train 131072\n", NULL);
     meta_edit_refuses("adam_step > step", "adam_step 100\n", "adam_step 101\n",
                       "line 10: adam_step 101 is more than step 100: adam_step must be <= step");
     meta_edit_fixed("adam_step > step (crc fixed): still refused", "adam_step 100\n",
@@ -1083,8 +1100,8 @@ static void test_meta_v2(void) {
                       "meta.txt was edited or damaged");
     meta_edit_refuses("a renamed param", "param head.bias ", "param head.bias2 ",
                       "meta.txt was edited or damaged");
-    meta_edit_refuses("data synthetic swapped for a file", "data synthetic\n",
-                      "data file bytes 12 crc32 0000abcd\n", "meta.txt was edited or damaged");
+    meta_edit_refuses("data synthetic swapped for a file", "data synthetic train 117965\n",
+                      "data file bytes 12 crc32 0000abcd train 6\n", "meta.txt was edited or damaged");
     {
         char wrong[32];
         snprintf(wrong, sizeof(wrong), "%.10s%08x\n", end,

@@ -37,8 +37,8 @@ export_run() { # export_run NAME NP FLAGS...: $D/NAME/model.safetensors (and con
 same() {
   local name=$1 ref=$2 np=$3; shift 3
   export_run "$name" "$np" "$@"
-  if d=$(tests/st_diff "$D/$ref/model.safetensors" "$D/$name/model.safetensors" 1e-5 2>&1); then ok "$np ranks ($*) == 1 rank: $d"
-  else bad "$np ranks ($*) differ from 1 rank: $d"; fi
+  if d=$(tests/st_diff "$D/$ref/model.safetensors" "$D/$name/model.safetensors" 1e-5 2>&1); then ok "$np ranks ($*) == $ref's run: $d"
+  else bad "$np ranks ($*) differ from $ref's run: $d"; fi
 }
 export_run ref 1
 same fs3 ref 3
@@ -258,4 +258,17 @@ refused "a GPT-2 option with the byte MLP" "is GPT-2's" 1 --model tiny --n-head 
 refused "--attention flash with heads wider than 128" "heads of at most 128 channels" 2 --n-embd 256 --n-head 1 --attention flash
 refused "an unknown --attention" "unknown 'sdpa'" 1 --attention sdpa
 refused "a tokenizer file that is not llm.c's" "not llm.c's tokenizer file" 2 --sample 4 --tokenizer "$D/notok.bin"
+
+# --resume knows its data: all of a token file (a checkpoint once hashed
+# only as many bytes as it has tokens), and the last tenth that --val-every
+# holds out (training then draws other batches). The run that saves at step
+# 2 goes on to step 4: the uninterrupted run a resume on 3 ranks must match.
+python3 -c "import sys; b = bytearray(open(sys.argv[1], 'rb').read()); b[-2000:-1000] = bytes(1000)
+open(sys.argv[2], 'wb').write(b)" "$D/good.bin" "$D/late.bin"
+V=(--data "$D/good.bin" --vocab 300 --val-every 2)
+export_run valsaved 2 "${V[@]}" --save-dir "$D/ckv" --save-every 2
+refused "--resume on a token file that differs in its last third" "other data" 2 --data "$D/late.bin" --vocab 300 --val-every 2 --resume "$D/ckv/step-00000002"
+refused "--resume without the --val-every that held out the last tenth" "from 2700 tokens of the data, this run from 3000" 2 --data "$D/good.bin" --vocab 300 --resume "$D/ckv/step-00000002"
+refused "--resume of a run on all the embedded corpus, with --val-every" "this run from 117965" 2 --resume "$D/ck" --val-every 2
+same valresumed valsaved 3 "${V[@]}" --resume "$D/ckv/step-00000002"
 exit $fail
