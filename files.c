@@ -53,56 +53,68 @@ static const char *kind_of_mode(mode_t m) {
     return "not a regular file";
 }
 
-/* The watched mapping and its message, written when the watch starts: a
- * signal handler may call only async-signal-safe functions (write, _exit),
- * never printf, so the text must be ready before the fault. A handler can
- * reach nothing but globals: this is the one place fsdp keeps any. */
+/* The watched mappings (--data and --val-data) and their messages, written
+ * when a watch starts: a signal handler may call only async-signal-safe
+ * functions (write, _exit), never printf, so the text must be ready before
+ * the fault. A handler can reach nothing but globals: this is the one place
+ * fsdp keeps any. The handler is installed with the first watch and the
+ * one it replaced (Open MPI's backtrace) put back with the last unwatch, so
+ * a second watch never takes the first's handler for Open MPI's. */
+enum { FILES_MAX_WATCHED = 4 };
 static struct {
-    const char *begin, *end;
+    const char *begin, *end; /* NULL: a free slot */
     char message[FILES_MAX_PATH + 512];
     size_t message_len;
-    struct sigaction before; /* the handler we replaced (Open MPI's backtrace) */
-} watched;
+} watched[FILES_MAX_WATCHED];
+static int n_watched;
+static struct sigaction before_watch;
 
 static void on_sigbus(int sig, siginfo_t *info, void *context) {
     (void)context;
     const char *at = (const char *)info->si_addr;
-    if (watched.begin && at >= watched.begin && at < watched.end) {
-        ssize_t n = write(STDERR_FILENO, watched.message, watched.message_len);
-        (void)n; /* nothing better to do if stderr fails too */
-        _exit(2);
-    }
+    for (int i = 0; i < FILES_MAX_WATCHED; i++)
+        if (watched[i].begin && at >= watched[i].begin && at < watched[i].end) {
+            ssize_t n = write(STDERR_FILENO, watched[i].message, watched[i].message_len);
+            (void)n; /* nothing better to do if stderr fails too */
+            _exit(2);
+        }
     /* Not our mapping: give the fault back to the handler we replaced. On
      * return the faulting read runs again and faults into it. */
     (void)sig;
-    sigaction(SIGBUS, &watched.before, NULL);
+    sigaction(SIGBUS, &before_watch, NULL);
 }
 
 void file_watch_mapping(const char *label, const char *path, const void *addr, size_t len) {
-    int n = snprintf(watched.message, sizeof(watched.message),
+    int slot = 0;
+    while (slot < FILES_MAX_WATCHED && watched[slot].begin) slot++;
+    if (slot == FILES_MAX_WATCHED) return; /* unwatched: a fault crashes, as without a watch */
+    int n = snprintf(watched[slot].message, sizeof(watched[slot].message),
                      "error: %s %s: the file shrank while this run was reading it (it was "
                      "truncated or rewritten): the bytes it had are gone.\n"
                      "HINT: do not change a training file while a run reads it; write a new file "
                      "and rename it into place, or copy it first. Restore it, then --resume from "
                      "the last checkpoint.\n",
                      label, path);
-    watched.message_len = n < 0                                  ? 0
-                          : (size_t)n >= sizeof(watched.message) ? sizeof(watched.message) - 1
-                                                                 : (size_t)n;
-    watched.begin = (const char *)addr;
-    watched.end = watched.begin + len;
+    size_t max = sizeof(watched[slot].message) - 1;
+    watched[slot].message_len = n < 0 ? 0 : (size_t)n > max ? max : (size_t)n;
+    watched[slot].begin = (const char *)addr;
+    watched[slot].end = watched[slot].begin + len;
+    if (n_watched++ > 0) return; /* the handler is in place */
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_sigaction = on_sigbus;
     sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGBUS, &sa, &watched.before);
+    sigaction(SIGBUS, &sa, &before_watch);
 }
 
 void file_unwatch_mapping(const void *addr) {
-    if (watched.begin != (const char *)addr) return;
-    watched.begin = watched.end = NULL;
-    sigaction(SIGBUS, &watched.before, NULL);
+    for (int i = 0; i < FILES_MAX_WATCHED; i++)
+        if (watched[i].begin && watched[i].begin == (const char *)addr) {
+            watched[i].begin = watched[i].end = NULL;
+            if (--n_watched == 0) sigaction(SIGBUS, &before_watch, NULL);
+            return;
+        }
 }
 
 const char *file_kind(const char *path) {

@@ -57,8 +57,9 @@ char *file_read_small(const char *label, const char *path, size_t max, size_t *l
  * rewrites it) makes every read of a vanished page fault with SIGBUS: a
  * crash with a backtrace. file_watch_mapping turns that fault, for reads
  * inside [addr, addr + len), into "error: LABEL PATH: ..." with a HINT and
- * exit status 2; a SIGBUS anywhere else still crashes as it would. One
- * mapping is watched at a time; file_unwatch_mapping before munmap. */
+ * exit status 2; a SIGBUS anywhere else still crashes as it would. Up to
+ * four mappings are watched at once (--data and --val-data are two);
+ * file_unwatch_mapping before munmap. */
 void file_watch_mapping(const char *label, const char *path, const void *addr, size_t len);
 void file_unwatch_mapping(const void *addr);
 

@@ -195,6 +195,19 @@ static int corpus_load_file(Corpus *c, const char *flag, const char *path, const
         return usage_error(err, errlen,
                            "%s %s: cannot map its %llu bytes into memory (mmap: %s).", flag,
                            path, (unsigned long long)size, strerror(errno));
+    /* a byte is its own token: under a --vocab below 256 (GPT-2's, for a
+     * token file) a byte past it would index past the embedding table */
+    const unsigned char *b = (const unsigned char *)p;
+    for (uint64_t i = 0; cfg->vocab < 256 && i < size; i++)
+        if (b[i] >= cfg->vocab) {
+            int rc = usage_error(err, errlen,
+                                 "%s %s: byte %llu is %d, but the model's vocabulary is %d, and "
+                                 "a text file's bytes are its tokens. Use --vocab %d or more (256 "
+                                 "holds every byte), or an llm.c token file.",
+                                 flag, path, (unsigned long long)i, b[i], cfg->vocab, b[i] + 1);
+            munmap(p, (size_t)size);
+            return rc;
+        }
     c->bytes = (unsigned char *)p;
     c->len = (long)size;
     c->map_bytes = (size_t)size;

@@ -469,19 +469,34 @@ static int ckpt_check_optimizer(const Config *c, const CkptMeta *m, const char *
 
 /* The checkpoint must be of this model: same shape, and every parameter of
  * ours present under its name with the same shape. */
+/* A model's shape as its options name it: "GPT-2, vocab 256 n_head 2 ..."
+ * (meta.txt's embed_dim is GPT-2's n_head) or "the byte MLP, ...". */
+static void model_shape_text(char *out, size_t n, int gpt2, int vocab, int embed_dim,
+                             int context, int width, int depth) {
+    if (gpt2)
+        snprintf(out, n, "GPT-2, vocab %d n_head %d context %d n_embd %d n_layer %d", vocab,
+                 embed_dim, context, width, depth);
+    else
+        snprintf(out, n, "the byte MLP, embed_dim %d context %d width %d depth %d", embed_dim,
+                 context, width, depth);
+}
+
 static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map,
                             char *err, size_t errlen) {
     const Config *c = &t->cfg;
     if (m->vocab != c->vocab || m->embed_dim != meta_embed_dim(c) || m->context != c->context ||
-        m->width != c->width || m->depth != c->depth)
-        return usage_error(
-            err, errlen,
-            "%s: the checkpoint is of a different model (embed_dim %d context %d width %d "
-            "depth %d); this run has embed_dim %d context %d width %d depth %d. Use the same "
-            "--model and "
-            "overrides.",
-            path, m->embed_dim, m->context, m->width, m->depth, meta_embed_dim(c), c->context,
-            c->width, c->depth);
+        m->width != c->width || m->depth != c->depth) {
+        char was[160], is[160]; /* GPT-2's parameters are all transformer.* */
+        int was_gpt2 = m->n_params > 0 && !strncmp(m->params[0].name, "transformer.", 12);
+        model_shape_text(was, sizeof(was), was_gpt2, m->vocab, m->embed_dim, m->context,
+                         m->width, m->depth);
+        model_shape_text(is, sizeof(is), c->arch == ARCH_GPT2, c->vocab, meta_embed_dim(c),
+                         c->context, c->width, c->depth);
+        return usage_error(err, errlen,
+                           "%s: the checkpoint is of a different model (%s); this run has %s. "
+                           "Use the same --model and overrides.",
+                           path, was, is);
+    }
     if (m->step > INT_MAX)
         return usage_error(err, errlen, "%s: step %ld is beyond what a run can reach.", path,
                            m->step);

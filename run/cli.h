@@ -825,6 +825,21 @@ static int config_check_model(Config *c, int argc, char **argv, char *err, size_
                            "--vocab %d is smaller than the embedded corpus's 256 byte values. Use "
                            "--vocab 256 or more, or --data a token file within it.",
                            c->vocab);
+    /* an option of a part that does not run would be silently ignored */
+    static const char *const of_sample[] = {"--tokenizer", "--temperature"};
+    static const char *const of_val[] = {"--val-data", "--val-batches"};
+    for (int i = 0; i < 2; i++) {
+        if (!c->sample && flag_given(argc, argv, of_sample[i]))
+            return usage_error(err, errlen,
+                               "%s shapes the text --sample prints, and there is none. Add "
+                               "--sample N, or leave it out.",
+                               of_sample[i]);
+        if (!c->val_every && flag_given(argc, argv, of_val[i]))
+            return usage_error(err, errlen,
+                               "%s is for the validation loss, which only --val-every computes. "
+                               "Add --val-every N, or leave it out.",
+                               of_val[i]);
+    }
     return 0;
 }
 
@@ -878,6 +893,11 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
                            "--plan trains nothing and writes nothing: leave out --compare, "
                            "--trace, --json, --step, --view, --check-collectives and the "
                            "checkpoint options.");
+    if (c->auto_wrap == AUTO_WRAP_TRANSFORMER && c->min_params >= 0)
+        return usage_error(err, errlen,
+                           "--min-params is the size policy's threshold, and --auto-wrap "
+                           "transformer makes a unit of each block whatever its size. Leave out "
+                           "one of them.");
     if (c->min_params < 0) c->min_params = config_block_numel(c);
     if (c->weight_decay < 0.0f) c->weight_decay = c->optimizer == OPTIMIZER_ADAM ? 0.0f : 0.01f;
     if (c->reduce_dtype == DTYPE_UNSET) c->reduce_dtype = c->param_dtype;
@@ -921,6 +941,10 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
         return usage_error(err, errlen,
                            "--compare runs two trainings; checkpoint options (--save-dir, "
                            "--resume, --export, --init-from) apply to single runs only.");
+    if (c->compare && c->steps == 0)
+        return usage_error(err, errlen,
+                           "--compare --steps 0 has no step to time or measure. Give --steps 1 "
+                           "or more.");
     if (c->trace_clock_sim && !config_has_network(c))
         return usage_error(err, errlen,
                            "--trace-clock sim times the collectives with a network model, but none "

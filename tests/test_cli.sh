@@ -289,6 +289,13 @@ bad "--ranks-per-node 3 does not divide 2 ranks: every node holds the same numbe
 bad "--ranks-per-node: 0 is out of range" --ranks-per-node 0
 bad "--net: unknown network 'nvlink+carrier-pigeon'" --net nvlink+carrier-pigeon
 bad "--plan trains nothing and writes nothing: leave out --compare" --plan --compare
+bad "--compare --steps 0 has no step to time or measure. Give --steps 1 or more." --model tiny --compare --steps 0
+# an option of a part that does not run is refused, not silently ignored
+bad "--temperature shapes the text --sample prints, and there is none. Add --sample N" --model gpt2-tiny --temperature 0.5
+bad "--tokenizer shapes the text --sample prints" --model gpt2-tiny --tokenizer "$TMP/ok9"
+bad "--val-batches is for the validation loss, which only --val-every computes. Add --val-every N" --model gpt2-tiny --val-batches 2
+bad "--val-data is for the validation loss" --model gpt2-tiny --val-data "$TMP/ok9"
+bad "--min-params is the size policy's threshold, and --auto-wrap transformer makes a unit of each block" --model gpt2-tiny --auto-wrap transformer --min-params 1000
 bad "--plan trains nothing and writes nothing" --plan --json /tmp/x.json
 bad "--cpu-offload moves the shards to the host, but no_shard keeps whole replicas" --cpu-offload --strategy ddp
 bad "--cpu-offload moves the shards to the host, but zero1 keeps whole replicas" --cpu-offload --strategy zero1

@@ -179,22 +179,30 @@ inputs() {
     if [ $c = fifo ]; then mkfifo "$d/s$c/shard-00001.bin"; else ln -s /dev/$c "$d/s$c/shard-00001.bin"; fi
     refused "a shard file that is $kind" "shard-00001.bin: $why" 2 --steps 4 --resume "$d/s$c"
   done
+  refused "--tokenizer a named pipe" "--tokenizer $d/fifo: is a named pipe (FIFO)" 2 --model gpt2-tiny --steps 2 --sample 4 --tokenizer "$d/fifo"
   # --data is mapped, not copied: checked in tests/test_units (data_is_mapped).
   # So a file cut short while training faults (SIGBUS) on its vanished pages:
-  # a message and exit 2, not a crash with a backtrace.
-  head -c 16000000 /dev/urandom >"$d/big.bin"
-  local out rc
-  timeout 120 $MPIRUN -np 2 ./fsdp --model tiny --batch 4 --steps 50000000 --log-every 1000 --data "$d/big.bin" >"$d/trunc.log" 2>&1 &
-  local pid=$! i
+  # a message and exit 2, not a crash with a backtrace; also with --val-data
+  # mapped beside it (a second watch once left the first's fault unhandled,
+  # and the rank spun on it for ever)
+  head -c 100000 /dev/urandom >"$d/val.txt"
+  shrinks "" --model tiny
+  shrinks " beside --val-data" --model gpt2-tiny --val-data "$d/val.txt" --val-every 100000000
+}
+shrinks() { # shrinks WHAT FLAGS...: --data cut short mid-run, exit 2 with the message
+  local what=$1 out rc pid i; shift
+  head -c 16000000 /dev/urandom >"$d/big.dat"
+  timeout 120 $MPIRUN -np 2 ./fsdp "$@" --batch 4 --steps 50000000 --log-every 1000 --data "$d/big.dat" >"$d/trunc.log" 2>&1 &
+  pid=$!
   for i in $(seq 1 100); do grep -q '^step' "$d/trunc.log" && break; sleep 0.2; done
-  truncate -s 100 "$d/big.bin"
+  truncate -s 100 "$d/big.dat"
   wait $pid; rc=$?
   out=$(cat "$d/trunc.log")
-  if [ $rc -eq 2 ] && grep -q "^error: --data $d/big.bin: the file shrank while this run was reading it" <<<"$out" \
+  if [ $rc -eq 2 ] && grep -q "^error: --data $d/big.dat: the file shrank while this run was reading it" <<<"$out" \
      && grep -q "^HINT:" <<<"$out" && ! grep -qiE "backtrace|signal|core dumped" <<<"$out"; then
-    ok "--data truncated while training: exit 2, $(grep -m1 '^error:' <<<"$out" | cut -c1-120)"
+    ok "--data truncated while training$what: exit 2, $(grep -m1 '^error:' <<<"$out" | cut -c1-120)"
   else
-    bad "--data truncated while training: exit $rc (124 = hang), wanted 2 and a message"; tail -6 <<<"$out"
+    bad "--data truncated while training$what: exit $rc (124 = hang), wanted 2 and a message"; tail -6 <<<"$out"
   fi
 }
 

@@ -251,6 +251,10 @@ refused "a .bin with another magic" "not llm.c's token file" 2 --data "$D/magic.
 refused "a token file of version 2" "version 2" 2 --data "$D/version.bin" --vocab 300
 refused "a token file shorter than its header says" "header says 4000 tokens" 2 --data "$D/short.bin" --vocab 300
 refused "a token past the vocabulary" "token 37 is 259, but the model's vocabulary is 256" 3 --data "$D/good.bin"
+printf 'hello, world: a text file whose bytes are its tokens\n' >"$D/text.txt"
+refused "a text file's byte past a --vocab below 256" "byte 0 is 104, but the model's vocabulary is 100" 2 --vocab 100 --data "$D/text.txt"
+tokens "$D/t99.bin" 20240520 1 3000 99 3000
+refused "... and as --val-data beside a token file within the vocabulary" "--val-data $D/text.txt: byte 0 is 104" 3 --vocab 100 --data "$D/t99.bin" --val-data "$D/text.txt" --val-every 2
 refused "a token file for the byte MLP" "add --model gpt2-tiny\|Add --model gpt2-tiny" 2 --model tiny --data "$D/good.bin"
 refused "heads that do not divide n_embd" "does not divide into --n-head 3" 1 --n-head 3
 refused "a context longer than n_ctx" "longer than the 32 positions" 1 --context 64
@@ -271,4 +275,5 @@ refused "--resume on a token file that differs in its last third" "other data" 2
 refused "--resume without the --val-every that held out the last tenth" "from 2700 tokens of the data, this run from 3000" 2 --data "$D/good.bin" --vocab 300 --resume "$D/ckv/step-00000002"
 refused "--resume of a run on all the embedded corpus, with --val-every" "this run from 117965" 2 --resume "$D/ck" --val-every 2
 same valresumed valsaved 3 "${V[@]}" --resume "$D/ckv/step-00000002"
+refused "--resume with another --vocab" "(GPT-2, vocab 256 n_head 2 context 16 n_embd 32 n_layer 2); this run has GPT-2, vocab 300" 2 --resume "$D/ck" --vocab 300
 exit $fail
