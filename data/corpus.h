@@ -195,10 +195,11 @@ static int corpus_load_file(Corpus *c, const char *flag, const char *path, const
         return usage_error(err, errlen,
                            "%s %s: cannot map its %llu bytes into memory (mmap: %s).", flag,
                            path, (unsigned long long)size, strerror(errno));
-    /* a byte is its own token: under a --vocab below 256 (GPT-2's, for a
+    /* a byte is its own token: under GPT-2's --vocab below 256 (for a
      * token file) a byte past it would index past the embedding table */
     const unsigned char *b = (const unsigned char *)p;
-    for (uint64_t i = 0; cfg->vocab < 256 && i < size; i++)
+    int small_vocab = cfg->arch == ARCH_GPT2 && cfg->vocab < 256;
+    for (uint64_t i = 0; small_vocab && i < size; i++)
         if (b[i] >= cfg->vocab) {
             int rc = usage_error(err, errlen,
                                  "%s %s: byte %llu is %d, but the model's vocabulary is %d, and "
