@@ -33,11 +33,16 @@ static void check(int ok, const char *what, const char *fmt, ...) {
  * byte through MPI_Sendrecv, so this counter sees the real traffic,
  * independently of the counting in comm_record. */
 static double wire_bytes_sent = 0.0;
+static long wire_off_ring = 0; /* calls whose peers are not ring neighbours in their communicator */
 int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest, int sendtag, void *recvbuf, int recvcount,
                  MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm, MPI_Status *status) {
-    int size = 0;
+    int size = 0, r = 0, n = 1;
     MPI_Type_size(sendtype, &size);
     wire_bytes_sent += (double)sendcount * size;
+    MPI_Comm_rank(comm, &r);
+    MPI_Comm_size(comm, &n);
+    int right = (r + 1) % n, left = (r + n - 1) % n; /* either way round */
+    wire_off_ring += !((dest == right && source == left) || (dest == left && source == right));
     return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source, recvtag, comm, status);
 }
 
@@ -439,6 +444,7 @@ static void test_traffic(int argc, char **argv, const char *strategy) {
         check(fabs(got - expect_sim[k]) <= 1e-9 * (1.0 + expect_sim[k]), what, "%.3f us/step, formula %.3f us", 1e6 * got, 1e6 * expect_sim[k]);
     }
     check(wire_bytes_sent == counted, "bytes through MPI_Sendrecv == counted", "%.0f == %.0f (rank 0, %d steps)", wire_bytes_sent, counted, steps);
+    check(wire_off_ring == 0, "every MPI_Sendrecv between ring neighbours", "%ld call(s) on rank 0 sent to or received from another rank than ring_right and ring_left", wire_off_ring);
     trainer_destroy(t);
 }
 
