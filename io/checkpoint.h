@@ -714,15 +714,6 @@ static const char *st_shape_text(const StTensor *s, char *out, size_t len) {
 
 static int st_check_model(const Trainer *t, const StHeader *h, const char *path, int *map,
                           char *err, size_t errlen) {
-    int extra = 0;
-    for (int j = 0; j < h->n && t->cfg.arch == ARCH_GPT2; j++)
-        extra += st_is_gpt2_extra(h->tensors[j].name);
-    if (h->n - extra != t->model.n_params)
-        return usage_error(
-            err, errlen,
-            "--init-from %s: %d tensors, but the model has %d parameters. Export it from a "
-            "run of the same model.",
-            path, h->n - extra, t->model.n_params);
     for (int i = 0; i < t->model.n_params; i++) {
         StTensor want;
         st_tensor_of(&t->model.params[i], &want);
@@ -730,7 +721,10 @@ static int st_check_model(const Trainer *t, const StHeader *h, const char *path,
         for (int j = 0; j < h->n && map[i] < 0; j++)
             if (st_name_is(h->tensors[j].name, want.name)) map[i] = j;
         if (map[i] < 0)
-            return usage_error(err, errlen, "--init-from %s: no tensor named %s.", path, want.name);
+            return usage_error(err, errlen,
+                               "--init-from %s: no tensor named %s. Export it from a run of the "
+                               "same model.",
+                               path, want.name);
         const StTensor *s = &h->tensors[map[i]];
         if (strcmp(s->dtype, "F32") != 0)
             return usage_error(err, errlen, "--init-from %s: %s is %s; fsdp.c trains in F32.", path,
@@ -745,6 +739,17 @@ static int st_check_model(const Trainer *t, const StHeader *h, const char *path,
                                path, s->name, st_shape_text(s, got, sizeof(got)),
                                st_shape_text(&want, expected, sizeof(expected)));
         }
+    }
+    /* every parameter found: a tensor left over is one the model lacks */
+    for (int j = 0; j < h->n; j++) {
+        int used = t->cfg.arch == ARCH_GPT2 && st_is_gpt2_extra(h->tensors[j].name);
+        for (int i = 0; i < t->model.n_params && !used; i++) used = map[i] == j;
+        if (!used)
+            return usage_error(err, errlen,
+                               "--init-from %s: it holds %s, which this model has no parameter "
+                               "for (%d tensors, %d parameters). Export it from a run of the same "
+                               "model.",
+                               path, h->tensors[j].name, h->n, t->model.n_params);
     }
     return 0;
 }

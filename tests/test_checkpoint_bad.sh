@@ -37,7 +37,8 @@ refused "a truncated safetensors file" "cut.st" 2 --init-from "$d/cut.st"
 printf 'not a safetensors file at all, just text\n' >"$d/text.st"
 refused "a text file as safetensors" "text.st" 2 --init-from "$d/text.st"
 refused "safetensors of another shape (--width 17)" "proj_in.weight has shape (16, 32), but this model's is (17, 32)" 2 --init-from "$d/good.st" --width 17
-refused "safetensors with other names (--depth 3)" "tensors, but the model has" 2 --init-from "$d/good.st" --depth 3
+refused "safetensors without a parameter of the model (--depth 3)" "no tensor named blocks.2." 2 --init-from "$d/good.st" --depth 3
+refused "safetensors with a tensor the model lacks (--depth 1)" "it holds blocks.1." 2 --init-from "$d/good.st" --depth 1
 if command -v python3 >/dev/null; then
   python3 - "$d/good.st" "$d/lie.st" "$d/f16.st" <<'PY'
 import json, struct, sys
