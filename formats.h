@@ -170,8 +170,8 @@ void st_free(StHeader *h);
  *   end crc32 89abcdef                                 CRC-32 of every byte
  *                                                      before this line
  *
- *   (*) "data synthetic" for the corpus built into fsdp.c, or for --data FILE
- *       "data file bytes 123456 crc32 1a2b3c4d": that whole file's size and
+ *   (*) "data synthetic train N" for the corpus built into fsdp.c, or for
+ *       --data FILE "data file bytes 123456 crc32 1a2b3c4d train N": its size and
  *       CRC-32, so a resumed run can tell that it is given the same data;
  *       then "train N": the tokens (bytes, for the MLP) its batches are drawn
  *       from, fewer than the data's when --val-every holds out the last tenth,
@@ -182,7 +182,7 @@ void st_free(StHeader *h);
  *     the file was cut short, and is refused (only the newline after "end"
  *     may be missing); CR, tabs, extra spaces, empty lines and bytes other
  *     than printable ASCII are refused;
- *   - the version is 5 (META_VERSION). Version 1, written by older fsdp.c,
+ *   - the version is 6 (META_VERSION). Version 1, written by older fsdp.c,
  *     had no "batch", "data" or end checksum, version 2 no "lr_schedule",
  *     version 3 no "grad_scaler", version 4 no "optimizer" or "precision",
  *     version 5 no "train" (and hashed only part of a token file);

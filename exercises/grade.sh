@@ -335,10 +335,9 @@ plan() {
       suite "auto-wrap cases of tests/test_units" test_units 0
       same_training "1 2 3 4" full_shard --min-params 1000
       # GPT-2: wte is tied to lm_head, so neither it nor transformer may become a unit
-      HINT="A module that holds a tied weight (holds_tied) is never wrapped." \
-        same_training "1 3" full_shard --model gpt2-tiny --min-params 1
-      HINT="A module that holds a tied weight (holds_tied) is never wrapped." \
-        same_training 2 full_shard --model gpt2-tiny --min-params 17000 ;;
+      local tied="A module that holds a tied weight (holds_tied) is never wrapped."
+      HINT=$tied same_training "1 3" full_shard --model gpt2-tiny --min-params 1
+      HINT=$tied same_training 2 full_shard --model gpt2-tiny --min-params 17000 ;;
   esac
 }
 

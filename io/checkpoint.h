@@ -467,8 +467,6 @@ static int ckpt_check_optimizer(const Config *c, const CkptMeta *m, const char *
                        path, flag, was, flag, is, advice);
 }
 
-/* The checkpoint must be of this model: same shape, and every parameter of
- * ours present under its name with the same shape. */
 /* A model's shape as its options name it: "GPT-2, vocab 256 n_head 2 ..."
  * (meta.txt's embed_dim is GPT-2's n_head) or "the byte MLP, ...". */
 static void model_shape_text(char *out, size_t n, int gpt2, int vocab, int embed_dim,
@@ -480,6 +478,9 @@ static void model_shape_text(char *out, size_t n, int gpt2, int vocab, int embed
         snprintf(out, n, "the byte MLP, embed_dim %d context %d width %d depth %d", embed_dim,
                  context, width, depth);
 }
+
+/* The checkpoint must be of this model: same shape, and every parameter of
+ * ours present under its name with the same shape. */
 
 static int ckpt_check_model(const Trainer *t, const CkptMeta *m, const char *path, int *map,
                             char *err, size_t errlen) {

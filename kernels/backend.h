@@ -577,7 +577,9 @@ static void backend_describe(const Config *cfg) {
 
 /* Never NULL: a simulated GPU that runs out of memory is the ledger's
  * business (--vram); the host running out is the end of the run. */
-#define SIM_BUFFER_WHAT "allocate a simulated GPU's buffer; try a smaller --model or --batch (--plan books a run without allocating)"
+#define SIM_BUFFER_WHAT                                                                        \
+    "allocate a simulated GPU's buffer; try a smaller --model or --batch (--plan books a "       \
+    "run without allocating)"
 static void *dev_alloc(size_t bytes) { return host_calloc(1, bytes ? bytes : 1, SIM_BUFFER_WHAT); }
 /* ... not zeroed on a GPU, so here filled with NaN (all bits set): a byte
  * its user forgets to write turns the loss to NaN in the tests, where on

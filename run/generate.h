@@ -73,13 +73,13 @@ static int tokenizer_load(Tokenizer *tk, const char *path, char *err, size_t err
     memset(tk, 0, sizeof(*tk));
     uint64_t size = 0; /* a regular file only: fopen of a named pipe would wait for a writer */
     int fd = file_open_input("--tokenizer", path, &size, err, errlen);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
-    uint32_t head[256];
     if (fd < 0) return 2;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         close(fd);
         return usage_error(err, errlen, "--tokenizer %s: %s.", path, strerror(errno));
     }
+    uint32_t head[256];
     if (fread(head, sizeof(head), 1, f) != 1 || head[0] != TOKENIZER_MAGIC ||
         (head[1] != 1 && head[1] != 2) || head[2] == 0 || head[2] > 1000000) {
         fclose(f);
