@@ -504,12 +504,27 @@ static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, i
 
 /* A collective as the stream will run it: kind, group, buffers, format */
 static CommTask comm_task(CommKind kind, CommGroup group, float *full, const float *shard,
-                          float *out, float *tmp, long S, Dtype wire, float prescale) {
+                          float *out, float *tmp, long S, Dtype wire) {
     CommTask k;
     memset(&k, 0, sizeof(k));
     k.kind = kind, k.group = group, k.full = full, k.shard = shard, k.out = out, k.tmp = tmp;
-    k.S = S, k.wire = wire, k.prescale = prescale;
+    k.S = S, k.wire = wire, k.prescale = 1.0f, k.postscale = 1.0f;
     return k;
+}
+
+/* A sum of N gradients in 16 bits may overflow fp16 where their mean
+ * would not (N ranks' gradients, each up to 65504 / N). So, as PyTorch's
+ * FSDP does (_get_gradient_predivide_factor), the inputs are divided by a
+ * factor f near sqrt(N) before the sum and the result by N / f after it.
+ * PyTorch does this in every format; in fp32, whose range is never the
+ * problem, we divide once, by N, afterwards. A 16-bit sum is divided as it
+ * is unpacked from the wire (unpack_mean_one), an fp32 sum in comm_wait. */
+static float comm_postscale(const CommHandle *h) { return h->predivide / (float)h->group_world; }
+static void comm_mean_parts(CommHandle *h, CommTask *k, const Comm *g) {
+    int f = 1;
+    while (h->wire != DTYPE_FP32 && g->world % f == 0 && g->world / f > f) f *= 2;
+    h->predivide = (float)f;
+    k->prescale = 1.0f / h->predivide, k->postscale = comm_postscale(h);
 }
 
 static int ring_right(const Comm *c) { return (c->rank + 1) % c->world; }
@@ -567,9 +582,10 @@ static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
 
 /* Runs one collective on host buffers to completion, on whichever thread
  * the stream uses: our ring, or Open MPI's own (blocking: the stream is
- * what runs it in the background). Sums only; comm_wait turns them into
- * means. An all-gather may be in place: its input is then its own chunk of
- * the output, as MPI_IN_PLACE and NCCL allow. */
+ * what runs it in the background). In fp32, sums only: comm_wait turns
+ * them into means (16-bit sums are, as they are unpacked: comm/wire16.h).
+ * An all-gather may be in place: its input is then its own chunk of the
+ * output, as MPI_IN_PLACE and NCCL allow. */
 static void collective_run_host(Comm *c, const CommTask *k) {
     if (backend.dry) return; /* --plan: counted, not sent */
     if (k->wire != DTYPE_FP32) {
@@ -727,18 +743,6 @@ static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
     pthread_mutex_unlock(&c->lock);
 }
 
-/* A sum of N gradients in 16 bits may overflow fp16 where their mean
- * would not (N ranks' gradients, each up to 65504 / N). So, as PyTorch's
- * FSDP does (_get_gradient_predivide_factor), the inputs are divided by a
- * factor f near sqrt(N) before the sum and the result by N / f after it.
- * PyTorch does this in every format; in fp32, whose range is never the
- * problem, we divide once, by N, afterwards. */
-static float predivide_factor(const Comm *c, Dtype wire) {
-    int f = 1;
-    while (wire != DTYPE_FP32 && c->world % f == 0 && c->world / f > f) f *= 2;
-    return (float)f;
-}
-
 /* all-gather: shard (S elements) from each of the group's G ranks -> full
  * (G*S) on every one, in format `wire` (fp32, or mixed precision's
  * param_dtype); shard and full held in fp32 slots, or (held = wire) the
@@ -750,8 +754,8 @@ static CommHandle comm_all_gather_in(Comm *c, CommGroup group, void *full, Dtype
     CommHandle h;
     if (comm_record(c, &h, COMM_ALL_GATHER, group, unit, S * c->group[group]->world, wire))
         return h;
-    CommTask task = comm_task(COMM_ALL_GATHER, group, (float *)full, (const float *)shard, NULL,
-                              NULL, S, wire, 1.0f);
+    CommTask task =
+        comm_task(COMM_ALL_GATHER, group, (float *)full, (const float *)shard, NULL, NULL, S, wire);
     task.held = held;
     comm_submit(c, &h, &task);
     return h;
@@ -784,9 +788,9 @@ static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, void *full, D
     h.buf = shard;
     h.scale_count = S;
     comm_ring_tmp(c, &h, S, l, "ring reduce-scatter");
-    h.predivide = predivide_factor(g, h.wire);
-    CommTask task = comm_task(COMM_REDUCE_SCATTER, GROUP_SHARD, (float *)full, NULL, shard, h.tmp,
-                              S, h.wire, 1.0f / h.predivide);
+    CommTask task =
+        comm_task(COMM_REDUCE_SCATTER, GROUP_SHARD, (float *)full, NULL, shard, h.tmp, S, h.wire);
+    comm_mean_parts(&h, &task, g);
     task.held = held;
     comm_submit(c, &h, &task);
     return h;
@@ -808,9 +812,8 @@ static CommHandle comm_all_reduce_in(Comm *c, CommGroup group, float *buf, long 
     h.scale_count = count;
     long S = count / g->world;
     comm_ring_tmp(c, &h, S, l, "ring all-reduce");
-    h.predivide = predivide_factor(g, h.wire);
-    CommTask task =
-        comm_task(COMM_ALL_REDUCE, group, buf, NULL, NULL, h.tmp, S, h.wire, 1.0f / h.predivide);
+    CommTask task = comm_task(COMM_ALL_REDUCE, group, buf, NULL, NULL, h.tmp, S, h.wire);
+    comm_mean_parts(&h, &task, g);
     comm_submit(c, &h, &task);
     return h;
 }
@@ -884,17 +887,15 @@ static CommRun comm_wait_for_run(Comm *c, const CommHandle *h) {
     return run;
 }
 
-/* Completes a collective: waits until the stream has run it, turns sums
- * into means, frees its staging buffer and books the time it took. */
+/* Completes a collective: waits until the stream has run it, turns an
+ * fp32 sum into a mean (a 16-bit one was as it was unpacked), frees its
+ * staging buffer and books the time it took. */
 static void comm_wait(Comm *c, CommHandle *h) {
     if (h->skipped) return; /* by the test-only fault switch */
     CommRun run;
     if (!device_comm_wait(c, h, &run)) run = comm_wait_for_run(c, h);
-    if (h->kind != COMM_ALL_GATHER) {
-        /* the mean: 1/G, in one part, or two with a predivide */
-        FOR_EACH(h->scale_count, scale_one, h->buf, h->predivide / (float)h->group_world);
-        if (h->wire != DTYPE_FP32) FOR_EACH(h->scale_count, round_one, h->buf, h->wire);
-    }
+    if (h->kind != COMM_ALL_GATHER && h->wire == DTYPE_FP32)
+        FOR_EACH(h->scale_count, scale_one, h->buf, comm_postscale(h));
     if (h->tmp) ledger_free(h->ledger, h->tmp);
     h->tmp = NULL;
     if (h->event < 0) return;

@@ -301,6 +301,7 @@ typedef struct {
                          * it was computed (a unit's full state and gradient on a GPU) */
     CommGroup group;    /* the ranks it runs over */
     float prescale;     /* 16-bit sums: the inputs are multiplied by it first (1/predivide) */
+    float postscale;    /* ... and the sum by this (predivide/G) as it is unpacked: the mean */
     void *ready;        /* GPU: cudaEvent_t on the compute stream once the inputs are
                          * written; the stream waits for it before it reads them */
 } CommTask;
@@ -369,7 +370,7 @@ typedef struct {
     long number;    /* its place on the stream: done once finished >= number */
     double t_start; /* when it was queued */
     CommKind kind;
-    float *buf;       /* reduce-scatter / all-reduce: result to scale */
+    float *buf;       /* reduce-scatter / all-reduce, fp32 wire: the sum to scale */
     long scale_count; /* elements to divide by world for the mean */
     float *tmp;       /* the ring's receive buffer, freed when waited for */
     struct Ledger *ledger;

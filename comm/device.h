@@ -39,7 +39,8 @@ static void collective_run(Comm *c, const CommTask *k) {
     cudaCheck(cudaEventDestroy(ready));
     if (S == 0 || backend.dry) return; /* no parameters, or --plan: nothing to move */
     CommTask host = comm_task(k->kind, k->group, c->stage, NULL, c->stage + (N + 1) * S,
-                              c->stage + N * S, S, k->wire, k->prescale);
+                              c->stage + N * S, S, k->wire);
+    host.prescale = k->prescale, host.postscale = k->postscale;
     host.held = k->held; /* full in 16 bits (a gather's output, a reduction's input): so here */
     size_t chunk = (size_t)S * sizeof(float), all = (size_t)(N * S) * dtype_bytes(k->held);
     if (k->kind == COMM_ALL_GATHER) {
@@ -261,11 +262,12 @@ static void device_comm_close(Comm *c) {
  * --------------------------------------------------------------------- */
 /* Mixed precision on NCCL: the float slots are packed into a 16-bit device
  * buffer on the compute stream (before the `ready` event), NCCL works on
- * that in ncclBfloat16 or ncclFloat16, and nccl_wait unpacks the result.
+ * that in ncclBfloat16 or ncclFloat16, and nccl_wait unpacks the result
+ * (a sum as its mean: unpack_mean_one).
  * The returned task points NCCL at the packed buffer. A unit's shard, full
  * state and full gradient held in 16 bits (k->held) are such buffers
  * already: the all-gather gathers the shard into the full state as they
- * are; the reduce-scatter scales the gradient in place and writes into a
+ * are; the reduce-scatter scales the gradient in place (unless by 1) and writes into a
  * 16-bit chunk of its own, unpacked into the shard. */
 static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     long S = k->S, N = c->world;
@@ -280,8 +282,9 @@ static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     uint16_t *buf = (uint16_t *)dev_alloc_for_overwrite(h->wire_bytes);
     if (!buf) FATAL("the GPU is out of memory; try a smaller model", "cannot pack a collective");
     h->wire_buf = buf;
-    if (packed) { /* a reduce-scatter of a gradient held in 16 bits */
-        FOR_EACH(N * S, scale_half_one, (uint16_t *)k->full, k->wire, k->prescale);
+    if (packed) { /* a reduce-scatter of a gradient held in 16 bits; 1 on one or two ranks */
+        if (k->prescale != 1.0f)
+            FOR_EACH(N * S, scale_half_one, (uint16_t *)k->full, k->wire, k->prescale);
         w.out = (float *)buf;
         h->unpack_to = k->out, h->unpack_count = S, h->unpack_from = 0;
         return w;
@@ -376,7 +379,10 @@ static CommRun nccl_wait(Comm *c, CommHandle *h) {
     cudaCheck(cudaEventDestroy(done));
     if (h->wire_buf) { /* mixed precision: the 16-bit result back into its float slots */
         const uint16_t *w = (const uint16_t *)h->wire_buf + h->unpack_from;
-        FOR_EACH(h->unpack_count, unpack_one, h->unpack_to, w, h->wire);
+        if (h->kind == COMM_ALL_GATHER)
+            FOR_EACH(h->unpack_count, unpack_one, h->unpack_to, w, h->wire);
+        else
+            FOR_EACH(h->unpack_count, unpack_mean_one, h->unpack_to, w, h->wire, comm_postscale(h));
         dev_free(h->wire_buf, h->wire_bytes);
         h->wire_buf = NULL;
     }

@@ -53,6 +53,14 @@ FSDP_HD static inline void scale_half_one(long i, uint16_t *x, Dtype d, float f)
     x[i] = half_from_float(float_from_half(x[i], d) * f, d);
 }
 
+/* A 16-bit sum unpacked as its mean: times f (predivide/G), rounded to d
+ * again. One pass over the result where unpacking, scaling and rounding
+ * took three (on a GPU each a read and a write of the shard in fp32). */
+FSDP_HD static inline void unpack_mean_one(long i, float *out, const uint16_t *x, Dtype d,
+                                           float f) {
+    out[i] = round_to(float_from_half(x[i], d) * f, d);
+}
+
 /* A collective whose wire format is 16-bit, on host buffers: the float
  * slots are packed into uint16_t, the collective runs on those, and the
  * result is unpacked into the slots. Or full holds the 16 bits already
@@ -84,13 +92,13 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
             for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
     } else if (k->kind == COMM_REDUCE_SCATTER) {
         for (long i = 0; i < N * S; i++)
-            if (packed) scale_half_one(i, w, d, k->prescale);
-            else pack_one(i, w, k->full, d, k->prescale);
+            if (!packed) pack_one(i, w, k->full, d, k->prescale);
+            else if (k->prescale != 1.0f) scale_half_one(i, w, d, k->prescale);
         if (mpi)
             mpiCheck(MPI_Reduce_scatter_block(w, tmp, (int)S, MPI_UINT16_T, c->half_sum[d],
                                               c->stream_comm));
         else ring_reduce_scatter_16(c, w, S, tmp, d);
-        for (long i = 0; i < S; i++) unpack_one(i, k->out, mpi ? tmp : mine, d);
+        for (long i = 0; i < S; i++) unpack_mean_one(i, k->out, mpi ? tmp : mine, d, k->postscale);
     } else {
         for (long i = 0; i < N * S; i++) pack_one(i, w, k->full, d, k->prescale);
         if (mpi)
@@ -100,7 +108,7 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
             ring_reduce_scatter_16(c, w, S, tmp, d);
             ring_all_gather_16(c, w, S);
         }
-        for (long i = 0; i < N * S; i++) unpack_one(i, k->full, w, d);
+        for (long i = 0; i < N * S; i++) unpack_mean_one(i, k->full, w, d, k->postscale);
     }
     free(buf);
 }

@@ -140,7 +140,7 @@ struct Launch {
     template <typename K> struct Bound;
     template <typename K> Bound<K> bind(K k) { return Bound<K>{*this, k}; }
 };
-int launch_check(dim3 grid, dim3 dim); /* 0, or the launch fails (cudaGetLastError) */
+int launch_check(dim3 grid, dim3 dim, const char *name); /* 0, or it fails (cudaGetLastError) */
 int launch_skipped(cudaStream_t s);    /* queued behind a hang (FSDP_EMU_NCCL_HANG) */
 void argument_check(const void *p, int index); /* a kernel's pointer argument */
 void run_grid(dim3 grid, dim3 dim, void (*body)(void *), void *arg);
@@ -170,7 +170,7 @@ template <typename K> struct Launch::Bound {
     Launch l;
     K kernel;
     template <typename... A> void operator()(A... args) {
-        if (launch_check(l.grid, l.dim) || launch_skipped(l.stream)) return;
+        if (launch_check(l.grid, l.dim, l.name) || launch_skipped(l.stream)) return;
         int index = 0, n = 0;
         (check_arg(args, index++), ...);
         Use uses[sizeof...(A) + 1];

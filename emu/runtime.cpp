@@ -43,6 +43,12 @@ struct Counts {
         collectives, serialized;
 };
 static Counts counts;
+/* ... and the launches kernel by kernel, under FSDP_EMU_STATS (by the
+ * name's address: the same literal each time a launch line runs). Made
+ * by counts_begin and never destroyed: counts_write runs at exit, after
+ * the destructors of static objects made later than its registration. */
+static std::mutex kernels_lock;
+static std::map<const char *, long> *kernel_launches;
 static pthread_t main_thread; /* the host thread that queues the step's work */
 /* The host blocks until the GPU catches up: on a GPU the queue drains, and
  * the GPU idles until the host queues more. Counted on the main thread,
@@ -512,8 +518,12 @@ static int take_back(void *p, Kind kind) {
  * (reachable by unified addressing), or NULL */
 static int reachable(const void *p) { return !p || kind_of(p) != HOST; }
 
-int launch_check(dim3 grid, dim3 dim) {
+int launch_check(dim3 grid, dim3 dim, const char *name) {
     counts.launches++;
+    if (kernel_launches) {
+        std::lock_guard<std::mutex> hold(kernels_lock);
+        (*kernel_launches)[name]++;
+    }
     unsigned long threads = (unsigned long)dim.x * dim.y * dim.z;
     if (threads == 0 || threads > MAX_THREADS || dim.z > 64 || grid.x == 0 || grid.y == 0 ||
         grid.z == 0 || grid.y > 65535 || grid.z > 65535) {
@@ -1307,12 +1317,13 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 } /* extern "C" */
 
 /* ---- 6. what the host asked of the GPU, counted --------------------------------------
- * With FSDP_EMU_STATS=FILE each process adds one line to FILE as it exits:
+ * With FSDP_EMU_STATS=FILE each process adds a line to FILE as it exits:
  * its kernel launches, GEMMs, cudaMallocs, the main thread's waits for the
  * GPU (synchronizations, blocking copies), bytes zeroed, copies between host
  * and device, NCCL collectives, and how many of those were queued behind
  * all the work the other streams had queued ("serialized": overlapping none
- * of what was queued before them). These are the GPU build's own choices,
+ * of what was queued before them); then a line a kernel, "rank R kernel
+ * NAME N": its launches (element-wise passes are for_each_kernel<fn>). These are the GPU build's own choices,
  * the same on a GPU (the emulator only counts them), and they say what
  * the GPU's speed alone cannot: a step that mallocs (the pool missed), waits
  * (the queue drains and the GPU idles) or launches thousands of small
@@ -1321,16 +1332,24 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
 static void counts_write(void) {
     const char *path = getenv("FSDP_EMU_STATS"), *rank = getenv("OMPI_COMM_WORLD_RANK");
     if (!rank) rank = getenv("PMIX_RANK");
+    if (!rank) rank = "0";
     char line[512];
-    int n = snprintf(line, sizeof line,
-                     "rank %s: launches %ld gemms %ld device_allocs %ld host_waits %ld "
-                     "memset_bytes %ld copies %ld collectives %ld serialized %ld\n",
-                     rank ? rank : "0", counts.launches.load(), counts.gemms.load(),
-                     counts.device_allocs.load(), counts.host_waits.load(),
-                     counts.memset_bytes.load(), counts.copies.load(), counts.collectives.load(),
-                     counts.serialized.load());
+    snprintf(line, sizeof line,
+             "rank %s: launches %ld gemms %ld device_allocs %ld host_waits %ld "
+             "memset_bytes %ld copies %ld collectives %ld serialized %ld\n",
+             rank, counts.launches.load(), counts.gemms.load(), counts.device_allocs.load(),
+             counts.host_waits.load(), counts.memset_bytes.load(), counts.copies.load(),
+             counts.collectives.load(), counts.serialized.load());
+    std::string all = line;
+    std::map<std::string, long> by_name; /* a name's literal may sit at several addresses */
+    for (const auto &k : *kernel_launches) by_name[k.first] += k.second;
+    for (const auto &k : by_name) {
+        snprintf(line, sizeof line, "rank %s kernel %s %ld\n", rank, k.first.c_str(), k.second);
+        all += line;
+    }
+    ssize_t n = (ssize_t)all.size();
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644); /* one write: lines stay whole */
-    if (fd < 0 || write(fd, line, (size_t)n) != n)
+    if (fd < 0 || write(fd, all.data(), all.size()) != n)
         fprintf(stderr, "emulator: FSDP_EMU_STATS=%s: cannot write the counts (%s)\n", path,
                 strerror(errno));
     if (fd >= 0) close(fd);
@@ -1348,6 +1367,7 @@ __attribute__((constructor)) static void counts_begin(void) {
         exit(2);
     }
     close(fd);
+    kernel_launches = new std::map<const char *, long>;
     atexit(counts_write);
 }
 

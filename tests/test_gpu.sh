@@ -29,6 +29,9 @@
 #      and under all of them the emulator's stream-order
 #      checker (emu/runtime.cpp, section 7) stops any run with a race between
 #      the compute and the communication streams
+#   m. (the emulator only) a bf16 step's passes over the gradient shard,
+#      counted kernel by kernel: each reduce-scatter's mean taken in one
+#      (unpack_mean_one), none multiplied by 1
 #
 # One line per check (ok/FAIL), then "N passed, N failed"; exit 1 if any failed.
 # No GPU: says why and exits 77 (skipped, never a pass). Every run is under
@@ -609,6 +612,29 @@ if [ -n "${FSDP_EMU:-}" ]; then
     echo "note: l. a step of gpt2-tiny (4 layers) on 2 ranks: $(per_step launches) kernel launches, $(per_step gemms) GEMMs, $(per_step collectives) NCCL collectives, $(per_step memset_bytes) bytes zeroed, $(per_step copies) copies between host and device"
   else
     flunk "l. FSDP_EMU_STATS: the runs failed or wrote no counts ($(cat "$d/count4" 2>/dev/null | head -1))"
+  fi
+  # m. A bf16 step on one rank: each 16-bit reduce-scatter's sum becomes
+  # its mean as it is unpacked from the wire (unpack_mean_one, one pass over
+  # the shard), not by an unpack, a scale and a rounding (three: 16 bytes an
+  # element more, about 5 ms of the 1.06B model's step on an H100); and a
+  # gradient is not multiplied by a predivide of 1 (one or two ranks).
+  ok_runs=1
+  for s in 2 4; do
+    FSDP_EMU_STATS=$d/bf16_$s timeout 120 $MPIRUN -np 1 "./$GPU_BIN" --model gpt2-tiny --n-layer 4 \
+      --batch 8 --steps $s --param-dtype bf16 >"$d/bf16_$s.log" 2>&1 || { ok_runs=0; tail -3 "$d/bf16_$s.log"; }
+  done
+  # kernel_in FILE NAME: rank 0's launches of kernel NAME; kernel_step NAME: in a step
+  kernel_in() { awk -v k="$2" '$1 == "rank" && $2 == "0" && $3 == "kernel" && $4 == k { n = $5 } END { print n + 0 }' "$1"; }
+  kernel_step() { echo $((($(kernel_in "$d/bf16_4" "$1") - $(kernel_in "$d/bf16_2" "$1")) / 2)); }
+  if [ $ok_runs = 1 ] && [ "$(kernel_in "$d/bf16_4" "for_each_kernel<adamw_one>")" -gt 0 ]; then
+    units=$(kernel_step "for_each_kernel<adamw_one>")
+    means=$(kernel_step "for_each_kernel<unpack_mean_one>")
+    extra=$(($(kernel_step "for_each_kernel<scale_one>") + $(kernel_step "for_each_kernel<round_one>") + $(kernel_step "for_each_kernel<scale_half_one>") + $(kernel_step "for_each_kernel<unpack_one>")))
+    [ "$means" -eq "$units" ] && [ "$extra" -eq 0 ] \
+      && pass "m. bf16, 1 rank: each of the $units reduce-scatters a step takes its mean as it unpacks (one pass over the shard, none multiplies by 1)" \
+      || flunk "m. bf16, 1 rank, a step: $means unpack_mean_one for $units units, and $extra passes of scale_one, round_one, scale_half_one or unpack_one (should be 0)"
+  else
+    flunk "m. FSDP_EMU_STATS: the bf16 runs failed or counted no kernels"
   fi
 fi
 
