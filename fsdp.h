@@ -382,8 +382,9 @@ typedef struct {
     float predivide;    /* ... after dividing by this before the sum (16-bit sums) */
     void *wire_buf;     /* GPU with NCCL, 16-bit: the packed buffer NCCL works on */
     size_t wire_bytes;  /* ... its size */
-    float *unpack_to;   /* ... and where its result goes once waited for */
-    long unpack_count, unpack_from;
+    const void *unpack_from; /* ... where its 16-bit result is (NULL: none to unpack) */
+    float *unpack_to;        /* ... and where it goes once waited for */
+    long unpack_count;
     void *began, *done; /* GPU with NCCL: cudaEvent_t on the communication stream */
 } CommHandle;
 

@@ -267,8 +267,10 @@ static void device_comm_close(Comm *c) {
  * The returned task points NCCL at the packed buffer. A unit's shard, full
  * state and full gradient held in 16 bits (k->held) are such buffers
  * already: the all-gather gathers the shard into the full state as they
- * are; the reduce-scatter scales the gradient in place (unless by 1) and writes into a
- * 16-bit chunk of its own, unpacked into the shard. */
+ * are; the reduce-scatter scales the gradient in place (unless by 1).
+ * A reduce-scatter writes its chunk in place, over this rank's slice of
+ * its input (NCCL's in-place form, recvbuff = sendbuff + rank * count):
+ * no buffer of its own, and on one rank no copy at all. */
 static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     long S = k->S, N = c->world;
     CommTask w = *k;
@@ -276,31 +278,26 @@ static CommTask nccl_pack(const Comm *c, CommHandle *h, const CommTask *k) {
     if (k->kind == COMM_ALL_GATHER && packed) return w; /* 16 bits in, 16 bits out */
     if (k->kind == COMM_ALL_REDUCE && packed) /* only a unit's full state and gradient are */
         FATAL("this is a bug in fsdp.c", "an all-reduce of a buffer held in 16 bits");
-    /* N slices (unless held) and the reduce-scatter's output, each written whole before
-     * it is read (not zeroed); + 2 bytes, never 0 (S = 0) */
-    h->wire_bytes = (size_t)((packed ? 0 : N) + 1) * (size_t)S * sizeof(uint16_t) + 2;
-    uint16_t *buf = (uint16_t *)dev_alloc_for_overwrite(h->wire_bytes);
-    if (!buf) FATAL("the GPU is out of memory; try a smaller model", "cannot pack a collective");
-    h->wire_buf = buf;
+    uint16_t *buf = (uint16_t *)k->full;
     if (packed) { /* a reduce-scatter of a gradient held in 16 bits; 1 on one or two ranks */
-        if (k->prescale != 1.0f)
-            FOR_EACH(N * S, scale_half_one, (uint16_t *)k->full, k->wire, k->prescale);
-        w.out = (float *)buf;
-        h->unpack_to = k->out, h->unpack_count = S, h->unpack_from = 0;
-        return w;
+        if (k->prescale != 1.0f) FOR_EACH(N * S, scale_half_one, buf, k->wire, k->prescale);
+    } else { /* N slices, each written whole before it is read (not zeroed); + 2 bytes,
+              * never 0 (S = 0) */
+        h->wire_bytes = (size_t)(N * S) * sizeof(uint16_t) + 2;
+        buf = (uint16_t *)dev_alloc_for_overwrite(h->wire_bytes);
+        if (!buf)
+            FATAL("the GPU is out of memory; try a smaller model", "cannot pack a collective");
+        h->wire_buf = buf;
+        w.full = (float *)buf; /* NCCL sees 16-bit elements from here on */
+        if (k->kind == COMM_ALL_GATHER)
+            FOR_EACH(S, pack_one, buf + c->rank * S, k->shard, k->wire, 1.0f);
+        else FOR_EACH(N * S, pack_one, buf, k->full, k->wire, k->prescale);
     }
-    w.full = (float *)buf; /* NCCL sees 16-bit elements from here on */
-    if (k->kind == COMM_ALL_GATHER) {
-        FOR_EACH(S, pack_one, buf + c->rank * S, k->shard, k->wire, 1.0f);
-        w.shard = (float *)(buf + c->rank * S);
-        h->unpack_to = k->full, h->unpack_count = N * S, h->unpack_from = 0;
-    } else {
-        int rs = k->kind == COMM_REDUCE_SCATTER; /* its result is one chunk, after the N */
-        FOR_EACH(N * S, pack_one, buf, k->full, k->wire, k->prescale);
-        w.out = (float *)(buf + N * S);
-        h->unpack_to = rs ? k->out : k->full;
-        h->unpack_count = rs ? S : N * S;
-        h->unpack_from = rs ? N * S : 0;
+    h->unpack_from = buf, h->unpack_to = k->full, h->unpack_count = N * S;
+    if (k->kind == COMM_ALL_GATHER) w.shard = (float *)(buf + c->rank * S);
+    if (k->kind == COMM_REDUCE_SCATTER) { /* in place */
+        w.out = (float *)(buf + c->rank * S);
+        h->unpack_from = w.out, h->unpack_to = k->out, h->unpack_count = S;
     }
     return w;
 }
@@ -377,15 +374,16 @@ static CommRun nccl_wait(Comm *c, CommHandle *h) {
     }
     cudaCheck(cudaEventDestroy(began));
     cudaCheck(cudaEventDestroy(done));
-    if (h->wire_buf) { /* mixed precision: the 16-bit result back into its float slots */
-        const uint16_t *w = (const uint16_t *)h->wire_buf + h->unpack_from;
+    if (h->unpack_from) { /* mixed precision: the 16-bit result into its float slots */
+        const uint16_t *w = (const uint16_t *)h->unpack_from;
         if (h->kind == COMM_ALL_GATHER)
             FOR_EACH(h->unpack_count, unpack_one, h->unpack_to, w, h->wire);
         else
             FOR_EACH(h->unpack_count, unpack_mean_one, h->unpack_to, w, h->wire, comm_postscale(h));
-        dev_free(h->wire_buf, h->wire_bytes);
-        h->wire_buf = NULL;
+        h->unpack_from = NULL;
     }
+    if (h->wire_buf) dev_free(h->wire_buf, h->wire_bytes);
+    h->wire_buf = NULL;
     double now = now_seconds();
     comm_sim_waited(c, h, now, now);
     c->finished = h->number;

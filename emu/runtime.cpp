@@ -1218,6 +1218,18 @@ static int buffers_ok(const void *send, size_t send_bytes, const void *recv, siz
                     "(NCCL reads and writes only the GPU's)\n");
     return 0;
 }
+/* An all-gather's or reduce-scatter's two buffers are apart, or the small
+ * one (a rank's chunk) is the rank's own slice of the large one: NCCL's
+ * in-place form. Any other overlap NCCL leaves undefined. */
+static int in_place_ok(const void *large, size_t large_bytes, const void *small,
+                       size_t small_bytes, int rank) {
+    const char *l = (const char *)large, *s = (const char *)small;
+    if (s + small_bytes <= l || l + large_bytes <= s || s == l + (size_t)rank * small_bytes)
+        return 1;
+    fprintf(stderr, "emulator: an NCCL collective's buffers overlap, and not as its in-place "
+                    "form (a rank's chunk at its own slice of the whole)\n");
+    return 0;
+}
 
 extern "C" {
 ncclResult_t ncclGetVersion(int *version) {
@@ -1277,7 +1289,9 @@ ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataT
                            ncclComm_t c, cudaStream_t s) {
     size_t bytes = count * nccl_bytes(t);
     if (bytes > INT32_MAX) return ncclInvalidArgument;
-    if (!buffers_ok(send, bytes, recv, bytes * (size_t)c->size)) return ncclInvalidArgument;
+    if (!buffers_ok(send, bytes, recv, bytes * (size_t)c->size) ||
+        !in_place_ok(recv, bytes * (size_t)c->size, send, bytes, c->rank))
+        return ncclInvalidArgument;
     if (!collective_runs(s)) return ncclSuccess;
     stream_op2(s, "ncclAllGather", send, recv);
     const void *in = send == (const char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
@@ -1290,7 +1304,9 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
     MPI_Op sum;
     if (op != ncclSum || !mpi_sum_of(t, &type, &sum) || count > INT32_MAX) return ncclInvalidArgument;
     size_t bytes = count * nccl_bytes(t);
-    if (!buffers_ok(send, bytes * (size_t)c->size, recv, bytes)) return ncclInvalidArgument;
+    if (!buffers_ok(send, bytes * (size_t)c->size, recv, bytes) ||
+        !in_place_ok(send, bytes * (size_t)c->size, recv, bytes, c->rank))
+        return ncclInvalidArgument;
     if (!collective_runs(s)) return ncclSuccess;
     stream_op2(s, "ncclReduceScatter", send, recv);
     std::vector<char> copy;

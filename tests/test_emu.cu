@@ -221,6 +221,16 @@ static void check_nccl(void) {
     ok = 1;
     for (int i = 0; i < n; i++) ok &= h[i] == (float)(world * (world + 1) / 2);
     check(ok, "ncclReduceScatter: each rank's chunk, summed over the ranks");
+    for (int i = 0; i < n * world; i++) h[i] = (float)(rank + 1);
+    cudaMemcpy(d, h, sizeof(float) * n * world, cudaMemcpyHostToDevice);
+    ncclReduceScatter(d, d + rank * n, n, ncclFloat, ncclSum, comm, 0); /* in place */
+    cudaMemcpy(h, d + rank * n, sizeof(float) * n, cudaMemcpyDeviceToHost);
+    ok = 1;
+    for (int i = 0; i < n; i++) ok &= h[i] == (float)(world * (world + 1) / 2);
+    check(ok, "ncclReduceScatter in place: the chunk over the rank's own slice of the input");
+    check(ncclReduceScatter(d, d + 1, n, ncclFloat, ncclSum, comm, 0) != ncclSuccess,
+          "ncclReduceScatter into its input other than in place is refused (the emulator's check: "
+          "NCCL leaves it undefined)");
     ncclAllReduce(out, out, n, ncclFloat, ncclSum, comm, 0);
     cudaMemcpy(h, out, sizeof(float) * n, cudaMemcpyDeviceToHost);
     check(h[0] == (float)(world * world * (world + 1) / 2), "ncclAllReduce in place");
