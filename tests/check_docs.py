@@ -20,7 +20,8 @@ and the working directory, shell variables and functions carry over from one
 command to the next. One line per command: PASS, FAIL (with what differs and
 the output's tail) or SKIP (with the reason); last line "N passed, N failed,
 N skipped". Exit 1 on any failure, 77 if nothing ran because everything was
-skipped, 0 otherwise, 2 on bad usage. Python 3 standard library only.
+skipped, 0 otherwise, 2 on bad usage. DOCS_TIMEOUT_SCALE=K multiplies every
+command's timeout (make sanitize: 4). Python 3 standard library only.
 """
 import argparse
 import concurrent.futures
@@ -49,6 +50,9 @@ def mpi_env():
 
 
 DEFAULT_TIMEOUT = 120.0
+# Every block's timeout times this: make sanitize sets it, whose
+# instrumented builds run the same commands several times slower.
+TIMEOUT_SCALE = float(os.environ.get("DOCS_TIMEOUT_SCALE") or 1.0)
 TAIL = 15  # lines of output shown under a FAIL
 
 # ---------------------------------------------------------------------------
@@ -544,11 +548,11 @@ def run_one(box, c, args):
     """Run one command in the file's sandbox: (passed, failed, report)."""
     b = c.block
     t0 = time.time()
-    rc, output = box.run(c.text, b.timeout)
+    rc, output = box.run(c.text, b.timeout * TIMEOUT_SCALE)
     took = time.time() - t0
     why = None
     if rc is None:
-        why = [f"timed out after {b.timeout:g} s (raise it with <!-- check: timeout=S -->)"]
+        why = [f"timed out after {b.timeout * TIMEOUT_SCALE:g} s (raise it with <!-- check: timeout=S -->)"]
     elif rc != b.exit:
         why = [f"exit {rc}, expected {b.exit}" + ("" if b.exit else
                " (if that is what it should do, mark the block <!-- check: exit=N -->)")]
