@@ -361,7 +361,7 @@ SAN_FLAGS := -O1 -g -std=c11 -Wall -Wextra -fsanitize=address,undefined -fno-omi
 EMU_BINS := fsdp-emu tests/test_kernels-emu tests/test_emu-emu
 sanitize:
 	rm -f fsdp $(TEST_BINS) $(EMU_BINS)
-	ASAN_OPTIONS=detect_leaks=0 DOCS_TIMEOUT_SCALE=4 $(MAKE) test CFLAGS="$(SAN_FLAGS)" NATIVE= EMU_SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+	ASAN_OPTIONS=detect_leaks=0 TIMEOUT_SCALE=4 $(MAKE) test CFLAGS="$(SAN_FLAGS)" NATIVE= EMU_SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
 	rm -f fsdp $(TEST_BINS) $(EMU_BINS)
 
 clean:

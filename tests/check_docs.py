@@ -20,7 +20,7 @@ and the working directory, shell variables and functions carry over from one
 command to the next. One line per command: PASS, FAIL (with what differs and
 the output's tail) or SKIP (with the reason); last line "N passed, N failed,
 N skipped". Exit 1 on any failure, 77 if nothing ran because everything was
-skipped, 0 otherwise, 2 on bad usage. DOCS_TIMEOUT_SCALE=K multiplies every
+skipped, 0 otherwise, 2 on bad usage. TIMEOUT_SCALE=K multiplies every
 command's timeout (make sanitize: 4). Python 3 standard library only.
 """
 import argparse
@@ -52,7 +52,7 @@ def mpi_env():
 DEFAULT_TIMEOUT = 120.0
 # Every block's timeout times this: make sanitize sets it, whose
 # instrumented builds run the same commands several times slower.
-TIMEOUT_SCALE = float(os.environ.get("DOCS_TIMEOUT_SCALE") or 1.0)
+TIMEOUT_SCALE = float(os.environ.get("TIMEOUT_SCALE") or 1.0)
 TAIL = 15  # lines of output shown under a FAIL
 
 # ---------------------------------------------------------------------------

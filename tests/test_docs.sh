@@ -18,7 +18,7 @@ d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 # ---- the pages ------------------------------------------------------------------
 pages=(README.md lectures/README.md)
 start=$SECONDS
-timeout 280 $CHECK "${pages[@]}" >"$d/pages.log" 2>&1; rc=$?
+timeout $((280 * ${TIMEOUT_SCALE:-1})) $CHECK "${pages[@]}" >"$d/pages.log" 2>&1; rc=$?
 cat "$d/pages.log"
 if [ $rc -eq 0 ]; then
   ok "${pages[*]}: every command that can run here passed ($((SECONDS - start)) s)"
@@ -31,7 +31,7 @@ fi
 fixture() {
   local name=$1 file=$2 want=$3; shift 3
   # the fixtures' timeouts as written, under make sanitize too
-  DOCS_TIMEOUT_SCALE= CHECK_DOCS_MARK="$d/mark" timeout 60 $CHECK --no-gpu "$@" "$file" >"$d/$name.log" 2>&1
+  TIMEOUT_SCALE= CHECK_DOCS_MARK="$d/mark" timeout 60 $CHECK --no-gpu "$@" "$file" >"$d/$name.log" 2>&1
   local rc=$?
   [ $rc -eq "$want" ] && ok "$file: exit $rc" || { bad "$file: exit $rc, expected $want"; sed 's/^/    /' "$d/$name.log"; }
 }
