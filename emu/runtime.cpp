@@ -1339,8 +1339,9 @@ ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataT
  * and device, NCCL collectives, and how many of those were queued behind
  * all the work the other streams had queued ("serialized": overlapping none
  * of what was queued before them); then a line a kernel, "rank R kernel
- * NAME N": its launches (element-wise passes are for_each_kernel<fn>). These are the GPU build's own choices,
- * the same on a GPU (the emulator only counts them), and they say what
+ * NAME N": its launches (element-wise passes are for_each_kernel<fn>).
+ * These are the GPU build's own choices, the same on a GPU (the emulator
+ * only counts them), and they say what
  * the GPU's speed alone cannot: a step that mallocs (the pool missed), waits
  * (the queue drains and the GPU idles) or launches thousands of small
  * kernels (the host, at a few microseconds a launch, falls behind the GPU)
@@ -1363,9 +1364,8 @@ static void counts_write(void) {
         snprintf(line, sizeof line, "rank %s kernel %s %ld\n", rank, k.first.c_str(), k.second);
         all += line;
     }
-    ssize_t n = (ssize_t)all.size();
     int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644); /* one write: lines stay whole */
-    if (fd < 0 || write(fd, all.data(), all.size()) != n)
+    if (fd < 0 || write(fd, all.data(), all.size()) != (ssize_t)all.size())
         fprintf(stderr, "emulator: FSDP_EMU_STATS=%s: cannot write the counts (%s)\n", path,
                 strerror(errno));
     if (fd >= 0) close(fd);

@@ -50,9 +50,20 @@ def mpi_env():
 
 
 DEFAULT_TIMEOUT = 120.0
-# Every block's timeout times this: make sanitize sets it, whose
-# instrumented builds run the same commands several times slower.
-TIMEOUT_SCALE = float(os.environ.get("TIMEOUT_SCALE") or 1.0)
+
+
+def timeout_scale():
+    """TIMEOUT_SCALE, the factor on every block's timeout: make sanitize
+    sets it, whose instrumented builds run the same commands slower."""
+    text = os.environ.get("TIMEOUT_SCALE") or "1"
+    if not text.isdigit() or int(text) < 1:
+        print(f"error: TIMEOUT_SCALE={text}: give a whole number from 1 (the factor on "
+              "every command's timeout), or unset it", file=sys.stderr)
+        sys.exit(2)
+    return int(text)
+
+
+TIMEOUT_SCALE = timeout_scale()
 TAIL = 15  # lines of output shown under a FAIL
 
 # ---------------------------------------------------------------------------

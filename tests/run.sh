@@ -13,6 +13,10 @@ failed_names=()
 
 # run NAME COMMAND...: at most RUN_LIMIT seconds, 300 unless set, times
 # TIMEOUT_SCALE (make sanitize sets 4: its instrumented builds run slower)
+if [[ ! "${TIMEOUT_SCALE:-1}" =~ ^[1-9][0-9]*$ ]]; then
+  echo "error: TIMEOUT_SCALE=$TIMEOUT_SCALE: give a whole number from 1 (the factor on every check's time limit), or unset it" >&2
+  exit 2
+fi
 run() {
   local name=$1; shift
   local log; log=$(mktemp)

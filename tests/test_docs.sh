@@ -73,6 +73,10 @@ has markup 'bad_markup.md:15 +a ```console block starts with a `\$ ` command lin
 fixture list $FIX/norun_no_reason.md 1 --list
 has list 'norun_no_reason.md:4  \$ touch' "--list prints the commands (and exits 1 on bad markup)"
 [ ! -e "$d/mark" ] && ok "--list runs nothing" || bad "--list ran a command"
+out=$(TIMEOUT_SCALE=0.5 $CHECK --list $FIX/pass.md 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q 'TIMEOUT_SCALE=0.5: give a whole number' <<<"$out" \
+  && ok "TIMEOUT_SCALE=0.5 is refused, exit 2, saying what to give" \
+  || bad "TIMEOUT_SCALE=0.5: exit $rc, '$out' (expected 2 and what to give)"
 
 echo
 [ $fail -eq 0 ] && echo "test_docs: all checks passed" || echo "test_docs: some checks FAILED"
