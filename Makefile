@@ -195,7 +195,7 @@ test:
 # show it as their own FAIL (or skip, saying why, without nvcc or CUDA's headers).
 test-build-cuda: | mpi
 	@$(MAKE) --no-print-directory -s -k gpu tests/bench_gpu tests/test_kernels \
-	  tests/gpu_probe $(EMU_BINS) >/dev/null 2>&1 || true
+	  tests/gpu_probe tests/kernel_times.so $(EMU_BINS) >/dev/null 2>&1 || true
 
 # What the checks need beyond a compiler and MPI, installed the way Open MPI
 # is, so a student's `make test` runs what CI runs instead of skipping it:
@@ -337,6 +337,14 @@ tests/test_emu-emu: $(EMU_DEPS) | mpi
 tests/gpu_probe: tests/gpu_probe.cu
 	$(NVCC) -O2 -std=c++17 $(GPU_WARNINGS) $< -o $@
 
+# Every kernel's time on the GPU, read by CUPTI (tests/kernel_times.cpp: a
+# library the CUDA driver loads, not linked into anything); make gpu-report
+# tables them. CUPTI is in the toolkit's lib64, or in extras/CUPTI (older ones).
+CUPTI_LIB := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so)) $(CUDA_HOME)/lib64/)
+tests/kernel_times.so: tests/kernel_times.cpp
+	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -shared -fPIC -I$(CUDA_HOME)/include -I$(CUDA_HOME)/extras/CUPTI/include \
+	  $< -o $@ -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) -lcupti -lpthread
+
 # On a machine with an NVIDIA GPU. The scripts look for a GPU first and build
 # what they need after (fsdp, fsdp-gpu, tests/st_diff, tests/bench_gpu), so a
 # machine without one (or without nvcc) gets the reason, not a build error.
@@ -365,5 +373,5 @@ sanitize:
 	rm -f fsdp $(TEST_BINS) $(EMU_BINS)
 
 clean:
-	rm -f fsdp fsdp-debug fsdp-gpu .gpu-arch $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe tests/test_kernels
+	rm -f fsdp fsdp-debug fsdp-gpu .gpu-arch $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe tests/kernel_times.so tests/test_kernels
 	rm -rf $(EMU_BINS) $(EMU_DIR)

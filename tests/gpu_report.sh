@@ -11,7 +11,10 @@
 #   3. phases: where a bf16 step's time goes  fsdp-gpu --trace, one GPU, 3 steps of the
 #                                             1.06B model and of GPT-2 (flash), tabled by
 #                                             sim/report.py --phases
-#   4. make bench-gpu                         the same as 2 in fp32, if time is left
+#   4. kernels: the same, kernel by kernel    CUPTI's times (tests/kernel_times.so) of a
+#                                             step of each, beside the roofline
+#                                             (tests/kernel_times.py)
+#   5. make bench-gpu                         the same as 2 in fp32, if time is left
 # within REPORT_SECONDS in all (540 unless set; each part gets what is
 # left), and writes DIR/summary.txt: each part's verdict and its figures,
 # beside each part's whole log. Please send the folder back with an issue.
@@ -68,6 +71,27 @@ one="$MPIRUN -np 1 ./fsdp-gpu --steps 3 --param-dtype bf16 --collectives nccl --
 part phases . bash -c "$one/1b.json --width 3840 --depth 9 --context 16 --embed-dim 16 \
   --batch 4096 >$out/1b.log 2>&1 && $one/gpt2.json --model gpt2 --batch 8 --context 1024 \
   --attention flash >$out/gpt2.log 2>&1 && python3 sim/report.py --phases $out/1b.json $out/gpt2.json"
+# Each kernel's time in a bf16 step of both models, as CUPTI saw it on the
+# GPU's clock (tests/kernel_times.so): a 5-step run less a 3-step run, so
+# no start-up, beside the roofline of this GPU (tests/kernel_times.py)
+case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) in
+  *H200*) roof=h200 ;; *A100*) roof=a100 ;; *) roof=h100 ;;
+esac
+kernel_table() { # NAME FLAGS...
+  local name=$1 s; shift
+  for s in 3 5; do
+    CUDA_INJECTION64_PATH=$PWD/tests/kernel_times.so KERNEL_TIMES=$out/$name.$s $MPIRUN -np 1 \
+      ./fsdp-gpu --steps "$s" --param-dtype bf16 --collectives nccl "$@" >"$out/$name.$s.log" 2>&1 ||
+      { echo "FAIL: ./fsdp-gpu --steps $s $* under tests/kernel_times.so: exit $?"; tail -5 "$out/$name.$s.log"; return 1; }
+  done
+  ./fsdp --plan --param-dtype bf16 "$@" --roofline "$roof" >"$out/$name.roofline.txt" 2>&1 || return 1
+  echo "== $name: ./fsdp-gpu --param-dtype bf16 $*, one GPU, a step kernel by kernel"
+  python3 tests/kernel_times.py "$out/$name.5.rank0.txt" --minus "$out/$name.3.rank0.txt" --steps 2 \
+    --roofline "$out/$name.roofline.txt" --top 25
+}
+export -f kernel_table; export out roof MPIRUN
+part kernels . bash -c "make -s tests/kernel_times.so && kernel_table 1b --width 3840 --depth 9 --context 16 \
+  --embed-dim 16 --batch 4096 && kernel_table gpt2 --model gpt2 --batch 8 --context 1024 --attention flash"
 part bench-fp32 '^==|per step|MFU|cuBLAS|FAIL' make -s bench-gpu
 cat "$summary"
 echo "the logs: $out/"

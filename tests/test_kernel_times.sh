@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# tests/kernel_times.so and tests/kernel_times.py, make gpu-report's table of
+# a GPU step kernel by kernel. Without a GPU, CUPTI records nothing, so:
+#  - the library builds against CUPTI, loads (its symbols and libcupti.so
+#    resolve), and at exit writes its file, here empty, saying so;
+#  - the reader, on hand-written files of known answer
+#    (tests/fixtures/kernel_times/: a start-up copy, then steps of 10 ms on
+#    the GPU's clock, each a GEMM of 4 ms, an all-gather of 3 overlapping
+#    it by 1, AdamW 1, a LayerNorm, a memset and a kernel it does not know,
+#    0.5 each): busy 7.5 of 10 ms, every kind's time, the roofline's rows
+#    read from ./fsdp --plan --roofline's own output, and bad input refused.
+source "$(dirname "$0")/lib.sh"
+d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
+fx=tests/fixtures/kernel_times
+kt() { python3 tests/kernel_times.py "$@"; }
+
+# ---- the library ----------------------------------------------------------------------
+if [ ! -e "${CUDA_HOME:-/usr/local/cuda}/include/cupti.h" ]; then
+  echo "note: no CUPTI here (${CUDA_HOME:-/usr/local/cuda}/include/cupti.h): the library is not built; the reader is checked below"
+elif ! make -s tests/kernel_times.so >"$d/build" 2>&1; then
+  bad "make tests/kernel_times.so: $(tail -3 "$d/build")"
+elif ! KERNEL_TIMES=$d/k python3 -c 'import ctypes; assert ctypes.CDLL("tests/kernel_times.so").InitializeInjection() == 1' 2>"$d/load"; then
+  bad "tests/kernel_times.so does not load, or InitializeInjection failed: $(tail -2 "$d/load")"
+elif ! head -1 "$d/k.rank0.txt" 2>/dev/null | grep -q "^# tests/kernel_times.so (CUPTI): 0 operations"; then
+  bad "tests/kernel_times.so wrote no $d/k.rank0.txt at exit: $(cat "$d/load")"
+else
+  ok "tests/kernel_times.so builds against CUPTI, loads, and writes KERNEL_TIMES.rank0.txt at exit (here 0 operations: $(head -1 "$d/load"))"
+fi
+
+# ---- the reader ------------------------------------------------------------------------
+./fsdp --plan --width 3840 --depth 9 --batch 4096 --param-dtype bf16 --roofline h100 >"$d/plan" 2>&1 || bad "./fsdp --plan --roofline: exit $?"
+kt "$fx/long.rank0.txt" --minus "$fx/short.rank0.txt" --steps 2 --roofline "$d/plan" >"$d/out" 2>&1 || bad "the reader: exit $?"
+has() { grep -qF -- "$1" "$d/out" && ok "$2: $1" || { bad "$2: want '$1' in:"; sed 's/^/    /' "$d/out"; }; }
+has "a step on the GPU's clock: 10.00 ms, busy 7.50 ms (75%), idle 2.50 ms" "the step and its idle time (3 steps less 1)"
+has "stream 13: busy 3.00 ms, most of it collectives (3.00 ms)" "a stream's busy time"
+has "stream 7: busy 6.50 ms, most of it matmuls (4.00 ms)" "the compute stream: overlap within it counted once"
+matmul_bound=$(awk '/^  matmuls/ { print $7 }' "$d/plan")
+[ -n "$matmul_bound" ] && grep -qE "^  matmuls \(Linear, Conv1D\) +4\.00 +$matmul_bound +" "$d/out" \
+  && ok "matmuls: 4.00 ms a step, beside the roofline's $matmul_bound (read from ./fsdp --plan --roofline h100's bf16 GEMM column)" \
+  || bad "the matmuls row, want 4.00 and $matmul_bound: $(grep matmuls "$d/out")"
+total=$(awk '/^roofline/ { r = 1 } r && /^  total/ { print $NF }' "$d/plan")
+grep -qE "^  the step, on the GPU clock +10\.00 +$total +0\.3$" "$d/out" \
+  && ok "the step, 10.00 ms, beside the roofline's total $total ms" || bad "the step's row, want 10.00 and $total: $(grep 'the step' "$d/out")"
+for want in "AdamW \(this rank's shards\) +1\.00" "layernorm +0\.50" "FSDP's passes .* +0\.50" "other +0\.50" "all \(stream by stream.* +9\.50"; do
+  grep -qE "^  $want" "$d/out" || bad "want a row '$want' in: $(cat "$d/out")"
+done
+has "for_each_kernel<adamw_one> (AdamW)" "for_each_kernel's names by their function"
+has "ncclDevKernel_AllGather_RING_LL (collectives)" "a kernel's parameter list left out"
+grep -q "memcpy HtoD" "$d/out" && bad "the start-up copy is in both runs, so --minus cancels it: $(grep memcpy "$d/out")"
+kt "$fx/long.rank0.txt" --steps 3 >"$d/out3" && grep -qE "^ +0\.333 +0\.3 +1000\.0  memcpy HtoD \(copies between host and GPU\)" "$d/out3" &&
+  grep -q "a step on the GPU's clock: 10.50 ms, busy 7.83 ms" "$d/out3" \
+  && ok "without --minus: a run's totals over its steps, the start-up copy included" || bad "--steps 3 alone: $(cat "$d/out3")"
+# the roofline's columns, and the math path's two attention rows summed
+kt "$fx/long.rank0.txt" --minus "$fx/short.rank0.txt" --steps 2 --roofline "$d/plan" --precision fp32 >"$d/fp32"
+grep -qE "^  matmuls.* $(awk '/^  matmuls/ { print $6 }' "$d/plan") " "$d/fp32" \
+  && ok "--precision fp32 reads the roofline's fp32 column" || bad "--precision fp32"
+./fsdp --plan --model gpt2 --batch 8 --context 1024 --roofline h100 >"$d/plan2" 2>&1
+att=$(awk '/^  attention/ { s += $(NF - 1) } END { printf "%.3f", s }' <(grep -v memory "$d/plan2"; grep memory "$d/plan2" | sed 's/ *(memory)$//'))
+kt "$fx/long.rank0.txt" --minus "$fx/short.rank0.txt" --steps 2 --roofline "$d/plan2" >"$d/math"
+grep -qE "^  attention +0\.00 +$att " "$d/math" \
+  && grep -q "note: the math path's attention GEMMs are cuBLAS kernels" "$d/math" \
+  && ok "the math path's two attention rows are one kind: $att ms, with a note on where its GEMMs went" || bad "attention's rows, want $att: $(grep attention "$d/math")"
+
+# ---- bad input: one line, exit 2 ----------------------------------------------------------
+refused() { # WHAT WANT ARGS...
+  local what=$1 want=$2; shift 2
+  kt "$@" >"$d/bad" 2>&1
+  local rc=$?
+  [ $rc -eq 2 ] && grep -q -- "$want" "$d/bad" && [ "$(wc -l <"$d/bad")" -eq 1 ] && ok "refused, exit 2: $what" \
+    || bad "$what: exit $rc, want 2 and '$want': $(cat "$d/bad")"
+}
+refused "a missing file" "cannot read $d/none" "$d/none"
+: >"$d/empty"; refused "a file with no operations" "no operations recorded" "$d/empty"
+echo "kernel 5 x 7 gemm" >"$d/garbled"; refused "a line that is not the library's" "garbled:1: not a line" "$d/garbled"
+refused "--minus with the longer run" "nothing left a step" "$fx/short.rank0.txt" --minus "$fx/long.rank0.txt"
+refused "--steps 0" "from 1" "$fx/long.rank0.txt" --steps 0
+refused "a roofline file without rows" "no roofline rows" "$fx/long.rank0.txt" --roofline "$d/empty"
+exit $fail
