@@ -8,12 +8,12 @@
 # so nvcc's device passes take a third of the time), then runs
 #   1. make test-gpu                          every kernel, then whole runs, against ./fsdp
 #   2. BENCH_PARAM_DTYPE=bf16 make bench-gpu  tokens/s and MFU in bf16 (GPT-2: --attention flash)
-#   3. phases: where a bf16 step's time goes  fsdp-gpu --trace, one GPU, 3 steps of the
-#                                             1.06B model and of GPT-2 (flash), tabled by
-#                                             sim/report.py --phases
-#   4. kernels: the same, kernel by kernel    CUPTI's times (tests/kernel_times.so) of a
-#                                             step of each, beside the roofline
+#   3. kernels: where a bf16 step's time goes CUPTI's times (tests/kernel_times.so) of a
+#                                             step of bench-gpu's two models, one GPU,
+#                                             kernel by kernel, beside the roofline
 #                                             (tests/kernel_times.py)
+#   4. phases: the same, by phase and unit    fsdp-gpu --trace, 3 steps of each, tabled by
+#                                             sim/report.py --phases
 #   5. make bench-gpu                         the same as 2 in fp32, if time is left
 # within REPORT_SECONDS in all (540 unless set; each part gets what is
 # left), and writes DIR/summary.txt: each part's verdict and its figures,
@@ -66,11 +66,6 @@ part() {
 part build 'error|FAIL' make -s -j"$(nproc)" fsdp fsdp-gpu tests/st_diff tests/test_kernels tests/bench_gpu
 part test-gpu '^FAIL|^[0-9]+ passed, [0-9]+ failed' make -s test-gpu
 part bench-bf16 '^==|per step|tokens/s|MFU|cuBLAS|NCCL|FAIL' env BENCH_PARAM_DTYPE=bf16 make -s bench-gpu
-# fsdp-gpu's flags for bench-gpu's two models (tests/bench_gpu.sh), in bf16 on one GPU, traced
-one="$MPIRUN -np 1 ./fsdp-gpu --steps 3 --param-dtype bf16 --collectives nccl --trace $out"
-part phases . bash -c "$one/1b.json --width 3840 --depth 9 --context 16 --embed-dim 16 \
-  --batch 4096 >$out/1b.log 2>&1 && $one/gpt2.json --model gpt2 --batch 8 --context 1024 \
-  --attention flash >$out/gpt2.log 2>&1 && python3 sim/report.py --phases $out/1b.json $out/gpt2.json"
 # Each kernel's time in a bf16 step of both models, as CUPTI saw it on the
 # GPU's clock (tests/kernel_times.so): a 5-step run less a 3-step run, so
 # no start-up, beside the roofline of this GPU (tests/kernel_times.py)
@@ -92,6 +87,11 @@ kernel_table() { # NAME FLAGS...
 export -f kernel_table; export out roof MPIRUN
 part kernels . bash -c "make -s tests/kernel_times.so && kernel_table 1b --width 3840 --depth 9 --context 16 \
   --embed-dim 16 --batch 4096 && kernel_table gpt2 --model gpt2 --batch 8 --context 1024 --attention flash"
+# fsdp-gpu's flags for bench-gpu's two models (tests/bench_gpu.sh), in bf16 on one GPU, traced
+one="$MPIRUN -np 1 ./fsdp-gpu --steps 3 --param-dtype bf16 --collectives nccl --trace $out"
+part phases . bash -c "$one/1b.json --width 3840 --depth 9 --context 16 --embed-dim 16 \
+  --batch 4096 >$out/1b.log 2>&1 && $one/gpt2.json --model gpt2 --batch 8 --context 1024 \
+  --attention flash >$out/gpt2.log 2>&1 && python3 sim/report.py --phases $out/1b.json $out/gpt2.json"
 part bench-fp32 '^==|per step|MFU|cuBLAS|FAIL' make -s bench-gpu
 cat "$summary"
 echo "the logs: $out/"
