@@ -276,7 +276,7 @@ export -f gpu_plan
 export MPIRUN
 export -f gpu_build
 run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped; make gpu-report skips, saying why" bash -c gpu_build
-run "make gpu-report's kernel-by-kernel table: tests/kernel_times.so builds against CUPTI and loads; tests/kernel_times.py adds up hand-written GPU timelines of known answer, beside ./fsdp --plan --roofline's rows, and refuses bad input" bash tests/test_kernel_times.sh
+run "make gpu-report's kernel-by-kernel table: tests/kernel_times.so builds against CUPTI and loads; tests/kernel_times.py adds up hand-written GPU timelines of known answer, beside ./fsdp --plan --roofline's rows, gives every kernel fsdp-gpu has a kind, and refuses bad input" bash tests/test_kernel_times.sh
 
 # -- the course and the README's commands --------------------------------------------------
 run "README's commands run and print what it shows (tests/check_docs.py), and the checker can fail" bash tests/test_docs.sh
