@@ -344,11 +344,14 @@ static void run_plan(const Config *cfg, MPI_Comm comm) {
             snprintf(name, sizeof(name), "host: %s", MEM_CATEGORY_NAMES[k]);
             print_plan_row(name, most);
         }
-        for (int k = 0; k < COMM_NUM_KINDS; k++)
+        double sent = 0.0; /* rank 0's, in the step booked second */
+        for (int k = 0; k < COMM_NUM_KINDS; k++) {
             printf("  %-14s %4ld calls, %18.0f bytes sent per rank in a step\n", COMM_KIND_NAMES[k],
                    t->comm.calls[k] - calls[k], t->comm.bytes_sent[k] - bytes[k]);
+            sent += t->comm.bytes_sent[k] - bytes[k];
+        }
         print_plan_compute(t);
-        if (cfg->roofline) print_roofline(t, cfg->roofline);
+        if (cfg->roofline) print_roofline(t, cfg->roofline, sent);
         if (cfg->vram) {
             char a[32], b[32];
             double over = peak[MEM_NUM_CATEGORIES] - (double)cfg->vram;

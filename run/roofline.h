@@ -48,9 +48,15 @@
  * figure PyTorch and llm.c report) follows: with fp32 GEMMs it can never
  * pass fp32 peak / bf16 peak, 7% on an H100.
  *
- * Not counted: collectives (they run on the communication stream beside
- * these; the plan's table above gives their bytes, and --net prices
- * them), zeroing and copies, kernel launch gaps.
+ * Not counted in the kernels: collectives (they run on the communication
+ * stream beside them), zeroing and copies, kernel launch gaps. On more
+ * than one rank the collectives get lines of their own: the bytes this
+ * rank sends in a step (the plan's table) over the GPUs' NVLink, by
+ * bandwidth alone, set beside the kernels' time. Prefetch can hide them
+ * behind the kernels only while the kernels take longer: a unit's
+ * all-gathers and reduce-scatter move 3 x its parameters in a step
+ * whatever the batch, while its kernels' time grows with the tokens a GPU
+ * computes. --net prices each collective on other interconnects.
  * ========================================================================== */
 
 /* Dense peaks from the vendors' data sheets (no sparsity), and HBM's
@@ -59,12 +65,14 @@ typedef struct {
     const char *flag, *name;
     double fp32, tf32, bf16; /* TFLOP/s */
     double tbps;             /* TB/s */
+    const char *link;        /* what joins a node's GPUs ... */
+    double link_gbps;        /* ... and its GB/s a GPU in each direction */
 } GpuPeaks;
 
 static const GpuPeaks GPU_PEAKS[] = {
-    {"h100", "an H100 SXM", 66.9, 494.7, 989.4, 3.35},
-    {"h200", "an H200 SXM", 66.9, 494.7, 989.4, 4.8},
-    {"a100", "an A100 SXM 80 GB", 19.5, 156.0, 312.0, 2.039},
+    {"h100", "an H100 SXM", 66.9, 494.7, 989.4, 3.35, "NVLink 4", 450.0},
+    {"h200", "an H200 SXM", 66.9, 494.7, 989.4, 4.8, "NVLink 4", 450.0},
+    {"a100", "an A100 SXM 80 GB", 19.5, 156.0, 312.0, 2.039, "NVLink 3", 300.0},
 };
 
 /* One line of the table: a kind of kernel, summed over the step. Values
@@ -344,7 +352,32 @@ static double roof_seconds(const KernelCost *k, const GpuPeaks *g, int mode) {
     return fmax(k->flops / (peak * 1e12), bytes / (g->tbps * 1e12)) + packing;
 }
 
-static void print_roofline(const Trainer *t, const char *gpu) {
+/* The collectives beside the kernels: a ring's bytes sent by a rank cross
+ * its link one way, so they take sent / the link's bandwidth at least.
+ * `kernels` is the step's roofline as built, `fixed` the part of it that
+ * does not grow with the tokens (AdamW and the passes over the shard). */
+static void print_roofline_collectives(const GpuPeaks *g, double sent,
+                                       double kernels, double fixed, double model,
+                                       double tokens) {
+    double comm = 1e3 * sent / (g->link_gbps * 1e9); /* ms */
+    printf("  collectives: %.3f GB sent by this rank a step, over %s (%.0f GB/s a direction): "
+           "at least %.3f ms\n",
+           sent / 1e9, g->link, g->link_gbps, comm);
+    if (comm <= kernels) {
+        printf("    the kernels take longer (%.3f ms): prefetch can hide the collectives behind "
+               "them\n",
+               kernels);
+        return;
+    }
+    printf("    longer than the kernels' %.3f ms: even hidden behind them by prefetch, a step "
+           "takes %.3f ms, %.1f%% MFU (of the bf16 peak) at best\n",
+           kernels, comm, 100.0 * model / (comm / 1e3 * g->bf16 * 1e12));
+    printf("    the kernels grow with the tokens a GPU computes (%.0f here), the collectives do "
+           "not: they hide from about %.0f tokens a GPU\n",
+           tokens, tokens * (comm - fixed) / (kernels - fixed));
+}
+
+static void print_roofline(const Trainer *t, const char *gpu, double sent) {
     const GpuPeaks *g = &GPU_PEAKS[0];
     for (size_t i = 0; i < sizeof(GPU_PEAKS) / sizeof(GPU_PEAKS[0]); i++)
         if (!strcmp(gpu, GPU_PEAKS[i].flag)) g = &GPU_PEAKS[i];
@@ -356,12 +389,15 @@ static void print_roofline(const Trainer *t, const char *gpu) {
            g->name, g->fp32, g->tf32, g->bf16, g->tbps);
     printf("  %-32s %9s %10s %9s %12s %9s\n", "kernel", "GFLOP", "GB (fp32)", "ms fp32",
            "ms bf16 GEMM", "ms bf16");
-    double total[ROOF_MODES] = {0.0}, flops = 0.0, attention = 0.0;
+    double total[ROOF_MODES] = {0.0}, fixed[ROOF_MODES] = {0.0}, flops = 0.0, attention = 0.0;
     for (int i = 0; i < r.n; i++) {
         const KernelCost *k = &r.k[i];
         double ms[ROOF_MODES];
         for (int m = 0; m < ROOF_MODES; m++) total[m] += ms[m] = 1e3 * roof_seconds(k, g, m);
         if (!strncmp(k->name, "attention", 9)) attention += ms[ROOF_BF16];
+        if (!strncmp(k->name, "AdamW", 5) || !strncmp(k->name, "gradient norm", 13) ||
+            !strncmp(k->name, "all-gathers", 11)) /* a pass over the shard, whatever the batch */
+            for (int m = 0; m < ROOF_MODES; m++) fixed[m] += ms[m];
         flops += k->flops;
         printf("  %-32s %9.1f %10.3f %9.3f %12.3f %9.3f%s\n", k->name, k->flops / 1e9,
                (4.0 * (k->values16 + k->values32)) / 1e9, ms[0], ms[1], ms[2],
@@ -387,4 +423,7 @@ static void print_roofline(const Trainer *t, const char *gpu) {
         printf("  attention, fused, is %.0f%% of the bf16 time at its roofline; the kernels "
                "built here take longer (make test-gpu prints their TFLOP/s)\n",
                100.0 * attention / total[ROOF_BF16]);
+    int built = t->cfg.param_dtype == DTYPE_FP32 ? ROOF_FP32 : ROOF_BF16_GEMM;
+    if (t->comm.world > 1 && sent > 0.0)
+        print_roofline_collectives(g, sent, total[built], fixed[built], model, tokens);
 }

@@ -2,7 +2,9 @@
 # tests/bench_gpu.sh — fsdp-gpu on a 1B-parameter model; `make bench-gpu` runs it.
 #
 # Trains --width 3840 --depth 9 (1,063,907,072 parameters) under full_shard,
-# one rank per GPU, NCCL collectives, and prints
+# one rank per GPU, NCCL collectives, 4096 tokens a GPU (the global batch
+# grows with the GPUs, as GPT-2's below and as torchtitan's local batch),
+# and prints
 #   - tokens/s and the achieved TFLOP/s, counting the model's FLOPs per step as
 #     6 x parameters x tokens (2 forward, 4 backward per parameter per token:
 #     the usual estimate; here >99.7% of the parameters are in GEMMs);
@@ -23,7 +25,14 @@
 # A step's time is the difference of two runs (3 steps and BENCH_STEPS), so
 # the first steps' warm-up (cuBLAS heuristics, NCCL connections) drops out.
 #
-# Environment: BENCH_WIDTH, BENCH_DEPTH, BENCH_BATCH (global), BENCH_STEPS,
+# Why 4096 tokens a GPU and not 4096 in all: a step's collectives move 3 x
+# the parameters whatever the batch (5.6 GB a GPU in bf16 on 8), which
+# takes 12.4 ms at NVLink 4's 450 GB/s a direction at the least, and 512
+# tokens a GPU take 4.9 ms of kernels at their roofline: communication-
+# bound, 26.6% MFU at most, short of the goal whatever the kernels do.
+# At 4096 a GPU the kernels take 31 ms and prefetch hides the collectives
+# behind them (./fsdp --plan --roofline h100 on 8 ranks says both; below).
+# Environment: BENCH_WIDTH, BENCH_DEPTH, BENCH_BATCH (a GPU's), BENCH_STEPS,
 # TF32=1 (fsdp-gpu --tf32, bench_gpu --tf32, MFU against the TF32 peak),
 # BENCH_PARAM_DTYPE=bf16 (fsdp-gpu --param-dtype bf16: the Linear GEMMs on
 # the tensor cores; MFU against the bf16 peak), BENCH_ATTENTION=math|flash
@@ -49,6 +58,13 @@ if ! nogpu=$( (find_gpus bench-gpu) ); then
     # shellcheck disable=SC2086  # the flags are a word list
     ./fsdp --plan $model --roofline h100 | sed -n '/^roofline/,$p' | sed 's/^/  /'
   done
+  # On 8 GPUs, the collectives beside the kernels: why the batch grows with the GPUs
+  for b in 4096 $((8 * ${BENCH_BATCH:-4096})); do
+    echo
+    echo "  mpirun -np 8 ./fsdp --plan --width ${BENCH_WIDTH:-3840} --depth ${BENCH_DEPTH:-9} --batch $b --param-dtype bf16 --roofline h100"
+    $MPIRUN -np 8 ./fsdp --plan --width "${BENCH_WIDTH:-3840}" --depth "${BENCH_DEPTH:-9}" --batch "$b" --param-dtype bf16 \
+      --roofline h100 2>&1 | sed -n '/^  model FLOPs/,$p' | grep -v '^    fp32' | sed 's/^/  /'
+  done
   echo
   echo "$nogpu"
   exit 77
@@ -60,12 +76,9 @@ command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/loca
 make -s -j"$(nproc)" fsdp-gpu tests/bench_gpu >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp-gpu tests/bench_gpu"; exit 1; }
 
 # ---- the configuration and its parameter count -----------------------------------
-W=${BENCH_WIDTH:-3840} L=${BENCH_DEPTH:-9} B=${BENCH_BATCH:-4096} S=${BENCH_STEPS:-13}
+W=${BENCH_WIDTH:-3840} L=${BENCH_DEPTH:-9} S=${BENCH_STEPS:-13}
+B=$((${BENCH_BATCH:-4096} * GPUS)) # global: BENCH_BATCH tokens a GPU
 V=256 C=16 T=16   # vocabulary (bytes), --embed-dim, --context (the small preset's)
-if [ $((B % GPUS)) -ne 0 ]; then   # every rank takes the same share
-  echo "note: --batch $B does not divide by $GPUS GPUs; using $(((B / GPUS + 1) * GPUS))"
-  B=$(((B / GPUS + 1) * GPUS))
-fi
 # fsdp.c's config_total_numel: embed + proj_in + L blocks (norm, fc1, fc2) + norm_f + head
 P=$((V * C + (T * C * W + W) + L * (2 * W + (4 * W * W + 4 * W) + (4 * W * W + W)) + 2 * W + (V * W + V)))
 BLOCK_MIB=$(awk -v w="$W" 'BEGIN { printf "%.0f", (8 * w * w + 7 * w) * 4 / 1048576 }')

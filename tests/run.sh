@@ -172,7 +172,7 @@ offload_threads() {
 export -f offload_threads
 run "cpu offload's host AdamW on 1, 2 and OMP_NUM_THREADS=100000 threads per rank (OpenMP): the same bits" bash -c offload_threads
 run "checkpoints of zero1, hybrid_shard and bf16: resume bitwise, reshard to other strategies" bash tests/test_strategies.sh
-run "--plan equals a real run's ledger, category by category; 7.5B parameters planned" bash tests/test_plan.sh
+run "--plan equals a real run's ledger, category by category; 7.5B parameters planned; --roofline sets the collectives over NVLink beside the kernels on 3 and 8 ranks" bash tests/test_plan.sh
 
 # -- activation checkpointing: bitwise equal, L-1 blocks' activations less, no collective more ----
 for st in full_shard shard_grad_op no_shard; do

@@ -4,7 +4,8 @@
 # category's peak (the largest over the ranks), byte for byte, against the
 # run's --json, for each strategy and option that changes memory. And a
 # model far over the 2^30 parameters the simulator trains is planned
-# (the ZeRO paper's 7.5B, lecture 16) without allocating it.
+# (the ZeRO paper's 7.5B, lecture 16) without allocating it. And
+# --roofline's collectives on more than one rank (at the end).
 source "$(dirname "$0")/lib.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 i=0
@@ -51,4 +52,43 @@ echo "$out" | grep -q "7521218816 parameters" && echo "$out" | grep -q "model st
   && ok "7.5B parameters planned on 8 ranks: full_shard's model states 16 x 7521218816 / 8 = 15042437632 bytes" || { bad "7.5B plan"; echo "$out" | tail -12; }
 timeout 60 $MPIRUN -np 2 ./fsdp --width 8192 --depth 14 --steps 1 >"$d/big" 2>&1
 [ $? -eq 2 ] && grep -q "or --plan to see its memory without training it" "$d/big" && ok "training it is refused (exit 2), pointing at --plan" || bad "7.5B training not refused: $(tail -2 "$d/big")"
+# --roofline on more than one rank: the collectives beside the kernels.
+# A rank's bytes sent (the plan's three lines) over NVLink 4's 450 GB/s;
+# against the kernels' roofline as built (bf16 GEMM, or fp32), the step's
+# bound, and the tokens a GPU from which prefetch can hide them (the
+# kernels less AdamW's pass over the shard grow with the tokens: within
+# 1%, as the table's figures are rounded).
+roof() { # NP BATCH [FLAGS]: the plan's output in $d/roof
+  local np=$1 b=$2; shift 2
+  timeout 120 $MPIRUN -np "$np" ./fsdp --plan --width 3840 --depth 9 --batch "$b" --roofline h100 "$@" >"$d/roof" 2>&1 || bad "--plan --roofline on $np ranks: exit $?"
+}
+want() { # the figures the collectives' lines should give, from the table above them
+  awk -v col="$1" '
+    / bytes sent per rank in a step/ { sent += $(NF - 7) }
+    /^roofline/ { r = 1 }
+    r && /^  AdamW/ { fixed = $(NF - 3 + col) }
+    r && /^  total/ { kernels = $(NF - 2 + col) }
+    /^  model FLOPs/ { model = $3 * 1e12 }
+    /^  compute / { tokens = $(NF - 1) }
+    END { comm = sent / 450e9 * 1e3; printf "%.3f GB sent by this rank a step, over NVLink 4 (450 GB/s a direction): at least %.3f ms|%.3f|%.1f%%|%.0f\n",
+          sent / 1e9, comm, kernels, 100 * model / (comm / 1e3 * 989.4e12), tokens * (comm - fixed) / (kernels - fixed) }' "$d/roof"
+}
+roof 8 4096 --param-dtype bf16
+IFS='|' read -r line kernels mfu hide <<<"$(want 1)"
+grep -qF "  collectives: $line" "$d/roof" && grep -qF "longer than the kernels' $kernels ms" "$d/roof" &&
+  grep -qF "$mfu MFU (of the bf16 peak) at best" "$d/roof" &&
+  awk -v want="$hide" '/they hide from about/ { n++; got = $(NF - 3) } END { exit !(n == 1 && got - want <= want / 100 && want - got <= want / 100) }' "$d/roof" \
+  && ok "--roofline on 8 ranks, 512 tokens a GPU: collectives $line, past the kernels' $kernels ms: $mfu MFU at best, hidden from $hide tokens a GPU" \
+  || { bad "--roofline's collectives on 8 ranks, want '$line', $kernels, $mfu, $hide:"; sed -n '/bytes sent/p; /collectives:/,$p' "$d/roof"; }
+roof 8 32768 --param-dtype bf16
+IFS='|' read -r line kernels _ _ <<<"$(want 1)"
+grep -qF "  collectives: $line" "$d/roof" && grep -qF "the kernels take longer ($kernels ms): prefetch can hide the collectives" "$d/roof" \
+  && ok "--roofline on 8 ranks, 4096 tokens a GPU: the kernels' $kernels ms hide the collectives ($line)" \
+  || { bad "--roofline at 4096 tokens a GPU, want '$line' and $kernels ms:"; sed -n '/collectives:/,$p' "$d/roof"; }
+roof 3 96
+IFS='|' read -r line kernels _ _ <<<"$(want 0)"
+grep -qF "  collectives: $line" "$d/roof" && grep -qF "longer than the kernels' $kernels ms" "$d/roof" \
+  && ok "--roofline in fp32 on 3 ranks: the fp32 column's $kernels ms beside $line" || { bad "fp32 on 3 ranks, want '$line', $kernels:"; sed -n '/collectives:/,$p' "$d/roof"; }
+roof 1 4096 --param-dtype bf16
+grep -q "collectives:" "$d/roof" && bad "one rank sends nothing, yet: $(grep -A2 collectives: "$d/roof")" || ok "--roofline on one rank: no collectives line"
 exit $fail
