@@ -56,7 +56,9 @@
  * behind the kernels only while the kernels take longer: a unit's
  * all-gathers and reduce-scatter move 3 x its parameters in a step
  * whatever the batch, while its kernels' time grows with the tokens a GPU
- * computes. --net prices each collective on other interconnects.
+ * computes. A bound, like the rest: NCCL reaches about 80% of the link,
+ * and a step's first all-gather and last reduce-scatter have no kernels
+ * to hide behind. --net prices each collective on other interconnects.
  * ========================================================================== */
 
 /* Dense peaks from the vendors' data sheets (no sparsity), and HBM's
@@ -356,13 +358,17 @@ static double roof_seconds(const KernelCost *k, const GpuPeaks *g, int mode) {
  * its link one way, so they take sent / the link's bandwidth at least.
  * `kernels` is the step's roofline as built, `fixed` the part of it that
  * does not grow with the tokens (AdamW and the passes over the shard). */
-static void print_roofline_collectives(const GpuPeaks *g, double sent,
-                                       double kernels, double fixed, double model,
-                                       double tokens) {
+static void print_roofline_collectives(const GpuPeaks *g, int N, double sent, double kernels,
+                                       double fixed, double model, double tokens) {
     double comm = 1e3 * sent / (g->link_gbps * 1e9); /* ms */
     printf("  collectives: %.3f GB sent by this rank a step, over %s (%.0f GB/s a direction): "
            "at least %.3f ms\n",
            sent / 1e9, g->link, g->link_gbps, comm);
+    if (N > 8) /* a node holds 8 such GPUs; between nodes, a NIC a GPU */
+        printf("    as if all %d GPUs shared one NVLink domain: across nodes each GPU has "
+               "~50 GB/s (400 Gb/s InfiniBand), and --net nvlink+ib prices a run's "
+               "collectives so\n",
+               N);
     if (comm <= kernels) {
         printf("    the kernels take longer (%.3f ms): prefetch can hide the collectives behind "
                "them\n",
@@ -373,7 +379,7 @@ static void print_roofline_collectives(const GpuPeaks *g, double sent,
            "takes %.3f ms, %.1f%% MFU (of the bf16 peak) at best\n",
            kernels, comm, 100.0 * model / (comm / 1e3 * g->bf16 * 1e12));
     printf("    the kernels grow with the tokens a GPU computes (%.0f here), the collectives do "
-           "not: they hide from about %.0f tokens a GPU\n",
+           "not: from about %.0f tokens a GPU on, prefetch can hide them\n",
            tokens, tokens * (comm - fixed) / (kernels - fixed));
 }
 
@@ -425,5 +431,5 @@ static void print_roofline(const Trainer *t, const char *gpu, double sent) {
                100.0 * attention / total[ROOF_BF16]);
     int built = t->cfg.param_dtype == DTYPE_FP32 ? ROOF_FP32 : ROOF_BF16_GEMM;
     if (t->comm.world > 1 && sent > 0.0)
-        print_roofline_collectives(g, sent, total[built], fixed[built], model, tokens);
+        print_roofline_collectives(g, t->comm.world, sent, total[built], fixed[built], model, tokens);
 }

@@ -104,7 +104,7 @@ totals() {
   sed -n 's/^\([0-9]*\) steps in .*: \([0-9.]*\) ms\/step.*/\1 \2/p' "$1" |
     awk 'NF == 2 { print $1, $1 * $2 }'
 }
-echo "fsdp-gpu: --width $W --depth $L --context $T --embed-dim $C, global batch $B on $GPUS GPU(s), full_shard, nccl, $prec"
+echo "fsdp-gpu: --width $W --depth $L --context $T --embed-dim $C, global batch $B (BENCH_BATCH=${BENCH_BATCH:-4096} tokens a GPU) on $GPUS GPU(s), full_shard, nccl, $prec"
 train "$S" "$d/long.log"
 { head -2 "$d/long.log"; grep '^step ' "$d/long.log" | sed -n '1p; $p'; } | sed 's/^/  /'
 grep -E '^[0-9]+ steps in|^per step on rank 0|total \(peak' "$d/long.log" | sed 's/^/  /'

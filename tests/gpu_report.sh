@@ -69,13 +69,14 @@ part bench-bf16 '^==|per step|tokens/s|MFU|cuBLAS|NCCL|FAIL' env BENCH_PARAM_DTY
 # Each kernel's time in a bf16 step of both models, as CUPTI saw it on the
 # GPU's clock (tests/kernel_times.so): a 5-step run less a 3-step run, so
 # no start-up, beside the roofline of this GPU (tests/kernel_times.py)
+# (the SXM parts' peaks: a PCIe or NVL card's are lower, so its ratios read high)
 case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) in
   *H200*) roof=h200 ;; *A100*) roof=a100 ;; *) roof=h100 ;;
 esac
 kernel_table() { # NAME FLAGS...
   local name=$1 s; shift
   for s in 3 5; do
-    CUDA_INJECTION64_PATH=$PWD/tests/kernel_times.so KERNEL_TIMES=$out/$name.$s $MPIRUN -np 1 \
+    CUDA_INJECTION64_PATH=$PWD/tests/kernel_times.so KERNEL_TIMES=$out/$name.$s timeout 180 $MPIRUN -np 1 \
       ./fsdp-gpu --steps "$s" --param-dtype bf16 --collectives nccl "$@" >"$out/$name.$s.log" 2>&1 ||
       { echo "FAIL: ./fsdp-gpu --steps $s $* under tests/kernel_times.so: exit $?"; tail -5 "$out/$name.$s.log"; return 1; }
   done

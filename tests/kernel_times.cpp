@@ -3,7 +3,7 @@
  * tells, from a library of a hundred lines, for machines that have the CUDA
  * toolkit but not Nsight. make gpu-report tables a bf16 step of bench-gpu's
  * two models with it, kernel by kernel, beside the roofline
- * (sim/report.py --kernels).
+ * (tests/kernel_times.py).
  *
  * It is not linked into anything. The CUDA driver loads it into a program
  * that uses a GPU when CUDA_INJECTION64_PATH names it (CUPTI's injection:
@@ -13,16 +13,19 @@
  *   make tests/kernel_times.so
  *   CUDA_INJECTION64_PATH=$PWD/tests/kernel_times.so KERNEL_TIMES=k \
  *     mpirun -np 1 ./fsdp-gpu --model gpt2 --steps 3 --param-dtype bf16
- *   python3 sim/report.py --kernels k.rank0.txt --steps 3
+ *   python3 tests/kernel_times.py k.rank0.txt --steps 3
  *
  * Each process writes KERNEL_TIMES.rankR.txt at exit (R from the launcher:
- * Open MPI, Slurm or torchrun's variable, else 0), one line an operation:
+ * Open MPI, Slurm or torchrun's variable; a process no launcher numbered,
+ * KERNEL_TIMES.pidP.txt, so a helper of the launcher's that opens CUDA
+ * cannot overwrite rank 0's file), one line an operation:
  *   kernel START END STREAM NAME          (NAME demangled, last: it has spaces)
  *   memcpy START END STREAM BYTES KIND    (KIND: HtoD, DtoH, DtoD, ...)
  *   memset START END STREAM BYTES
  * in nanoseconds of CUPTI's clock. What CUPTI records is the GPU's own
  * timing (the activity API; PyTorch's profiler reads it too), and kernels
- * on different streams still run at once: it serialises nothing. */
+ * on different streams still run at once: it serialises nothing, though
+ * each launch costs the host a little more. */
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -30,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -42,9 +46,13 @@ struct Op {
     uint32_t stream;
     std::string name; /* a kernel's name, or a copy's direction */
 };
-std::mutex ops_lock; /* CUPTI hands buffers back from a thread of its own */
-std::vector<Op> ops;
-long dropped;
+/* CUPTI hands buffers back from a thread of its own, and may hand one
+ * more back as CUDA tears down after the file is written: so the list is
+ * made once and never destroyed, and `written` tells a late buffer to go. */
+std::mutex ops_lock;
+std::vector<Op> *ops = new std::vector<Op>;
+long dropped, incomplete;
+bool written;
 
 void check(CUptiResult r, const char *call) {
     if (r == CUPTI_SUCCESS) return;
@@ -54,6 +62,7 @@ void check(CUptiResult r, const char *call) {
 }
 
 std::string demangled(const char *name) {
+    if (!name) return "(no name)";
     int status = 0;
     char *d = abi::__cxa_demangle(name, nullptr, nullptr, &status);
     std::string s = status == 0 && d ? d : name;
@@ -90,7 +99,10 @@ void keep(CUpti_Activity *r) {
         return;
     }
     std::lock_guard<std::mutex> hold(ops_lock);
-    ops.push_back(std::move(op));
+    if (op.start == 0 || op.end < op.start) /* a forced flush's unfinished record */
+        incomplete++;
+    else if (!written)
+        ops->push_back(std::move(op));
 }
 
 /* CUPTI asks for a buffer to fill, and hands it back full (or at a flush) */
@@ -111,24 +123,32 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t stream, uint8_t *buffer, size
     free(buffer);
 }
 
-const char *rank_of_process() {
+/* "rank3", or "pid1234" for a process no launcher numbered */
+std::string process_name() {
     for (const char *v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"})
-        if (getenv(v)) return getenv(v);
-    return "0";
+        if (getenv(v)) return std::string("rank") + getenv(v);
+    return "pid" + std::to_string(getpid());
 }
 
+constexpr CUpti_ActivityKind RECORDED[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                          CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
+
 void write_at_exit() {
+    for (CUpti_ActivityKind k : RECORDED) check(cuptiActivityDisable(k), "cuptiActivityDisable");
     check(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
-    std::string path = std::string(getenv("KERNEL_TIMES")) + ".rank" + rank_of_process() + ".txt";
+    std::lock_guard<std::mutex> hold(ops_lock);
+    written = true;
+    std::string path = std::string(getenv("KERNEL_TIMES")) + "." + process_name() + ".txt";
     FILE *f = fopen(path.c_str(), "w");
     if (!f) {
         fprintf(stderr, "kernel_times: cannot write %s: %s\n", path.c_str(), strerror(errno));
         return;
     }
-    std::lock_guard<std::mutex> hold(ops_lock);
-    fprintf(f, "# tests/kernel_times.so (CUPTI): %zu operations, %ld records dropped; ns\n",
-            ops.size(), dropped);
-    for (const Op &op : ops) {
+    fprintf(f,
+            "# tests/kernel_times.so (CUPTI): %zu operations, %ld records dropped, %ld "
+            "unfinished left out; ns\n",
+            ops->size(), dropped, incomplete);
+    for (const Op &op : *ops) {
         if (op.what == MEMCPY)
             fprintf(f, "memcpy %llu %llu %u %llu %s\n", (unsigned long long)op.start,
                     (unsigned long long)op.end, op.stream, (unsigned long long)op.bytes,
@@ -154,9 +174,7 @@ extern "C" int InitializeInjection(void) {
     }
     check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed),
           "cuptiActivityRegisterCallbacks");
-    for (CUpti_ActivityKind k : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                 CUPTI_ACTIVITY_KIND_MEMSET})
-        check(cuptiActivityEnable(k), "cuptiActivityEnable");
+    for (CUpti_ActivityKind k : RECORDED) check(cuptiActivityEnable(k), "cuptiActivityEnable");
     atexit(write_at_exit);
     return 1;
 }

@@ -29,10 +29,11 @@ import signal
 import sys
 
 # Kinds of work, the first that matches a kernel's short name. The names
-# are the roofline's rows (./fsdp --plan --roofline), where it has one.
+# are the roofline's rows (./fsdp --plan --roofline), where it has one:
+# ROOFLINE_ROWS gives the first word of the rows a kind is compared with.
 KINDS = [
     ("collectives (NCCL's kernels)", r"^nccl"),
-    ("matmuls (Linear, Conv1D)", r"gemm|nvjet|cutlass|xmma|gemv|splitK|^sm\d+_|bias_broadcast"),
+    ("matmuls (Linear, Conv1D)", r"gemm|nvjet|cutlass|xmma|gemv|splitK|cublas|^sm\d+_|bias_broadcast"),
     ("attention", r"flash|causal_softmax|attention"),
     ("layernorm", r"layernorm"),
     ("cross-entropy (softmax over V)", r"crossentropy"),
@@ -47,6 +48,7 @@ KINDS = [
      r"pack_one|unpack|scale_one|scale_half|round_one|round_copy|add_one|^memset|^memcpy"),
 ]
 OTHER = "other"
+ROOFLINE_ROWS = {"FSDP's": ["all-gathers:"]}  # zero1's shards packed for its all-gather
 
 
 class BadInput(Exception):
@@ -56,6 +58,7 @@ class BadInput(Exception):
 def short_name(name):
     """A demangled kernel name as the emulator's FSDP_EMU_STATS spells it:
     no return type, no parameter list, for_each_kernel<fn> by its fn."""
+    name = name.replace("(anonymous namespace)", "anonymous_namespace")  # no "(" of its own
     if name.startswith("void "):
         name = name[5:]
     depth = 0
@@ -67,7 +70,7 @@ def short_name(name):
         elif c == "(" and depth == 0:
             name = name[:i]
             break
-    m = re.match(r"for_each_kernel<&\(?(\w+)", name)
+    m = re.search(r"for_each_kernel<&\(?(?:\w+::)*(\w+)", name)
     return f"for_each_kernel<{m.group(1)}>" if m else name
 
 
@@ -205,7 +208,9 @@ def report(t, steps, roofline, top):
         head += f" {'roofline ms':>12} {'x roofline':>10}"
     out.append(head)
     for kind in [k for k, _ in KINDS] + [OTHER]:
-        bound = roofline.get(kind.split()[0].lower()) if roofline is not None else None
+        keys = ROOFLINE_ROWS.get(kind.split()[0], [kind.split()[0].lower()])
+        rows = [roofline[k] for k in keys if k in roofline] if roofline is not None else []
+        bound = sum(rows) if rows else None
         if kind not in kinds and bound is None:
             continue
         line = f"  {kind:58} {ms(kinds.get(kind, 0)):8.2f}"

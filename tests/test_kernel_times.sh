@@ -5,10 +5,12 @@
 #    resolve), and at exit writes its file, here empty, saying so;
 #  - the reader, on hand-written files of known answer
 #    (tests/fixtures/kernel_times/: a start-up copy, then steps of 10 ms on
-#    the GPU's clock, each a GEMM of 4 ms, an all-gather of 3 overlapping
-#    it by 1, AdamW 1, a LayerNorm, a memset and a kernel it does not know,
-#    0.5 each): busy 7.5 of 10 ms, every kind's time, the roofline's rows
-#    read from ./fsdp --plan --roofline's own output, and bad input refused;
+#    the GPU's clock, each a GEMM of 4 ms and another of 1 within it on the
+#    same stream, an all-gather of 3 overlapping the first by 1 on another,
+#    AdamW 1, a LayerNorm, a memset and a kernel it does not know, 0.5
+#    each): busy 7.5 of 10 ms, every kind's time, the roofline's rows read
+#    from ./fsdp --plan --roofline's own output, and bad input refused;
+#  - real cuBLAS, cuBLASLt and NCCL kernels' names, each in its kind;
 #  - every kernel fsdp-gpu can launch (the source's, and the emulator's
 #    runs') falls in a kind of work, not in "other".
 source "$(dirname "$0")/lib.sh"
@@ -23,10 +25,10 @@ elif ! make -s tests/kernel_times.so >"$d/build" 2>&1; then
   bad "make tests/kernel_times.so: $(tail -3 "$d/build")"
 elif ! KERNEL_TIMES=$d/k python3 -c 'import ctypes; assert ctypes.CDLL("tests/kernel_times.so").InitializeInjection() == 1' 2>"$d/load"; then
   bad "tests/kernel_times.so does not load, or InitializeInjection failed: $(tail -2 "$d/load")"
-elif ! head -1 "$d/k.rank0.txt" 2>/dev/null | grep -q "^# tests/kernel_times.so (CUPTI): 0 operations"; then
-  bad "tests/kernel_times.so wrote no $d/k.rank0.txt at exit: $(cat "$d/load")"
+elif ! head -1 "$d"/k.pid*.txt 2>/dev/null | grep -q "^# tests/kernel_times.so (CUPTI): 0 operations"; then
+  bad "tests/kernel_times.so wrote no $d/k.pidP.txt at exit (a process no launcher numbered): $(ls "$d"; cat "$d/load")"
 else
-  ok "tests/kernel_times.so builds against CUPTI, loads, and writes KERNEL_TIMES.rank0.txt at exit (here 0 operations: $(head -1 "$d/load"))"
+  ok "tests/kernel_times.so builds against CUPTI, loads, and writes KERNEL_TIMES.pidP.txt at exit (here 0 operations: $(head -1 "$d/load"))"
 fi
 
 # ---- the reader ------------------------------------------------------------------------
@@ -35,15 +37,15 @@ kt "$fx/long.rank0.txt" --minus "$fx/short.rank0.txt" --steps 2 --roofline "$d/p
 has() { grep -qF -- "$1" "$d/out" && ok "$2: $1" || { bad "$2: want '$1' in:"; sed 's/^/    /' "$d/out"; }; }
 has "a step on the GPU's clock: 10.00 ms, busy 7.50 ms (75%), idle 2.50 ms" "the step and its idle time (3 steps less 1)"
 has "stream 13: busy 3.00 ms, most of it collectives (3.00 ms)" "a stream's busy time"
-has "stream 7: busy 6.50 ms, most of it matmuls (4.00 ms)" "the compute stream: overlap within it counted once"
+has "stream 7: busy 6.50 ms, most of it matmuls (5.00 ms)" "the compute stream: the GEMM within the other counted once in its busy time"
 matmul_bound=$(awk '/^  matmuls/ { print $7 }' "$d/plan")
-[ -n "$matmul_bound" ] && grep -qE "^  matmuls \(Linear, Conv1D\) +4\.00 +$matmul_bound +" "$d/out" \
-  && ok "matmuls: 4.00 ms a step, beside the roofline's $matmul_bound (read from ./fsdp --plan --roofline h100's bf16 GEMM column)" \
-  || bad "the matmuls row, want 4.00 and $matmul_bound: $(grep matmuls "$d/out")"
+[ -n "$matmul_bound" ] && grep -qE "^  matmuls \(Linear, Conv1D\) +5\.00 +$matmul_bound +" "$d/out" \
+  && ok "matmuls: 5.00 ms a step (each kernel's own time), beside the roofline's $matmul_bound (read from ./fsdp --plan --roofline h100's bf16 GEMM column)" \
+  || bad "the matmuls row, want 5.00 and $matmul_bound: $(grep matmuls "$d/out")"
 total=$(awk '/^roofline/ { r = 1 } r && /^  total/ { print $NF }' "$d/plan")
 grep -qE "^  the step, on the GPU clock +10\.00 +$total +0\.3$" "$d/out" \
   && ok "the step, 10.00 ms, beside the roofline's total $total ms" || bad "the step's row, want 10.00 and $total: $(grep 'the step' "$d/out")"
-for want in "AdamW \(this rank's shards\) +1\.00" "layernorm +0\.50" "FSDP's passes .* +0\.50" "other +0\.50" "all \(stream by stream.* +9\.50"; do
+for want in "AdamW \(this rank's shards\) +1\.00" "layernorm +0\.50" "FSDP's passes .* +0\.50" "other +0\.50" "all \(stream by stream.* +10\.50"; do
   grep -qE "^  $want" "$d/out" || bad "want a row '$want' in: $(cat "$d/out")"
 done
 has "for_each_kernel<adamw_one> (AdamW)" "for_each_kernel's names by their function"
@@ -62,6 +64,42 @@ kt "$fx/long.rank0.txt" --minus "$fx/short.rank0.txt" --steps 2 --roofline "$d/p
 grep -qE "^  attention +0\.00 +$att " "$d/math" \
   && grep -q "note: the math path's attention GEMMs are cuBLAS kernels" "$d/math" \
   && ok "the math path's two attention rows are one kind: $att ms, with a note on where its GEMMs went" || bad "attention's rows, want $att: $(grep attention "$d/math")"
+
+# ---- real kernels' names, each in its kind --------------------------------------------------
+# cuBLAS's and cuBLASLt's (Hopper's nvjet and xmma, CUTLASS, split-K's
+# reduction, the bias epilogue's helper), NCCL's, and ours as nvcc
+# mangles them, demangled as tests/kernel_times.so writes them
+if python3 - >"$d/names" 2>&1 <<'PY'; then ok "$(tail -1 "$d/names")"; else bad "names in the wrong kind:"; cat "$d/names"; fi
+import importlib.util
+spec = importlib.util.spec_from_file_location("kt", "tests/kernel_times.py")  # not the .so beside it
+kt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kt)
+want = {
+    "nvjet_hsh_256x128_64x4_2x1_v_bz_coopB_TNT": "matmuls",
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas": "matmuls",
+    "void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)": "matmuls",
+    "void cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_bf16_bf16_128x128x64_1x1x1_0_tnn_align8_warpspecialized_cooperative_epi_tma(cutlass3x_sm90_tensorop_gemm_bf16_bf16_f32_bf16_bf16_128x128x64_1x1x1_0_tnn_align8_warpspecialized_cooperative_epi_tma::Params)": "matmuls",
+    "void splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, true, false, false>(cublasSplitKParams<float>, float const*, __nv_bfloat16 const*, __nv_bfloat16*, float const*, float const*, __nv_bfloat16 const*, float const*, __nv_bfloat16*, void*, long, float*, int*)": "matmuls",
+    "void cublasLt::epilogue::impl::globalKernel<8, 32, float, float, __nv_bfloat16, true, false, false>(int, int, long, float*, long, float*, long, __nv_bfloat16 const*, long)": "matmuls",
+    "void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float> >(cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float const>, cublasGemvTensorStridedBatched<float>, float>, float, float)": "matmuls",
+    "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "collectives",
+    "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)": "collectives",
+    "void for_each_kernel<&(adamw_one(long, float*, float*, float*, float const*, AdamWStep)), float*, float*, float*, float*, AdamWStep>(long, float*, float*, float*, float*, AdamWStep)": "AdamW",
+    "void for_each_kernel<&(unpack_mean_one(long, float*, unsigned short const*, Dtype, float)), float*, unsigned short*, Dtype, float>(long, float*, unsigned short*, Dtype, float)": "FSDP's",
+    "void flash_backward_key_tc<__nv_bfloat16>(unsigned short*, unsigned short const*, unsigned short const*, float const*, float const*, int, int, int)": "attention",
+    "layernorm_forward_warp(void*, float*, float*, void const*, void const*, void const*, int, int, Dtype, Dtype, Dtype)": "layernorm",
+    "void (anonymous namespace)::for_each_kernel<&((anonymous namespace)::residual_add_one(long, float*)), float*>(long, float*)": "residual",
+    "memcpy DtoH": "copies",
+    "memset": "FSDP's",
+}
+wrong = [(n, kt.kind_of(kt.short_name(n)), k) for n, k in want.items()
+         if not kt.kind_of(kt.short_name(n)).startswith(k)]
+for n, got, k in wrong:
+    print(f"  {kt.short_name(n)}: {got}, want {k}")
+if wrong:
+    raise SystemExit(1)
+print(f"{len(want)} real names in their kinds: cuBLAS's nvjet, xmma, CUTLASS, split-K and gemv, cuBLASLt's epilogue, NCCL's, ours demangled")
+PY
 
 # ---- every kernel fsdp-gpu can launch has a kind ------------------------------------------
 # Its kernels as the source declares them (each __global__ function, and

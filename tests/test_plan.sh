@@ -77,7 +77,7 @@ roof 8 4096 --param-dtype bf16
 IFS='|' read -r line kernels mfu hide <<<"$(want 1)"
 grep -qF "  collectives: $line" "$d/roof" && grep -qF "longer than the kernels' $kernels ms" "$d/roof" &&
   grep -qF "$mfu MFU (of the bf16 peak) at best" "$d/roof" &&
-  awk -v want="$hide" '/they hide from about/ { n++; got = $(NF - 3) } END { exit !(n == 1 && got - want <= want / 100 && want - got <= want / 100) }' "$d/roof" \
+  awk -v want="$hide" 'match($0, /from about [0-9]+ tokens/) { n++; got = substr($0, RSTART + 11, RLENGTH - 18) } END { exit !(n == 1 && got - want <= want / 100 && want - got <= want / 100) }' "$d/roof" \
   && ok "--roofline on 8 ranks, 512 tokens a GPU: collectives $line, past the kernels' $kernels ms: $mfu MFU at best, hidden from $hide tokens a GPU" \
   || { bad "--roofline's collectives on 8 ranks, want '$line', $kernels, $mfu, $hide:"; sed -n '/bytes sent/p; /collectives:/,$p' "$d/roof"; }
 roof 8 32768 --param-dtype bf16
@@ -89,6 +89,10 @@ roof 3 96
 IFS='|' read -r line kernels _ _ <<<"$(want 0)"
 grep -qF "  collectives: $line" "$d/roof" && grep -qF "longer than the kernels' $kernels ms" "$d/roof" \
   && ok "--roofline in fp32 on 3 ranks: the fp32 column's $kernels ms beside $line" || { bad "fp32 on 3 ranks, want '$line', $kernels:"; sed -n '/collectives:/,$p' "$d/roof"; }
+grep -q "as if all" "$d/roof" && bad "8 ranks fit one node's NVLink, yet: $(grep 'as if all' "$d/roof")"
+roof 16 65536 --param-dtype bf16
+grep -q "as if all 16 GPUs shared one NVLink domain: across nodes each GPU has ~50 GB/s" "$d/roof" \
+  && ok "--roofline on 16 ranks says NVLink's figure assumes one domain, and what crosses nodes" || bad "16 ranks: $(sed -n '/collectives:/,$p' "$d/roof")"
 roof 1 4096 --param-dtype bf16
 grep -q "collectives:" "$d/roof" && bad "one rank sends nothing, yet: $(grep -A2 collectives: "$d/roof")" || ok "--roofline on one rank: no collectives line"
 exit $fail
