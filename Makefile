@@ -60,6 +60,11 @@ export OMPI_MCA_btl := ^ofi
 # them at once and the wait (1 s, twice) is only sleep: 2 s on every run
 # that exits non-zero, which the suite does hundreds of times.
 export OMPI_MCA_odls_base_sigkill_timeout := 0
+# Open MPI 4 binds each of one or two ranks to a single core (more: to a
+# socket); the CPU loops a rank splits over threads (HOST_FOR_EACH: the
+# initial values, --cpu-offload's AdamW) then run on one. Unbound, as Open
+# MPI 5 leaves them here, a rank gets its share of the cores.
+export OMPI_MCA_hwloc_base_binding_policy := none
 # Open MPI 4's -q drops its banners around a failed run; Open MPI 5 has no
 # -q and refuses to start with it. Asked each time (5 ms), not once, since
 # make mpi may install Open MPI after this file is read.

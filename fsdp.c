@@ -1267,8 +1267,8 @@ static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy
 
 /* The initial value of element i of parameter p: PyTorch's default
  * distributions, drawn from the counter-based generator keyed by the
- * parameter's index and the element's index, so it does not depend on the
- * world size, the strategy or the auto-wrap threshold. */
+ * parameter's and the element's index: the same on any world size, strategy,
+ * auto-wrap threshold, or number of threads drawing them (param_init_one). */
 static float param_init_value(const Param *p, int param_index, long i, uint64_t seed) {
     switch (p->init) {
     case INIT_NORMAL:
@@ -1280,6 +1280,9 @@ static float param_init_value(const Param *p, int param_index, long i, uint64_t 
     case INIT_ZEROS: return 0.0f;
     }
     return 0.0f;
+}
+static void param_init_one(long i, float *out, const Param *p, int k, long flat, uint64_t seed) {
+    out[i] = param_init_value(p, k, flat + i - p->offset, seed); /* flat: out[0]'s place */
 }
 
 /* Where rank's shard starts in the unit's flat parameter: rank * shard, or
@@ -1304,16 +1307,14 @@ static void unit_init_range(const Unit *u, const Model *m, long lo, long hi, uin
     long a, b;
     for (int k = 0; k < u->n_params; k++) {
         const Param *p = &m->params[u->params[k]];
-        if (!param_in_shard(p, lo, hi, &a, &b)) continue;
-        for (long e = a; e < b; e++)
-            out[e - lo] = param_init_value(p, u->params[k], e - p->offset, seed);
+        if (param_in_shard(p, lo, hi, &a, &b))
+            HOST_FOR_EACH(b - a, param_init_one, out + a - lo, p, u->params[k], a, seed);
     }
 }
 
 /* This rank's shard: [lo, lo + shard) with lo = shard_begin(u, rank) */
 static void unit_init_shard(const Unit *u, const Model *m, int rank, uint64_t seed, float *out) {
-    long lo = shard_begin(u, rank);
-    unit_init_range(u, m, lo, lo + u->shard, seed, out);
+    unit_init_range(u, m, shard_begin(u, rank), shard_begin(u, rank) + u->shard, seed, out);
 }
 
 /* Points every parameter of the unit at its place in the full state and
@@ -2212,8 +2213,7 @@ static void adamw_step(Trainer *t) {
  * depends on (seed, step, j) alone, so drawing a part of the local batch
  * gives the same bytes as drawing all of it. */
 static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int rank, int world,
-                                int first, int count, int T, unsigned char *tokens,
-                                int *targets) {
+                                int first, int count, int T, unsigned char *tokens, int *targets) {
     uint64_t positions = (uint64_t)(c->len - T);
     for (int k = 0; k < count; k++) {
         uint64_t j = (uint64_t)rank + (uint64_t)(first + k) * (uint64_t)world;

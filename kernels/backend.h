@@ -661,8 +661,9 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
 #endif
 
 /* The same loop over buffers in the host's memory (--cpu-offload keeps
- * the shards and the optimizer there, and AdamW runs on the CPU), in both
- * builds. A long one is split over backend.host_threads threads (OpenMP),
+ * the shards and the optimizer there, and AdamW runs on the CPU; every
+ * run draws its initial parameters there, a billion taking one thread
+ * about 20 s), in both builds. A long one is split over backend.host_threads threads (OpenMP),
  * as DeepSpeed's CPU Adam is: every element is computed alone, so the
  * result is the same, bit for bit, on any number of threads.
  * STATE_FOR_EACH picks by where the state lives. */

@@ -189,6 +189,11 @@ run "traffic no_shard N=4" $MPIRUN -np 4 tests/test_distributed traffic no_shard
 run "traffic with --grad-accum: K times, or one reduce-scatter with --no-sync" bash -c "$MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY --grad-accum 2 && $MPIRUN -np 3 tests/test_distributed traffic full_shard $TINY --grad-accum 4 --no-sync && $MPIRUN -np 2 tests/test_distributed traffic shard_grad_op $TINY --grad-accum 2 --no-sync"
 
 # -- the command line ------------------------------------------------------------------
+# Open MPI 4 binds each of one or two ranks to one core; the Makefile and
+# sim/mpi-env.sh unbind them, so a rank's threaded CPU loops (HOST_FOR_EACH)
+# get the cores: without that, this fails on any machine of 2 cores or more
+run "a rank mpirun starts here may use every CPU the shell may (threaded CPU loops: the initial values, --cpu-offload's AdamW)" \
+  bash -c 'n=$($MPIRUN -np 1 nproc) && [ "$n" = "$(nproc)" ] && echo "mpirun -np 1: the rank may use $n CPUs, as the shell may" || { echo "the rank may use ${n:-?} CPUs, the shell $(nproc)"; exit 1; }'
 run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh
 run "demo: --compare trains and prints the table" bash tests/test_demo.sh
 run "Open MPI 5 (PyPI's; Debian 13 and Homebrew ship it): make run, plain mpirun -np 4, exit 2, 3 ranks == 1" bash tests/test_openmpi5.sh
