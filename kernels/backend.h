@@ -660,12 +660,13 @@ static int backend_memory_line(char *buf, size_t len, int rank) {
     } while (0)
 #endif
 
-/* The same loop over buffers in the host's memory (--cpu-offload keeps
- * the shards and the optimizer there, and AdamW runs on the CPU; every
- * run draws its initial parameters there, a billion taking one thread
- * about 20 s), in both builds. A long one is split over backend.host_threads threads (OpenMP),
- * as DeepSpeed's CPU Adam is: every element is computed alone, so the
- * result is the same, bit for bit, on any number of threads.
+/* The same loop over buffers in the host's memory, in both builds:
+ * --cpu-offload keeps the shards and the optimizer there, and AdamW runs
+ * on the CPU; every run draws its initial parameters there (470M took one
+ * thread 3 s at -O2, as nvcc's host pass compiles). A long one is split
+ * over backend.host_threads threads (OpenMP), as DeepSpeed's CPU Adam is:
+ * every element is computed alone, so the result is the same, bit for
+ * bit, on any number of threads.
  * STATE_FOR_EACH picks by where the state lives. */
 #ifdef _OPENMP
 #define HOST_PARALLEL_FOR                                                                          \

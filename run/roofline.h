@@ -88,6 +88,7 @@ typedef struct {
     double stored16; /* of values16, those the bf16 GEMM path stores in 16 bits */
     double packs;    /* the bf16 GEMM path only: values packed from fp32 slots (read 4,
                       * written 2) or unpacked into them (read 2, written 4) */
+    int per_shard;   /* a pass over this rank's shard: the same time whatever the batch */
 } KernelCost;
 
 enum { ROOFLINE_MAX = 16 };
@@ -104,7 +105,7 @@ static int roof_add(Roofline *r, const char *name, int gemm, double flops, doubl
     while (i < r->n && strcmp(r->k[i].name, name) != 0) i++;
     if (i == r->n) {
         if (r->n == ROOFLINE_MAX) FATAL("raise ROOFLINE_MAX", "too many kinds of kernel");
-        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0};
     }
     r->k[i].flops += flops;
     r->k[i].values16 += values16;
@@ -304,7 +305,10 @@ static void roof_gathers(Roofline *r, const Trainer *t) {
     double packs = 0.0;
     for (int ui = 0; ui < t->n_units && is_zero1(t); ui++)
         packs += (double)t->units[ui].shard + (double)t->units[ui].padded;
-    if (packs > 0.0) r->k[roof_add(r, "all-gathers: shards packed", 0, 0, 0, 0)].packs = packs;
+    if (packs <= 0.0) return;
+    int i = roof_add(r, "all-gathers: shards packed", 0, 0, 0, 0);
+    r->k[i].packs = packs;
+    r->k[i].per_shard = 1;
 }
 
 /* A step's kernels on this rank: K micro-batches, then AdamW on its
@@ -322,7 +326,9 @@ static void roofline_count(const Trainer *t, Roofline *r) {
     for (int ui = 0; ui < t->n_units; ui++) shard += (double)t->units[ui].shard; /* no_shard: all */
     int i = roof_add(r, "AdamW (this rank's shards)", 0, 12.0 * shard, shard, 7.0 * shard);
     if (r->params16) r->k[i].stored16 += shard; /* the shard's 16-bit copy, held so */
-    if (c->clip_grad_norm > 0.0f) roof_add(r, "gradient norm (clipping)", 0, 2.0 * shard, 0, shard);
+    r->k[i].per_shard = 1;
+    if (c->clip_grad_norm > 0.0f)
+        r->k[roof_add(r, "gradient norm (clipping)", 0, 2.0 * shard, 0, shard)].per_shard = 1;
 }
 
 /* llm.c's count of a step's model FLOPs on this rank (main.c's compute
@@ -401,9 +407,7 @@ static void print_roofline(const Trainer *t, const char *gpu, double sent) {
         double ms[ROOF_MODES];
         for (int m = 0; m < ROOF_MODES; m++) total[m] += ms[m] = 1e3 * roof_seconds(k, g, m);
         if (!strncmp(k->name, "attention", 9)) attention += ms[ROOF_BF16];
-        if (!strncmp(k->name, "AdamW", 5) || !strncmp(k->name, "gradient norm", 13) ||
-            !strncmp(k->name, "all-gathers", 11)) /* a pass over the shard, whatever the batch */
-            for (int m = 0; m < ROOF_MODES; m++) fixed[m] += ms[m];
+        for (int m = 0; k->per_shard && m < ROOF_MODES; m++) fixed[m] += ms[m];
         flops += k->flops;
         printf("  %-32s %9.1f %10.3f %9.3f %12.3f %9.3f%s\n", k->name, k->flops / 1e9,
                (4.0 * (k->values16 + k->values32)) / 1e9, ms[0], ms[1], ms[2],

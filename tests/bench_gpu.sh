@@ -41,6 +41,9 @@
 set -u
 cd "$(dirname "$0")/.." || exit 1
 source tests/lib.sh
+case ${BENCH_BATCH:-4096} in
+  '' | *[!0-9]* | 0*) echo "error: BENCH_BATCH=$BENCH_BATCH: give the tokens a GPU, a whole number from 1 (4096 unless set)"; exit 2 ;;
+esac
 
 # ---- is there a GPU? (as tests/test_gpu.sh decides) ---------------------------
 # Without one, what can be said without measuring: the roofline of both
