@@ -190,7 +190,8 @@ def read_roofline(path, precision):
 def report(t, steps, roofline, top):
     ms = lambda ns: ns / steps / 1e6  # noqa: E731 -- a step's milliseconds
     if t["busy"] <= 0 or t["span"] <= 0:
-        raise BadInput("nothing left a step: --minus must name a shorter run of the same command")
+        raise BadInput("nothing left a step: the operations span no time, or --minus names a run "
+                       "as long (it must be a shorter run of the same command)")
     out = [f"a step on the GPU's clock: {ms(t['span']):.2f} ms, busy {ms(t['busy']):.2f} ms "
            f"({100 * t['busy'] / t['span']:.0f}%), idle {ms(t['span'] - t['busy']):.2f} ms "
            "(waiting for the host to queue work, or for the host to wait)"]
