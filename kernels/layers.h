@@ -231,39 +231,54 @@ FSDP_HD static inline void embedding_backward_one(long i, void *dweight, const v
     store_as(dweight, at, sum, gh);
 }
 
-/* Softmax of row b into probs, and the row's loss -log p[target]; the
- * logits held in format lh (fp32, or 16 bits: only this reads them) */
-FSDP_HD static inline void crossentropy_forward_row(long b, float *probs, float *losses,
+/* The softmax's online form: the running maximum m of the logits seen and
+ * the sum s of exp(logit - m), rescaled by exp(m_old - m_new) when the
+ * maximum grows (Milakov and Gimelshein's online softmax; kernels/flash.h
+ * keeps attention's rows so). One pass over a row gives log sum exp = m +
+ * log s, where the plain form takes two, the maximum and then the sum;
+ * still one exponential a logit. Start from m = -inf, s = 0. */
+FSDP_HD static inline void online_softmax_add(float *m, float *s, float x) {
+    if (x > *m) {
+        *s = *s * expf(*m - x) + 1.0f;
+        *m = x;
+    } else {
+        *s += expf(x - *m);
+    }
+}
+
+/* Row b's lse[b] = log sum_v exp(logit_v), the log of its softmax's
+ * denominator, and its loss -log p[target] = lse - logit[target]; the
+ * logits held in format lh (fp32, or 16 bits: only the loss reads them).
+ * The probabilities are not written: backward computes each again as
+ * exp(logit - lse), as FlashAttention's backward does attention's, so no
+ * (B, V) buffer is kept: 1.6 GB in fp32 for GPT-2's 8 x 1024 x 50257. */
+FSDP_HD static inline void crossentropy_forward_row(long b, float *lse, float *losses,
                                                     const void *logits, const int *targets,
                                                     int V, Dtype lh) {
-    float *p = probs + b * V;
-    float zmax = load_as(logits, b * V, lh), sum = 0.0f;
-    for (int v = 1; v < V; v++) zmax = fmaxf(zmax, load_as(logits, b * V + v, lh));
-    for (int v = 0; v < V; v++) {
-        p[v] = expf(load_as(logits, b * V + v, lh) - zmax);
-        sum += p[v];
-    }
-    for (int v = 0; v < V; v++) p[v] /= sum;
-    losses[b] = -logf(p[targets[b]]);
+    float m = -INFINITY, s = 0.0f;
+    for (int v = 0; v < V; v++) online_softmax_add(&m, &s, load_as(logits, b * V + v, lh));
+    lse[b] = m + logf(s);
+    losses[b] = lse[b] - load_as(logits, b * V + targets[b], lh);
 }
-/* The logits' gradient dlogits = (probs - onehot(target)) * dloss, the
- * head's output gradient: rounded to d and held (a matmul's input).
- * Element v of row b, and row b whole (the CPU's FOR_EACH over rows; a
- * GPU's kernel is below). By row and column, not by the flat index i:
- * i % V and i / V would be 64-bit divisions, which a GPU runs as a few
- * dozen instructions, more time than the 6 bytes each element moves. */
-FSDP_HD static inline void crossentropy_backward_at(long b, int v, void *dlogits,
-                                                    const float *probs, const int *targets,
-                                                    float dloss, int V, Dtype d, Dtype held) {
-    long i = b * V + v;
-    float g = (probs[i] - (v == targets[b] ? 1.0f : 0.0f)) * dloss;
-    store_matmul_input(dlogits, i, g, d, held);
+/* The logits' gradient (softmax - onehot(target)) * dloss at one logit,
+ * the head's output gradient; and row b's, written over its logits (each
+ * read, then written), rounded to d and held (a matmul's input). The CPU
+ * runs the row function over rows; a GPU's kernel (below) a block a row,
+ * by row and column, not by the flat index i: i % V and i / V would be
+ * 64-bit divisions, which a GPU runs as a few dozen instructions, more
+ * time than the 4 bytes each element moves. */
+FSDP_HD static inline float crossentropy_gradient(float logit, float lse, int is_target,
+                                                  float dloss) {
+    return (expf(logit - lse) - (is_target ? 1.0f : 0.0f)) * dloss;
 }
-FSDP_HD static inline void crossentropy_backward_row(long b, void *dlogits, const float *probs,
+FSDP_HD static inline void crossentropy_backward_row(long b, void *logits, const float *lse,
                                                      const int *targets, float dloss, int V,
                                                      Dtype d, Dtype held) {
-    for (int v = 0; v < V; v++)
-        crossentropy_backward_at(b, v, dlogits, probs, targets, dloss, V, d, held);
+    for (int v = 0; v < V; v++) {
+        long i = b * V + v;
+        float g = crossentropy_gradient(load_as(logits, i, held), lse[b], v == targets[b], dloss);
+        store_matmul_input(logits, i, g, d, held);
+    }
 }
 
 /* ---- layers ------------------------------------------------------------------
@@ -378,16 +393,22 @@ __device__ static inline float warp_max(float v) {
     return v;
 }
 
-/* The loss's softmax, a warp a row of V logits (crossentropy_forward_row's
- * arithmetic, its sums in the warp's order): one thread a row would read
- * V = 50257 floats alone, the 32 threads of a warp V apart. Three passes
- * over the row: its maximum, the sum of the exponentials, then each
- * probability written once, its exponential computed again. Writing the
- * exponentials in the second pass and dividing them in place in a third
- * would give the same values and move 16 bytes a logit held in 16 bits
- * instead of 10: 2.5 GB more for GPT-2's 8 x 1024 x 50257 logits, about
- * 0.7 ms of an H100's bandwidth. */
-__global__ static void crossentropy_forward_warp(float *__restrict__ probs,
+/* A GPU's loss kernels load CE_UNROLL logits a thread before they use
+ * any: that many loads are in flight, not one. A load waits about half a
+ * microsecond for memory, so an H100's 3.35 TB/s needs ~2 MB in flight
+ * (bandwidth x latency); GPT-2's 8192 rows fill its ~8,400 warp slots
+ * once, 64 bytes a warp's load of 16-bit logits, 0.5 MB with one load a
+ * thread. The stores of backward, over the same logits, would otherwise
+ * keep the compiler from issuing the next load before them. */
+enum { CE_UNROLL = 8 };
+
+/* The loss's lse and loss, a warp a row of V logits
+ * (crossentropy_forward_row's arithmetic): lane j keeps its own online
+ * softmax over logits j, j + 32, ..., and the 32 meet at the warp's
+ * maximum, each sum rescaled to it, in a fixed order (warp_max, warp_sum).
+ * One pass over the logits: 2 bytes a logit held in 16 bits, where three
+ * passes and the probabilities written (4 bytes) took 10. */
+__global__ static void crossentropy_forward_warp(float *__restrict__ lse,
                                                  float *__restrict__ losses,
                                                  const void *__restrict__ logits,
                                                  const int *__restrict__ targets, int B, int V,
@@ -395,23 +416,49 @@ __global__ static void crossentropy_forward_warp(float *__restrict__ probs,
     long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (b >= B) return;
-    float *p = probs + b * V, zmax = -INFINITY, sum = 0.0f;
-    for (int v = lane; v < V; v += 32) zmax = fmaxf(zmax, load_as(logits, b * V + v, lh));
-    zmax = warp_max(zmax);
-    for (int v = lane; v < V; v += 32) sum += expf(load_as(logits, b * V + v, lh) - zmax);
-    sum = warp_sum(sum);
-    for (int v = lane; v < V; v += 32) p[v] = expf(load_as(logits, b * V + v, lh) - zmax) / sum;
-    __syncwarp(); /* lane 0 reads the target's probability another lane wrote */
-    if (lane == 0) losses[b] = -logf(p[targets[b]]);
+    float m = -INFINITY, s = 0.0f;
+    for (int v0 = lane; v0 < V; v0 += 32 * CE_UNROLL) {
+        float z[CE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++)
+            z[u] = v0 + 32 * u < V ? load_as(logits, b * V + v0 + 32 * u, lh) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++)
+            if (v0 + 32 * u < V) online_softmax_add(&m, &s, z[u]);
+    }
+    float row_max = warp_max(m); /* a lane that saw no logit (V < 32): s 0, m -inf */
+    s = warp_sum(s * expf(m - row_max));
+    if (lane == 0) {
+        lse[b] = row_max + logf(s);
+        losses[b] = lse[b] - load_as(logits, b * V + targets[b], lh);
+    }
 }
 
-/* The logits' gradient, a block a row, its threads along the row:
- * coalesced, and no division (crossentropy_backward_at) */
-__global__ static void crossentropy_backward_rows(void *dlogits, const float *__restrict__ probs,
+/* The logits' gradient over the logits, a block a row, its threads along
+ * the row: coalesced, no division (crossentropy_backward_row's), and each
+ * thread's CE_UNROLL logits loaded before any is written. */
+__global__ static void crossentropy_backward_rows(void *logits, const float *__restrict__ lse,
                                                   const int *__restrict__ targets, float dloss,
                                                   int V, Dtype d, Dtype held) {
-    for (int v = threadIdx.x; v < V; v += blockDim.x)
-        crossentropy_backward_at(blockIdx.x, v, dlogits, probs, targets, dloss, V, d, held);
+    long row = (long)blockIdx.x * V;
+    float row_lse = lse[blockIdx.x];
+    int target = targets[blockIdx.x];
+    for (int v0 = threadIdx.x; v0 < V; v0 += blockDim.x * CE_UNROLL) {
+        float z[CE_UNROLL];
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++) {
+            int v = v0 + u * (int)blockDim.x;
+            z[u] = v < V ? load_as(logits, row + v, held) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < CE_UNROLL; u++) {
+            int v = v0 + u * (int)blockDim.x;
+            if (v < V)
+                store_matmul_input(logits, row + v,
+                                   crossentropy_gradient(z[u], row_lse, v == target, dloss), d,
+                                   held);
+        }
+    }
 }
 
 /* Column sums over R rows of (R, C) in two stages, with no atomics and a
@@ -862,24 +909,23 @@ static void embedding_forward(void *out, const unsigned char *tokens, const void
              backend.gemm_dtype);
 }
 
-/* Softmax cross-entropy, averaged over the B samples: writes probs (B, V)
- * and each sample's loss (B), and returns their mean (summed on the host in
- * sample order, so the same bits on every backend). Its backward, for loss
- * scale `dloss`, is dlogits = (probs - onehot(target)) * dloss. The logits
- * (B, V) are held in gemm_dtype: no kernel but this reads them, so on a
- * GPU with 16-bit parameters the head's GEMM writes them in 16 bits, as
- * autocast's logits are, and the softmax runs in fp32 (PyTorch's
- * logits.float()). */
-static float crossentropy_forward(float *probs, float *losses, const void *logits,
+/* Softmax cross-entropy, averaged over the B samples: writes each row's
+ * lse (B), the log of its softmax's denominator, and each sample's loss
+ * (B), and returns their mean (summed on the host in sample order, so the
+ * same bits on every backend). The logits (B, V) are held in gemm_dtype:
+ * no kernel but these two reads them, so on a GPU with 16-bit parameters
+ * the head's GEMM writes them in 16 bits, as autocast's logits are, and
+ * the softmax runs in fp32 (PyTorch's logits.float()). */
+static float crossentropy_forward(float *lse, float *losses, const void *logits,
                                   const int *targets, int B, int V) {
 #ifdef __CUDACC__
     if (!backend.dry && B > 0) { /* a warp a row (above) */
         crossentropy_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-            probs, losses, logits, targets, B, V, backend.gemm_dtype);
+            lse, losses, logits, targets, B, V, backend.gemm_dtype);
         cudaCheck(cudaGetLastError());
     }
 #else
-    FOR_EACH(B, crossentropy_forward_row, probs, losses, logits, targets, V, backend.gemm_dtype);
+    FOR_EACH(B, crossentropy_forward_row, lse, losses, logits, targets, V, backend.gemm_dtype);
 #endif
     float *host =
         (float *)host_calloc(B > 0 ? (size_t)B : 1, sizeof(float), "read the losses back");
@@ -889,22 +935,24 @@ static float crossentropy_forward(float *probs, float *losses, const void *logit
     free(host);
     return (float)(loss / B);
 }
-/* Writes the logits' gradient over the logits, held as they are (in 16
- * bits on a GPU with 16-bit parameters, so the head's two backward GEMMs
- * read it without packing it): nothing reads the logits after the loss's
- * forward, so the gradient needs no buffer of its own, which would be the
- * largest activation (GPT-2's B*T x 50257 values, 1.6 GB in fp32 at B*T =
- * 8192). llm.c's fused classifier does the same. */
-static void crossentropy_backward(void *logits, const float *probs, const int *targets,
+/* Its backward, for loss scale `dloss`: dlogits = (softmax - onehot) *
+ * dloss, each probability computed again from the logit and its row's lse,
+ * and written over the logits, held as they are (in 16 bits on a GPU with
+ * 16-bit parameters, so the head's two backward GEMMs read it without
+ * packing it): nothing reads the logits after this, so the gradient needs
+ * no buffer of its own, which would be the largest activation (GPT-2's
+ * B*T x 50257 values, 1.6 GB in fp32 at B*T = 8192). llm.c's fused
+ * classifier does the same. Each logit is read once and written once
+ * here, read once in forward: 6 bytes in 16 bits, the least there is. */
+static void crossentropy_backward(void *logits, const float *lse, const int *targets,
                                   float dloss, int B, int V, Dtype d) {
 #ifdef __CUDACC__
     if (B <= 0 || backend.dry) return;
-    crossentropy_backward_rows<<<B, 256, 0, backend.compute>>>(logits, probs, targets, dloss, V, d,
+    crossentropy_backward_rows<<<B, 256, 0, backend.compute>>>(logits, lse, targets, dloss, V, d,
                                                                backend.gemm_dtype);
     cudaCheck(cudaGetLastError());
 #else
-    FOR_EACH(B, crossentropy_backward_row, logits, probs, targets, dloss, V, d,
-             backend.gemm_dtype);
+    FOR_EACH(B, crossentropy_backward_row, logits, lse, targets, dloss, V, d, backend.gemm_dtype);
 #endif
 }
 

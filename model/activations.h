@@ -28,7 +28,7 @@ typedef struct {
     float *nf_mean, *nf_rstd; /* (B) */
     void *logits;             /* (B, V) the head's output, the loss's input; backward
                                * writes their gradient over them */
-    float *probs;             /* (B, V) the loss's softmax */
+    float *lse;               /* (B) log of each row's softmax denominator */
     float *losses;            /* (B) each sample's loss */
     void *d_h;                /* (B, D) the residual stream's gradient */
     void *d_nf, *d_ln;        /* (B, D) a LayerNorm's output gradient: its backward's input */
@@ -57,7 +57,7 @@ typedef struct {
     float *lnf_mean, *lnf_rstd;   /* (BT), (BT) */
     void *logits;                 /* (BT, V) lm_head's output, the loss's input; backward
                                    * writes their gradient over them */
-    float *probs;                 /* (BT, V) the loss's softmax */
+    float *lse;                   /* (BT) log of each row's softmax denominator */
     float *losses;                /* (BT) */
     void *proj;                   /* (BT, D) a c_proj's output: the residual connection's input */
     void *d_res;                  /* (BT, D) the residual stream's gradient */

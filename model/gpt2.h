@@ -53,7 +53,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->lnf_mean = activation_fp32(l, BT);
     a->lnf_rstd = activation_fp32(l, BT);
     a->logits = activation_held(l, c, BT * V);
-    a->probs = activation_fp32(l, BT * V);
+    a->lse = activation_fp32(l, BT);
     a->losses = activation_fp32(l, BT);
     a->proj = activation_held(l, c, BT * D);
     a->d_res = activation_held(l, c, BT * D);
@@ -196,7 +196,7 @@ static float gpt2_forward(Trainer *t) {
     linear_forward(a->logits, held, a->lnf, weight_of(t, m->wte), NULL, wh, (int)BT, D, V);
     lowp(t, a->logits, BT * V, held);
     module_post_forward(t, m->lm_head);
-    float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, (int)BT, V);
+    float loss = crossentropy_forward(a->lse, a->losses, a->logits, a->targets, (int)BT, V);
     module_post_forward(t, m->root);
     return loss;
 }
@@ -279,7 +279,7 @@ static void gpt2_backward(Trainer *t) {
     long BT = (long)B * T;
 
     module_pre_backward(t, m->root);
-    crossentropy_backward(a->logits, a->probs, a->targets,
+    crossentropy_backward(a->logits, a->lse, a->targets,
                           t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V,
                           c->param_dtype); /* over the logits */
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */

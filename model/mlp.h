@@ -52,7 +52,7 @@ static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B)
     a->nf_mean = activation_fp32(l, B);
     a->nf_rstd = activation_fp32(l, B);
     a->logits = activation_held(l, c, B * V);
-    a->probs = activation_fp32(l, B * V);
+    a->lse = activation_fp32(l, B);
     a->losses = activation_fp32(l, B);
     a->d_nf = activation_held(l, c, B * D);
     a->d_h = activation_held(l, c, B * D);
@@ -164,7 +164,7 @@ static float model_forward(Trainer *t) {
                    V);
     lowp(t, a->logits, (long)B * V, held);
     module_post_forward(t, m->head);
-    float loss = crossentropy_forward(a->probs, a->losses, a->logits, a->targets, B, V);
+    float loss = crossentropy_forward(a->lse, a->losses, a->logits, a->targets, B, V);
     module_post_forward(t, m->root);
     return loss;
 }
@@ -212,7 +212,7 @@ static void model_backward(Trainer *t) {
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
     module_pre_backward(t, m->root);
-    crossentropy_backward(a->logits, a->probs, a->targets, t->loss_scale / (float)t->local_batch,
+    crossentropy_backward(a->logits, a->lse, a->targets, t->loss_scale / (float)t->local_batch,
                           B, V, c->param_dtype); /* over the logits */
     module_pre_backward(t, m->head);
     Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t); /* section 8 */

@@ -30,8 +30,7 @@
  *              the sharded strategies, where the parameters' gradients
  *              are written in 16 bits too (grad_dtype; unless
  *              --reduce-dtype differs). LayerNorm's statistics, the
- *              loss's probabilities and AdamW's state in fp32 slots (4
- *              bytes).
+ *              loss's lse and AdamW's state in fp32 slots (4 bytes).
  *              no_shard's and zero1's full states are fp32 slots too:
  *              there each weight is packed to 16 bits before each GEMM
  *              that reads it, a pass of its own (read 4, written 2),
@@ -39,8 +38,8 @@
  *   bf16       the path llm.c and PyTorch's mixed precision take:
  *              parameters, activations and gradients stored in 16 bits
  *              everywhere, GEMMs on the tensor cores (fp32 accumulation);
- *              LayerNorm's statistics, the loss's probabilities and
- *              AdamW's master weights and moments in fp32. Beyond the
+ *              LayerNorm's statistics, the loss's lse and AdamW's
+ *              master weights and moments in fp32. Beyond the
  *              bf16 GEMM path: attention's scores and dP written in 16
  *              bits, and no_shard's and zero1's weights too. Not built
  *              yet; printed where it differs.
@@ -250,12 +249,15 @@ static void roof_mlp_block(Roofline *r, const Config *c, double B, int backward)
     roof_elementwise(r, "residual adds", B * W, 2, 1.0, 3);
 }
 
-/* The loss over R rows of V logits: softmax, log-likelihood and its
- * gradient, with the probabilities kept in fp32 (model/mlp.h, gpt2.h); the
- * logits it reads and the gradient it writes over them in 16 bits. */
+/* The loss over R rows of V logits: forward reads each logit once (the
+ * online softmax: a compare, a subtraction, an exponential, an addition)
+ * and writes each row's lse; backward reads each logit again and writes
+ * its gradient over it (an exponential, two subtractions, a product). The
+ * logits and their gradient in 16 bits where activations are held so
+ * (kernels/layers.h, crossentropy_forward). */
 static void roof_cross_entropy(Roofline *r, double R, double V) {
-    int i = roof_add(r, "cross-entropy (softmax over V)", 0, 6.0 * R * V, 2.0 * R * V, 2.0 * R * V);
-    r->k[i].stored16 += 2.0 * R * V;
+    int i = roof_add(r, "cross-entropy (softmax over V)", 0, 8.0 * R * V, 3.0 * R * V, 2.0 * R);
+    r->k[i].stored16 += 3.0 * R * V;
 }
 
 /* One micro-batch of B sequences (GPT-2) or samples (the MLP), forward and

@@ -635,50 +635,78 @@ static void check_embedding(void) {
     check_embedding_at("embedding backward, GPT-2 wte (8192 x 50257 x 768)", 8192, 50257, 768);
 }
 
-/* The loss's softmax, a warp a row, against crossentropy_forward_row: 512
- * rows of GPT-2's V = 50257. Each probability is exp(z - max) / sum: CUDA's
- * expf (2 ulp) and a sum of V terms in another order (2 V u, relative) */
+/* The loss's forward, a warp a row, against crossentropy_forward_row: 512
+ * rows of GPT-2's V = 50257. lse = m + log s, s a sum of V exponentials in
+ * another order (lane by lane, then across the warp; each term's expf 2
+ * ulp): an absolute error of about 4 u + 2 V u, plus lse's own rounding;
+ * the loss, lse less the target's logit, the same and its rounding. */
+static void check_crossentropy_forward(const float *z, const int *gt, const float *lse,
+                                       const float *ls, int B, int V) {
+    long n = (long)B * V;
+    float *gz = device_copy(z, n), *gs = gpu(B), *gl = gpu(B);
+    double us, tol = 4.0 * U + 2.0 * V * U;
+    TIME_US(us, crossentropy_forward(gs, gl, gz, gt, B, V));
+    expect("cross-entropy forward, a warp a row (512 x 50257)", "lse", gs, lse, B,
+           tol + U * max_abs(lse, B), us);
+    expect("cross-entropy forward, a warp a row (512 x 50257)", "losses", gl, ls, B,
+           tol + 2.0 * U * max_abs(lse, B), us);
+    /* ... from the same logits held in bf16, as lm_head writes them with
+     * bf16 parameters: the same values, so the same bound */
+    float *gz16 = packed(gz, n, DTYPE_BF16);
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_US(us, crossentropy_forward(gs, gl, gz16, gt, B, V));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect("cross-entropy forward, logits held in bf16", "lse", gs, lse, B,
+           tol + U * max_abs(lse, B), us);
+    expect("cross-entropy forward, logits held in bf16", "losses", gl, ls, B,
+           tol + 2.0 * U * max_abs(lse, B), us);
+}
+
+/* The logits' gradient, a block a row, written over the logits, against
+ * crossentropy_backward_row from the same logits and lse: each element
+ * (exp(z - lse) - onehot) * dloss, the exps 2 ulp apart (CUDA's expf
+ * against the C library's). In fp32 that is a relative error of a few u
+ * (the logits are within +-3, so every probability is far below 1 and
+ * p - 1 cancels nothing). In bf16, as a GPU with 16-bit parameters runs
+ * it (logits held in 16 bits, the gradient rounded and stored so), two
+ * values a few u apart can round to neighbours: 2^-7 apart, relative, at
+ * most. One run: in place, a second would take the gradient for logits. */
+static void check_crossentropy_backward(const float *z, const int *gt, const int *tg,
+                                        const float *lse, int B, int V, Dtype d) {
+    long n = (long)B * V;
+    float *dl = (float *)host_malloc((size_t)n * 4, "ref");
+    memcpy(dl, z, (size_t)n * 4);
+    for (long b = 0; b < B; b++) crossentropy_backward_row(b, dl, lse, tg, 1.0f / B, V, d, DTYPE_FP32);
+    float *gz = device_copy(z, n), *gs = device_copy(lse, B);
+    float *gdl = d == DTYPE_BF16 ? packed(gz, n, d) : gz; /* held as lm_head writes them */
+    double us;
+    backend.gemm_dtype = d;
+    TIME_RUNS(us, 1, crossentropy_backward(gdl, gs, gt, 1.0f / B, B, V, d));
+    backend.gemm_dtype = DTYPE_FP32;
+    if (d == DTYPE_BF16)
+        expect_relative("cross-entropy backward, a block a row, in bf16", "dlogits",
+                        unpacked(gdl, n, DTYPE_BF16), dl, n, 1.0 / 128.0, us);
+    else
+        expect_relative("cross-entropy backward, a block a row, in fp32", "dlogits", gdl, dl, n,
+                        8.0 * U, us);
+    free(dl);
+}
+
 static void check_crossentropy(void) {
     const int B = 512, V = 50257;
     long n = (long)B * V;
     float *z = host_random(n, 15, 3.0f);
     int *tg = (int *)host_malloc(B * sizeof(int), "targets");
     for (int b = 0; b < B; b++) tg[b] = (int)(rng_u64(7, 16, 0, (uint64_t)b) % V);
-    float *pr = (float *)host_calloc((size_t)n, 4, "ref"), *ls = (float *)host_calloc(B, 4, "ref");
+    float *lse = (float *)host_calloc(B, 4, "ref"), *ls = (float *)host_calloc(B, 4, "ref");
     for (long i = 0; i < n; i++) z[i] = round_to(z[i], DTYPE_BF16); /* values lm_head writes */
-    for (long b = 0; b < B; b++) crossentropy_forward_row(b, pr, ls, z, tg, V, DTYPE_FP32);
-    float *gz = device_copy(z, n), *gp = gpu(n), *gl = gpu(B);
+    for (long b = 0; b < B; b++) crossentropy_forward_row(b, lse, ls, z, tg, V, DTYPE_FP32);
     int *gt = (int *)gpu(B);
     dev_from_host(gt, tg, B * sizeof(int));
-    double us, rel = 4.0 * U + 2.0 * V * U;
-    TIME_US(us, crossentropy_forward(gp, gl, gz, gt, B, V));
-    expect_relative("cross-entropy forward, a warp a row (512 x 50257)", "probs", gp, pr, n, rel,
-                    us);
-    expect("cross-entropy forward, a warp a row (512 x 50257)", "losses", gl, ls, B,
-           rel + U * max_abs(ls, B), us);
-    /* ... from the same logits held in bf16, as lm_head writes them with
-     * bf16 parameters: the same values, so the same bound */
-    float *gz16 = gpu(n);
-    FOR_EACH(n, pack_one, (uint16_t *)gz16, gz, DTYPE_BF16, 1.0f);
-    backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, crossentropy_forward(gp, gl, gz16, gt, B, V));
-    backend.gemm_dtype = DTYPE_FP32;
-    expect_relative("cross-entropy forward, logits held in bf16", "probs", gp, pr, n, rel, us);
-    expect("cross-entropy forward, logits held in bf16", "losses", gl, ls, B,
-           rel + U * max_abs(ls, B), us);
-    /* The logits' gradient, a block a row, against crossentropy_backward_row
-     * from the same probabilities: each element (p - onehot) * dloss rounded
-     * to bf16, the same operations on both, so equal bit for bit */
-    float *dl = (float *)host_calloc((size_t)n, 4, "ref"), *gpr = device_copy(pr, n), *gdl = gpu(n);
-    for (long b = 0; b < B; b++)
-        crossentropy_backward_row(b, dl, pr, tg, 1.0f / B, V, DTYPE_BF16, DTYPE_FP32);
-    backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, crossentropy_backward(gdl, gpr, gt, 1.0f / B, B, V, DTYPE_BF16));
-    backend.gemm_dtype = DTYPE_FP32;
-    expect("cross-entropy backward, a block a row, in bf16", "dlogits", unpacked(gdl, n, DTYPE_BF16),
-           dl, n, 0.0, us);
-    free(dl);
-    free(z), free(tg), free(pr), free(ls);
+    check_crossentropy_forward(z, gt, lse, ls, B, V);
+    check_crossentropy_backward(z, gt, tg, lse, B, V, DTYPE_FP32);
+    check_crossentropy_backward(z, gt, tg, lse, B, V, DTYPE_BF16);
+    free(z), free(tg), free(lse), free(ls);
     gpu_free_all();
 }
 

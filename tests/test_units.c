@@ -174,19 +174,32 @@ static void test_embedding(void) {
     gradcheck(&g, "embedding");
 }
 
-/* Cross-entropy's output is the loss itself: r = 1 on a one-element output. */
-typedef struct { float *loss, *probs, *rows, *logits; const int *targets; } CeCtx;
-static void ce_case(void *c) { CeCtx *x = (CeCtx *)c; x->loss[0] = crossentropy_forward(x->probs, x->rows, x->logits, x->targets, GB, GO); }
+/* Cross-entropy's output is the loss itself: r = 1 on a one-element output.
+ * Its backward writes the gradient over the logits it is given, so it runs
+ * on a copy: the gradient check needs the logits. */
+typedef struct { float *loss, *lse, *rows, *logits; const int *targets; } CeCtx;
+static void ce_case(void *c) { CeCtx *x = (CeCtx *)c; x->loss[0] = crossentropy_forward(x->lse, x->rows, x->logits, x->targets, GB, GO); }
 
 static void test_crossentropy(void) {
     const int targets[GB] = {1, 3, 0};
-    float logits[GB * GO], probs[GB * GO], rows[GB], dlogits[GB * GO] = {0}, loss[1], r[1] = {1.0f};
+    float logits[GB * GO], lse[GB], rows[GB], dlogits[GB * GO], loss[1], r[1] = {1.0f};
     fill(logits, GB * GO, 13);
-    CeCtx ctx = {loss, probs, rows, logits, targets};
+    CeCtx ctx = {loss, lse, rows, logits, targets};
     ce_case(&ctx);
-    crossentropy_backward(dlogits, probs, targets, 1.0f / GB, GB, GO, DTYPE_FP32);
+    memcpy(dlogits, logits, sizeof(logits));
+    crossentropy_backward(dlogits, lse, targets, 1.0f / GB, GB, GO, DTYPE_FP32);
     GradCase g = {{logits}, {dlogits}, {GB * GO}, {"logits"}, 1, loss, r, 1, ce_case, &ctx};
     gradcheck(&g, "crossentropy");
+    /* The online softmax subtracts its running maximum before exp: logits
+     * near 100 (exp(100) overflows fp32) give the loss they give 100 lower,
+     * but for rounding at 100 (the shifted logits, lse, their differences:
+     * a few ulp there, 2^-17 each): within 16 of those. Without the
+     * maximum, exp overflows and the loss is not a number. */
+    float shifted[GB * GO], loss_shift;
+    for (int i = 0; i < GB * GO; i++) shifted[i] = logits[i] + 100.0f;
+    loss_shift = crossentropy_forward(lse, rows, shifted, targets, GB, GO);
+    check(fabsf(loss_shift - loss[0]) < 16.0f * ldexpf(1.0f, -17), "crossentropy at logits + 100",
+          "loss %.7f, unshifted %.7f", loss_shift, loss[0]);
 }
 
 /* One parameter tensor's gradient (p->grad, from a backward just run)
