@@ -350,13 +350,17 @@ PY
     "blocks.0.norm.weight[3] is 100000, beyond the largest fp16 (65504): --param-dtype fp16 would compute with inf. Use --param-dtype bf16" \
     2 --steps 2 --param-dtype fp16 --grad-scaler --init-from "$d/big.st"
   runs_ok "... the same file under --param-dtype bf16" 2 --steps 2 --param-dtype bf16 --init-from "$d/big.st"
+  # A diverged run: in fp32 the loss, lse less the target's logit (as
+  # PyTorch's log_softmax computes it), stays a number however far --lr 10
+  # throws the logits (thousands); fp16's logits overflow 65504 at once.
   local out rc
-  out=$(timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --batch 12 --steps 100 --lr 10 --save-dir "$d/ck" --save-every 1 2>&1); rc=$?
+  out=$(timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --batch 12 --steps 100 --lr 10 --param-dtype fp16 --grad-scaler \
+    --save-dir "$d/ck" --save-every 1 2>&1); rc=$?
   if [ $rc -eq 5 ] && grep -q "^error: the loss is [-a-z]* at step [0-9]*: training diverged" <<<"$out" && grep -q "lower --lr" <<<"$out" \
      && [ "$(grep -c '^error:' <<<"$out")" -eq 1 ]; then
-    ok "--lr 10: exit 5 at the first non-finite loss: $(grep '^error:' <<<"$out" | cut -c1-80)"
+    ok "--lr 10 in fp16: exit 5 at the first non-finite loss: $(grep '^error:' <<<"$out" | cut -c1-80)"
   else
-    bad "--lr 10: exit $rc"; tail -4 <<<"$out"
+    bad "--lr 10 in fp16: exit $rc"; tail -4 <<<"$out"
   fi
   local step; step=$(grep -o 'at step [0-9]*' <<<"$out" | grep -o '[0-9]*')
   [ -n "$step" ] && [ ! -d "$d/ck/$(printf 'step-%08d' "$step")" ] && ok "... and no checkpoint of the diverged step $step was saved" \
