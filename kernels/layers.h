@@ -246,19 +246,30 @@ FSDP_HD static inline void online_softmax_add(float *m, float *s, float x) {
     }
 }
 
+/* The logits' row stride: V rounded up to a multiple of 64 values. A
+ * GPU's GEMMs run at speed on rows whose starts are 16-byte aligned
+ * (cuBLAS's tensor-core kernels load 16 bytes at a time; Hopper's TMA
+ * copies require it), and GPT-2's 50257 16-bit logits a row would put row
+ * b at 100514 b bytes: 2-byte aligned. llm.c pads the vocabulary itself to
+ * 50304 for this; here only the activation is padded: wte stays (V, D),
+ * lm_head's three GEMMs span V columns of rows ld apart, and nothing reads
+ * the padding (the CPU's matmul_forward, below, writes it 0). */
+static inline int logits_stride(int V) { return (V + 63) / 64 * 64; }
+
 /* Row b's lse[b] = log sum_v exp(logit_v), the log of its softmax's
- * denominator, and its loss -log p[target] = lse - logit[target]; the
- * logits held in format lh (fp32, or 16 bits: only the loss reads them).
+ * denominator, and its loss -log p[target] = lse - logit[target]; row b's
+ * logits at b * ld (logits_stride), held in format lh (fp32, or 16 bits:
+ * only the loss reads them).
  * The probabilities are not written: backward computes each again as
  * exp(logit - lse), as FlashAttention's backward does attention's, so no
  * (B, V) buffer is kept: 1.6 GB in fp32 for GPT-2's 8 x 1024 x 50257. */
 FSDP_HD static inline void crossentropy_forward_row(long b, float *lse, float *losses,
-                                                    const void *logits, const int *targets,
-                                                    int V, Dtype lh) {
+                                                    const void *logits, int ld,
+                                                    const int *targets, int V, Dtype lh) {
     float m = -INFINITY, s = 0.0f;
-    for (int v = 0; v < V; v++) online_softmax_add(&m, &s, load_as(logits, b * V + v, lh));
+    for (int v = 0; v < V; v++) online_softmax_add(&m, &s, load_as(logits, b * ld + v, lh));
     lse[b] = m + logf(s);
-    losses[b] = lse[b] - load_as(logits, b * V + targets[b], lh);
+    losses[b] = lse[b] - load_as(logits, b * ld + targets[b], lh);
 }
 /* The logits' gradient (softmax - onehot(target)) * dloss at one logit,
  * the head's output gradient; and row b's, written over its logits (each
@@ -271,11 +282,11 @@ FSDP_HD static inline float crossentropy_gradient(float logit, float lse, int is
                                                   float dloss) {
     return (expf(logit - lse) - (is_target ? 1.0f : 0.0f)) * dloss;
 }
-FSDP_HD static inline void crossentropy_backward_row(long b, void *logits, const float *lse,
-                                                     const int *targets, float dloss, int V,
-                                                     Dtype d, Dtype held) {
+FSDP_HD static inline void crossentropy_backward_row(long b, void *logits, int ld,
+                                                     const float *lse, const int *targets,
+                                                     float dloss, int V, Dtype d, Dtype held) {
     for (int v = 0; v < V; v++) {
-        long i = b * V + v;
+        long i = b * ld + v;
         float g = crossentropy_gradient(load_as(logits, i, held), lse[b], v == targets[b], dloss);
         store_matmul_input(logits, i, g, d, held);
     }
@@ -410,7 +421,7 @@ enum { CE_UNROLL = 8 };
  * passes and the probabilities written (4 bytes) took 10. */
 __global__ static void crossentropy_forward_warp(float *__restrict__ lse,
                                                  float *__restrict__ losses,
-                                                 const void *__restrict__ logits,
+                                                 const void *__restrict__ logits, int ld,
                                                  const int *__restrict__ targets, int B, int V,
                                                  Dtype lh) {
     long b = (long)blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
@@ -421,7 +432,7 @@ __global__ static void crossentropy_forward_warp(float *__restrict__ lse,
         float z[CE_UNROLL];
 #pragma unroll
         for (int u = 0; u < CE_UNROLL; u++)
-            z[u] = v0 + 32 * u < V ? load_as(logits, b * V + v0 + 32 * u, lh) : 0.0f;
+            z[u] = v0 + 32 * u < V ? load_as(logits, b * ld + v0 + 32 * u, lh) : 0.0f;
 #pragma unroll
         for (int u = 0; u < CE_UNROLL; u++)
             if (v0 + 32 * u < V) online_softmax_add(&m, &s, z[u]);
@@ -430,17 +441,18 @@ __global__ static void crossentropy_forward_warp(float *__restrict__ lse,
     s = warp_sum(s * expf(m - row_max));
     if (lane == 0) {
         lse[b] = row_max + logf(s);
-        losses[b] = lse[b] - load_as(logits, b * V + targets[b], lh);
+        losses[b] = lse[b] - load_as(logits, b * ld + targets[b], lh);
     }
 }
 
 /* The logits' gradient over the logits, a block a row, its threads along
  * the row: coalesced, no division (crossentropy_backward_row's), and each
  * thread's CE_UNROLL logits loaded before any is written. */
-__global__ static void crossentropy_backward_rows(void *logits, const float *__restrict__ lse,
+__global__ static void crossentropy_backward_rows(void *logits, int ld,
+                                                  const float *__restrict__ lse,
                                                   const int *__restrict__ targets, float dloss,
                                                   int V, Dtype d, Dtype held) {
-    long row = (long)blockIdx.x * V;
+    long row = (long)blockIdx.x * ld;
     float row_lse = lse[blockIdx.x];
     int target = targets[blockIdx.x];
     for (int v0 = threadIdx.x; v0 < V; v0 += blockDim.x * CE_UNROLL) {
@@ -691,13 +703,23 @@ static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *w
  * are out and dinp in the models (oh, dih: every reader of a Linear's
  * output and input gradient reads it as held, above; tests/test_kernels.cu
  * also writes fp32); dout in dh; the weight and bias in wh, their unit's
- * full state's format, and their gradients in gh, its full gradient's. */
+ * full state's format, and their gradients in gh, its full gradient's.
+ * matmul_forward and matmul_backward are the products without the bias
+ * (a Linear with bias=False, GPT-2's lm_head), out's and dout's rows ldo
+ * and ldd values apart (BLAS's leading dimension; O in linear_*): the
+ * logits' rows are padded (logits_stride). */
+static void matmul_forward(void *out, int ldo, Dtype oh, const void *inp, const void *weight,
+                           Dtype wh, int B, int I, int O) {
+    if (backend.dry) return; /* --plan */
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, backend.gemm_dtype, I, 0.0f, out,
+         oh, ldo);
+}
 static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight,
                            const void *bias, Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     Dtype held = backend.gemm_dtype;
-    if (!bias) { /* GPT-2's lm_head: the logits, B x V, are the product alone */
-        gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 0.0f, out, oh, O);
+    if (!bias) {
+        matmul_forward(out, O, oh, inp, weight, wh, B, I, O);
         return;
     }
     if (held != DTYPE_FP32 && wh == oh) { /* the bias in out's type: cuBLASLt adds it */
@@ -711,13 +733,19 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const void *wei
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 1.0f, out, oh, O);
 }
 
+static void matmul_backward(void *dinp, Dtype dih, void *dweight, Dtype gh, const void *dout,
+                            int ldd, Dtype dh, const void *inp, const void *weight, Dtype wh,
+                            int B, int I, int O) {
+    if (backend.dry) return; /* --plan */
+    Dtype held = backend.gemm_dtype;
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, wh, I, dout, dh, ldd, 0.0f, dinp, dih, I);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, ldd, 1.0f, dweight, gh, I);
+}
 static void linear_backward(void *dinp, Dtype dih, void *dweight, void *dbias, Dtype gh,
                             const void *dout, Dtype dh, const void *inp, const void *weight,
                             Dtype wh, int B, int I, int O) {
     if (backend.dry) return; /* --plan */
-    Dtype held = backend.gemm_dtype;
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, wh, I, dout, dh, O, 0.0f, dinp, dih, I);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, O, 1.0f, dweight, gh, I);
+    matmul_backward(dinp, dih, dweight, gh, dout, O, dh, inp, weight, wh, B, I, O);
     if (dbias) bias_backward(dbias, gh, dout, dh, B, O);
 }
 #else
@@ -811,14 +839,20 @@ static void cpu_result_store(float *f, void *x, Dtype held, long n) {
  * weights, so a sample's forward gives the same bits on every rank and
  * every batch size. (The panel is scratch in host memory, outside the
  * ledger, as cuBLAS's workspace would be on a GPU.) inp is held in
- * gemm_dtype, out in oh, the weight and bias in wh (cpu_operand, above). */
-static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight_held,
-                           const void *bias, Dtype wh, int B, int I, int O) {
+ * gemm_dtype, out in oh, the weight and bias in wh (cpu_operand, above).
+ * out's rows are ldo apart: O, or wider for a product without bias
+ * (matmul_forward: the padded logits, whose padding it writes as 0). */
+static void cpu_linear_forward(void *out, int ldo, Dtype oh, const void *inp,
+                               const void *weight_held, const void *bias, Dtype wh, int B, int I,
+                               int O) {
     if (backend.dry) return; /* --plan */
     const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
     const float *weight = cpu_operand(weight_held, wh, (long)O * I);
-    float *y = cpu_result(out, oh, (long)B * O);
-    FOR_EACH((long)B * O, bias_broadcast_one, y, bias, O, wh, DTYPE_FP32);
+    float *y = cpu_result(out, oh, (long)B * ldo);
+    if (bias) /* rows O apart: linear_forward's */
+        FOR_EACH((long)B * O, bias_broadcast_one, y, bias, O, wh, DTYPE_FP32);
+    else /* the product alone, its rows' padding included */
+        dev_zero(y, (size_t)B * ldo * sizeof(float));
     float *panel =
         (float *)host_malloc((size_t)I * BWD_VEC * sizeof(float), "allocate a matmul panel");
     for (int o0 = 0; o0 < O; o0 += BWD_VEC) {
@@ -828,39 +862,54 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const void *wei
                 panel[(long)i * BWD_VEC + j] = weight[(long)(o0 + j) * I + i];
         int b = 0;
         for (; w == BWD_VEC && b + BWD_ROWS <= B; b += BWD_ROWS)
-            accumulate_block(y + (long)b * O + o0, O, x + (long)b * I, I, 1, panel, BWD_VEC, I,
-                             0);
-        accumulate_rest(y + o0, O, x, I, 1, panel, BWD_VEC, I, b, B, 0, w);
+            accumulate_block(y + (long)b * ldo + o0, ldo, x + (long)b * I, I, 1, panel, BWD_VEC,
+                             I, 0);
+        accumulate_rest(y + o0, ldo, x, I, 1, panel, BWD_VEC, I, b, B, 0, w);
     }
     free(panel);
-    cpu_result_store(y, out, oh, (long)B * O);
+    cpu_result_store(y, out, oh, (long)B * ldo);
     cpu_operand_free(x, inp);
     cpu_operand_free(weight, weight_held);
 }
+static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight_held,
+                           const void *bias, Dtype wh, int B, int I, int O) {
+    cpu_linear_forward(out, O, oh, inp, weight_held, bias, wh, B, I, O);
+}
+static void matmul_forward(void *out, int ldo, Dtype oh, const void *inp, const void *weight_held,
+                           Dtype wh, int B, int I, int O) {
+    cpu_linear_forward(out, ldo, oh, inp, weight_held, NULL, wh, B, I, O);
+}
 
-/* dinp held in dih, dout in dh, inp in gemm_dtype, the weight in wh, its
- * gradient and the bias's in gh (cpu_operand, above) */
-static void linear_backward(void *dinp, Dtype dih, void *dweight_held, void *dbias, Dtype gh,
-                            const void *dout, Dtype dh, const void *inp, const void *weight_held,
-                            Dtype wh, int B, int I, int O) {
+/* dinp held in dih, dout in dh (its rows ldd apart), inp in gemm_dtype,
+ * the weight in wh, its gradient and the bias's in gh (cpu_operand,
+ * above); linear_backward adds the bias's gradient */
+static void matmul_backward(void *dinp, Dtype dih, void *dweight_held, Dtype gh, const void *dout,
+                            int ldd, Dtype dh, const void *inp, const void *weight_held, Dtype wh,
+                            int B, int I, int O) {
     if (backend.dry) return; /* --plan */
-    const float *g = cpu_operand(dout, dh, (long)B * O);
+    const float *g = cpu_operand(dout, dh, (long)B * ldd);
     const float *weight = cpu_operand(weight_held, wh, (long)O * I);
     const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
     float *dx = cpu_result(dinp, dih, (long)B * I);
     /* dinp (B, I) = dout (B, O) @ weight (O, I): summed over o, from 0 */
     dev_zero(dx, (size_t)B * I * sizeof(float));
-    accumulate(dx, g, O, 1, weight, B, O, I);
+    accumulate(dx, g, ldd, 1, weight, B, O, I);
     cpu_result_store(dx, dinp, dih, (long)B * I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b, from
      * what it holds, rounded once as it is stored (as cuBLAS with beta 1) */
     float *dweight = (float *)cpu_operand(dweight_held, gh, (long)O * I);
-    accumulate(dweight, g, 1, O, x, O, B, I);
+    accumulate(dweight, g, 1, ldd, x, O, B, I);
     cpu_result_store(dweight, dweight_held, gh, (long)O * I);
-    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh, gh);
     cpu_operand_free(g, dout);
     cpu_operand_free(x, inp);
     cpu_operand_free(weight, weight_held);
+}
+static void linear_backward(void *dinp, Dtype dih, void *dweight_held, void *dbias, Dtype gh,
+                            const void *dout, Dtype dh, const void *inp, const void *weight_held,
+                            Dtype wh, int B, int I, int O) {
+    if (backend.dry) return; /* --plan */
+    matmul_backward(dinp, dih, dweight_held, gh, dout, O, dh, inp, weight_held, wh, B, I, O);
+    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh, gh);
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
@@ -909,23 +958,24 @@ static void embedding_forward(void *out, const unsigned char *tokens, const void
              backend.gemm_dtype);
 }
 
-/* Softmax cross-entropy, averaged over the B samples: writes each row's
- * lse (B), the log of its softmax's denominator, and each sample's loss
- * (B), and returns their mean (summed on the host in sample order, so the
+/* Softmax cross-entropy, averaged over the B samples (logits (B, V), rows
+ * ld apart): writes each row's lse (B), the log of its softmax's
+ * denominator, and each sample's loss (B), and returns their mean (summed on the host in sample order, so the
  * same bits on every backend). The logits (B, V) are held in gemm_dtype:
  * no kernel but these two reads them, so on a GPU with 16-bit parameters
  * the head's GEMM writes them in 16 bits, as autocast's logits are, and
  * the softmax runs in fp32 (PyTorch's logits.float()). */
-static float crossentropy_forward(float *lse, float *losses, const void *logits,
+static float crossentropy_forward(float *lse, float *losses, const void *logits, int ld,
                                   const int *targets, int B, int V) {
 #ifdef __CUDACC__
     if (!backend.dry && B > 0) { /* a warp a row (above) */
         crossentropy_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-            lse, losses, logits, targets, B, V, backend.gemm_dtype);
+            lse, losses, logits, ld, targets, B, V, backend.gemm_dtype);
         cudaCheck(cudaGetLastError());
     }
 #else
-    FOR_EACH(B, crossentropy_forward_row, lse, losses, logits, targets, V, backend.gemm_dtype);
+    FOR_EACH(B, crossentropy_forward_row, lse, losses, logits, ld, targets, V,
+             backend.gemm_dtype);
 #endif
     float *host =
         (float *)host_calloc(B > 0 ? (size_t)B : 1, sizeof(float), "read the losses back");
@@ -944,15 +994,16 @@ static float crossentropy_forward(float *lse, float *losses, const void *logits,
  * B*T x 50257 values, 1.6 GB in fp32 at B*T = 8192). llm.c's fused
  * classifier does the same. Each logit is read once and written once
  * here, read once in forward: 6 bytes in 16 bits, the least there is. */
-static void crossentropy_backward(void *logits, const float *lse, const int *targets,
+static void crossentropy_backward(void *logits, int ld, const float *lse, const int *targets,
                                   float dloss, int B, int V, Dtype d) {
 #ifdef __CUDACC__
     if (B <= 0 || backend.dry) return;
-    crossentropy_backward_rows<<<B, 256, 0, backend.compute>>>(logits, lse, targets, dloss, V, d,
-                                                               backend.gemm_dtype);
+    crossentropy_backward_rows<<<B, 256, 0, backend.compute>>>(logits, ld, lse, targets, dloss, V,
+                                                               d, backend.gemm_dtype);
     cudaCheck(cudaGetLastError());
 #else
-    FOR_EACH(B, crossentropy_backward_row, logits, lse, targets, dloss, V, d, backend.gemm_dtype);
+    FOR_EACH(B, crossentropy_backward_row, logits, ld, lse, targets, dloss, V, d,
+             backend.gemm_dtype);
 #endif
 }
 

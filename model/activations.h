@@ -55,7 +55,8 @@ typedef struct {
     void *fc_gelu;                /* (S, BT, 4D) after GELU: mlp.c_proj's input */
     void *lnf;                    /* (BT, D) ln_f's output: lm_head's input */
     float *lnf_mean, *lnf_rstd;   /* (BT), (BT) */
-    void *logits;                 /* (BT, V) lm_head's output, the loss's input; backward
+    void *logits;                 /* (BT, V) lm_head's output, rows logits_stride(V)
+                                   * apart, the loss's input; backward
                                    * writes their gradient over them */
     float *lse;                   /* (BT) log of each row's softmax denominator */
     float *losses;                /* (BT) */

@@ -52,7 +52,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->lnf = activation_held(l, c, BT * D);
     a->lnf_mean = activation_fp32(l, BT);
     a->lnf_rstd = activation_fp32(l, BT);
-    a->logits = activation_held(l, c, BT * V);
+    a->logits = activation_held(l, c, BT * logits_stride(V)); /* rows padded */
     a->lse = activation_fp32(l, BT);
     a->losses = activation_fp32(l, BT);
     a->proj = activation_held(l, c, BT * D);
@@ -193,10 +193,11 @@ static float gpt2_forward(Trainer *t) {
     module_post_forward(t, m->transformer);
 
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
-    linear_forward(a->logits, held, a->lnf, weight_of(t, m->wte), NULL, wh, (int)BT, D, V);
-    lowp(t, a->logits, BT * V, held);
+    int ld = logits_stride(V); /* the logits' rows padded: kernels/layers.h */
+    matmul_forward(a->logits, ld, held, a->lnf, weight_of(t, m->wte), wh, (int)BT, D, V);
+    lowp(t, a->logits, BT * ld, held);
     module_post_forward(t, m->lm_head);
-    float loss = crossentropy_forward(a->lse, a->losses, a->logits, a->targets, (int)BT, V);
+    float loss = crossentropy_forward(a->lse, a->losses, a->logits, ld, a->targets, (int)BT, V);
     module_post_forward(t, m->root);
     return loss;
 }
@@ -275,16 +276,16 @@ static void gpt2_backward(Trainer *t) {
     Model *m = &t->model;
     Gpt2Activations *a = &t->gpt;
     const Config *c = &t->cfg;
-    int B = t->micro_batch, T = c->context, D = c->width, V = c->vocab;
+    int B = t->micro_batch, T = c->context, D = c->width, V = c->vocab, ld = logits_stride(V);
     long BT = (long)B * T;
 
     module_pre_backward(t, m->root);
-    crossentropy_backward(a->logits, a->lse, a->targets,
+    crossentropy_backward(a->logits, ld, a->lse, a->targets,
                           t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V,
                           c->param_dtype); /* over the logits */
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
     Dtype held = backend.gemm_dtype, gh = grad_dtype(t); /* activations.h; section 8 */
-    linear_backward(a->d_x, held, dweight_of(t, m->wte), NULL, gh, a->logits, held, a->lnf,
+    matmul_backward(a->d_x, held, dweight_of(t, m->wte), gh, a->logits, ld, held, a->lnf,
                     weight_of(t, m->wte), full_dtype(t), (int)BT, D, V);
     /* ... stored in param_dtype, as autograd accumulates a tied weight's
      * shares (and 16 bits hold it): wte's backward adds to the rounded sum */

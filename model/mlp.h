@@ -164,7 +164,8 @@ static float model_forward(Trainer *t) {
                    V);
     lowp(t, a->logits, (long)B * V, held);
     module_post_forward(t, m->head);
-    float loss = crossentropy_forward(a->lse, a->losses, a->logits, a->targets, B, V);
+    /* rows V apart: 256 bytes' logits need no padding (logits_stride) */
+    float loss = crossentropy_forward(a->lse, a->losses, a->logits, V, a->targets, B, V);
     module_post_forward(t, m->root);
     return loss;
 }
@@ -212,8 +213,9 @@ static void model_backward(Trainer *t) {
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
     module_pre_backward(t, m->root);
-    crossentropy_backward(a->logits, a->lse, a->targets, t->loss_scale / (float)t->local_batch,
-                          B, V, c->param_dtype); /* over the logits */
+    crossentropy_backward(a->logits, V, a->lse, a->targets,
+                          t->loss_scale / (float)t->local_batch, B, V,
+                          c->param_dtype); /* over the logits */
     module_pre_backward(t, m->head);
     Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t); /* section 8 */
     linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), gh, a->logits,

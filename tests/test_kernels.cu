@@ -473,6 +473,63 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
 
 /* A Linear layer on cuBLAS against the plain sums, and its bias gradient
  * (column sums) against bias_backward_one: B 512, 768 -> 2304 (c_attn) */
+/* The B x O values of rows ld apart, gathered into a new device buffer of
+ * rows O apart (for expect); 16-bit values held in d are unpacked */
+static float *compacted(const void *dev, int B, int ld, int O, Dtype d) {
+    float *all = host_copy(d == DTYPE_FP32 ? (const float *)dev : unpacked(dev, (long)B * ld, d),
+                           (long)B * ld);
+    for (long r = 0; r < B; r++) memmove(all + r * O, all + r * ld, (size_t)O * 4);
+    float *out = device_copy(all, (long)B * O);
+    free(all);
+    return out;
+}
+
+/* GPT-2's lm_head: its products without a bias (matmul_forward and
+ * matmul_backward) on the tensor cores, the logits' rows padded to
+ * logits_stride (1000 columns, rows 1024 apart). The output gradient's
+ * padding holds 1e30, so a product that read it would be off by about
+ * that; the forward is compared column by column within the rows. Bounds
+ * as the Linear's below: 4 (terms + 1) u of each sum of |terms|, and two
+ * bf16 ulps where the output is held in bf16. */
+static void check_matmul_padded(void) {
+    const int B = 64, I = 256, O = 1000, ld = logits_stride(O);
+    float *x = host_random((long)B * I, 31, 1.0f), *w = host_random((long)O * I, 32, 0.05f),
+          *dy = host_random((long)B * O, 33, 1.0f);
+    for (long i = 0; i < (long)B * I; i++) x[i] = round_to(x[i], DTYPE_BF16);
+    for (long i = 0; i < (long)O * I; i++) w[i] = round_to(w[i], DTYPE_BF16);
+    for (long i = 0; i < (long)B * O; i++) dy[i] = round_to(dy[i], DTYPE_BF16);
+    float *out = (float *)host_malloc((size_t)B * O * 4, "ref"), *wt = transposed(w, O, I),
+          *din = (float *)host_malloc((size_t)B * I * 4, "ref"),
+          *dw = (float *)host_malloc((size_t)O * I * 4, "ref"), *dyt = transposed(dy, B, O);
+    double tf = matmul_reference(out, x, wt, NULL, B, I, O);
+    double tin = matmul_reference(din, dy, w, NULL, B, O, I);
+    double tw = matmul_reference(dw, dyt, x, NULL, O, B, I);
+    for (long i = 0; i < (long)B * O; i++) out[i] = round_to(out[i], DTYPE_BF16);
+    float *dyp = (float *)host_malloc((size_t)B * ld * 4, "a padded gradient");
+    for (long i = 0; i < (long)B * ld; i++) dyp[i] = i % ld < O ? dy[i / ld * O + i % ld] : 1e30f;
+    float *gx16 = packed(device_copy(x, (long)B * I), (long)B * I, DTYPE_BF16),
+          *gw16 = packed(device_copy(w, (long)O * I), (long)O * I, DTYPE_BF16),
+          *gdy16 = packed(device_copy(dyp, (long)B * ld), (long)B * ld, DTYPE_BF16),
+          *gout16 = gpu((long)B * ld), *gdin = gpu((long)B * I), *gdw = gpu((long)O * I);
+    dev_zero(gdw, (size_t)O * I * 4); /* backward adds into the weight's gradient */
+    double us;
+    const char *name = "lm_head's products, rows padded (1000 of 1024)";
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_US(us, matmul_forward(gout16, ld, DTYPE_BF16, gx16, gw16, DTYPE_BF16, B, I, O));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect(name, "out", compacted(gout16, B, ld, O, DTYPE_BF16), out, (long)B * O,
+           4.0 * (I + 1) * U * tf + 2.0 * ulp16(max_abs(out, (long)B * O), DTYPE_BF16), us);
+    backend.gemm_dtype = DTYPE_BF16;
+    TIME_RUNS(us, 1, matmul_backward(gdin, DTYPE_FP32, gdw, DTYPE_FP32, gdy16, ld, DTYPE_BF16, gx16,
+                                     gw16, DTYPE_BF16, B, I, O));
+    backend.gemm_dtype = DTYPE_FP32;
+    expect(name, "dinp", gdin, din, (long)B * I, 4.0 * (O + 1) * U * tin, us);
+    expect(name, "dweight", gdw, dw, (long)O * I, 4.0 * (B + 1) * U * tw, us);
+    float *frees[] = {x, w, dy, out, wt, din, dw, dyt, dyp};
+    for (size_t i = 0; i < sizeof(frees) / sizeof(frees[0]); i++) free(frees[i]);
+    gpu_free_all();
+}
+
 static void check_linear(void) {
     const int B = 512, I = 768, O = 2304;
     float *x = host_random((long)B * I, 5, 1.0f), *w = host_random((long)O * I, 6, 0.03f),
@@ -640,12 +697,12 @@ static void check_embedding(void) {
  * another order (lane by lane, then across the warp; each term's expf 2
  * ulp): an absolute error of about 4 u + 2 V u, plus lse's own rounding;
  * the loss, lse less the target's logit, the same and its rounding. */
-static void check_crossentropy_forward(const float *z, const int *gt, const float *lse,
+static void check_crossentropy_forward(const float *z, int ld, const int *gt, const float *lse,
                                        const float *ls, int B, int V) {
-    long n = (long)B * V;
+    long n = (long)B * ld;
     float *gz = device_copy(z, n), *gs = gpu(B), *gl = gpu(B);
     double us, tol = 4.0 * U + 2.0 * V * U;
-    TIME_US(us, crossentropy_forward(gs, gl, gz, gt, B, V));
+    TIME_US(us, crossentropy_forward(gs, gl, gz, ld, gt, B, V));
     expect("cross-entropy forward, a warp a row (512 x 50257)", "lse", gs, lse, B,
            tol + U * max_abs(lse, B), us);
     expect("cross-entropy forward, a warp a row (512 x 50257)", "losses", gl, ls, B,
@@ -654,7 +711,7 @@ static void check_crossentropy_forward(const float *z, const int *gt, const floa
      * bf16 parameters: the same values, so the same bound */
     float *gz16 = packed(gz, n, DTYPE_BF16);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, crossentropy_forward(gs, gl, gz16, gt, B, V));
+    TIME_US(us, crossentropy_forward(gs, gl, gz16, ld, gt, B, V));
     backend.gemm_dtype = DTYPE_FP32;
     expect("cross-entropy forward, logits held in bf16", "lse", gs, lse, B,
            tol + U * max_abs(lse, B), us);
@@ -671,17 +728,18 @@ static void check_crossentropy_forward(const float *z, const int *gt, const floa
  * it (logits held in 16 bits, the gradient rounded and stored so), two
  * values a few u apart can round to neighbours: 2^-7 apart, relative, at
  * most. One run: in place, a second would take the gradient for logits. */
-static void check_crossentropy_backward(const float *z, const int *gt, const int *tg,
+static void check_crossentropy_backward(const float *z, int ld, const int *gt, const int *tg,
                                         const float *lse, int B, int V, Dtype d) {
-    long n = (long)B * V;
+    long n = (long)B * ld;
     float *dl = (float *)host_malloc((size_t)n * 4, "ref");
     memcpy(dl, z, (size_t)n * 4);
-    for (long b = 0; b < B; b++) crossentropy_backward_row(b, dl, lse, tg, 1.0f / B, V, d, DTYPE_FP32);
+    for (long b = 0; b < B; b++)
+        crossentropy_backward_row(b, dl, ld, lse, tg, 1.0f / B, V, d, DTYPE_FP32);
     float *gz = device_copy(z, n), *gs = device_copy(lse, B);
     float *gdl = d == DTYPE_BF16 ? packed(gz, n, d) : gz; /* held as lm_head writes them */
     double us;
     backend.gemm_dtype = d;
-    TIME_RUNS(us, 1, crossentropy_backward(gdl, gs, gt, 1.0f / B, B, V, d));
+    TIME_RUNS(us, 1, crossentropy_backward(gdl, ld, gs, gt, 1.0f / B, B, V, d));
     backend.gemm_dtype = DTYPE_FP32;
     if (d == DTYPE_BF16)
         expect_relative("cross-entropy backward, a block a row, in bf16", "dlogits",
@@ -692,20 +750,25 @@ static void check_crossentropy_backward(const float *z, const int *gt, const int
     free(dl);
 }
 
+/* The logits' rows padded to logits_stride (50304), as lm_head writes
+ * them: the padding holds 1e30, which a kernel that read it would turn
+ * into a loss of about 1e30 or a gradient of inf; the backward checks
+ * compare it too, so writing into it fails as well. */
 static void check_crossentropy(void) {
-    const int B = 512, V = 50257;
-    long n = (long)B * V;
+    const int B = 512, V = 50257, ld = logits_stride(V);
+    long n = (long)B * ld;
     float *z = host_random(n, 15, 3.0f);
     int *tg = (int *)host_malloc(B * sizeof(int), "targets");
     for (int b = 0; b < B; b++) tg[b] = (int)(rng_u64(7, 16, 0, (uint64_t)b) % V);
     float *lse = (float *)host_calloc(B, 4, "ref"), *ls = (float *)host_calloc(B, 4, "ref");
-    for (long i = 0; i < n; i++) z[i] = round_to(z[i], DTYPE_BF16); /* values lm_head writes */
-    for (long b = 0; b < B; b++) crossentropy_forward_row(b, lse, ls, z, tg, V, DTYPE_FP32);
+    for (long i = 0; i < n; i++) /* values lm_head writes, and the padding */
+        z[i] = round_to(i % ld < V ? z[i] : 1e30f, DTYPE_BF16);
+    for (long b = 0; b < B; b++) crossentropy_forward_row(b, lse, ls, z, ld, tg, V, DTYPE_FP32);
     int *gt = (int *)gpu(B);
     dev_from_host(gt, tg, B * sizeof(int));
-    check_crossentropy_forward(z, gt, lse, ls, B, V);
-    check_crossentropy_backward(z, gt, tg, lse, B, V, DTYPE_FP32);
-    check_crossentropy_backward(z, gt, tg, lse, B, V, DTYPE_BF16);
+    check_crossentropy_forward(z, ld, gt, lse, ls, B, V);
+    check_crossentropy_backward(z, ld, gt, tg, lse, B, V, DTYPE_FP32);
+    check_crossentropy_backward(z, ld, gt, tg, lse, B, V, DTYPE_BF16);
     free(z), free(tg), free(lse), free(ls);
     gpu_free_all();
 }
@@ -983,6 +1046,7 @@ int main(int argc, char **argv) {
     printf("every GPU kernel against the CPU's arithmetic (tests/test_kernels.cu)\n");
     check_layernorm();
     check_linear();
+    check_matmul_padded();
     check_elementwise();
     check_embedding();
     check_crossentropy();

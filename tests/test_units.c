@@ -178,7 +178,7 @@ static void test_embedding(void) {
  * Its backward writes the gradient over the logits it is given, so it runs
  * on a copy: the gradient check needs the logits. */
 typedef struct { float *loss, *lse, *rows, *logits; const int *targets; } CeCtx;
-static void ce_case(void *c) { CeCtx *x = (CeCtx *)c; x->loss[0] = crossentropy_forward(x->lse, x->rows, x->logits, x->targets, GB, GO); }
+static void ce_case(void *c) { CeCtx *x = (CeCtx *)c; x->loss[0] = crossentropy_forward(x->lse, x->rows, x->logits, GO, x->targets, GB, GO); }
 
 static void test_crossentropy(void) {
     const int targets[GB] = {1, 3, 0};
@@ -187,7 +187,7 @@ static void test_crossentropy(void) {
     CeCtx ctx = {loss, lse, rows, logits, targets};
     ce_case(&ctx);
     memcpy(dlogits, logits, sizeof(logits));
-    crossentropy_backward(dlogits, lse, targets, 1.0f / GB, GB, GO, DTYPE_FP32);
+    crossentropy_backward(dlogits, GO, lse, targets, 1.0f / GB, GB, GO, DTYPE_FP32);
     GradCase g = {{logits}, {dlogits}, {GB * GO}, {"logits"}, 1, loss, r, 1, ce_case, &ctx};
     gradcheck(&g, "crossentropy");
     /* The online softmax subtracts its running maximum before exp: logits
@@ -197,7 +197,7 @@ static void test_crossentropy(void) {
      * maximum, exp overflows and the loss is not a number. */
     float shifted[GB * GO], loss_shift;
     for (int i = 0; i < GB * GO; i++) shifted[i] = logits[i] + 100.0f;
-    loss_shift = crossentropy_forward(lse, rows, shifted, targets, GB, GO);
+    loss_shift = crossentropy_forward(lse, rows, shifted, GO, targets, GB, GO);
     check(fabsf(loss_shift - loss[0]) < 16.0f * ldexpf(1.0f, -17), "crossentropy at logits + 100",
           "loss %.7f, unshifted %.7f", loss_shift, loss[0]);
 }
@@ -437,14 +437,15 @@ static void test_matmul_inputs16(void) {
     check(packed_equal(db16, db32, 3 * AD), "bias gradient from a held output gradient, into bf16",
           "%d columns of %d rows, bit for bit", 3 * AD, AB * AT);
     /* the loss from held logits (here qkv's values, as AB * AT rows of 3 * AD) */
-    static float p16[NQ], p32[NQ], l16[AB * AT], l32[AB * AT];
+    static float s16[AB * AT], s32[AB * AT], l16[AB * AT], l32[AB * AT];
     static const int tg[AB * AT] = {0, 5, 17, 3, 3, 9, 12, 1, 16, 8};
     backend.gemm_dtype = d;
-    float loss16 = crossentropy_forward(p16, l16, qkv16, tg, AB * AT, 3 * AD);
+    float loss16 = crossentropy_forward(s16, l16, qkv16, 3 * AD, tg, AB * AT, 3 * AD);
     backend.gemm_dtype = DTYPE_FP32;
-    float loss32 = crossentropy_forward(p32, l32, qkv, tg, AB * AT, 3 * AD);
-    check(loss16 == loss32 && !memcmp(p16, p32, sizeof(p16)), "the loss from held logits",
-          "loss %.6f == %.6f, probabilities bit for bit", loss16, loss32);
+    float loss32 = crossentropy_forward(s32, l32, qkv, 3 * AD, tg, AB * AT, 3 * AD);
+    check(loss16 == loss32 && !memcmp(s16, s32, sizeof(s16)) && !memcmp(l16, l32, sizeof(l16)),
+          "the loss from held logits", "loss %.6f == %.6f, each row's lse and loss bit for bit",
+          loss16, loss32);
 }
 
 /* token + position embedding: x[b, t] = wte[token] + wpe[t] */
@@ -549,12 +550,14 @@ static void test_stream16(void) {
  * The loss is fp32 (one ulp at 5.5 is 5e-7), so a central difference with
  * h = 1e-2 carries ~2.5e-5 of noise per probe: a few percent of the
  * smallest gradients here (norms ~2e-3 over 6 probes), hence 5e-2; a
- * missing term or a wrong sign is off by O(1). */
+ * missing term or a wrong sign is off by O(1). A vocabulary of 300, so
+ * the logits' rows are padded (320 apart, logits_stride): a row read at
+ * the wrong stride would be off by O(1) too. */
 static void test_gpt2_gradients(void) {
     Config cfg;
     char err[256];
-    char *argv[] = {(char *)"t", (char *)"--model", (char *)"gpt2-tiny", (char *)"--strategy", (char *)"no_shard", (char *)"--batch", (char *)"2", (char *)"--context", (char *)"8"};
-    if (config_parse(&cfg, 9, argv, err, sizeof(err)) != 0) { check(0, "gpt2 config", "%s", err); return; }
+    char *argv[] = {(char *)"t", (char *)"--model", (char *)"gpt2-tiny", (char *)"--strategy", (char *)"no_shard", (char *)"--batch", (char *)"2", (char *)"--context", (char *)"8", (char *)"--vocab", (char *)"300"};
+    if (config_parse(&cfg, 11, argv, err, sizeof(err)) != 0) { check(0, "gpt2 config", "%s", err); return; }
     Trainer *t = trainer_create(&cfg, MPI_COMM_SELF);
     trainer_load_batch(t, 0, 0); /* step 0 of one rank: its tokens, grouped for the embedding */
     gpt2_forward(t);
@@ -614,7 +617,8 @@ static float step_gradients(char **argv, int argc, int held16, float **grads, lo
 }
 static void test_held16_models(void) {
     const char *cases[][14] = {
-        {"--model", "gpt2-tiny", "--param-dtype", "bf16", "--batch", "2", "--context", "8"},
+        {"--model", "gpt2-tiny", "--param-dtype", "bf16", "--batch", "2", "--context", "8",
+         "--vocab", "300"}, /* the logits' rows padded */
         {"--model", "gpt2-tiny", "--param-dtype", "bf16", "--batch", "2", "--n-ctx", "64",
          "--context", "40", "--attention", "flash", "--activation-checkpointing"},
         {"--model", "gpt2-tiny", "--param-dtype", "fp16", "--grad-scaler", "--batch", "2",
