@@ -31,7 +31,9 @@
  *      precision (--param-dtype bf16) it is the fp32 master copy, and
  *      shard_param holds it rounded, which the next all-gather sends. So
  *      after stepping a unit call unit_refresh_low_precision(u,
- *      c->param_dtype) (it does nothing in fp32).
+ *      c->param_dtype) (it does nothing in fp32). (The reference writes
+ *      the rounded copy in the update's own pass, adamw_mixed_one, which
+ *      saves reading the master again: the same values.)
  * Call span_begin(t, -1, PHASE_OPTIMIZER) first and span_end(t, -1,
  * PHASE_OPTIMIZER) last, for the trace.
  * Why no communication? Each element's update depends on that element

@@ -36,10 +36,10 @@ DEFINITION = re.compile(r"^(?:#define\s+([A-Za-z_]\w*)\(|(?!return\b)[A-Za-z_][\
 POINTER = re.compile(r"((?:`\w+`(?:,\s*|\s+and\s+|\s+or\s+)?)+)\s*(?:\(end of |\(|in )section (\d+)")
 
 
-INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io|sim)/[^"]+\.h)"')
+INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io|optim|sim)/[^"]+\.h)"')
 SOURCES = ["fsdp.c", "fsdp.h", "main.c", "files.c", "files.h", "formats.c", "formats.h"] + sorted(
-    p for d in ("run", "kernels", "comm", "io", "model", "data", "sim", "exercises", "tests",
-                "bridge")
+    p for d in ("run", "kernels", "comm", "io", "model", "data", "optim", "sim", "exercises",
+                "tests", "bridge")
     for p in glob.glob(f"{d}/*.[chp]*") if p != "tests/test_code_names.py")
 MAX_LINES = 3000  # the algorithm alone; the program and plumbing live beside it
 SNAKE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)(?:\(\))?`")
@@ -47,12 +47,13 @@ SNAKE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)(?:\(\))?`")
 # and a shell function lecture 7 defines in its own commands
 ELSEWHERE = {"device_mesh", "export_chrome_trace", "fully_shard", "nonwrapped_numel",
              "param_init_fn", "process_group", "save_pretrained", "set_state_dict",
-             "wait_stream", "zero_grad", "loss_of", "scaled_dot_product_attention"}
+             "wait_stream", "zero_grad", "loss_of", "scaled_dot_product_attention",
+             "log_softmax"}
 
 
 def definitions(path, section=None):
     """{name: section} for fsdp.c (section 0 before the first banner; a
-    header it includes in place, kernels/ comm/ data/ model/ io/, counts as
+    header it includes in place, kernels/ comm/ data/ model/ io/ optim/, counts as
     the section that includes it), {name:
     path} otherwise."""
     found, in_fsdp = {}, path == "fsdp.c" or section is not None
