@@ -1,6 +1,7 @@
 /* tests/bench_gpu.cu — what the GPUs themselves can do, to set fsdp-gpu's figures beside.
  *
  *   mpirun -np G tests/bench_gpu [--batch B] [--width D] [--tf32 | --bf16] [--max-mib M]
+ *                                [--vocab V]
  *
  * One rank per GPU (make bench-gpu runs it; build: make tests/bench_gpu).
  *
@@ -14,6 +15,11 @@
  *      --bf16 multiplies bf16 copies of the inputs on the tensor cores with
  *      fp32 accumulation and output (cublasGemmEx), as fsdp-gpu
  *      --param-dtype bf16 does (its packing to 16 bits not counted here).
+ * (iii) With --vocab V: GPT-2's lm_head, its three GEMMs (logits = x .
+ *      wte^T, and backward's two) at B rows, width D and V logits, whose
+ *      rows are V apart or padded to a multiple of 64 (fsdp-gpu's
+ *      logits_stride), side by side: what the padding buys. With --bf16
+ *      all in bf16 (the logits and gradients too, as fsdp-gpu holds them).
  * (ii) With >= 2 ranks: NCCL all-gather and reduce-scatter of 1 MiB .. M MiB
  *      (default 1 GiB) in bus bandwidth as nccl-tests defines it: size = the
  *      full (gathered) buffer, algbw = size / time, busbw = algbw * (N-1)/N,
@@ -75,6 +81,7 @@ typedef struct {
     float *c;
     int ldc;
     const __nv_bfloat16 *a16, *b16; /* --bf16: the inputs' bf16 copies, else NULL */
+    int c16;                        /* c holds bf16 values (lm_head's), else fp32 */
 } Gemm;
 
 __global__ void fill(float *x, size_t n, unsigned seed) { /* values in [-1, 1) */
@@ -96,8 +103,9 @@ static void gemm_run(cublasHandle_t h, const Gemm *g) {
     const float one = 1.0f;
     if (g->a16) {
         CUBLAS_CHECK(cublasGemmEx(h, g->ta, g->tb, g->m, g->n, g->k, &one, g->a16, CUDA_R_16BF,
-                                  g->lda, g->b16, CUDA_R_16BF, g->ldb, &g->beta, g->c, CUDA_R_32F,
-                                  g->ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                  g->lda, g->b16, CUDA_R_16BF, g->ldb, &g->beta, g->c,
+                                  g->c16 ? CUDA_R_16BF : CUDA_R_32F, g->ldc, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
         return;
     }
     CUBLAS_CHECK(cublasSgemm(h, g->ta, g->tb, g->m, g->n, g->k, &one, g->a, g->lda, g->b, g->ldb,
@@ -159,19 +167,19 @@ static double bench_gemms(int B, int D, int tf32, int bf16, int rank) {
     Gemm g[6] = {
         /* forward: out(B,out) = inp(B,in) . W(out,in)^T */
         {"fc1 forward  h(B,4D) = x(B,D) . W1(4D,D)^T", T_, N_, H, B, D, w1, x, D, D, 0, h, H, NULL,
-         NULL},
+         NULL, 0},
         {"fc2 forward  x(B,D) = h(B,4D) . W2(D,4D)^T", T_, N_, D, B, H, w2, h, H, H, 0, x, D, NULL,
-         NULL},
+         NULL, 0},
         /* dinp(B,in) += dout(B,out) . W(out,in) */
         {"fc1 dinp     dx(B,D) += dh(B,4D) . W1(4D,D)", N_, N_, D, B, H, w1, dh, D, H, 1, dx, D,
-         NULL, NULL},
+         NULL, NULL, 0},
         {"fc2 dinp     dh(B,4D) += dx(B,D) . W2(D,4D)", N_, N_, H, B, D, w2, dx, H, D, 1, dh, H,
-         NULL, NULL},
+         NULL, NULL, 0},
         /* dweight(out,in) += dout(B,out)^T . inp(B,in) */
         {"fc1 dweight  dW1(4D,D) += dh^T(4D,B) . x(B,D)", N_, T_, D, H, B, x, dh, D, H, 1, dw1, D,
-         NULL, NULL},
+         NULL, NULL, 0},
         {"fc2 dweight  dW2(D,4D) += dx^T(D,B) . h(B,4D)", N_, T_, H, D, B, h, dx, H, D, 1, dw2, H,
-         NULL, NULL},
+         NULL, NULL, 0},
     };
     const float *inputs[6] = {x, h, w1, w2, dx, dh};
     size_t sizes[6] = {(size_t)B * D, (size_t)B * H, (size_t)H * D,
@@ -202,6 +210,80 @@ static double bench_gemms(int B, int D, int tf32, int bf16, int rank) {
     float *all[] = {x, h, w1, w2, dx, dh, dw1, dw2};
     for (int i = 0; i < 8; i++) CUDA_CHECK(cudaFree(all[i]));
     return 6.0 * flops / total_s / 1e9;
+}
+
+/* ---- (iii) lm_head, its logits' rows V apart or padded ------------------------- */
+/* One of lm_head's three GEMMs at one leading dimension (cuBLAS's view, as
+ * fsdp-gpu's matmul_forward and matmul_backward call it): 0 forward,
+ * logits^T (V, B) = wte^T . x^T; 1 dinp, dx^T (D, B) = wte (D, V as cuBLAS
+ * sees it) . dlogits^T; 2 dweight, dwte^T (D, V) += x^T . dlogits. */
+static Gemm lm_head_gemm(int which, int B, int D, int V, int ld, float *x, float *w, float *logits,
+                         float *dx, float *dw, const __nv_bfloat16 *const *c16) {
+    const cublasOperation_t N_ = CUBLAS_OP_N, T_ = CUBLAS_OP_T;
+    Gemm g[3] = {
+        {"forward  logits = x . wte^T", T_, N_, V, B, D, w, x, D, D, 0, logits, ld, NULL, NULL, 0},
+        {"dinp     dx = dlogits . wte", N_, N_, D, B, V, w, logits, D, ld, 0, dx, D, NULL, NULL,
+         0},
+        {"dweight  dwte += dlogits^T . x", N_, T_, D, V, B, x, logits, D, ld, 1, dw, D, NULL, NULL,
+         0},
+    };
+    Gemm out = g[which];
+    if (c16) { /* every operand and result in bf16, as fsdp-gpu --param-dtype bf16 holds them */
+        out.a16 = which == 2 ? c16[0] : c16[1]; /* x or wte */
+        out.b16 = which == 0 ? c16[0] : c16[2]; /* x or the logits' gradient */
+        out.c = which == 0 ? (float *)c16[2] : which == 1 ? (float *)c16[3] : (float *)c16[4];
+        out.c16 = 1;
+    }
+    return out;
+}
+
+/* The three at ld = V and at V rounded up to 64, B rows of width D;
+ * prints each and the sum, rank 0. The buffers are sized for the padded
+ * rows; the unpadded run uses their first B x V. */
+static void bench_lm_head(int B, int D, int V, int tf32, int bf16, int rank) {
+    int padded = (V + 63) / 64 * 64;
+    size_t nl = (size_t)B * padded;
+    float *x = device_array((size_t)B * D, 11), *w = device_array((size_t)V * D, 12),
+          *logits = device_array(nl, 13), *dx = device_array((size_t)B * D, 14),
+          *dw = device_array((size_t)V * D, 15);
+    __nv_bfloat16 *c16[5] = {NULL};
+    if (bf16) { /* x, wte, the logits (and their gradient, written over them), dx, dwte */
+        c16[0] = bf16_copy(x, (size_t)B * D), c16[1] = bf16_copy(w, (size_t)V * D);
+        c16[2] = bf16_copy(logits, nl), c16[3] = bf16_copy(dx, (size_t)B * D);
+        c16[4] = bf16_copy(dw, (size_t)V * D);
+    }
+    cublasHandle_t cb;
+    CUBLAS_CHECK(cublasCreate(&cb));
+    CUBLAS_CHECK(cublasSetMathMode(cb, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    double flops = 2.0 * B * D * V, total[2] = {0.0, 0.0};
+    if (rank == 0)
+        printf("lm_head, %s: B=%d rows, D=%d, V=%d logits a row, %.1f GFLOP each; the logits' "
+               "rows %d apart | %d apart (fsdp-gpu's logits_stride)\n",
+               bf16 ? "bf16 in and out" : tf32 ? "TF32" : "fp32", B, D, V, flops / 1e9, V,
+               padded);
+    for (int which = 0; which < 3; which++) {
+        double s[2];
+        for (int p = 0; p < 2; p++) {
+            Gemm g = lm_head_gemm(which, B, D, V, p ? padded : V, x, w, logits, dx, dw,
+                                  bf16 ? c16 : NULL);
+            s[p] = gemm_seconds(cb, &g);
+            total[p] += s[p];
+        }
+        if (rank == 0)
+            printf("  %-32s %8.3f ms %8.1f TFLOP/s | %8.3f ms %8.1f TFLOP/s\n",
+                   lm_head_gemm(which, B, D, V, V, x, w, logits, dx, dw, NULL).name, 1e3 * s[0],
+                   flops / s[0] / 1e12, 1e3 * s[1], flops / s[1] / 1e12);
+    }
+    if (rank == 0)
+        printf("  all three                        %8.3f ms %8.1f TFLOP/s | %8.3f ms %8.1f "
+               "TFLOP/s\n",
+               1e3 * total[0], 3 * flops / total[0] / 1e12, 1e3 * total[1],
+               3 * flops / total[1] / 1e12);
+    CUBLAS_CHECK(cublasDestroy(cb));
+    for (int i = 0; i < 5; i++)
+        if (c16[i]) CUDA_CHECK(cudaFree(c16[i]));
+    float *all[] = {x, w, logits, dx, dw};
+    for (int i = 0; i < 5; i++) CUDA_CHECK(cudaFree(all[i]));
 }
 
 /* ---- (ii) NCCL bus bandwidth -------------------------------------------------- */
@@ -283,7 +365,7 @@ int main(int argc, char **argv) {
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &local);
     MPI_Comm_size(node, &local_n);
-    long B = 4096, D = 4096, max_mib = 1024;
+    long B = 4096, D = 4096, max_mib = 1024, V = 0;
     int tf32 = 0, bf16 = 0, bad = 0;
     for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--batch"))
@@ -292,6 +374,8 @@ int main(int argc, char **argv) {
             bad = (D = arg_value(argc, argv, &i, 1, 1 << 14)) < 0;
         else if (!strcmp(argv[i], "--max-mib"))
             bad = (max_mib = arg_value(argc, argv, &i, 1, 1 << 16)) < 0;
+        else if (!strcmp(argv[i], "--vocab"))
+            bad = (V = arg_value(argc, argv, &i, 2, 1 << 20)) < 0;
         else if (!strcmp(argv[i], "--tf32"))
             tf32 = 1;
         else if (!strcmp(argv[i], "--bf16"))
@@ -302,7 +386,8 @@ int main(int argc, char **argv) {
     if (bad) { /* every rank parses the same argv, so every rank stops here */
         if (rank == 0)
             fprintf(stderr, "usage: mpirun -np GPUS tests/bench_gpu [--batch B (1..2^20)] "
-                            "[--width D (1..2^14)] [--tf32 | --bf16] [--max-mib M (1..65536)]\n");
+                            "[--width D (1..2^14)] [--tf32 | --bf16] [--max-mib M (1..65536)] "
+                            "[--vocab V (2..2^20)]\n");
         MPI_Finalize();
         return 2;
     }
@@ -338,6 +423,7 @@ int main(int argc, char **argv) {
         if (world > 1)
             printf("  the same on each of the %d GPUs: %.1f .. %.1f GFLOP/s\n", world, lo, hi);
     }
+    if (V > 0) bench_lm_head((int)B, (int)D, (int)V, tf32, bf16, rank);
     if (world > 1) bench_nccl(rank, world, max_mib);
     else if (rank == 0)
         printf("NCCL: skipped: one rank has no other GPU to all-gather from or reduce-scatter "

@@ -212,3 +212,17 @@ awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$m1" -v n2="$m2" -v t1="$u1" -v 
   if (peak != "") printf "MFU: %.1f%% of the %s peak\n", 100 * per / peak, prec
   if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8; the roofline of ./fsdp --plan --model gpt2 --batch 8 --roofline h100 puts fp32 at 6.0%%, bf16 GEMMs at 32.7%% at best, 64%% with --attention flash at its roofline; BENCH_PARAM_DTYPE=bf16 runs those)\n", 100 * per / bf16
 }'
+
+# cuBLAS alone at GPT-2's shapes on one GPU: a block's MLP GEMMs (8192 rows,
+# width 768), and lm_head's three, a third of the model's matmul FLOPs,
+# with the logits' rows 50257 values apart and padded to 50304 as fsdp-gpu
+# stores them (logits_stride): what the padding buys, measured.
+echo
+echo "cuBLAS alone at GPT-2's shapes (tests/bench_gpu --batch 8192 --width 768 --vocab 50257${tf:+ $tf}${pd:+ --bf16}, one GPU):"
+# shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
+if timeout 300 $MPIRUN -np 1 tests/bench_gpu --batch 8192 --width 768 --vocab 50257 $tf ${pd:+--bf16} \
+     >"$d/gpt2_gemms.log" 2>&1; then
+  grep -E '^gemm mean|^lm_head|^  (forward|dinp|dweight|all three)' "$d/gpt2_gemms.log" | sed 's/^/  /'
+else
+  echo "FAIL: tests/bench_gpu --vocab 50257: exit $?"; tail -15 "$d/gpt2_gemms.log"; exit 1
+fi
