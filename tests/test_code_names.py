@@ -47,7 +47,8 @@ SNAKE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)(?:\(\))?`")
 # and a shell function lecture 7 defines in its own commands
 ELSEWHERE = {"device_mesh", "export_chrome_trace", "fully_shard", "nonwrapped_numel",
              "param_init_fn", "process_group", "save_pretrained", "set_state_dict",
-             "wait_stream", "zero_grad", "loss_of", "scaled_dot_product_attention"}
+             "wait_stream", "zero_grad", "loss_of", "scaled_dot_product_attention",
+             "log_softmax"}
 
 
 def definitions(path, section=None):
