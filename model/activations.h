@@ -9,7 +9,7 @@
 /* What the forward pass saves for the backward pass, and the gradient
  * scratch the backward pass flows through. B is this rank's batch. Every
  * activation but LayerNorm's statistics, attention's probabilities (or
- * lse) and the loss's softmax (float *, fp32 slots) is held as the
+ * lse) and the loss's lse and losses (float *, fp32 slots) is held as the
  * matmuls read it (void *), in backend.gemm_dtype: 16-bit values on a GPU
  * with 16-bit parameters, the residual stream and its gradient included,
  * since every kernel that reads them reads through load_as

@@ -19,7 +19,7 @@ static long saved_block(const Config *c, int l) { return c->activation_checkpoin
 
 /* An activation buffer in fp32 slots: in param_dtype with mixed precision
  * (GPT-2's attention probabilities P). LayerNorm's statistics, the
- * softmax and the losses stay fp32, as PyTorch keeps them. */
+ * loss's lse and the losses stay fp32, as PyTorch keeps them. */
 static float *activation(Ledger *l, const Config *c, long count) {
     return ledger_alloc_floats(l, MEM_ACTIVATIONS, (size_t)count, c->param_dtype, "activations");
 }
