@@ -617,7 +617,9 @@ if [ -n "${FSDP_EMU:-}" ]; then
   # its mean as it is unpacked from the wire (unpack_mean_one, one pass over
   # the shard), not by an unpack, a scale and a rounding (three: 16 bytes an
   # element more, about 5 ms of the 1.06B model's step on an H100); and a
-  # gradient is not multiplied by a predivide of 1 (one or two ranks).
+  # gradient is not multiplied by a predivide of 1 (one or two ranks); and
+  # AdamW writes each shard's 16-bit copy as it updates the master
+  # (adamw_mixed_one), with no pass of pack_one reading the master back.
   ok_runs=1
   for s in 2 4; do
     FSDP_EMU_STATS=$d/bf16_$s timeout 120 $MPIRUN -np 1 "./$GPU_BIN" --model gpt2-tiny --n-layer 4 \
@@ -626,13 +628,13 @@ if [ -n "${FSDP_EMU:-}" ]; then
   # kernel_in FILE NAME: rank 0's launches of kernel NAME; kernel_step NAME: in a step
   kernel_in() { awk -v k="$2" '$1 == "rank" && $2 == "0" && $3 == "kernel" && $4 == k { n = $5 } END { print n + 0 }' "$1"; }
   kernel_step() { echo $((($(kernel_in "$d/bf16_4" "$1") - $(kernel_in "$d/bf16_2" "$1")) / 2)); }
-  if [ $ok_runs = 1 ] && [ "$(kernel_in "$d/bf16_4" "for_each_kernel<adamw_one>")" -gt 0 ]; then
-    units=$(kernel_step "for_each_kernel<adamw_one>")
+  if [ $ok_runs = 1 ] && [ "$(kernel_in "$d/bf16_4" "for_each_kernel<adamw_mixed_one>")" -gt 0 ]; then
+    units=$(kernel_step "for_each_kernel<adamw_mixed_one>")
     means=$(kernel_step "for_each_kernel<unpack_mean_one>")
-    extra=$(($(kernel_step "for_each_kernel<scale_one>") + $(kernel_step "for_each_kernel<round_one>") + $(kernel_step "for_each_kernel<scale_half_one>") + $(kernel_step "for_each_kernel<unpack_one>")))
+    extra=$(($(kernel_step "for_each_kernel<scale_one>") + $(kernel_step "for_each_kernel<round_one>") + $(kernel_step "for_each_kernel<scale_half_one>") + $(kernel_step "for_each_kernel<unpack_one>") + $(kernel_step "for_each_kernel<pack_one>")))
     [ "$means" -eq "$units" ] && [ "$extra" -eq 0 ] \
-      && pass "m. bf16, 1 rank: each of the $units reduce-scatters a step takes its mean as it unpacks (one pass over the shard, none multiplies by 1)" \
-      || flunk "m. bf16, 1 rank, a step: $means unpack_mean_one for $units units, and $extra passes of scale_one, round_one, scale_half_one or unpack_one (should be 0)"
+      && pass "m. bf16, 1 rank: each of the $units reduce-scatters a step takes its mean as it unpacks (one pass over the shard, none multiplies by 1), and AdamW writes the 16-bit shard in its own pass" \
+      || flunk "m. bf16, 1 rank, a step: $means unpack_mean_one for $units units, and $extra passes of scale_one, round_one, scale_half_one, unpack_one or pack_one (should be 0)"
   else
     flunk "m. FSDP_EMU_STATS: the bf16 runs failed or counted no kernels"
   fi
