@@ -236,12 +236,13 @@ FSDP_HD static inline void embedding_backward_one(long i, void *dweight, const v
  * maximum grows (Milakov and Gimelshein's online softmax; kernels/flash.h
  * keeps attention's rows so). One pass over a row gives log sum exp = m +
  * log s, where the plain form takes two, the maximum and then the sum;
- * still one exponential a logit. Start from m = -inf, s = 0. */
+ * still one exponential a logit. Start from m = -inf, s = 0. (A NaN makes
+ * s NaN; a -inf, an fp16 logit that overflowed downwards, adds nothing.) */
 FSDP_HD static inline void online_softmax_add(float *m, float *s, float x) {
     if (x > *m) {
         *s = *s * expf(*m - x) + 1.0f;
         *m = x;
-    } else {
+    } else if (x != -INFINITY) { /* a -inf adds exp(-inf) = 0, even while m is -inf */
         *s += expf(x - *m);
     }
 }

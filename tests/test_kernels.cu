@@ -471,8 +471,6 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
     free(dyr), free(din), free(dw), free(db);
 }
 
-/* A Linear layer on cuBLAS against the plain sums, and its bias gradient
- * (column sums) against bias_backward_one: B 512, 768 -> 2304 (c_attn) */
 /* The B x O values of rows ld apart, gathered into a new device buffer of
  * rows O apart (for expect); 16-bit values held in d are unpacked */
 static float *compacted(const void *dev, int B, int ld, int O, Dtype d) {
@@ -530,6 +528,8 @@ static void check_matmul_padded(void) {
     gpu_free_all();
 }
 
+/* A Linear layer on cuBLAS against the plain sums, and its bias gradient
+ * (column sums) against bias_backward_one: B 512, 768 -> 2304 (c_attn) */
 static void check_linear(void) {
     const int B = 512, I = 768, O = 2304;
     float *x = host_random((long)B * I, 5, 1.0f), *w = host_random((long)O * I, 6, 0.03f),
@@ -692,44 +692,53 @@ static void check_embedding(void) {
     check_embedding_at("embedding backward, GPT-2 wte (8192 x 50257 x 768)", 8192, 50257, 768);
 }
 
-/* The loss's forward, a warp a row, against crossentropy_forward_row: 512
- * rows of GPT-2's V = 50257. lse = m + log s, s a sum of V exponentials in
- * another order (lane by lane, then across the warp; each term's expf 2
- * ulp): an absolute error of about 4 u + 2 V u, plus lse's own rounding;
- * the loss, lse less the target's logit, the same and its rounding. */
-static void check_crossentropy_forward(const float *z, int ld, const int *gt, const float *lse,
-                                       const float *ls, int B, int V) {
+/* The loss's forward, a warp a row, against each row's lse and loss in
+ * double precision. The GPU's s sums exp(z - m) <= 1 lane by lane (V/32
+ * terms), then over the 32 lanes (5 levels) after a rescale, each expf
+ * within 2 ulp: a relative error in s, so an absolute one in log s, of at
+ * most (V/32 + 32) u; lse rounds once more at its own size (and so does
+ * the reference, a float), the loss (lse less the target's logit) once
+ * more at its. A row that lost one
+ * logit would be off by O(1): each row's largest logit is its last. */
+static void check_crossentropy_forward(const float *z, int ld, const int *tg, const int *gt,
+                                       int B, int V) {
     long n = (long)B * ld;
+    float *lse = (float *)host_malloc((size_t)B * 4, "ref"),
+          *ls = (float *)host_malloc((size_t)B * 4, "ref");
+    for (long b = 0; b < B; b++) {
+        double m = -INFINITY, sum = 0.0;
+        for (int v = 0; v < V; v++) m = fmax(m, z[b * ld + v]);
+        for (int v = 0; v < V; v++) sum += exp((double)z[b * ld + v] - m);
+        lse[b] = (float)(m + log(sum)), ls[b] = (float)(m + log(sum) - z[b * ld + tg[b]]);
+    }
     float *gz = device_copy(z, n), *gs = gpu(B), *gl = gpu(B);
-    double us, tol = 4.0 * U + 2.0 * V * U;
-    TIME_US(us, crossentropy_forward(gs, gl, gz, ld, gt, B, V));
-    expect("cross-entropy forward, a warp a row (512 x 50257)", "lse", gs, lse, B,
-           tol + U * max_abs(lse, B), us);
-    expect("cross-entropy forward, a warp a row (512 x 50257)", "losses", gl, ls, B,
-           tol + 2.0 * U * max_abs(lse, B), us);
-    /* ... from the same logits held in bf16, as lm_head writes them with
-     * bf16 parameters: the same values, so the same bound */
-    float *gz16 = packed(gz, n, DTYPE_BF16);
-    backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, crossentropy_forward(gs, gl, gz16, ld, gt, B, V));
-    backend.gemm_dtype = DTYPE_FP32;
-    expect("cross-entropy forward, logits held in bf16", "lse", gs, lse, B,
-           tol + U * max_abs(lse, B), us);
-    expect("cross-entropy forward, logits held in bf16", "losses", gl, ls, B,
-           tol + 2.0 * U * max_abs(lse, B), us);
+    double us, tol = (V / 32 + 32) * U + 4.0 * U * max_abs(lse, B); /* lse, its reference: 2 u */
+    char what[96];
+    for (int held16 = 0; held16 < 2; held16++) { /* and held in bf16, as lm_head writes them */
+        snprintf(what, sizeof(what), "cross-entropy forward, %d x %d%s", B, V,
+                 held16 ? ", held in bf16" : "");
+        backend.gemm_dtype = held16 ? DTYPE_BF16 : DTYPE_FP32;
+        TIME_US(us, crossentropy_forward(gs, gl, held16 ? packed(gz, n, DTYPE_BF16) : gz, ld, gt,
+                                         B, V));
+        backend.gemm_dtype = DTYPE_FP32;
+        expect(what, "lse", gs, lse, B, tol, us);
+        expect(what, "losses", gl, ls, B, tol + 2.0 * U * max_abs(ls, B), us);
+    }
+    free(lse), free(ls);
 }
 
 /* The logits' gradient, a block a row, written over the logits, against
  * crossentropy_backward_row from the same logits and lse: each element
  * (exp(z - lse) - onehot) * dloss, the exps 2 ulp apart (CUDA's expf
  * against the C library's). In fp32 that is a relative error of a few u
- * (the logits are within +-3, so every probability is far below 1 and
- * p - 1 cancels nothing). In bf16, as a GPU with 16-bit parameters runs
- * it (logits held in 16 bits, the gradient rounded and stored so), two
- * values a few u apart can round to neighbours: 2^-7 apart, relative, at
- * most. One run: in place, a second would take the gradient for logits. */
-static void check_crossentropy_backward(const float *z, int ld, const int *gt, const int *tg,
-                                        const float *lse, int B, int V, Dtype d) {
+ * where p - onehot cancels nothing: everywhere but at a target whose p is
+ * near 1, and the targets here are never a row's largest logit (below).
+ * In bf16, as a GPU with 16-bit parameters runs it (logits held in 16
+ * bits, the gradient rounded and stored so), two values a few u apart can
+ * round to neighbours: 2^-7 apart, relative, at most. One run: in place,
+ * a second would take the gradient for logits. */
+static void check_crossentropy_backward(const char *name, const float *z, int ld, const int *gt,
+                                        const int *tg, const float *lse, int B, int V, Dtype d) {
     long n = (long)B * ld;
     float *dl = (float *)host_malloc((size_t)n * 4, "ref");
     memcpy(dl, z, (size_t)n * 4);
@@ -741,36 +750,53 @@ static void check_crossentropy_backward(const float *z, int ld, const int *gt, c
     backend.gemm_dtype = d;
     TIME_RUNS(us, 1, crossentropy_backward(gdl, ld, gs, gt, 1.0f / B, B, V, d));
     backend.gemm_dtype = DTYPE_FP32;
+    char what[128];
+    snprintf(what, sizeof(what), "%s, in %s", name, d == DTYPE_BF16 ? "bf16" : "fp32");
     if (d == DTYPE_BF16)
-        expect_relative("cross-entropy backward, a block a row, in bf16", "dlogits",
-                        unpacked(gdl, n, DTYPE_BF16), dl, n, 1.0 / 128.0, us);
+        expect_relative(what, "dlogits", unpacked(gdl, n, DTYPE_BF16), dl, n, 1.0 / 128.0, us);
     else
-        expect_relative("cross-entropy backward, a block a row, in fp32", "dlogits", gdl, dl, n,
-                        8.0 * U, us);
+        expect_relative(what, "dlogits", gdl, dl, n, 8.0 * U, us);
     free(dl);
 }
 
-/* The logits' rows padded to logits_stride (50304), as lm_head writes
- * them: the padding holds 1e30, which a kernel that read it would turn
- * into a loss of about 1e30 or a gradient of inf; the backward checks
- * compare it too, so writing into it fails as well. */
-static void check_crossentropy(void) {
-    const int B = 512, V = 50257, ld = logits_stride(V);
+/* B rows of V logits, 3 N(0, 1) rounded to bf16 (values lm_head writes),
+ * in rows padded to logits_stride as lm_head writes them. The padding
+ * holds 1e30, which a kernel that read it would turn into a loss of about
+ * 1e30 or a gradient of inf; the backward checks compare it too, so
+ * writing into it fails as well. Each row's last logit is its largest
+ * (20); every fourth row's first is -inf (fp16's overflow downwards: it
+ * adds nothing to the sum, first in its lane too). No target is a row's
+ * first or last logit. */
+static void check_crossentropy_at(int B, int V) {
+    const int ld = logits_stride(V);
     long n = (long)B * ld;
     float *z = host_random(n, 15, 3.0f);
     int *tg = (int *)host_malloc(B * sizeof(int), "targets");
-    for (int b = 0; b < B; b++) tg[b] = (int)(rng_u64(7, 16, 0, (uint64_t)b) % V);
-    float *lse = (float *)host_calloc(B, 4, "ref"), *ls = (float *)host_calloc(B, 4, "ref");
-    for (long i = 0; i < n; i++) /* values lm_head writes, and the padding */
+    for (long i = 0; i < n; i++)
         z[i] = round_to(i % ld < V ? z[i] : 1e30f, DTYPE_BF16);
+    for (int b = 0; b < B; b++) {
+        z[(long)b * ld + V - 1] = 20.0f;
+        if (b % 4 == 0 && V > 2) z[(long)b * ld] = -INFINITY;
+        tg[b] = V > 2 ? 1 + (int)(rng_u64(7, 16, 0, (uint64_t)b) % (V - 2)) : 0;
+    }
+    float *lse = (float *)host_calloc(B, 4, "ref"), *ls = (float *)host_calloc(B, 4, "ref");
     for (long b = 0; b < B; b++) crossentropy_forward_row(b, lse, ls, z, ld, tg, V, DTYPE_FP32);
     int *gt = (int *)gpu(B);
     dev_from_host(gt, tg, B * sizeof(int));
-    check_crossentropy_forward(z, ld, gt, lse, ls, B, V);
-    check_crossentropy_backward(z, ld, gt, tg, lse, B, V, DTYPE_FP32);
-    check_crossentropy_backward(z, ld, gt, tg, lse, B, V, DTYPE_BF16);
+    char name[96];
+    snprintf(name, sizeof(name), "cross-entropy backward, %d x %d", B, V);
+    check_crossentropy_forward(z, ld, tg, gt, B, V);
+    check_crossentropy_backward(name, z, ld, gt, tg, lse, B, V, DTYPE_FP32);
+    check_crossentropy_backward(name, z, ld, gt, tg, lse, B, V, DTYPE_BF16);
     free(z), free(tg), free(lse), free(ls);
     gpu_free_all();
+}
+/* GPT-2's vocabulary, and V that leave lanes with no logit (1, 5, 31), one
+ * lane a second (33), and a last chunk of a lane's 8 loads in part (300) */
+static void check_crossentropy(void) {
+    check_crossentropy_at(512, 50257);
+    const int small[] = {1, 5, 31, 33, 300};
+    for (int k = 0; k < 5; k++) check_crossentropy_at(64, small[k]);
 }
 
 /* Causal attention: cuBLAS's batched GEMMs around the softmax kernel

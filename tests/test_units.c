@@ -200,6 +200,17 @@ static void test_crossentropy(void) {
     loss_shift = crossentropy_forward(lse, rows, shifted, GO, targets, GB, GO);
     check(fabsf(loss_shift - loss[0]) < 16.0f * ldexpf(1.0f, -17), "crossentropy at logits + 100",
           "loss %.7f, unshifted %.7f", loss_shift, loss[0]);
+    /* A logit of -inf (fp16's overflow downwards) has probability 0, first in
+     * its row too: logits (-inf, 1, 2), target 2, lose log(e + e^2) - 2 =
+     * log(1 + 1/e), as PyTorch's cross_entropy gives; a NaN stays a NaN */
+    float row[3] = {-INFINITY, 1.0f, 2.0f}, row_lse, row_loss;
+    const int target2[1] = {2};
+    crossentropy_forward(&row_lse, &row_loss, row, 3, target2, 1, 3);
+    check(fabsf(row_loss - log1pf(expf(-1.0f))) < 1e-6f, "crossentropy: a -inf logit first",
+          "loss %.7f, log(1 + 1/e) %.7f", row_loss, log1pf(expf(-1.0f)));
+    row[1] = NAN;
+    crossentropy_forward(&row_lse, &row_loss, row, 3, target2, 1, 3);
+    check(isnan(row_loss), "crossentropy: a NaN logit gives a NaN loss", "loss %f", row_loss);
 }
 
 /* One parameter tensor's gradient (p->grad, from a backward just run)
