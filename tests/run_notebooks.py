@@ -97,9 +97,10 @@ def run_one(path, timeout, out_dir):
     def on_cell_start(cell, cell_index, **_):
         running.update(index=cell_index, since=time.monotonic())
 
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT)}}, record_timing=True,
-                            on_cell_start=on_cell_start)
+    def client():
+        return NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                              resources={"metadata": {"path": str(ROOT)}}, record_timing=True,
+                              on_cell_start=on_cell_start)
     start = time.monotonic()
     problem, cell_took = None, None
     # The kernel's own stderr (ipykernel's start-up notices) goes to a file,
@@ -111,10 +112,21 @@ def run_one(path, timeout, out_dir):
     with tempfile.TemporaryFile(mode="w+") as kernel_log, \
             tempfile.TemporaryDirectory(prefix="ompi-session.") as session:
         os.environ["OMPI_MCA_orte_tmpdir_base"] = session
-        try:
-            client.execute(stderr=kernel_log)
-        except (CellExecutionError, CellTimeoutError, DeadKernelError, RuntimeError) as e:
-            problem = e
+        # A kernel that dies before its first reply ran no cell: two kernels
+        # starting at once can pick the same free port (jupyter_client
+        # chooses them before binding), and the second dies. Started again
+        # once; a notebook's own failure is never retried.
+        for _ in range(2):
+            try:
+                client().execute(stderr=kernel_log)
+                problem = None
+                break
+            except (CellExecutionError, CellTimeoutError, DeadKernelError, RuntimeError) as e:
+                problem = e
+                if "index" in running or "before replying to kernel_info" not in str(e):
+                    break
+        if problem is not None:
+            e = problem
             if "since" in running:
                 cell_took = time.monotonic() - running["since"]
             if isinstance(e, DeadKernelError):
