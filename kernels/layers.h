@@ -961,11 +961,12 @@ static void embedding_forward(void *out, const unsigned char *tokens, const void
 
 /* Softmax cross-entropy, averaged over the B samples (logits (B, V), rows
  * ld apart): writes each row's lse (B), the log of its softmax's
- * denominator, and each sample's loss (B), and returns their mean (summed on the host in sample order, so the
- * same bits on every backend). The logits (B, V) are held in gemm_dtype:
- * no kernel but these two reads them, so on a GPU with 16-bit parameters
- * the head's GEMM writes them in 16 bits, as autocast's logits are, and
- * the softmax runs in fp32 (PyTorch's logits.float()). */
+ * denominator, and each sample's loss (B), and returns their mean (summed
+ * on the host in sample order, so the same bits on every backend). The
+ * logits are held in gemm_dtype: no kernels but these two read them, so
+ * on a GPU with 16-bit parameters the head's GEMM writes them in 16 bits,
+ * as autocast's logits are, and the softmax runs in fp32 (PyTorch's
+ * logits.float()). */
 static float crossentropy_forward(float *lse, float *losses, const void *logits, int ld,
                                   const int *targets, int B, int V) {
 #ifdef __CUDACC__
