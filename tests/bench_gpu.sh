@@ -76,7 +76,7 @@ find_gpus bench-gpu
 
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
-make -s -j"$(nproc)" fsdp-gpu tests/bench_gpu >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp-gpu tests/bench_gpu"; exit 1; }
+make -s -j"$(nproc)" fsdp fsdp-gpu tests/bench_gpu >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp fsdp-gpu tests/bench_gpu"; exit 1; }
 
 # ---- the configuration and its parameter count -----------------------------------
 W=${BENCH_WIDTH:-3840} L=${BENCH_DEPTH:-9} S=${BENCH_STEPS:-13}
@@ -156,6 +156,18 @@ case "$name" in
 esac
 peak=$fp32; [ "$prec" = tf32 ] && peak=$tf32
 [ -n "$pd" ] && peak=$bf16   # bf16/fp16 tensor cores: the same dense peak
+# The ceiling of a step on this GPU, every kernel at its roofline (./fsdp
+# --plan --roofline: computed, not measured), to read the MFU beside:
+# at_best FLAGS... prints the line for this run's precision
+case "$name" in *H200*) roof=h200 ;; *A100*) roof=a100 ;; *) roof=h100 ;; esac
+at_best() {
+  local line
+  [ -z "$tf" ] || return 0 # the roofline has fp32 and 16-bit lines, no TF32 one
+  # shellcheck disable=SC2086  # $MPIRUN and $pd are word lists
+  line=$($MPIRUN -np "$GPUS" ./fsdp --plan "$@" $pd --roofline "$roof" 2>&1 |
+    grep -E "^ +$([ -n "$pd" ] && echo 'bf16 GEMM' || echo fp32) " | tr -s ' ')
+  echo "at best, every kernel at its roofline (./fsdp --plan $* $pd --roofline $roof):${line:- no roofline line}"
+}
 
 # ---- the figures ------------------------------------------------------------------------
 echo
@@ -182,6 +194,7 @@ awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v 
     printf "  beside: the collectives keep the communication stream busy %.1f ms of a %.1f ms traced step (%.0f%%; rank 0, CUDA events)\n", busy, traced, 100 * busy / traced
   else print "  beside: no collective timing (the traced run printed no \"collectives busy\" line)"
 }'
+at_best --width "$W" --depth "$L" --context "$T" --embed-dim "$C" --batch "$B"
 
 # ---- GPT-2 124M, the shape llm.c reports ---------------------------------------------
 # 8 sequences of 1024 tokens a GPU, fp32 (as built), the same difference of
@@ -210,8 +223,9 @@ awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$m1" -v n2="$m2" -v t1="$u1" -v 
   printf "per step: %.1f ms (steps 4-%d); %.0f tokens/s\n", ms, n2, tokens / s
   printf "model FLOPs per step = (6 x %.0f + 12 L T D) x %d tokens = %.2f TFLOP; %.1f TFLOP/s per GPU\n", P, tokens, flop / 1e12, per
   if (peak != "") printf "MFU: %.1f%% of the %s peak\n", 100 * per / peak, prec
-  if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8; the roofline of ./fsdp --plan --model gpt2 --batch 8 --roofline h100 puts fp32 at 6.0%%, bf16 GEMMs at 32.7%% at best, 64%% with --attention flash at its roofline; BENCH_PARAM_DTYPE=bf16 runs those)\n", 100 * per / bf16
+  if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", 100 * per / bf16
 }'
+at_best --model gpt2 --batch $((8 * GPUS)) --context 1024 --attention "$att"
 
 # cuBLAS alone at GPT-2's shapes on one GPU: a block's MLP GEMMs (8192 rows,
 # width 768), and lm_head's three, a third of the model's matmul FLOPs,
