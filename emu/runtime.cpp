@@ -871,20 +871,59 @@ static int operand_ok(const void *p, long elements, cudaDataType t) {
     return elements == 0 || kind_of(p, (size_t)elements * type_bytes(t)) == DEVICE;
 }
 
+/* What cuBLASLt's epilogue does to each sum v of row i, column j as it is
+ * written (gemm_batched's last argument): bias[i] added; then, with
+ * GELU_AUX_BIAS, v kept in aux and GELU(v) written; with DGELU, v times
+ * GELU's derivative at aux. aux holds C's type, its columns aux_ld apart.
+ * cuBLASLt's GELU is the tanh form; libm's tanhf here, where a GPU has its
+ * own rounding (tests/test_kernels.cu allows for it). */
+enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU };
+struct Epilogue {
+    const void *bias;
+    int gelu;
+    void *aux;
+    long aux_ld;
+};
+static float gelu_tanh_of(float x, int derivative) {
+    const float k = 0.7978845608f; /* sqrt(2 / pi) */
+    float th = tanhf(k * (x + 0.044715f * x * x * x));
+    if (!derivative) return 0.5f * x * (1.0f + th);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+static float epilogue_apply(const Epilogue &e, float v, int i, int j, cudaDataType ct) {
+    if (e.bias) v += load_typed(e.bias, i, ct);
+    long at = i + (long)j * e.aux_ld;
+    if (e.gelu == EPI_GELU_AUX) {
+        store_typed(e.aux, at, v, ct);
+        return gelu_tanh_of(v, 0);
+    }
+    if (e.gelu == EPI_DGELU) return v * gelu_tanh_of(load_typed(e.aux, at, ct), 1);
+    return v;
+}
+
 static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
                                    int m, int n, int k, float alpha, const void *A,
                                    cudaDataType at, int lda, long long sa, const void *B,
                                    cudaDataType bt, int ldb, long long sb, float beta, void *C,
                                    cudaDataType ct, int ldc, long long sc, int batches,
-                                   const void *bias = NULL) {
+                                   Epilogue epilogue = Epilogue{NULL, EPI_NONE, NULL, 0}) {
     if (m < 0 || n < 0 || k < 0 || batches < 0 || ldc < (m > 1 ? m : 1) ||
         lda < ((ta == CUBLAS_OP_N ? m : k) > 1 ? (ta == CUBLAS_OP_N ? m : k) : 1) ||
         ldb < ((tb == CUBLAS_OP_N ? k : n) > 1 ? (tb == CUBLAS_OP_N ? k : n) : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
     counts.gemms++;
     if (stream_hung(h->stream)) return CUBLAS_STATUS_SUCCESS; /* queued behind a hang */
-    const Use uses[] = {{A, USE_READ}, {B, USE_READ}, {C, USE_WRITE}, {bias, USE_READ}};
-    stream_op(h->stream, "a cuBLAS GEMM", uses, bias ? 4 : 3);
+    const void *bias = epilogue.bias, *aux = epilogue.aux;
+    Use uses[5] = {{A, USE_READ}, {B, USE_READ}, {C, USE_WRITE}};
+    int n_uses = 3;
+    if (bias) uses[n_uses++] = Use{bias, USE_READ};
+    if (aux) uses[n_uses++] = Use{aux, epilogue.gelu == EPI_GELU_AUX ? USE_WRITE : USE_READ};
+    stream_op(h->stream, "a cuBLAS GEMM", uses, n_uses);
+    if (aux && batches == 1 && !operand_ok(aux, span(CUBLAS_OP_N, m, n, (int)epilogue.aux_ld), ct)) {
+        fprintf(stderr, "emulator: cuBLASLt's epilogue buffer (aux) is not all in one device "
+                        "buffer (m %d n %d, ld %ld)\n", m, n, epilogue.aux_ld);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     int round = h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F;
     std::vector<float> a((size_t)m * k), b((size_t)k * n), acc((size_t)ROWS * COLS);
     for (int batch = 0; batch < batches; batch++) {
@@ -926,7 +965,7 @@ static cublasStatus_t gemm_batched(cublasHandle_t h, cublasOperation_t ta, cubla
                         long at_c = (i0 + i) + (long)(j0 + j) * ldc;
                         float v = alpha * acc[(size_t)i * COLS + j];
                         if (beta != 0.0f) v += beta * load_typed(pc, at_c, ct);
-                        if (bias) v += load_typed(bias, i0 + i, ct); /* cuBLASLt's epilogue */
+                        v = epilogue_apply(epilogue, v, i0 + i, j0 + j, ct); /* cuBLASLt's */
                         store_typed(pc, at_c, v, ct);
                     }
             }
@@ -1007,13 +1046,15 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
 
 } /* extern "C" */
 
-/* cuBLASLt, as far as fsdp.c asks it (kernels/layers.h, linear_forward):
- * one product D = op(A) op(B) + beta C, in place (C is D), with the bias
- * epilogue or none; the types cublasGemmEx takes (ex_supported), the bias
- * in D's type, as cuBLASLt has it. Anything else: the heuristic finds no
- * algorithm, as cuBLASLt's does for what it cannot run, and fsdp.c takes
- * its other path. The descriptors are cuBLASLt's own semi-opaque structs,
- * holding the emulator's fields. */
+/* cuBLASLt, as far as fsdp.c asks it (kernels/layers.h' lt_matmul): one
+ * product D = op(A) op(B) + beta C, in place (C is D), with no epilogue,
+ * the bias's, GELU_AUX_BIAS's or DGELU's (Epilogue, above); the types
+ * cublasGemmEx takes (ex_supported), the bias and GELU's input (aux) in
+ * D's type, aux's leading dimension a multiple of 8 and at least D's rows,
+ * as cuBLASLt asks. Anything else: the heuristic finds no algorithm, as
+ * cuBLASLt's does for what it cannot run, and fsdp.c takes its other path.
+ * The descriptors are cuBLASLt's own semi-opaque structs, holding the
+ * emulator's fields. */
 struct cublasLtContext {
     int unused;
 };
@@ -1024,6 +1065,8 @@ struct LtDesc {
     cublasLtEpilogue_t epilogue;
     const void *bias;
     int bias_type; /* -1: D's */
+    void *aux;
+    int64_t aux_ld;
 };
 struct LtLayout {
     cudaDataType type;
@@ -1038,11 +1081,24 @@ static LtLayout *lt_layout(cublasLtMatrixLayout_t l) { return (LtLayout *)(void 
 /* Whether the emulator runs this product (the heuristic's verdict) */
 static int lt_supported(const LtDesc *o, const LtLayout *a, const LtLayout *b, const LtLayout *c,
                         const LtLayout *d) {
+    int bias_ok = o->bias && (o->bias_type == -1 || o->bias_type == (int)d->type);
+    int aux_ok = o->aux && o->aux_ld % 8 == 0 && o->aux_ld >= (int64_t)d->rows;
     int epilogue_ok = o->epilogue == CUBLASLT_EPILOGUE_DEFAULT ||
-                      (o->epilogue == CUBLASLT_EPILOGUE_BIAS && o->bias &&
-                       (o->bias_type == -1 || o->bias_type == (int)d->type));
+                      (o->epilogue == CUBLASLT_EPILOGUE_BIAS && bias_ok) ||
+                      (o->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS && bias_ok && aux_ok) ||
+                      (o->epilogue == CUBLASLT_EPILOGUE_DGELU && aux_ok);
     return epilogue_ok && o->scale == CUDA_R_32F && c->type == d->type &&
            ex_supported(a->type, b->type, d->type, o->compute);
+}
+
+/* The descriptor's epilogue, as gemm_batched applies it */
+static Epilogue lt_epilogue(const LtDesc *o) {
+    cublasLtEpilogue_t e = o->epilogue;
+    int with_bias = e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    int gelu = e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? EPI_GELU_AUX
+               : e == CUBLASLT_EPILOGUE_DGELU       ? EPI_DGELU
+                                                    : EPI_NONE;
+    return Epilogue{with_bias ? o->bias : NULL, gelu, gelu ? o->aux : NULL, (long)o->aux_ld};
 }
 
 extern "C" {
@@ -1058,7 +1114,7 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
                                         cudaDataType_t scale) {
     *d = new cublasLtMatmulDescOpaque_t();
     *lt_desc(*d) = LtDesc{compute, scale, {CUBLAS_OP_N, CUBLAS_OP_N}, CUBLASLT_EPILOGUE_DEFAULT,
-                          NULL, -1};
+                          NULL, -1, NULL, 0};
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
@@ -1086,6 +1142,14 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
         if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
         memcpy(&o->bias_type, buf, bytes);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+        if (bytes != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&o->aux, buf, bytes);
+        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+        if (bytes != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&o->aux_ld, buf, bytes);
         return CUBLAS_STATUS_SUCCESS;
     default: return CUBLAS_STATUS_NOT_SUPPORTED; /* the emulator's limit, not cuBLASLt's */
     }
@@ -1146,8 +1210,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     cublasContext as_cublas{CUBLAS_DEFAULT_MATH, stream};
     return gemm_batched(&as_cublas, o->op[0], o->op[1], m, n, k, *(const float *)alpha, A,
                         la->type, (int)la->ld, 0, B, lb->type, (int)lb->ld, 0,
-                        *(const float *)beta, D, ld->type, (int)ld->ld, 0, 1,
-                        o->epilogue == CUBLASLT_EPILOGUE_BIAS ? o->bias : NULL);
+                        *(const float *)beta, D, ld->type, (int)ld->ld, 0, 1, lt_epilogue(o));
 }
 } /* extern "C" */
 

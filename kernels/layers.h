@@ -641,52 +641,86 @@ static void lt_prefer(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceA
     uint32_t a = address_alignment(p);
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &a, sizeof(a)));
 }
-/* out^T (O, B) = weight (O, I) @ inp^T (I, B) + bias, as linear_forward's
- * product below; 0 (nothing run) where cuBLASLt has no algorithm for it */
-static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *weight,
-                             const void *bias, int B, int I, int O) {
-    cudaDataType_t t = cuda_type(backend.gemm_dtype), to = cuda_type(oh);
-    const int32_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    const uint32_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+/* One cuBLASLt product, column-major as cuBLAS sees it: d (m, n) =
+ * op(a) (m, k) @ op(b) (k, n), a and b held in the GEMM's format, d (and
+ * aux) in dt, and an epilogue applied as the sums are written:
+ * CUBLASLT_EPILOGUE_BIAS adds bias (m values, dt) to every column;
+ * GELU_AUX_BIAS adds it, keeps the sum in aux and writes its GELU
+ * (kernels/transformer.h); DGELU multiplies the product by the GELU's
+ * derivative at aux (GELU's input, saved by forward). aux's columns are m
+ * apart. Returns 0 (nothing run) where cuBLASLt has no algorithm for it. */
+typedef struct {
+    cublasOperation_t ta, tb;
+    int m, n, k;
+    const void *a, *b;
+    int lda, ldb;
+    void *d;
+    Dtype dt;
+    uint32_t epilogue;
+    const void *bias;
+    void *aux;
+} LtProduct;
+static int lt_matmul(const LtProduct *p) {
+    cudaDataType_t t = cuda_type(backend.gemm_dtype), to = cuda_type(p->dt);
+    const int32_t ta = p->ta, tb = p->tb;
+    const int64_t aux_ld = p->m;
     const uint64_t workspace = backend.lt_workspace_bytes;
     cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t lw, lx, ly; /* weight, inp, out: column-major, as cuBLAS sees them */
+    cublasLtMatrixLayout_t la, lb, ld; /* their stored shapes: op(a) is a's transpose with T */
     cublasLtMatmulPreference_t pref;
     cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
     cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
-                                               sizeof(epilogue)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                               sizeof(bias)));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lw, t, (uint64_t)I, (uint64_t)O, I));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lx, t, (uint64_t)I, (uint64_t)B, I));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ly, to, (uint64_t)O, (uint64_t)B, O));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &p->epilogue,
+                                               sizeof(p->epilogue)));
+    if (p->bias)
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                   &p->bias, sizeof(p->bias)));
+    if (p->aux) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                   &p->aux, sizeof(p->aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                   &aux_ld, sizeof(aux_ld)));
+    }
+    int ra = p->ta == CUBLAS_OP_N ? p->m : p->k, rb = p->tb == CUBLAS_OP_N ? p->k : p->n;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, t, (uint64_t)ra,
+                                           (uint64_t)(p->ta == CUBLAS_OP_N ? p->k : p->m), p->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, t, (uint64_t)rb,
+                                           (uint64_t)(p->tb == CUBLAS_OP_N ? p->n : p->k), p->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, to, (uint64_t)p->m, (uint64_t)p->n, p->m));
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &workspace, sizeof(workspace)));
-    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, weight);
-    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, inp);
-    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, out);
-    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, out);
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p->a);
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p->b);
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p->d);
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p->d);
     cublasLtMatmulHeuristicResult_t found;
     int n = 0; /* no algorithm: NOT_SUPPORTED, and n 0 */
-    if (cublasLtMatmulAlgoGetHeuristic(backend.cublaslt, op, lw, lx, ly, ly, pref, 1, &found, &n) !=
+    if (cublasLtMatmulAlgoGetHeuristic(backend.cublaslt, op, la, lb, ld, ld, pref, 1, &found, &n) !=
         CUBLAS_STATUS_SUCCESS)
         n = 0;
     if (n > 0) {
         const float one = 1.0f, zero = 0.0f;
-        cublasCheck(cublasLtMatmul(backend.cublaslt, op, &one, weight, lw, inp, lx, &zero, out, ly,
-                                   out, ly, &found.algo, backend.lt_workspace, workspace,
+        cublasCheck(cublasLtMatmul(backend.cublaslt, op, &one, p->a, la, p->b, lb, &zero, p->d, ld,
+                                   p->d, ld, &found.algo, backend.lt_workspace, workspace,
                                    backend.compute));
         backend.lt_products++;
     }
     cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ly));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lx));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lw));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatmulDescDestroy(op));
     return n > 0;
+}
+/* out^T (O, B) = weight (O, I) @ inp^T (I, B) + bias, as linear_forward's
+ * product below; 0 (nothing run) where cuBLASLt has no algorithm for it */
+static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *weight,
+                             const void *bias, int B, int I, int O) {
+    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, inp, I, I, out, oh,
+                   CUBLASLT_EPILOGUE_BIAS, bias, NULL};
+    return lt_matmul(&p);
 }
 
 /* cuBLAS is column-major: a row-major (R, K) matrix is, to cuBLAS, its
@@ -734,13 +768,18 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const void *wei
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 1.0f, out, oh, O);
 }
 
+/* dweight^T (I, O) += inp^T (I, B) @ dout (B, O): a Linear's weight gradient */
+static void matmul_backward_weight(void *dweight, Dtype gh, const void *dout, int ldd, Dtype dh,
+                                   const void *inp, int B, int I, int O) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, backend.gemm_dtype, I, dout, dh, ldd, 1.0f,
+         dweight, gh, I);
+}
 static void matmul_backward(void *dinp, Dtype dih, void *dweight, Dtype gh, const void *dout,
                             int ldd, Dtype dh, const void *inp, const void *weight, Dtype wh,
                             int B, int I, int O) {
     if (backend.dry) return; /* --plan */
-    Dtype held = backend.gemm_dtype;
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, wh, I, dout, dh, ldd, 0.0f, dinp, dih, I);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, held, I, dout, dh, ldd, 1.0f, dweight, gh, I);
+    matmul_backward_weight(dweight, gh, dout, ldd, dh, inp, B, I, O);
 }
 static void linear_backward(void *dinp, Dtype dih, void *dweight, void *dbias, Dtype gh,
                             const void *dout, Dtype dh, const void *inp, const void *weight,

@@ -184,6 +184,65 @@ static void gelu_tanh_forward(void *out, const void *inp, long n, Dtype d) {
 static void gelu_tanh_backward(void *dinp, const void *dout, const void *inp, long n, Dtype d) {
     FOR_EACH(n, gelu_tanh_backward_one, dinp, dout, inp, d, backend.gemm_dtype);
 }
+
+/* ---- GELU inside cuBLASLt's products ----------------------------------------
+ * With 16-bit parameters on a GPU, c_fc's product and the GELU after it are
+ * one cuBLASLt call: its GELU_AUX_BIAS epilogue adds the bias, writes the
+ * sum (GELU's input, which backward reads) and its GELU, both as the tile of
+ * sums leaves the tensor cores. Backward, mlp.c_proj's input gradient comes
+ * out of its product already multiplied by GELU's derivative (the DGELU
+ * epilogue reads GELU's input back). That is the GELU kernels' passes over
+ * the (B*T, 4D) activations gone: c_fc's output read back and GELU's
+ * written (forward); c_proj's input gradient written and read back
+ * (backward): 6 bytes a value, about 0.5 ms of GPT-2 124M's step at 8 x 1024
+ * tokens on an H100, and 24 launches. llm.c does the same.
+ * cuBLASLt's GELU is the tanh form, GPT-2's gelu_new (XLA hands it
+ * jax.nn.gelu(approximate=True) alone). It is applied to the fp32 sum, where
+ * PyTorch's autocast (and the CPU here) rounds c_fc's output to 16 bits
+ * first: outputs may differ in their last bit (tests/test_kernels.cu bounds
+ * the difference). Each returns 0, having run nothing, where it does not
+ * apply (fp32, --plan, the CPU) or cuBLASLt has no algorithm; the caller
+ * then runs the product and the GELU kernel apart. */
+#ifdef __CUDACC__
+/* pre = inp @ weight^T + bias (B, O), out = gelu_new(pre), both in oh, as
+ * linear_forward's product with the bias epilogue (kernels/layers.h) */
+static int linear_gelu_tanh_forward(void *out, void *pre, Dtype oh, const void *inp,
+                                    const void *weight, const void *bias, Dtype wh, int B, int I,
+                                    int O) {
+    Dtype held = backend.gemm_dtype;
+    /* the bias in out's type; pre's rows a multiple of 8 values, as cuBLASLt asks */
+    if (backend.dry || held == DTYPE_FP32 || wh != oh || !bias || O % 8) return 0;
+    long n = (long)O * I;
+    const void *w = gemm_input(weight, wh, n, held);
+    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, w, inp, I, I, out, oh,
+                   CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
+    int fused = lt_matmul(&p);
+    gemm_input_free(w, weight, n);
+    return fused;
+}
+/* mlp.c_proj's backward from dout (B, O): dpre (B, I) = (dout @ weight) *
+ * gelu_new'(pre), written (c_fc's output gradient; pre its output), and
+ * the weight's and bias's gradients added, as linear_backward's; all held */
+static int linear_backward_dgelu_tanh(void *dpre, void *dweight, void *dbias, Dtype gh,
+                                      const void *dout, const void *inp, const void *pre,
+                                      const void *weight, Dtype wh, int B, int I, int O) {
+    Dtype held = backend.gemm_dtype;
+    if (backend.dry || held == DTYPE_FP32 || I % 8) return 0;
+    long n = (long)O * I;
+    const void *w = gemm_input(weight, wh, n, held);
+    LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, dout, I, O, dpre, held,
+                   CUBLASLT_EPILOGUE_DGELU, NULL, (void *)pre};
+    int fused = lt_matmul(&p);
+    gemm_input_free(w, weight, n);
+    if (!fused) return 0;
+    matmul_backward_weight(dweight, gh, dout, O, held, inp, B, I, O);
+    if (dbias) bias_backward(dbias, gh, dout, held, B, O);
+    return 1;
+}
+#else /* the CPU rounds c_fc's output first, as autocast does: the product, then GELU */
+#define linear_gelu_tanh_forward(...) 0
+#define linear_backward_dgelu_tanh(...) 0
+#endif
 /* ---- attention as matmuls: the GPU's formulation ----------------------------
  * On a GPU the products of attention are matmuls, each a batch of H (one
  * per head) for each of the B sequences, which cuBLAS runs as strided

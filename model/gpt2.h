@@ -118,6 +118,20 @@ static void gpt2_linear(Trainer *t, int module, void *out, const void *inp, long
     lowp(t, out, BT * O, held);
     module_post_forward(t, module);
 }
+/* c_fc and the GELU after it: pre = c_fc(inp), out = gelu_new(pre), both
+ * held; one cuBLASLt product where it can (kernels/transformer.h) */
+static void gpt2_fc_gelu(Trainer *t, int module, void *out, void *pre, const void *inp, long BT,
+                         int D) {
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t);
+    module_pre_forward(t, module); /* its unit's full parameters: now present */
+    const void *w = weight_of(t, module), *b = bias_of(t, module);
+    if (!linear_gelu_tanh_forward(out, pre, held, inp, w, b, wh, (int)BT, D, 4 * D)) {
+        linear_forward(pre, held, inp, w, b, wh, (int)BT, D, 4 * D);
+        lowp(t, pre, BT * 4 * D, held);
+        gelu_tanh_forward(out, pre, BT * 4 * D, t->cfg.param_dtype);
+    }
+    module_post_forward(t, module);
+}
 static void gpt2_layernorm(Trainer *t, int module, void *out, float *mean, float *rstd,
                            const void *inp, long BT) {
     int D = t->cfg.width;
@@ -152,8 +166,7 @@ static void gpt2_block_inner(Trainer *t, int l) {
     FOR_EACH(BT * D, residual_add_one, s.res_mid, h, a->proj, c->param_dtype, held);
     gpt2_layernorm(t, gpt2_module(m, l, GPT2_LN_2), s.ln2, s.ln2_mean, s.ln2_rstd, s.res_mid, BT);
     module_pre_forward(t, gpt2_module(m, l, GPT2_MLP));
-    gpt2_linear(t, gpt2_module(m, l, GPT2_C_FC), s.fc, s.ln2, BT, D, 4 * D);
-    gelu_tanh_forward(s.fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
+    gpt2_fc_gelu(t, gpt2_module(m, l, GPT2_C_FC), s.fc_gelu, s.fc, s.ln2, BT, D);
 }
 
 static float gpt2_forward(Trainer *t) {
@@ -214,6 +227,23 @@ static void gpt2_linear_backward(Trainer *t, int module, void *dinp, const void 
     lowp(t, dinp, BT * I, held);
     module_post_backward(t, module);
 }
+/* mlp.c_proj's backward and GELU's: dpre, c_fc's output gradient, from
+ * dout; dact (c_proj's input gradient) is scratch where the two are apart
+ * (one cuBLASLt product where it can: kernels/transformer.h) */
+static void gpt2_proj_gelu_backward(Trainer *t, int module, void *dpre, void *dact,
+                                    const void *dout, const void *act, const void *pre, long BT,
+                                    int D) {
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t);
+    module_pre_backward(t, module); /* its unit's full parameters and gradient: present */
+    const void *w = weight_of(t, module);
+    void *dw = dweight_of(t, module), *db = dbias_of(t, module);
+    if (!linear_backward_dgelu_tanh(dpre, dw, db, gh, dout, act, pre, w, wh, (int)BT, 4 * D, D)) {
+        linear_backward(dact, held, dw, db, gh, dout, held, act, w, wh, (int)BT, 4 * D, D);
+        lowp(t, dact, BT * 4 * D, held);
+        gelu_tanh_backward(dpre, dact, pre, BT * 4 * D, t->cfg.param_dtype);
+    }
+    module_post_backward(t, module);
+}
 /* LayerNorm's backward adds into dinp (the residual stream's gradient),
  * rounding the sum, from dout (d_x: the Linear after the norm wrote it) */
 static void gpt2_layernorm_backward(Trainer *t, int module, void *dinp, const void *dout,
@@ -246,9 +276,8 @@ static void gpt2_block_backward(Trainer *t, int l) {
     Gpt2Saved s = gpt2_saved(t, l);
     /* the MLP branch: c_proj, GELU, c_fc, then ln_2 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_MLP));
-    gpt2_linear_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc_gelu, a->d_res, s.fc_gelu,
-                         BT, 4 * D, D);
-    gelu_tanh_backward(a->d_fc, a->d_fc_gelu, s.fc, BT * 4 * D, c->param_dtype);
+    gpt2_proj_gelu_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc, a->d_fc_gelu, a->d_res,
+                            s.fc_gelu, s.fc, BT, D);
     gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, a->d_fc, s.ln2, BT, D, 4 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_MLP));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_2), a->d_res, a->d_x, s.res_mid,

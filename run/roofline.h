@@ -11,7 +11,7 @@
  * width D does about D/3 flops a byte it moves, so it is bound by compute;
  * a LayerNorm or a GELU does a few flops a value, so it is bound by memory.
  * Summed, the roofline is the least time the step can take: a kernel that
- * reaches it is perfect, and today's simpler ones (GELU's separate
+ * reaches it is perfect, and today's simpler ones (the byte MLP's GELU
  * passes, GPT-2's attention scores written out whole) take longer.
  *
  * Three columns, for three ways to store and multiply the values:
@@ -85,6 +85,8 @@ typedef struct {
     double flops, values16, values32;
     double written;  /* of a GEMM's values16, those it writes (in fp32): not packed */
     double stored16; /* of values16, those the bf16 GEMM path stores in 16 bits */
+    double fused16;  /* of stored16, those the 16-bit paths never move: GPT-2's GELU
+                      * applied inside cuBLASLt's products (kernels/transformer.h) */
     double packs;    /* the bf16 GEMM path only: values packed from fp32 slots (read 4,
                       * written 2) or unpacked into them (read 2, written 4) */
     int per_shard;   /* a pass over this rank's shard: the same time whatever the batch */
@@ -104,7 +106,7 @@ static int roof_add(Roofline *r, const char *name, int gemm, double flops, doubl
     while (i < r->n && strcmp(r->k[i].name, name) != 0) i++;
     if (i == r->n) {
         if (r->n == ROOFLINE_MAX) FATAL("raise ROOFLINE_MAX", "too many kinds of kernel");
-        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0};
+        r->k[r->n++] = (KernelCost){name, gemm, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0};
     }
     r->k[i].flops += flops;
     r->k[i].values16 += values16;
@@ -164,9 +166,11 @@ static void roof_layernorm(Roofline *r, double R, double D, int backward) {
  * bits (all of them, as built: GELU's c_fc's output and gradient,
  * mlp.c_proj's input and its gradient; a residual connection's stream in
  * and out and its projection). */
-static void roof_elementwise(Roofline *r, const char *name, double n, int reads, double flops,
-                             int held) {
-    r->k[roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0)].stored16 += held * n;
+static KernelCost *roof_elementwise(Roofline *r, const char *name, double n, int reads,
+                                    double flops, int held) {
+    KernelCost *k = &r->k[roof_add(r, name, 0, flops * n, (reads + 1) * n, 0.0)];
+    k->stored16 += held * n;
+    return k;
 }
 
 /* Causal attention on B sequences of T tokens, H heads of D/H: the
@@ -231,9 +235,13 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
     roof_layernorm(r, BT, D, backward);
     roof_linear(r, BT, D, 4 * D, backward, 1); /* c_fc */
     /* c_fc's output in, c_proj's input out; backward also c_proj's input
-     * gradient in, c_fc's output gradient out */
-    roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1, backward ? 16.0 : 10.0,
-                     backward ? 3 : 2);
+     * gradient in, c_fc's output gradient out. In 16 bits, inside the
+     * products: forward, c_fc's writes GELU's input beside its output;
+     * backward, c_proj's reads it back: one value each way, not 2 and 3
+     * (a GPU's profile counts that time in the matmuls: tests/kernel_times.py) */
+    KernelCost *gelu = roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1,
+                                        backward ? 16.0 : 10.0, backward ? 3 : 2);
+    gelu->fused16 += (backward ? 2.0 : 1.0) * BT * 4 * D;
     roof_linear(r, BT, 4 * D, D, backward, 1); /* mlp.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 3);
 }
@@ -351,12 +359,14 @@ static const char *const ROOF_MODE_NAMES[ROOF_MODES] = {"fp32", "bf16 GEMM", "bf
 static double roof_seconds(const KernelCost *k, const GpuPeaks *g, int mode) {
     double peak = !k->gemm ? 1e9 : mode == ROOF_FP32 ? g->fp32 : g->bf16; /* 1e9: no limit */
     double bytes = 4.0 * (k->values16 + k->values32);
-    if (mode == ROOF_BF16) bytes = 2.0 * k->values16 + 4.0 * k->values32;
+    if (mode == ROOF_BF16) bytes = 2.0 * (k->values16 - k->fused16) + 4.0 * k->values32;
     double packing = 0.0;
     if (mode == ROOF_BF16_GEMM) { /* a GEMM's weights packed first: a pass of their own */
         double packed = k->gemm ? k->values16 - k->written - k->stored16 : 0.0;
         bytes = 2.0 * (packed + k->stored16) + 4.0 * (k->written + k->values32);
-        if (!k->gemm) bytes = 2.0 * k->stored16 + 4.0 * (k->values16 - k->stored16 + k->values32);
+        if (!k->gemm)
+            bytes = 2.0 * (k->stored16 - k->fused16) +
+                    4.0 * (k->values16 - k->stored16 + k->values32);
         packing = 6.0 * (packed + k->packs) / (g->tbps * 1e12); /* read 4, written 2 */
     }
     return fmax(k->flops / (peak * 1e12), bytes / (g->tbps * 1e12)) + packing;

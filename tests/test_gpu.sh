@@ -31,7 +31,8 @@
 #      the compute and the communication streams
 #   m. (the emulator only) a bf16 step's passes over the gradient shard,
 #      counted kernel by kernel: each reduce-scatter's mean taken in one
-#      (unpack_mean_one), none multiplied by 1
+#      (unpack_mean_one), none multiplied by 1; AdamW writing the 16-bit
+#      shard; no GELU kernel (GPT-2's GELU in cuBLASLt's epilogues)
 #
 # One line per check (ok/FAIL), then "N passed, N failed"; exit 1 if any failed.
 # No GPU: says why and exits 77 (skipped, never a pass). Every run is under
@@ -619,7 +620,8 @@ if [ -n "${FSDP_EMU:-}" ]; then
   # element more, about 5 ms of the 1.06B model's step on an H100); and a
   # gradient is not multiplied by a predivide of 1 (one or two ranks); and
   # AdamW writes each shard's 16-bit copy as it updates the master
-  # (adamw_mixed_one), with no pass of pack_one reading the master back.
+  # (adamw_mixed_one), with no pass of pack_one reading the master back;
+  # and GPT-2's GELU runs in no kernel of its own.
   ok_runs=1
   for s in 2 4; do
     FSDP_EMU_STATS=$d/bf16_$s timeout 120 $MPIRUN -np 1 "./$GPU_BIN" --model gpt2-tiny --n-layer 4 \
@@ -635,6 +637,11 @@ if [ -n "${FSDP_EMU:-}" ]; then
     [ "$means" -eq "$units" ] && [ "$extra" -eq 0 ] \
       && pass "m. bf16, 1 rank: each of the $units reduce-scatters a step takes its mean as it unpacks (one pass over the shard, none multiplies by 1), and AdamW writes the 16-bit shard in its own pass" \
       || flunk "m. bf16, 1 rank, a step: $means unpack_mean_one for $units units, and $extra passes of scale_one, round_one, scale_half_one, unpack_one or pack_one (should be 0)"
+    # GPT-2's GELU inside cuBLASLt's products (kernels/transformer.h)
+    gelus=$(($(kernel_step "for_each_kernel<gelu_tanh_forward_one>") + $(kernel_step "for_each_kernel<gelu_tanh_backward_one>")))
+    [ "$gelus" -eq 0 ] \
+      && pass "m. bf16, 1 rank: gelu_new is applied in cuBLASLt's epilogues (c_fc's product, mlp.c_proj's input gradient): no GELU kernel a step" \
+      || flunk "m. bf16, 1 rank, a step: $gelus GELU kernels (0 where cuBLASLt's epilogues apply gelu_new)"
   else
     flunk "m. FSDP_EMU_STATS: the bf16 runs failed or counted no kernels"
   fi
