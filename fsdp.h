@@ -160,6 +160,7 @@ typedef struct {
     int activation_checkpointing; /* --activation-checkpointing: keep block inputs only */
     AttentionKind attention;      /* --attention math|flash (GPT-2) */
     int tf32;               /* --tf32: cuBLAS may use TF32 tensor cores (GPU build) */
+    int gelu_fusion;        /* FSDP_GELU_FUSION: 1, 0, or -1 (unset: the GPU decides) */
     int plan;               /* --plan: the ledger's figures for one step, nothing run */
     const char *roofline;   /* --roofline GPU: --plan also counts the kernels (h100, ...) */
     /* checkpoints */

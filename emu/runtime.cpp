@@ -636,7 +636,9 @@ cudaError_t cudaDeviceGetPCIBusId(char *bus, int len, int device) {
 }
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
     (void)device;
-    *value = attr == cudaDevAttrComputeMode ? cudaComputeModeDefault : 0;
+    *value = attr == cudaDevAttrComputeMode              ? cudaComputeModeDefault
+             : attr == cudaDevAttrComputeCapabilityMajor ? 9 /* as cudaGetDeviceProperties */
+                                                         : 0;
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {

@@ -100,6 +100,7 @@ typedef struct {
     void *lt_workspace;        /* cuBLASLt's, as cuBLAS keeps its own: outside the ledger */
     size_t lt_workspace_bytes;
     long lt_products; /* how many: tests/test_kernels.cu checks that cuBLASLt took them */
+    int gelu_fusion;  /* GPT-2's GELU inside cuBLASLt's products (kernels/transformer.h) */
     PoolBlock *blocks; /* every block the pool holds from the driver */
     int n_blocks, cap_blocks;
     long comm_takes; /* blocks lent to the communication stream so far */
@@ -506,6 +507,9 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
     cublasCheck(cublasSetMathMode(backend.cublas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                                          : CUBLAS_DEFAULT_MATH));
     backend.gemm_dtype = cfg->param_dtype; /* 16-bit parameters: tensor cores (kernels/layers.h) */
+    int major = 0; /* the compute capability: Hopper and later fuse GELU unless told */
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, backend.device));
+    backend.gelu_fusion = cfg->gelu_fusion >= 0 ? cfg->gelu_fusion : major >= 9;
     cublasCheck(cublasLtCreate(&backend.cublaslt));
     if (backend.gemm_dtype != DTYPE_FP32) { /* 32 MiB, what llm.c gives Hopper's GEMMs */
         backend.lt_workspace_bytes = (size_t)32 << 20;
@@ -566,10 +570,17 @@ static void backend_describe(const Config *cfg) {
     int nccl = 0;
     ncclGetVersion(&nccl);
     char total[32];
-    printf("GPU: rank 0 on device %d, %s (%s, %d SMs) | cuBLAS %s | NCCL %d.%d.%d\n",
+    const char *gemms = cfg->tf32 ? "TF32 (--tf32)"
+                        : backend.gemm_dtype == DTYPE_BF16 ? "bf16 on the tensor cores"
+                        : backend.gemm_dtype == DTYPE_FP16 ? "fp16 on the tensor cores"
+                                                           : "fp32";
+    const char *gelu = cfg->arch != ARCH_GPT2 || backend.gemm_dtype == DTYPE_FP32 ? ""
+                       : backend.gelu_fusion ? " | GELU in cuBLASLt's epilogues"
+                                             : " | GELU in its own kernels";
+    printf("GPU: rank 0 on device %d, %s (%s, %d SMs) | cuBLAS %s%s | NCCL %d.%d.%d\n",
            backend.device, prop.name,
            human_bytes((double)prop.totalGlobalMem, total, sizeof(total)), prop.multiProcessorCount,
-           cfg->tf32 ? "TF32 (--tf32)" : "fp32", nccl / 10000, (nccl % 10000) / 100, nccl % 100);
+           gemms, gelu, nccl / 10000, (nccl % 10000) / 100, nccl % 100);
 }
 
 #else

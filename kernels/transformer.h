@@ -191,18 +191,21 @@ static void gelu_tanh_backward(void *dinp, const void *dout, const void *inp, lo
  * sum (GELU's input, which backward reads) and its GELU, both as the tile of
  * sums leaves the tensor cores. Backward, mlp.c_proj's input gradient comes
  * out of its product already multiplied by GELU's derivative (the DGELU
- * epilogue reads GELU's input back). That is the GELU kernels' passes over
- * the (B*T, 4D) activations gone: c_fc's output read back and GELU's
- * written (forward); c_proj's input gradient written and read back
- * (backward): 6 bytes a value, about 0.5 ms of GPT-2 124M's step at 8 x 1024
- * tokens on an H100, and 24 launches. llm.c does the same.
+ * epilogue reads GELU's input back). Of the GELU kernels' passes over the
+ * (B*T, 4D) activations, three values go: c_fc's output read back
+ * (forward); c_proj's input gradient written and read back (backward): 6
+ * bytes a value, about 0.5 ms of GPT-2 124M's step at 8 x 1024 tokens on an
+ * H100 by the roofline, and 24 launches. llm.c does the same on Hopper; on
+ * Ampere and Ada it found cuBLASLt's fused GELU slower, so by default
+ * (backend.gelu_fusion) only GPUs of compute capability 9 and later fuse;
+ * FSDP_GELU_FUSION=0 or 1 decides instead, and make bench-gpu times both.
  * cuBLASLt's GELU is the tanh form, GPT-2's gelu_new (XLA hands it
  * jax.nn.gelu(approximate=True) alone). It is applied to the fp32 sum, where
  * PyTorch's autocast (and the CPU here) rounds c_fc's output to 16 bits
  * first: outputs may differ in their last bit (tests/test_kernels.cu bounds
  * the difference). Each returns 0, having run nothing, where it does not
- * apply (fp32, --plan, the CPU) or cuBLASLt has no algorithm; the caller
- * then runs the product and the GELU kernel apart. */
+ * apply (fp32, --plan, the CPU, fusion off) or cuBLASLt has no algorithm;
+ * the caller then runs the product and the GELU kernel apart. */
 #ifdef __CUDACC__
 /* pre = inp @ weight^T + bias (B, O), out = gelu_new(pre), both in oh, as
  * linear_forward's product with the bias epilogue (kernels/layers.h) */
@@ -211,7 +214,8 @@ static int linear_gelu_tanh_forward(void *out, void *pre, Dtype oh, const void *
                                     int O) {
     Dtype held = backend.gemm_dtype;
     /* the bias in out's type; pre's rows a multiple of 8 values, as cuBLASLt asks */
-    if (backend.dry || held == DTYPE_FP32 || wh != oh || !bias || O % 8) return 0;
+    if (!backend.gelu_fusion || backend.dry || held == DTYPE_FP32 || wh != oh || !bias || O % 8)
+        return 0;
     long n = (long)O * I;
     const void *w = gemm_input(weight, wh, n, held);
     LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, w, inp, I, I, out, oh,
@@ -227,7 +231,7 @@ static int linear_backward_dgelu_tanh(void *dpre, void *dweight, void *dbias, Dt
                                       const void *dout, const void *inp, const void *pre,
                                       const void *weight, Dtype wh, int B, int I, int O) {
     Dtype held = backend.gemm_dtype;
-    if (backend.dry || held == DTYPE_FP32 || I % 8) return 0;
+    if (!backend.gelu_fusion || backend.dry || held == DTYPE_FP32 || I % 8) return 0;
     long n = (long)O * I;
     const void *w = gemm_input(weight, wh, n, held);
     LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, dout, I, O, dpre, held,

@@ -858,6 +858,26 @@ static int config_check_precision(const Config *c, int argc, char **argv, char *
     return 0;
 }
 
+/* FSDP_GELU_FUSION=1 or 0: GPT-2's GELU inside cuBLASLt's products, or in
+ * kernels of its own, on a GPU with 16-bit parameters; unset, the GPU
+ * decides (kernels/transformer.h). An environment variable, as NCCL's
+ * knobs are: it changes how a step is computed, not what (make bench-gpu
+ * times both); the CPU build checks it and has nothing to fuse. */
+static int config_gelu_fusion(Config *c, char *err, size_t errlen) {
+    const char *v = getenv("FSDP_GELU_FUSION");
+    c->gelu_fusion = -1;
+    if (!v) return 0;
+    if (!strcmp(v, "0") || !strcmp(v, "1")) {
+        c->gelu_fusion = v[0] - '0';
+        return 0;
+    }
+    return usage_error(err, errlen,
+                       "FSDP_GELU_FUSION=%.40s: give 1 (GPT-2's GELU inside cuBLASLt's "
+                       "products), 0 (in kernels of its own), or leave it unset (the GPU's "
+                       "choice).",
+                       v);
+}
+
 int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
     err[0] = '\0';
     config_defaults(c);
@@ -866,6 +886,7 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
      * whatever their order on the command line. */
     int rc = config_each_option(c, argc, argv, 1, err, errlen);
     if (rc == 0) rc = config_each_option(c, argc, argv, 0, err, errlen);
+    if (rc == 0) rc = config_gelu_fusion(c, err, errlen);
     if (rc) return rc;
     rc = config_check_model(c, argc, argv, err, errlen);
     if (rc) return rc;

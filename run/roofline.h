@@ -68,12 +68,13 @@ typedef struct {
     double tbps;             /* TB/s */
     const char *link;        /* what joins a node's GPUs ... */
     double link_gbps;        /* ... and its GB/s a GPU in each direction */
+    int gelu_fused;          /* GPT-2's GELU in cuBLASLt's epilogues: Hopper, by default */
 } GpuPeaks;
 
 static const GpuPeaks GPU_PEAKS[] = {
-    {"h100", "an H100 SXM", 66.9, 494.7, 989.4, 3.35, "NVLink 4", 450.0},
-    {"h200", "an H200 SXM", 66.9, 494.7, 989.4, 4.8, "NVLink 4", 450.0},
-    {"a100", "an A100 SXM 80 GB", 19.5, 156.0, 312.0, 2.039, "NVLink 3", 300.0},
+    {"h100", "an H100 SXM", 66.9, 494.7, 989.4, 3.35, "NVLink 4", 450.0, 1},
+    {"h200", "an H200 SXM", 66.9, 494.7, 989.4, 4.8, "NVLink 4", 450.0, 1},
+    {"a100", "an A100 SXM 80 GB", 19.5, 156.0, 312.0, 2.039, "NVLink 3", 300.0, 0},
 };
 
 /* One line of the table: a kind of kernel, summed over the step. Values
@@ -97,6 +98,7 @@ typedef struct {
     KernelCost k[ROOFLINE_MAX];
     int n;
     int params16; /* the bf16 GEMM path reads the parameters in 16 bits (sharded) */
+    int gelu_fused; /* ... and GPT-2's GELU runs in cuBLASLt's epilogues (this GPU's default) */
     int grads16;  /* ... and writes their gradients in 16 bits (grad_dtype) */
 } Roofline;
 
@@ -241,7 +243,8 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
      * (a GPU's profile counts that time in the matmuls: tests/kernel_times.py) */
     KernelCost *gelu = roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1,
                                         backward ? 16.0 : 10.0, backward ? 3 : 2);
-    gelu->fused16 += (backward ? 2.0 : 1.0) * BT * 4 * D;
+    /* (forward only where c_fc's bias is held as its output: params16) */
+    if (r->gelu_fused) gelu->fused16 += (backward ? 2.0 : r->params16 ? 1.0 : 0.0) * BT * 4 * D;
     roof_linear(r, BT, 4 * D, D, backward, 1); /* mlp.c_proj */
     roof_elementwise(r, "residual adds", BT * D, 2, 1.0, 3);
 }
@@ -325,10 +328,11 @@ static void roof_gathers(Roofline *r, const Trainer *t) {
  * shards (fp32 master, moments and gradient: 7 values an element read
  * or written; its 16-bit copy for the next gather), and the clipping
  * norm's pass over the gradient. */
-static void roofline_count(const Trainer *t, Roofline *r) {
+static void roofline_count(const Trainer *t, Roofline *r, int gelu_fused) {
     const Config *c = &t->cfg;
     memset(r, 0, sizeof(*r));
     r->params16 = is_sharded(t); /* full_dtype: 16 bits where gathered */
+    r->gelu_fused = gelu_fused;
     r->grads16 = is_sharded(t) && c->reduce_dtype == c->param_dtype; /* grad_dtype */
     for (int m = 0; m < c->grad_accum; m++) roof_micro_batch(r, c, t->micro_batch);
     roof_gathers(r, t);
@@ -406,7 +410,7 @@ static void print_roofline(const Trainer *t, const char *gpu, double sent) {
     for (size_t i = 0; i < sizeof(GPU_PEAKS) / sizeof(GPU_PEAKS[0]); i++)
         if (!strcmp(gpu, GPU_PEAKS[i].flag)) g = &GPU_PEAKS[i];
     Roofline r;
-    roofline_count(t, &r);
+    roofline_count(t, &r, g->gelu_fused);
     printf("roofline on %s: fp32 %.1f, TF32 %.1f, bf16 %.1f TFLOP/s dense; %.2f TB/s\n"
            "  one rank's step, kernel by kernel; each takes at least max(FLOPs / peak, bytes / "
            "bandwidth)\n",

@@ -226,6 +226,22 @@ awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$m1" -v n2="$m2" -v t1="$u1" -v 
   if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", 100 * per / bf16
 }'
 at_best --model gpt2 --batch $((8 * GPUS)) --context 1024 --attention "$att"
+# With 16-bit parameters, GPT-2's GELU runs inside cuBLASLt's products by
+# default on Hopper and later, in kernels of its own before (llm.c found
+# the fused GELU slower on Ampere): the same step timed the other way
+if [ -n "$pd" ]; then
+  way=$(sed -n 's/.*| \(GELU in [^|]*[^ |]\) *|.*/\1/p' "$d/g2_long.log" | head -1)
+  other=$([ "$way" = "GELU in its own kernels" ] && echo 1 || echo 0)
+  FSDP_GELU_FUSION=$other g2 "$G2_STEPS" "$d/g2_other_long.log"
+  FSDP_GELU_FUSION=$other g2 3 "$d/g2_other_short.log"
+  read -r o2 v2 <<<"$(totals "$d/g2_other_long.log")"
+  read -r o1 v1 <<<"$(totals "$d/g2_other_short.log")"
+  awk -v n1="$m1" -v n2="$m2" -v t1="$u1" -v t2="$u2" -v o1="$o1" -v o2="$o2" -v v1="$v1" \
+      -v v2="$v2" -v way="${way:-GELU: no line}" -v other="$other" 'BEGIN {
+    a = (t2 - t1) / (n2 - n1); b = (v2 - v1) / (o2 - o1)
+    printf "%s: %.2f ms a step; with FSDP_GELU_FUSION=%s: %.2f ms (%+.2f ms)\n", way, a, other, b, b - a
+  }'
+fi
 
 # cuBLAS alone at GPT-2's shapes on one GPU: a block's MLP GEMMs (8192 rows,
 # width 768), and lm_head's three, a third of the model's matmul FLOPs,

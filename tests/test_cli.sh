@@ -311,6 +311,10 @@ bad "has 8 bytes, but one sample needs --context + 1 = 9" --model tiny --data "$
 bad "has 9 bytes, but one sample needs --context + 1 = 101" --model tiny --context 100 --data "$TMP/ok9"
 bad "--data: the file name is empty" --data ""
 
+# ---- the environment ---------------------------------------------------------------
+FSDP_GELU_FUSION=yes bad "FSDP_GELU_FUSION=yes: give 1" --model tiny --steps 1
+FSDP_GELU_FUSION=0 good "1 steps in" --model tiny --steps 1 --batch 4
+
 wait
 
 # ---- report --------------------------------------------------------------------
