@@ -1123,36 +1123,29 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
     delete d;
     return CUBLAS_STATUS_SUCCESS;
 }
+} /* extern "C" */
+/* An attribute's value into its field, if it is the field's size (cuBLASLt
+ * takes each attribute in one type, and says INVALID_VALUE to another) */
+template <typename T> static cublasStatus_t lt_attribute(T *field, const void *buf, size_t bytes) {
+    if (bytes != sizeof(T)) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy((void *)field, buf, bytes);
+    return CUBLAS_STATUS_SUCCESS;
+}
+extern "C" {
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d,
                                               cublasLtMatmulDescAttributes_t attr, const void *buf,
                                               size_t bytes) {
     LtDesc *o = lt_desc(d);
+    static_assert(sizeof(o->op[0]) == sizeof(int32_t), "TRANSA and TRANSB are int32_t");
+    static_assert(sizeof(o->epilogue) == sizeof(uint32_t), "the epilogue is a uint32_t");
     switch (attr) {
-    case CUBLASLT_MATMUL_DESC_TRANSA:
-    case CUBLASLT_MATMUL_DESC_TRANSB:
-        if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
-        memcpy(&o->op[attr == CUBLASLT_MATMUL_DESC_TRANSB], buf, bytes);
-        return CUBLAS_STATUS_SUCCESS;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE:
-        if (bytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
-        memcpy(&o->epilogue, buf, bytes);
-        return CUBLAS_STATUS_SUCCESS;
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
-        if (bytes != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
-        memcpy(&o->bias, buf, bytes);
-        return CUBLAS_STATUS_SUCCESS;
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
-        if (bytes != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
-        memcpy(&o->bias_type, buf, bytes);
-        return CUBLAS_STATUS_SUCCESS;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
-        if (bytes != sizeof(void *)) return CUBLAS_STATUS_INVALID_VALUE;
-        memcpy(&o->aux, buf, bytes);
-        return CUBLAS_STATUS_SUCCESS;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
-        if (bytes != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
-        memcpy(&o->aux_ld, buf, bytes);
-        return CUBLAS_STATUS_SUCCESS;
+    case CUBLASLT_MATMUL_DESC_TRANSA: return lt_attribute(&o->op[0], buf, bytes);
+    case CUBLASLT_MATMUL_DESC_TRANSB: return lt_attribute(&o->op[1], buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: return lt_attribute(&o->epilogue, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: return lt_attribute(&o->bias, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return lt_attribute(&o->bias_type, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: return lt_attribute(&o->aux, buf, bytes);
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: return lt_attribute(&o->aux_ld, buf, bytes);
     default: return CUBLAS_STATUS_NOT_SUPPORTED; /* the emulator's limit, not cuBLASLt's */
     }
 }

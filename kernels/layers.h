@@ -642,8 +642,9 @@ static void lt_prefer(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceA
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &a, sizeof(a)));
 }
 /* One cuBLASLt product, column-major as cuBLAS sees it: d (m, n) =
- * op(a) (m, k) @ op(b) (k, n), a and b held in the GEMM's format, d (and
- * aux) in dt, and an epilogue applied as the sums are written:
+ * op(a) (m, k) @ op(b) (k, n), a held in ah (a weight: packed to the
+ * GEMM's format first where it is not, as gemm does), b in the GEMM's
+ * format, d (and aux) in dt, and an epilogue applied as the sums are written:
  * CUBLASLT_EPILOGUE_BIAS adds bias (m values, dt) to every column;
  * GELU_AUX_BIAS adds it, keeps the sum in aux and writes its GELU
  * (kernels/transformer.h); DGELU multiplies the product by the GELU's
@@ -652,7 +653,9 @@ static void lt_prefer(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceA
 typedef struct {
     cublasOperation_t ta, tb;
     int m, n, k;
-    const void *a, *b;
+    const void *a;
+    Dtype ah;
+    const void *b;
     int lda, ldb;
     void *d;
     Dtype dt;
@@ -662,6 +665,8 @@ typedef struct {
 } LtProduct;
 static int lt_matmul(const LtProduct *p) {
     cudaDataType_t t = cuda_type(backend.gemm_dtype), to = cuda_type(p->dt);
+    long na = gemm_span(p->ta, p->m, p->k, p->lda);
+    const void *a = gemm_input(p->a, p->ah, na, backend.gemm_dtype);
     const int32_t ta = p->ta, tb = p->tb;
     const int64_t aux_ld = p->m;
     const uint64_t workspace = backend.lt_workspace_bytes;
@@ -691,7 +696,7 @@ static int lt_matmul(const LtProduct *p) {
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                      &workspace, sizeof(workspace)));
-    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p->a);
+    lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, a);
     lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p->b);
     lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p->d);
     lt_prefer(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p->d);
@@ -702,7 +707,7 @@ static int lt_matmul(const LtProduct *p) {
         n = 0;
     if (n > 0) {
         const float one = 1.0f, zero = 0.0f;
-        cublasCheck(cublasLtMatmul(backend.cublaslt, op, &one, p->a, la, p->b, lb, &zero, p->d, ld,
+        cublasCheck(cublasLtMatmul(backend.cublaslt, op, &one, a, la, p->b, lb, &zero, p->d, ld,
                                    p->d, ld, &found.algo, backend.lt_workspace, workspace,
                                    backend.compute));
         backend.lt_products++;
@@ -712,13 +717,14 @@ static int lt_matmul(const LtProduct *p) {
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatmulDescDestroy(op));
+    gemm_input_free(a, p->a, na);
     return n > 0;
 }
 /* out^T (O, B) = weight (O, I) @ inp^T (I, B) + bias, as linear_forward's
  * product below; 0 (nothing run) where cuBLASLt has no algorithm for it */
-static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *weight,
+static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *weight, Dtype wh,
                              const void *bias, int B, int I, int O) {
-    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, inp, I, I, out, oh,
+    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, inp, I, I, out, oh,
                    CUBLASLT_EPILOGUE_BIAS, bias, NULL};
     return lt_matmul(&p);
 }
@@ -757,13 +763,9 @@ static void linear_forward(void *out, Dtype oh, const void *inp, const void *wei
         matmul_forward(out, O, oh, inp, weight, wh, B, I, O);
         return;
     }
-    if (held != DTYPE_FP32 && wh == oh) { /* the bias in out's type: cuBLASLt adds it */
-        long n = (long)O * I;
-        const void *w = gemm_input(weight, wh, n, held);
-        int fused = linear_forward_lt(out, oh, inp, w, bias, B, I, O);
-        gemm_input_free(w, weight, n);
-        if (fused) return;
-    }
+    /* the bias in out's type: cuBLASLt adds it */
+    if (held != DTYPE_FP32 && wh == oh && linear_forward_lt(out, oh, inp, weight, wh, bias, B, I, O))
+        return;
     FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O, wh, oh);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 1.0f, out, oh, O);
 }

@@ -216,13 +216,9 @@ static int linear_gelu_tanh_forward(void *out, void *pre, Dtype oh, const void *
     /* the bias in out's type; pre's rows a multiple of 8 values, as cuBLASLt asks */
     if (!backend.gelu_fusion || backend.dry || held == DTYPE_FP32 || wh != oh || !bias || O % 8)
         return 0;
-    long n = (long)O * I;
-    const void *w = gemm_input(weight, wh, n, held);
-    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, w, inp, I, I, out, oh,
+    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, inp, I, I, out, oh,
                    CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
-    int fused = lt_matmul(&p);
-    gemm_input_free(w, weight, n);
-    return fused;
+    return lt_matmul(&p);
 }
 /* mlp.c_proj's backward from dout (B, O): dpre (B, I) = (dout @ weight) *
  * gelu_new'(pre), written (c_fc's output gradient; pre its output), and
@@ -232,13 +228,9 @@ static int linear_backward_dgelu_tanh(void *dpre, void *dweight, void *dbias, Dt
                                       const void *weight, Dtype wh, int B, int I, int O) {
     Dtype held = backend.gemm_dtype;
     if (!backend.gelu_fusion || backend.dry || held == DTYPE_FP32 || I % 8) return 0;
-    long n = (long)O * I;
-    const void *w = gemm_input(weight, wh, n, held);
-    LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, w, dout, I, O, dpre, held,
+    LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, wh, dout, I, O, dpre, held,
                    CUBLASLT_EPILOGUE_DGELU, NULL, (void *)pre};
-    int fused = lt_matmul(&p);
-    gemm_input_free(w, weight, n);
-    if (!fused) return 0;
+    if (!lt_matmul(&p)) return 0;
     matmul_backward_weight(dweight, gh, dout, O, held, inp, B, I, O);
     if (dbias) bias_backward(dbias, gh, dout, held, B, O);
     return 1;

@@ -98,8 +98,8 @@ typedef struct {
     KernelCost k[ROOFLINE_MAX];
     int n;
     int params16; /* the bf16 GEMM path reads the parameters in 16 bits (sharded) */
-    int gelu_fused; /* ... and GPT-2's GELU runs in cuBLASLt's epilogues (this GPU's default) */
     int grads16;  /* ... and writes their gradients in 16 bits (grad_dtype) */
+    int gelu_fused; /* GPT-2's GELU runs in cuBLASLt's epilogues (the GPU's default) */
 } Roofline;
 
 static int roof_add(Roofline *r, const char *name, int gemm, double flops, double values16,

@@ -159,7 +159,7 @@ peak=$fp32; [ "$prec" = tf32 ] && peak=$tf32
 # The ceiling of a step on this GPU, every kernel at its roofline (./fsdp
 # --plan --roofline: computed, not measured), to read the MFU beside:
 # at_best FLAGS... prints the line for this run's precision
-case "$name" in *H200*) roof=h200 ;; *A100*) roof=a100 ;; *) roof=h100 ;; esac
+roof=$(roofline_gpu "$name")
 at_best() {
   local line
   [ -z "$tf" ] || return 0 # the roofline has fp32 and 16-bit lines, no TF32 one

@@ -69,10 +69,7 @@ part bench-bf16 '^==|per step|tokens/s|MFU|cuBLAS|NCCL|FAIL|gemm mean|lm_head|^G
 # Each kernel's time in a bf16 step of both models, as CUPTI saw it on the
 # GPU's clock (tests/kernel_times.so): a 5-step run less a 3-step run, so
 # no start-up, beside the roofline of this GPU (tests/kernel_times.py)
-# (the SXM parts' peaks: a PCIe or NVL card's are lower, so its ratios read high)
-case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) in
-  *H200*) roof=h200 ;; *A100*) roof=a100 ;; *) roof=h100 ;;
-esac
+roof=$(roofline_gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)")
 kernel_table() { # NAME FLAGS...
   local name=$1 s; shift
   for s in 3 5; do
