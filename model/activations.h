@@ -66,6 +66,7 @@ typedef struct {
     void *d_atty;                 /* (BT, D) c_proj's input gradient: attention's backward's */
     void *d_qkv;                  /* (BT, 3D) c_attn's output gradient (attention's backward) */
     float *d_att;                 /* (B, H, T, T) dP; with flash (B, H, T), delta */
-    void *d_fc;                   /* (BT, 4D) c_fc's output gradient (GELU's backward) */
-    void *d_fc_gelu;              /* (BT, 4D) mlp.c_proj's input gradient: GELU's backward's */
+    void *d_fc;                   /* (BT, 4D) mlp.c_proj's input gradient, then c_fc's
+                                   * output gradient: GELU's backward (or
+                                   * cuBLASLt's DGELU) turns one into the other */
 } Gpt2Activations;

@@ -62,7 +62,6 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
     a->d_qkv = activation_held(l, c, BT * 3 * D);
     a->d_att = activation_fp32(l, att); /* dP; flash's delta, a number a row */
     a->d_fc = activation_held(l, c, BT * 4 * D);
-    a->d_fc_gelu = activation_held(l, c, BT * 4 * D);
 }
 
 /* Micro-batch `micro` of this rank's part of global batch `step`, drawn
@@ -228,19 +227,19 @@ static void gpt2_linear_backward(Trainer *t, int module, void *dinp, const void 
     module_post_backward(t, module);
 }
 /* mlp.c_proj's backward and GELU's: dpre, c_fc's output gradient, from
- * dout; dact (c_proj's input gradient) is scratch where the two are apart
- * (one cuBLASLt product where it can: kernels/transformer.h) */
-static void gpt2_proj_gelu_backward(Trainer *t, int module, void *dpre, void *dact,
-                                    const void *dout, const void *act, const void *pre, long BT,
-                                    int D) {
+ * dout (one cuBLASLt product where it can: kernels/transformer.h). Apart,
+ * c_proj's input gradient goes to dpre, and GELU's backward works there in
+ * place: element i of its output needs element i of that gradient alone. */
+static void gpt2_proj_gelu_backward(Trainer *t, int module, void *dpre, const void *dout,
+                                    const void *act, const void *pre, long BT, int D) {
     Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t);
     module_pre_backward(t, module); /* its unit's full parameters and gradient: present */
     const void *w = weight_of(t, module);
     void *dw = dweight_of(t, module), *db = dbias_of(t, module);
     if (!linear_backward_dgelu_tanh(dpre, dw, db, gh, dout, act, pre, w, wh, (int)BT, 4 * D, D)) {
-        linear_backward(dact, held, dw, db, gh, dout, held, act, w, wh, (int)BT, 4 * D, D);
-        lowp(t, dact, BT * 4 * D, held);
-        gelu_tanh_backward(dpre, dact, pre, BT * 4 * D, t->cfg.param_dtype);
+        linear_backward(dpre, held, dw, db, gh, dout, held, act, w, wh, (int)BT, 4 * D, D);
+        lowp(t, dpre, BT * 4 * D, held);
+        gelu_tanh_backward(dpre, dpre, pre, BT * 4 * D, t->cfg.param_dtype);
     }
     module_post_backward(t, module);
 }
@@ -276,8 +275,8 @@ static void gpt2_block_backward(Trainer *t, int l) {
     Gpt2Saved s = gpt2_saved(t, l);
     /* the MLP branch: c_proj, GELU, c_fc, then ln_2 into d_res */
     module_pre_backward(t, gpt2_module(m, l, GPT2_MLP));
-    gpt2_proj_gelu_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc, a->d_fc_gelu, a->d_res,
-                            s.fc_gelu, s.fc, BT, D);
+    gpt2_proj_gelu_backward(t, gpt2_module(m, l, GPT2_MLP_PROJ), a->d_fc, a->d_res, s.fc_gelu,
+                            s.fc, BT, D);
     gpt2_linear_backward(t, gpt2_module(m, l, GPT2_C_FC), a->d_x, a->d_fc, s.ln2, BT, D, 4 * D);
     module_post_backward(t, gpt2_module(m, l, GPT2_MLP));
     gpt2_layernorm_backward(t, gpt2_module(m, l, GPT2_LN_2), a->d_res, a->d_x, s.res_mid,
