@@ -1255,6 +1255,39 @@ static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *t) { sum16(i
 static void sum_fp16(void *in, void *inout, int *len, MPI_Datatype *t) { sum16(in, inout, len, t, 0); }
 
 static size_t nccl_bytes(ncclDataType_t t) { return t == ncclFloat ? 4 : 2; }
+
+/* PreMulSum operators: ncclRedOpCreatePreMulSum's numbers, from ncclNumOps
+ * on, each for one communicator and type, as NCCL's are; a destroyed one
+ * is refused, as are one of another communicator and one never made. */
+struct PreMulSum {
+    ncclComm_t comm;
+    ncclDataType_t type;
+    float scalar; /* the value of the type's scalar it was made with */
+    bool live;
+};
+static std::mutex premul_lock;
+static std::vector<PreMulSum> premuls;
+static const PreMulSum *premul_of(ncclRedOp_t op, ncclComm_t c, ncclDataType_t t) {
+    std::lock_guard<std::mutex> hold(premul_lock);
+    size_t i = (size_t)op - (size_t)ncclNumOps;
+    if ((int)op < (int)ncclNumOps || i >= premuls.size() || !premuls[i].live ||
+        premuls[i].comm != c || premuls[i].type != t) {
+        fprintf(stderr, "emulator: an NCCL collective's operator is neither ncclSum nor a live "
+                        "PreMulSum of its communicator and type\n");
+        return NULL;
+    }
+    return &premuls[i];
+}
+/* n values of type t at x, each times the scalar, rounded to t as NCCL's
+ * product of two values of t is */
+static void premultiply(void *x, size_t n, ncclDataType_t t, float scalar) {
+    for (size_t i = 0; i < n; i++)
+        if (t == ncclFloat) ((float *)x)[i] *= scalar;
+        else if (t == ncclBfloat16)
+            ((__nv_bfloat16 *)x)[i] =
+                __float2bfloat16(__bfloat162float(((__nv_bfloat16 *)x)[i]) * scalar);
+        else ((__half *)x)[i] = __float2half(__half2float(((__half *)x)[i]) * scalar);
+}
 /* The MPI type and sum of an NCCL type, or 0 where the emulator has none */
 static int mpi_sum_of(ncclDataType_t t, MPI_Datatype *type, MPI_Op *op) {
     static MPI_Op ops[2];
@@ -1338,6 +1371,29 @@ ncclResult_t ncclCommDestroy(ncclComm_t c) {
     delete c;
     return ncclSuccess;
 }
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t t,
+                                      ncclScalarResidence_t residence, ncclComm_t c) {
+    MPI_Datatype type;
+    MPI_Op sum;
+    if (residence != ncclScalarHostImmediate || !mpi_sum_of(t, &type, &sum))
+        return ncclInvalidArgument; /* the emulator reads only a host scalar, now */
+    float f = t == ncclFloat      ? *(float *)scalar
+              : t == ncclBfloat16 ? __bfloat162float(*(__nv_bfloat16 *)scalar)
+                                  : __half2float(*(__half *)scalar);
+    std::lock_guard<std::mutex> hold(premul_lock);
+    premuls.push_back(PreMulSum{c, t, f, true});
+    *op = (ncclRedOp_t)((int)ncclNumOps + (int)premuls.size() - 1);
+    return ncclSuccess;
+}
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t c) {
+    std::lock_guard<std::mutex> hold(premul_lock);
+    size_t i = (size_t)op - (size_t)ncclNumOps;
+    if ((int)op < (int)ncclNumOps || i >= premuls.size() || !premuls[i].live ||
+        premuls[i].comm != c)
+        return ncclInvalidArgument;
+    premuls[i].live = false;
+    return ncclSuccess;
+}
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
     (void)c;
     *r = ncclSuccess;
@@ -1360,7 +1416,9 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
                                ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
     MPI_Datatype type;
     MPI_Op sum;
-    if (op != ncclSum || !mpi_sum_of(t, &type, &sum) || count > INT32_MAX) return ncclInvalidArgument;
+    const PreMulSum *premul = op == ncclSum ? NULL : premul_of(op, c, t);
+    if ((op != ncclSum && !premul) || !mpi_sum_of(t, &type, &sum) || count > INT32_MAX)
+        return ncclInvalidArgument;
     size_t bytes = count * nccl_bytes(t);
     if (!buffers_ok(send, bytes * (size_t)c->size, recv, bytes) ||
         !in_place_ok(send, bytes * (size_t)c->size, recv, bytes, c->rank))
@@ -1369,10 +1427,13 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
     stream_op2(s, "ncclReduceScatter", send, recv);
     std::vector<char> copy;
     const char *in = (const char *)send;
-    if ((const char *)recv < in + bytes * (size_t)c->size && in < (const char *)recv + bytes) {
-        copy.assign(in, in + bytes * (size_t)c->size); /* in place: MPI wants them apart */
+    /* in place (MPI wants them apart), or premultiplied (the input stays as it was) */
+    if (premul ||
+        ((const char *)recv < in + bytes * (size_t)c->size && in < (const char *)recv + bytes)) {
+        copy.assign(in, in + bytes * (size_t)c->size);
         in = copy.data();
     }
+    if (premul) premultiply(copy.data(), count * (size_t)c->size, t, premul->scalar);
     MPI_Reduce_scatter_block(in, recv, (int)count, type, sum, c->comm);
     return ncclSuccess;
 }

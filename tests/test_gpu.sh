@@ -485,8 +485,9 @@ if train_both j_bf16 "${J[@]}" --param-dtype bf16; then
 fi
 # ... and bf16 on 4 ranks: each unit's full state gathered straight into 16
 # bits, each rank's shard into its own slice of it, and its full gradient
-# reduce-scattered from 16 bits (nccl_pack with NCCL on 4 GPUs; the host
-# stage with mpi on one shared GPU), against the CPU build's bf16 on 4
+# reduce-scattered from 16 bits (nccl_pack with NCCL on 4 GPUs, NCCL's
+# PreMulSum predividing it: nccl_sum; the host stage with mpi on one
+# shared GPU), against the CPU build's bf16 on 4
 # ranks: the same argument and tolerances; and the gradient's norm of each
 # step (--clip-grad-norm 1000 prints it and never clips here) within 1%:
 # bf16 gradients summed in another order differ by a few bf16 ulps (2^-8)
