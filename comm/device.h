@@ -312,10 +312,10 @@ static ncclDataType_t nccl_type(Dtype d) {
  * as it reads it, as PyTorch's FSDP asks of it (_make_nccl_premul_sum),
  * where a kernel of its own would read and write the whole full gradient
  * once more (4 bytes an element: 1.3 ms of the 1.06B model's step on each
- * of 8 H100s). The factor is a power of
- * two and the product rounds to the wire's format as that kernel's would:
- * the same bits. Float slots were scaled as they were packed. Returns the
- * operator, destroyed by nccl_sum_done once the collective is queued. */
+ * of 8 H100s). The factor is a power of two, and the product rounds to
+ * the wire's format as that kernel's did: the same bits. Float slots were
+ * scaled as they were packed. Returns the operator; nccl_sum_done
+ * destroys it once the collective is queued (NCCL allows that). */
 static ncclRedOp_t nccl_sum(const CommTask *k, ncclComm_t nc, ncclDataType_t type) {
     if (k->held == DTYPE_FP32 || k->prescale == 1.0f) return ncclSum;
     uint16_t f = half_from_float(k->prescale, k->wire); /* in the wire's format */
