@@ -1258,7 +1258,9 @@ static size_t nccl_bytes(ncclDataType_t t) { return t == ncclFloat ? 4 : 2; }
 
 /* PreMulSum operators: ncclRedOpCreatePreMulSum's numbers, from ncclNumOps
  * on, each for one communicator and type, as NCCL's are; a destroyed one
- * is refused, as are one of another communicator and one never made. */
+ * is refused, as are one of another communicator and one never made. A
+ * destroyed one's number is given again, as NCCL may: fsdp.c makes one a
+ * reduce-scatter. */
 struct PreMulSum {
     ncclComm_t comm;
     ncclDataType_t type;
@@ -1267,16 +1269,22 @@ struct PreMulSum {
 };
 static std::mutex premul_lock;
 static std::vector<PreMulSum> premuls;
-static const PreMulSum *premul_of(ncclRedOp_t op, ncclComm_t c, ncclDataType_t t) {
-    std::lock_guard<std::mutex> hold(premul_lock);
+/* op's operator, if it is a live one of communicator c; premul_lock held */
+static PreMulSum *premul_live(ncclRedOp_t op, ncclComm_t c) {
     size_t i = (size_t)op - (size_t)ncclNumOps;
     if ((int)op < (int)ncclNumOps || i >= premuls.size() || !premuls[i].live ||
-        premuls[i].comm != c || premuls[i].type != t) {
-        fprintf(stderr, "emulator: an NCCL collective's operator is neither ncclSum nor a live "
-                        "PreMulSum of its communicator and type\n");
+        premuls[i].comm != c)
         return NULL;
-    }
     return &premuls[i];
+}
+/* The scalar of op, a live PreMulSum of c and t, into *scalar; else 0 */
+static int premul_scalar(ncclRedOp_t op, ncclComm_t c, ncclDataType_t t, float *scalar) {
+    std::lock_guard<std::mutex> hold(premul_lock);
+    const PreMulSum *p = premul_live(op, c);
+    if (p && p->type == t) return *scalar = p->scalar, 1;
+    fprintf(stderr, "emulator: an NCCL collective's operator is neither ncclSum nor a live "
+                    "PreMulSum of its communicator and type\n");
+    return 0;
 }
 /* n values of type t at x, each times the scalar, rounded to t as NCCL's
  * product of two values of t is */
@@ -1381,17 +1389,18 @@ ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataTyp
               : t == ncclBfloat16 ? __bfloat162float(*(__nv_bfloat16 *)scalar)
                                   : __half2float(*(__half *)scalar);
     std::lock_guard<std::mutex> hold(premul_lock);
-    premuls.push_back(PreMulSum{c, t, f, true});
-    *op = (ncclRedOp_t)((int)ncclNumOps + (int)premuls.size() - 1);
+    size_t i = 0;
+    while (i < premuls.size() && premuls[i].live) i++;
+    if (i == premuls.size()) premuls.push_back(PreMulSum());
+    premuls[i] = PreMulSum{c, t, f, true};
+    *op = (ncclRedOp_t)((int)ncclNumOps + (int)i);
     return ncclSuccess;
 }
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t c) {
     std::lock_guard<std::mutex> hold(premul_lock);
-    size_t i = (size_t)op - (size_t)ncclNumOps;
-    if ((int)op < (int)ncclNumOps || i >= premuls.size() || !premuls[i].live ||
-        premuls[i].comm != c)
-        return ncclInvalidArgument;
-    premuls[i].live = false;
+    PreMulSum *p = premul_live(op, c);
+    if (!p) return ncclInvalidArgument;
+    p->live = false;
     return ncclSuccess;
 }
 ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *r) {
@@ -1416,8 +1425,10 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
                                ncclRedOp_t op, ncclComm_t c, cudaStream_t s) {
     MPI_Datatype type;
     MPI_Op sum;
-    const PreMulSum *premul = op == ncclSum ? NULL : premul_of(op, c, t);
-    if ((op != ncclSum && !premul) || !mpi_sum_of(t, &type, &sum) || count > INT32_MAX)
+    float scalar = 1.0f;
+    int premul = op != ncclSum;
+    if ((premul && !premul_scalar(op, c, t, &scalar)) || !mpi_sum_of(t, &type, &sum) ||
+        count > INT32_MAX)
         return ncclInvalidArgument;
     size_t bytes = count * nccl_bytes(t);
     if (!buffers_ok(send, bytes * (size_t)c->size, recv, bytes) ||
@@ -1433,7 +1444,7 @@ ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclD
         copy.assign(in, in + bytes * (size_t)c->size);
         in = copy.data();
     }
-    if (premul) premultiply(copy.data(), count * (size_t)c->size, t, premul->scalar);
+    if (premul) premultiply(copy.data(), count * (size_t)c->size, t, scalar);
     MPI_Reduce_scatter_block(in, recv, (int)count, type, sum, c->comm);
     return ncclSuccess;
 }

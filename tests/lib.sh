@@ -12,14 +12,15 @@ run_fsdp() {
   timeout 300 $MPIRUN -np "$np" ./fsdp $ARGS "$@" >"$log" 2>&1 || { bad "run -np $np $*: exit $?"; tail -5 "$log"; }
 }
 
-# find_gpus TARGET: sets GPUS (how many the ranks will see), GPU_LIST
-# (nvidia-smi -L) and VISIBLE (CUDA_VISIBLE_DEVICES as an array, if set);
-# with no GPU, says why and exits 77: a skip, never a pass.
 # roofline_gpu NAME: ./fsdp --roofline's GPU for nvidia-smi's name (the SXM
 # parts' peaks: a PCIe or NVL card's are lower, so its ratios read high)
 roofline_gpu() {
   case "$1" in *H200*) echo h200 ;; *A100*) echo a100 ;; *) echo h100 ;; esac
 }
+
+# find_gpus TARGET: sets GPUS (how many the ranks will see), GPU_LIST
+# (nvidia-smi -L) and VISIBLE (CUDA_VISIBLE_DEVICES as an array, if set);
+# with no GPU, says why and exits 77: a skip, never a pass.
 find_gpus() {
   local why=""
   VISIBLE=()
