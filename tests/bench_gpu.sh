@@ -15,7 +15,9 @@
 #     short --trace run, where CUDA events time them);
 #   - MFU against the dense bf16 peak too (what PyTorch and llm.c report),
 #     with the goal: >= 40% on one GPU, >= 30% per GPU on 8;
-#   - GPT-2 124M (8 x 1024 tokens a GPU), the shape llm.c reports, the same.
+#   - GPT-2 124M (8 x 1024 tokens a GPU), the same; in 16 bits also at
+#     llm.c's micro-batch (64 x 1024 a GPU), with a step's fixed cost and
+#     its cost per sequence, from the two.
 # Without a GPU it prints the roofline of both (./fsdp --plan --roofline
 # h100: the best an H100 could do, counted) and exits 77.
 # Why 3840 x 9 and not 4096 x 8: the latter is 1,076,084,992 parameters, over
@@ -33,6 +35,8 @@
 # At 4096 a GPU the kernels take 31 ms and prefetch hides the collectives
 # behind them (./fsdp --plan --roofline h100 on 8 ranks says both; below).
 # Environment: BENCH_WIDTH, BENCH_DEPTH, BENCH_BATCH (a GPU's), BENCH_STEPS,
+# BENCH_GPT2_STEPS, BENCH_GPT2_BATCH (sequences a GPU in GPT-2's second
+# run, in 16 bits only: 64 unless set),
 # TF32=1 (fsdp-gpu --tf32, bench_gpu --tf32, MFU against the TF32 peak),
 # BENCH_PARAM_DTYPE=bf16 (fsdp-gpu --param-dtype bf16: the Linear GEMMs on
 # the tensor cores; MFU against the bf16 peak), BENCH_ATTENTION=math|flash
@@ -43,6 +47,9 @@ cd "$(dirname "$0")/.." || exit 1
 source tests/lib.sh
 case ${BENCH_BATCH:-4096} in
   '' | *[!0-9]* | 0*) echo "error: BENCH_BATCH=$BENCH_BATCH: give the tokens a GPU, a whole number from 1 (4096 unless set)"; exit 2 ;;
+esac
+case ${BENCH_GPT2_BATCH:-64} in
+  '' | *[!0-9]* | 0*) echo "error: BENCH_GPT2_BATCH=$BENCH_GPT2_BATCH: give GPT-2's sequences a GPU, a whole number from 1 (64 unless set)"; exit 2 ;;
 esac
 
 # ---- is there a GPU? (as tests/test_gpu.sh decides) ---------------------------
@@ -55,7 +62,8 @@ if ! nogpu=$( (find_gpus bench-gpu) ); then
   echo "(every kernel at the GPU's peak or its memory's bandwidth: ./fsdp --plan --roofline h100):"
   for model in "--width ${BENCH_WIDTH:-3840} --depth ${BENCH_DEPTH:-9} --batch ${BENCH_BATCH:-4096}" \
                "--model gpt2 --batch 8 --context 1024" \
-               "--model gpt2 --batch 8 --context 1024 --attention flash"; do
+               "--model gpt2 --batch 8 --context 1024 --attention flash" \
+               "--model gpt2 --batch 64 --context 1024 --attention flash"; do
     echo
     echo "  ./fsdp --plan $model --roofline h100"
     # shellcheck disable=SC2086  # the flags are a word list
@@ -203,9 +211,10 @@ G2_STEPS=${BENCH_GPT2_STEPS:-8}
 # attention fused on the tensor cores where it can be (16-bit parameters),
 # else as the math path's cuBLAS GEMMs; BENCH_ATTENTION=math|flash chooses
 att=${BENCH_ATTENTION:-$([ -n "$pd" ] && echo flash || echo math)}
+g2b=8 # sequences a GPU
 g2() { # g2 STEPS LOG
   # shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
-  timeout 600 $MPIRUN -np "$GPUS" ./fsdp-gpu --model gpt2 --batch $((8 * GPUS)) --context 1024 \
+  timeout 600 $MPIRUN -np "$GPUS" ./fsdp-gpu --model gpt2 --batch $((g2b * GPUS)) --context 1024 \
     --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf $pd --attention "$att" >"$2" 2>&1 ||
     { echo "FAIL: fsdp-gpu --model gpt2 --steps $1: exit $?"; tail -15 "$2"; exit 1; }
 }
@@ -241,6 +250,45 @@ if [ -n "$pd" ]; then
     a = (t2 - t1) / (n2 - n1); b = (v2 - v1) / (o2 - o1)
     printf "%s: %.2f ms a step; with FSDP_GELU_FUSION=%s: %.2f ms (%+.2f ms)\n", way, a, other, b, b - a
   }'
+fi
+
+# GPT-2 at llm.c's own micro-batch, 16-bit parameters only: its GPT-2 124M
+# reproduction trains 64 sequences of 1024 a GPU (train_gpt2cu -b 64 -t
+# 1024). A step costs a part fixed whatever the batch (AdamW over the
+# shard, gathering each unit, unpacking its gradient, launching ~300
+# kernels) and a part per sequence; two batch sizes give both, and the MFU
+# the per-sequence part alone would reach: the ceiling a larger batch
+# approaches. It needs 29.5 GB a GPU (./fsdp --plan says so); a GPU with
+# less memory skips it, saying so. BENCH_GPT2_BATCH=N sets N sequences.
+big=${BENCH_GPT2_BATCH:-64}
+if [ -n "$pd" ] && [ "$big" != 8 ]; then
+  # shellcheck disable=SC2086  # $pd is a word list
+  need=$(./fsdp --plan --model gpt2 --batch "$big" --context 1024 --attention "$att" $pd 2>/dev/null |
+    sed -n 's/^  total (peak of the sum) *\([0-9]*\) bytes.*/\1/p')
+  have=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | sort -n | head -1)
+  echo
+  if [ -n "$need" ] && [ -n "$have" ] && [ "$need" -gt $((have * 1048576 * 9 / 10)) ]; then
+    echo "GPT-2 at $big x 1024 a GPU: skipped, it needs $((need / 1000000)) MB a GPU (./fsdp --plan) and this GPU has $have MiB (BENCH_GPT2_BATCH=N for fewer)"
+  else
+    g2b=$big
+    g2 "$G2_STEPS" "$d/g2_big_long.log"
+    g2 3 "$d/g2_big_short.log"
+    read -r b2 w2 <<<"$(totals "$d/g2_big_long.log")"
+    read -r b1 w1 <<<"$(totals "$d/g2_big_short.log")"
+    echo "== GPT-2 124M (fsdp-gpu --model gpt2 --attention $att) on $GPUS x ${name:-unknown GPU}, $prec: $big x 1024 tokens a GPU, llm.c's micro-batch"
+    awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$b1" -v n2="$b2" -v t1="$w1" -v t2="$w2" -v big="$big" \
+        -v s1="$m1" -v s2="$m2" -v u1="$u1" -v u2="$u2" -v bf16="$bf16" 'BEGIN {
+      ms = (t2 - t1) / (n2 - n1); small = (u2 - u1) / (s2 - s1)
+      a_token = 6 * P + 12 * 12 * 1024 * 768; tokens = big * 1024 * G
+      per = a_token * tokens / (ms / 1e3) / 1e12 / G
+      printf "per step: %.1f ms (steps 4-%d); %.0f tokens/s\n", ms, n2, tokens / (ms / 1e3)
+      if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", 100 * per / bf16
+      seq = (ms - small) / (big - 8); fixed = small - 8 * seq
+      printf "per step, from 8 and %d sequences a GPU: %.2f ms fixed + %.3f ms per sequence of 1024\n", big, fixed, seq
+      if (bf16 != "" && seq > 0) printf "MFU of the per-sequence part alone (a batch large enough): %.1f%%\n", 100 * a_token * 1024 / (seq / 1e3) / 1e12 / bf16
+    }'
+    at_best --model gpt2 --batch $((big * GPUS)) --context 1024 --attention "$att"
+  fi
 fi
 
 # cuBLAS alone at GPT-2's shapes on one GPU: a block's MLP GEMMs (8192 rows,
