@@ -48,6 +48,9 @@ source tests/lib.sh
 case ${BENCH_BATCH:-4096} in
   '' | *[!0-9]* | 0*) echo "error: BENCH_BATCH=$BENCH_BATCH: give the tokens a GPU, a whole number from 1 (4096 unless set)"; exit 2 ;;
 esac
+case ${BENCH_GPT2_STEPS:-8} in
+  '' | *[!0-9]* | 0* | [0-3]) echo "error: BENCH_GPT2_STEPS=$BENCH_GPT2_STEPS: give GPT-2's steps, a whole number from 4 (a 3-step run is taken from it; 8 unless set)"; exit 2 ;;
+esac
 case ${BENCH_GPT2_BATCH:-64} in
   '' | *[!0-9]* | 0*) echo "error: BENCH_GPT2_BATCH=$BENCH_GPT2_BATCH: give GPT-2's sequences a GPU, a whole number from 1 (64 unless set)"; exit 2 ;;
 esac
@@ -218,36 +221,46 @@ g2() { # g2 STEPS LOG
     --steps "$1" --log-every 1 --strategy full_shard --collectives nccl $tf $pd --attention "$att" >"$2" 2>&1 ||
     { echo "FAIL: fsdp-gpu --model gpt2 --steps $1: exit $?"; tail -15 "$2"; exit 1; }
 }
-g2 "$G2_STEPS" "$d/g2_long.log"
-g2 3 "$d/g2_short.log"
-read -r m2 u2 <<<"$(totals "$d/g2_long.log")"
-read -r m1 u1 <<<"$(totals "$d/g2_short.log")"
+# g2_ms NAME: sets ms, GPT-2's time a step, from a G2_STEPS-step and a
+# 3-step run ($d/NAME_long.log, $d/NAME_short.log): warm-up left out.
+# (It sets a variable rather than printing: g2 exits the script on a
+# failure, which inside $(...) would only end the subshell.)
+g2_ms() {
+  local n1 t1 n2 t2
+  g2 "$G2_STEPS" "$d/$1_long.log"
+  g2 3 "$d/$1_short.log"
+  read -r n2 t2 <<<"$(totals "$d/$1_long.log")"
+  read -r n1 t1 <<<"$(totals "$d/$1_short.log")"
+  ms=$(awk -v n1="$n1" -v n2="$n2" -v t1="$t1" -v t2="$t2" 'BEGIN { printf "%.3f", (t2 - t1) / (n2 - n1) }')
+}
+# g2_figures SEQUENCES MS: tokens/s, TFLOP/s and MFU of a step of MS with
+# SEQUENCES of 1024 a GPU
+g2_figures() {
+  awk -v P="${P2:-124439808}" -v G="$GPUS" -v seqs="$1" -v ms="$2" -v n2="$G2_STEPS" \
+      -v bf16="$bf16" -v peak="$peak" -v prec="$prec" 'BEGIN {
+    s = ms / 1e3; tokens = seqs * 1024 * G
+    flop = (6 * P + 12 * 12 * 1024 * 768) * tokens; per = flop / s / 1e12 / G
+    printf "per step: %.1f ms (steps 4-%d); %.0f tokens/s\n", ms, n2, tokens / s
+    printf "model FLOPs per step = (6 x %.0f + 12 L T D) x %d tokens = %.2f TFLOP; %.1f TFLOP/s per GPU\n", P, tokens, flop / 1e12, per
+    if (peak != "") printf "MFU: %.1f%% of the %s peak\n", 100 * per / peak, prec
+    if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", 100 * per / bf16
+  }'
+}
+g2_ms g2
+small_ms=$ms
 P2=$(sed -n 's/.*| \([0-9]*\) parameters$/\1/p' "$d/g2_long.log" | head -1)
 echo
-echo "== GPT-2 124M (fsdp-gpu --model gpt2 --attention $att) on $GPUS x ${name:-unknown GPU}, $prec: 8 x 1024 tokens a GPU"
-awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$m1" -v n2="$m2" -v t1="$u1" -v t2="$u2" \
-    -v bf16="$bf16" -v peak="$peak" -v prec="$prec" 'BEGIN {
-  ms = (t2 - t1) / (n2 - n1); s = ms / 1e3; tokens = 8 * 1024 * G
-  flop = (6 * P + 12 * 12 * 1024 * 768) * tokens; per = flop / s / 1e12 / G
-  printf "per step: %.1f ms (steps 4-%d); %.0f tokens/s\n", ms, n2, tokens / s
-  printf "model FLOPs per step = (6 x %.0f + 12 L T D) x %d tokens = %.2f TFLOP; %.1f TFLOP/s per GPU\n", P, tokens, flop / 1e12, per
-  if (peak != "") printf "MFU: %.1f%% of the %s peak\n", 100 * per / peak, prec
-  if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", 100 * per / bf16
-}'
-at_best --model gpt2 --batch $((8 * GPUS)) --context 1024 --attention "$att"
+echo "== GPT-2 124M (fsdp-gpu --model gpt2 --attention $att) on $GPUS x ${name:-unknown GPU}, $prec: $g2b x 1024 tokens a GPU"
+g2_figures "$g2b" "$small_ms"
+at_best --model gpt2 --batch $((g2b * GPUS)) --context 1024 --attention "$att"
 # With 16-bit parameters, GPT-2's GELU runs inside cuBLASLt's products by
 # default on Hopper and later, in kernels of its own before (llm.c found
 # the fused GELU slower on Ampere): the same step timed the other way
 if [ -n "$pd" ]; then
   way=$(sed -n 's/.*| \(GELU in [^|]*[^ |]\) *|.*/\1/p' "$d/g2_long.log" | head -1)
   other=$([ "$way" = "GELU in its own kernels" ] && echo 1 || echo 0)
-  FSDP_GELU_FUSION=$other g2 "$G2_STEPS" "$d/g2_other_long.log"
-  FSDP_GELU_FUSION=$other g2 3 "$d/g2_other_short.log"
-  read -r o2 v2 <<<"$(totals "$d/g2_other_long.log")"
-  read -r o1 v1 <<<"$(totals "$d/g2_other_short.log")"
-  awk -v n1="$m1" -v n2="$m2" -v t1="$u1" -v t2="$u2" -v o1="$o1" -v o2="$o2" -v v1="$v1" \
-      -v v2="$v2" -v way="${way:-GELU: no line}" -v other="$other" 'BEGIN {
-    a = (t2 - t1) / (n2 - n1); b = (v2 - v1) / (o2 - o1)
+  FSDP_GELU_FUSION=$other g2_ms g2_other
+  awk -v a="$small_ms" -v b="$ms" -v way="${way:-GELU: no line}" -v other="$other" 'BEGIN {
     printf "%s: %.2f ms a step; with FSDP_GELU_FUSION=%s: %.2f ms (%+.2f ms)\n", way, a, other, b, b - a
   }'
 fi
@@ -259,9 +272,10 @@ fi
 # kernels) and a part per sequence; two batch sizes give both, and the MFU
 # the per-sequence part alone would reach: the ceiling a larger batch
 # approaches. It needs 29.5 GB a GPU (./fsdp --plan says so); a GPU with
-# less memory skips it, saying so. BENCH_GPT2_BATCH=N sets N sequences.
+# less memory skips it, saying so. BENCH_GPT2_BATCH=N sets N sequences
+# (N = 8 runs nothing more: one batch size cannot be split in two parts).
 big=${BENCH_GPT2_BATCH:-64}
-if [ -n "$pd" ] && [ "$big" != 8 ]; then
+if [ -n "$pd" ] && [ "$big" -ne "$g2b" ]; then
   # shellcheck disable=SC2086  # $pd is a word list
   need=$(./fsdp --plan --model gpt2 --batch "$big" --context 1024 --attention "$att" $pd 2>/dev/null |
     sed -n 's/^  total (peak of the sum) *\([0-9]*\) bytes.*/\1/p')
@@ -270,22 +284,14 @@ if [ -n "$pd" ] && [ "$big" != 8 ]; then
   if [ -n "$need" ] && [ -n "$have" ] && [ "$need" -gt $((have * 1048576 * 9 / 10)) ]; then
     echo "GPT-2 at $big x 1024 a GPU: skipped, it needs $((need / 1000000)) MB a GPU (./fsdp --plan) and this GPU has $have MiB (BENCH_GPT2_BATCH=N for fewer)"
   else
-    g2b=$big
-    g2 "$G2_STEPS" "$d/g2_big_long.log"
-    g2 3 "$d/g2_big_short.log"
-    read -r b2 w2 <<<"$(totals "$d/g2_big_long.log")"
-    read -r b1 w1 <<<"$(totals "$d/g2_big_short.log")"
+    small=$g2b g2b=$big
+    g2_ms g2_big
     echo "== GPT-2 124M (fsdp-gpu --model gpt2 --attention $att) on $GPUS x ${name:-unknown GPU}, $prec: $big x 1024 tokens a GPU, llm.c's micro-batch"
-    awk -v P="${P2:-124439808}" -v G="$GPUS" -v n1="$b1" -v n2="$b2" -v t1="$w1" -v t2="$w2" -v big="$big" \
-        -v s1="$m1" -v s2="$m2" -v u1="$u1" -v u2="$u2" -v bf16="$bf16" 'BEGIN {
-      ms = (t2 - t1) / (n2 - n1); small = (u2 - u1) / (s2 - s1)
-      a_token = 6 * P + 12 * 12 * 1024 * 768; tokens = big * 1024 * G
-      per = a_token * tokens / (ms / 1e3) / 1e12 / G
-      printf "per step: %.1f ms (steps 4-%d); %.0f tokens/s\n", ms, n2, tokens / (ms / 1e3)
-      if (bf16 != "") printf "MFU against the dense bf16 peak: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", 100 * per / bf16
-      seq = (ms - small) / (big - 8); fixed = small - 8 * seq
-      printf "per step, from 8 and %d sequences a GPU: %.2f ms fixed + %.3f ms per sequence of 1024\n", big, fixed, seq
-      if (bf16 != "" && seq > 0) printf "MFU of the per-sequence part alone (a batch large enough): %.1f%%\n", 100 * a_token * 1024 / (seq / 1e3) / 1e12 / bf16
+    g2_figures "$big" "$ms"
+    awk -v P="${P2:-124439808}" -v a="$small_ms" -v b="$ms" -v small="$small" -v big="$big" -v bf16="$bf16" 'BEGIN {
+      seq = (b - a) / (big - small); fixed = a - small * seq
+      printf "per step, from %d and %d sequences a GPU: %.2f ms fixed + %.3f ms per sequence of 1024\n", small, big, fixed, seq
+      if (bf16 != "" && seq > 0) printf "MFU of the per-sequence part alone (a batch large enough): %.1f%%\n", 100 * (6 * P + 12 * 12 * 1024 * 768) * 1024 / (seq / 1e3) / 1e12 / bf16
     }'
     at_best --model gpt2 --batch $((big * GPUS)) --context 1024 --attention "$att"
   fi

@@ -281,8 +281,8 @@ export -f gpu_plan
 export MPIRUN
 export -f gpu_build
 run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped; make gpu-report skips, saying why" bash -c gpu_build
-run "make bench-gpu refuses a BENCH_BATCH (tokens a GPU) or BENCH_GPT2_BATCH (sequences) that is not a whole number from 1 (0, -5, abc, 1.5): exit 2, saying what to give" \
-  bash -c 'for n in BENCH_BATCH BENCH_GPT2_BATCH; do for v in 0 -5 abc 1.5; do out=$(env $n=$v bash tests/bench_gpu.sh 2>&1); rc=$?; [ $rc -eq 2 ] && grep -q "$n=$v: .*a whole number from 1" <<<"$out" || { echo "$n=$v: exit $rc: $out"; exit 1; }; done; done; echo "0, -5, abc, 1.5 for each: exit 2, $out"'
+run "make bench-gpu refuses a BENCH_BATCH (tokens a GPU), BENCH_GPT2_BATCH (sequences) or BENCH_GPT2_STEPS (from 4) that is not a whole number (0, -5, abc, 1.5; 3 steps): exit 2, saying what to give" \
+  bash -c 'for nv in BENCH_BATCH={0,-5,abc,1.5} BENCH_GPT2_BATCH={0,-5,abc,1.5} BENCH_GPT2_STEPS={0,-5,abc,1.5,3}; do out=$(env "$nv" bash tests/bench_gpu.sh 2>&1); rc=$?; [ $rc -eq 2 ] && grep -q "^error: $nv: .*a whole number from" <<<"$out" || { echo "$nv: exit $rc: $out"; exit 1; }; done; echo "each: exit 2, $out"'
 run "make gpu-report's kernel-by-kernel table: tests/kernel_times.so builds against CUPTI and loads; tests/kernel_times.py adds up hand-written GPU timelines of known answer, beside ./fsdp --plan --roofline's rows, gives every kernel fsdp-gpu has a kind, and refuses bad input" bash tests/test_kernel_times.sh
 
 # -- the course and the README's commands --------------------------------------------------
