@@ -84,17 +84,23 @@ static void on_sigbus(int sig, siginfo_t *info, void *context) {
     sigaction(SIGBUS, &before_watch, NULL);
 }
 
+int file_changed_message(char *buf, size_t len, const char *label, const char *path,
+                         const char *how) {
+    return snprintf(buf, len,
+                    "error: %s %s: the file changed while this run was reading it (%s).\n"
+                    "HINT: do not change a training file while a run reads it; write a new file "
+                    "and rename it into place, or copy it first. Restore it, then --resume from "
+                    "the last checkpoint.\n",
+                    label, path, how);
+}
+
 void file_watch_mapping(const char *label, const char *path, const void *addr, size_t len) {
     int slot = 0;
     while (slot < FILES_MAX_WATCHED && watched[slot].begin) slot++;
     if (slot == FILES_MAX_WATCHED) return; /* unwatched: a fault crashes, as without a watch */
-    int n = snprintf(watched[slot].message, sizeof(watched[slot].message),
-                     "error: %s %s: the file shrank while this run was reading it (it was "
-                     "truncated or rewritten): the bytes it had are gone.\n"
-                     "HINT: do not change a training file while a run reads it; write a new file "
-                     "and rename it into place, or copy it first. Restore it, then --resume from "
-                     "the last checkpoint.\n",
-                     label, path);
+    int n = file_changed_message(watched[slot].message, sizeof(watched[slot].message), label,
+                                 path, "it shrank: it was truncated or rewritten, and the bytes "
+                                       "it had are gone");
     size_t max = sizeof(watched[slot].message) - 1;
     watched[slot].message_len = n < 0 ? 0 : (size_t)n > max ? max : (size_t)n;
     watched[slot].begin = (const char *)addr;

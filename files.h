@@ -63,6 +63,15 @@ char *file_read_small(const char *label, const char *path, size_t max, size_t *l
 void file_watch_mapping(const char *label, const char *path, const void *addr, size_t len);
 void file_unwatch_mapping(const void *addr);
 
+/* The one message for a training file that changed under a run, whatever
+ * gave it away: "error: LABEL PATH: the file changed while this run was
+ * reading it (HOW).", a HINT, and a newline, into buf (snprintf's return).
+ * The fault of a shrunk file says so through the watch above; a file
+ * rewritten at the same size faults nothing, and its data layer's check of
+ * every batch (data/corpus.h) finds a token that was not there at load. */
+int file_changed_message(char *buf, size_t len, const char *label, const char *path,
+                         const char *how);
+
 /* What kind of thing is at path, in words ("a directory", "a named pipe
  * (FIFO)", ...), for messages; "a regular file" or "nothing" too. Follows
  * symbolic links. */

@@ -1398,6 +1398,9 @@ typedef struct {
     size_t map_bytes;       /* the mapped file's size */
     double entropy_floor; /* nats per byte the source cannot go below; <0: unknown */
     int mapped;           /* bytes is a read-only map of the --data file */
+    int vocab;            /* every token is below it: checked at load, and in every batch
+                           * drawn (data/corpus.h, NOTE: a file rewritten in place) */
+    const char *flag, *path; /* "--data" FILE, "--val-data" FILE; NULL: the embedded corpus */
 } Corpus;
 
 /* defines: Activations (the byte MLP's), Gpt2Activations (GPT-2's): what a
@@ -2194,7 +2197,8 @@ static void adamw_step(Trainer *t) {
  * ========================================================================== */
 
 /* defines: corpus_synthetic (the embedded corpus and its entropy floor),
- *          corpus_load_file (--data, memory-mapped), corpus_release */
+ *          corpus_load_file (--data, memory-mapped), corpus_batch_token (a
+ *          token for a batch, checked), corpus_release */
 #include "data/corpus.h"
 
 /* This rank's share of the global batch of `step` is samples j = rank,
@@ -2214,16 +2218,17 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int ra
 }
 
 /* GPT-2's samples: sequence k is T tokens at a position drawn as above,
- * and its targets the T tokens one further on */
+ * and its targets the T tokens one further on, each checked against the
+ * vocabulary as it is drawn (a file rewritten in place stops the run) */
 static void sampler_local_sequences(const Corpus *c, uint64_t seed, int step, int rank, int world,
                                     int first, int count, int T, int *tokens, int *targets) {
     uint64_t positions = (uint64_t)(c->len - T);
     for (int k = 0; k < count; k++) {
         uint64_t j = (uint64_t)rank + (uint64_t)(first + k) * (uint64_t)world;
         long pos = (long)(rng_u64(seed, STREAM_SAMPLER, (uint64_t)step, j) % positions);
-        for (int i = 0; i < T; i++) {
-            tokens[(long)k * T + i] = corpus_token(c, pos + i);
-            targets[(long)k * T + i] = corpus_token(c, pos + i + 1);
+        for (int i = 0; i < T; i++) { /* checked: an embedding row past the table crashes */
+            tokens[(long)k * T + i] = corpus_batch_token(c, pos + i);
+            targets[(long)k * T + i] = corpus_batch_token(c, pos + i + 1);
         }
     }
 }

@@ -80,6 +80,8 @@ static void corpus_synthetic(Corpus *c, uint64_t seed) {
     }
     c->len = n;
     c->entropy_floor = chain_entropy_per_byte(&ch);
+    c->vocab = 256; /* bytes; GPT-2 on it has --vocab 256 or more (config_check) */
+    c->flag = c->path = NULL;
 }
 
 /* --data FILE: the file is mapped read-only, not copied. The pages belong
@@ -87,14 +89,16 @@ static void corpus_synthetic(Corpus *c, uint64_t seed) {
  * one copy (4 ranks on a 2 GiB file hold 2 GiB, not 8), and only the pages
  * the sampler touches are ever read from the disk. The file must not change
  * while training: a shorter file faults (SIGBUS) on its vanished pages,
- * which file_watch_mapping turns into a message and exit 2.
+ * which file_watch_mapping turns into a message and exit 2, and one
+ * rewritten at the same size is caught batch by batch (corpus_batch_token).
  * Returns 0, or 2 with a message in err. */
 /* llm.c's token files (dev/data/, .bin files): a header of 256 int32, of which
  * [0] is the magic 20240520, [1] the version 1 and [2] the number of
  * tokens; then the tokens, uint16 each (GPT-2's 50257 fit). Mapped like a
- * byte file; every token is checked against the model's vocabulary once,
- * here, because an embedding row past the table's end would read memory
- * that is not the model's. Returns 0, or 2 with a message. */
+ * byte file; every token is checked against the model's vocabulary here,
+ * because an embedding row past the table's end would read memory that is
+ * not the model's (and again as batches draw them: corpus_batch_token).
+ * Returns 0, or 2 with a message. */
 static int corpus_load_tokens(Corpus *c, const char *flag, const char *path, uint64_t size,
                               const Config *cfg, char *err, size_t errlen) {
     if (cfg->arch != ARCH_GPT2)
@@ -143,6 +147,9 @@ static int corpus_load_tokens(Corpus *c, const char *flag, const char *path, uin
     c->tokens = tokens;
     c->len = n;
     c->mapped = 1;
+    c->vocab = cfg->vocab;
+    c->flag = flag;
+    c->path = path;
     file_watch_mapping(flag, path, p, (size_t)size);
     c->entropy_floor = -1.0;
     return 0;
@@ -213,9 +220,57 @@ static int corpus_load_file(Corpus *c, const char *flag, const char *path, const
     c->len = (long)size;
     c->map_bytes = (size_t)size;
     c->mapped = 1;
+    c->vocab = cfg->arch == ARCH_GPT2 ? cfg->vocab : 256; /* the byte MLP's vocabulary: bytes */
+    c->flag = flag;
+    c->path = path;
     file_watch_mapping(flag, path, p, (size_t)size);
     c->entropy_floor = -1.0;
     return 0;
+}
+
+/* NOTE: a file rewritten in place
+ *
+ * A training file is mapped, not copied, and checked token by token when
+ * it is opened. A file cut short under the mapping faults (SIGBUS), and
+ * file_watch_mapping turns the fault into a message. But a file rewritten
+ * at the same size faults nothing: its pages now hold whatever was
+ * written, and a token past the vocabulary would index past the embedding
+ * table (and the logits' row, as a target): a crash, or a silent wrong
+ * number. So every token a batch draws is compared with the vocabulary
+ * again, here in the data layer, before any kernel sees it: 2 B T compares
+ * a micro-batch, nothing beside its forward. (A rewrite that keeps every
+ * token in the vocabulary is other data, not a crash; --resume's hash of
+ * the file finds it at the next start.)
+ *
+ * Each rank draws other rows of the batch, so one rank may find a changed
+ * token while the others sit in a collective that needs it: waiting to
+ * agree would hang them. So the rank that finds it stops the job as a rank
+ * out of memory does (sim/oom.h): a moment's wait per rank number, so that
+ * the lowest rank that found it prints the one message, then MPI_Abort with
+ * exit 2, which takes every rank down: bad input, not a bug. */
+static void corpus_changed_abort(const Corpus *c, long i, int token) {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char how[256], message[FILES_MAX_PATH + 1024];
+    snprintf(how, sizeof(how),
+             "token %ld is now %d, past the model's vocabulary of %d, which every token was "
+             "within when the file was opened: it was rewritten in place",
+             i, token, c->vocab);
+    file_changed_message(message, sizeof(message), c->flag ? c->flag : "the corpus",
+                         c->path ? c->path : "", how);
+    struct timespec pause = {0, 400 * 1000 * 1000};
+    for (int r = 0; r < rank && r < 8; r++) nanosleep(&pause, NULL);
+    fputs(message, stderr);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+/* Token i of the corpus, for a batch: below the vocabulary, or the run
+ * stops with exit 2 (NOTE: a file rewritten in place) */
+static int corpus_batch_token(const Corpus *c, long i) {
+    int token = corpus_token(c, i);
+    if (token >= c->vocab) corpus_changed_abort(c, i, token);
+    return token;
 }
 
 static void corpus_release(Corpus *c) {

@@ -147,7 +147,7 @@ static void sample_print(Trainer *t, const Tokenizer *tk) {
     float *logits = (float *)host_malloc((size_t)V * sizeof(float), "generate");
     Dtype held = backend.gemm_dtype; /* the logits' format on the device (activations.h) */
     void *row = host_malloc((size_t)V * (size_t)dtype_bytes(held), "generate");
-    text[0] = corpus_token(&t->corpus, 0);
+    text[0] = corpus_batch_token(&t->corpus, 0); /* checked: the file may have changed */
     for (int len = 1; len <= n; len++) {
         int start = len > T ? len - T : 0, used = len - start;
         for (int b = 0; b < B; b++)

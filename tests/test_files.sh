@@ -12,7 +12,8 @@
 #   inputs       a reader never blocks or reads without bound: a named pipe,
 #                a link to /dev/zero or /dev/urandom, a directory, for every
 #                file fsdp.c reads, is refused by name within seconds; a
-#                --data file truncated while training is a message, exit 2
+#                --data file truncated while training is a message, exit 2,
+#                and so is a --data or --val-data file rewritten in place
 #   checkpoints  an edited checkpoint is refused: meta.txt's own checksum,
 #                its step against the directory and the shard headers,
 #                adam_step <= step, adam_step and the loss scale against the
@@ -188,6 +189,39 @@ inputs() {
   head -c 100000 /dev/urandom >"$d/val.txt"
   shrinks "" --model tiny
   shrinks " beside --val-data" --model gpt2-tiny --val-data "$d/val.txt" --val-every 100000000
+  # ... and one rewritten in place at the same size faults nothing: its
+  # tokens past the vocabulary once crashed the ranks (SIGSEGV) in the
+  # embedding; every batch's tokens are checked as they are drawn
+  python3 -c "import struct, sys
+n = 200000
+open(sys.argv[1], 'wb').write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)
+                              + struct.pack('<%dH' % n, *[i * 7 % 256 for i in range(n)]))" "$d/tok.bin"
+  head -c 200000 /dev/zero | tr '\0' '0' >"$d/low.txt" # bytes below 64
+  rewrites --data tok.bin --model gpt2-tiny
+  rewrites --val-data tok.bin --model gpt2-tiny --data "$d/tok.bin" --val-every 1
+  rewrites --data low.txt --model gpt2-tiny --vocab 64
+}
+rewrites() { # rewrites FLAG FILE FLAGS...: FILE's tokens become 0xffff mid-run, same size: exit 2
+  local flag=$1 f=$d/rw-$2 out rc pid i; shift
+  cp "$d/$1" "$f"; shift
+  timeout 60 $MPIRUN -np 2 ./fsdp "$@" --batch 4 --steps 50000000 --log-every 1000 "$flag" "$f" \
+    >"$d/rw.log" 2>&1 &
+  pid=$!
+  for i in $(seq 1 100); do grep -q '^step' "$d/rw.log" && break; sleep 0.2; done
+  local keep=0 # a token file's 1024-byte header stays; a text file's every byte changes
+  [ "${f%.bin}" != "$f" ] && keep=1024
+  head -c $(($(stat -c %s "$f") - keep)) /dev/zero | tr '\0' '\377' |
+    dd of="$f" bs=1024 seek=$((keep / 1024)) conv=notrunc status=none
+  cmp -s <(stat -c %s "$f") <(stat -c %s "$d/${f#"$d/rw-"}") || bad "the rewrite changed $f's size"
+  wait $pid; rc=$?
+  out=$(cat "$d/rw.log")
+  local what="$flag $(basename "$f") rewritten in place while training ($*)"
+  if [ $rc -eq 2 ] && grep -q "^error: $flag $f: the file changed while this run was reading it (token" <<<"$out" \
+     && grep -q "^HINT:" <<<"$out" && ! grep -qiE "backtrace|signal|core dumped" <<<"$out"; then
+    ok "$what: exit 2, $(grep -m1 '^error:' <<<"$out" | cut -c1-150)"
+  else
+    bad "$what: exit $rc (124 = hang), wanted 2 and a message"; tail -6 <<<"$out"
+  fi
 }
 shrinks() { # shrinks WHAT FLAGS...: --data cut short mid-run, exit 2 with the message
   local what=$1 out rc pid i; shift
@@ -198,7 +232,7 @@ shrinks() { # shrinks WHAT FLAGS...: --data cut short mid-run, exit 2 with the m
   truncate -s 100 "$d/big.dat"
   wait $pid; rc=$?
   out=$(cat "$d/trunc.log")
-  if [ $rc -eq 2 ] && grep -q "^error: --data $d/big.dat: the file shrank while this run was reading it" <<<"$out" \
+  if [ $rc -eq 2 ] && grep -q "^error: --data $d/big.dat: the file changed while this run was reading it (it shrank" <<<"$out" \
      && grep -q "^HINT:" <<<"$out" && ! grep -qiE "backtrace|signal|core dumped" <<<"$out"; then
     ok "--data truncated while training$what: exit 2, $(grep -m1 '^error:' <<<"$out" | cut -c1-120)"
   else
