@@ -155,7 +155,8 @@ static void sample_print(Trainer *t, const Tokenizer *tk) {
         dev_from_host(t->gpt.tokens, rows, (size_t)B * T * sizeof(int));
         dev_from_host(t->gpt.targets, rows, (size_t)B * T * sizeof(int));
         trainer_forward_only(t);
-        dev_to_host(row, element_at(t->gpt.logits, (long)(used - 1) * V, held),
+        /* rows are logits_stride(V) apart (padded), not V: GPT-2's 50257 too */
+        dev_to_host(row, element_at(t->gpt.logits, (long)(used - 1) * logits_stride(V), held),
                     (size_t)V * (size_t)dtype_bytes(held));
         for (int v = 0; v < V; v++) logits[v] = load_as(row, v, held);
         int next = sample_token(logits, V, c->temperature, c->seed, len);
