@@ -84,6 +84,31 @@ static void corpus_synthetic(Corpus *c, uint64_t seed) {
     c->flag = c->path = NULL;
 }
 
+/* The largest of n tokens (uint16 tokens, or bytes where tokens is NULL),
+ * where it first is, and how many are at or past vocab. A refusal names
+ * the largest, not the first past the vocabulary: the --vocab it suggests
+ * then holds every token of the file, and the next run does not fail on
+ * the next one. */
+typedef struct {
+    int max;   /* the largest token */
+    long at;   /* its first index */
+    long past; /* tokens >= vocab */
+} TokenRange;
+
+static TokenRange token_range(const uint16_t *tokens, const unsigned char *bytes, long n,
+                              int vocab) {
+    TokenRange r = {-1, 0, 0};
+    for (long i = 0; i < n; i++) {
+        int v = tokens ? tokens[i] : bytes[i];
+        if (v > r.max) {
+            r.max = v;
+            r.at = i;
+        }
+        r.past += v >= vocab;
+    }
+    return r;
+}
+
 /* --data FILE: the file is mapped read-only, not copied. The pages belong
  * to the operating system's page cache, so the ranks on one machine share
  * one copy (4 ranks on a 2 GiB file hold 2 GiB, not 8), and only the pages
@@ -132,12 +157,13 @@ static int corpus_load_tokens(Corpus *c, const char *flag, const char *path, uin
         rc = usage_error(err, errlen, "%s %s: %ld tokens, but one sequence needs --context + 1 "
                          "= %d. Give a longer file or a smaller --context.", flag, path, n,
                          cfg->context + 1);
-    for (long i = 0; rc == 0 && i < n; i++)
-        if (tokens[i] >= cfg->vocab)
-            rc = usage_error(err, errlen, "%s %s: token %ld is %d, but the model's vocabulary "
-                             "is %d. Use --vocab %d or more (GPT-2's is 50257), or the "
-                             "tokenizer the model was made for.", flag, path, i, tokens[i],
-                             cfg->vocab, tokens[i] + 1);
+    TokenRange r = {0, 0, 0};
+    if (rc == 0) r = token_range(tokens, NULL, n, cfg->vocab);
+    if (r.past)
+        rc = usage_error(err, errlen, "%s %s: token %ld is %d, its largest, but the model's "
+                         "vocabulary is %d (%ld of its %ld tokens are past it). Use --vocab %d "
+                         "or more (GPT-2's is 50257), or the tokenizer the model was made for.",
+                         flag, path, r.at, r.max, cfg->vocab, r.past, n, r.max + 1);
     if (rc) {
         munmap(p, (size_t)size);
         return rc;
@@ -204,18 +230,20 @@ static int corpus_load_file(Corpus *c, const char *flag, const char *path, const
                            path, (unsigned long long)size, strerror(errno));
     /* a byte is its own token: under GPT-2's --vocab below 256 (for a
      * token file) a byte past it would index past the embedding table */
-    const unsigned char *b = (const unsigned char *)p;
     int small_vocab = cfg->arch == ARCH_GPT2 && cfg->vocab < 256;
-    for (uint64_t i = 0; small_vocab && i < size; i++)
-        if (b[i] >= cfg->vocab) {
-            int rc = usage_error(err, errlen,
-                                 "%s %s: byte %llu is %d, but the model's vocabulary is %d, and "
-                                 "a text file's bytes are its tokens. Use --vocab %d or more (256 "
-                                 "holds every byte), or an llm.c token file.",
-                                 flag, path, (unsigned long long)i, b[i], cfg->vocab, b[i] + 1);
-            munmap(p, (size_t)size);
-            return rc;
-        }
+    TokenRange r = {0, 0, 0};
+    if (small_vocab) r = token_range(NULL, (const unsigned char *)p, (long)size, cfg->vocab);
+    if (r.past) {
+        int rc = usage_error(err, errlen,
+                             "%s %s: byte %ld is %d, its largest, but the model's vocabulary is "
+                             "%d (%ld of its %llu bytes are past it), and a text file's bytes "
+                             "are its tokens. Use --vocab %d or more (256 holds every byte), or "
+                             "an llm.c token file.",
+                             flag, path, r.at, r.max, cfg->vocab, r.past,
+                             (unsigned long long)size, r.max + 1);
+        munmap(p, (size_t)size);
+        return rc;
+    }
     c->bytes = (unsigned char *)p;
     c->len = (long)size;
     c->map_bytes = (size_t)size;

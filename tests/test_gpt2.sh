@@ -260,11 +260,11 @@ tokens "$D/short.bin" 20240520 1 4000 299 3000
 refused "a .bin with another magic" "not llm.c's token file" 2 --data "$D/magic.bin" --vocab 300
 refused "a token file of version 2" "version 2" 2 --data "$D/version.bin" --vocab 300
 refused "a token file shorter than its header says" "header says 4000 tokens" 2 --data "$D/short.bin" --vocab 300
-refused "a token past the vocabulary" "token 37 is 259, but the model's vocabulary is 256" 3 --data "$D/good.bin"
+refused "a token past the vocabulary: the largest named, and a --vocab above it" "token 257 is 299, its largest, but the model's vocabulary is 256.*Use --vocab 300 or more" 3 --data "$D/good.bin"
 printf 'hello, world: a text file whose bytes are its tokens\n' >"$D/text.txt"
-refused "a text file's byte past a --vocab below 256" "byte 0 is 104, but the model's vocabulary is 100" 2 --vocab 100 --data "$D/text.txt"
+refused "a text file's byte past a --vocab below 256: the largest named" "byte 33 is 121, its largest, but the model's vocabulary is 100.*Use --vocab 122 or more" 2 --vocab 100 --data "$D/text.txt"
 tokens "$D/t99.bin" 20240520 1 3000 99 3000
-refused "... and as --val-data beside a token file within the vocabulary" "--val-data $D/text.txt: byte 0 is 104" 3 --vocab 100 --data "$D/t99.bin" --val-data "$D/text.txt" --val-every 2
+refused "... and as --val-data beside a token file within the vocabulary" "--val-data $D/text.txt: byte 33 is 121, its largest" 3 --vocab 100 --data "$D/t99.bin" --val-data "$D/text.txt" --val-every 2
 refused "a token file for the byte MLP" "add --model gpt2-tiny\|Add --model gpt2-tiny" 2 --model tiny --data "$D/good.bin"
 refused "heads that do not divide n_embd" "does not divide into --n-head 3" 1 --n-head 3
 refused "a context longer than n_ctx" "longer than the 32 positions" 1 --context 64
