@@ -222,14 +222,16 @@ static int parse_float(const char *flag, const char *s, double lo, int lo_open, 
         return usage_error(err, errlen, "%s: %s is out of range. Give a value %s %g and <= %g.",
                            flag, s, lo_open ? ">" : ">=", lo,
                            hi); /* s, not v: %g would print 0.99999999999 as 1 */
-    /* The range is checked in double, but the optimizer computes in float:
+    /* The range is checked in double, but the value is held in a float:
      * 1e-50 passes "> 0" and then becomes 0 (or a denormal, which loses its
-     * digits and turns 1/x into inf). Judge the float that will be used. */
+     * digits and turns 1/x into inf). Judge the float that will be used.
+     * What uses it differs (the optimizer, the loss scaler, the sampler's
+     * temperature), so the message says only what is true of all of them. */
     float f = (float)v;
     if (v != 0.0 && !isnormal(f))
         return usage_error(err, errlen,
                            "%s: %s is below the smallest normal 32-bit float (%g), the format "
-                           "the optimizer computes in: it would become %g. Give %s%g or more.",
+                           "the program holds it in: it would become %g. Give %s%g or more.",
                            flag, s, (double)FLT_MIN, (double)f, lo_open ? "" : "0, or ",
                            (double)FLT_MIN);
     *out = f;

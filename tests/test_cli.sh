@@ -194,8 +194,10 @@ bad "--clip-grad-norm: 1e-50 is below the smallest normal 32-bit float" --clip-g
 bad "--init-scale: 1e-40 is below the smallest normal 32-bit float" --grad-scaler --init-scale 1e-40
 bad "--lr: 1e-50 is below the smallest normal 32-bit float" --lr 1e-50
 bad "--gamma: 1e-50 is below the smallest normal 32-bit float" --lr-schedule step --step-size 2 --gamma 1e-50
-bad "--weight-decay: 1e-45 is below the smallest normal 32-bit float (1.17549e-38), the format the optimizer computes in: it would become 1.4013e-45. Give 0, or" --weight-decay 1e-45
+bad "--weight-decay: 1e-45 is below the smallest normal 32-bit float (1.17549e-38), the format the program holds it in: it would become 1.4013e-45. Give 0, or" --weight-decay 1e-45
 good "2 steps in" --model tiny --steps 2 --batch 4 --weight-decay 0 --eps 1.2e-38
+# ... and the sampler's temperature, which no optimizer computes with
+bad "--temperature: 1e-45 is below the smallest normal 32-bit float (1.17549e-38), the format the program holds it in: it would become 1.4013e-45. Give 0, or" --model gpt2-tiny --sample 4 --temperature 1e-45
 
 # ---- out of range: zero, negative, too large -----------------------------------
 bad "--steps: -1 is out of range" --steps -1
