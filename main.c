@@ -580,6 +580,7 @@ static int check_files(const Config *cfg, const Comparison *k, char *err, size_t
     if (rc == 0 && cfg->tokenizer_path) {
         Tokenizer tk;
         rc = tokenizer_load(&tk, cfg->tokenizer_path, err, errlen);
+        if (rc == 0) rc = tokenizer_fits(&tk, cfg->tokenizer_path, cfg->vocab, err, errlen);
         tokenizer_free(&tk);
     }
     int two = cfg->compare; /* the named --trace and --json become two files each */

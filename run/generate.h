@@ -3,7 +3,8 @@
  * training loop: --val-data / --val-every, --sample with --temperature,
  * and llm.c's tokenizer file (--tokenizer) to print the tokens as text.
  *
- * defines: val_open, val_close, trainer_val_loss, print_val_loss, sample_print
+ * defines: val_open, val_close, trainer_val_loss, print_val_loss, sample_print,
+ *          tokenizer_load, tokenizer_fits (its size against --vocab)
  *
  * Plumbing: the program around fsdp.c (main.c includes it after fsdp.c).
  * Everything here runs on every rank, because a forward pass is
@@ -102,6 +103,19 @@ static int tokenizer_load(Tokenizer *tk, const char *path, char *err, size_t err
     }
     fclose(f);
     return 0;
+}
+/* A tokenizer decodes the model's tokens only if they are its own: one of
+ * another size numbers other pieces (GPT-2's 50257 under a byte model's
+ * 256 would print wrong text for every token, without a word). Returns 0,
+ * or 2 with a message naming both sizes. */
+static int tokenizer_fits(const Tokenizer *tk, const char *path, int vocab, char *err,
+                          size_t errlen) {
+    if (tk->n == vocab) return 0;
+    return usage_error(err, errlen,
+                       "--tokenizer %s: has %d tokens, but the model's vocabulary is %d: it "
+                       "would decode other tokens than the model's. Give --vocab %d to train "
+                       "for this tokenizer, or the tokenizer of %d tokens the data was made with.",
+                       path, tk->n, vocab, tk->n, vocab);
 }
 static void tokenizer_free(Tokenizer *tk) {
     for (int i = 0; i < tk->n && tk->piece; i++) free(tk->piece[i]);

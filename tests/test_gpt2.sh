@@ -272,6 +272,10 @@ refused "a GPT-2 option with the byte MLP" "is GPT-2's" 1 --model tiny --n-head 
 refused "--attention flash with heads wider than 128" "heads of at most 128 channels" 2 --n-embd 256 --n-head 1 --attention flash
 refused "an unknown --attention" "unknown 'sdpa'" 1 --attention sdpa
 refused "a tokenizer file that is not llm.c's" "not llm.c's tokenizer file" 2 --sample 4 --tokenizer "$D/notok.bin"
+# a tokenizer of another size than --vocab decodes other tokens: refused
+# before step 1 (it once printed the sample through it, wrong and silent)
+refused "a tokenizer of 256 tokens under --vocab 300" "--tokenizer $D/tok.bin: has 256 tokens, but the model's vocabulary is 300.*Give --vocab 256" 2 --vocab 300 --sample 4 --tokenizer "$D/tok.bin"
+grep -q '^step' "$D/bad.log" && bad "... and it trained first: $(grep -m1 '^step' "$D/bad.log")"
 
 # --resume knows its data: all of a token file (a checkpoint once hashed
 # only as many bytes as it has tokens), and the last tenth that --val-every
