@@ -842,6 +842,18 @@ static int config_check_model(Config *c, int argc, char **argv, char *err, size_
                                "Add --val-every N, or leave it out.",
                                of_val[i]);
     }
+    /* ... and so would one of a part that runs after steps there are none of */
+    if (c->plan && (c->sample || c->val_every))
+        return usage_error(err, errlen,
+                           "%s needs forward passes, and --plan runs none: it books a step's "
+                           "memory without computing it. Leave out %s, or --plan.",
+                           c->sample ? "--sample" : "--val-every",
+                           c->sample ? "--sample" : "--val-every");
+    if (c->val_every && c->steps == 0)
+        return usage_error(err, errlen,
+                           "--val-every computes the validation loss after training steps (every "
+                           "N, and the last), and --steps 0 runs none. Give --steps 1 or more, "
+                           "or leave out --val-every.");
     return 0;
 }
 

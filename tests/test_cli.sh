@@ -304,6 +304,11 @@ bad "--cpu-offload moves the shards to the host, but zero1 keeps whole replicas"
 # --compare's DDP half is no_shard, which offload does not apply to: it runs without
 good "(full_shard with --cpu-offload; no_shard without" --model tiny --steps 2 --batch 4 --compare --cpu-offload
 good "(hybrid_shard with --cpu-offload; no_shard without" --model tiny --steps 2 --batch 4 --compare --cpu-offload --strategy hybrid_shard
+# ... and so is one of a part that runs after steps there are none of
+bad "--val-every computes the validation loss after training steps (every N, and the last), and --steps 0 runs none" --model gpt2-tiny --steps 0 --val-every 2
+bad "--sample needs forward passes, and --plan runs none" --plan --model gpt2-tiny --sample 4
+bad "--val-every needs forward passes, and --plan runs none" --plan --model gpt2-tiny --val-every 2
+good "sample (4 tokens after the corpus's first" --model gpt2-tiny --steps 0 --sample 4
 
 # ---- --data --------------------------------------------------------------------
 bad "--data $MISSING: cannot open it" --data "$MISSING"
