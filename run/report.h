@@ -74,7 +74,9 @@ static void print_header(const Trainer *t) {
         printf("data: embedded synthetic corpus, %ld bytes; entropy floor %.3f nats/byte (uniform "
                "guess: ln 256 = %.3f)\n",
                t->corpus.len, t->corpus.entropy_floor, log(256.0));
-    else printf("data: %s, %ld bytes\n", c->data_path, t->corpus.len);
+    else /* a token file's tokens are 2 bytes each: count what the model reads */
+        printf("data: %s, %ld %s\n", c->data_path, t->corpus.len,
+               t->corpus.tokens ? "tokens" : "bytes");
 }
 
 /* The unit table: what auto-wrap decided and what each rank holds. */

@@ -237,6 +237,8 @@ open(sys.argv[1], 'wb').write(struct.pack('<256i', m, v, c, *[0] * 253) + struct
 tokens "$D/good.bin" 20240520 1 3000 299 3000
 run_fsdp 2 "$D/bin.log" --data "$D/good.bin" --vocab 300
 grep -q 'step     4/4' "$D/bin.log" && ok "--data good.bin (llm.c's uint16 tokens) trains with --vocab 300" || bad "token file: $(tail -2 "$D/bin.log")"
+# ... and the start-up line counts its tokens, not its bytes (it said bytes)
+grep -qx "data: $D/good.bin, 3000 tokens" "$D/bin.log" && ok "the start-up line: $(grep '^data:' "$D/bin.log")" || bad "a token file's start-up line: $(grep '^data:' "$D/bin.log")"
 run_fsdp 2 "$D/val.log" --data "$D/good.bin" --vocab 300 --val-data "$D/good.bin" --val-every 2
 grep -q "val loss [0-9.]* (4 batches of 12 sequences, $D/good.bin)" "$D/val.log" && ok "--val-data good.bin --val-every 2: $(grep -m1 'val loss' "$D/val.log")" || bad "--val-data: $(tail -2 "$D/val.log")"
 # llm.c's tokenizer file: token i decodes as "<i>" here, so the sample shows it was used
