@@ -37,11 +37,41 @@
  * trainer_step after trainer_step, save checkpoints as asked, and report.
  * --------------------------------------------------------------------- */
 
+/* A run's first step computes its loss before any optimizer step: a loss
+ * that is not a number there comes from the parameters the run started
+ * from, and no --lr made it. So the message names where they came from:
+ * --init-from's file, --resume's checkpoint, or the initialisation. */
+static void print_cannot_start(const Config *cfg, int step, double loss) {
+    fprintf(stderr, "error: the loss is %g at step %d, this run's first, computed from the "
+                    "parameters it started from before any step changed them.\n", loss, step + 1);
+    if (cfg->init_from)
+        fprintf(stderr, "HINT: no learning rate has acted yet: the weights --init-from %s "
+                        "loaded overflow the forward pass (too large, or exported from a run "
+                        "that had diverged). Export them again from a sound run, or leave out "
+                        "--init-from.\n", cfg->init_from);
+    else if (cfg->resume_dir)
+        fprintf(stderr, "HINT: no step of this run has acted yet: the parameters checkpoint %s "
+                        "holds overflow the forward pass; the run that saved it was diverging. "
+                        "--resume from an earlier checkpoint (or start again) with a lower --lr "
+                        "(it is %g) or --clip-grad-norm 1.0.\n", cfg->resume_dir, (double)cfg->lr);
+    else
+        fprintf(stderr, "HINT: no learning rate has acted yet: the initialised model overflows "
+                        "its first forward pass in --param-dtype %s. %s\n",
+                DTYPE_NAMES[cfg->param_dtype],
+                cfg->param_dtype == DTYPE_FP16 ? "fp16 ends at 65504: use bf16 (fp32's range)."
+                                               : "That is a bug: report the command line.");
+}
+
 /* The loss is the same number on every rank (global_mean_loss), so every
  * rank sees it leave the numbers at the same step and stops there, before
- * a checkpoint of NaN parameters could be saved: exit 5. */
-static void stop_diverged(const Config *cfg, int root, int step, double loss) {
-    if (root) {
+ * a checkpoint of NaN parameters could be saved: exit 5. At the run's
+ * first step no learning rate can be the cause (print_cannot_start). */
+static void stop_diverged(const Config *cfg, int root, int step, long first, double loss) {
+    if (root && step == first) {
+        fflush(stdout);
+        print_cannot_start(cfg, step, loss);
+        fflush(stderr);
+    } else if (root) {
         fflush(stdout);
         fprintf(stderr,
                 "error: the loss is %g at step %d: training diverged, and every step after this "
@@ -226,7 +256,7 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         double loss = trainer_step(t, step), dt = now_seconds() - ts;
         step_log_record(&log, step - first, t, loss, dt);
         s.final_loss = loss;
-        if (!isfinite(loss)) stop_diverged(cfg, root, step, loss);
+        if (!isfinite(loss)) stop_diverged(cfg, root, step, first, loss);
         print_step_line(t, step, loss, dt);
         if (cfg->val_every && ((step + 1) % cfg->val_every == 0 || step == cfg->steps - 1))
             print_val_loss(t, &val, step);

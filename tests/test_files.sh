@@ -23,7 +23,9 @@
 #                a .tmp-step-N or step-N a save needs, refused before step 1
 #   numbers      NaN or Inf in --init-from is refused by name, and so is a
 #                value beyond fp16 under --param-dtype fp16; a loss that
-#                stops being a number ends the run with exit 5
+#                stops being a number ends the run with exit 5, and at a
+#                run's first step its hint names the checkpoint or
+#                --init-from file the parameters came from, not --lr
 #   messages     sizes in units that show them, once; 1P; the value as typed;
 #                meta.txt that is a directory; --resume of a file; a trace
 #                of a run with nothing to train; a 1-D shape as (N); output
@@ -362,7 +364,7 @@ PY
 numbers() {
   command -v python3 >/dev/null || { echo "python3 is needed to write a file with NaN (apt-get install python3)"; exit 77; }
   timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 2 --export "$d/good.st" >/dev/null 2>&1 || bad "could not export"
-  python3 - "$d/good.st" "$d/nan.st" "$d/inf.st" "$d/big.st" <<'PY'
+  python3 - "$d/good.st" "$d/nan.st" "$d/inf.st" "$d/big.st" "$d/huge.st" <<'PY'
 import json, struct, sys
 raw = bytearray(open(sys.argv[1], "rb").read())
 n = struct.unpack("<Q", raw[:8])[0]
@@ -376,6 +378,7 @@ cols = head["blocks.1.fc1.weight"]["shape"][1]
 poison(sys.argv[2], "blocks.1.fc1.weight", 2 * cols + 5, float("nan"))
 poison(sys.argv[3], "head.bias", 7, float("inf"))
 poison(sys.argv[4], "blocks.0.norm.weight", 3, 1e5)
+poison(sys.argv[5], "blocks.0.norm.weight", 3, 3e38)
 PY
   refused "--init-from a file holding NaN (3 ranks)" "blocks.1.fc1.weight[2, 5] is nan" 3 --steps 2 --init-from "$d/nan.st"
   refused "--init-from a file holding Inf (1 rank)" "head.bias[7] is inf" 1 --steps 2 --init-from "$d/inf.st"
@@ -399,6 +402,25 @@ PY
   local step; step=$(grep -o 'at step [0-9]*' <<<"$out" | grep -o '[0-9]*')
   [ -n "$step" ] && [ ! -d "$d/ck/$(printf 'step-%08d' "$step")" ] && ok "... and no checkpoint of the diverged step $step was saved" \
     || bad "a checkpoint of the diverged step exists: $(ls "$d/ck" 2>&1)"
+  # At a run's first step no optimizer step has run: a loss that is not a
+  # number comes from the parameters the run starts from, not from --lr
+  # (the hint once said "lower --lr"). It names them: the checkpoint saved
+  # the step before the divergence, and an --init-from file with 3e38 in it.
+  local ck; ck="$d/ck/$(printf 'step-%08d' $((step - 1)))"
+  starts_nan "--resume from the step before it" "the parameters checkpoint $ck holds overflow" \
+    --lr 10 --param-dtype fp16 --grad-scaler --resume "$ck"
+  starts_nan "--init-from a finite 3e38" "the weights --init-from $d/huge.st loaded overflow" \
+    --init-from "$d/huge.st"
+}
+starts_nan() { # starts_nan WHAT HINT FLAGS...: exit 5 at the run's first step, the hint naming HINT
+  local what=$1 hint=$2 out rc; shift 2
+  out=$(timeout 60 $MPIRUN -np 2 ./fsdp $T --steps 100 "$@" 2>&1); rc=$?
+  if [ $rc -eq 5 ] && grep -q "^error: the loss is [-a-z]* at step [0-9]*, this run's first" <<<"$out" \
+     && grep -q "^HINT: .*$hint" <<<"$out" && ! grep -q "^HINT: lower --lr" <<<"$out"; then
+    ok "$what: exit 5, $(grep '^HINT:' <<<"$out" | cut -c1-130)"
+  else
+    bad "$what: exit $rc, wanted 5 and a hint naming '$hint'"; tail -3 <<<"$out"
+  fi
 }
 
 messages() {
