@@ -267,8 +267,8 @@ static int corpus_load_file(Corpus *c, const char *flag, const char *path, const
  * number. So every token a batch draws is compared with the vocabulary
  * again, here in the data layer, before any kernel sees it: 2 B T compares
  * a micro-batch, nothing beside its forward. (A rewrite that keeps every
- * token in the vocabulary is other data, not a crash; --resume's hash of
- * the file finds it at the next start.)
+ * token within the vocabulary is other data, not a crash, and no check of
+ * a token can tell it from the old: the run trains on it.)
  *
  * Each rank draws other rows of the batch, so one rank may find a changed
  * token while the others sit in a collective that needs it: waiting to
