@@ -473,7 +473,7 @@ static int lock_unsupported(int e) {
     return e == ENOLCK || e == ENOSYS || e == EOPNOTSUPP || e == EINVAL;
 }
 
-static void lock_release_at_exit(void) {
+void file_lock_release(void) {
     struct stat mine, now;
     if (held_lock.fd < 0) return;
     /* Still the file at the path? Someone may have removed ours, and
@@ -604,7 +604,7 @@ FileLock file_lock_take(const char *path, const char *note, char *holder, size_t
                                         strerror(e), out_hint(e));
         }
         static int registered = 0;
-        if (!registered) registered = atexit(lock_release_at_exit) == 0;
+        if (!registered) registered = atexit(file_lock_release) == 0;
         held_lock.fd = fd;
         snprintf(held_lock.path, sizeof(held_lock.path), "%s", path);
         return FILE_LOCK_OK;

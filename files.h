@@ -133,11 +133,15 @@ typedef enum {
 /* Takes the exclusive lock on the file at path (created if missing) without
  * waiting, and writes note into it (who we are: host, pid, command, one
  * "key: value" a line) for a refused process to read. The lock is held until
- * the process ends: a normal exit (exit(), a return from main) removes the
- * file, a killed process leaves it behind, unlocked. BUSY: the holder's
- * note (as it wrote it) in holder. */
+ * the process ends: a normal exit (exit(), a return from main) or
+ * file_lock_release removes the file, a killed process leaves it behind,
+ * unlocked. BUSY: the holder's note (as it wrote it) in holder. */
 FileLock file_lock_take(const char *path, const char *note, char *holder, size_t holderlen,
                         char *err, size_t errlen);
+/* Gives the lock back and removes its file (if it is still the one we
+ * locked) now, before the process ends: at MPI_Finalize, say, after which
+ * the launcher may kill a rank before its exit() has run. Then a no-op. */
+void file_lock_release(void);
 /* Whether a live process holds the lock on path, without taking it (a
  * shared lock, given back at once; a missing file is OK: no one holds it).
  * BUSY: the holder's note in holder. */

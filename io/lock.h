@@ -28,7 +28,8 @@
  *
  * Its verdict reaches every rank (main broadcasts it), so a refused job
  * exits 2 on every rank, before a step, and never waits on a rank that
- * left: no hang.
+ * left: no hang. The lock is given back, and its file removed, in
+ * MPI_Finalize, however the run ends short of being killed.
  * ========================================================================== */
 
 #include <ctype.h> /* isalnum */
@@ -129,12 +130,33 @@ static void lock_holder_text(const char *note, const char *lock, char *out, size
                  host, ranks, strcmp(ranks, "1") ? "s" : "", started, cwd, command);
 }
 
+/* MPI_Finalize frees MPI_COMM_SELF's attributes before it does anything
+ * else (MPI 4.0, section 11.2.7): a delete callback there is MPI's own "at
+ * finalize" hook. Through it rank 0 removes its lock file before the
+ * synchronisation inside MPI_Finalize, so before any rank of the job has
+ * exited: once one rank has exited with an error, the launcher kills the
+ * others, and a lock file removed only by exit() would be left behind. */
+static int lock_release_at_finalize(MPI_Comm comm, int key, void *value, void *extra) {
+    (void)comm, (void)key, (void)value, (void)extra;
+    file_lock_release();
+    return MPI_SUCCESS;
+}
+
+static void lock_release_with_mpi(void) {
+    int key;
+    MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, lock_release_at_finalize, &key, NULL);
+    MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
+}
+
 /* --save-dir: take the directory's lock for the whole run, or refuse. */
 static int lock_save_dir(const char *dir, const char *note, char *err, size_t errlen) {
     char path[2048], holder[4096], who[6144], why[2600];
     snprintf(path, sizeof(path), "%s/%s", dir, RUN_LOCK_FILE);
     FileLock got = file_lock_take(path, note, holder, sizeof(holder), why, sizeof(why));
-    if (got == FILE_LOCK_OK) return 0;
+    if (got == FILE_LOCK_OK) {
+        lock_release_with_mpi();
+        return 0;
+    }
     if (got == FILE_LOCK_UNSUPPORTED) { /* no lock, no refusal: say so, and go on */
         fprintf(stderr,
                 "note: --save-dir %s: %s: this file system has no file locks, so a second run "
@@ -163,16 +185,16 @@ static int lock_save_dir(const char *dir, const char *note, char *err, size_t er
 }
 
 /* The directory whose lock guards what --resume reads: DIR itself, or,
- * when DIR is one checkpoint (it holds meta.txt: a DIR/step-N), the
- * --save-dir it lies in. */
+ * when DIR is one checkpoint (it holds meta.txt, or is named step-N: the
+ * live run may have just pruned it), the --save-dir it lies in. */
 static void resume_lock_dir(const char *resume, char *out, size_t len) {
     char meta[2048];
     struct stat st;
     snprintf(out, len, "%s", resume);
     for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = '\0';
     snprintf(meta, sizeof(meta), "%s/meta.txt", out);
-    if (lstat(meta, &st) != 0) return;
     char *slash = strrchr(out, '/');
+    if (lstat(meta, &st) != 0 && ckpt_step_of(slash ? slash + 1 : out) < 0) return;
     if (!slash) snprintf(out, len, ".");
     else if (slash == out) out[1] = '\0';
     else *slash = '\0';
@@ -181,8 +203,7 @@ static void resume_lock_dir(const char *resume, char *out, size_t len) {
 /* --resume of a directory a live run is saving in is refused too, up
  * front, whether or not this run saves there:
  *   - with --save-dir the same directory, this run would be the second
- *     writer (lock_save_dir refuses it first; the probe below is then our
- *     own lock, and passes);
+ *     writer, which lock_save_dir would refuse anyway;
  *   - alone, it reads what the live run deletes: that run keeps its two
  *     newest checkpoints and removes the older ones after each save, so
  *     the checkpoint picked here can vanish while its shards are read (a
@@ -215,14 +236,16 @@ static int lock_check_resume(const char *resume, char *err, size_t errlen) {
 }
 
 /* Rank 0, once, before any step: the locks of the directories the run
- * writes and reads. Returns 0, or 2 with the message (which holds its
- * own HINT line). The lock taken is held until the process exits. */
+ * reads and writes. Returns 0, or 2 with the message (which holds its
+ * own HINT line). The lock taken is held until MPI_Finalize, or exit.
+ * What is read is checked first, so that a refused run leaves not even a
+ * lock file in its --save-dir. */
 static int run_lock_dirs(const Config *c, int argc, char **argv, int world, char *err,
                          size_t errlen) {
     char note[4096];
     int rc = 0;
+    if (c->resume_dir) rc = lock_check_resume(c->resume_dir, err, errlen);
     lock_note(argc, argv, world, note, sizeof(note));
-    if (c->save_dir) rc = lock_save_dir(c->save_dir, note, err, errlen);
-    if (rc == 0 && c->resume_dir) rc = lock_check_resume(c->resume_dir, err, errlen);
+    if (rc == 0 && c->save_dir) rc = lock_save_dir(c->save_dir, note, err, errlen);
     return rc;
 }
