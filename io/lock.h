@@ -29,7 +29,8 @@
  * Its verdict reaches every rank (main broadcasts it), so a refused job
  * exits 2 on every rank, before a step, and never waits on a rank that
  * left: no hang. The lock is given back, and its file removed, in
- * MPI_Finalize, however the run ends short of being killed.
+ * MPI_Finalize, on every way out that finalizes (an error on all ranks
+ * too); a run killed or aborted leaves the file, unlocked.
  * ========================================================================== */
 
 #include <ctype.h> /* isalnum */
