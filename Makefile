@@ -131,7 +131,7 @@ SIM_DEPS := $(SIM_SRC) files.h formats.h sim/sim.h
 # fsdp.c and the plumbing headers in run/; fsdp.c includes kernels/ in place:
 # one translation unit.
 PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h run/generate.h run/roofline.h kernels/backend.h kernels/layers.h \
-           kernels/transformer.h kernels/flash.h io/checkpoint.h comm/device.h comm/wire16.h data/corpus.h \
+           kernels/transformer.h kernels/flash.h io/checkpoint.h io/lock.h comm/device.h comm/wire16.h data/corpus.h \
            optim/lr_schedule.h \
            sim/events.h sim/oom.h model/activations.h model/mlp.h model/gpt2_tree.h model/gpt2.h
 

@@ -26,7 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/file.h> /* flock: one run per directory */
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static int files_fail(char *err, size_t errlen, int code, const char *fmt, ...)
@@ -425,4 +427,223 @@ int out_commit(OutFile *o, char *err, size_t errlen) {
                           "not survive a crash. %s",
                           o->label, o->path, strerror(errno), out_hint(errno));
     return 0;
+}
+
+/* ---- one run per directory (promise 5) -------------------------------------- */
+
+/* NOTE: a lock file, held with flock.
+ *
+ * Two runs writing one directory delete each other's files, so a run takes
+ * a lock on a file in the directory before it writes there, and holds it
+ * for as long as it lives. What makes the lock is the kernel's lock, never
+ * the file's content: when a process dies, however it dies (SIGKILL, the
+ * node's power), the kernel lets its locks go, so the file a killed run
+ * leaves behind is taken over by the next run and rewritten. The content is
+ * a note for people: which run holds the lock (host, pid, command), so that
+ * a refused run can say whom it is waiting for.
+ *
+ * Why flock(2) and not fcntl(F_SETLK), POSIX's record locks: a record lock
+ * belongs to the process, and the process loses it when it closes *any*
+ * descriptor of the file, so one open and close of the lock file anywhere in
+ * the run (a probe) would silently give the lock away. A flock lock belongs
+ * to the one open file. On NFS, Linux turns flock into an NFS lock that
+ * every client sees, so a run on another node is refused as well; Lustre
+ * needs its `flock` mount option (without it flock fails: UNSUPPORTED).
+ *
+ * A normal exit removes the file, and removing it is safe only because a
+ * taker checks, once it holds the lock, that the file it locked is still
+ * the one at the path: one removed between its open and its lock belonged
+ * to a run that just ended, and it opens the path again. */
+enum { LOCK_NOTE_MAX = 4096 };
+static const char LOCK_END[] = "end\n"; /* the note's last line: the note is whole */
+
+/* The lock this process holds, removed by exit(): an atexit handler reaches
+ * nothing but globals (like the SIGBUS handler's mappings above). One is
+ * enough: a run writes one directory. */
+static struct {
+    int fd; /* -1: none held */
+    char path[FILES_MAX_PATH];
+} held_lock = {-1, ""};
+
+static void lock_pause_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+static int same_inode(const struct stat *a, const struct stat *b) {
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* flock's errors that mean "this file system has no locks", not "no" */
+static int lock_unsupported(int e) {
+    return e == ENOLCK || e == ENOSYS || e == EOPNOTSUPP || e == EINVAL;
+}
+
+void file_lock_release(void) {
+    struct stat mine, now;
+    if (held_lock.fd < 0) return;
+    /* Still the file at the path? Someone may have removed ours, and
+     * another run made a new one there: that one is not ours to remove. */
+    if (fstat(held_lock.fd, &mine) == 0 && lstat(held_lock.path, &now) == 0 &&
+        same_inode(&mine, &now))
+        unlink(held_lock.path); /* while still locked: see the NOTE */
+    close(held_lock.fd);        /* the lock goes with it */
+    held_lock.fd = -1;
+}
+
+/* The holder's note, once whole (it ends with LOCK_END, cut off here). A
+ * holder that has just taken the lock may not have written it yet, so this
+ * waits for it a little (a second at most); "" if it never becomes whole. */
+static void lock_read_note(int fd, char *out, size_t outlen) {
+    char buf[LOCK_NOTE_MAX];
+    size_t end = strlen(LOCK_END);
+    if (outlen) out[0] = '\0';
+    for (int tries = 0; tries < 20; tries++) {
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        buf[n > 0 ? n : 0] = '\0';
+        size_t len = strlen(buf);
+        if (len >= end && !strcmp(buf + len - end, LOCK_END) &&
+            (len == end || buf[len - end - 1] == '\n')) {
+            if (outlen) snprintf(out, outlen, "%.*s", (int)(len - end), buf);
+            return;
+        }
+        lock_pause_ms(50);
+    }
+}
+
+/* Opens the lock file, creating it if missing; *created says whether we
+ * did. -1 with the message in err. */
+static int lock_open(const char *path, int *created, char *err, size_t errlen) {
+    for (int tries = 0; tries < 100; tries++) {
+        int flags =
+            O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC; /* NONBLOCK: a FIFO never blocks */
+        int fd = open(path, flags | O_CREAT | O_EXCL, 0644);
+        *created = fd >= 0;
+        if (fd < 0 && errno == EEXIST) fd = open(path, flags);
+        if (fd >= 0) return fd;
+        if (errno == ENOENT) continue; /* removed between the two opens: its run just ended */
+        if (errno == ELOOP)
+            return files_fail(err, errlen, -1,
+                              "%s: is a symbolic link, where fsdp.c keeps its lock file. Move it "
+                              "away.",
+                              path);
+        return files_fail(err, errlen, -1, "%s: cannot create or open the lock file (%s).", path,
+                          strerror(errno));
+    }
+    return files_fail(err, errlen, -1, "%s: the lock file keeps vanishing; try again.", path);
+}
+
+/* Writes our note (and LOCK_END) over what a killed holder left. */
+static int lock_write_note(int fd, const char *note) {
+    size_t n = strlen(note), end = strlen(LOCK_END);
+    char *text = (char *)malloc(n + end + 1);
+    if (!text) return -1;
+    memcpy(text, note, n);
+    memcpy(text + n, LOCK_END, end + 1);
+    int rc = ftruncate(fd, 0);
+    for (size_t at = 0; rc == 0 && at < n + end;) {
+        ssize_t put = pwrite(fd, text + at, n + end - at, (off_t)at);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) rc = -1;
+        else at += (size_t)put;
+    }
+    free(text);
+    return rc;
+}
+
+FileLock file_lock_take(const char *path, const char *note, char *holder, size_t holderlen,
+                        char *err, size_t errlen) {
+    if (holderlen) holder[0] = '\0';
+    if (held_lock.fd >= 0)
+        return (FileLock)files_fail(err, errlen, FILE_LOCK_ERROR,
+                                    "%s: this process already holds the lock of %s.", path,
+                                    held_lock.path);
+    if (strlen(path) >= sizeof(held_lock.path))
+        return (FileLock)files_fail(err, errlen, FILE_LOCK_ERROR, "%s: the path is too long.",
+                                    path);
+    for (int tries = 0;; tries++) {
+        int created = 0, fd = lock_open(path, &created, err, errlen);
+        if (fd < 0) return FILE_LOCK_ERROR;
+        struct stat st, now;
+        if (fstat(fd, &st) != 0) st.st_mode = 0; /* "not a regular file" below */
+        if (!S_ISREG(st.st_mode)) {
+            if (created) unlink(path);
+            close(fd);
+            return (FileLock)files_fail(err, errlen, FILE_LOCK_ERROR,
+                                        "%s: is %s, where fsdp.c keeps its lock file (a regular "
+                                        "file). Move it away.",
+                                        path, kind_of_mode(st.st_mode));
+        }
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            /* busy: a probe holds a shared lock for a moment, so ask a few
+             * times; a run holds it for good */
+            if ((e == EWOULDBLOCK || e == EINTR) && tries < 10) {
+                close(fd);
+                lock_pause_ms(50);
+                continue;
+            }
+            if (e == EWOULDBLOCK) { /* the file is the holder's now, even if we made it */
+                lock_read_note(fd, holder, holderlen);
+                close(fd);
+                return FILE_LOCK_BUSY;
+            }
+            if (created) unlink(path);
+            close(fd);
+            return (FileLock)files_fail(
+                err, errlen, lock_unsupported(e) ? FILE_LOCK_UNSUPPORTED : FILE_LOCK_ERROR,
+                "%s: cannot lock it (flock: %s).", path, strerror(e));
+        }
+        /* ours, if it is still the file at path (see the NOTE) */
+        if (lstat(path, &now) != 0 || !same_inode(&st, &now)) {
+            close(fd);
+            if (tries < 100) continue;
+            return (FileLock)files_fail(err, errlen, FILE_LOCK_ERROR,
+                                        "%s: the lock file keeps being replaced; try again.", path);
+        }
+        if (lock_write_note(fd, note) != 0) {
+            int e = errno;
+            unlink(path);
+            close(fd);
+            return (FileLock)files_fail(err, errlen, FILE_LOCK_ERROR,
+                                        "%s: cannot write the lock file (%s). %s", path,
+                                        strerror(e), out_hint(e));
+        }
+        static int registered = 0;
+        if (!registered) registered = atexit(file_lock_release) == 0;
+        held_lock.fd = fd;
+        snprintf(held_lock.path, sizeof(held_lock.path), "%s", path);
+        return FILE_LOCK_OK;
+    }
+}
+
+FileLock file_lock_probe(const char *path, char *holder, size_t holderlen, char *err,
+                         size_t errlen) {
+    if (holderlen) holder[0] = '\0';
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return FILE_LOCK_OK; /* no lock file: no run holds it */
+    if (fd < 0)
+        return (FileLock)files_fail(err, errlen, FILE_LOCK_ERROR, "%s: cannot open it (%s).", path,
+                                    strerror(errno));
+    struct stat st, mine;
+    FileLock rc = FILE_LOCK_OK;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        rc = (FileLock)files_fail(err, errlen, FILE_LOCK_ERROR,
+                                  "%s: is not a regular file, where fsdp.c keeps its lock file.",
+                                  path);
+    else if (held_lock.fd >= 0 && fstat(held_lock.fd, &mine) == 0 && same_inode(&st, &mine))
+        rc = FILE_LOCK_OK; /* our own: a second open would conflict with it (see the NOTE) */
+    else if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+        flock(fd, LOCK_UN); /* free: no live run holds it; nothing kept */
+    else if (errno == EWOULDBLOCK) {
+        lock_read_note(fd, holder, holderlen);
+        rc = FILE_LOCK_BUSY;
+    } else {
+        int e = errno;
+        rc = (FileLock)files_fail(err, errlen,
+                                  lock_unsupported(e) ? FILE_LOCK_UNSUPPORTED : FILE_LOCK_ERROR,
+                                  "%s: cannot lock it (flock: %s).", path, strerror(e));
+    }
+    close(fd);
+    return rc;
 }

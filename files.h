@@ -19,6 +19,11 @@
  *      open file), and the open itself cannot block (O_NONBLOCK), so a named
  *      pipe or /dev/zero is refused by name instead of read forever.
  *   4. Every refusal says what the path is and what to do instead.
+ *   5. A directory a run writes is written by that run alone. The run holds
+ *      a lock (flock) on a lock file in it for as long as it lives; another
+ *      run asking for it is told who holds it, and a lock whose run was
+ *      killed is gone with the run (the kernel releases it), so a file left
+ *      behind never blocks anyone.
  *
  * Writes use write(2) and pwrite(2) directly, not stdio, so that every
  * failure is seen where it happens (and so tests/failio.c can inject one).
@@ -123,6 +128,34 @@ void out_write_at(OutFile *o, const void *buf, size_t n, uint64_t offset);
 int out_commit(OutFile *o, char *err, size_t errlen);
 /* fsync of a directory: makes a rename or a new file in it durable. */
 int file_sync_dir(const char *dir); /* 0, or -1 with errno */
+
+/* ---- one run per directory (promise 5) -------------------------------------- */
+
+/* What file_lock_take and file_lock_probe found. */
+typedef enum {
+    FILE_LOCK_OK = 0,      /* take: the lock is ours; probe: no live holder */
+    FILE_LOCK_BUSY,        /* a live process holds it; its note is in holder */
+    FILE_LOCK_UNSUPPORTED, /* the file system has no locks (flock: ENOLCK, ENOSYS ...) */
+    FILE_LOCK_ERROR        /* the lock file could not be opened or created (err says why) */
+} FileLock;
+
+/* Takes the exclusive lock on the file at path (created if missing) without
+ * waiting, and writes note into it (who we are: host, pid, command, one
+ * "key: value" a line) for a refused process to read. The lock is held until
+ * the process ends: a normal exit (exit(), a return from main) or
+ * file_lock_release removes the file, a killed process leaves it behind,
+ * unlocked. BUSY: the holder's note (as it wrote it) in holder. */
+FileLock file_lock_take(const char *path, const char *note, char *holder, size_t holderlen,
+                        char *err, size_t errlen);
+/* Gives the lock back and removes its file (if it is still the one we
+ * locked) now, before the process ends: at MPI_Finalize, say, after which
+ * the launcher may kill a rank before its exit() has run. Then a no-op. */
+void file_lock_release(void);
+/* Whether a live process holds the lock on path, without taking it (a
+ * shared lock, given back at once; a missing file is OK: no one holds it).
+ * BUSY: the holder's note in holder. */
+FileLock file_lock_probe(const char *path, char *holder, size_t holderlen, char *err,
+                         size_t errlen);
 
 #ifdef __cplusplus
 }

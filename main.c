@@ -29,6 +29,9 @@
 /* defines: step_model_flops, print_roofline (--plan --roofline GPU) */
 #include "run/roofline.h"
 
+/* defines: run_lock_dirs (one run per --save-dir: its lock, taken before step 1) */
+#include "io/lock.h"
+
 /* ------------------------------------------------------------------------
  * The training loop
  *
@@ -666,6 +669,15 @@ int main(int argc, char **argv) {
     if (cfg.plan) { /* no GPU needed: nothing runs */
         run_plan(&cfg, MPI_COMM_WORLD);
         return finish(0);
+    }
+    /* One run per --save-dir (io/lock.h): rank 0 takes its lock or is
+     * refused, naming the run that holds it; the verdict reaches every
+     * rank, so a refused job exits 2 together, before step 1. */
+    rc = rank == 0 ? run_lock_dirs(&cfg, argc, argv, world, err, sizeof(err)) : 0;
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rc != 0) {
+        if (rank == 0) fprintf(stderr, "error: %s\n", err);
+        return finish(2);
     }
     if (backend_init(&cfg, MPI_COMM_WORLD)) return finish(1); /* section 2: the GPU, if any */
     if (cfg.wait_for_debugger) debugger_wait(MPI_COMM_WORLD);

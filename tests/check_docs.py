@@ -374,16 +374,37 @@ def explain(cmd, chunk, actual, pos):
 # Running
 # ---------------------------------------------------------------------------
 # PyTorch lives in a virtual environment of the repository's (make torch-deps),
-# never copied into a sandbox: its torchrun is put on the commands' PATH alone.
+# never copied into a sandbox: its torchrun is put first on the commands' PATH
+# alone (not its python3, which would change every other command's). First:
+# a torchrun already on PATH is not the project's. Debian's python3-torch puts
+# PyTorch 1.13's there, which has no --nproc-per-node (exit 2, nothing
+# printed), and whose FSDP does not import on Python 3.11.
 TORCH_VENV = ".venv-torch"
 TORCH_BIN = os.path.join(REPO, TORCH_VENV, "bin")
 
 
+def project_torchrun():
+    """The repository's torchrun (.venv-torch/bin/torchrun), or None."""
+    return shutil.which("torchrun", path=TORCH_BIN)
+
+
 def program_here(name):
-    """Whether `name` is on PATH, where the CUDA toolkit puts its tools, or
-    (torchrun) in the repository's PyTorch environment."""
-    return bool(shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin")
-                or (name == "torchrun" and shutil.which(name, path=TORCH_BIN)))
+    """Whether `name` is on PATH or where the CUDA toolkit puts its tools;
+    torchrun counts only as the repository's own (see TORCH_VENV)."""
+    if name == "torchrun":
+        return bool(project_torchrun())
+    return bool(shutil.which(name) or shutil.which(name, path="/usr/local/cuda/bin"))
+
+
+def missing_why(name):
+    """Why a block that needs `name` is skipped here, and what to do."""
+    if name != "torchrun":
+        return (f"needs {name}, which is not installed here (nor in /usr/local/cuda/bin): "
+                "install it to run this")
+    other = shutil.which("torchrun")
+    return (f"needs the project's torchrun, {TORCH_VENV}/bin/torchrun, which is not installed: "
+            "make torch-deps installs PyTorch 2.x there"
+            + (f" ({other} on PATH is not it, and is not used)" if other else ""))
 
 
 def gpu_here(no_gpu):
@@ -471,11 +492,11 @@ class Sandbox:
         for k, v in mpi_env().items():
             self.env.setdefault(k, v)
         self.env.update(__CHECK_STATE=self.state, __CHECK_WORK=self.work)
-        torchrun = os.path.join(TORCH_BIN, "torchrun")
-        if not shutil.which("torchrun") and os.path.exists(torchrun):
+        torchrun = project_torchrun()
+        if torchrun:  # first on PATH, before any other torchrun (see TORCH_VENV)
             os.makedirs(os.path.join(self.root, "bin"))
             os.symlink(torchrun, os.path.join(self.root, "bin", "torchrun"))
-            self.env["PATH"] = os.path.join(self.root, "bin") + os.pathsep + self.env["PATH"]
+            self.env["PATH"] = os.path.join(self.root, "bin") + os.pathsep + self.env.get("PATH", "")
 
     def run(self, command, timeout):
         """(exit code or None on timeout, output: stdout and stderr together)."""
@@ -527,8 +548,7 @@ def check_file(path, blocks, errors, files, gpu, args, emit):
             commands = [c for c in b.commands if not c.comment_only()]
             missing = b.needs and not program_here(b.needs)
             if commands and missing:
-                emit(f"SKIP  {b.path}:{commands[0].line}  {commands[0].shown()}  (needs {b.needs}, "
-                     f"which is not installed here (nor in /usr/local/cuda/bin): install it to run this)")
+                emit(f"SKIP  {b.path}:{commands[0].line}  {commands[0].shown()}  ({missing_why(b.needs)})")
                 skipped += len(commands)
                 norun += len(commands)
                 continue

@@ -198,7 +198,7 @@ run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh
 run "demo: --compare trains and prints the table" bash tests/test_demo.sh
 run "Open MPI 5 (PyPI's; Debian 13 and Homebrew ship it): make run, plain mpirun -np 4, exit 2, 3 ranks == 1" bash tests/test_openmpi5.sh
 run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
-run "checkpoints: resume bitwise, reshard 4->1,3,5,7 and 3->2, crash during a save, init-from" bash tests/test_checkpoint.sh
+run "checkpoints: resume bitwise, reshard 4->1,3,5,7 and 3->2, crash during a save, init-from, one run per --save-dir" bash tests/test_checkpoint.sh
 run "bad checkpoints and safetensors files are refused, nothing overwritten" bash tests/test_checkpoint_bad.sh
 run "files: no output replaces a device, pipe, link or directory; no two options share a path" bash tests/test_files.sh outputs
 run "files: a failed write, fsync or close exits non-zero on every rank, leaves no partial file" bash tests/test_files.sh failures

@@ -5,6 +5,9 @@
 #   reshard N=3 -> M=2            likewise
 #   SIGKILL in the middle of a save: the previous checkpoint still loads and
 #                                 resuming reaches the uninterrupted result
+#   one run per --save-dir        a second run on it, or a --resume of it,
+#                                 beside a live run: exit 2 at once, naming
+#                                 the live run; a killed run's lock blocks no one
 # Results are compared through --export files with tests/st_diff: bitwise
 # where the arithmetic is the same, within 1e-5 where the world size (and so
 # the order of fp32 additions) changed; see tests/test_distributed.c for why
@@ -80,4 +83,94 @@ tests/st_diff "$d/ls.st" "$d/ls3.st" >/dev/null && ok "... and on the same 4 ran
 timeout 120 $MPIRUN -np 4 ./fsdp $ARGS --steps 10 --lr-schedule cosine --resume "$d/cks" >"$d/ls4.log" 2>&1
 rc=$?
 [ $rc -eq 2 ] && grep -q "the learning rate would jump" "$d/ls4.log" && ok "a resume with another schedule: exit 2, the learning rate would jump" || bad "another schedule on resume: exit $rc"
+
+# One run per --save-dir (io/lock.h). Run A takes the lock of ckl; its rank
+# 0 is then stopped (SIGSTOP), so that A is surely alive however loaded the
+# machine, while a second run on ckl and a --resume of ckl (with --save-dir
+# ckl, and saving elsewhere) are refused: exit 2 within seconds, naming A's
+# pid, host and command. A then goes on, finishes, and its checkpoints
+# load. Every run here is bounded by `timeout -k`.
+L="--model tiny --batch 12 --log-every 1000"
+lock_pid() { # lock_pid DIR: the pid DIR's lock file names, once it is whole (30 s at most)
+  local i
+  for i in $(seq 150); do
+    grep -qx end "$1/.fsdp.lock" 2>/dev/null && { sed -n 's/^pid: //p' "$1/.fsdp.lock"; return 0; }
+    sleep 0.2
+  done
+  return 1
+}
+# refused_beside WHAT PID ARGS_OF_THE_LIVE_RUN -- ARGS...: exit 2 in under
+# 30 s, one error line naming the live run's pid, host and command
+refused_beside() {
+  local what=$1 pid=$2 live=$3 t0=$SECONDS rc; shift 4
+  timeout -k 5 30 $MPIRUN -np 2 ./fsdp $L "$@" >"$d/beside.log" 2>&1; rc=$?
+  if [ $rc -eq 2 ] && [ "$(grep -c '^error:' "$d/beside.log")" -eq 1 ] \
+    && grep -qF "pid $pid on host $(hostname)" "$d/beside.log" && grep -qF "running: ./fsdp $L $live" "$d/beside.log"; then
+    ok "$what: exit 2 in $((SECONDS - t0)) s, naming it: $(grep '^error:' "$d/beside.log" | cut -c1-100)..."
+  else
+    bad "$what: exit $rc (124 = hang), wanted 2 and a message naming pid $pid on $(hostname), running ./fsdp $L $live:"
+    tail -4 "$d/beside.log"
+  fi
+}
+A="--steps 3000 --save-every 1000 --save-dir $d/ckl"
+timeout -k 5 300 $MPIRUN -np 2 ./fsdp $L $A >"$d/lockA.log" 2>&1 &
+amp=$!
+if apid=$(lock_pid "$d/ckl") && kill -STOP "$apid"; then
+  refused_beside "a second run on a live run's --save-dir" "$apid" "$A" -- --steps 3000 --save-every 1000 --save-dir "$d/ckl"
+  refused_beside "--resume DIR --save-dir DIR beside the live run saving in DIR" "$apid" "$A" -- --steps 3000 --resume "$d/ckl" --save-dir "$d/ckl"
+  refused_beside "--resume DIR beside it, saving elsewhere" "$apid" "$A" -- --steps 3000 --resume "$d/ckl" --save-dir "$d/ckl2"
+  [ -z "$(ls -A "$d/ckl2" 2>/dev/null)" ] && ok "... the refused runs wrote nothing" || bad "a refused run wrote: $(ls -A "$d/ckl2")"
+  kill -CONT "$apid"
+else
+  bad "run A's lock file $d/ckl/.fsdp.lock never named its pid: $(ls -A "$d/ckl")"
+fi
+wait $amp; rc=$?
+[ $rc -eq 0 ] && [ "$(ls -A "$d/ckl" | tr '\n' ' ')" = "step-00002000 step-00003000 " ] \
+  && ok "the live run finished (exit 0) with its two newest checkpoints, and removed its lock file" \
+  || { bad "the live run: exit $rc, left $(ls -A "$d/ckl" | tr '\n' ' ')"; tail -3 "$d/lockA.log"; }
+timeout -k 5 60 $MPIRUN -np 3 ./fsdp $L --steps 3000 --resume "$d/ckl" >"$d/lockA2.log" 2>&1 && grep -q "nothing to train" "$d/lockA2.log" \
+  && ok "... and its step-3000 checkpoint loads (every shard's checksum verified)" || { bad "its checkpoint does not load"; tail -3 "$d/lockA2.log"; }
+timeout -k 5 60 $MPIRUN -np 2 ./fsdp $L --steps 10 --save-dir "$d/ckl" >"$d/lockA3.log" 2>&1; rc=$?
+[ $rc -eq 2 ] && grep -q "already holds a checkpoint at step 3000" "$d/lockA3.log" && [ ! -e "$d/ckl/.fsdp.lock" ] \
+  && ok "a run refused after taking the lock (exit 2 on every rank) leaves no lock file" || bad "refused after the lock: exit $rc, left $(ls -A "$d/ckl" | tr '\n' ' ')"
+
+# the issue's case: two runs started at once on one directory; one takes the
+# lock, the other is refused naming it, and the first's checkpoints load
+for i in 1 2; do
+  timeout -k 5 120 $MPIRUN -np 2 ./fsdp $L --steps 10000 --save-every 5000 --save-dir "$d/ck2x" >"$d/twin$i.log" 2>&1 &
+  twin[$i]=$!
+done
+wait "${twin[1]}"; rc1=$?
+wait "${twin[2]}"; rc2=$?
+if [ "$rc1 $rc2" = "0 2" ] || [ "$rc1 $rc2" = "2 0" ]; then
+  [ $rc1 -eq 2 ] && loser=1 || loser=2
+  grep -q "^error: --save-dir $d/ck2x: another run is saving checkpoints there: pid [0-9]* on host $(hostname) " "$d/twin$loser.log" \
+    && ok "two runs started at once on one --save-dir: one exit 0, the other exit 2 naming it" || { bad "the refused twin's message:"; cat "$d/twin$loser.log"; }
+else
+  bad "two runs started at once on one --save-dir: exits $rc1 and $rc2, wanted one 0 and one 2"; tail -3 "$d/twin1.log" "$d/twin2.log"
+fi
+timeout -k 5 60 $MPIRUN -np 3 ./fsdp $L --steps 10000 --resume "$d/ck2x" >"$d/twin3.log" 2>&1 && grep -q "nothing to train" "$d/twin3.log" \
+  && ok "... and the winner's step-10000 checkpoint loads" || { bad "the winner's checkpoint does not load"; tail -3 "$d/twin3.log"; }
+
+# Run K saves every 50 steps of a million: a --resume of one of its
+# checkpoints is refused while it lives (a step-N it may prune any moment).
+# Killed with SIGKILL, it leaves its lock file behind, unlocked: the next
+# run on the directory takes it over and proceeds.
+K="--steps 1000000 --save-every 50 --save-dir $d/ckk2"
+timeout -k 5 300 $MPIRUN -np 2 ./fsdp $L $K >"$d/killed.log" 2>&1 &
+kmp=$!
+if kpid=$(lock_pid "$d/ckk2") && for i in $(seq 150); do [ -d "$d/ckk2/step-00000050" ] || [ -d "$d/ckk2/step-00000100" ] && break; sleep 0.2; done \
+  && step=$(ls "$d/ckk2" | grep '^step-' | tail -1) && [ -n "$step" ]; then
+  refused_beside "--resume of a checkpoint (DIR/$step) of a live run" "$kpid" "$K" -- --steps 3000 --resume "$d/ckk2/$step"
+  kill -KILL "$kpid"
+  wait $kmp
+  grep -qx "pid: $kpid" "$d/ckk2/.fsdp.lock" && ok "the run killed (SIGKILL) left its lock file, naming pid $kpid" || bad "no lock file left by the killed run"
+  newest=$(ls "$d/ckk2" | grep '^step-' | tail -1); newest=$((10#${newest#step-}))
+  timeout -k 5 60 $MPIRUN -np 2 ./fsdp $L --steps $((newest + 5)) --resume "$d/ckk2" --save-dir "$d/ckk2" >"$d/afterkill.log" 2>&1; rc=$?
+  [ $rc -eq 0 ] && [ -f "$d/ckk2/step-$(printf %08d $((newest + 5)))/meta.txt" ] && [ ! -e "$d/ckk2/.fsdp.lock" ] \
+    && ok "... and the next run on the directory proceeds: exit 0, resumed at step $newest and saved, the lock file gone" \
+    || { bad "after the killed run: exit $rc, left $(ls -A "$d/ckk2" | tr '\n' ' ')"; tail -3 "$d/afterkill.log"; }
+else
+  bad "run K never named its pid in $d/ckk2/.fsdp.lock, or saved no checkpoint: $(ls -A "$d/ckk2")"; kill "$kmp" 2>/dev/null; wait $kmp
+fi
 exit $fail

@@ -6,7 +6,8 @@
 # the fixtures in tests/fixtures/docs/ it must FAIL drifted output, a wrong
 # exit code and a timeout, PASS a number within tolerance, SKIP a GPU block
 # with the reason, and refuse bad markup (a no-run block without a reason)
-# without running any of the file's commands.
+# without running any of the file's commands; and a page's `torchrun` is the
+# project's (.venv-torch/bin), never another first on PATH (Debian's 1.13).
 set -u
 source "$(dirname "$0")/lib.sh"
 cd "$(dirname "$0")/.." || exit 1
@@ -77,6 +78,39 @@ out=$(TIMEOUT_SCALE=0.5 $CHECK --list $FIX/pass.md 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q 'TIMEOUT_SCALE=0.5: give a whole number' <<<"$out" \
   && ok "TIMEOUT_SCALE=0.5 is refused, exit 2, saying what to give" \
   || bad "TIMEOUT_SCALE=0.5: exit $rc, '$out' (expected 2 and what to give)"
+
+# torchrun is the project's (.venv-torch/bin/torchrun), not the first on PATH:
+# Debian's python3-torch puts PyTorch 1.13's there, which has no
+# --nproc-per-node (exit 2, nothing printed). A fake of it goes first on
+# PATH, and a fake project torchrun stands in for .venv-torch/bin (the
+# checker's TORCH_BIN), so this runs with or without PyTorch installed.
+mkdir -p "$d/debian" "$d/venv-bin" "$d/no-venv-bin"
+cat >"$d/debian/torchrun" <<'SH'
+#!/bin/sh
+# as PyTorch 1.13's torchrun (Debian's python3-torch): no --nproc-per-node
+for a; do [ "$a" = --nproc-per-node ] && { echo "torchrun: error: unrecognized arguments: $a" >&2; exit 2; }; done
+echo "Debian's torchrun: $*"
+SH
+printf '#!/bin/sh\necho "project torchrun: $*"\n' >"$d/venv-bin/torchrun"
+chmod +x "$d/debian/torchrun" "$d/venv-bin/torchrun"
+torchrun_fixture() { # torchrun_fixture NAME EXPECTED_EXIT VENV_BIN: the checker on torchrun.md
+  local name=$1 want=$2 bin=$3
+  PATH="$d/debian:$PATH" TIMEOUT_SCALE= timeout 60 python3 - "$bin" "$FIX/torchrun.md" >"$d/$name.log" 2>&1 <<'PY'
+import sys
+sys.path.insert(0, "tests")
+import check_docs
+check_docs.TORCH_BIN = sys.argv[1]  # the repository's .venv-torch/bin, here a stand-in
+sys.argv = ["tests/check_docs.py", "--no-gpu", sys.argv[2]]
+sys.exit(check_docs.main())
+PY
+  local rc=$?
+  [ $rc -eq "$want" ] && ok "$FIX/torchrun.md ($name): exit $rc" || { bad "$FIX/torchrun.md ($name): exit $rc, expected $want"; sed 's/^/    /' "$d/$name.log"; }
+}
+torchrun_fixture torchrun 0 "$d/venv-bin"
+has torchrun '^PASS .*# project-torchrun' "with another torchrun first on PATH (as Debian's 1.13), the project's runs the page's torchrun"
+torchrun_fixture no-torchrun 77 "$d/no-venv-bin"
+has no-torchrun "^SKIP .*# project-torchrun .*needs the project's torchrun, .venv-torch/bin/torchrun.*make torch-deps.*$d/debian/torchrun on PATH is not it" \
+  "without the project's, the block is skipped saying so, never run with the torchrun on PATH"
 
 echo
 [ $fail -eq 0 ] && echo "test_docs: all checks passed" || echo "test_docs: some checks FAILED"
