@@ -516,8 +516,8 @@ static CommTask comm_task(CommKind kind, CommGroup group, float *full, const flo
  * would not (N ranks' gradients, each up to 65504 / N). So, as PyTorch's
  * FSDP does (_get_gradient_predivide_factor), the inputs are divided by a
  * factor f near sqrt(N) before the sum and the result by N / f after it.
- * PyTorch does this in every format; in fp32, whose range is never the
- * problem, we divide once, by N, afterwards. A 16-bit sum is divided as it
+ * FSDP1 does this in every format (FSDP2 in fp16 only); in fp32, whose range
+ * is never the problem, we divide once, by N, afterwards. A 16-bit sum is divided as it
  * is unpacked from the wire (unpack_mean_one), an fp32 sum in comm_wait. */
 static float comm_postscale(const CommHandle *h) { return h->predivide / (float)h->group_world; }
 static void comm_mean_parts(CommHandle *h, CommTask *k, const Comm *g) {
