@@ -53,8 +53,9 @@
  *
  * The same file compiles as CUDA C++ (nvcc -x cu main.c ...; `make gpu`):
  *   mpirun -np 4 ./fsdp-gpu                     # the same flags, on 4 GPUs
- * Section 2 (kernels/backend.h) and the device side of the collectives
- * (comm/device.h, in section 4) are all that differs.
+ * Section 2 (kernels/backend.h), the layers' GPU kernels (kernels/layers.h
+ * and kernels/transformer.h, in section 5) and the device side of the
+ * collectives (comm/device.h, in section 4) are all that differs.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
 #include <dirent.h>
@@ -2383,7 +2384,8 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
 long trainer_num_params(const Trainer *t) { return t->model.total_numel; }
 
 /* Every parameter in model order (named_parameters() order), gathered from
- * the shards; every rank receives the whole model. For tests and export. */
+ * the shards; every rank receives the whole model. For tests (the export
+ * gathers one unit at a time, with unit_gather). */
 void trainer_gather_params(Trainer *t, float *out) {
     Model *m = &t->model;
     for (int ui = 0; ui < t->n_units; ui++) {
