@@ -172,7 +172,6 @@ hang_hint() { # hang_hint FLAGS...
   echo "Do all ranks make the same MPI calls in the same order?"
 }
 
-
 # How a run that failed ended: a signal by name (Open MPI's handler prints
 # "Signal: Segmentation fault (11)"; a shell reports 128 + n), else
 # fsdp.c's own message ("error: ..." or "[rank R] error at ..."), else the
