@@ -53,8 +53,9 @@
  *
  * The same file compiles as CUDA C++ (nvcc -x cu main.c ...; `make gpu`):
  *   mpirun -np 4 ./fsdp-gpu                     # the same flags, on 4 GPUs
- * Section 2 (kernels/backend.h) and the device side of the collectives
- * (comm/device.h, in section 4) are all that differs.
+ * Section 2 (kernels/backend.h), the layers' GPU kernels (kernels/layers.h
+ * and kernels/transformer.h, in section 5) and the device side of the
+ * collectives (comm/device.h, in section 4) are all that differs.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
 #include <dirent.h>
@@ -516,8 +517,8 @@ static CommTask comm_task(CommKind kind, CommGroup group, float *full, const flo
  * would not (N ranks' gradients, each up to 65504 / N). So, as PyTorch's
  * FSDP does (_get_gradient_predivide_factor), the inputs are divided by a
  * factor f near sqrt(N) before the sum and the result by N / f after it.
- * PyTorch does this in every format; in fp32, whose range is never the
- * problem, we divide once, by N, afterwards. A 16-bit sum is divided as it
+ * FSDP1 does this in every format (FSDP2 in fp16 only); in fp32, whose range
+ * is never the problem, we divide once, by N, afterwards. A 16-bit sum is divided as it
  * is unpacked from the wire (unpack_mean_one), an fp32 sum in comm_wait. */
 static float comm_postscale(const CommHandle *h) { return h->predivide / (float)h->group_world; }
 static void comm_mean_parts(CommHandle *h, CommTask *k, const Comm *g) {
@@ -2388,7 +2389,8 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
 long trainer_num_params(const Trainer *t) { return t->model.total_numel; }
 
 /* Every parameter in model order (named_parameters() order), gathered from
- * the shards; every rank receives the whole model. For tests and export. */
+ * the shards; every rank receives the whole model. For tests (the export
+ * gathers one unit at a time, with unit_gather). */
 void trainer_gather_params(Trainer *t, float *out) {
     Model *m = &t->model;
     for (int ui = 0; ui < t->n_units; ui++) {

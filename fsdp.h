@@ -217,7 +217,7 @@ typedef enum {
 typedef struct {
     void *ptr;
     size_t bytes;    /* as booked: what a GPU would hold */
-    size_t physical; /* as allocated: a 16-bit value sits in a float (section 5) */
+    size_t physical; /* as allocated: a 16-bit value sits in a float (section 2) */
     MemCategory cat;
     int where;       /* ON_DEVICE, HOST_PAGEABLE (--cpu-offload), HOST_PINNED, ... (fsdp.c) */
 } LedgerEntry;

@@ -320,7 +320,8 @@ static void print_plan_row(const char *name, double bytes) {
  * and PV, each 2 L T D forward and twice that backward). One rank's share,
  * and what one GPU would take for it at 40% of its dense bf16 peak, the
  * MFU PyTorch FSDP and llm.c reach: an estimate to plan with, not a
- * measurement (nothing of the GPU build has run on a GPU yet). */
+ * measurement (the GPU build has run on one H100: make test-gpu, 83
+ * passed, on 2026-11-27). */
 static void print_plan_compute(const Trainer *t) {
     double tokens = 0.0, flops = step_model_flops(t, &tokens), at40 = 0.4e12;
     printf("  compute        %.4g TFLOP a step per rank (llm.c's count: 6 x parameters%s a token, "

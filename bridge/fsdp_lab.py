@@ -15,8 +15,11 @@ The model, the strategy, the auto-wrap threshold and the optimizer's
 settings all come from run.json's "config", so the two runs cannot drift
 apart. --save-dir DIR --save-at K writes a DCP checkpoint after step K;
 --resume DIR continues from one, on any number of ranks. Rank 0 prints one
-line per step and a verdict; the exit status is 1 if a loss differs from
-fsdp.c's by more than --rtol (relative). Bad input (a file that is not
+line per step (losses to 6 decimals, for reading) and a verdict, and with
+--json FILE writes PyTorch's losses at full precision, as fsdp.c's --json
+holds its own ("steps": [{"step": 1, "loss": ...}, ...]; notebook 9 plots
+the two); the exit status is 1 if a loss differs from fsdp.c's by more than
+--rtol (relative), or if the ranks clipped by different gradient norms. Bad input (a file that is not
 what it should be, a world size that does not divide the batch, an option
 the bridge does not reproduce) is refused before the ranks connect: one
 message, exit 2 on every rank (torchrun itself then exits 1).
@@ -29,9 +32,12 @@ units in the last place (about 1e-7 relative). AdamW divides each
 gradient by its own running magnitude, which carries those differences
 into the parameters without growing them: over 20 steps the losses of the
 two programs agree to about 2e-7 relative (notebook 9). 1e-4 leaves a
-margin of hundreds over that, and sits below what the mistakes of lecture
-17 do to the loss within a few steps (1e-4 to 1e-2; the clipping one is
-also caught by the ranks' different norms).
+margin of hundreds over that, and is far below what the accumulation
+mistake of lecture 17 does to the loss (3.5e-3 at its first step). It is
+not below every mistake: the clipping one (each rank clips by its own
+shards' norm) moved the loss by only 2.1e-5 in 4 steps, AdamW hiding most
+of it, and only the second check, that every rank saw the same gradient
+norm, caught it.
 """
 import argparse
 import contextlib
@@ -365,6 +371,18 @@ def compare(rank, step, mean, theirs):
     return diff
 
 
+def write_losses(path, cfg, world, losses):
+    """--json: PyTorch's losses as fsdp.c's --json holds its own, each a
+    Python float (json writes the shortest text that reads back to the same
+    number: no digit lost to printing, unlike the 6 decimals of the step
+    lines, whose rounding would be most of a 1e-7 difference)."""
+    with open(path, "w") as f:
+        json.dump({"schema": "fsdp_lab.py losses", "version": 1,
+                   "config": {"strategy": cfg["strategy"], "world": world},
+                   "steps": losses}, f, indent=1)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fsdp-run", required=True, help="fsdp.c's --json of the run to reproduce")
@@ -377,6 +395,7 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-4)
     ap.add_argument("--mistake", choices=sorted(MISTAKES), help="a case study of lecture 17")
     ap.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
+    ap.add_argument("--json", help="write PyTorch's losses here, at full precision")
     args = ap.parse_args()
 
     run, model, data = read_inputs(args, int(os.environ.get("WORLD_SIZE", "1")))
@@ -388,15 +407,18 @@ def main():
     trainer = Trainer(cfg, model, args.mistake)
     first = load(trainer.model, trainer.optimizer, args.resume) if args.resume else 0
     theirs = {s["step"]: s["loss"] for s in run["steps"]}
-    worst = 0.0
+    worst, losses = 0.0, []
     for step in range(first, args.steps or cfg["steps"]):
         mean = torch.tensor(trainer.step(data, step))
         dist.all_reduce(mean)  # the global mean, as fsdp.c prints it
-        worst = max(worst, compare(rank, step, mean.item() / world, theirs))
+        losses.append({"step": step + 1, "loss": mean.item() / world})
+        worst = max(worst, compare(rank, step, losses[-1]["loss"], theirs))
         if args.save_dir and step + 1 == args.save_at:
             save(trainer.model, trainer.optimizer, args.save_dir, step + 1)
             if rank == 0:
                 print(f"saved a DCP checkpoint of step {step + 1} to {args.save_dir}")
+    if rank == 0 and args.json:
+        write_losses(args.json, cfg, world, losses)
     ok = worst <= args.rtol and not trainer.norms_differ
     if rank == 0 and trainer.norms_differ:
         print("FAIL: the ranks clipped by different gradient norms (each saw its own shards)")

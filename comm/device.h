@@ -309,8 +309,8 @@ static ncclDataType_t nccl_type(Dtype d) {
 /* The reduction's sum. A gradient held in 16 bits is predivided
  * (comm_mean_parts: by a power of two near sqrt(N), on 2 ranks or more)
  * by NCCL itself: its PreMulSum multiplies each rank's input by the factor
- * as it reads it, as PyTorch's FSDP asks of it (_make_nccl_premul_sum),
- * where a kernel of its own would read and write the whole full gradient
+ * as it reads it, where a kernel of its own (PyTorch's FSDP1 runs one, a
+ * div_: lecture 10) would read and write the whole full gradient
  * once more (4 bytes an element: 1.3 ms of the 1.06B model's step on each
  * of 8 H100s). The factor is a power of two, and the product rounds to
  * the wire's format as that kernel's did: the same bits. Float slots were

@@ -4,8 +4,10 @@
  * function in place of its own (fsdp.c, section 9) and grades it: training
  * must equal the reference (torch.optim.AdamW) on 1..4 ranks, under
  * full_shard and no_shard, with a learning-rate schedule (--lr-schedule
- * cosine --warmup 2), with --optimizer adam, with --param-dtype bf16, and
- * across a checkpoint (2 steps saved, then --resume to step 4).
+ * cosine --warmup 2), with --optimizer adam, with --param-dtype bf16,
+ * under the fp16 loss scaler, which skips steps, alone and with the
+ * schedule, and across a checkpoint (2 steps saved, then --resume to
+ * step 4).
  *
  * The task. trainer_step calls adamw_step once per optimizer step taken
  * (after gradient clipping; a step the loss scaler skips never comes
@@ -15,8 +17,9 @@
  *      first step). Keep the count there, not in a variable of your own: a
  *      checkpoint saves t->adam_step and --resume restores it.
  *   2. The step's learning rate is lr_at(c, t - 1): the schedule's rate
- *      for step t - 1 counting from 0 (--lr-schedule, --warmup). c->lr is
- *      only the base rate. The bias corrections are 1 - beta1^t and
+ *      for AdamW's step t - 1 counting from 0 (--lr-schedule, --warmup),
+ *      not the training step's (they part when the loss scaler skips a
+ *      step). c->lr is only the base rate. The bias corrections are 1 - beta1^t and
  *      sqrt(1 - beta2^t), in float with powf and sqrtf, as the reference
  *      computes them, so the numbers match bitwise; beta1, beta2, eps and
  *      weight_decay are in c too.

@@ -10,7 +10,9 @@
 # same path (the test suite does this to prove the grader passes it).
 # Exit 0 when every check passes, 1 otherwise, 2 when it cannot grade.
 # GRADE_TIMEOUT (seconds, default 60): how long a run may take before it is
-# graded "hung" (the tests shorten it for their rings that hang on purpose).
+# graded "hung" (the tests shorten it for their rings that hang on purpose);
+# it is then sent SIGTERM, and SIGKILL 10 s later if it is still there (an
+# mpirun left waiting on a wrong ring once held a grading 17 minutes).
 # GRADE_REFERENCE_CACHE=DIR (for tests/test_exercises.sh, which grades many
 # files against one ./fsdp): the reference results are kept in DIR, keyed by
 # the exercise and ./fsdp's checksum, and reused by the next grading.
@@ -79,11 +81,21 @@ echo "grading $EX from $FILE"
 # build PROGRAM.c OUTPUT: one program compiled with the student's function.
 # -O0: it compiles in a quarter of -O1's time (1.5 s, not 6 s, for main.c),
 # the graded runs are tiny, and gdb sees every variable of the build kept.
+# A ring is compiled inside exercises/ring_guard.h, which includes it: a
+# negative neighbour or chunk index ends the run there, named, rather than
+# in whatever it would have led to (a hang, a crash, wrong parameters).
+EXFILE=("-DEXERCISE_FILE=\"$SRC\"")
+case $EX in ring_*)
+  EXFILE=("-DEXERCISE_FILE=\"exercises/ring_guard.h\"" "-DEXERCISE_STUDENT_FILE=\"$SRC\"") ;;
+esac
 build() {
   # shellcheck disable=SC2086  # SIM_SRC is a list
   mpicc -O0 -g -std=c11 -Wall -Wextra -Wno-unused-function -I. -D"$MACRO" \
-    -DEXERCISE_FILE="\"$SRC\"" "$1" $SIM_SRC -o "$2" -lm -lpthread >"$B/cc.log" 2>&1
+    "${EXFILE[@]}" "$1" $SIM_SRC -o "$2" -lm -lpthread >"$B/cc.log" 2>&1
 }
+# timeout: SIGTERM at the limit, SIGKILL KILL_AFTER s later to what is left
+KILL_AFTER=10
+limit() { timeout -k "$KILL_AFTER" "$@"; } # limit SECONDS COMMAND...
 if build main.c "$YOU/fsdp"; then verdict 0 "compiles" "fsdp.c with your $EX"
 else verdict 1 "compiles" "the compiler says:"; sed 's/^/      /' "$B/cc.log" | head -30; exit 1; fi
 # The build stays, to run by hand (e.g. to watch a ring with --step=ring).
@@ -102,22 +114,27 @@ side() { # side ref|you: where this pass's binary, results and working directory
 }
 
 # run NAME N FLAGS...: a tiny-model run on N ranks of this pass's binary,
-# exporting its parameters to DIR/NAME.st, its output in DIR/NAME.log
+# exporting its parameters to DIR/NAME.st, its figures (the collectives'
+# calls among them) to DIR/NAME.json, its output in DIR/NAME.log
 run() {
   local name=$1 n=$2; shift 2
-  rm -rf "${DIR:?}/$name.st" "$DIR/$name.log"
+  rm -rf "${DIR:?}/$name.st" "$DIR/$name.json" "$DIR/$name.log"
   # shellcheck disable=SC2086  # MPIRUN and COMMON are lists
-  (cd "$DIR/run" && timeout "$TIMEOUT" $MPIRUN -np "$n" "$BIN" $COMMON --export "$DIR/$name.st" "$@") \
-    >"$DIR/$name.log" 2>&1
+  (cd "$DIR/run" && limit "$TIMEOUT" $MPIRUN -np "$n" "$BIN" $COMMON --export "$DIR/$name.st" \
+    --json "$DIR/$name.json" "$@") >"$DIR/$name.log" 2>&1
 }
-# finished NAME: the run wrote its result and printed its last line
-finished() { [ -s "$DIR/$1.st" ] && grep -qF "to $DIR/$1.st (safetensors" "$DIR/$1.log"; }
+# finished NAME: the run wrote its results and printed its last lines
+finished() {
+  [ -s "$DIR/$1.st" ] && grep -qF "to $DIR/$1.st (safetensors" "$DIR/$1.log" &&
+    [ -s "$DIR/$1.json" ] && grep -qF "figures written to $DIR/$1.json" "$DIR/$1.log"
+}
 
 # ref_run NAME N FLAGS...: the reference must run to its end, or nothing can be graded
 ref_run() {
   if ! run "$@" || ! finished "$1"; then
     echo "error: the reference run failed (-np $2 ./fsdp $COMMON ${*:3}):"; tail -5 "$DIR/$1.log"; exit 2
   fi
+  [ -n "$(calls "$DIR/$1.json")" ] || { echo "error: no collectives in $DIR/$1.json"; exit 2; }
 }
 
 # you_run WHAT NAME N FLAGS...: the student's run; when it did not finish,
@@ -137,10 +154,10 @@ stopped_early() { # stopped_early WHAT DETAIL: WHAT ended with exit status 0 but
   echo "$1 stopped before its end (exit 0; $2): does your code call MPI_Abort, exit or MPI_Finalize?"
 }
 
-# The ring's most common mistake, named whatever it leads to: a negative
-# neighbour (-1 is MPI_ANY_SOURCE in Open MPI) and a negative chunk index
-# (a write before the buffer) hang a run on one machine, crash it or
-# corrupt its parameters on another, depending on what lies before it.
+# The ring's most common mistake: a negative neighbour (-1 is
+# MPI_ANY_SOURCE in Open MPI) or a negative chunk index. Given where it
+# applies: a ring that hung, or one that exercises/ring_guard.h stopped at
+# a negative index (its error says "negative").
 NEGMOD_HINT="In C, (-1) % N is -1, not N - 1: add N before taking % (as ring_left does)."
 
 # What a hang says. A ring hangs when two neighbours disagree about a step;
@@ -154,8 +171,6 @@ hang_hint() { # hang_hint FLAGS...
   esac
   echo "Do all ranks make the same MPI calls in the same order?"
 }
-
-ring_only() { case $EX in ring_*) printf "%s" "$1" ;; esac; } # ring_only TEXT
 
 # How a run that failed ended: a signal by name (Open MPI's handler prints
 # "Signal: Segmentation fault (11)"; a shell reports 128 + n), else
@@ -172,11 +187,16 @@ crash_reason() { # crash_reason LOG RC
   [ -z "$n" ] && [ "$rc" -gt 128 ] && [ "$rc" -lt 192 ] && n=$((rc - 128))
   if [ -n "$n" ]; then
     echo "crashed: a rank was killed by SIG$(kill -l "$n" 2>/dev/null || echo "$n")${text:+ ($text)} (exit $rc):" \
-      "a chunk index out of range, or a pointer past its buffer?$(ring_only " $NEGMOD_HINT")" \
+      "a chunk index out of range, or a pointer past its buffer?" \
       "Run exercises/build/fsdp-$EX by hand, or under gdb (--wait-for-debugger)"
   else
-    echo "exit $rc: $(grep -m1 -E '^(\[rank [0-9]+\] )?error' <<<"$log" ||
-      grep -v '\*\*\*' <<<"$log" | grep -m1 -i 'error')$(ring_only " $NEGMOD_HINT")"
+    local error
+    error=$(grep -m1 -E '^(\[rank [0-9]+\] )?error' <<<"$log" ||
+      grep -v '\*\*\*' <<<"$log" | grep -m1 -i 'error')
+    case $error in
+      *"ring_guard.h"*negative*) echo "exit $rc: $error $NEGMOD_HINT" ;;
+      *) echo "exit $rc: $error" ;;
+    esac
   fi
 }
 
@@ -203,11 +223,26 @@ scale_hint() { # scale_hint NAME N
   }'
 }
 
-# compare WHAT NAME N: the student's parameters against the reference's
+# calls JSON: "NAME CALLS" a line, each collective the run's --json counts
+# (its "collectives" object: "all_gather": {"calls": 20, ...}, ...)
+calls() {
+  tr -d ' \n' <"$1" | grep -o '"collectives":{.*' | grep -o '"[a-z_0-9]*":{"calls":[0-9]*' |
+    sed 's/^"\([a-z_0-9]*\)":{"calls":/\1 /'
+}
+
+# compare WHAT NAME N: the student's parameters against the reference's,
+# then how many times it called each collective: right numbers can come
+# from extra work (a unit gathered again that the strategy keeps)
 compare() {
   local diff
-  if diff=$("$ST_DIFF" "$REF/$2.st" "$YOU/$2.st" 1e-5 2>&1); then verdict 0 "$1" "parameters equal the reference's (1e-5)"
-  else verdict 1 "$1" "parameters differ from the reference's: $diff.$(scale_hint "$2" "$3")${HINT:+ $HINT}"; fi
+  if ! diff=$("$ST_DIFF" "$REF/$2.st" "$YOU/$2.st" 1e-5 2>&1); then
+    verdict 1 "$1" "parameters differ from the reference's: $diff.$(scale_hint "$2" "$3")${HINT:+ $HINT}"
+    return
+  fi
+  diff=$(paste -d ' ' <(calls "$REF/$2.json") <(calls "$YOU/$2.json") |
+    awk '$1 != $3 || $2 != $4 { printf "%s%s %s calls where the reference makes %s", s, $3, $4, $2; s = ", " }')
+  if [ -z "$diff" ]; then verdict 0 "$1" "parameters equal the reference's (1e-5), and so do its collective calls"
+  else verdict 1 "$1" "parameters equal the reference's, but not its collectives: $diff.${HINT:+ $HINT}"; fi
 }
 
 # ---- checks (each runs in both passes) -------------------------------------
@@ -272,7 +307,7 @@ suite() { # suite NAME PROGRAM NP ARGS...: a test program of tests/ on NP ranks 
   local launch=""
   [ "$np" -gt 0 ] && launch="$MPIRUN -np $np"
   # shellcheck disable=SC2086  # launch is a list
-  (cd "$YOU/run" && timeout $((2 * TIMEOUT)) $launch "$YOU/$prog" "$@") >"$log" 2>&1
+  (cd "$YOU/run" && limit $((2 * TIMEOUT)) $launch "$YOU/$prog" "$@") >"$log" 2>&1
   local rc=$? oks
   oks=$(grep -c '^ *ok' "$log")
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then verdict 1 "$name" "hung (no end after $((2 * TIMEOUT)) s): $(hang_hint)"
@@ -290,9 +325,9 @@ T="--model tiny --steps 8 --batch 12"
 plan() {
   case $EX in
     ring_all_gather | ring_reduce_scatter)
-      HINT=$NEGMOD_HINT same_training "1 2 3 4" full_shard
+      same_training "1 2 3 4" full_shard
       # a hybrid strategy runs the rings on groups of 2 of the 4 ranks
-      HINT=$NEGMOD_HINT same_training 4 hybrid_shard --ranks-per-node 2
+      same_training 4 hybrid_shard --ranks-per-node 2
       # 4 ranks: on 3, a rank two steps away is a neighbour the other way round
       suite "bytes your ring sends == the ring volume counted, between neighbours only (4 ranks)" test_distributed 4 \
         traffic full_shard $T
@@ -306,6 +341,10 @@ plan() {
       same_training 4 hybrid_shard --ranks-per-node 2
       HINT="Inside no_sync (t->sync_grads 0) nothing is reduced, and shard_grad_op keeps its full parameters (reshards_after_backward)." \
         same_training 3 shard_grad_op --grad-accum 2 --no-sync
+      # hybrid_shard_zero2 keeps its full parameters through no_sync too
+      # (on 4 ranks, --batch 16: 2 micro-batches of 2 samples a rank)
+      HINT="Inside no_sync hybrid_shard_zero2 keeps its full parameters, as shard_grad_op does: reshard where reshards_after_backward(t) says." \
+        same_training 4 hybrid_shard_zero2 --ranks-per-node 2 --batch 16 --grad-accum 2 --no-sync
       HINT="zero1 reduces too: reduce_grad_start whenever t->sync_grads, whatever the strategy." \
         same_training 3 zero1 --grad-accum 2
       same_training 2 full_shard --grad-accum 2 --cpu-offload
@@ -329,7 +368,11 @@ plan() {
         same_resume 2 full_shard
       # the loss scaler skips steps 1 and 3 here (inf/NaN): AdamW's count falls behind the step's
       HINT="A step the loss scaler skips does not step AdamW: bias-correct with t->adam_step, not the training step." \
-        same_training 2 full_shard --param-dtype fp16 --grad-scaler --init-scale 262144 ;;
+        same_training 2 full_shard --param-dtype fp16 --grad-scaler --init-scale 262144
+      # both at once: the schedule's step is AdamW's count as well, which
+      # only a schedule with skipped steps tells from the training step
+      HINT="The schedule follows AdamW's count too: lr_at(c, t->adam_step - 1), not the training step (t->comm.step)." \
+        same_training 2 full_shard --lr-schedule cosine --warmup 2 --param-dtype fp16 --grad-scaler --init-scale 262144 ;;
     auto_wrap)
       same_units
       suite "auto-wrap cases of tests/test_units" test_units 0

@@ -38,8 +38,18 @@ reference sgo 3 --steps 4 --batch 24 --strategy shard_grad_op --grad-accum 2 --n
 if bridge 3 sgo; then ok "shard_grad_op, 3 ranks, --grad-accum 2 --no-sync --clip-grad-norm 0.5: $(verdict)"
 else bad "shard_grad_op on 3 ranks: $(verdict)"; tail -5 "$D/out"; fi
 reference ddp 2 --steps 4 --batch 24 --strategy no_shard --min-params 1000 --backward-prefetch post
-if bridge 2 ddp; then ok "no_shard, 2 ranks, --min-params 1000 --backward-prefetch post: $(verdict)"
+if bridge 2 ddp --json "$D/torch.json"; then ok "no_shard, 2 ranks, --min-params 1000 --backward-prefetch post: $(verdict)"
 else bad "no_shard on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
+# --json: PyTorch's losses at full precision (notebook 9 plots them), the
+# printed ones rounded from them
+if python3 - "$D/torch.json" "$D/out" <<'EOF'; then ok "--json: PyTorch's 4 losses at full precision, the printed ones rounded from them"
+import json, re, sys
+full = [(s["step"], s["loss"]) for s in json.load(open(sys.argv[1]))["steps"]]
+printed = re.findall(r"^step +(\d+) \| PyTorch FSDP loss ([0-9.]+)", open(sys.argv[2]).read(), re.M)
+sys.exit(0 if len(full) == 4 and [(int(k), v) for k, v in printed] == [(k, f"{x:.6f}") for k, x in full]
+         and any(x != round(x, 6) for _, x in full) else 1)
+EOF
+else bad "--json: not the 4 printed losses at full precision:"; cat "$D/torch.json"; fi
 
 # the comparison can fail: the same run against a loss 0.1 % off
 python3 -c "

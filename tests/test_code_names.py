@@ -10,17 +10,19 @@ be a function, macro or type defined in section N of fsdp.c, and every
 "section N" must be one of fsdp.c's sections. A name that now lives in
 main.c or run/ is reported with its file. It also checks the docs' other
 promise about fsdp.c: no line of it tests for __CUDACC__ (the CPU and GPU
-builds differ only behind the seam, kernels/backend.h and comm/device.h).
+builds differ only behind the seam: kernels/ and comm/device.h).
 And every other name in backquotes that looks like one of ours (snake_case,
 `name` or `name()`) must still be defined or used somewhere in the sources,
 unless it is one of the PyTorch or Hugging Face names listed in ELSEWHERE:
-a renamed or deleted function leaves no stale pointer behind. Last, fsdp.c
-stays the file a student reads top to bottom: at most MAX_LINES lines.
+a renamed or deleted function leaves no stale pointer behind. A "`meta.txt`
+version N" must be the version fsdp.c writes (formats.h's META_VERSION).
+Last, fsdp.c stays the file a student reads top to bottom: at most MAX_LINES
+lines.
 
   python3 tests/test_code_names.py             the docs of the repository
   python3 tests/test_code_names.py --self-test proves it reports a wrong
-                                               section, a moved name and a
-                                               missing one
+                                               section, a moved name, a
+                                               missing one and a stale version
 Prints one line per pointer checked; exits 1 if any is wrong.
 """
 import glob
@@ -48,7 +50,7 @@ SNAKE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)(?:\(\))?`")
 ELSEWHERE = {"device_mesh", "export_chrome_trace", "fully_shard", "nonwrapped_numel",
              "param_init_fn", "process_group", "save_pretrained", "set_state_dict",
              "wait_stream", "zero_grad", "loss_of", "scaled_dot_product_attention",
-             "log_softmax"}
+             "log_softmax", "set_force_sum_reduction_for_comms", "set_gradient_divide_factor"}
 
 
 def definitions(path, section=None):
@@ -145,6 +147,21 @@ def seam_results(fsdp_text):
     return [(True, "fsdp.c", "no #if on __CUDACC__: the seam holds them all")]
 
 
+def version_results(docs_text, formats_h):
+    """Every "`meta.txt` version N" of the docs is the version fsdp.c writes."""
+    m = re.search(r"^#define META_VERSION (\d+)", formats_h, re.M)
+    results = []
+    for path, text in docs_text.items():
+        for no, line in enumerate(text.split("\n"), 1):
+            for v in re.findall(r"`meta\.txt` version (\d+)", line):
+                if m and v == m.group(1):
+                    results.append((True, f"{path}:{no}", f"meta.txt version {v}, as formats.h"))
+                else:
+                    results.append((False, f"{path}:{no}", f"meta.txt version {v}, where formats.h's "
+                                    f"META_VERSION is {m.group(1) if m else 'missing'}"))
+    return results
+
+
 def main():
     algorithm = definitions("fsdp.c")
     program = {}
@@ -160,15 +177,19 @@ def main():
         got += [ok for ok, _, _ in name_results({"fake.md": "`unit_gone()` and `zero_grad` "
                                                               "and `unit_gather`"}, source_words())]
         got += [ok for ok, _, _ in size_results("x\n" * (MAX_LINES + 1))]
-        want = [False, False, False, False, True, False, True, False, True, False]
+        got += [ok for ok, _, _ in version_results({"fake.md": "`meta.txt` version 5, and "
+                                                                "`meta.txt` version 6"},
+                                                   "#define META_VERSION 6\n")]
+        want = [False, False, False, False, True, False, True, False, True, False, False, True]
         print("self-test:", "reports a wrong section, a moved name, a missing name, a wrong "
-              "section number, an #ifdef __CUDACC__ in fsdp.c, a name no source has and a "
-              "fsdp.c too long, and "
+              "section number, an #ifdef __CUDACC__ in fsdp.c, a name no source has, a "
+              "fsdp.c too long and a stale meta.txt version, and "
               "passes the right ones" if got == want else f"got {got}, want {want}")
         return 0 if got == want else 1
     texts = {p: open(p).read() for p in DOCS}
     results = check(texts, algorithm, program) + seam_results(open("fsdp.c").read())
     results += name_results(texts, source_words()) + size_results(open("fsdp.c").read())
+    results += version_results(texts, open("formats.h").read())
     for ok, where, message in results:
         print(f"{'ok  ' if ok else 'FAIL'} {where}: {message}")
     bad = sum(not ok for ok, _, _ in results)
