@@ -2849,7 +2849,7 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     if (rc == 0) rc = ckpt_agree(t, ckpt_load_shards(t, dir, &m, map, err, sizeof(err)), err);
     for (int k = 0; k < 3 && rc == 0;
          k++) { /* a CRC cannot tell whether the numbers were numbers */
-        int bad = shard_first_nonfinite(t, k, why, sizeof(why));
+        int bad = shard_first_nonfinite(t, k, 0, why, sizeof(why));
         if (bad)
             rc = usage_error(err, sizeof(err), "%s: %s.%s", path, why,
                              bad == 1 ? " A checkpoint of a run that diverged cannot be trained "
@@ -2975,7 +2975,7 @@ static int trainer_init_from(Trainer *t, const char *path) {
     rc = ckpt_agree(t, rc, err); /* every rank reached the same verdict */
     if (rc == 0) rc = ckpt_agree(t, st_read_shards(t, &h, map, path, err, sizeof(err)), err);
     if (rc == 0) {
-        int bad = shard_first_nonfinite(t, 0, why, sizeof(why));
+        int bad = shard_first_nonfinite(t, 0, 1, why, sizeof(why));
         if (bad)
             bad = usage_error(err, sizeof(err), "--init-from %s: %s%s", path, why,
                               bad == 1 ? "; training on it would give NaN at every step. Export "

@@ -625,11 +625,27 @@ static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, cha
     return rc;
 }
 
+/* Where element i of parameter p is, as "[3, 17]" (a vector: "[3]"):
+ * in fsdp.c's layout, or, with hf_layout, where a Hugging Face file holds
+ * it. The two differ for GPT-2's Conv1D weights only: ours are (out, in),
+ * the file's (in, out), transposed on load (st_read_conv1d). A message
+ * about a file must give the file's index, or the user looks for the bad
+ * value at [17, 3] of the file and finds a good one there. */
+static const char *param_index_text(const Param *p, long i, int hf_layout, char *out,
+                                    size_t len) {
+    long row = i / p->shape[1], col = i % p->shape[1]; /* ours: (out, in) */
+    if (p->shape[1] == 1) snprintf(out, len, "[%ld]", i);
+    else if (hf_layout && p->conv1d) snprintf(out, len, "[%ld, %ld]", col, row);
+    else snprintf(out, len, "[%ld, %ld]", row, col);
+    return out;
+}
+
 /* The first value in this rank's shards of tensor k (0 parameters,
  * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
  * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
- * [3, 17] is nan", in out; returns 0 when every value is a number. */
-static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
+ * [3, 17] is nan", in out (hf_layout: the index as --init-from's file holds
+ * it, see param_index_text); returns 0 when every value is a number. */
+static int shard_first_nonfinite(Trainer *t, int k, int hf_layout, char *out, size_t outlen) {
     Dtype dtype = t->cfg.param_dtype;
     static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
     for (int ui = 0; ui < t->n_units; ui++) {
@@ -644,12 +660,10 @@ static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
                 /* a parameter is computed with in param_dtype: fp16 ends at 65504 */
                 int overflows = k == 0 && isfinite(v) && !isfinite(round_to(v, dtype));
                 if (isfinite(v) && (k != 2 || v >= 0.0f) && !overflows) continue;
-                long i = e - p->offset;
-                int n = p->shape[1] == 1
-                            ? snprintf(out, outlen, "%s%s[%ld] is %g", what[k], p->name, i,
-                                       (double)v)
-                            : snprintf(out, outlen, "%s%s[%ld, %ld] is %g", what[k], p->name,
-                                       i / p->shape[1], i % p->shape[1], (double)v);
+                char at[64];
+                int n = snprintf(out, outlen, "%s%s%s is %g", what[k], p->name,
+                                 param_index_text(p, e - p->offset, hf_layout, at, sizeof(at)),
+                                 (double)v);
                 if (!overflows) return 1;
                 float largest = bits_float(dtype == DTYPE_FP16 ? 0x477FE000u : 0x7F7F0000u);
                 if (n > 0 && (size_t)n < outlen)

@@ -204,7 +204,7 @@ run "files: no output replaces a device, pipe, link or directory; no two options
 run "files: a failed write, fsync or close exits non-zero on every rank, leaves no partial file" bash tests/test_files.sh failures
 run "files: no reader blocks on a pipe or reads /dev/zero: every input refused by name; --data cut short mid-run exits 2" bash tests/test_files.sh inputs
 run "files: an edited checkpoint is refused (adam_step, loss scale too); --resume refuses other data, batch, context, optimizer settings or formats; a save's names checked before step 1" bash tests/test_files.sh checkpoints
-run "files: NaN/Inf, or beyond fp16 under fp16, in --init-from refused by name; a diverged loss stops with exit 5" bash tests/test_files.sh numbers
+run "files: NaN/Inf, or beyond fp16 under fp16, in --init-from refused by name (a Conv1D weight at the file's (in, out) index); a diverged loss stops with exit 5" bash tests/test_files.sh numbers
 run "files: messages: sizes in readable units once, 1P, values as typed, resume of a file, 1-D shapes; stdout full or closed fails; --plan of any shape is flat" bash tests/test_files.sh messages
 run "formats: CRC-32, safetensors and meta.txt, every rule" tests/test_formats
 run "formats: interop with Hugging Face's safetensors (python3)" tests/test_formats --interop

@@ -20,9 +20,10 @@
 #                shard files, a shard from another checkpoint; --resume with
 #                other data, batch, context, optimizer settings or formats;
 #                a .tmp-step-N or step-N a save needs, refused before step 1
-#   numbers      NaN or Inf in --init-from is refused by name, and so is a
-#                value beyond fp16 under --param-dtype fp16; a loss that
-#                stops being a number ends the run with exit 5
+#   numbers      NaN or Inf in --init-from is refused by name (at the file's
+#                index: a Hugging Face Conv1D weight's is (in, out)), and so
+#                is a value beyond fp16 under --param-dtype fp16; a loss
+#                that stops being a number ends the run with exit 5
 #   messages     sizes in units that show them, once; 1P; the value as typed;
 #                meta.txt that is a directory; --resume of a file; a trace
 #                of a run with nothing to train; a 1-D shape as (N); output
@@ -365,6 +366,25 @@ PY
   local step; step=$(grep -o 'at step [0-9]*' <<<"$out" | grep -o '[0-9]*')
   [ -n "$step" ] && [ ! -d "$d/ck/$(printf 'step-%08d' "$step")" ] && ok "... and no checkpoint of the diverged step $step was saved" \
     || bad "a checkpoint of the diverged step exists: $(ls "$d/ck" 2>&1)"
+  # A Hugging Face file holds GPT-2's Conv1D weights (in, out), fsdp.c
+  # (out, in): a bad value is named at the file's index, where the user
+  # will look for it. c_attn is (32, 96) in the file, so its [20, 90] is
+  # (96, 32)'s [90, 20] in fsdp.c, a row the file does not have.
+  mkdir -p "$d/g"
+  timeout 60 $MPIRUN -np 2 ./fsdp $T --model gpt2-tiny --steps 0 --export "$d/g/model.safetensors" >/dev/null 2>&1 \
+    || bad "could not export GPT-2"
+  python3 - "$d/g/model.safetensors" "$d/g/nan.safetensors" <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+t = json.loads(raw[8:8 + n])["transformer.h.0.attn.c_attn.weight"]
+assert t["shape"] == [32, 96], t["shape"]
+at = 8 + n + t["data_offsets"][0] + 4 * (20 * 96 + 90)
+raw[at:at + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(raw)
+PY
+  refused "--init-from a Hugging Face file with NaN in a Conv1D weight: the file's (in, out) index" \
+    "transformer.h.0.attn.c_attn.weight[20, 90] is nan" 3 --model gpt2-tiny --steps 2 --init-from "$d/g/nan.safetensors"
 }
 
 messages() {
