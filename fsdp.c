@@ -2954,8 +2954,10 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
 
 /* ------------------------------------------------------------------------
  * Start from a safetensors file: every rank reads only the bytes of its
- * own shards. AdamW starts fresh. A value that is not a number (NaN, Inf)
- * is refused by name: training on it would give NaN at every step.
+ * own shards. AdamW starts fresh. A GPT-2's config.json beside the file,
+ * when there is one, must describe this run's model (gpt2_check_config).
+ * A value that is not a number (NaN, Inf) is refused by name: training on
+ * it would give NaN at every step.
  * --------------------------------------------------------------------- */
 static int trainer_init_from(Trainer *t, const char *path) {
     char err[8192] = "", why[768] = "";
@@ -2971,6 +2973,10 @@ static int trainer_init_from(Trainer *t, const char *path) {
     if (st_parse_header(head, len, file_size, &h, why, sizeof(why)) != 0)
         rc = usage_error(err, sizeof(err), "--init-from %s: %s", path, why);
     free(head);
+    /* what the shapes cannot say (n_head, the activation): from config.json,
+     * before the shapes, so that a model of another size is told its flags */
+    if (rc == 0 && t->cfg.arch == ARCH_GPT2 && gpt2_check_config(t, path, err, sizeof(err)))
+        rc = 2; /* said on every rank (every rank judged rank 0's bytes) */
     if (rc == 0) rc = st_check_model(t, &h, path, map, err, sizeof(err));
     rc = ckpt_agree(t, rc, err); /* every rank reached the same verdict */
     if (rc == 0) rc = ckpt_agree(t, st_read_shards(t, &h, map, path, err, sizeof(err)), err);
