@@ -816,6 +816,30 @@ static int st_header_everywhere(Trainer *t, const char *path, unsigned char **he
     return 0;
 }
 
+/* ---- a directory for --export and --init-from ---------------------------------- */
+
+/* The name Hugging Face gives a model's weights in its directory:
+ * save_pretrained(DIR) writes DIR/model.safetensors (with DIR/config.json
+ * beside it), and from_pretrained(DIR) reads them. */
+#define MODEL_FILE_NAME "model.safetensors"
+
+/* The file that --export or --init-from ARG means: ARG itself, or, when ARG
+ * is a directory, MODEL_FILE_NAME in it. An existing directory is one (a
+ * link to one too, as for from_pretrained); for an output, so is a path
+ * ending in '/' that does not exist yet (then its missing directory is
+ * refused as any output's is, with the mkdir to run). */
+static void model_file_of(const char *arg, int output, char *out, size_t len) {
+    struct stat st;
+    size_t n = strlen(arg);
+    int slash = n > 0 && arg[n - 1] == '/';
+    if (!(output && slash) && !(stat(arg, &st) == 0 && S_ISDIR(st.st_mode))) {
+        snprintf(out, len, "%s", arg);
+        return;
+    }
+    while (n > 0 && arg[n - 1] == '/') n--; /* "out//" is "out"; "/" is the root */
+    snprintf(out, len, "%.*s/%s", (int)n, arg, MODEL_FILE_NAME);
+}
+
 /* ---- GPT-2's config.json beside --init-from's file ----------------------------- */
 
 /* The path of `name` in the directory that holds `path` ("d/x.st" and
@@ -1080,31 +1104,28 @@ static void export_param(OutFile *f, const Param *p, const float *full, uint64_t
 
 /* GPT-2's config.json beside the exported weights, so that Hugging Face's
  * GPT2LMHeadModel.from_pretrained(that directory) builds the same model:
- * gelu_new, LayerNorm eps 1e-5, no dropout, tied embeddings. The file is
- * named model.safetensors for from_pretrained to find it. */
-/* config.json beside a GPT-2 export, as Hugging Face's from_pretrained()
- * reads it: the shape, gelu_new, tied embeddings, no dropout. */
-static int gpt2_write_config(Trainer *t, const char *path, char *err) {
-    const Config *c = &t->cfg;
-    char dir[1024], file[1100], text[1024];
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-    snprintf(file, sizeof(file), "%s/config.json", dir);
-    int n = snprintf(text, sizeof(text),
-                     "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                     "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_embd\": %d,\n"
-                     "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
-                     "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-                     "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-                     "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
-                     "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
-                     "  \"torch_dtype\": \"float32\"\n}\n",
-                     c->vocab, c->n_ctx, c->width, c->depth, c->n_head, c->vocab - 1, c->vocab - 1);
-    OutFile f;
-    memset(&f, 0, sizeof(f));
-    int rc = out_open(&f, "--export", file, err, 8192);
-    if (rc == 0) out_write(&f, text, (size_t)n);
-    return rc == 0 ? out_commit(&f, err, 8192) : rc;
+ * the shape, gelu_new, LayerNorm eps 1e-5, no dropout (fsdp.c trains
+ * without), tied embeddings. Its text into out (at most len bytes);
+ * returns its length. --init-from reads these fields back
+ * (gpt2_check_config).
+ *
+ * bos_token_id and eos_token_id must be tokens of the vocabulary:
+ * transformers warns of an id outside it, and generate() would stop on a
+ * token the model cannot produce. OpenAI's GPT-2 uses its last token,
+ * <|endoftext|> = 50256 of 50257, for both; a byte-level vocabulary (256)
+ * has no special token at all, and its last one (255) is the same
+ * convention: the highest id, in range, whatever --vocab is. */
+static int gpt2_config_text(const Config *c, char *out, size_t len) {
+    return snprintf(out, len,
+                    "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                    "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_embd\": %d,\n"
+                    "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+                    "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                    "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+                    "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+                    "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
+                    "  \"torch_dtype\": \"float32\"\n}\n",
+                    c->vocab, c->n_ctx, c->width, c->depth, c->n_head, c->vocab - 1, c->vocab - 1);
 }
 
 /* What rank 0 prints after an export: how many tensors, whose names, and

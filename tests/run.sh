@@ -200,9 +200,9 @@ run "Open MPI 5 (PyPI's; Debian 13 and Homebrew ship it): make run, plain mpirun
 run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
 run "checkpoints: resume bitwise, reshard 4->1,3,5,7 and 3->2, crash during a save, init-from" bash tests/test_checkpoint.sh
 run "bad checkpoints and safetensors files are refused, nothing overwritten" bash tests/test_checkpoint_bad.sh
-run "files: no output replaces a device, pipe, link or directory; no two options share a path" bash tests/test_files.sh outputs
-run "files: a failed write, fsync or close exits non-zero on every rank, leaves no partial file" bash tests/test_files.sh failures
-run "files: no reader blocks on a pipe or reads /dev/zero: every input refused by name; --data cut short mid-run exits 2" bash tests/test_files.sh inputs
+run "files: no output replaces a device, pipe, link or directory; no two options share a path, nor a GPT-2 export's config.json; --export DIR as save_pretrained(DIR)" bash tests/test_files.sh outputs
+run "files: a failed write, fsync or close exits non-zero on every rank, leaves no partial file; a GPT-2's weights and config.json both or neither" bash tests/test_files.sh failures
+run "files: no reader blocks on a pipe or reads /dev/zero: every input refused by name; --data cut short mid-run exits 2; --init-from DIR reads DIR/model.safetensors" bash tests/test_files.sh inputs
 run "files: an edited checkpoint is refused (adam_step, loss scale too); --resume refuses other data, batch, context, optimizer settings or formats; a save's names checked before step 1" bash tests/test_files.sh checkpoints
 run "files: NaN/Inf, or beyond fp16 under fp16, in --init-from refused by name (a Conv1D weight at the file's (in, out) index); a diverged loss stops with exit 5" bash tests/test_files.sh numbers
 run "files: messages: sizes in readable units once, 1P, values as typed, resume of a file, 1-D shapes; stdout full or closed fails; --plan of any shape is flat" bash tests/test_files.sh messages
