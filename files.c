@@ -395,38 +395,133 @@ static const char *out_hint(int err_no) {
                : "Check the disk and the path (dmesg may say more) and try again.";
 }
 
-int out_commit(OutFile *o, char *err, size_t errlen) {
-    if (o->fd >= 0) {
-        if (!o->failed && fsync(o->fd) != 0) out_failed(o, "fsync");
-        if (close(o->fd) != 0) out_failed(o, "close"); /* NFS reports some errors only here */
-        o->fd = -1;
-    }
+/* fsync and close: after it, o's bytes are on the disk, or o->failed says
+ * which call failed. */
+static void out_flush_close(OutFile *o) {
+    if (o->fd < 0) return;
+    if (!o->failed && fsync(o->fd) != 0) out_failed(o, "fsync");
+    if (close(o->fd) != 0) out_failed(o, "close"); /* NFS reports some errors only here */
+    o->fd = -1;
+}
+
+/* Removes what o created and has not committed: its temporary file (or,
+ * written in place, the file itself). Nothing under o->path is touched
+ * when o is atomic. */
+static void out_discard(OutFile *o) {
+    if (o->fd >= 0) close(o->fd);
+    o->fd = -1;
+    if (o->created) unlink(o->atomic ? o->tmp : o->path);
+    o->created = 0;
+}
+
+void out_abort(OutFile *o) { out_discard(o); }
+
+/* Whether o's final name became something other than a regular file (or
+ * nothing) while the run wrote it: then it is left alone. 1 and a message
+ * ending in `after`. */
+static int out_path_changed(const OutFile *o, const char *after, char *err, size_t errlen) {
     struct stat st;
-    if (!o->failed && o->atomic && lstat(o->path, &st) == 0 && !S_ISREG(st.st_mode)) {
-        unlink(o->tmp);
-        o->created = 0;
-        return files_fail(err, errlen, 1,
-                          "%s %s: became %s while the run was writing it; it was left alone.",
-                          o->label, o->path, kind_of_mode(st.st_mode));
+    if (!o->atomic || lstat(o->path, &st) != 0 || S_ISREG(st.st_mode)) return 0;
+    return files_fail(err, errlen, 1, "%s %s: became %s while the run was writing it; it was left "
+                      "alone%s",
+                      o->label, o->path, kind_of_mode(st.st_mode), after);
+}
+
+/* fsync of the directory of o's final name, so that the rename survives
+ * a crash. Returns 0, or 1 with a message. */
+static int out_sync_dir(const OutFile *o, char *err, size_t errlen) {
+    char dir[FILES_MAX_PATH];
+    dir_of(o->path, dir, sizeof(dir));
+    if (!o->atomic || file_sync_dir(dir) == 0) return 0;
+    return files_fail(err, errlen, 1,
+                      "%s %s: written, but the fsync of its directory failed (%s), so it may "
+                      "not survive a crash. %s",
+                      o->label, o->path, strerror(errno), out_hint(errno));
+}
+
+int out_commit(OutFile *o, char *err, size_t errlen) {
+    out_flush_close(o);
+    if (!o->failed && out_path_changed(o, ".", err, errlen)) {
+        out_discard(o);
+        return 1;
     }
     if (!o->failed && o->atomic && rename(o->tmp, o->path) != 0) out_failed(o, "rename");
     if (o->failed) {
-        if (o->created) unlink(o->atomic ? o->tmp : o->path);
-        o->created = 0;
+        out_discard(o);
         return files_fail(err, errlen, 1,
                           "%s %s: writing failed (%s: %s); no partial file was left under that "
                           "name. %s",
                           o->label, o->path, o->failed, strerror(o->err_no), out_hint(o->err_no));
     }
     o->created = 0; /* it is the user's file now */
-    char dir[FILES_MAX_PATH];
-    dir_of(o->path, dir, sizeof(dir));
-    if (o->atomic && file_sync_dir(dir) != 0)
+    return out_sync_dir(o, err, errlen);
+}
+
+/* Pair: a failure of either before the renames leaves both names as they
+ * were. The message names the file that failed, and says so of both. */
+static int out_pair_failed(OutFile *bad, OutFile *other, char *err, size_t errlen) {
+    int err_no = bad->err_no;
+    out_discard(bad);
+    out_discard(other);
+    return files_fail(err, errlen, 1,
+                      "%s %s: writing failed (%s: %s); it goes with %s, so neither was "
+                      "written: no partial file was left under either name. %s",
+                      bad->label, bad->path, bad->failed, strerror(err_no), other->path,
+                      out_hint(err_no));
+}
+
+int out_commit_pair(OutFile *a, OutFile *b, char *err, size_t errlen) {
+    char backup[sizeof(a->tmp) + 8];
+    struct stat st;
+    out_flush_close(a);
+    out_flush_close(b);
+    if (a->failed || b->failed) return out_pair_failed(a->failed ? a : b, a->failed ? b : a, err,
+                                                       errlen);
+    if (out_path_changed(a, ", and so was the other file of the pair.", err, errlen) ||
+        out_path_changed(b, ", and so was the other file of the pair.", err, errlen)) {
+        out_discard(a);
+        out_discard(b);
+        return 1;
+    }
+    /* a's old file, if any, kept under a second name (a hard link: no copy)
+     * until b is in place too, so that a can be put back should b's rename
+     * fail. A file system without hard links keeps none: then a failure
+     * there, rare as a rename's is, is reported as what it left. */
+    int had_old = lstat(a->path, &st) == 0;
+    snprintf(backup, sizeof(backup), "%s.old", a->tmp);
+    int kept = had_old && link(a->path, backup) == 0;
+    if (rename(a->tmp, a->path) != 0) {
+        out_failed(a, "rename");
+        if (kept) unlink(backup);
+        return out_pair_failed(a, b, err, errlen);
+    }
+    a->created = 0;
+    if (rename(b->tmp, b->path) != 0) {
+        out_failed(b, "rename");
+        int err_no = b->err_no, undone = kept ? rename(backup, a->path) == 0
+                                              : !had_old && unlink(a->path) == 0;
+        out_discard(b);
+        if (undone)
+            return files_fail(err, errlen, 1,
+                              "%s %s: writing failed (rename: %s); %s, written with it, was %s, "
+                              "so neither file changed. %s",
+                              b->label, b->path, strerror(err_no), a->path,
+                              had_old ? "put back as it was" : "removed again", out_hint(err_no));
+        if (kept) unlink(backup);
         return files_fail(err, errlen, 1,
-                          "%s %s: written, but the fsync of its directory failed (%s), so it may "
-                          "not survive a crash. %s",
-                          o->label, o->path, strerror(errno), out_hint(errno));
-    return 0;
+                          "%s %s: writing failed (rename: %s), after %s was replaced by this "
+                          "run's, which could not be undone: the two files do not belong "
+                          "together. %s",
+                          b->label, b->path, strerror(err_no), a->path, out_hint(err_no));
+    }
+    b->created = 0;
+    if (kept) unlink(backup);
+    int rc = out_sync_dir(a, err, errlen);
+    char da[FILES_MAX_PATH], db[FILES_MAX_PATH];
+    dir_of(a->path, da, sizeof(da));
+    dir_of(b->path, db, sizeof(db));
+    if (rc == 0 && strcmp(da, db) != 0) rc = out_sync_dir(b, err, errlen);
+    return rc;
 }
 
 /* ---- one run per directory (promise 5) -------------------------------------- */

@@ -126,6 +126,17 @@ void out_write_at(OutFile *o, const void *buf, size_t n, uint64_t offset);
  * left on device) ..." in err, and nothing left under the final name that
  * was not there before (the temporary file is removed). */
 int out_commit(OutFile *o, char *err, size_t errlen);
+/* Commits two outputs as one, for files that belong together (a GPT-2's
+ * model.safetensors and its config.json): both are flushed and closed
+ * first, so a failed write, fsync or close of either leaves neither, and
+ * only then renamed, a first. Should b's rename fail after a's, a is put
+ * back as it was (its old file kept under a hard link until then), or
+ * removed when it had none. Returns 0, or 1 with a message that names the
+ * file that failed and says truly what was left. */
+int out_commit_pair(OutFile *a, OutFile *b, char *err, size_t errlen);
+/* Gives up an output that will not be committed: its temporary file is
+ * removed, nothing under its name is touched. */
+void out_abort(OutFile *o);
 /* fsync of a directory: makes a rename or a new file in it durable. */
 int file_sync_dir(const char *dir); /* 0, or -1 with errno */
 

@@ -16,6 +16,7 @@
  *   5. meta.txt: the writer, and the layout hash
  *   6. meta.txt: the reader
  *   7. the shard file header
+ *   8. config.json: a JSON object, read whole (Hugging Face's model config)
  *
  * ---- A safetensors file, byte by byte ---------------------------------------
  *
@@ -330,13 +331,22 @@ typedef struct {
     const unsigned char *end;  /* one past the header's last byte */
     char *err;
     size_t errlen;
+    int text_file; /* 1: a JSON text file (config.json): positions as lines and columns */
 } Json;
 
-/* An error at the cursor: "header byte 123: ...". */
+/* An error at the cursor: "header byte 123: ..." in a safetensors header,
+ * "line 3, column 14: ..." in a text file, as an editor shows it. */
 static int json_fail(Json *J, const char *fmt, ...) FM_PRINTF(2, 3);
 static int json_fail(Json *J, const char *fmt, ...) {
-    char prefix[48];
-    snprintf(prefix, sizeof(prefix), "header byte %ld: ", (long)(J->p - J->file));
+    char prefix[64];
+    if (J->text_file) {
+        long line = 1, column = 1;
+        for (const unsigned char *q = J->file; q < J->p; q++, column++)
+            if (*q == '\n') line++, column = 0;
+        snprintf(prefix, sizeof(prefix), "line %ld, column %ld: ", line, column);
+    } else {
+        snprintf(prefix, sizeof(prefix), "header byte %ld: ", (long)(J->p - J->file));
+    }
     va_list ap;
     va_start(ap, fmt);
     fm_vfail(J->err, J->errlen, prefix, fmt, ap);
@@ -359,7 +369,8 @@ static int json_peek(Json *J) {
 static int json_unexpected(Json *J, const char *expected) {
     int c = json_peek(J);
     if (c < 0)
-        return json_fail(J, "expected %s, found the end of the header (cut short?)", expected);
+        return json_fail(J, "expected %s, found the end of the %s (cut short?)", expected,
+                         J->text_file ? "file" : "header");
     if (c >= 0x21 && c < 0x7f) return json_fail(J, "expected %s, found '%c'", expected, c);
     return json_fail(J, "expected %s, found byte 0x%02x", expected, c);
 }
@@ -877,6 +888,7 @@ int st_parse_header(const unsigned char *buf, size_t len, uint64_t file_size, St
     J.end = buf + 8 + N;
     J.err = err;
     J.errlen = errlen;
+    J.text_file = 0;
     KeyList keys;
     memset(&keys, 0, sizeof(keys));
     keys.cap = (size_t)N + 1; /* enough for every decoded metadata key */
@@ -1786,4 +1798,269 @@ int shard_header_decode(const unsigned char *buf, size_t len, ShardHeader *h, ch
                        (unsigned long)got.rank, (unsigned long)got.world);
     *h = got;
     return 0;
+}
+
+/* ============================================================================
+ * 8. config.json: one JSON object, read whole
+ *
+ * Hugging Face keeps a model's hyperparameters beside its weights, in
+ * config.json: {"model_type": "gpt2", "n_head": 12, ..., "task_specific_params":
+ * {"text-generation": {"do_sample": true, "max_length": 50}}}. --init-from
+ * reads it for what the weights' shapes cannot say: how many heads share
+ * n_embd's channels, the activation, LayerNorm's eps (io/checkpoint.h judges
+ * the values). Unlike a safetensors header, such a file may hold any JSON at
+ * all below its top level, so this reader parses every JSON value, strictly
+ * (RFC 8259: no comments, no trailing commas, no NaN, no byte-order mark;
+ * strings valid UTF-8, escapes JSON's), and keeps the top level's members,
+ * with the values of those that are scalars. A nested object or array is
+ * checked and skipped. Nesting deeper than JSON_MAX_DEPTH is refused rather
+ * than followed, so no input can run the recursion off the stack.
+ *
+ * Where the decoded text goes: one arena of 2 * len + 16 bytes. A decoded
+ * string is never longer than its JSON text (an escape is longer than what
+ * it stands for) and a number is copied as written, so the keys, strings and
+ * numbers of the top level, each with its NUL, always fit: no string has to
+ * be cut, and a key is compared whole (a \u0000 inside it included).
+ * ========================================================================== */
+
+/* Where the top level's text goes (see above): used + what is decoded next
+ * always fits in cap. */
+typedef struct {
+    char *base;
+    size_t used, cap;
+} JsonArena;
+
+/* A literal (true, false, null) at the cursor; 0 when it is not there. */
+static int json_literal(Json *J, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(J->end - J->p) < n || memcmp(J->p, word, n) != 0) return 0;
+    J->p += n;
+    return 1;
+}
+
+/* A JSON number at the cursor, by JSON's grammar exactly:
+ *   -? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?
+ * With m (a member of the top level), its text is copied into the arena
+ * and converted: m->number, and m->integer when it has neither fraction
+ * nor exponent (Python's json reads that as an int, anything else as a
+ * float). A number beyond a double's range is refused there: Python would
+ * read inf, which no hyperparameter can be. */
+static int json_number(Json *J, JsonMember *m, JsonArena *a) {
+    const unsigned char *start = J->p;
+    int integer = 1;
+    if (J->p < J->end && *J->p == '-') J->p++;
+    if (J->p >= J->end || *J->p < '0' || *J->p > '9')
+        return json_fail(J, "a number needs a digit after its '-'");
+    if (*J->p == '0' && J->end - J->p > 1 && J->p[1] >= '0' && J->p[1] <= '9')
+        return json_fail(J, "a number has a leading zero, which JSON does not allow");
+    while (J->p < J->end && *J->p >= '0' && *J->p <= '9') J->p++;
+    if (J->p < J->end && *J->p == '.') {
+        integer = 0;
+        J->p++;
+        if (J->p >= J->end || *J->p < '0' || *J->p > '9')
+            return json_fail(J, "a number needs a digit after its '.'");
+        while (J->p < J->end && *J->p >= '0' && *J->p <= '9') J->p++;
+    }
+    if (J->p < J->end && (*J->p == 'e' || *J->p == 'E')) {
+        integer = 0;
+        J->p++;
+        if (J->p < J->end && (*J->p == '+' || *J->p == '-')) J->p++;
+        if (J->p >= J->end || *J->p < '0' || *J->p > '9')
+            return json_fail(J, "a number needs a digit in its exponent");
+        while (J->p < J->end && *J->p >= '0' && *J->p <= '9') J->p++;
+    }
+    if (!m) return 0;
+    size_t n = (size_t)(J->p - start);
+    if (n + 1 > a->cap - a->used) return json_fail(J, "out of room for a number (a bug)");
+    char *text = a->base + a->used;
+    memcpy(text, start, n);
+    text[n] = '\0';
+    a->used += n + 1;
+    m->kind = JSON_NUMBER;
+    m->text = text;
+    m->text_len = n;
+    m->integer = integer;
+    m->number = strtod(text, NULL); /* the grammar above is a subset of strtod's */
+    if (!isfinite(m->number)) {
+        J->p = start;
+        return json_fail(J, "the number %.40s is beyond the range of a double", text);
+    }
+    return 0;
+}
+
+static int json_value(Json *J, int depth, JsonMember *m, JsonArena *a);
+
+/* The members of a nested object, after its '{': checked, not kept. */
+static int json_skip_object(Json *J, int depth) {
+    int c = json_peek(J);
+    while (c != '}') {
+        size_t len;
+        int ctrl;
+        if (json_string(J, NULL, 0, &len, &ctrl)) return 2;
+        if (json_expect(J, ':', "':' after a key")) return 2;
+        if (json_value(J, depth + 1, NULL, NULL)) return 2;
+        if (json_after_member(J, &c)) return 2;
+    }
+    J->p++;
+    return 0;
+}
+
+/* The elements of an array, after its '[': checked, not kept. */
+static int json_skip_array(Json *J, int depth) {
+    if (json_peek(J) == ']') {
+        J->p++;
+        return 0;
+    }
+    for (;;) {
+        if (json_value(J, depth + 1, NULL, NULL)) return 2;
+        int c = json_peek(J);
+        if (c != ',' && c != ']') return json_unexpected(J, "',' or ']'");
+        J->p++;
+        if (c == ']') return 0;
+    }
+}
+
+/* Any JSON value at the cursor, at nesting depth `depth` (the top level's
+ * values are at 1). With m, what it is goes into m (a string's text and a
+ * number's into the arena); without, it is only checked. */
+static int json_value(Json *J, int depth, JsonMember *m, JsonArena *a) {
+    int c = json_peek(J);
+    JsonKind kind = JSON_NULL;
+    if (c == '{' || c == '[') {
+        if (depth >= JSON_MAX_DEPTH)
+            return json_fail(J, "objects and arrays nested deeper than %d levels", JSON_MAX_DEPTH);
+        J->p++;
+        kind = c == '{' ? JSON_OBJECT : JSON_ARRAY;
+        if (c == '{' ? json_skip_object(J, depth) : json_skip_array(J, depth)) return 2;
+    } else if (c == '"') {
+        size_t len;
+        int ctrl;
+        char *text = m ? a->base + a->used : NULL;
+        if (json_string(J, text, m ? a->cap - a->used : 0, &len, &ctrl)) return 2;
+        if (m) {
+            m->text = text;
+            m->text_len = len;
+            a->used += len + 1;
+        }
+        kind = JSON_STRING;
+    } else if (c == '-' || (c >= '0' && c <= '9')) {
+        return json_number(J, m, a); /* sets m->kind */
+    } else if (json_literal(J, "true")) {
+        kind = JSON_TRUE;
+    } else if (json_literal(J, "false")) {
+        kind = JSON_FALSE;
+    } else if (json_literal(J, "null")) {
+        kind = JSON_NULL;
+    } else if (c == 'N' || c == 'I') {
+        return json_fail(J, "NaN and Infinity are not JSON numbers (Python's json writes them "
+                            "for float('nan') and float('inf'))");
+    } else {
+        return json_unexpected(J, "a value (an object, array, string, number, true, false or "
+                                  "null)");
+    }
+    if (m) m->kind = kind;
+    return 0;
+}
+
+/* The top level's members: keys distinct, compared whole. Sorting makes
+ * it O(n log n), as st_check_layout does for metadata keys. */
+static int json_check_duplicates(const JsonObject *o, char *err, size_t errlen) {
+    if (o->n < 2) return 0;
+    Key *keys = (Key *)malloc((size_t)o->n * sizeof(Key));
+    if (!keys) return fm_fail(err, errlen, "out of memory");
+    for (int i = 0; i < o->n; i++) {
+        keys[i].s = o->members[i].key;
+        keys[i].len = o->members[i].key_len;
+    }
+    qsort(keys, (size_t)o->n, sizeof(Key), cmp_key);
+    int rc = 0;
+    for (int i = 1; i < o->n && !rc; i++)
+        if (!cmp_key(&keys[i - 1], &keys[i]))
+            rc = fm_fail(err, errlen,
+                         "the key '%.60s' is given twice; readers differ on which one counts "
+                         "(Python's json takes the last), so give it once",
+                         keys[i].s);
+    free(keys);
+    return rc;
+}
+
+static int json_parse_object(Json *J, JsonObject *o, JsonArena *a) {
+    int cap = 0;
+    if (J->end - J->p >= 3 && J->p[0] == 0xef && J->p[1] == 0xbb && J->p[2] == 0xbf)
+        return json_fail(J, "the file starts with a UTF-8 byte-order mark, which JSON does not "
+                            "allow (Python's json refuses it too); save it without one");
+    if (json_expect(J, '{', "'{' (the file is one JSON object)")) return 2;
+    int c = json_peek(J);
+    while (c != '}') {
+        if (o->n == JSON_MAX_MEMBERS)
+            return json_fail(J, "more than %d members at the top level", JSON_MAX_MEMBERS);
+        if (o->n == cap) {
+            cap = cap ? 2 * cap : 32;
+            JsonMember *grown = (JsonMember *)realloc(o->members, (size_t)cap * sizeof(JsonMember));
+            if (!grown) return json_fail(J, "out of memory");
+            o->members = grown;
+        }
+        JsonMember *m = &o->members[o->n++];
+        memset(m, 0, sizeof(*m));
+        int ctrl;
+        m->key = a->base + a->used;
+        if (json_string(J, a->base + a->used, a->cap - a->used, &m->key_len, &ctrl)) return 2;
+        a->used += m->key_len + 1;
+        if (json_expect(J, ':', "':' after a key")) return 2;
+        if (json_value(J, 1, m, a)) return 2;
+        if (json_after_member(J, &c)) return 2;
+    }
+    J->p++;
+    if (json_peek(J) >= 0)
+        return json_fail(J, "more after the object's closing '}' (only whitespace may follow)");
+    return 0;
+}
+
+int json_object_parse(const char *text, size_t len, JsonObject *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof(*out));
+    if (err && errlen) err[0] = '\0';
+    if (len > JSON_MAX_TEXT)
+        return fm_fail(err, errlen, "%lu bytes, more than the %lu this reader takes",
+                       (unsigned long)len, (unsigned long)JSON_MAX_TEXT);
+    JsonArena a = {(char *)malloc(2 * len + 16), 0, 2 * len + 16};
+    if (!a.base) return fm_fail(err, errlen, "out of memory");
+    out->arena = a.base;
+    Json J;
+    J.file = (const unsigned char *)text;
+    J.p = J.file;
+    J.end = J.file + len;
+    J.err = err;
+    J.errlen = errlen;
+    J.text_file = 1;
+    int rc = json_parse_object(&J, out, &a);
+    if (rc == 0) rc = json_check_duplicates(out, err, errlen);
+    if (rc != 0) json_object_free(out);
+    return rc;
+}
+
+const JsonMember *json_member(const JsonObject *o, const char *key) {
+    size_t n = strlen(key);
+    for (int i = 0; i < o->n; i++)
+        if (o->members[i].key_len == n && !memcmp(o->members[i].key, key, n))
+            return &o->members[i];
+    return NULL;
+}
+
+void json_object_free(JsonObject *o) {
+    if (!o) return;
+    free(o->members);
+    free(o->arena);
+    memset(o, 0, sizeof(*o));
+}
+
+const char *json_member_text(const JsonMember *m, char *out, size_t len) {
+    static const char *const words[] = {"null", "false", "true", "", "", "[...]", "{...}"};
+    if (m->kind == JSON_NUMBER) snprintf(out, len, "%.60s", m->text);
+    else if (m->kind == JSON_STRING)
+        snprintf(out, len, "\"%.60s%s\"", m->text, m->text_len > 60 ? "..." : "");
+    else snprintf(out, len, "%s", words[m->kind]);
+    for (unsigned char *c = (unsigned char *)out; *c; c++) /* one printable line, as fm_vfail */
+        if (*c < 0x20 || *c == 0x7f) *c = '?';
+        else if (*c == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f) c[0] = c[1] = '?';
+    return out;
 }

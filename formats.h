@@ -2,7 +2,7 @@
  * formats.h — the bytes of fsdp.c's files: checksums, safetensors, and the
  * sharded checkpoint's metadata and shard file headers
  *
- * Four small, pure pieces (no MPI, no I/O: they turn bytes into structs and
+ * Five small, pure pieces (no MPI, no I/O: they turn bytes into structs and
  * back), so each can be tested and fuzzed on its own:
  *
  *   crc32_update    CRC-32, to notice a file that changed on disk
@@ -12,6 +12,8 @@
  *                   a sharded checkpoint fit together
  *   shard_header_*  the 64 bytes at the start of every shard file, which say
  *                   whose shard it is (rank, world, step, layout)
+ *   json_object_*   a JSON object read whole: Hugging Face's config.json,
+ *                   which --init-from reads beside a GPT-2's weights
  *
  * formats.c begins with a byte-by-byte tour of the three file formats.
  *
@@ -362,6 +364,67 @@ void shard_header_encode(const ShardHeader *h, unsigned char out[SHARD_HEADER_BY
  * the caller's to check: the header cannot know. Never reads past len. */
 int shard_header_decode(const unsigned char *buf, size_t len, ShardHeader *h, char *err,
                         size_t errlen);
+
+/* ----------------------------------------------------------------------------
+ * config.json: Hugging Face's description of a model beside its weights, one
+ * JSON object:
+ *
+ *   {"model_type": "gpt2", "n_head": 12, "n_inner": null,
+ *    "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05,
+ *    "task_specific_params": {"text-generation": {"max_length": 50}}, ...}
+ *
+ * json_object_parse reads the whole text (at most JSON_MAX_TEXT bytes) as
+ * RFC 8259 JSON, strictly: one object at the top, then only whitespace; no
+ * byte-order mark, comments, trailing commas, single quotes, NaN or
+ * Infinity; strings valid UTF-8 with JSON's escapes; numbers by JSON's
+ * grammar and within a double's range; objects and arrays nested at most
+ * JSON_MAX_DEPTH deep; at most JSON_MAX_MEMBERS members at the top level,
+ * each key given once (compared whole, a \u0000 in it included). What it
+ * keeps: every top-level member, in file order, with its kind and, for a
+ * string or number, its value; nested objects and arrays are checked and
+ * skipped (their kind is kept, not their contents). Returns 0 with out
+ * filled (free it with json_object_free), or 2 with a one-line message
+ * naming the line and column ("line 3, column 14: ...") and out empty.
+ * Never reads past len; the text need not end in a NUL.
+ * ------------------------------------------------------------------------- */
+#define JSON_MAX_DEPTH 64
+#define JSON_MAX_MEMBERS 10000
+#define JSON_MAX_TEXT (16u << 20) /* bytes: a model's config.json is a few KB */
+
+typedef enum {
+    JSON_NULL,
+    JSON_FALSE,
+    JSON_TRUE,
+    JSON_NUMBER,
+    JSON_STRING,
+    JSON_ARRAY,
+    JSON_OBJECT
+} JsonKind;
+
+typedef struct {
+    const char *key; /* decoded, NUL-terminated; key_len counts a \u0000 inside it too */
+    size_t key_len;
+    JsonKind kind;
+    const char *text; /* a string: decoded (text_len bytes, then a NUL); a number:
+                       * as written ("1e-05"); otherwise NULL */
+    size_t text_len;
+    double number; /* a number's value */
+    int integer;   /* a number written with no fraction or exponent (Python: an int) */
+} JsonMember;
+
+typedef struct {
+    JsonMember *members; /* the top level's, in file order */
+    int n;
+    char *arena; /* the keys' and values' text */
+} JsonObject;
+
+int json_object_parse(const char *text, size_t len, JsonObject *out, char *err, size_t errlen);
+/* The member named key, or NULL (keys are distinct: at most one matches). */
+const JsonMember *json_member(const JsonObject *o, const char *key);
+void json_object_free(JsonObject *o);
+/* A member's value for a message, in one printable line: 12, 1e-05,
+ * "gelu" (quoted, cut at 60 bytes), true, false, null, [...] or {...}. */
+const char *json_member_text(const JsonMember *m, char *out, size_t len);
 
 #ifdef __cplusplus
 }

@@ -2637,8 +2637,9 @@ static int ckpt_writes_file(const Trainer *t) {
  *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files,
  *          shard_first_nonfinite, st_tensor_of, st_check_model, st_read_header,
  *          st_header_everywhere, export_print_done, and GPT-2's Hugging Face
- *          layout: export_param (Conv1D transposed), gpt2_write_config
- *          (config.json), st_read_conv1d */
+ *          layout: export_param (Conv1D transposed), gpt2_config_text
+ *          (config.json), st_read_conv1d; gpt2_check_config (--init-from's
+ *          config.json), model_file_of (a directory's model.safetensors) */
 #include "io/checkpoint.h"
 
 /* Writes this rank's shard file: a header saying whose shard it is (rank,
@@ -2856,7 +2857,7 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
     if (rc == 0) rc = ckpt_agree(t, ckpt_load_shards(t, dir, &m, map, err, sizeof(err)), err);
     for (int k = 0; k < 3 && rc == 0;
          k++) { /* a CRC cannot tell whether the numbers were numbers */
-        int bad = shard_first_nonfinite(t, k, why, sizeof(why));
+        int bad = shard_first_nonfinite(t, k, 0, why, sizeof(why));
         if (bad)
             rc = usage_error(err, sizeof(err), "%s: %s.%s", path, why,
                              bad == 1 ? " A checkpoint of a run that diverged cannot be trained "
@@ -2890,21 +2891,29 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
  * than one unit's full state, and rank 0 writes the tensors under their
  * PyTorch names, so safetensors.torch.load_file() and an equivalent
  * nn.Module's load_state_dict() take the file as it is. Written beside the
- * path and renamed into place (files.c), like the checkpoints.
+ * path and renamed into place (files.c), like the checkpoints. A GPT-2's
+ * config.json is written beside the weights, and the two are committed as
+ * a pair (out_commit_pair): weights without their description, or a
+ * description of other weights, would load as the wrong model.
  * --------------------------------------------------------------------- */
 static int trainer_export(Trainer *t, const char *path) {
-    char err[8192] = "";
+    char err[8192] = "", config[FILES_MAX_PATH + 64], text[1024];
     int n = t->model.n_params, root = t->comm.rank == 0, rc = 0;
+    int gpt2 = t->cfg.arch == ARCH_GPT2;
     StTensor *st = (StTensor *)host_calloc((size_t)n, sizeof(StTensor), "describe the export");
     for (int i = 0; i < n; i++) st_tensor_of(&t->model.params[i], &st[i]);
     size_t head_len = 0;
     unsigned char *head =
         st_build_header(st, n, "\"format\":\"pt\",\"producer\":\"fsdp.c\"", &head_len);
     if (!head) FATAL("the machine is out of host memory", "cannot build the safetensors header");
-    OutFile f;
+    OutFile f, cf; /* the weights; GPT-2's config.json */
     memset(&f, 0, sizeof(f));
+    memset(&cf, 0, sizeof(cf));
+    path_beside(path, "config.json", config, sizeof(config));
     if (root && (rc = out_open(&f, "--export", path, err, sizeof(err))) == 0)
         out_write(&f, head, head_len);
+    if (root && rc == 0 && gpt2 && (rc = out_open(&cf, "--export", config, err, sizeof(err))))
+        out_abort(&f); /* both or neither */
     for (int ui = 0; ui < t->n_units; ui++) { /* every rank takes part in each gather */
         Unit *u = &t->units[ui];
         float *full = unit_gather(t, ui);
@@ -2919,8 +2928,12 @@ static int trainer_export(Trainer *t, const char *path) {
         free(host);
         unit_release_gathered(t, ui, full);
     }
-    if (root && rc == 0) rc = out_commit(&f, err, sizeof(err));
-    if (root && rc == 0 && t->cfg.arch == ARCH_GPT2) rc = gpt2_write_config(t, path, err);
+    if (root && rc == 0 && gpt2) {
+        out_write(&cf, text, (size_t)gpt2_config_text(&t->cfg, text, sizeof(text)));
+        rc = out_commit_pair(&f, &cf, err, sizeof(err));
+    } else if (root && rc == 0) {
+        rc = out_commit(&f, err, sizeof(err));
+    }
     if (root && rc == 0) export_print_done(t, path, n);
     free(head);
     free(st);
@@ -2961,8 +2974,10 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
 
 /* ------------------------------------------------------------------------
  * Start from a safetensors file: every rank reads only the bytes of its
- * own shards. AdamW starts fresh. A value that is not a number (NaN, Inf)
- * is refused by name: training on it would give NaN at every step.
+ * own shards. AdamW starts fresh. A GPT-2's config.json beside the file,
+ * when there is one, must describe this run's model (gpt2_check_config).
+ * A value that is not a number (NaN, Inf) is refused by name: training on
+ * it would give NaN at every step.
  * --------------------------------------------------------------------- */
 static int trainer_init_from(Trainer *t, const char *path) {
     char err[8192] = "", why[768] = "";
@@ -2978,11 +2993,15 @@ static int trainer_init_from(Trainer *t, const char *path) {
     if (st_parse_header(head, len, file_size, &h, why, sizeof(why)) != 0)
         rc = usage_error(err, sizeof(err), "--init-from %s: %s", path, why);
     free(head);
+    /* what the shapes cannot say (n_head, the activation): from config.json,
+     * before the shapes, so that a model of another size is told its flags */
+    if (rc == 0 && t->cfg.arch == ARCH_GPT2 && gpt2_check_config(t, path, err, sizeof(err)))
+        rc = 2; /* said on every rank (every rank judged rank 0's bytes) */
     if (rc == 0) rc = st_check_model(t, &h, path, map, err, sizeof(err));
     rc = ckpt_agree(t, rc, err); /* every rank reached the same verdict */
     if (rc == 0) rc = ckpt_agree(t, st_read_shards(t, &h, map, path, err, sizeof(err)), err);
     if (rc == 0) {
-        int bad = shard_first_nonfinite(t, 0, why, sizeof(why));
+        int bad = shard_first_nonfinite(t, 0, 1, why, sizeof(why));
         if (bad)
             bad = usage_error(err, sizeof(err), "--init-from %s: %s%s", path, why,
                               bad == 1 ? "; training on it would give NaN at every step. Export "

@@ -605,10 +605,129 @@ static int check_corpus_file(const char *flag, const char *path, const Config *c
     return rc;
 }
 
+/* The files a model's options mean, once rank 0 has looked (a directory
+ * stands for the files save_pretrained writes in it), and what a GPT-2's
+ * carry beside them: config.json, written by --export and read by
+ * --init-from. Every rank uses rank 0's answer (model_files_share). */
+typedef struct {
+    char export_file[FILES_MAX_PATH + 64]; /* --export's weights; "" without --export */
+    char export_config[FILES_MAX_PATH + 64]; /* GPT-2: the config.json beside them; else "" */
+    char init_file[FILES_MAX_PATH + 64];     /* --init-from's weights; "" without it */
+    char init_config[FILES_MAX_PATH + 64];   /* GPT-2: the config.json beside them, if any */
+} ModelFiles;
+
+static void model_files_of(const Config *cfg, ModelFiles *mf) {
+    struct stat st;
+    memset(mf, 0, sizeof(*mf));
+    int gpt2 = cfg->arch == ARCH_GPT2;
+    if (cfg->export_path) {
+        model_file_of(cfg->export_path, 1, mf->export_file, sizeof(mf->export_file));
+        if (gpt2) path_beside(mf->export_file, "config.json", mf->export_config,
+                              sizeof(mf->export_config));
+    }
+    if (cfg->init_from) {
+        model_file_of(cfg->init_from, 0, mf->init_file, sizeof(mf->init_file));
+        path_beside(mf->init_file, "config.json", mf->init_config, sizeof(mf->init_config));
+        if (!gpt2 || lstat(mf->init_config, &st) != 0) mf->init_config[0] = '\0';
+    }
+}
+
+/* Every rank takes rank 0's files, and the options point at them. */
+static void model_files_share(Config *cfg, ModelFiles *mf, MPI_Comm comm) {
+    MPI_Bcast(mf, (int)sizeof(*mf), MPI_BYTE, 0, comm);
+    if (cfg->export_path) cfg->export_path = mf->export_file;
+    if (cfg->init_from) cfg->init_from = mf->init_file;
+}
+
+/* --init-from DIR reads DIR/model.safetensors, as from_pretrained(DIR)
+ * does. A directory without it is refused here, saying what it lacks and
+ * what it holds instead: a sharded checkpoint, or a file of another name. */
+static int check_init_dir(const char *dir, const char *file, char *err, size_t errlen) {
+    struct stat st;
+    char other[256] = "", index[FILES_MAX_PATH + 96];
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || lstat(file, &st) == 0) return 0;
+    snprintf(index, sizeof(index), "%s.index.json", file);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && !other[0] && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 12 && !strcmp(e->d_name + n - 12, ".safetensors"))
+            snprintf(other, sizeof(other), "%s", e->d_name);
+    }
+    if (d) closedir(d);
+    if (lstat(index, &st) == 0)
+        return usage_error(err, errlen,
+                           "--init-from %s: is a directory holding a sharded checkpoint (%s), "
+                           "which fsdp.c does not read: it reads %s, one file. Save the model as "
+                           "one (save_pretrained(DIR, max_shard_size=\"100GB\")).",
+                           dir, index, file);
+    int n = (int)strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--; /* "d/" + "/w.safetensors" reads "d/w.safetensors" */
+    if (other[0])
+        return usage_error(err, errlen,
+                           "--init-from %s: is a directory without %s, the file "
+                           "from_pretrained(%s) reads. Give the file it holds instead: "
+                           "--init-from %.*s/%s",
+                           dir, file, dir, n, dir, other);
+    return usage_error(err, errlen,
+                       "--init-from %s: is a directory without %s, the file from_pretrained(%s) "
+                       "reads. Give the path of a safetensors file, or of a directory that holds "
+                       "model.safetensors.",
+                       dir, file, dir);
+}
+
+/* A GPT-2's --export writes two files: the weights, and config.json beside
+ * them, as save_pretrained does. config.json is an output no option names,
+ * so it is checked here as --export's path is, before the first step (not
+ * found after the training): nothing there but a regular file of ours to
+ * replace, or nothing at all; and no file the run names is that one. */
+static int check_export_config(const ModelFiles *mf, const NamedFile *f, int n, char *err,
+                               size_t errlen) {
+    const char *weights = mf->export_file, *config = mf->export_config;
+    char why[FILES_MAX_PATH + 512];
+    struct stat st;
+    if (file_same(weights, config))
+        return usage_error(err, errlen,
+                           "--export %s: a GPT-2's export writes config.json beside its weights, "
+                           "as save_pretrained does, so the weights cannot be named config.json: "
+                           "one would replace the other. Name them model.safetensors, or give "
+                           "the directory (--export DIR/ writes DIR/model.safetensors).",
+                           weights);
+    if (lstat(config, &st) == 0 && !S_ISREG(st.st_mode))
+        return usage_error(err, errlen,
+                           "--export %s writes config.json beside it, as save_pretrained does, but "
+                           "%s is %s%s: fsdp.c replaces only regular files. Move it away, or "
+                           "export into another directory.",
+                           weights, config, S_ISLNK(st.st_mode) ? "a symbolic link" : "",
+                           S_ISLNK(st.st_mode) ? "" : file_kind(config));
+    if (file_check_output("--export", config, why, sizeof(why)))
+        return usage_error(err, errlen,
+                           "--export %s writes config.json beside it, as save_pretrained does: %s",
+                           weights, why);
+    NamedFile self = {"--export", config, 1, 0};
+    for (int i = 0; i < n; i++) {
+        if (!f[i].path || f[i].path == weights || !files_collide(&self, &f[i])) continue;
+        if (f[i].output)
+            return usage_error(err, errlen,
+                               "--export %s writes config.json beside it, as save_pretrained "
+                               "does, to %s, which %s %s also names: one output would replace "
+                               "the other. Give %s another path, or export into another "
+                               "directory.",
+                               weights, config, f[i].flag, f[i].path, f[i].flag);
+        return usage_error(err, errlen,
+                           "--export %s writes config.json beside it, as save_pretrained does, "
+                           "over %s %s, which this run reads. Export into another directory.",
+                           weights, f[i].flag, f[i].path);
+    }
+    return 0;
+}
+
 /* Rank 0 checks every file the run names before any is touched: inputs
  * readable and well formed, outputs writable, no two the same file.
- * Returns 0, or 2 with the message (every rank then agrees on it). */
-static int check_files(const Config *cfg, const Comparison *k, char *err, size_t errlen) {
+ * Returns 0, or 2 with the message (every rank then agrees on it), and
+ * the files --export and --init-from mean in mf. */
+static int check_files(const Config *cfg, const Comparison *k, ModelFiles *mf, char *err,
+                       size_t errlen) {
     int rc = check_corpus_file("--data", cfg->data_path, cfg, err, errlen);
     if (rc == 0) rc = check_corpus_file("--val-data", cfg->val_path, cfg, err, errlen);
     if (rc == 0 && cfg->tokenizer_path) {
@@ -617,6 +736,8 @@ static int check_files(const Config *cfg, const Comparison *k, char *err, size_t
         if (rc == 0) rc = tokenizer_fits(&tk, cfg->tokenizer_path, cfg->vocab, err, errlen);
         tokenizer_free(&tk);
     }
+    model_files_of(cfg, mf);
+    if (rc == 0 && cfg->init_from) rc = check_init_dir(cfg->init_from, mf->init_file, err, errlen);
     int two = cfg->compare; /* the named --trace and --json become two files each */
     NamedFile files[] = {{"--trace", two ? NULL : cfg->trace_path, 1, 0},
                          {"--trace", two && cfg->trace_path ? k->trace[0] : NULL, 1, 0},
@@ -624,10 +745,12 @@ static int check_files(const Config *cfg, const Comparison *k, char *err, size_t
                          {"--json", two ? NULL : cfg->json_path, 1, 0},
                          {"--json", two && cfg->json_path ? k->json[0] : NULL, 1, 0},
                          {"--json", two && cfg->json_path ? k->json[1] : NULL, 1, 0},
-                         {"--export", cfg->export_path, 1, 0},
+                         {"--export", cfg->export_path ? mf->export_file : NULL, 1, 0},
                          {"--save-dir", cfg->save_dir, 1, 1},
                          {"--data", cfg->data_path, 0, 0},
-                         {"--init-from", cfg->init_from, 0, 0},
+                         {"--init-from", cfg->init_from ? mf->init_file : NULL, 0, 0},
+                         {"--init-from's config.json", mf->init_config[0] ? mf->init_config : NULL,
+                          0, 0},
                          {"--val-data", cfg->val_path, 0, 0},
                          {"--tokenizer", cfg->tokenizer_path, 0, 0},
                          {"--resume", cfg->resume_dir, 0, 1}};
@@ -635,6 +758,8 @@ static int check_files(const Config *cfg, const Comparison *k, char *err, size_t
     for (int i = 0; i < n_files && rc == 0; i++)
         if (files[i].output && !files[i].dir && files[i].path)
             rc = file_check_output(files[i].flag, files[i].path, err, errlen);
+    if (rc == 0 && mf->export_config[0])
+        rc = check_export_config(mf, files, n_files, err, errlen);
     if (rc == 0) rc = check_distinct_files(files, n_files, err, errlen);
     if (rc == 0 && cfg->save_dir) rc = check_save_dir(cfg->save_dir, err, errlen);
     return rc;
@@ -654,7 +779,9 @@ int main(int argc, char **argv) {
     if (rc == 0) rc = config_check_world(&cfg, world, err, sizeof(err));
     Comparison both;
     if (rc == 0) comparison_of(&cfg, &both);
-    if (rc == 0 && rank == 0) rc = check_files(&cfg, &both, err, sizeof(err));
+    ModelFiles model_files; /* what --export and --init-from name: rank 0 looks, all use it */
+    memset(&model_files, 0, sizeof(model_files));
+    if (rc == 0 && rank == 0) rc = check_files(&cfg, &both, &model_files, err, sizeof(err));
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rc == 1) {
         if (rank == 0) config_usage(stdout);
@@ -667,6 +794,7 @@ int main(int argc, char **argv) {
                     err);
         return finish(2);
     }
+    model_files_share(&cfg, &model_files, MPI_COMM_WORLD);
     if (cfg.plan) { /* no GPU needed: nothing runs */
         run_plan(&cfg, MPI_COMM_WORLD);
         return finish(0);

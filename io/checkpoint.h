@@ -625,11 +625,27 @@ static int ckpt_verify_files(Trainer *t, const char *dir, const CkptMeta *m, cha
     return rc;
 }
 
+/* Where element i of parameter p is, as "[3, 17]" (a vector: "[3]"):
+ * in fsdp.c's layout, or, with hf_layout, where a Hugging Face file holds
+ * it. The two differ for GPT-2's Conv1D weights only: ours are (out, in),
+ * the file's (in, out), transposed on load (st_read_conv1d). A message
+ * about a file must give the file's index, or the user looks for the bad
+ * value at [17, 3] of the file and finds a good one there. */
+static const char *param_index_text(const Param *p, long i, int hf_layout, char *out,
+                                    size_t len) {
+    long row = i / p->shape[1], col = i % p->shape[1]; /* ours: (out, in) */
+    if (p->shape[1] == 1) snprintf(out, len, "[%ld]", i);
+    else if (hf_layout && p->conv1d) snprintf(out, len, "[%ld, %ld]", col, row);
+    else snprintf(out, len, "[%ld, %ld]", row, col);
+    return out;
+}
+
 /* The first value in this rank's shards of tensor k (0 parameters,
  * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
  * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
- * [3, 17] is nan", in out; returns 0 when every value is a number. */
-static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
+ * [3, 17] is nan", in out (hf_layout: the index as --init-from's file holds
+ * it, see param_index_text); returns 0 when every value is a number. */
+static int shard_first_nonfinite(Trainer *t, int k, int hf_layout, char *out, size_t outlen) {
     Dtype dtype = t->cfg.param_dtype;
     static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
     for (int ui = 0; ui < t->n_units; ui++) {
@@ -644,12 +660,10 @@ static int shard_first_nonfinite(Trainer *t, int k, char *out, size_t outlen) {
                 /* a parameter is computed with in param_dtype: fp16 ends at 65504 */
                 int overflows = k == 0 && isfinite(v) && !isfinite(round_to(v, dtype));
                 if (isfinite(v) && (k != 2 || v >= 0.0f) && !overflows) continue;
-                long i = e - p->offset;
-                int n = p->shape[1] == 1
-                            ? snprintf(out, outlen, "%s%s[%ld] is %g", what[k], p->name, i,
-                                       (double)v)
-                            : snprintf(out, outlen, "%s%s[%ld, %ld] is %g", what[k], p->name,
-                                       i / p->shape[1], i % p->shape[1], (double)v);
+                char at[64];
+                int n = snprintf(out, outlen, "%s%s%s is %g", what[k], p->name,
+                                 param_index_text(p, e - p->offset, hf_layout, at, sizeof(at)),
+                                 (double)v);
                 if (!overflows) return 1;
                 float largest = bits_float(dtype == DTYPE_FP16 ? 0x477FE000u : 0x7F7F0000u);
                 if (n > 0 && (size_t)n < outlen)
@@ -802,6 +816,276 @@ static int st_header_everywhere(Trainer *t, const char *path, unsigned char **he
     return 0;
 }
 
+/* ---- a directory for --export and --init-from ---------------------------------- */
+
+/* The name Hugging Face gives a model's weights in its directory:
+ * save_pretrained(DIR) writes DIR/model.safetensors (with DIR/config.json
+ * beside it), and from_pretrained(DIR) reads them. */
+#define MODEL_FILE_NAME "model.safetensors"
+
+/* The file that --export or --init-from ARG means: ARG itself, or, when ARG
+ * is a directory, MODEL_FILE_NAME in it. An existing directory is one (a
+ * link to one too, as for from_pretrained); for an output, so is a path
+ * ending in '/' that does not exist yet (then its missing directory is
+ * refused as any output's is, with the mkdir to run). */
+static void model_file_of(const char *arg, int output, char *out, size_t len) {
+    struct stat st;
+    size_t n = strlen(arg);
+    int slash = n > 0 && arg[n - 1] == '/';
+    if (!(output && slash) && !(stat(arg, &st) == 0 && S_ISDIR(st.st_mode))) {
+        snprintf(out, len, "%s", arg);
+        return;
+    }
+    while (n > 0 && arg[n - 1] == '/') n--; /* "out//" is "out"; "/" is the root */
+    snprintf(out, len, "%.*s/%s", (int)n, arg, MODEL_FILE_NAME);
+}
+
+/* ---- GPT-2's config.json beside --init-from's file ----------------------------- */
+
+/* The path of `name` in the directory that holds `path` ("d/x.st" and
+ * "config.json": "d/config.json"; "x.st": "config.json"). */
+static void path_beside(const char *path, const char *name, char *out, size_t len) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(out, len, "%s", name);
+    else snprintf(out, len, "%.*s/%s", (int)(slash - path), path, name);
+}
+
+/* Rank 0 reads the config.json beside path, if there is one, and every
+ * rank receives its bytes: *text is NULL when there is none. A config.json
+ * that is there but cannot be read (a directory, a named pipe, too large)
+ * is refused by name: from_pretrained would fail on it too, and a model
+ * whose description cannot be read is not loaded on its shapes alone.
+ * Returns 0, or 2 on every rank, with the message on rank 0 (the caller's
+ * ckpt_agree prints it). */
+static int gpt2_config_everywhere(Trainer *t, const char *path, char **text, size_t *len,
+                                  char *err, size_t errlen) {
+    char config[FILES_MAX_PATH], why[FILES_MAX_PATH + 256];
+    struct stat st;
+    long n = -1; /* -1: no config.json; -2: one that cannot be read */
+    *text = NULL;
+    path_beside(path, "config.json", config, sizeof(config));
+    if (t->comm.rank == 0 && lstat(config, &st) == 0) {
+        size_t got = 0;
+        *text = file_read_small("config.json", config, JSON_MAX_TEXT, &got, why, sizeof(why));
+        n = *text ? (long)got : -2;
+        if (!*text)
+            usage_error(err, errlen,
+                        "--init-from %s: the config.json beside it cannot be read: %s Move it "
+                        "away, or make it Hugging Face's description of these weights.",
+                        path, why);
+    }
+    MPI_Bcast(&n, 1, MPI_LONG, 0, t->comm.comm);
+    if (n == -2) return 2;
+    if (n < 0) return 0;
+    if (t->comm.rank != 0) *text = (char *)host_malloc((size_t)n + 1, "hold config.json");
+    MPI_Bcast(*text, (int)n, MPI_CHAR, 0, t->comm.comm);
+    *len = (size_t)n;
+    return 0;
+}
+
+/* What Hugging Face's GPT2Config takes for a key config.json leaves out:
+ * from_pretrained builds the model with these, so a check must too. */
+typedef struct {
+    const char *key, *flag; /* config.json's name; the fsdp.c option that sets it */
+    long hf_default;
+} Gpt2ConfigInt;
+
+/* One whole-number field of config.json: absent, its default; present, a
+ * JSON integer in 1..2^31-1 (GPT2Config's fields are Python ints: 12.0 or
+ * "12" would fail there). Returns 0 with *value, or 2 with a message. */
+static int gpt2_config_int(const JsonObject *o, const Gpt2ConfigInt *f, long *value,
+                           const char *where, char *err, size_t errlen) {
+    const JsonMember *m = json_member(o, f->key);
+    char shown[96];
+    *value = f->hf_default;
+    if (!m) return 0;
+    if (m->kind != JSON_NUMBER || !m->integer || m->number < 1 || m->number > 2147483647.0)
+        return usage_error(err, errlen,
+                           "%s says %s %s, which is not a whole number of at least 1. Fix the "
+                           "file: Hugging Face's GPT2Config needs one too.",
+                           where, f->key, json_member_text(m, shown, sizeof(shown)));
+    *value = (long)m->number;
+    return 0;
+}
+
+/* A true/false field: absent, its default. Returns 0 or 2. */
+static int gpt2_config_bool(const JsonObject *o, const char *key, int hf_default, int *value,
+                            const char *where, char *err, size_t errlen) {
+    const JsonMember *m = json_member(o, key);
+    char shown[96];
+    *value = hf_default;
+    if (!m) return 0;
+    if (m->kind != JSON_TRUE && m->kind != JSON_FALSE)
+        return usage_error(err, errlen, "%s says %s %s, where true or false belongs. Fix the file.",
+                           where, key, json_member_text(m, shown, sizeof(shown)));
+    *value = m->kind == JSON_TRUE;
+    return 0;
+}
+
+/* The shape: what the run was given against what config.json says (or
+ * GPT2Config's default for what it leaves out). n_head above all: the
+ * weights of 4 heads and of 2 have the same shapes, and the wrong count
+ * trains without complaint, on attention split the wrong way. */
+static int gpt2_config_shape(const Config *c, const JsonObject *o, const char *where, char *err,
+                             size_t errlen) {
+    const Gpt2ConfigInt fields[5] = {{"n_head", "--n-head", 12},
+                                     {"n_layer", "--n-layer", 12},
+                                     {"n_embd", "--n-embd", 768},
+                                     {"n_positions", "--n-ctx", 1024},
+                                     {"vocab_size", "--vocab", 50257}};
+    const long ours[5] = {c->n_head, c->depth, c->width, c->n_ctx, c->vocab};
+    for (int i = 0; i < 5; i++) {
+        long v = 0;
+        if (gpt2_config_int(o, &fields[i], &v, where, err, errlen)) return 2;
+        if (v == ours[i]) continue;
+        if (!json_member(o, fields[i].key))
+            return usage_error(err, errlen,
+                               "%s gives no %s, which Hugging Face's GPT2Config reads as %ld, "
+                               "but this run has %s %ld. Give %s %ld, or write the model's %s "
+                               "into it.",
+                               where, fields[i].key, v, fields[i].flag, ours[i], fields[i].flag, v,
+                               fields[i].key);
+        return usage_error(err, errlen,
+                           "%s says %s %ld, but this run has %s %ld: the weights are of another "
+                           "model%s. Give %s %ld.",
+                           where, fields[i].key, v, fields[i].flag, ours[i],
+                           i == 0 ? " (its heads' projections have the same shapes whatever the "
+                                    "count, so only config.json can tell)"
+                                  : "",
+                           fields[i].flag, v);
+    }
+    long inner = 0;
+    const JsonMember *m = json_member(o, "n_inner"); /* null or absent: 4 x n_embd */
+    if (m && m->kind != JSON_NULL) {
+        Gpt2ConfigInt f = {"n_inner", "", 0};
+        if (gpt2_config_int(o, &f, &inner, where, err, errlen)) return 2;
+        if (inner != 4L * c->width)
+            return usage_error(err, errlen,
+                               "%s says n_inner %ld, but fsdp.c's MLP is 4 x n_embd = %ld wide "
+                               "(GPT-2's; n_inner null means the same). This model cannot be "
+                               "trained here.",
+                               where, inner, 4L * c->width);
+    }
+    return 0;
+}
+
+/* The arithmetic: the activation, LayerNorm's eps, attention's scaling,
+ * the tied lm_head. fsdp.c computes GPT-2's, and has no option for any
+ * other; a model that needs another is refused, not trained wrongly. */
+static int gpt2_config_math(const JsonObject *o, const char *where, char *err, size_t errlen) {
+    char shown[96];
+    const JsonMember *m = json_member(o, "model_type");
+    if (m && (m->kind != JSON_STRING || strcmp(m->text, "gpt2") != 0))
+        return usage_error(err, errlen,
+                           "%s says model_type %s: fsdp.c trains Hugging Face's gpt2 only. Give a "
+                           "GPT-2's weights.",
+                           where, json_member_text(m, shown, sizeof(shown)));
+    /* gelu_new is GPT-2's tanh approximation; gelu_pytorch_tanh and
+     * gelu_fast are the same function, computed by another kernel
+     * (transformers' activations.py says so), and "gelu" (erf) is not */
+    m = json_member(o, "activation_function");
+    if (m && (m->kind != JSON_STRING || (strcmp(m->text, "gelu_new") != 0 &&
+                                         strcmp(m->text, "gelu_pytorch_tanh") != 0 &&
+                                         strcmp(m->text, "gelu_fast") != 0)))
+        return usage_error(err, errlen,
+                           "%s says activation_function %s, but fsdp.c's MLP computes gelu_new "
+                           "(the tanh approximation, GPT-2's). This model cannot be trained here.",
+                           where, json_member_text(m, shown, sizeof(shown)));
+    m = json_member(o, "layer_norm_epsilon"); /* kernels/layers.h adds 1e-5f */
+    if (m && (m->kind != JSON_NUMBER || (float)m->number != 1e-5f))
+        return usage_error(err, errlen,
+                           "%s says layer_norm_epsilon %s, but fsdp.c's LayerNorm adds 1e-05 "
+                           "(GPT-2's). This model cannot be trained here.",
+                           where, json_member_text(m, shown, sizeof(shown)));
+    /* reorder_and_upcast_attn is left alone: it changes only the order and
+     * precision in which transformers' eager attention computes the same
+     * scores (and sdpa ignores it), not what they are */
+    static const char *const keys[3] = {"scale_attn_by_inverse_layer_idx", "scale_attn_weights",
+                                        "tie_word_embeddings"};
+    static const int want[3] = {0, 1, 1}, hf_default[3] = {0, 1, 1};
+    static const char *const why[3] = {
+        "divides layer i's attention scores by i + 1 as well",
+        "leaves attention's scores unscaled by 1/sqrt(head dim)",
+        "gives lm_head a matrix of its own, where fsdp.c ties it to wte (and reads no "
+        "lm_head.weight)"};
+    for (int i = 0; i < 3; i++) {
+        int v = 0;
+        if (gpt2_config_bool(o, keys[i], hf_default[i], &v, where, err, errlen)) return 2;
+        if (v != want[i])
+            return usage_error(err, errlen,
+                               "%s says %s %s: this model %s, and fsdp.c's GPT-2 does not. It "
+                               "cannot be trained here.",
+                               where, keys[i], v ? "true" : "false", why[i]);
+    }
+    return 0;
+}
+
+/* Dropout is not refused: the weights are the same, only training differs.
+ * But fsdp.c has none, and Hugging Face's GPT-2 has 0.1 by default, so the
+ * user is told, once. Returns 0, or 2 when a rate is not a number. */
+static int gpt2_config_dropout(const JsonObject *o, const char *path, int root, char *err,
+                               size_t errlen) {
+    static const char *const keys[3] = {"resid_pdrop", "embd_pdrop", "attn_pdrop"};
+    char rates[256] = "", shown[96];
+    size_t n = 0;
+    for (int i = 0; i < 3; i++) {
+        const JsonMember *m = json_member(o, keys[i]);
+        if (m && (m->kind != JSON_NUMBER || m->number < 0 || m->number > 1))
+            return usage_error(err, errlen,
+                               "--init-from %s: its config.json says %s %s, which is not a "
+                               "probability between 0 and 1. Fix the file.",
+                               path, keys[i], json_member_text(m, shown, sizeof(shown)));
+        if (m && m->number == 0) continue;
+        n += (size_t)snprintf(rates + n, sizeof(rates) - n, "%s%s %s", n ? ", " : "", keys[i],
+                              m ? m->text : "0.1 (absent: GPT2Config's default)");
+        if (n >= sizeof(rates)) n = sizeof(rates) - 1;
+    }
+    if (root && n)
+        printf("note: --init-from %s: its config.json has dropout: %s. fsdp.c trains without "
+               "dropout, as model.eval() computes, so its losses are not those of "
+               "model.train() with that config\n",
+               path, rates);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * A GPT-2's config.json, beside the --init-from file, against this run.
+ *
+ * A safetensors file holds tensors, not the model they belong to: the
+ * weights of n_head 4 and n_head 2 have the same shapes, and so do those of
+ * a model with another activation or LayerNorm eps. Loaded into the wrong
+ * one, they train without complaint, to a worse loss. Hugging Face keeps
+ * what the shapes cannot say in config.json, beside the weights, and
+ * from_pretrained builds the model from it: so do we, when it is there,
+ * refusing any difference by name. Every rank judges the same bytes (rank
+ * 0's), so every rank reaches the same verdict. No config.json: the shapes
+ * alone are checked, as before (OpenAI's checkpoint is often copied alone).
+ * Returns 0, or 2 with the message, on every rank.
+ * --------------------------------------------------------------------- */
+static int gpt2_check_config(Trainer *t, const char *path, char *err, size_t errlen) {
+    char *text = NULL, why[512], where[FILES_MAX_PATH + 64];
+    size_t len = 0;
+    if (gpt2_config_everywhere(t, path, &text, &len, err, errlen)) return 2;
+    if (!text) return 0;
+    JsonObject o;
+    int rc = 0;
+    snprintf(where, sizeof(where), "--init-from %s: its config.json", path);
+    if (json_object_parse(text, len, &o, why, sizeof(why)) != 0) {
+        char config[FILES_MAX_PATH];
+        path_beside(path, "config.json", config, sizeof(config));
+        rc = usage_error(err, errlen,
+                         "%s (%s) is not valid JSON: %s. Fix it (python3 -m json.tool %s shows "
+                         "where), or move it away to load the weights on their shapes alone.",
+                         where, config, why, config);
+    }
+    if (rc == 0) rc = gpt2_config_math(&o, where, err, errlen);
+    if (rc == 0) rc = gpt2_config_shape(&t->cfg, &o, where, err, errlen);
+    if (rc == 0) rc = gpt2_config_dropout(&o, path, t->comm.rank == 0, err, errlen);
+    json_object_free(&o);
+    free(text);
+    return rc;
+}
+
 /* ---- GPT-2 in Hugging Face's layout -------------------------------------------- */
 
 /* One parameter of a unit's full state (on the host) into the file, at
@@ -820,31 +1104,28 @@ static void export_param(OutFile *f, const Param *p, const float *full, uint64_t
 
 /* GPT-2's config.json beside the exported weights, so that Hugging Face's
  * GPT2LMHeadModel.from_pretrained(that directory) builds the same model:
- * gelu_new, LayerNorm eps 1e-5, no dropout, tied embeddings. The file is
- * named model.safetensors for from_pretrained to find it. */
-/* config.json beside a GPT-2 export, as Hugging Face's from_pretrained()
- * reads it: the shape, gelu_new, tied embeddings, no dropout. */
-static int gpt2_write_config(Trainer *t, const char *path, char *err) {
-    const Config *c = &t->cfg;
-    char dir[1024], file[1100], text[1024];
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-    snprintf(file, sizeof(file), "%s/config.json", dir);
-    int n = snprintf(text, sizeof(text),
-                     "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-                     "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_embd\": %d,\n"
-                     "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
-                     "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
-                     "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
-                     "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
-                     "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
-                     "  \"torch_dtype\": \"float32\"\n}\n",
-                     c->vocab, c->n_ctx, c->width, c->depth, c->n_head, c->vocab - 1, c->vocab - 1);
-    OutFile f;
-    memset(&f, 0, sizeof(f));
-    int rc = out_open(&f, "--export", file, err, 8192);
-    if (rc == 0) out_write(&f, text, (size_t)n);
-    return rc == 0 ? out_commit(&f, err, 8192) : rc;
+ * the shape, gelu_new, LayerNorm eps 1e-5, no dropout (fsdp.c trains
+ * without), tied embeddings. Its text into out (at most len bytes);
+ * returns its length. --init-from reads these fields back
+ * (gpt2_check_config).
+ *
+ * bos_token_id and eos_token_id must be tokens of the vocabulary:
+ * transformers warns of an id outside it, and generate() would stop on a
+ * token the model cannot produce. OpenAI's GPT-2 uses its last token,
+ * <|endoftext|> = 50256 of 50257, for both; a byte-level vocabulary (256)
+ * has no special token at all, and its last one (255) is the same
+ * convention: the highest id, in range, whatever --vocab is. */
+static int gpt2_config_text(const Config *c, char *out, size_t len) {
+    return snprintf(out, len,
+                    "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+                    "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_embd\": %d,\n"
+                    "  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+                    "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+                    "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+                    "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+                    "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
+                    "  \"torch_dtype\": \"float32\"\n}\n",
+                    c->vocab, c->n_ctx, c->width, c->depth, c->n_head, c->vocab - 1, c->vocab - 1);
 }
 
 /* What rank 0 prints after an export: how many tensors, whose names, and

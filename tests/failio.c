@@ -11,6 +11,9 @@
  *   FAILIO=short:SUBSTRING:ENOSPC the first write takes half of what it
  *                                 is given; the next one fails (a disk
  *                                 that fills up part way through)
+ *   FAILIO=rename:SUBSTRING:ERRNO rename(2) fails when the name it would
+ *                                 give contains SUBSTRING (the second of
+ *                                 two files committed together)
  *
  *   LD_PRELOAD=tests/failio.so FAILIO=fsync:trace.json:EIO ./fsdp ...
  *
@@ -26,21 +29,27 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-static int matches(int fd, const char *op) {
+/* Whether FAILIO names the operation op and a substring of path. */
+static int path_matches(const char *path, const char *op) {
     const char *spec = getenv("FAILIO");
-    char want[16], path[4096], link[64];
+    char want[16];
     if (!spec) return 0;
     const char *c1 = strchr(spec, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
     if (!c2 || (size_t)(c1 - spec) >= sizeof(want)) return 0;
     snprintf(want, sizeof(want), "%.*s", (int)(c1 - spec), spec);
     if (strcmp(want, op) != 0) return 0;
+    char sub[1024];
+    snprintf(sub, sizeof(sub), "%.*s", (int)(c2 - c1 - 1), c1 + 1);
+    return sub[0] && strstr(path, sub) != NULL;
+}
+
+static int matches(int fd, const char *op) {
+    char path[4096], link[64];
     snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
     ssize_t n = readlink(link, path, sizeof(path) - 1);
     if (n <= 0) return 0;
     path[n] = '\0';
-    char sub[1024];
-    snprintf(sub, sizeof(sub), "%.*s", (int)(c2 - c1 - 1), c1 + 1);
-    return sub[0] && strstr(path, sub) != NULL;
+    return path_matches(path, op);
 }
 
 static int chosen_errno(void) {
@@ -110,4 +119,14 @@ int close(int fd) {
         return -1;
     }
     return rc;
+}
+
+int rename(const char *from, const char *to) {
+    static int (*real)(const char *, const char *);
+    if (!real) real = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    if (path_matches(to, "rename")) {
+        errno = chosen_errno();
+        return -1;
+    }
+    return real(from, to);
 }

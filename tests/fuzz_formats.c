@@ -1,9 +1,9 @@
-/* tests/fuzz_formats.c — libFuzzer target for formats.c's three parsers.
+/* tests/fuzz_formats.c — libFuzzer target for formats.c's four parsers.
  *
  * Each input is tried as a whole safetensors file (file_size = its size),
  * as the start of a larger one (file_size > size, so offsets may point past
  * the bytes given and the "read more" answer, code 3, is reached), as
- * meta.txt, and as the start of a shard file. Under AddressSanitizer any
+ * meta.txt, as the start of a shard file, and as a config.json. Under AddressSanitizer any
  * read past the input is a crash, and leaks are reported at exit. Beyond
  * "does not crash", it checks promises the callers rely on, and aborts when
  * one is broken:
@@ -116,6 +116,32 @@ static void fuzz_shard_header(const uint8_t *data, size_t size) {
             "shard_header_encode(shard_header_decode(x)) is x");
 }
 
+/* config.json: read or refused; what is read is whole: each member's key
+ * is found by json_member (keys are distinct, so it finds that member),
+ * and a string or number's text lies in the arena, NUL-terminated. */
+static void fuzz_config(const uint8_t *data, size_t size) {
+    JsonObject o;
+    char err[256];
+    memset(err, 'x', sizeof(err));
+    int rc = json_object_parse((const char *)data, size, &o, err, sizeof(err));
+    promise(rc == 0 || rc == 2, "json_object_parse returns 0 or 2");
+    if (rc != 0) {
+        check_message(err, sizeof(err));
+        promise(o.members == NULL && o.n == 0 && o.arena == NULL, "a refused text holds nothing");
+        return;
+    }
+    for (int i = 0; i < o.n; i++) {
+        const JsonMember *m = &o.members[i];
+        promise(m->key[m->key_len] == '\0', "a key ends in a NUL");
+        if (strlen(m->key) == m->key_len) /* json_member takes a C string */
+            promise(json_member(&o, m->key) == m, "json_member finds each key, itself");
+        if (m->kind == JSON_STRING || m->kind == JSON_NUMBER)
+            promise(m->text && m->text[m->text_len] == '\0', "a value's text ends in a NUL");
+        else promise(m->text == NULL, "only strings and numbers have text");
+    }
+    json_object_free(&o);
+}
+
 #ifdef __cplusplus
 extern "C"
 #endif
@@ -125,6 +151,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_safetensors(data, size, UINT64_MAX); /* file_size - 8 must not wrap */
     fuzz_meta(data, size);
     fuzz_shard_header(data, size);
+    fuzz_config(data, size);
     return 0;
 }
 

@@ -200,13 +200,13 @@ run "Open MPI 5 (PyPI's; Debian 13 and Homebrew ship it): make run, plain mpirun
 run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
 run "checkpoints: resume bitwise, reshard 4->1,3,5,7 and 3->2, crash during a save, init-from, one run per --save-dir" bash tests/test_checkpoint.sh
 run "bad checkpoints and safetensors files are refused, nothing overwritten" bash tests/test_checkpoint_bad.sh
-run "files: no output replaces a device, pipe, link or directory; no two options share a path" bash tests/test_files.sh outputs
-run "files: a failed write, fsync or close exits non-zero on every rank, leaves no partial file" bash tests/test_files.sh failures
-run "files: no reader blocks on a pipe or reads /dev/zero: every input refused by name; --data cut short mid-run exits 2" bash tests/test_files.sh inputs
+run "files: no output replaces a device, pipe, link or directory; no two options share a path, nor a GPT-2 export's config.json; --export DIR as save_pretrained(DIR)" bash tests/test_files.sh outputs
+run "files: a failed write, fsync or close exits non-zero on every rank, leaves no partial file; a GPT-2's weights and config.json both or neither" bash tests/test_files.sh failures
+run "files: no reader blocks on a pipe or reads /dev/zero: every input refused by name; --data cut short mid-run exits 2; --init-from DIR reads DIR/model.safetensors" bash tests/test_files.sh inputs
 run "files: an edited checkpoint is refused (adam_step, loss scale too); --resume refuses other data, batch, context, optimizer settings or formats; a save's names checked before step 1" bash tests/test_files.sh checkpoints
-run "files: NaN/Inf, or beyond fp16 under fp16, in --init-from refused by name; a diverged loss stops with exit 5" bash tests/test_files.sh numbers
+run "files: NaN/Inf, or beyond fp16 under fp16, in --init-from refused by name (a Conv1D weight at the file's (in, out) index); a diverged loss stops with exit 5" bash tests/test_files.sh numbers
 run "files: messages: sizes in readable units once, 1P, values as typed, resume of a file, 1-D shapes; stdout full or closed fails; --plan of any shape is flat" bash tests/test_files.sh messages
-run "formats: CRC-32, safetensors and meta.txt, every rule" tests/test_formats
+run "formats: CRC-32, safetensors, meta.txt and config.json's JSON, every rule" tests/test_formats
 run "formats: interop with Hugging Face's safetensors (python3)" tests/test_formats --interop
 beside "formats: fuzz the readers (libFuzzer + ASan + UBSan, 20 s)" bash tests/test_fuzz.sh
 run "export: a standard safetensors reader gets the right names and shapes" bash tests/test_export_py.sh
@@ -297,7 +297,7 @@ run "the functions the course names are where it says (and exist), fsdp.c has no
 run "one glossary: every lecture's terms in lectures/glossary.md with the same Korean word, every lecture links it (the check can fail)" \
   bash -c "python3 tests/test_glossary.py --self-test && python3 tests/test_glossary.py"
 run "lecture 17's table maps every option of ./fsdp --help to PyTorch (the check can fail)" bash tests/test_flag_table.sh
-run "GPT-2 under FSDP: 2-6 ranks (every strategy family, transformer auto-wrap, checkpointing, accumulation, offload, units smaller than N, a checkpoint of 4 resumed on 2) compute 1 rank's parameters; Hugging Face's export layout; --plan gpt2-xl on 8 ranks gives ZeRO's 16, 4+12/8, 2+14/8 and 16/8 bytes a parameter; llm.c token files, and bad ones refused" bash tests/test_gpt2.sh
+run "GPT-2 under FSDP: 2-6 ranks (every strategy family, transformer auto-wrap, checkpointing, accumulation, offload, units smaller than N, a checkpoint of 4 resumed on 2) compute 1 rank's parameters; Hugging Face's export layout; --plan gpt2-xl on 8 ranks gives ZeRO's 16, 4+12/8, 2+14/8 and 16/8 bytes a parameter; llm.c token files, and bad ones refused; --init-from refuses a config.json of another model (n_head...) or not JSON, notes dropout" bash tests/test_gpt2.sh
 beside "GPT-2 is Hugging Face's: --init-from a transformers GPT-2, each step's loss equals transformers' under torch.optim.AdamW (1e-5) on 3 ranks, the export loads with from_pretrained, lm_head tied; a dropped gradient fails it" bash tests/test_gpt2_hf.sh
 run "the PyTorch lab beside fsdp.c: FSDP on CPU ranks computes the same losses on 3 ranks (shard_grad_op, accumulation in no_sync, clipping) and 2 (no_shard), a loss 0.1 % off fails; fsdp.c resumes 4 -> 2 ranks as DCP does (lecture 17 runs the rest)" bash tests/test_bridge.sh
 run "graded exercises: every stub fails its grader, every reference passes it" bash tests/test_exercises.sh

@@ -5,15 +5,22 @@
 #   outputs      an output never replaces what is not a regular file of ours
 #                (a device, a named pipe, a symbolic link, a directory, a
 #                checkpoint directory that is a link), two outputs (or an
-#                output and an input) never share a path
+#                output and an input) never share a path; the config.json a
+#                GPT-2's --export writes is checked as such an output before
+#                step 1; --export DIR writes DIR/model.safetensors (and
+#                config.json), as save_pretrained(DIR)
 #   failures     a failed write, fsync or close (injected by tests/failio.so)
 #                is a message and a non-zero exit on every rank, and leaves
-#                no partial file under the final name
+#                no partial file under the final name; a GPT-2's weights and
+#                config.json are replaced both or neither (a failed rename
+#                of the second puts the first back)
 #   inputs       a reader never blocks or reads without bound: a named pipe,
 #                a link to /dev/zero or /dev/urandom, a directory, for every
 #                file fsdp.c reads, is refused by name within seconds; a
 #                --data file truncated while training is a message, exit 2,
-#                and so is a --data or --val-data file rewritten in place
+#                and so is a --data or --val-data file rewritten in place;
+#                --init-from DIR reads DIR/model.safetensors, and a
+#                directory without it is refused naming what it holds
 #   checkpoints  an edited checkpoint is refused: meta.txt's own checksum,
 #                its step against the directory and the shard headers,
 #                adam_step <= step, adam_step and the loss scale against the
@@ -21,10 +28,11 @@
 #                shard files, a shard from another checkpoint; --resume with
 #                other data, batch, context, optimizer settings or formats;
 #                a .tmp-step-N or step-N a save needs, refused before step 1
-#   numbers      NaN or Inf in --init-from is refused by name, and so is a
-#                value beyond fp16 under --param-dtype fp16; a loss that
-#                stops being a number ends the run with exit 5, and at a
-#                run's first step its hint names the checkpoint or
+#   numbers      NaN or Inf in --init-from is refused by name (at the file's
+#                index: a Hugging Face Conv1D weight's is (in, out)), and so
+#                is a value beyond fp16 under --param-dtype fp16; a loss
+#                that stops being a number ends the run with exit 5, and at
+#                a run's first step its hint names the checkpoint or
 #                --init-from file the parameters came from, not --lr
 #   messages     sizes in units that show them, once; 1P; the value as typed;
 #                meta.txt that is a directory; --resume of a file; a trace
@@ -88,7 +96,8 @@ outputs() {
   refused "--trace to a symbolic link" "is a symbolic link" 2 --steps 2 --trace "$d/link"
   [ -L "$d/link" ] && [ "$(cat "$d/target")" = precious ] && ok "... and the link and its target are untouched" \
     || bad "the link or its target changed"
-  refused "--export to a directory" "is a directory" 2 --steps 2 --export "$d/dir"
+  mkdir "$d/dir/model.safetensors" # --export DIR means DIR/model.safetensors, here a directory
+  refused "--export to a directory" "model.safetensors: is a directory" 2 --steps 2 --export "$d/dir"
   refused "--export X --trace X" "name the same file" 2 --steps 2 --export "$d/same" --trace "$d/same"
   refused "--export X --trace ./X (one file, two spellings)" "name the same file" 2 --steps 2 --export "$d/same" --trace "$d/dir/../same"
   printf 'some text to train on, long enough for a context of 8\n' >"$d/data.txt"
@@ -130,6 +139,62 @@ outputs() {
   mkdir "$d/ck5"; echo "not a checkpoint" >"$d/ck5/step-00000002"
   refused "--save-dir holding a step-N that is a file" "step-00000002 is a regular file, where checkpoints are directories" \
     2 --steps 2 --save-dir "$d/ck5"
+  export_config
+}
+
+# A GPT-2's --export writes config.json beside the weights, as
+# save_pretrained does: an output no option names, checked as --export's
+# own path is, and against every other file, before step 1 (--steps
+# 1000000: found after training, it would be a timeout here); the pair's
+# commit is in `failures`. --export DIR (or DIR/) writes DIR/model.safetensors
+# and DIR/config.json, as save_pretrained(DIR).
+export_config() {
+  local G="--model gpt2-tiny --steps 1000000" h="$d/hf"
+  mkdir -p "$h"
+  refused "--json over the config.json a GPT-2's --export writes" \
+    "--export $h/x.safetensors writes config.json beside it, as save_pretrained does, to $h/config.json, which --json $h/config.json also names" \
+    2 $G --export "$h/x.safetensors" --json "$h/config.json"
+  cp "$d/data.txt" "$h/config.json"
+  refused "--data that is the config.json --export writes" "writes config.json beside it, as save_pretrained does, over --data $h/config.json, which this run reads" \
+    2 $G --export "$h/x.safetensors" --data "$h/config.json"
+  grep -q "some text" "$h/config.json" && ok "... and the data is untouched" || bad "the --data file was replaced"
+  python3 -c "import struct, sys
+open(sys.argv[1], 'wb').write(struct.pack('<256I', 20240328, 1, 256, *[0] * 253) + b''.join(bytes([1, i]) for i in range(256)))" "$h/config.json"
+  refused "--tokenizer that is the config.json --export writes" "over --tokenizer $h/config.json, which this run reads" \
+    2 $G --export "$h/x.safetensors" --sample 4 --tokenizer "$h/config.json"
+  [ "$(head -c 4 "$h/config.json" | od -An -tu4 | tr -d ' ')" = 20240328 ] && ok "... and the tokenizer is untouched" || bad "the tokenizer was replaced"
+  rm "$h/config.json"
+  refused "--export named config.json (the weights would be replaced by it)" "the weights cannot be named config.json" 2 $G --export "$h/config.json"
+  mkdir "$h/config.json"
+  refused "a directory named config.json where --export writes it" "but $h/config.json is a directory: fsdp.c replaces only regular files" \
+    2 $G --export "$h/x.safetensors"
+  rmdir "$h/config.json"; ln -s "$d/target" "$h/config.json"
+  refused "a symbolic link named config.json there" "but $h/config.json is a symbolic link" 2 $G --export "$h/x.safetensors"
+  [ -L "$h/config.json" ] && [ "$(cat "$d/target")" = precious ] && ok "... and the link and its target are untouched" || bad "the link or its target changed"
+  rm "$h/config.json"; mkfifo "$h/config.json"
+  refused "a named pipe named config.json there" "but $h/config.json is a named pipe (FIFO)" 2 $G --export "$h/x.safetensors"
+  [ -p "$h/config.json" ] && ok "... and it is still a named pipe" || bad "the named pipe was replaced"
+  rm "$h/config.json"
+  [ -z "$(ls -A "$h")" ] && ok "no refused export left a file" || bad "left: $(ls -A "$h")"
+  runs_ok "--export DIR, an existing directory, as save_pretrained(DIR)" 2 --model gpt2-tiny --steps 2 --export "$h"
+  python3 - "$h" <<'PY' && ok "... wrote DIR/model.safetensors and DIR/config.json, whose bos and eos are tokens of the vocabulary" || bad "--export DIR: $(ls -A "$h")"
+import json, os, sys
+c = json.load(open(os.path.join(sys.argv[1], "config.json")))
+assert os.path.getsize(os.path.join(sys.argv[1], "model.safetensors")) > 1000
+assert 0 <= c["bos_token_id"] < c["vocab_size"] and 0 <= c["eos_token_id"] < c["vocab_size"], c
+PY
+  refused "--export beside the config.json --init-from reads" \
+    "over --init-from's config.json $h/config.json, which this run reads. Export into another directory" \
+    2 $G --init-from "$h/model.safetensors" --export "$h/y.safetensors"
+  mkdir "$d/hf2"
+  runs_ok "--export DIR/ (a trailing slash)" 2 --model gpt2-tiny --steps 2 --export "$d/hf2/"
+  [ -f "$d/hf2/model.safetensors" ] && [ -f "$d/hf2/config.json" ] && ok "... wrote DIR/model.safetensors and DIR/config.json" || bad "--export DIR/: $(ls -A "$d/hf2")"
+  refused "--export NEW/, a directory that does not exist" "the directory $d/new does not exist. Create it first (mkdir -p $d/new)" \
+    2 $G --export "$d/new/"
+  mkdir "$d/mlp"
+  runs_ok "the byte MLP's --export DIR" 2 --steps 2 --export "$d/mlp"
+  [ "$(ls -A "$d/mlp")" = model.safetensors ] && ok "... wrote DIR/model.safetensors and no config.json (it is not Hugging Face's)" \
+    || bad "the MLP's --export DIR: $(ls -A "$d/mlp")"
 }
 
 failures() {
@@ -159,6 +224,33 @@ failures() {
   [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "meta.txt: writing failed (fsync" <<<"$out" && [ -z "$(ls -A "$d/ck2")" ] \
     && ok "meta.txt that cannot be flushed: exit $rc, no step-N and no .tmp-step-N left" \
     || { bad "meta.txt fsync: exit $rc, left: $(ls -A "$d/ck2")"; tail -3 <<<"$out"; }
+  # A GPT-2's model.safetensors and config.json are committed as a pair: a
+  # write, fsync or close of either that fails leaves neither (the old pair
+  # as it was, or nothing in a fresh directory), and so does a rename of
+  # config.json that fails after the weights' (the weights are put back).
+  # What the message says is what is left.
+  local fresh left says
+  for op in write:config.json:ENOSPC fsync:model.safetensors:EIO close:config.json:EIO rename:config.json:EIO; do
+    for fresh in 0 1; do
+      rm -rf "$d/pair"; mkdir "$d/pair"
+      [ $fresh = 1 ] || { echo old >"$d/pair/model.safetensors"; echo old >"$d/pair/config.json"; }
+      out=$(timeout 60 $MPIRUN -np 3 -x LD_PRELOAD="$FAILIO" -x FAILIO="$op" ./fsdp $T --model gpt2-tiny --steps 2 \
+        --export "$d/pair/model.safetensors" 2>&1); rc=$?
+      left=$(ls -A "$d/pair" | tr '\n' ' ')
+      case $op:$fresh in
+        rename*:0) says="model.safetensors, written with it, was put back as it was, so neither file changed" ;;
+        rename*:1) says="model.safetensors, written with it, was removed again, so neither file changed" ;;
+        *) says="so neither was written: no partial file was left under either name" ;;
+      esac
+      if [ $rc -eq 1 ] && grep -qF "$says" <<<"$out" && grep -q "^error: --export $d/pair/[a-z.]*: writing failed (${op%%:*}" <<<"$out" &&
+         if [ $fresh = 1 ]; then [ -z "$left" ]; else [ "$(cat "$d/pair/model.safetensors" "$d/pair/config.json")" = "$(printf 'old\nold')" ] &&
+         [ "$left" = "config.json model.safetensors " ]; fi; then
+        ok "$op, $([ $fresh = 1 ] && echo "a fresh directory: nothing left" || echo "over an old pair: both kept"): exit 1, '$(grep '^error:' <<<"$out" | cut -c8-200)...'"
+      else
+        bad "$op (fresh $fresh): exit $rc, left: $left, not saying '$says'"; tail -3 <<<"$out"
+      fi
+    done
+  done
 }
 
 inputs() {
@@ -202,6 +294,7 @@ open(sys.argv[1], 'wb').write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)
   rewrites --data tok.bin --model gpt2-tiny
   rewrites --val-data tok.bin --model gpt2-tiny --data "$d/tok.bin" --val-every 1
   rewrites --data low.txt --model gpt2-tiny --vocab 64
+  init_dir
 }
 rewrites() { # rewrites FLAG FILE FLAGS...: FILE's tokens become 0xffff mid-run, same size: exit 2
   local flag=$1 f=$d/rw-$2 out rc pid i; shift
@@ -224,6 +317,30 @@ rewrites() { # rewrites FLAG FILE FLAGS...: FILE's tokens become 0xffff mid-run,
   else
     bad "$what: exit $rc (124 = hang), wanted 2 and a message"; tail -6 <<<"$out"
   fi
+
+}
+
+# --init-from DIR reads DIR/model.safetensors and its config.json, as
+# from_pretrained(DIR) does; a directory without one is refused naming the
+# file it lacks, and what it holds instead.
+init_dir() {
+  local out rc
+  mkdir -p "$d/hfd" "$d/other"
+  timeout 60 $MPIRUN -np 2 ./fsdp $T --model gpt2-tiny --steps 0 --export "$d/hfd" >/dev/null 2>&1 || bad "could not export GPT-2"
+  out=$(timeout 60 $MPIRUN -np 2 ./fsdp $T --model gpt2-tiny --steps 2 --init-from "$d/hfd" 2>&1); rc=$?
+  [ $rc -eq 0 ] && grep -q "^initialised from $d/hfd/model.safetensors$" <<<"$out" \
+    && ok "--init-from DIR: exit 0, initialised from DIR/model.safetensors" || { bad "--init-from DIR: exit $rc"; tail -3 <<<"$out"; }
+  refused "--init-from DIR reads DIR/config.json too" "--init-from $d/hfd/model.safetensors: its config.json says n_head 2, but this run has --n-head 4" \
+    2 --model gpt2-tiny --steps 2 --n-head 4 --init-from "$d/hfd/"
+  refused "--init-from a directory without model.safetensors" \
+    "--init-from $d/other: is a directory without $d/other/model.safetensors, the file from_pretrained($d/other) reads" \
+    2 --steps 2 --init-from "$d/other"
+  cp "$d/hfd/model.safetensors" "$d/other/weights.safetensors"
+  refused "... holding a safetensors file of another name" "Give the file it holds instead: --init-from $d/other/weights.safetensors" \
+    2 --model gpt2-tiny --steps 2 --init-from "$d/other"
+  echo '{}' >"$d/other/model.safetensors.index.json"
+  refused "... holding a sharded checkpoint" "is a directory holding a sharded checkpoint ($d/other/model.safetensors.index.json)" \
+    2 --model gpt2-tiny --steps 2 --init-from "$d/other"
 }
 shrinks() { # shrinks WHAT FLAGS...: --data cut short mid-run, exit 2 with the message
   local what=$1 out rc pid i; shift
@@ -411,6 +528,25 @@ PY
     --lr 10 --param-dtype fp16 --grad-scaler --resume "$ck"
   starts_nan "--init-from a finite 3e38" "the weights --init-from $d/huge.st loaded overflow" \
     --init-from "$d/huge.st"
+  # A Hugging Face file holds GPT-2's Conv1D weights (in, out), fsdp.c
+  # (out, in): a bad value is named at the file's index, where the user
+  # will look for it. c_attn is (32, 96) in the file, so its [20, 90] is
+  # (96, 32)'s [90, 20] in fsdp.c, a row the file does not have.
+  mkdir -p "$d/g"
+  timeout 60 $MPIRUN -np 2 ./fsdp $T --model gpt2-tiny --steps 0 --export "$d/g/model.safetensors" >/dev/null 2>&1 \
+    || bad "could not export GPT-2"
+  python3 - "$d/g/model.safetensors" "$d/g/nan.safetensors" <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+t = json.loads(raw[8:8 + n])["transformer.h.0.attn.c_attn.weight"]
+assert t["shape"] == [32, 96], t["shape"]
+at = 8 + n + t["data_offsets"][0] + 4 * (20 * 96 + 90)
+raw[at:at + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(raw)
+PY
+  refused "--init-from a Hugging Face file with NaN in a Conv1D weight: the file's (in, out) index" \
+    "transformer.h.0.attn.c_attn.weight[20, 90] is nan" 3 --model gpt2-tiny --steps 2 --init-from "$d/g/nan.safetensors"
 }
 starts_nan() { # starts_nan WHAT HINT FLAGS...: exit 5 at the run's first step, the hint naming HINT
   local what=$1 hint=$2 out rc; shift 2

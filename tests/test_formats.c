@@ -14,6 +14,9 @@
  *                lines), what changes it and what does not
  *   shard header shard_header_encode -> shard_header_decode, byte by byte;
  *                every refusal; no byte of the header ignored
+ *   config.json  json_object_parse: OpenAI's gpt2 config read, every JSON
+ *                rule broken once, nesting bounded, every prefix refused,
+ *                every one-byte change read or refused in one line
  *   --interop    only: live interop with Hugging Face's library, both ways
  *                (tests/fixtures/st_check.py); needs python3 with
  *                safetensors and numpy, and exits 77 ("skipped") without
@@ -1395,6 +1398,181 @@ static void test_shard_header(void) {
 }
 
 /* ============================================================================
+ * config.json: json_object_parse
+ * ========================================================================== */
+
+/* OpenAI's gpt2 on the Hub, as it is (n_ctx, which GPT2Config no longer
+ * reads, and a nested task_specific_params included) */
+static const char OPENAI_GPT2_CONFIG[] =
+    "{\n  \"activation_function\": \"gelu_new\",\n  \"architectures\": [\n"
+    "    \"GPT2LMHeadModel\"\n  ],\n  \"attn_pdrop\": 0.1,\n  \"bos_token_id\": 50256,\n"
+    "  \"embd_pdrop\": 0.1,\n  \"eos_token_id\": 50256,\n  \"initializer_range\": 0.02,\n"
+    "  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n  \"n_ctx\": 1024,\n"
+    "  \"n_embd\": 768,\n  \"n_head\": 12,\n  \"n_layer\": 12,\n  \"n_positions\": 1024,\n"
+    "  \"resid_pdrop\": 0.1,\n  \"summary_activation\": null,\n"
+    "  \"summary_first_dropout\": 0.1,\n  \"summary_proj_to_labels\": true,\n"
+    "  \"summary_type\": \"cls_index\",\n  \"summary_use_proj\": true,\n"
+    "  \"task_specific_params\": {\n    \"text-generation\": {\n      \"do_sample\": true,\n"
+    "      \"max_length\": 50\n    }\n  },\n  \"vocab_size\": 50257\n}\n";
+
+static int json_try(const char *text, size_t len, JsonObject *o, char *err, size_t errlen) {
+    char *exact = (char *)malloc(len ? len : 1); /* exact size: ASan sees any over-read */
+    memcpy(exact, text, len);
+    int rc = json_object_parse(exact, len, o, err, errlen);
+    free(exact);
+    return rc;
+}
+
+static void json_refuses(const char *what, const char *text, const char *needle) {
+    JsonObject o;
+    char err[256] = "";
+    int rc = json_try(text, strlen(text), &o, err, sizeof(err));
+    check(rc == 2 && strstr(err, needle) && !strchr(err, '\n') && o.n == 0 && !o.members,
+          what, "rc %d: %s", rc, err);
+    json_object_free(&o);
+}
+
+static void json_accepts(const char *what, const char *text) {
+    JsonObject o;
+    char err[256] = "";
+    int rc = json_try(text, strlen(text), &o, err, sizeof(err));
+    check(rc == 0, what, "rc %d %s(%d members)", rc, err, o.n);
+    json_object_free(&o);
+}
+
+static void test_config_json(void) {
+    printf("config.json\n");
+    JsonObject o;
+    char err[256] = "";
+    int rc = json_try(OPENAI_GPT2_CONFIG, strlen(OPENAI_GPT2_CONFIG), &o, err, sizeof(err));
+    const JsonMember *heads = json_member(&o, "n_head"), *eps = json_member(&o, "layer_norm_epsilon"),
+                     *act = json_member(&o, "activation_function"),
+                     *tasks = json_member(&o, "task_specific_params"),
+                     *summary = json_member(&o, "summary_activation"),
+                     *use = json_member(&o, "summary_use_proj"), *arch = json_member(&o, "architectures");
+    check(rc == 0 && o.n == 22, "OpenAI's gpt2 config.json: 22 members", "rc %d, %d %s", rc, o.n, err);
+    check(heads && heads->kind == JSON_NUMBER && heads->integer && heads->number == 12.0,
+          "n_head 12, an integer", "%s", heads ? heads->text : "missing");
+    check(eps && eps->kind == JSON_NUMBER && !eps->integer && eps->number == 1e-5 &&
+              !strcmp(eps->text, "1e-05"),
+          "layer_norm_epsilon 1e-05, a float, as written", "%s", eps ? eps->text : "missing");
+    check(act && act->kind == JSON_STRING && !strcmp(act->text, "gelu_new") && act->text_len == 8,
+          "activation_function \"gelu_new\"", "%s", act ? act->text : "missing");
+    check(tasks && tasks->kind == JSON_OBJECT && arch && arch->kind == JSON_ARRAY && summary &&
+              summary->kind == JSON_NULL && use && use->kind == JSON_TRUE,
+          "nested object, array, null, true: their kinds", "%d %d", tasks ? (int)tasks->kind : -1,
+          arch ? (int)arch->kind : -1);
+    check(!json_member(&o, "do_sample") && !json_member(&o, "n_hea") && !json_member(&o, ""),
+          "nested keys and prefixes are not members", "");
+    json_object_free(&o);
+
+    /* a key with \u0000 inside is not the key before it; escapes decoded */
+    const char *escaped =
+        "{\"n_head\\u0000\": 3, \"n\\u005fhead\": 4, \"s\": \"a\\\"\\u00e9\\ud83d\\ude00\"}";
+    rc = json_try(escaped, strlen(escaped), &o, err, sizeof(err));
+    heads = json_member(&o, "n_head");
+    const JsonMember *str = json_member(&o, "s");
+    check(rc == 0 && heads && heads->number == 4.0 && str && str->text_len == 8 &&
+              !memcmp(str->text, "a\"\xc3\xa9\xf0\x9f\x98\x80", 8),
+          "escapes decoded; \"n_head\\u0000\" is its own key", "rc %d %s", rc, err);
+    json_object_free(&o);
+    const char *numbers = "{\"a\":-0,\"b\":-12.5e+2,\"c\":0.5E-3}";
+    rc = json_try(numbers, strlen(numbers), &o, err, sizeof(err));
+    const JsonMember *na = json_member(&o, "a"), *nb = json_member(&o, "b"), *nc = json_member(&o, "c");
+    check(rc == 0 && na && na->integer && nb && !nb->integer && nb->number == -1250.0 && nc &&
+              nc->number == 0.5e-3,
+          "numbers: -0 (an integer), -12.5e+2, 0.5E-3", "rc %d %s", rc, err);
+    json_object_free(&o);
+    json_accepts("the empty object", "{}");
+    json_accepts("whitespace around, nested empties", " \t\r\n{\"a\":[],\"b\":{},\"c\":[[{}]]}\n\n");
+
+    /* every rule broken once */
+    json_refuses("an empty file", "",
+                 "expected '{' (the file is one JSON object), found the end of the file");
+    json_refuses("an array at the top", "[1, 2]", "line 1, column 1: expected '{'");
+    json_refuses("a byte-order mark", "\xef\xbb\xbf{}", "byte-order mark");
+    json_refuses("a trailing comma", "{\"a\": 1,}", "expected a key after ','");
+    json_refuses("a trailing comma in an array", "{\"a\": [1,]}", "expected a value");
+    json_refuses("a comment", "{\"a\": 1 // heads\n}", "expected ',' or '}', found '/'");
+    json_refuses("single quotes", "{'a': 1}", "expected a string");
+    json_refuses("NaN", "{\"a\": NaN}", "NaN and Infinity are not JSON");
+    json_refuses("-Infinity", "{\"a\": -Infinity}", "a number needs a digit after its '-'");
+    json_refuses("a leading zero", "{\"n_head\": 012}", "leading zero");
+    json_refuses("a bare '.'", "{\"a\": 1.}", "a digit after its '.'");
+    json_refuses("an empty exponent", "{\"a\": 1e}", "a digit in its exponent");
+    json_refuses("a number beyond a double", "{\"a\": 1e400}", "the number 1e400 is beyond the range");
+    json_refuses("a bare word", "{\"a\": gelu}", "expected a value");
+    json_refuses("True, Python's spelling", "{\"a\": True}", "expected a value");
+    json_refuses("a literal run on", "{\"a\": truex}", "expected ',' or '}', found 'x'");
+    json_refuses("a key given twice", "{\"n_head\": 2, \"x\": 0, \"n_head\": 4}",
+                 "the key 'n_head' is given twice");
+    json_refuses("an unterminated string", "{\"a\": \"gelu", "unterminated string");
+    json_refuses("a raw newline in a string", "{\"a\": \"ge\nlu\"}", "control byte 0x0a");
+    json_refuses("invalid UTF-8", "{\"a\": \"\xff\"}", "not valid UTF-8");
+    json_refuses("half a surrogate pair", "{\"a\": \"\\ud83d\"}", "surrogate");
+    json_refuses("a second object after the first", "{} {}", "more after the object's closing '}'");
+    json_refuses("cut short inside a nested object", "{\"t\": {\"x\": [1, 2", "found the end of the file");
+    json_refuses("a missing ':'", "{\"a\" 1}", "expected ':' after a key");
+    rc = json_try("{\"a\": 1\0}", 9, &o, err, sizeof(err));
+    check(rc == 2 && strstr(err, "found byte 0x00"), "a NUL byte between members", "rc %d: %s", rc, err);
+    json_refuses("position in lines and columns", "{\n  \"a\": 1,\n  \"b\": @\n}", "line 3, column 8:");
+
+    /* nesting: JSON_MAX_DEPTH levels (the top object is level 1) are read,
+     * one more is refused, and a million '[' neither recurse nor crash */
+    size_t deep = 2000000;
+    char *text = (char *)malloc(deep + 16);
+    for (int levels = JSON_MAX_DEPTH; levels <= JSON_MAX_DEPTH + 1; levels++) {
+        size_t n = 0;
+        n += (size_t)sprintf(text, "{\"a\":");
+        for (int i = 1; i < levels; i++) text[n++] = '[';
+        for (int i = 1; i < levels; i++) text[n++] = ']';
+        text[n++] = '}';
+        rc = json_try(text, n, &o, err, sizeof(err));
+        check(levels == JSON_MAX_DEPTH ? rc == 0 : rc == 2 && strstr(err, "nested deeper than"),
+              levels == JSON_MAX_DEPTH ? "nested JSON_MAX_DEPTH levels: read"
+                                       : "nested one level more: refused",
+              "rc %d %s", rc, err);
+        json_object_free(&o);
+    }
+    memcpy(text, "{\"a\":", 5);
+    memset(text + 5, '[', deep);
+    rc = json_try(text, deep + 5, &o, err, sizeof(err));
+    check(rc == 2 && strstr(err, "nested deeper than"), "two million '[': refused, no deep recursion",
+          "rc %d %.60s", rc, err);
+    free(text);
+
+    /* every prefix of a valid file is refused (a file cut short never
+     * reads as a smaller config), and every one-byte change is either
+     * read or refused with one line, never anything else */
+    size_t len = strlen(OPENAI_GPT2_CONFIG), prefixes_ok = 0, changes_ok = 0, changes = 0;
+    const char *last = OPENAI_GPT2_CONFIG + len - 2; /* the closing '}' */
+    for (size_t n = 0; n < len; n++) {
+        rc = json_try(OPENAI_GPT2_CONFIG, n, &o, err, sizeof(err));
+        prefixes_ok += (OPENAI_GPT2_CONFIG + n > last) ? rc == 0 : rc == 2 && err[0];
+        json_object_free(&o);
+    }
+    check(prefixes_ok == len, "every prefix cut before the '}' refused", "%zu of %zu", prefixes_ok, len);
+    char *copy = (char *)malloc(len);
+    static const char swaps[] = {'\0', '"', '{', '}', '[', ']', ',', ':',
+                                 '\\', '0', '-', 'e', 'x', '\n', '\x80'};
+    for (size_t i = 0; i < len; i++)
+        for (size_t k = 0; k < sizeof(swaps); k++) {
+            memcpy(copy, OPENAI_GPT2_CONFIG, len);
+            copy[i] = swaps[k];
+            memset(err, 'x', sizeof(err));
+            rc = json_try(copy, len, &o, err, sizeof(err));
+            changes++;
+            changes_ok += (rc == 0 && o.n > 0) ||
+                          (rc == 2 && memchr(err, '\0', sizeof(err)) && !strchr(err, '\n') && err[0] &&
+                           o.n == 0 && !o.members);
+            json_object_free(&o);
+        }
+    free(copy);
+    check(changes_ok == changes, "every one-byte change: read, or refused in one line", "%zu of %zu",
+          changes_ok, changes);
+}
+
+/* ============================================================================
  * Seeds for the fuzzer: valid files of both kinds
  * ========================================================================== */
 
@@ -1457,6 +1635,13 @@ static int write_seeds(const char *dir) {
     shard_header_encode(&sh, shard);
     snprintf(path, sizeof(path), "%s/shard-0.bin", dir);
     bad += write_file(path, shard, sizeof(shard)) != 0;
+    /* config.json: OpenAI's, and one with each kind of value */
+    snprintf(path, sizeof(path), "%s/config-0.json", dir);
+    bad += write_file(path, OPENAI_GPT2_CONFIG, strlen(OPENAI_GPT2_CONFIG)) != 0;
+    static const char kinds[] =
+        "{\"a\":null,\"b\":[true,false,{\"c\":-1.5e-3}],\"\\u00e9\":\"\\ud83d\\ude00\",\"d\":0}";
+    snprintf(path, sizeof(path), "%s/config-1.json", dir);
+    bad += write_file(path, kinds, strlen(kinds)) != 0;
     if (bad) fprintf(stderr, "test_formats: could not write every seed into %s\n", dir);
     return bad ? 1 : 0;
 }
@@ -1502,6 +1687,7 @@ int main(int argc, char **argv) {
         test_meta_v2();
         test_layout_hash();
         test_shard_header();
+        test_config_json();
     }
     printf("%d passed, %d failed\n", passes, failures);
     return failures > 76 ? 76 : failures; /* never 77, the suite's "skipped" */

@@ -13,7 +13,12 @@
 #     16 psi / 64 for its three stages;
 #   - llm.c's token files train (and serve as --val-data), its tokenizer
 #     file decodes --sample; bad ones (and bad shapes) are refused with
-#     exit 2 and a message.
+#     exit 2 and a message;
+#   - --init-from reads the config.json beside the file: a different
+#     n_head (which shapes cannot show), n_layer, n_embd, n_positions,
+#     vocab_size, eps, activation, n_inner or attention scaling is
+#     refused naming the field, both values and the flag; dropout is a
+#     note; a config.json that is not JSON, or not a file, is refused.
 # tests/test_gpt2_hf.sh compares with transformers itself.
 set -u
 cd "$(dirname "$0")/.."
@@ -292,4 +297,113 @@ refused "--resume without the --val-every that held out the last tenth" "from 27
 refused "--resume of a run on all the embedded corpus, with --val-every" "this run from 117965" 2 --resume "$D/ck" --val-every 2
 same valresumed valsaved 3 "${V[@]}" --resume "$D/ckv/step-00000002"
 refused "--resume with another --vocab" "(GPT-2, vocab 256 n_head 2 context 16 n_embd 32 n_layer 2); this run has GPT-2, vocab 300" 2 --resume "$D/ck" --vocab 300
+
+# --init-from reads the config.json beside the file, as from_pretrained
+# does: the weights of n_head 4 and n_head 2 have the same shapes, and
+# loaded into the wrong one they train on without complaint. Any field
+# that changes the model, against this run's flags (or GPT2Config's
+# default when the file leaves it out), is refused naming the field, both
+# values and the flag to give; dropout is a note (fsdp.c has none); a
+# config.json that is not JSON, or not a file, is refused by name, on
+# every rank, without a hang. No config.json: the shapes alone, as before.
+says() { # says WHAT NP FRAGMENT FLAGS...: exit 2, FRAGMENT (fixed text) in the one error line
+  local what=$1 np=$2 frag=$3; shift 3
+  timeout 60 $MPIRUN -np "$np" ./fsdp $ARGS "$@" >"$D/cfg.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 2 ] && [ "$(grep -c '^error:' "$D/cfg.log")" -eq 1 ] && grep -qF -- "$frag" "$D/cfg.log"; then
+    ok "$what: exit 2, '$(grep -m1 '^error' "$D/cfg.log" | cut -c8-200)...'"
+  else bad "$what: exit $rc (124: a hang), not one error saying '$frag':"; tail -3 "$D/cfg.log"; fi
+}
+loads() { # loads WHAT NP FRAGMENT FLAGS...: exit 0, FRAGMENT (fixed text; may be "") in the output
+  local what=$1 np=$2 frag=$3; shift 3
+  timeout 60 $MPIRUN -np "$np" ./fsdp $ARGS "$@" >"$D/cfg.log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ] && grep -qF -- "$frag" "$D/cfg.log" && grep -q '^initialised from' "$D/cfg.log"; then
+    ok "$what: exit 0${frag:+, '$(grep -m1 -F -- "$frag" "$D/cfg.log" | cut -c1-160)...'}"
+  else bad "$what: exit $rc, or not saying '$frag':"; tail -3 "$D/cfg.log"; fi
+}
+variant() { # variant NAME PYTHON: $D/cv/NAME/ holds h4's weights and its config.json as PYTHON edits c
+  mkdir -p "$D/cv/$1"; cp "$D/h4/model.safetensors" "$D/cv/$1/"
+  python3 -c "import json, sys; c = json.load(open(sys.argv[1])); $2
+open(sys.argv[2], 'w').write(json.dumps(c, indent=2))" "$D/h4/config.json" "$D/cv/$1/config.json"
+}
+mkdir -p "$D/h4"
+run_fsdp 2 "$D/h4.log" --n-head 4 --export "$D/h4/model.safetensors"
+says "an export of --n-head 4 loaded with --n-head 2 (3 ranks)" 3 \
+  "its config.json says n_head 4, but this run has --n-head 2: the weights are of another model" \
+  --n-head 2 --init-from "$D/h4/model.safetensors"
+loads "... with --n-head 4" 2 "" --n-head 4 --init-from "$D/h4/model.safetensors"
+variant layers 'c["n_layer"] = 3'
+says "config.json's n_layer 3" 2 "says n_layer 3, but this run has --n-layer 2" --n-head 4 --init-from "$D/cv/layers/model.safetensors"
+variant embd 'c["n_embd"] = 64'
+says "config.json's n_embd 64" 2 "says n_embd 64, but this run has --n-embd 32" --n-head 4 --init-from "$D/cv/embd/model.safetensors"
+variant pos 'c["n_positions"] = 64'
+says "config.json's n_positions 64" 2 "says n_positions 64, but this run has --n-ctx 32" --n-head 4 --init-from "$D/cv/pos/model.safetensors"
+variant vocab 'c["vocab_size"] = 300'
+says "config.json's vocab_size 300" 2 "says vocab_size 300, but this run has --vocab 256" --n-head 4 --init-from "$D/cv/vocab/model.safetensors"
+variant noheads 'del c["n_head"]'
+says "config.json without n_head: GPT2Config's 12" 2 "gives no n_head, which Hugging Face's GPT2Config reads as 12, but this run has --n-head 4" \
+  --n-head 4 --init-from "$D/cv/noheads/model.safetensors"
+variant fheads 'c["n_head"] = 4.0'
+says "config.json's n_head 4.0" 2 "says n_head 4.0, which is not a whole number" --n-head 4 --init-from "$D/cv/fheads/model.safetensors"
+variant sheads 'c["n_head"] = "4"'
+says "config.json's n_head \"4\"" 2 "says n_head \"4\", which is not a whole number" --n-head 4 --init-from "$D/cv/sheads/model.safetensors"
+variant eps 'c["layer_norm_epsilon"] = 1e-6'
+says "config.json's layer_norm_epsilon 1e-06" 2 "says layer_norm_epsilon 1e-06, but fsdp.c's LayerNorm adds 1e-05" --n-head 4 --init-from "$D/cv/eps/model.safetensors"
+variant erf 'c["activation_function"] = "gelu"'
+says "config.json's activation_function gelu (erf)" 2 "says activation_function \"gelu\", but fsdp.c's MLP computes gelu_new" --n-head 4 --init-from "$D/cv/erf/model.safetensors"
+variant tanh 'c["activation_function"] = "gelu_pytorch_tanh"'
+loads "config.json's gelu_pytorch_tanh (gelu_new's function, PyTorch's kernel)" 2 "" --n-head 4 --init-from "$D/cv/tanh/model.safetensors"
+variant inner 'c["n_inner"] = 100'
+says "config.json's n_inner 100" 2 "says n_inner 100, but fsdp.c's MLP is 4 x n_embd = 128 wide" --n-head 4 --init-from "$D/cv/inner/model.safetensors"
+variant inner128 'c["n_inner"] = 128'
+loads "config.json's n_inner 128 (4 x n_embd, what null means)" 2 "" --n-head 4 --init-from "$D/cv/inner128/model.safetensors"
+variant invidx 'c["scale_attn_by_inverse_layer_idx"] = True'
+says "config.json's scale_attn_by_inverse_layer_idx true" 2 "says scale_attn_by_inverse_layer_idx true: this model divides layer i's attention scores by i + 1" \
+  --n-head 4 --init-from "$D/cv/invidx/model.safetensors"
+variant unscaled 'c["scale_attn_weights"] = False'
+says "config.json's scale_attn_weights false" 2 "says scale_attn_weights false" --n-head 4 --init-from "$D/cv/unscaled/model.safetensors"
+variant untied 'c["tie_word_embeddings"] = False'
+says "config.json's tie_word_embeddings false" 2 "says tie_word_embeddings false: this model gives lm_head a matrix of its own" \
+  --n-head 4 --init-from "$D/cv/untied/model.safetensors"
+variant reorder 'c["reorder_and_upcast_attn"] = True'
+loads "config.json's reorder_and_upcast_attn true (the same scores, computed in another order)" 2 "" --n-head 4 --init-from "$D/cv/reorder/model.safetensors"
+variant llama 'c["model_type"] = "llama"'
+says "config.json's model_type llama" 2 "says model_type \"llama\": fsdp.c trains Hugging Face's gpt2 only" --n-head 4 --init-from "$D/cv/llama/model.safetensors"
+variant drop 'c.update(resid_pdrop=0.1, attn_pdrop=0.1)'
+loads "config.json with dropout 0.1: a note, and it trains" 2 \
+  "note: --init-from $D/cv/drop/model.safetensors: its config.json has dropout: resid_pdrop 0.1, attn_pdrop 0.1. fsdp.c trains without dropout" \
+  --n-head 4 --init-from "$D/cv/drop/model.safetensors"
+variant nodrop '[c.pop(k) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]'
+loads "config.json without the dropout keys: GPT2Config's 0.1, a note" 2 "embd_pdrop 0.1 (absent: GPT2Config's default)" \
+  --n-head 4 --init-from "$D/cv/nodrop/model.safetensors"
+variant sdrop 'c["embd_pdrop"] = "0.1"'
+says "config.json's embd_pdrop \"0.1\"" 2 "says embd_pdrop \"0.1\", which is not a probability" --n-head 4 --init-from "$D/cv/sdrop/model.safetensors"
+# not JSON, or not a file: refused by name, never a crash or a hang
+malformed() { # malformed NAME FRAGMENT: config.json is $D/cv/NAME/config.json as the caller left it
+  says "a config.json that is $1" 2 "$2" --n-head 4 --init-from "$D/cv/$1/model.safetensors"
+}
+for name in cut comma twice nan bom empty dir fifo; do mkdir -p "$D/cv/$name"; cp "$D/h4/model.safetensors" "$D/cv/$name/"; done
+printf '{"n_head": 4, "n_layer": ' >"$D/cv/cut/config.json"
+printf '{"n_head": 4,}' >"$D/cv/comma/config.json"
+printf '{"n_head": 2, "n_head": 4}' >"$D/cv/twice/config.json"
+printf '{"n_head": 4, "resid_pdrop": NaN}' >"$D/cv/nan/config.json"
+printf '\xef\xbb\xbf{"n_head": 4}' >"$D/cv/bom/config.json"
+: >"$D/cv/empty/config.json"
+mkdir "$D/cv/dir/config.json"
+mkfifo "$D/cv/fifo/config.json"
+malformed cut "its config.json ($D/cv/cut/config.json) is not valid JSON: line 1, column 26: expected a value (an object, array, string, number, true, false or null), found the end of the file (cut short?)"
+malformed comma "is not valid JSON: line 1, column 14: expected a key after ','"
+malformed twice "is not valid JSON: the key 'n_head' is given twice"
+malformed nan "is not valid JSON: line 1, column 30: NaN and Infinity are not JSON numbers"
+malformed bom "is not valid JSON: line 1, column 1: the file starts with a UTF-8 byte-order mark"
+malformed empty "is not valid JSON: line 1, column 1: expected '{' (the file is one JSON object), found the end of the file"
+malformed dir "the config.json beside it cannot be read: config.json $D/cv/dir/config.json: is a directory"
+malformed fifo "the config.json beside it cannot be read: config.json $D/cv/fifo/config.json: is a named pipe (FIFO)"
+# the shapes alone without one; and the byte MLP has no config.json (its
+# export writes none), so one beside its file is none of its business
+mkdir -p "$D/cv/none"; cp "$D/h4/model.safetensors" "$D/cv/none/"
+loads "no config.json beside the file: the shapes alone" 2 "" --n-head 4 --init-from "$D/cv/none/model.safetensors"
+timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --steps 0 --export "$D/cv/comma/mlp.safetensors" >/dev/null 2>&1 || bad "could not export the MLP"
+loads "the byte MLP beside a broken config.json: not its own, not read" 2 "" --model tiny --init-from "$D/cv/comma/mlp.safetensors"
 exit $fail
