@@ -53,9 +53,8 @@
  *
  * The same file compiles as CUDA C++ (nvcc -x cu main.c ...; `make gpu`):
  *   mpirun -np 4 ./fsdp-gpu                     # the same flags, on 4 GPUs
- * Section 2 (kernels/backend.h), the layers' GPU kernels (kernels/layers.h
- * and kernels/transformer.h, in section 5) and the device side of the
- * collectives (comm/device.h, in section 4) are all that differs.
+ * Section 2 (kernels/backend.h), the layers' kernels (kernels/layers.h and transformer.h,
+ * section 5) and the collectives' device side (comm/device.h, section 4) are all that differs.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
 #include <dirent.h>
@@ -1392,17 +1391,10 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
  * 2's `backend`): the tests build several trainers in one process (a 1-rank
  * reference next to an N-rank run) and compare them. */
 
-typedef struct {
-    unsigned char *bytes;
-    const uint16_t *tokens; /* --data FILE.bin: llm.c's GPT-2 tokens (bytes is NULL) */
-    long len;               /* bytes, or tokens */
-    size_t map_bytes;       /* the mapped file's size */
-    double entropy_floor; /* nats per byte the source cannot go below; <0: unknown */
-    int mapped;           /* bytes is a read-only map of the --data file */
-    int vocab;            /* every token is below it: checked at load, and in every batch
-                           * drawn (data/corpus.h, NOTE: a file rewritten in place) */
-    const char *flag, *path; /* "--data" FILE, "--val-data" FILE; NULL: the embedded corpus */
-} Corpus;
+/* defines: Corpus (what a run trains on; section 10 deals it out), corpus_synthetic,
+ *          corpus_load_file (--data, memory-mapped), corpus_batch_token (a token
+ *          for a batch, checked against the vocabulary), corpus_release */
+#include "data/corpus.h"
 
 /* defines: Activations (the byte MLP's), Gpt2Activations (GPT-2's): what a
  *          forward saves for its backward */
@@ -2197,11 +2189,6 @@ static void adamw_step(Trainer *t) {
  * would train on, so the averaged gradient is the same mathematics.
  * ========================================================================== */
 
-/* defines: corpus_synthetic (the embedded corpus and its entropy floor),
- *          corpus_load_file (--data, memory-mapped), corpus_batch_token (a
- *          token for a batch, checked), corpus_release */
-#include "data/corpus.h"
-
 /* This rank's share of the global batch of `step` is samples j = rank,
  * rank + N, rank + 2N, ... (DistributedSampler's interleaving); this draws
  * its samples k = first .. first + count - 1 (a micro-batch). Each sample
@@ -2219,8 +2206,7 @@ static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int ra
 }
 
 /* GPT-2's samples: sequence k is T tokens at a position drawn as above,
- * and its targets the T tokens one further on, each checked against the
- * vocabulary as it is drawn (a file rewritten in place stops the run) */
+ * and its targets the T tokens one further on, each checked as it is drawn */
 static void sampler_local_sequences(const Corpus *c, uint64_t seed, int step, int rank, int world,
                                     int first, int count, int T, int *tokens, int *targets) {
     uint64_t positions = (uint64_t)(c->len - T);
@@ -2891,10 +2877,9 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
  * than one unit's full state, and rank 0 writes the tensors under their
  * PyTorch names, so safetensors.torch.load_file() and an equivalent
  * nn.Module's load_state_dict() take the file as it is. Written beside the
- * path and renamed into place (files.c), like the checkpoints. A GPT-2's
- * config.json is written beside the weights, and the two are committed as
- * a pair (out_commit_pair): weights without their description, or a
- * description of other weights, would load as the wrong model.
+ * path and renamed into place (files.c), like the checkpoints; a GPT-2's
+ * config.json beside it is committed with it, both or neither (a model
+ * without its description, or with another's, would load wrong).
  * --------------------------------------------------------------------- */
 static int trainer_export(Trainer *t, const char *path) {
     char err[8192] = "", config[FILES_MAX_PATH + 64], text[1024];
@@ -2993,8 +2978,7 @@ static int trainer_init_from(Trainer *t, const char *path) {
     if (st_parse_header(head, len, file_size, &h, why, sizeof(why)) != 0)
         rc = usage_error(err, sizeof(err), "--init-from %s: %s", path, why);
     free(head);
-    /* what the shapes cannot say (n_head, the activation): from config.json,
-     * before the shapes, so that a model of another size is told its flags */
+    /* config.json says what shapes cannot (n_head, the activation) */
     if (rc == 0 && t->cfg.arch == ARCH_GPT2 && gpt2_check_config(t, path, err, sizeof(err)))
         rc = 2; /* said on every rank (every rank judged rank 0's bytes) */
     if (rc == 0) rc = st_check_model(t, &h, path, map, err, sizeof(err));

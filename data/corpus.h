@@ -1,10 +1,22 @@
 /* ============================================================================
- * data/corpus.h — section 10 of fsdp.c, the bytes a run trains on: the
- * embedded corpus (a random "language" generated from the seed, whose
- * entropy per byte is known) and --data FILE (mapped, not copied). fsdp.c
- * includes it in place; section 10's opening comment says what the corpus
- * is, and the sampler that deals it out to the ranks stays there.
+ * data/corpus.h — the bytes a run trains on: the embedded corpus (a random
+ * "language" generated from the seed, whose entropy per byte is known) and
+ * --data FILE (mapped, not copied). fsdp.c includes it in section 7, where
+ * the Trainer that holds a Corpus is defined; section 10's opening comment
+ * says what the corpus is, and the sampler that deals it out stays there.
  * ========================================================================== */
+
+typedef struct {
+    unsigned char *bytes;
+    const uint16_t *tokens; /* --data FILE.bin: llm.c's GPT-2 tokens (bytes is NULL) */
+    long len;               /* bytes, or tokens */
+    size_t map_bytes;       /* the mapped file's size */
+    double entropy_floor; /* nats per byte the source cannot go below; <0: unknown */
+    int mapped;           /* bytes is a read-only map of the --data file */
+    int vocab;            /* every token is below it: checked at load, and in every batch
+                           * drawn (data/corpus.h, NOTE: a file rewritten in place) */
+    const char *flag, *path; /* "--data" FILE, "--val-data" FILE; NULL: the embedded corpus */
+} Corpus;
 
 enum { LLMC_TOKENS_MAGIC = 20240520, LLMC_HEADER_BYTES = 256 * 4 }; /* llm.c's .bin */
 enum { CORPUS_WORDS = 48, CORPUS_SUCCESSORS = 6, CORPUS_MAX_WORD = 7, CORPUS_BYTES = 1 << 17 };
