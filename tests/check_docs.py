@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """tests/check_docs.py -- run the commands a Markdown file shows, compare what they print.
 
-    python3 tests/check_docs.py README.md lectures/*.md    # run and compare
+    python3 tests/check_docs.py README.md docs/*.md lectures/*.md    # run and compare
     python3 tests/check_docs.py --list README.md           # print the commands only
 
 The convention (console blocks, `$ ` lines, expected output, `...`, `<any>`,
-`<!-- check: ... -->` options) is written down in lectures/README.md. In short:
+`<!-- check: ... -->` options) is written down in docs/testing.md. In short:
 
     <!-- check: rel=1e-3 -->           (optional; also abs=, exit=, timeout=,
     ```console                           gpu, no-run REASON, continued)
@@ -630,7 +630,7 @@ def list_file(path, blocks, errors):
 
 def main():
     ap = argparse.ArgumentParser(description="Run the ```console blocks of Markdown files and compare "
-                                             "their output (convention: lectures/README.md).")
+                                             "their output (convention: docs/testing.md).")
     ap.add_argument("files", nargs="+", metavar="FILE.md")
     ap.add_argument("--list", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--no-gpu", action="store_true", help="skip gpu blocks even where there is a GPU")

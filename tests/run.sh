@@ -223,7 +223,7 @@ beside "HTML report of traces (sim/report.py), rendered in headless Chromium" ba
 # -- the CUDA build ------------------------------------------------------------------------
 # make test gives GPU_ARCH (sm_90 alone without a GPU) and has built the
 # CUDA programs already, beside the others (the Makefile's test-build-cuda)
-# Before the course's commands: lecture 8 and the README build ./fsdp-gpu and
+# Before the course's commands: lecture 8 and docs/gpu.md build ./fsdp-gpu and
 # ./fsdp-emu in copies of this tree, where what is built here is up to date
 # (about a minute of compiling, once instead of three times).
 gpu_build() {
@@ -285,13 +285,20 @@ run "make bench-gpu refuses a BENCH_BATCH (tokens a GPU), BENCH_GPT2_BATCH (sequ
   bash -c 'for nv in BENCH_BATCH={0,-5,abc,1.5} BENCH_GPT2_BATCH={0,-5,abc,1.5} BENCH_GPT2_STEPS={0,-5,abc,1.5,3}; do out=$(env "$nv" bash tests/bench_gpu.sh 2>&1); rc=$?; [ $rc -eq 2 ] && grep -q "^error: $nv: .*a whole number from" <<<"$out" || { echo "$nv: exit $rc: $out"; exit 1; }; done; echo "each: exit 2, $out"'
 run "make gpu-report's kernel-by-kernel table: tests/kernel_times.so builds against CUPTI and loads; tests/kernel_times.py adds up hand-written GPU timelines of known answer, beside ./fsdp --plan --roofline's rows, gives every kernel fsdp-gpu has a kind, and refuses bad input" bash tests/test_kernel_times.sh
 
-# -- the course and the README's commands --------------------------------------------------
-# (the README's commands take 45 s here; under make sanitize's instrumented
-# builds, on a busy machine, past the 1,200 s of 300 s x TIMEOUT_SCALE 4)
+# -- the course, the README's and docs/'s commands ---------------------------------------------
+# (README.md and lectures/README.md with the checker's own checks; under make
+# sanitize's instrumented builds, on a busy machine, past the 1,200 s of 300 s
+# x TIMEOUT_SCALE 4); then each page of docs/ and each lecture on a line of its own
 RUN_LIMIT=600 run "README's commands run and print what it shows (tests/check_docs.py), and the checker can fail" bash tests/test_docs.sh
+# (docs/ has the README's limit: docs/gpu.md builds ./fsdp-emu, docs/gpt2.md trains 300 steps)
+for f in docs/*.md; do
+  [ -e "$f" ] && RUN_LIMIT=600 run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
+done
 for f in lectures/[0-9]*.md; do
   [ -e "$f" ] && run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
 done
+run "every relative link in README.md, docs/, lectures/ and exercises/README.md leads to a file and heading that exist (the check can fail)" \
+  bash -c "python3 tests/check_links.py --self-test && python3 tests/check_links.py"
 run "the functions the course names are where it says (and exist), fsdp.c has no #ifdef __CUDACC__ and at most 3,000 lines (the check can fail)" \
   bash -c "python3 tests/test_code_names.py --self-test && python3 tests/test_code_names.py"
 run "one glossary: every lecture's terms in lectures/glossary.md with the same Korean word, every lecture links it (the check can fail)" \

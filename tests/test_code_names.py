@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/test_code_names.py: the code the course names is where it says.
 
-The lectures and the README send readers to functions by name and section:
+The lectures, the README and docs/ send readers to functions by name and section:
 "`trainer_create` (section 11)", "`adamw_one` in section 9". When code moves
 (fsdp.c keeps the algorithm; main.c and run/*.h the program around it), such
 a pointer can go stale without any command failing. This checks every one:
@@ -29,7 +29,7 @@ import glob
 import re
 import sys
 
-DOCS = sorted(glob.glob("lectures/*.md")) + ["README.md", "exercises/README.md"]
+DOCS = sorted(glob.glob("lectures/*.md")) + ["README.md"] + sorted(glob.glob("docs/*.md")) + ["exercises/README.md"]
 PROGRAM = ["main.c"] + sorted(glob.glob("run/*.h"))
 BANNER = re.compile(r"^ \* (\d+)\. (.+)$")
 # a definition at column 0: "static int name(", "FSDP_HD static inline float name(",
