@@ -204,7 +204,7 @@ static StepBreakdown step_breakdown(const Trainer *t, double seconds, int steps)
 
 /* ------------------------------------------------------------------------
  * --json FILE: the run's figures for programs (the notebooks), so nothing
- * needs to scrape the tables above. The schema is in README.md ("--json");
+ * needs to scrape the tables above. The schema is in docs/instruments.md ("--json FILE");
  * every number is the one the tables print, unrounded: bytes in bytes,
  * times in seconds. Written by rank 0, atomically, through files.c.
  * --------------------------------------------------------------------- */
