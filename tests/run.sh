@@ -311,7 +311,7 @@ doc_page() {
 }
 export -f doc_page
 for f in docs/*.md; do
-  [ -e "$f" ] && RUN_LIMIT=600 run "$f: its commands run and print what it shows" bash -c 'doc_page "$1"' doc_page "$f"
+  [ -e "$f" ] && RUN_LIMIT=600 run "$f: each command runs and prints what it shows, or is marked shown only with the reason" bash -c 'doc_page "$1"' doc_page "$f"
 done
 for f in lectures/[0-9]*.md; do
   [ -e "$f" ] && run "$f: its commands run and print what it shows" python3 tests/check_docs.py "$f"
