@@ -31,6 +31,7 @@
 #ifndef FSDP_H
 #define FSDP_H
 
+#include "core.h" /* Dtype, and what every file uses */
 #include <mpi.h>
 #include <pthread.h>
 #include <stddef.h>
@@ -66,18 +67,6 @@ typedef enum { LR_CONSTANT, LR_STEP, LR_COSINE } LrSchedule;
 /* --attention: GPT-2's attention as matmuls that keep P (SDPBackend.MATH),
  * or fused, recomputing P in backward (SDPBackend.FLASH_ATTENTION) */
 typedef enum { ATTENTION_MATH, ATTENTION_FLASH } AttentionKind;
-
-/* The floating-point formats of PyTorch's MixedPrecision (fsdp.c, section
- * 5): a value's width in memory and on the wire. */
-typedef enum {
-    DTYPE_UNSET = -1, /* --reduce-dtype not given: --param-dtype's (run/cli.h) */
-    DTYPE_FP32,       /* float32: 8-bit exponent, 23-bit mantissa */
-    DTYPE_BF16,       /* bfloat16: fp32's 8-bit exponent, 7-bit mantissa */
-    DTYPE_FP16,       /* float16: 5-bit exponent (largest 65504), 10-bit mantissa */
-} Dtype;
-
-static const char *const DTYPE_NAMES[] = {"fp32", "bf16", "fp16"};
-static inline int dtype_bytes(Dtype d) { return d == DTYPE_FP32 ? 4 : 2; }
 
 typedef enum {
     OPTIMIZER_ADAMW, /* torch.optim.AdamW: decoupled weight decay (the default) */

@@ -20,12 +20,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <type_traits> /* std::is_same: kernels/flash.h picks bf16 or fp16 instructions */
-/* Element-wise math is written once and marked for both host and device, so
- * the CPU tests check the very arithmetic the GPU kernels will run. */
-#define FSDP_HD __host__ __device__
 #define FSDP_GPU 1
 #else
-#define FSDP_HD
 #define FSDP_GPU 0
 #ifdef __GLIBC__
 #include <malloc.h> /* mallopt: host_keep_freed_memory */

@@ -36,10 +36,13 @@ BANNER = re.compile(r"^ \* (\d+)\. (.+)$")
 # "#define NAME(", "} Name;" (a typedef's end)
 DEFINITION = re.compile(r"^(?:#define\s+([A-Za-z_]\w*)\(|(?!return\b)[A-Za-z_][\w \*]*?\b([A-Za-z_]\w*)\(|\}\s*([A-Za-z_]\w*);)")
 POINTER = re.compile(r"((?:`\w+`(?:,\s*|\s+and\s+|\s+or\s+)?)+)\s*(?:\(end of |\(|in )section (\d+)")
+# "`name` (core.h)", "`name` in `comm/ring.h`": a pointer to a file, checked against its definitions
+FILE_POINTER = re.compile(r"((?:`\w+`(?:,\s*|\s+and\s+|\s+or\s+)?)+)\s*(?:\(|in )`?"
+                          r"((?:(?:kernels|comm|data|model|io|optim|sim|run)/)?[a-z_0-9]+\.[ch])\b")
 
 
-INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io|optim|sim)/[^"]+\.h)"')
-SOURCES = ["fsdp.c", "fsdp.h", "main.c", "files.c", "files.h", "formats.c", "formats.h"] + sorted(
+INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io|optim|sim)/[^"]+\.h|core\.h|trainer\.h)"')
+SOURCES = ["fsdp.c", "main.c", "files.c", "formats.c"] + sorted(glob.glob("*.h")) + sorted(
     p for d in ("run", "kernels", "comm", "io", "model", "data", "optim", "sim", "exercises",
                 "tests", "bridge")
     for p in glob.glob(f"{d}/*.[chp]*") if p != "tests/test_code_names.py")
@@ -100,6 +103,33 @@ def check(docs_text, algorithm, program):
                         results.append((False, where, f"{name} is in {program[name]} now, not fsdp.c section {n}"))
                     else:
                         results.append((False, where, f"{name}: no such function, macro or type in fsdp.c"))
+    return results
+
+
+def file_results(docs_text):
+    """[(ok, where, message)] for every pointer to a file: "`name` (core.h)"."""
+    results, defined = [], {}
+    for path, text in docs_text.items():
+        for no, line in enumerate(text.split("\n"), 1):
+            for m in FILE_POINTER.finditer(line):
+                file, where = m.group(2), f"{path}:{no}"
+                if file not in defined:
+                    try:
+                        defined[file] = (definitions(file), open(file).read())
+                    except OSError:
+                        defined[file] = None
+                if defined[file] is None:
+                    results.append((False, where, f"{file}: no such file"))
+                    continue
+                for name in re.findall(r"`(\w+)`", m.group(1)):
+                    names, text_of = defined[file]
+                    # a function, macro or type; or a table, a constant, an enum's member
+                    if name in names or re.search(rf"^(?:static\s+)?(?:const\s+)?[\w \*]*\b{name}\s*"
+                                                  rf"(?:\[|=)|^#define\s+{name}\b|^\s+{name}\s*[,=]",
+                                                  text_of, re.M):
+                        results.append((True, where, f"{name} is in {file}"))
+                    else:
+                        results.append((False, where, f"{name} is not defined in {file}"))
     return results
 
 
@@ -177,17 +207,19 @@ def main():
         got += [ok for ok, _, _ in name_results({"fake.md": "`unit_gone()` and `zero_grad` "
                                                               "and `unit_gather`"}, source_words())]
         got += [ok for ok, _, _ in size_results("x\n" * (MAX_LINES + 1))]
+        got += [ok for ok, _, _ in file_results({"fake.md": "`ceil_div` (core.h), "
+                                                            "`trainer_step` in `main.c`"})]
         got += [ok for ok, _, _ in version_results({"fake.md": "`meta.txt` version 5, and "
                                                                 "`meta.txt` version 6"},
                                                    "#define META_VERSION 6\n")]
-        want = [False, False, False, False, True, False, True, False, True, False, False, True]
+        want = [False, False, False, False, True, False, True, False, True, False, True, False, False, True]
         print("self-test:", "reports a wrong section, a moved name, a missing name, a wrong "
               "section number, an #ifdef __CUDACC__ in fsdp.c, a name no source has, a "
-              "fsdp.c too long and a stale meta.txt version, and "
+              "fsdp.c too long, a name not in the file named and a stale meta.txt version, and "
               "passes the right ones" if got == want else f"got {got}, want {want}")
         return 0 if got == want else 1
     texts = {p: open(p).read() for p in DOCS}
-    results = check(texts, algorithm, program) + seam_results(open("fsdp.c").read())
+    results = check(texts, algorithm, program) + file_results(texts) + seam_results(open("fsdp.c").read())
     results += name_results(texts, source_words()) + size_results(open("fsdp.c").read())
     results += version_results(texts, open("formats.h").read())
     for ok, where, message in results:
