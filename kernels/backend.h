@@ -8,6 +8,14 @@
  * Every `#ifdef __CUDACC__` of the seam is here: what follows fsdp.c's
  * section 2 is the same text on CPU ranks and on GPUs.
  * ========================================================================== */
+#ifndef FSDP_BACKEND_H
+#define FSDP_BACKEND_H
+#include "../core.h"
+#include "../fsdp.h"
+#include "../sim/sim.h" /* human_bytes */
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h> /* gethostname */
 
 #ifdef _OPENMP
 #include <omp.h> /* omp_get_num_procs: host_threads_choose */
@@ -743,3 +751,5 @@ static void batch_staged(void) {
 
 /* x *= f, element i: how the collectives turn a sum into a mean */
 FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }
+
+#endif /* FSDP_BACKEND_H */
