@@ -548,11 +548,6 @@ static void unit_set_views(Unit *u, Model *m, Dtype held, Dtype gh) {
     }
 }
 
-/* x[0, n) rounded to format d, in place; nothing to do in fp32 */
-static void round_all(float *x, long n, Dtype d) {
-    if (d != DTYPE_FP32) FOR_EACH(n, round_one, x, d);
-}
-
 /* The fp32 parameters of the shard: what AdamW updates, checkpoints keep
  * and exports write. In fp32 that is shard_param itself; with mixed
  * precision (PyTorch: MixedPrecision) it is the master copy, and
