@@ -232,133 +232,14 @@
  *          position embeddings, causal attention_forward and _backward */
 #include "kernels/transformer.h"
 
-/* ---- the module tree -------------------------------------------------------- */
-
-typedef struct {
-    Module *modules;
-    int n_modules;
-    Param *params;
-    int n_params;
-    long total_numel;
-    /* the modules the forward pass calls, by role */
-    int root, embed, proj_in, blocks, norm_f, head;
-    int *block, *block_norm, *block_fc1, *block_fc2; /* (L) each */
-    /* GPT-2 (model/gpt2.h): the same idea, Hugging Face's names */
-    int transformer, wte, wpe, h, ln_f, lm_head;
-    int *gpt2_block;    /* (L, GPT2_ROLES): block l's module of each role */
-    float residual_std; /* the std of GPT-2's residual projections' initial weights */
-} Model;
-
-static int model_add_module(Model *m, const char *name, int parent) {
-    Module *mod = &m->modules[m->n_modules];
-    memset(mod, 0, sizeof(*mod));
-    snprintf(mod->name, sizeof(mod->name), "%s", name);
-    mod->parent = parent;
-    mod->unit = -1;
-    mod->params[0] = mod->params[1] = -1;
-    if (parent >= 0) {
-        Module *p = &m->modules[parent];
-        p->children[p->n_children++] = m->n_modules;
-    }
-    return m->n_modules++;
-}
-
-static void model_add_param(Model *m, int module, const char *suffix, int rows, int cols,
-                            ParamInit init, float bound) {
-    Module *mod = &m->modules[module];
-    Param *p = &m->params[m->n_params];
-    memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "%s.%s", mod->name, suffix);
-    p->shape[0] = rows;
-    p->shape[1] = cols;
-    p->numel = (long)rows * cols;
-    p->module = module;
-    p->unit = -1;
-    p->init = init;
-    p->init_bound = bound;
-    mod->params[mod->n_params++] = m->n_params++;
-    m->total_numel += p->numel;
-}
-
-/* nn.Linear(in, out): weight (out, in) and bias (out), both initialised
- * uniform(-1/sqrt(in), 1/sqrt(in)) as PyTorch does. */
-static int model_add_linear(Model *m, const char *name, int parent, int in, int out) {
-    int id = model_add_module(m, name, parent);
-    float bound = 1.0f / sqrtf((float)in);
-    model_add_param(m, id, "weight", out, in, INIT_UNIFORM, bound);
-    model_add_param(m, id, "bias", out, 1, INIT_UNIFORM, bound);
-    return id;
-}
-static int model_add_layernorm(Model *m, const char *name, int parent, int dim) {
-    int id = model_add_module(m, name, parent);
-    model_add_param(m, id, "weight", dim, 1, INIT_ONES, 0.0f);
-    model_add_param(m, id, "bias", dim, 1, INIT_ZEROS, 0.0f);
-    return id;
-}
-
-/* Builds the module tree in PyTorch's registration order, which is also the
- * order of named_parameters() and of each unit's flat parameter. */
-static void model_build(Model *m, const Config *cfg) {
-    int L = cfg->depth, D = cfg->width;
-    char name[FSDP_MAX_NAME];
-    memset(m, 0, sizeof(*m));
-    int max_modules = 6 + 4 * L;
-    m->modules = (Module *)host_calloc((size_t)max_modules, sizeof(Module), "build the model");
-    m->params = (Param *)host_calloc((size_t)(7 + 6 * L), sizeof(Param), "build the model");
-    m->block = (int *)host_calloc((size_t)L * 4, sizeof(int), "build the model");
-    m->block_norm = m->block + L;
-    m->block_fc1 = m->block + 2 * L;
-    m->block_fc2 = m->block + 3 * L;
-
-    m->root = model_add_module(m, "", -1);
-    m->embed = model_add_module(m, "embed", m->root);
-    model_add_param(m, m->embed, "weight", cfg->vocab, cfg->embed_dim, INIT_NORMAL, 1.0f);
-    m->proj_in = model_add_linear(m, "proj_in", m->root, cfg->context * cfg->embed_dim, D);
-    m->blocks = model_add_module(m, "blocks", m->root);
-    m->modules[m->blocks].is_module_list = 1;
-    for (int i = 0; i < L; i++) {
-        snprintf(name, sizeof(name), "blocks.%d", i);
-        m->block[i] = model_add_module(m, name, m->blocks);
-        m->modules[m->block[i]].is_block = 1;
-        snprintf(name, sizeof(name), "blocks.%d.norm", i);
-        m->block_norm[i] = model_add_layernorm(m, name, m->block[i], D);
-        snprintf(name, sizeof(name), "blocks.%d.fc1", i);
-        m->block_fc1[i] = model_add_linear(m, name, m->block[i], D, 4 * D);
-        snprintf(name, sizeof(name), "blocks.%d.fc2", i);
-        m->block_fc2[i] = model_add_linear(m, name, m->block[i], 4 * D, D);
-    }
-    m->norm_f = model_add_layernorm(m, "norm_f", m->root, D);
-    m->head = model_add_linear(m, "head", m->root, D, cfg->vocab);
-}
+/* defines: the module tree's builders (model_add_module, model_add_param, model_add_linear,
+ *          model_add_layernorm), model_build (the byte MLP's tree, in PyTorch's registration
+ *          order: named_parameters()'s and each unit's flat layout), model_free */
+#include "model/tree.h"
 
 /* defines: gpt2_build (GPT-2's module tree, Hugging Face's names) and
  *          gpt2_module (block l's module of a role) */
 #include "model/gpt2_tree.h"
-
-static void model_free(Model *m) {
-    free(m->modules);
-    free(m->params);
-    free(m->block);
-    free(m->gpt2_block);
-    memset(m, 0, sizeof(*m));
-}
-
-/* The parameters of one residual block: the default auto-wrap threshold, so
- * that by default each block becomes its own unit. */
-static long config_block_numel(const Config *cfg) {
-    long D = cfg->width;
-    if (cfg->arch == ARCH_GPT2) /* ln_1, c_attn, c_proj, ln_2, c_fc, c_proj */
-        return 2 * D + (3 * D * D + 3 * D) + (D * D + D) + 2 * D + (4 * D * D + 4 * D) +
-               (4 * D * D + D);
-    return 2 * D + (4 * D * D + 4 * D) + (4 * D * D + D);
-}
-static long config_total_numel(const Config *cfg) {
-    long V = cfg->vocab, C = cfg->embed_dim, T = cfg->context, D = cfg->width;
-    long blocks = cfg->depth * config_block_numel(cfg);
-    if (cfg->arch == ARCH_GPT2) /* wte (tied to lm_head: counted once), wpe, blocks, ln_f */
-        return V * D + (long)cfg->n_ctx * D + blocks + 2 * D;
-    return V * C + (T * C * D + D) + blocks + 2 * D + (V * D + V);
-}
 
 /* ============================================================================
  * 6. Auto-wrap: which modules become units
@@ -606,69 +487,14 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
  * 2's `backend`): the tests build several trainers in one process (a 1-rank
  * reference next to an N-rank run) and compare them. */
 
-/* defines: Corpus (what a run trains on; section 10 deals it out), corpus_synthetic,
- *          corpus_load_file (--data, memory-mapped), corpus_batch_token (a token
- *          for a batch, checked against the vocabulary), corpus_release */
-#include "data/corpus.h"
-
-/* defines: Activations (the byte MLP's), Gpt2Activations (GPT-2's): what a
- *          forward saves for its backward */
-#include "model/activations.h"
-
-/* A unit's gradient reduction on its way: started by the unit's
- * post-backward hook, finished by the next one's (or at the end of
- * backward), so it travels while the next unit computes. There is at most
- * one, and the trainer owns it, as PyTorch's FSDP keeps one queue of
- * _post_reduce_grad_callback work on its reduce-scatter stream. */
-typedef struct {
-    int in_flight;     /* 0: nothing pending */
-    int unit;          /* whose gradient */
-    CommHandle handle; /* its reduce-scatter (no_shard: all-reduce) */
-    float *kept;       /* the gradient shard the reduction does not write, to finish into:
-                        * the sum of earlier micro-batches (--grad-accum), or the host's
-                        * shard (--cpu-offload); NULL if none */
-} PendingReduce;
-
-struct Trainer {
-    Config cfg;
-    Comm comm;
-    Ledger ledger;
-    Model model;
-    Unit *units; /* unit 0 is the root */
-    int n_units;
-    Activations act;     /* the byte MLP's, or ... */
-    Gpt2Activations gpt; /* ... GPT-2's */
-    Corpus corpus;
-    int shard_rank, shard_world; /* this rank among those sharing its units' shards, and
-                                  * their number: N, or a node's G with hybrid strategies */
-    int local_batch;   /* global batch / N */
-    int micro_batch;   /* B: local batch / --grad-accum, what one forward sees */
-    int micro;         /* which micro-batch of the step is running, 0 .. K-1 */
-    int sync_grads;    /* this backward reduces the gradients (PyTorch: _sync_gradients) */
-    int recomputing;   /* --activation-checkpointing: a block's forward runs again in backward */
-    float loss_scale;  /* --grad-scaler: the loss is multiplied by it before backward; else 1 */
-    float step_scale;  /* ... the scale the last step used (before its update) */
-    int scaler_growth; /* ... steps since it last changed (PyTorch: _growth_tracker) */
-    int skipped_step;  /* ... the last step found inf/NaN gradients and was skipped */
-    int found_inf_here; /* ... this rank's own shards had them (the others may not) */
-    long copy_calls[2]; /* --cpu-offload: copies to the device [0] and to the host [1] */
-    double copy_bytes[2];    /* ... and their bytes, as booked */
-    double copy_sim_seconds; /* ... priced on PCIe (sim/net.c's pcie) */
-    double *host_peaks;      /* rank 0, after gather_stats: every rank's host peaks */
-    int steps_run;           /* trainer_step calls so far (a resumed run counts its own) */
-    int adam_step;     /* AdamW's t, for bias correction */
-    float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
-    uint32_t data_crc; /* CRC-32 of the whole --data file, once a checkpoint needs it */
-    int data_crc_known;
-    Sim sim; /* the simulator's instruments (sim/), told by hooks */
-    /* the order units run in, recorded in the first forward as PyTorch does,
-     * so prefetching knows which unit comes next */
-    int *pre_order, n_pre;   /* (n_units) units in the order their forward starts */
-    int *post_order, n_post; /* (n_units) ... and ends; backward is its reverse */
-    int order_known;         /* a whole forward has been recorded */
-    int gathers_in_flight, max_gathers_in_flight; /* all-gathers started, not waited */
-    PendingReduce pending_reduce; /* the one gradient reduction in flight (section 8) */
-};
+/* defines: struct Trainer (every field a rank trains with), PendingReduce (the one gradient
+ *          reduction in flight), CopyDirection (--cpu-offload's copies); and, through
+ *          data/corpus.h, Corpus (what a run trains on; section 10 deals it out),
+ *          corpus_synthetic, corpus_load_file (--data, memory-mapped), corpus_batch_token
+ *          (a token for a batch, checked against the vocabulary), corpus_release; through
+ *          model/activations.h, Activations (the byte MLP's) and Gpt2Activations
+ *          (GPT-2's): what a forward saves for its backward */
+#include "trainer.h"
 
 /* ============================================================================
  * 8. The unit lifecycle
@@ -701,12 +527,12 @@ static int is_zero1(const Trainer *t) { return t->cfg.strategy == STRATEGY_ZERO1
  * held in 16 bits, the all-gather's own result, as PyTorch holds it, and
  * the kernels read it as it is (kernels/layers.h); else fp32 slots (the
  * CPU; no_shard's and zero1's, which are the replicas AdamW updates). */
-static Dtype full_dtype(const Trainer *t) {
+Dtype full_dtype(const Trainer *t) {
     return is_sharded(t) ? backend.gemm_dtype : DTYPE_FP32;
 }
 /* ... and its full gradient: 16 bits where the full state is and the reduce-scatter
  * sums them (reduce_dtype = param_dtype, PyTorch's default); else fp32 slots. */
-static Dtype grad_dtype(const Trainer *t) {
+Dtype grad_dtype(const Trainer *t) {
     return full_dtype(t) == t->cfg.reduce_dtype ? full_dtype(t) : DTYPE_FP32;
 }
 
@@ -818,8 +644,6 @@ static void unit_unshard_wait(Trainer *t, int ui) {
  * copies (counted, traced, and priced on sim/net.c's pcie link) and of a
  * CPU optimizer step. The ledger books the host's buffers apart.
  * --------------------------------------------------------------------- */
-typedef enum { TO_DEVICE, TO_HOST } CopyDirection;
-
 /* count values of format d between host and device, counted and priced.
  * The copy is queued on the compute stream, not waited for: waiting
  * would stall the host, and with it the next kernels, until the GPU had
@@ -1184,7 +1008,7 @@ static void units_gather_replicas(Trainer *t) {
 
 /* The end of backward: every reduce-scatter done, every shard gradient
  * ready for the optimizer (or, inside no_sync, every full gradient kept). */
-static void units_finish_backward(Trainer *t) {
+void units_finish_backward(Trainer *t) {
     reduce_grad_finish(t);
     /* --cpu-offload: the gradient shards' copies to the host, queued
      * (offload_copy), are there before clipping, the scaler or AdamW read them */
@@ -1199,24 +1023,24 @@ static void units_finish_backward(Trainer *t) {
 
 /* Module boundaries: the model's code calls these on entering and leaving
  * every module; the hooks fire where a module is the root of a unit. */
-static void module_pre_forward(Trainer *t, int module) {
+void module_pre_forward(Trainer *t, int module) {
     int ui = t->model.modules[module].unit;
     if (ui < 0) return;
     if (t->recomputing) unit_unshard(t, ui); /* activation checkpointing: section 11 */
     else unit_pre_forward(t, ui);
 }
-static void module_post_forward(Trainer *t, int module) {
+void module_post_forward(Trainer *t, int module) {
     int ui = t->model.modules[module].unit;
     if (ui >= 0 && !t->recomputing) unit_post_forward(t, ui);
 }
-static void module_pre_backward(Trainer *t, int module) {
+void module_pre_backward(Trainer *t, int module) {
     if (t->model.modules[module].unit >= 0) unit_pre_backward(t, t->model.modules[module].unit);
 }
 /* Mixed precision: a gradient in fp32 slots rounded to param_dtype, as 16 bits hold it */
-static void grad_round(Trainer *t, const Param *p) {
+void grad_round(Trainer *t, const Param *p) {
     if (grad_dtype(t) == DTYPE_FP32) round_all((float *)p->grad, p->numel, t->cfg.param_dtype);
 }
-static void module_post_backward(Trainer *t, int module) {
+void module_post_backward(Trainer *t, int module) {
     const Module *mod = &t->model.modules[module];
     for (int i = 0; i < mod->n_params; i++) grad_round(t, &t->model.params[mod->params[i]]);
     if (mod->unit >= 0) unit_post_backward(t, mod->unit);
@@ -1418,14 +1242,10 @@ static void adamw_step(Trainer *t) {
  * step:     AdamW on this rank's shards
  * ========================================================================== */
 
-/* defines: activations_alloc, model_forward, model_backward, block_recompute
- *          (activation checkpointing) and the layers' glue (weight_of, lowp, ...):
- *          the model FSDP wraps, with the hooks of section 8 at every module */
-#include "model/mlp.h"
-
-/* defines: gpt2_activations_alloc, gpt2_load_batch, gpt2_forward, gpt2_backward (GPT-2, on
- *          the same hooks; activation checkpointing reruns a whole block) */
-#include "model/gpt2.h"
+/* The model FSDP wraps calls the hooks of section 8 at every module, and this section calls
+ * it: model_forward, model_backward, gpt2_forward, ..., declared in trainer.h. The byte MLP
+ * (model/mlp.h) and GPT-2 (model/gpt2.h) are included by main.c, after this file: the one
+ * loop of the design, kept out of fsdp.c's includes. */
 
 /* A unit's persistent state on this rank: its shard of the parameters and
  * of the gradient, and AdamW's two moments. With mixed precision the

@@ -264,6 +264,23 @@ typedef struct {
     int unit;           /* the unit whose root this module is, or -1 */
 } Module;
 
+/* The module tree: every module and parameter, and the modules the forward
+ * pass calls, by role (the byte MLP's, GPT-2's). model/tree.h builds it. */
+typedef struct {
+    Module *modules;
+    int n_modules;
+    Param *params;
+    int n_params;
+    long total_numel;
+    /* the modules the forward pass calls, by role */
+    int root, embed, proj_in, blocks, norm_f, head;
+    int *block, *block_norm, *block_fc1, *block_fc2; /* (L) each */
+    /* GPT-2 (model/gpt2.h): the same idea, Hugging Face's names */
+    int transformer, wte, wpe, h, ln_f, lm_head;
+    int *gpt2_block;    /* (L, GPT2_ROLES): block l's module of each role */
+    float residual_std; /* the std of GPT-2's residual projections' initial weights */
+} Model;
+
 /* ----------------------------------------------------------------------------
  * A unit: PyTorch's FSDP instance, owner of one flat parameter.
  * ------------------------------------------------------------------------- */
@@ -313,6 +330,20 @@ float trainer_step(Trainer *t, int step);
 void trainer_gather_params(Trainer *t, float *out);
 long trainer_num_params(const Trainer *t);
 void trainer_destroy(Trainer *t);
+
+/* ----------------------------------------------------------------------------
+ * The hooks: the model's code (model/) calls these on entering and leaving
+ * every module; they fire where a module is the root of a unit (fsdp.c).
+ * ------------------------------------------------------------------------- */
+void module_pre_forward(Trainer *t, int module);
+void module_post_forward(Trainer *t, int module);
+void module_pre_backward(Trainer *t, int module);
+void module_post_backward(Trainer *t, int module);
+void units_finish_backward(Trainer *t); /* the end of backward (_post_backward_final_callback) */
+/* The format a unit's full state and its full gradient are held in */
+Dtype full_dtype(const Trainer *t);
+Dtype grad_dtype(const Trainer *t);
+void grad_round(Trainer *t, const Param *p); /* a 16-bit gradient's fp32 slots, rounded */
 
 #ifdef __cplusplus
 }

@@ -2,11 +2,29 @@
  * run/cli.h — the command line: the model presets, --help, and each option
  * parsed and checked into a Config, with a message that says what to do.
  *
- * defines: config_usage, config_parse, config_check_world
+ * defines: config_usage, config_parse, config_check_world, config_block_numel
+ *          and config_total_numel (a model's size from its Config alone)
  *
  * Plumbing: the program around fsdp.c (main.c includes it after fsdp.c,
  * one translation unit); nothing in fsdp.c calls it.
  * ========================================================================== */
+
+/* The parameters of one residual block: the default auto-wrap threshold, so
+ * that by default each block becomes its own unit. */
+static long config_block_numel(const Config *cfg) {
+    long D = cfg->width;
+    if (cfg->arch == ARCH_GPT2) /* ln_1, c_attn, c_proj, ln_2, c_fc, c_proj */
+        return 2 * D + (3 * D * D + 3 * D) + (D * D + D) + 2 * D + (4 * D * D + 4 * D) +
+               (4 * D * D + D);
+    return 2 * D + (4 * D * D + 4 * D) + (4 * D * D + D);
+}
+static long config_total_numel(const Config *cfg) {
+    long V = cfg->vocab, C = cfg->embed_dim, T = cfg->context, D = cfg->width;
+    long blocks = cfg->depth * config_block_numel(cfg);
+    if (cfg->arch == ARCH_GPT2) /* wte (tied to lm_head: counted once), wpe, blocks, ln_f */
+        return V * D + (long)cfg->n_ctx * D + blocks + 2 * D;
+    return V * C + (T * C * D + D) + blocks + 2 * D + (V * D + V);
+}
 
 typedef struct {
     const char *name;
