@@ -515,14 +515,14 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
  * rank keeps them whole (no_shard, and zero1, which shards only the
  * optimizer state). Resharded after forward: freed between forward and
  * backward, and gathered again (full_shard, hybrid_shard). */
-static int is_sharded(const Trainer *t) {
+int is_sharded(const Trainer *t) {
     Strategy s = t->cfg.strategy;
     return s != STRATEGY_NO_SHARD && s != STRATEGY_ZERO1;
 }
 static int reshards_after_forward(const Trainer *t) {
     return t->cfg.strategy == STRATEGY_FULL_SHARD || t->cfg.strategy == STRATEGY_HYBRID_SHARD;
 }
-static int is_zero1(const Trainer *t) { return t->cfg.strategy == STRATEGY_ZERO1; }
+int is_zero1(const Trainer *t) { return t->cfg.strategy == STRATEGY_ZERO1; }
 /* A unit's full state: on a GPU with 16-bit parameters, a gathered one is
  * held in 16 bits, the all-gather's own result, as PyTorch holds it, and
  * the kernels read it as it is (kernels/layers.h); else fp32 slots (the
@@ -997,7 +997,7 @@ static void unit_post_backward(Trainer *t, int ui) {
  * micro-batch of --grad-accum (sync_grads, section 11).
  * --------------------------------------------------------------------- */
 /* After zero1's step: every rank's slice of the parameters to every rank */
-static void units_gather_replicas(Trainer *t) {
+void units_gather_replicas(Trainer *t) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         CommHandle h = comm_all_gather_start(&t->comm, u->full_param, DTYPE_FP32, u->shard_param,
@@ -1422,7 +1422,7 @@ void trainer_destroy(Trainer *t) {
 
 /* The mean of the N ranks' losses, summed in rank order so every rank gets
  * the same bits. It travels as an all-gather of one float per rank. */
-static float global_mean_loss(Trainer *t, float local_loss) {
+float global_mean_loss(Trainer *t, float local_loss) {
     return (float)(sum_over_ranks(t, GROUP_WORLD, local_loss, "the loss all-gather") /
                    t->comm.world);
 }
@@ -1533,7 +1533,7 @@ static void trainer_backward(Trainer *t) {
  * gathered for backward (the root's unit; with shard_grad_op every unit)
  * is freed at its end, and no unit waits for a backward that never comes.
  * --------------------------------------------------------------------- */
-static float trainer_forward_only(Trainer *t) {
+float trainer_forward_only(Trainer *t) {
     float loss = trainer_forward(t);
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
@@ -1603,20 +1603,6 @@ float trainer_step(Trainer *t, int step) {
  * units) loads. Any N to any M.
  * ========================================================================== */
 
-/* Errors while reading or writing files are seen by some ranks and not
- * others. All ranks agree on the outcome, and the lowest failing rank
- * prints its message, so the user reads one clear line. Returns 0 or 2. */
-static int ckpt_agree(Trainer *t, int rc, const char *err) {
-    int mine = rc ? t->comm.rank : t->comm.world, first = 0;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, t->comm.comm);
-    if (first == t->comm.world) return 0;
-    if (first == t->comm.rank) {
-        fprintf(stderr, "error: %s\n", err);
-        fflush(stderr);
-    }
-    return 2;
-}
-
 /* A checkpoint holds one copy of every shard: the shards of the first node
  * (all ranks but with the hybrid strategies), or rank 0's whole replica
  * under no_shard. Its "world" is the number of shards, so the hybrid
@@ -1626,15 +1612,55 @@ static int ckpt_writes_file(const Trainer *t) {
     return t->comm.rank < t->shard_world;
 }
 
-/* defines: ckpt_meta_of (with lr_schedule_to_meta), ckpt_list, ckpt_prune, ckpt_remove_dir,
+/* defines: ckpt_agree (every rank the same verdict, the first failing rank's message),
+ *          ckpt_meta_of (with lr_schedule_to_meta), ckpt_list, ckpt_prune, ckpt_remove_dir,
  *          ckpt_saves_after, ckpt_check_save_dir, ckpt_locate, ckpt_check_step, ckpt_check_model,
- *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files,
- *          shard_first_nonfinite, st_tensor_of, st_check_model, st_read_header,
+ *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files, param_index_text,
+ *          st_tensor_of, st_check_model, st_read_header,
  *          st_header_everywhere, export_print_done, and GPT-2's Hugging Face
  *          layout: export_param (Conv1D transposed), gpt2_config_text
  *          (config.json), st_read_conv1d; gpt2_check_config (--init-from's
  *          config.json), model_file_of (a directory's model.safetensors) */
 #include "io/checkpoint.h"
+
+/* The first value in this rank's shards of tensor k (0 parameters,
+ * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
+ * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
+ * [3, 17] is nan", in out (hf_layout: the index as --init-from's file holds
+ * it, see param_index_text); returns 0 when every value is a number. */
+static int shard_first_nonfinite(Trainer *t, int k, int hf_layout, char *out, size_t outlen) {
+    Dtype dtype = t->cfg.param_dtype;
+    static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        const float *x = unit_state_host(u, k); /* as just loaded */
+        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
+        for (int j = 0; j < u->n_params; j++) {
+            const Param *p = &t->model.params[u->params[j]];
+            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
+            for (long e = a; e < b; e++) {
+                float v = x[e - lo];
+                /* a parameter is computed with in param_dtype: fp16 ends at 65504 */
+                int overflows = k == 0 && isfinite(v) && !isfinite(round_to(v, dtype));
+                if (isfinite(v) && (k != 2 || v >= 0.0f) && !overflows) continue;
+                char at[64];
+                int n = snprintf(out, outlen, "%s%s%s is %g", what[k], p->name,
+                                 param_index_text(p, e - p->offset, hf_layout, at, sizeof(at)),
+                                 (double)v);
+                if (!overflows) return 1;
+                float largest = bits_float(dtype == DTYPE_FP16 ? 0x477FE000u : 0x7F7F0000u);
+                if (n > 0 && (size_t)n < outlen)
+                    snprintf(out + n, outlen - (size_t)n,
+                             ", beyond the largest %s (%g): --param-dtype %s would compute with "
+                             "inf. Use --param-dtype %s",
+                             DTYPE_NAMES[dtype], (double)largest, DTYPE_NAMES[dtype],
+                             dtype == DTYPE_FP16 ? "bf16, which has fp32's range" : "fp32");
+                return 2;
+            }
+        }
+    }
+    return 0;
+}
 
 /* Writes this rank's shard file: a header saying whose shard it is (rank,
  * world size, step, and a hash of the layout of meta.txt), then for each
@@ -1683,7 +1709,7 @@ static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64
  * into place. With no_shard every rank holds the same replica; rank 0
  * writes the one file.
  * --------------------------------------------------------------------- */
-static int ckpt_save(Trainer *t, long next_step) {
+int ckpt_save(Trainer *t, long next_step) {
     char err[8192] = "", tmp[1536], final_dir[1536], path[2048];
     const char *dir = t->cfg.save_dir;
     snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld", dir, next_step);
@@ -1815,7 +1841,7 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
  * ranges of its new shards. Returns 0 and the step to continue from, or 2
  * (the message already printed).
  * --------------------------------------------------------------------- */
-static int ckpt_load(Trainer *t, const char *from, long *next_step) {
+int ckpt_load(Trainer *t, const char *from, long *next_step) {
     char err[8192] = "", dir[1536] = "", path[2048];
     int rc = 0;
     long len = 0;
@@ -1889,7 +1915,7 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
  * config.json beside it is committed with it, both or neither (a model
  * without its description, or with another's, would load wrong).
  * --------------------------------------------------------------------- */
-static int trainer_export(Trainer *t, const char *path) {
+int trainer_export(Trainer *t, const char *path) {
     char err[8192] = "", config[FILES_MAX_PATH + 64], text[1024];
     int n = t->model.n_params, root = t->comm.rank == 0, rc = 0;
     int gpt2 = t->cfg.arch == ARCH_GPT2;
@@ -1972,7 +1998,7 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
  * A value that is not a number (NaN, Inf) is refused by name: training on
  * it would give NaN at every step.
  * --------------------------------------------------------------------- */
-static int trainer_init_from(Trainer *t, const char *path) {
+int trainer_init_from(Trainer *t, const char *path) {
     char err[8192] = "", why[768] = "";
     unsigned char *head = NULL;
     size_t len = 0;

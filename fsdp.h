@@ -345,6 +345,19 @@ Dtype full_dtype(const Trainer *t);
 Dtype grad_dtype(const Trainer *t);
 void grad_round(Trainer *t, const Param *p); /* a 16-bit gradient's fp32 slots, rounded */
 
+/* ----------------------------------------------------------------------------
+ * What the program around fsdp.c (main.c, run/) calls besides the above
+ * ------------------------------------------------------------------------- */
+int is_sharded(const Trainer *t); /* the strategy gathers parameters before compute */
+int is_zero1(const Trainer *t);
+void units_gather_replicas(Trainer *t);          /* zero1, after a load: every rank's slice */
+float trainer_forward_only(Trainer *t);          /* eval: a forward, every unit freed after */
+float global_mean_loss(Trainer *t, float local); /* the same bits on every rank */
+int ckpt_save(Trainer *t, long next_step);       /* 0, or 2 (every rank agrees) */
+int ckpt_load(Trainer *t, const char *from, long *next_step);
+int trainer_export(Trainer *t, const char *path);    /* safetensors, PyTorch's names */
+int trainer_init_from(Trainer *t, const char *path); /* a safetensors file's parameters */
+
 #ifdef __cplusplus
 }
 #endif

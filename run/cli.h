@@ -8,6 +8,18 @@
  * Plumbing: the program around fsdp.c (main.c includes it after fsdp.c,
  * one translation unit); nothing in fsdp.c calls it.
  * ========================================================================== */
+#ifndef FSDP_RUN_CLI_H
+#define FSDP_RUN_CLI_H
+#include "../core.h"
+#include "../fsdp.h"
+#include "../sim/sim.h"
+#include "../kernels/backend.h"
+#include "../kernels/transformer.h" /* FLASH_MAX_HD */
+#include "../comm/groups.h"         /* net_models_of */
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
 
 /* The parameters of one residual block: the default auto-wrap threshold, so
  * that by default each block becomes its own unit. */
@@ -1038,3 +1050,5 @@ static int config_check_world(const Config *c, int world, char *err, size_t errl
                            world * c->grad_accum);
     return 0;
 }
+
+#endif /* FSDP_RUN_CLI_H */
