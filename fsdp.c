@@ -1082,40 +1082,13 @@ static double sum_over_ranks(Trainer *t, CommGroup group, float mine, const char
  * decoupled decay; PyTorch's default weight_decay is then 0.
  * ========================================================================== */
 
-FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float g, float lr,
-                                            float beta1, float beta2, float eps, float weight_decay,
-                                            float bias_correction1, float bias_correction2_sqrt) {
-    *p *= 1.0f - lr * weight_decay;
-    *m = beta1 * *m + (1.0f - beta1) * g;
-    *v = beta2 * *v + (1.0f - beta2) * g * g;
-    float denom = sqrtf(*v) / bias_correction2_sqrt + eps;
-    *p -= (lr / bias_correction1) * (*m / denom);
-}
+/* defines: adamw_update_one (one element of the update above), AdamWStep (one step's
+ *          hyperparameters), adamw_one, adamw_mixed_one (the update of element i, and with
+ *          mixed precision its param_dtype copy in the same pass) */
+#include "optim/adamw.h"
 
 /* defines: lr_at, the learning rate of optimizer step t (torch.optim.lr_scheduler) */
 #include "optim/lr_schedule.h"
-
-/* One step's hyperparameters, passed by value to every element. */
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt;
-    int l2; /* --optimizer adam: weight decay as L2 on the gradient */
-} AdamWStep;
-
-FSDP_HD static inline void adamw_one(long i, float *p, float *m, float *v, const float *g,
-                                     AdamWStep s) {
-    float grad = s.l2 ? g[i] + s.weight_decay * p[i] : g[i];
-    adamw_update_one(&p[i], &m[i], &v[i], grad, s.lr, s.beta1, s.beta2, s.eps,
-                     s.l2 ? 0.0f : s.weight_decay, s.bias_correction1, s.bias_correction2_sqrt);
-}
-/* ... with mixed precision also the shard's copy `low` in param_dtype d,
- * held as the all-gather sends it, written in the same pass: the
- * unit_refresh_low_precision pass would read the master back (4 bytes an
- * element, 1.3 ms of the 1.06B model's step on one H100) */
-FSDP_HD static inline void adamw_mixed_one(long i, float *p, float *m, float *v, const float *g,
-                                           AdamWStep s, void *low, Dtype d, Dtype held) {
-    adamw_one(i, p, m, v, g, s);
-    store_as(low, i, round_to(p[i], d), held);
-}
 
 /* ------------------------------------------------------------------------
  * Gradient clipping                         PyTorch: FSDP's clip_grad_norm_

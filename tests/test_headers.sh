@@ -22,7 +22,7 @@ ALONE="core.h fsdp.h files.h formats.h comm/comm.h comm/device.h comm/groups.h c
   comm/stream.h comm/task.h comm/wire16.h kernels/backend.h sim/events.h sim/ledger.h sim/oom.h
   sim/sim.h kernels/flash.h kernels/layers.h kernels/transformer.h model/activations.h data/corpus.h data/sampler.h
   trainer.h model/tree.h model/gpt2_tree.h model/mlp.h model/gpt2.h
-  optim/lr_schedule.h io/checkpoint.h io/lock.h run/cli.h run/generate.h run/report.h run/roofline.h"
+  optim/lr_schedule.h io/checkpoint.h io/lock.h run/cli.h run/generate.h run/report.h run/roofline.h optim/adamw.h"
 ALONE=$(echo $ALONE) # one space between names
 all=0; [ "${1:-}" = --all ] && all=1
 headers=$(ls *.h kernels/*.h comm/*.h sim/*.h data/*.h optim/*.h model/*.h io/*.h run/*.h 2>/dev/null)
