@@ -17,11 +17,13 @@
  * The program around it (the command line, the training loop, what a run
  * prints, main) lives beside it in main.c, which #includes this file: one
  * translation unit. Nothing here calls the program; the program calls this.
- * Some sections #include a header in place, under a "defines:" line: code
- * the section needs and a first reading may skip (the backend's two builds
- * in kernels/ and comm/, the corpus in data/, the models FSDP wraps in
- * model/, checkpoint plumbing in io/, the simulator's record and its
- * out-of-memory words in sim/).
+ * The headers it stands on are included at the top, each under a "defines:"
+ * line, before the first function: code a first reading may skip (core.h's
+ * checks and formats, the backend's two builds in kernels/ and comm/, the
+ * ledger and the simulator's record in sim/, the corpus and the sampler in
+ * data/, the module trees in model/, AdamW's element in optim/, checkpoint
+ * plumbing in io/). None of them calls back into this file. The models FSDP
+ * wraps (model/mlp.h, model/gpt2.h) call its hooks; main.c includes them.
  *
  * The idea in one paragraph. Data parallel training keeps a full copy of the
  * model, its gradients and its optimizer state on every GPU (DDP). FSDP
@@ -57,22 +59,18 @@
  * section 5) and the collectives' device side (comm/device.h, section 4) are all that differs.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
-#include <dirent.h>
 #include <errno.h>
-#include <float.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
+#include <sys/stat.h> /* mkdir: a checkpoint's directory */
+#include <unistd.h>   /* close */
 
+/* defines: the vocabulary and the API (fsdp.h, with core.h and comm/comm.h), safe files
+ *          (files.h), the checkpoints' byte formats (formats.h), the simulator's hooks
+ *          (sim/sim.h) */
 #include "fsdp.h"
 #include "files.h"
 #include "formats.h"
@@ -240,6 +238,44 @@
 /* defines: gpt2_build (GPT-2's module tree, Hugging Face's names) and
  *          gpt2_module (block l's module of a role) */
 #include "model/gpt2_tree.h"
+
+/* ---- the rest of fsdp.c's floor ---------------------------------------------------
+ * What the later sections use and a first reading may skip, included here so that
+ * every header comes before the first function: the runtime's state (section 7),
+ * AdamW's element and the schedule (section 9), the sampler (section 10), the
+ * checkpoints' plumbing (section 12). None of them calls fsdp.c. */
+
+/* defines: struct Trainer (every field a rank trains with), PendingReduce (the one gradient
+ *          reduction in flight), CopyDirection (--cpu-offload's copies); and, through
+ *          data/corpus.h, Corpus (what a run trains on; section 10 deals it out),
+ *          corpus_synthetic, corpus_load_file (--data, memory-mapped), corpus_batch_token
+ *          (a token for a batch, checked against the vocabulary), corpus_release; through
+ *          model/activations.h, Activations (the byte MLP's) and Gpt2Activations
+ *          (GPT-2's): what a forward saves for its backward */
+#include "trainer.h"
+
+/* defines: adamw_update_one (one element of section 9's update), AdamWStep (one step's
+ *          hyperparameters), adamw_one, adamw_mixed_one (the update of element i, and with
+ *          mixed precision its param_dtype copy in the same pass) */
+#include "optim/adamw.h"
+
+/* defines: lr_at, the learning rate of optimizer step t (torch.optim.lr_scheduler) */
+#include "optim/lr_schedule.h"
+
+/* defines: sampler_local_batch (the byte MLP's samples), sampler_local_sequences (GPT-2's,
+ *          each token checked against the vocabulary as it is drawn) */
+#include "data/sampler.h"
+
+/* defines: ckpt_agree (every rank the same verdict, the first failing rank's message),
+ *          ckpt_meta_of (with lr_schedule_to_meta), ckpt_list, ckpt_prune, ckpt_remove_dir,
+ *          ckpt_saves_after, ckpt_check_save_dir, ckpt_locate, ckpt_check_step, ckpt_check_model,
+ *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files, param_index_text,
+ *          st_tensor_of, st_check_model, st_read_header,
+ *          st_header_everywhere, export_print_done, and GPT-2's Hugging Face
+ *          layout: export_param (Conv1D transposed), gpt2_config_text
+ *          (config.json), st_read_conv1d; gpt2_check_config (--init-from's
+ *          config.json), model_file_of (a directory's model.safetensors) */
+#include "io/checkpoint.h"
 
 /* ============================================================================
  * 6. Auto-wrap: which modules become units
@@ -487,14 +523,8 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
  * 2's `backend`): the tests build several trainers in one process (a 1-rank
  * reference next to an N-rank run) and compare them. */
 
-/* defines: struct Trainer (every field a rank trains with), PendingReduce (the one gradient
- *          reduction in flight), CopyDirection (--cpu-offload's copies); and, through
- *          data/corpus.h, Corpus (what a run trains on; section 10 deals it out),
- *          corpus_synthetic, corpus_load_file (--data, memory-mapped), corpus_batch_token
- *          (a token for a batch, checked against the vocabulary), corpus_release; through
- *          model/activations.h, Activations (the byte MLP's) and Gpt2Activations
- *          (GPT-2's): what a forward saves for its backward */
-#include "trainer.h"
+/* struct Trainer is trainer.h's, included at the top (with data/corpus.h and
+ * model/activations.h, the Corpus and the activations it holds). */
 
 /* ============================================================================
  * 8. The unit lifecycle
@@ -1082,13 +1112,11 @@ static double sum_over_ranks(Trainer *t, CommGroup group, float mine, const char
  * decoupled decay; PyTorch's default weight_decay is then 0.
  * ========================================================================== */
 
-/* defines: adamw_update_one (one element of the update above), AdamWStep (one step's
- *          hyperparameters), adamw_one, adamw_mixed_one (the update of element i, and with
- *          mixed precision its param_dtype copy in the same pass) */
-#include "optim/adamw.h"
+/* AdamW's element code is optim/adamw.h's, included at the top: adamw_update_one (one
+ * element of the update above), adamw_one, adamw_mixed_one, AdamWStep. */
 
-/* defines: lr_at, the learning rate of optimizer step t (torch.optim.lr_scheduler) */
-#include "optim/lr_schedule.h"
+/* The learning rate of step t, lr_at, is optim/lr_schedule.h's (torch.optim.lr_scheduler),
+ * included at the top. */
 
 /* ------------------------------------------------------------------------
  * Gradient clipping                         PyTorch: FSDP's clip_grad_norm_
@@ -1201,9 +1229,8 @@ static void adamw_step(Trainer *t) {
  * would train on, so the averaged gradient is the same mathematics.
  * ========================================================================== */
 
-/* defines: sampler_local_batch (the byte MLP's samples), sampler_local_sequences (GPT-2's,
- *          each token checked against the vocabulary as it is drawn) */
-#include "data/sampler.h"
+/* The sampler is data/sampler.h's, included at the top: sampler_local_batch (the byte
+ * MLP's samples), sampler_local_sequences (GPT-2's, each token checked). */
 
 /* ============================================================================
  * 11. The trainer: one step, end to end
@@ -1585,16 +1612,9 @@ static int ckpt_writes_file(const Trainer *t) {
     return t->comm.rank < t->shard_world;
 }
 
-/* defines: ckpt_agree (every rank the same verdict, the first failing rank's message),
- *          ckpt_meta_of (with lr_schedule_to_meta), ckpt_list, ckpt_prune, ckpt_remove_dir,
- *          ckpt_saves_after, ckpt_check_save_dir, ckpt_locate, ckpt_check_step, ckpt_check_model,
- *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files, param_index_text,
- *          st_tensor_of, st_check_model, st_read_header,
- *          st_header_everywhere, export_print_done, and GPT-2's Hugging Face
- *          layout: export_param (Conv1D transposed), gpt2_config_text
- *          (config.json), st_read_conv1d; gpt2_check_config (--init-from's
- *          config.json), model_file_of (a directory's model.safetensors) */
-#include "io/checkpoint.h"
+/* The checkpoints' plumbing is io/checkpoint.h's, included at the top: ckpt_agree,
+ * meta.txt (ckpt_meta_of), the step-N directories, every check of a checkpoint or a
+ * safetensors file, and GPT-2's Hugging Face layout (export_param, gpt2_config_text). */
 
 /* The first value in this rank's shards of tensor k (0 parameters,
  * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
