@@ -160,12 +160,6 @@ typedef struct {
     const char *tokenizer_path; /* --tokenizer: llm.c's gpt2_tokenizer.bin */
 } Config;
 
-/* In run/cli.h, the program's (beside fsdp.c): fills cfg from argv. Returns
- * 0 on success; on bad input writes a message (what is wrong and what to
- * do) into err and returns 2, the exit code every rank then uses. Returns 1
- * with err empty when --help was asked for. */
-int config_parse(Config *cfg, int argc, char **argv, char *err, size_t errlen);
-void config_usage(FILE *out);
 /* The names both fsdp.c and sim/ print live here, with the types they name. */
 static inline const char *strategy_name(Strategy s) {
     switch (s) {

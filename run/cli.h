@@ -21,6 +21,12 @@
 #include <float.h>
 #include <limits.h>
 
+/* Fills cfg from argv. Returns 0 on success; on bad input writes a message
+ * (what is wrong and what to do) into err and returns 2, the exit code every
+ * rank then uses. Returns 1 with err empty when --help was asked for. */
+int config_parse(Config *cfg, int argc, char **argv, char *err, size_t errlen);
+void config_usage(FILE *out);
+
 /* The parameters of one residual block: the default auto-wrap threshold, so
  * that by default each block becomes its own unit. */
 static long config_block_numel(const Config *cfg) {
