@@ -38,8 +38,9 @@
 #endif
 
 /* The floating-point formats of PyTorch's MixedPrecision: a value's width
- * in memory and on the wire. */
-typedef enum {
+ * in memory and on the wire. Tagged: nvcc's stubs for a kernel template
+ * instantiated with a Dtype argument spell it `enum Dtype`. */
+typedef enum Dtype {
     DTYPE_UNSET = -1, /* --reduce-dtype not given: --param-dtype's (run/cli.h) */
     DTYPE_FP32,       /* float32: 8-bit exponent, 23-bit mantissa */
     DTYPE_BF16,       /* bfloat16: fp32's 8-bit exponent, 7-bit mantissa */

@@ -192,8 +192,8 @@
  *          device_comm_open, device_comm_close, device_comm_submit,
  *          device_comm_wait (NCCL on a GPU; nothing on the CPU) */
 #include "comm/device.h"
-/* defines: comm_group_new, net_models_of, comm_split_nodes, comm_group_free (nodes, and
- *          the hybrid strategies' groups) */
+/* defines: comm_group_new, comm_split_nodes, comm_group_free (nodes, and the hybrid
+ *          strategies' groups, priced on the --net models sim/net.c's net_models_of reads) */
 #include "comm/groups.h"
 /* defines: comm_record (every collective passes through it), the stream (comm_init,
  *          comm_submit), comm_all_gather_start and _in, comm_reduce_scatter_start,

@@ -1,6 +1,6 @@
 /* ============================================================================
  * comm/groups.h — nodes, and the hybrid strategies' groups: comm_group_new,
- * net_models_of, comm_split_nodes, comm_group_free.
+ * comm_split_nodes (priced on sim/net.c's models, net_models_of), comm_group_free.
  *
  * May include core.h, fsdp.h, sim/ and comm/device.h; nothing of fsdp.c's.
  * ========================================================================== */
@@ -36,19 +36,6 @@ static Comm *comm_group_new(const Comm *c, int color, const NetModel *net) {
     g->group[GROUP_WORLD] = g->group[GROUP_SHARD] = g;
     device_comm_open(g);
     return g;
-}
-
-/* --net NAME prices every link alike; --net A+B prices links inside a node
- * with A (e.g. nvlink) and between nodes with B (e.g. ib). Both NULL: none.
- * Returns 0, or -1 when a name is unknown. */
-static int net_models_of(const char *spec, const NetModel **intra, const NetModel **inter) {
-    char a[32] = "none", b[32] = "";
-    const char *plus = spec ? strchr(spec, '+') : NULL;
-    if (spec) snprintf(a, sizeof(a), "%.*s", plus ? (int)(plus - spec) : 31, spec);
-    if (plus) snprintf(b, sizeof(b), "%s", plus + 1);
-    *intra = net_model_find(a);
-    *inter = plus ? net_model_find(b) : *intra;
-    return *intra && *inter ? 0 : -1;
 }
 
 /* Collective: every rank calls it. G divides the world (config_check_world). */

@@ -12,10 +12,9 @@
 #define FSDP_RUN_CLI_H
 #include "../core.h"
 #include "../fsdp.h"
-#include "../sim/sim.h"
+#include "../sim/sim.h" /* net_models_of */
 #include "../kernels/backend.h"
 #include "../kernels/transformer.h" /* FLASH_MAX_HD */
-#include "../comm/groups.h"         /* net_models_of */
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>

@@ -15,7 +15,7 @@
 #include "../trainer.h"
 #include "../files.h"
 #include "../kernels/backend.h"
-#include "../comm/groups.h" /* net_models_of */
+#include "../sim/sim.h" /* net_models_of */
 #include "../optim/lr_schedule.h"
 #include <limits.h>
 
