@@ -128,12 +128,10 @@ mpi:
 SIM_SRC := files.c formats.c sim/net.c sim/sim.c sim/record.c sim/check.c sim/show.c
 SIM_DEPS := $(SIM_SRC) files.h formats.h sim/sim.h
 # The program: fsdp.c (the algorithm) and main.c around it, which includes
-# fsdp.c and the plumbing headers in run/; fsdp.c includes kernels/ in place:
-# one translation unit.
-PROGRAM := main.c fsdp.c fsdp.h run/cli.h run/report.h run/generate.h run/roofline.h kernels/backend.h kernels/layers.h \
-           kernels/transformer.h kernels/flash.h io/checkpoint.h io/lock.h comm/device.h comm/wire16.h data/corpus.h \
-           optim/lr_schedule.h \
-           sim/events.h sim/oom.h model/activations.h model/mlp.h model/gpt2_tree.h model/gpt2.h
+# fsdp.c and the plumbing headers in run/; fsdp.c includes the headers below
+# it: one translation unit. Every header is listed (a wildcard), so a new one
+# rebuilds what includes it and is copied into .emu/ for the emulator.
+PROGRAM := main.c fsdp.c $(wildcard *.h kernels/*.h comm/*.h sim/*.h data/*.h optim/*.h model/*.h io/*.h run/*.h)
 
 fsdp: $(PROGRAM) $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) $(OPENMP) main.c $(SIM_SRC) -o $@ $(LDLIBS)

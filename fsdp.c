@@ -17,11 +17,13 @@
  * The program around it (the command line, the training loop, what a run
  * prints, main) lives beside it in main.c, which #includes this file: one
  * translation unit. Nothing here calls the program; the program calls this.
- * Some sections #include a header in place, under a "defines:" line: code
- * the section needs and a first reading may skip (the backend's two builds
- * in kernels/ and comm/, the corpus in data/, the models FSDP wraps in
- * model/, checkpoint plumbing in io/, the simulator's record and its
- * out-of-memory words in sim/).
+ * The headers it stands on are included at the top, each under a "defines:"
+ * line, before the first function: code a first reading may skip (core.h's
+ * checks and formats, the backend's two builds in kernels/ and comm/, the
+ * ledger and the simulator's record in sim/, the corpus and the sampler in
+ * data/, the module trees in model/, AdamW's element in optim/, checkpoint
+ * plumbing in io/). None of them calls back into this file. The models FSDP
+ * wraps (model/mlp.h, model/gpt2.h) call its hooks; main.c includes them.
  *
  * The idea in one paragraph. Data parallel training keeps a full copy of the
  * model, its gradients and its optimizer state on every GPU (DDP). FSDP
@@ -57,22 +59,18 @@
  * section 5) and the collectives' device side (comm/device.h, section 4) are all that differs.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
-#include <dirent.h>
 #include <errno.h>
-#include <float.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
+#include <sys/stat.h> /* mkdir: a checkpoint's directory */
+#include <unistd.h>   /* close */
 
+/* defines: the vocabulary and the API (fsdp.h, with core.h and comm/comm.h), safe files
+ *          (files.h), the checkpoints' byte formats (formats.h), the simulator's hooks
+ *          (sim/sim.h) */
 #include "fsdp.h"
 #include "files.h"
 #include "formats.h"
@@ -82,98 +80,12 @@
  * 1. Checks and utilities
  * ========================================================================== */
 
-/* A failure inside training (not bad input: that is config_parse's job) is
- * a bug or an environment problem. Say where, say what to try, and take every
- * rank down with MPI_Abort so no rank is left waiting in a collective. */
-static void fsdp_fatal(const char *file, int line, const char *hint, const char *fmt, ...) {
-    int rank = 0, inited = 0;
-    MPI_Initialized(&inited);
-    if (inited) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "[rank %d] error at %s:%d: ", rank, file, line);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nHINT: %s\n", hint);
-    va_end(ap);
-    fflush(stderr);
-    if (inited) MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
-}
-#define FATAL(hint, ...) fsdp_fatal(__FILE__, __LINE__, hint, __VA_ARGS__)
-
-/* Host memory that is there or ends the run (llm.c's mallocCheck): what
- * says what it was for, "cannot WHAT" in the message. Every caller gets
- * memory or never returns, so no caller checks for NULL. */
-static void *host_memory_or_die(void *p, const char *what, const char *file, int line) {
-    if (!p) fsdp_fatal(file, line, "the machine is out of host memory", "cannot %s", what);
-    return p;
-}
-#define host_malloc(bytes, what) host_memory_or_die(malloc(bytes), what, __FILE__, __LINE__)
-#define host_calloc(n, size, what)                                                                 \
-    host_memory_or_die(calloc((n), (size)), what, __FILE__, __LINE__)
-#define host_realloc(p, bytes, what)                                                               \
-    host_memory_or_die(realloc((p), (bytes)), what, __FILE__, __LINE__)
-
-static void mpi_check(int err, const char *file, int line) {
-    if (err == MPI_SUCCESS) return;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(err, msg, &len);
-    fsdp_fatal(file, line, "an MPI call failed; check that every rank runs the same command",
-               "MPI: %s", msg);
-}
-#define mpiCheck(call) mpi_check((call), __FILE__, __LINE__)
-
-/* Bad input is not a bug: it gets a message saying what is wrong and what
- * to do, written into err, and the exit code 2 that every rank then uses. */
-static int usage_error(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return 2;
-}
-
-/* Every rank has agreed on a failure: all leave together, cleanly. */
-static void exit_all(int code) {
-    MPI_Finalize();
-    exit(code);
-}
-
-static double now_seconds(void) { return MPI_Wtime(); }
-
-static long ceil_div(long a, long b) { return (a + b - 1) / b; }
-
-static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
-
-/* Counter-based random numbers. A value depends only on (seed, stream, a, b),
- * never on what was drawn before, so every rank can compute any element of
- * the model or the data on its own and get the value any other world size
- * would: the root of "N ranks compute what 1 rank computes". The mixer is
- * SplitMix64's finaliser. */
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-static uint64_t rng_u64(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b) {
-    return mix64(mix64(mix64(seed ^ mix64(stream + 0x9e3779b97f4a7c15ULL)) + a) + b);
-}
-static float rng_uniform(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b) {
-    return (float)(rng_u64(seed, stream, a, b) >> 40) * (1.0f / 16777216.0f); /* [0,1) */
-}
-static float rng_normal(uint64_t seed, uint64_t stream, uint64_t a, uint64_t b) {
-    /* Box-Muller from two independent uniforms (1-u keeps log away from 0) */
-    float u1 = 1.0f - rng_uniform(seed, stream, a, 2 * b);
-    float u2 = rng_uniform(seed, stream, a, 2 * b + 1);
-    return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
-}
-
-/* Streams keep the model's numbers and the data's numbers independent. */
-enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
+/* defines: fsdp_fatal and FATAL (say where, a HINT, MPI_Abort), host_malloc, host_calloc,
+ *          host_realloc, mpiCheck, usage_error (bad input: exit 2), exit_all, now_seconds,
+ *          ceil_div, mib, the counter-based random numbers (rng_u64, rng_uniform, rng_normal,
+ *          STREAM_*), Dtype and the 16-bit formats (bf16_from_float, ..., round_to, pack_one),
+ *          FSDP_HD: the bottom floor, included by every file (fsdp.h, above, already has) */
+#include "core.h"
 
 /* ============================================================================
  * 2. The backend seam: memory, streams, kernels, matmul
@@ -211,80 +123,6 @@ enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
  *          backend_print_memory, backend_release (and, on GPUs, the pool) */
 #include "kernels/backend.h"
 
-/* ---- 16-bit number formats: bf16 and fp16 ----------------------------------
- * Mixed precision (--param-dtype, --reduce-dtype) stores values in 16 bits.
- * A 16-bit value converts to fp32 exactly, so the simulator keeps each one
- * in a float slot, rounded exactly as a GPU rounds when it stores it:
- * round to nearest, ties to even (RNE). The arithmetic on the slots is then
- * the GPU's (fp32 accumulation, a 16-bit result), one set of kernels serves
- * every format, and the ledger books each buffer at its 16-bit width, what
- * PyTorch holds. What crosses the wire is really 16 bits: the collectives
- * pack the slots into uint16_t (section 4).
- *   bf16: fp32's upper half. Rounding adds 0x7FFF plus the lowest kept bit
- *         to the bits and drops the lower 16; the carry into the exponent is
- *         right, and fp32's range is kept (nothing overflows).
- *   fp16: 5-bit exponent: the largest value is 65504, anything from 65520
- *         up is inf, and below 2^-14 the values are subnormal, multiples of
- *         2^-24; smaller than 2^-25 is 0. This is why fp16 needs loss
- *         scaling and bf16 does not. */
-FSDP_HD static inline uint32_t float_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-FSDP_HD static inline float bits_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-FSDP_HD static inline uint16_t bf16_from_float(float f) {
-    uint32_t u = float_bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN stays NaN */
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-FSDP_HD static inline float float_from_bf16(uint16_t h) { return bits_float((uint32_t)h << 16); }
-
-FSDP_HD static inline uint16_t fp16_from_float(float f) {
-    uint32_t u = float_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7FFFFFFFu;
-    if (a > 0x7F800000u) return (uint16_t)(sign | 0x7E00u);  /* NaN */
-    if (a >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* >= 65520: inf */
-    if (a < 0x38800000u) /* below 2^-14: a subnormal, a whole number of 2^-24 */
-        return (uint16_t)(sign | (uint32_t)rintf(bits_float(a) * 16777216.0f));
-    a -= 112u << 23; /* exponent bias 127 -> 15 */
-    return (uint16_t)(sign | ((a + 0xFFFu + ((a >> 13) & 1u)) >> 13));
-}
-FSDP_HD static inline float float_from_fp16(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    if (e == 0) return bits_float(sign) + (sign ? -1.0f : 1.0f) * (float)m / 16777216.0f;
-    if (e == 31) return bits_float(sign | 0x7F800000u | (m << 13));
-    return bits_float(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-FSDP_HD static inline uint16_t half_from_float(float f, Dtype d) {
-    return d == DTYPE_BF16 ? bf16_from_float(f) : fp16_from_float(f);
-}
-FSDP_HD static inline float float_from_half(uint16_t h, Dtype d) {
-    return d == DTYPE_BF16 ? float_from_bf16(h) : float_from_fp16(h);
-}
-/* x rounded to the nearest value of format d (fp32: itself) */
-FSDP_HD static inline float round_to(float x, Dtype d) {
-    return d == DTYPE_FP32 ? x : float_from_half(half_from_float(x, d), d);
-}
-FSDP_HD static inline void round_one(long i, float *x, Dtype d) { x[i] = round_to(x[i], d); }
-FSDP_HD static inline void round_copy_one(long i, float *out, const float *x, Dtype d) {
-    out[i] = round_to(x[i], d);
-}
-FSDP_HD static inline void pack_one(long i, uint16_t *out, const float *x, Dtype d, float f) {
-    out[i] = half_from_float(x[i] * f, d);
-}
-FSDP_HD static inline void unpack_one(long i, float *out, const uint16_t *x, Dtype d) {
-    out[i] = float_from_half(x[i], d);
-}
-/* the ring's reduce step in 16 bits: acc += x, the sum rounded, as NCCL's */
-FSDP_HD static inline void add_half_one(long i, uint16_t *acc, const uint16_t *x, Dtype d) {
-    acc[i] = half_from_float(float_from_half(acc[i], d) + float_from_half(x[i], d), d);
-}
-
 /* ============================================================================
  * 3. The memory ledger
  *
@@ -295,136 +133,12 @@ FSDP_HD static inline void add_half_one(long i, uint16_t *acc, const uint16_t *x
  * live in host memory; the accounting is what a GPU would see.
  * ========================================================================== */
 
-/* defines: ledger_oom_report (the simulated out-of-memory message, in
- *          CUDA's words, with a HINT), ledger_out_of_memory (who reports,
- *          and how every rank stops), ledger_agree_fits (after setup) */
-#include "sim/oom.h"
-
-/* Where a booked buffer lives: the device, or the host's memory, plain or
- * pinned for DMA (a GPU's --cpu-offload shards); and, on the device,
- * whether it must start zeroed: a buffer its first user writes whole (an
- * all-gather's output) skips that pass, as PyTorch's empty() does. An
- * unshard's comes from the communication stream's blocks (kernels/backend.h). */
-enum { ON_DEVICE, HOST_PAGEABLE, HOST_PINNED, ON_DEVICE_OVERWRITTEN, ON_DEVICE_GATHERED };
-static int on_host(int where) { return where == HOST_PAGEABLE || where == HOST_PINNED; }
-
-/* Zeroed memory (padding must be 0), but for the two overwritten. --plan allocates
- * nothing: a distinct address the ledger can recognise at ledger_free stands in. */
-static void *ledger_memory(Ledger *l, size_t physical, int where) {
-    if (backend.dry) return (void *)(l->plan_next += 64);
-    if (where == HOST_PINNED) return host_pinned_alloc(physical);
-    if (where == HOST_PAGEABLE) return calloc(physical ? physical : 1, 1);
-    if (where == ON_DEVICE_OVERWRITTEN) return dev_alloc_for_overwrite(physical);
-    if (where == ON_DEVICE_GATHERED) return dev_alloc_for_gather(physical);
-    return dev_alloc(physical);
-}
-
-static void ledger_memory_release(const LedgerEntry *e) {
-    if (backend.dry) return;
-    if (e->where == HOST_PINNED) host_pinned_free(e->ptr);
-    else if (e->where == HOST_PAGEABLE) free(e->ptr);
-    else dev_free(e->ptr, e->physical);
-}
-
-/* Allocates `physical` bytes and books `bytes` of them: the two differ
- * only for 16-bit values kept in float slots (section 2). `what` names the
- * owner (a unit, "activations", ...) for that report. */
-static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t bytes,
-                         const char *what, int where) {
-    int host = on_host(where);
-    if (!host && l->budget && l->current_total + bytes > l->budget)
-        ledger_out_of_memory(l, cat, bytes, what);
-    void *p = ledger_memory(l, physical, where);
-    if (!p && where == HOST_PINNED) return NULL; /* the caller asks for pageable memory */
-    if (!p && host)
-        FATAL("the machine is out of host memory", "cannot allocate %zu bytes (%s)", bytes,
-              MEM_CATEGORY_NAMES[cat]);
-    if (!p) { /* the GPU itself is full (the CPU build's dev_alloc never returns NULL) */
-        if (!l->oom_report) ledger_out_of_memory(l, cat, bytes, what);
-        return NULL; /* during setup: noted, and trainer_create builds nothing more */
-    }
-    if (l->n_entries == l->cap_entries) {
-        l->cap_entries = l->cap_entries ? 2 * l->cap_entries : 64;
-        l->entries = (LedgerEntry *)host_realloc(
-            l->entries, (size_t)l->cap_entries * sizeof(LedgerEntry), "grow the ledger");
-    }
-    l->entries[l->n_entries].ptr = p;
-    l->entries[l->n_entries].bytes = bytes;
-    l->entries[l->n_entries].physical = physical;
-    l->entries[l->n_entries].cat = cat;
-    l->entries[l->n_entries].where = where;
-    l->n_entries++;
-    if (host) { /* the host's memory: booked apart, outside --vram */
-        l->host_current[cat] += bytes;
-        if (l->host_current[cat] > l->host_peak[cat]) l->host_peak[cat] = l->host_current[cat];
-        return p;
-    }
-    l->current[cat] += bytes;
-    l->current_total += bytes;
-    if (l->current[cat] > l->peak[cat]) l->peak[cat] = l->current[cat];
-    if (l->current_total > l->peak_total) l->peak_total = l->current_total;
-    sim_on_memory(l->sim, l);
-    return p;
-}
-
-static void *ledger_alloc(Ledger *l, MemCategory cat, size_t count, size_t elem_size,
-                          const char *what) {
-    return ledger_book(l, cat, count * elem_size, count * elem_size, what, ON_DEVICE);
-}
-
-/* `count` values of format d, held in format `held` (float slots, or the
- * 16 bits of a GPU's mixed precision), booked at d's width: what PyTorch
- * holds; `where` on the device (zeroed or not) or the host */
-static void *ledger_alloc_held(Ledger *l, MemCategory cat, size_t count, Dtype held, Dtype d,
-                               const char *what, int where) {
-    return ledger_book(l, cat, count * (size_t)dtype_bytes(held), count * (size_t)dtype_bytes(d),
-                       what, where);
-}
-/* ... in float slots; not zeroed (_overwritten) for a buffer its first user writes whole */
-#define ledger_alloc_floats(l, cat, count, d, what)                                                \
-    (float *)ledger_alloc_held(l, cat, count, DTYPE_FP32, d, what, ON_DEVICE)
-#define ledger_alloc_floats_overwritten(l, cat, count, d, what)                                    \
-    (float *)ledger_alloc_held(l, cat, count, DTYPE_FP32, d, what, ON_DEVICE_OVERWRITTEN)
-
-/* ... in the host's memory (--cpu-offload): booked apart from the device's.
- * What lives there all run and is copied every step is pinned on a GPU
- * (HOST_PINNED, section 2's host_pinned_alloc), or pageable if the system
- * will not lock that much. */
-static void *ledger_alloc_host(Ledger *l, MemCategory cat, size_t count, Dtype held, Dtype d,
-                               const char *what, int pinned) {
-    void *p = pinned ? ledger_alloc_held(l, cat, count, held, d, what, HOST_PINNED) : NULL;
-    return p ? p : ledger_alloc_held(l, cat, count, held, d, what, HOST_PAGEABLE);
-}
-#define ledger_alloc_host_floats(l, cat, count, d, what, pinned)                                   \
-    (float *)ledger_alloc_host(l, cat, count, DTYPE_FP32, d, what, pinned)
-
-static void ledger_free(Ledger *l, void *p) {
-    if (!p) return;
-    for (int i = l->n_entries - 1; i >= 0; i--) { /* recent allocations first */
-        if (l->entries[i].ptr != p) continue;
-        ledger_memory_release(&l->entries[i]);
-        if (on_host(l->entries[i].where)) {
-            l->host_current[l->entries[i].cat] -= l->entries[i].bytes;
-            l->entries[i] = l->entries[--l->n_entries];
-            return;
-        }
-        l->current[l->entries[i].cat] -= l->entries[i].bytes;
-        l->current_total -= l->entries[i].bytes;
-        l->entries[i] = l->entries[--l->n_entries];
-        sim_on_memory(l->sim, l);
-        return;
-    }
-    FATAL("this is a bug in fsdp.c: every buffer must come from ledger_alloc",
-          "freeing a pointer the ledger does not know");
-}
-
-static void ledger_release_all(Ledger *l) {
-    for (int i = 0; i < l->n_entries; i++)
-        if (l->entries[i].ptr) ledger_memory_release(&l->entries[i]);
-    free(l->entries);
-    free(l->oom_report);
-    memset(l, 0, sizeof(*l));
-}
+/* defines: ledger_book, ledger_alloc and its variants (_held, _floats, _host), ledger_free,
+ *          ledger_release_all, where a buffer lives (ON_DEVICE, HOST_PINNED, ...); and,
+ *          through sim/oom.h, ledger_oom_report (the simulated out-of-memory message, in
+ *          CUDA's words, with a HINT), ledger_out_of_memory (who reports, and how every rank
+ *          stops), ledger_agree_fits (after setup) */
+#include "sim/ledger.h"
 
 /* ============================================================================
  * 4. Collectives
@@ -463,525 +177,29 @@ static void ledger_release_all(Ledger *l) {
  * Gradients are averaged ("mean"): we sum, then divide by N once at the end.
  * ========================================================================== */
 
-/* defines: comm_event_add (a collective's record, for --trace),
- *          comm_sim_queued, comm_sim_waited (the --net clock) */
-#include "sim/events.h"
-
-/* The one place every collective passes through: it tells the instruments
- * (which may check it, picture it, or in a fault test skip it: then it
- * returns 1 and nothing moves), counts the bytes and the simulated time,
- * and, when a trace is being written, records the event. */
-static int comm_record(Comm *c, CommHandle *h, CommKind kind, CommGroup group, int unit, long count,
-                       Dtype wire) {
-    const Comm *g = c->group[group];
-    memset(h, 0, sizeof(*h));
-    h->kind = kind;
-    h->unit = unit;
-    h->step = c->step;
-    h->event = -1;
-    h->wire = wire;
-    h->group_world = g->world;
-    h->predivide = 1.0f;
-    c->elem_bytes = dtype_bytes(wire);
-    c->group_world = g->world;
-    SimVerdict verdict = sim_on_collective(c->sim, c, kind, unit, count);
-    if (verdict == SIM_QUIT) exit_all(0);     /* --step, q: every rank got the key */
-    if (verdict == SIM_MISMATCH) exit_all(4); /* every rank saw the same notes */
-    h->skipped = verdict == SIM_SKIP;
-    if (h->skipped) return 1;
-    double bytes = ring_bytes(kind, g->world, count, c->elem_bytes);
-    double sim_seconds =
-        net_collective_seconds(g->net, kind, g->world, (double)count * c->elem_bytes);
-    c->calls[kind]++;
-    c->bytes_sent[kind] += bytes;
-    c->bytes_recv[kind] += bytes;
-    c->sim_seconds[kind] += sim_seconds;
-    h->t_start = now_seconds();
-    h->sim_seconds = sim_seconds;
-    comm_event_add(c, h, count); /* with --trace; a long run without keeps the totals only */
-    return 0;
-}
-
-/* A collective as the stream will run it: kind, group, buffers, format */
-static CommTask comm_task(CommKind kind, CommGroup group, float *full, const float *shard,
-                          float *out, float *tmp, long S, Dtype wire) {
-    CommTask k;
-    memset(&k, 0, sizeof(k));
-    k.kind = kind, k.group = group, k.full = full, k.shard = shard, k.out = out, k.tmp = tmp;
-    k.S = S, k.wire = wire, k.prescale = 1.0f, k.postscale = 1.0f;
-    return k;
-}
-
-/* A sum of N gradients in 16 bits may overflow fp16 where their mean
- * would not (N ranks' gradients, each up to 65504 / N). So, as PyTorch's
- * FSDP does (_get_gradient_predivide_factor), the inputs are divided by a
- * factor f near sqrt(N) before the sum and the result by N / f after it.
- * FSDP1 does this in every format (FSDP2 in fp16 only); in fp32, whose range
- * is never the problem, we divide once, by N, afterwards. A 16-bit sum is divided as it
- * is unpacked from the wire (unpack_mean_one), an fp32 sum in comm_wait. */
-static float comm_postscale(const CommHandle *h) { return h->predivide / (float)h->group_world; }
-static void comm_mean_parts(CommHandle *h, CommTask *k, const Comm *g) {
-    int f = 1;
-    while (h->wire != DTYPE_FP32 && g->world % f == 0 && g->world / f > f) f *= 2;
-    h->predivide = (float)f;
-    k->prescale = 1.0f / h->predivide, k->postscale = comm_postscale(h);
-}
-
-static int ring_right(const Comm *c) { return (c->rank + 1) % c->world; }
-static int ring_left(const Comm *c) { return (c->rank - 1 + c->world) % c->world; }
-
-/* Ring all-gather, in place in `full` (N chunks of S). At step s, rank r
- * passes on the chunk it received in the previous step (its own at s = 0),
- * chunk (r - s) mod N, and receives chunk (r - s - 1) mod N from the left.
- * After N-1 steps every chunk has travelled around the ring. */
-#ifdef EXERCISE_RING_ALL_GATHER /* graded exercise: make exercise EX=ring_all_gather */
-#include EXERCISE_FILE
-#else
-static void ring_all_gather(Comm *c, float *full, long S) {
-    int N = c->world;
-    for (int s = 0; s < N - 1; s++) {
-        int send_chunk = (c->rank - s + N) % N;
-        int recv_chunk = (c->rank - s - 1 + N) % N;
-        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c),
-                              COMM_ALL_GATHER, full + recv_chunk * S, (int)S, MPI_FLOAT,
-                              ring_left(c), COMM_ALL_GATHER, c->stream_comm, MPI_STATUS_IGNORE));
-        sim_on_ring_step(c->sim, c, COMM_ALL_GATHER, s, send_chunk, recv_chunk); /* --step=ring */
-    }
-}
-#endif /* EXERCISE_RING_ALL_GATHER */
-
-/* Ring reduce-scatter (sum), accumulating in place in `full`. At step s,
- * rank r sends its partial sum of chunk (r - s - 1) mod N to the right and
- * adds the left neighbour's partial sum of chunk (r - s - 2) mod N into its
- * own. Each chunk picks up one rank's contribution per step, and after N-1
- * steps rank r holds the complete sum of chunk r. `tmp` holds S elements. */
-#ifdef EXERCISE_RING_REDUCE_SCATTER /* graded exercise: make exercise EX=ring_reduce_scatter */
-#include EXERCISE_FILE
-#else
-static void ring_reduce_scatter(Comm *c, float *full, long S, float *tmp) {
-    int N = c->world;
-    for (int s = 0; s < N - 1; s++) {
-        int send_chunk = (c->rank - s - 1 + 2 * N) % N;
-        int recv_chunk = (c->rank - s - 2 + 2 * N) % N;
-        mpiCheck(MPI_Sendrecv(full + send_chunk * S, (int)S, MPI_FLOAT, ring_right(c),
-                              COMM_REDUCE_SCATTER, tmp, (int)S, MPI_FLOAT, ring_left(c),
-                              COMM_REDUCE_SCATTER, c->stream_comm, MPI_STATUS_IGNORE));
-        float *acc = full + recv_chunk * S;
-        for (long i = 0; i < S; i++) acc[i] += tmp[i];
-        sim_on_ring_step(c->sim, c, COMM_REDUCE_SCATTER, s, send_chunk, recv_chunk);
-    }
-}
-#endif /* EXERCISE_RING_REDUCE_SCATTER */
-
-/* The same two rings, and Open MPI's collectives, on 16-bit values (mixed
- * precision): the float slots are packed into uint16_t, so the wire carries
- * half the bytes, and each reduce step adds in fp32 and rounds the partial
- * sum back to 16 bits, as NCCL does for bf16 and fp16. */
-/* defines: collective_run_host_16, mpi_sum_bf16, mpi_sum_fp16 */
+/* defines: comm_task, comm_mean_parts, comm_postscale (the mean's two factors),
+ *          comm_watchdog_expired (the watchdog's words, the CPU's and NCCL's) */
+#include "comm/task.h"
+/* defines: ring_right, ring_left, ring_all_gather, ring_reduce_scatter (the two rings,
+ *          graded exercises: make exercise EX=ring_all_gather, EX=ring_reduce_scatter) */
+#include "comm/ring.h"
+/* defines: collective_run_host_16, mpi_sum_bf16, mpi_sum_fp16 (the same two rings, and
+ *          Open MPI's collectives, on 16-bit values: half the bytes on the wire) */
 #include "comm/wire16.h"
-
-/* Runs one collective on host buffers to completion, on whichever thread
- * the stream uses: our ring, or Open MPI's own (blocking: the stream is
- * what runs it in the background). In fp32, sums only: comm_wait turns
- * them into means (16-bit sums are, as they are unpacked: comm/wire16.h).
- * An all-gather may be in place: its input is then its own chunk of the
- * output, as MPI_IN_PLACE and NCCL allow. */
-static void collective_run_host(Comm *c, const CommTask *k) {
-    if (backend.dry) return; /* --plan: counted, not sent */
-    if (k->wire != DTYPE_FP32) {
-        collective_run_host_16(c, k);
-        return;
-    }
-    int mpi = c->impl == COLLECTIVES_MPI;
-    long S = k->S;
-    int in_place = k->shard == k->full + (long)c->rank * S;
-    switch (k->kind) {
-    case COMM_ALL_GATHER:
-        if (mpi)
-            mpiCheck(MPI_Allgather(in_place ? MPI_IN_PLACE : k->shard, (int)S, MPI_FLOAT, k->full,
-                                   (int)S, MPI_FLOAT, c->stream_comm));
-        else {
-            if (!in_place) memcpy(k->full + (long)c->rank * S, k->shard, (size_t)S * sizeof(float));
-            ring_all_gather(c, k->full, S);
-        }
-        break;
-    case COMM_REDUCE_SCATTER: /* out may be full's own chunk (zero1): in place */
-        if (mpi && k->out == k->full + (long)c->rank * S) { /* MPI wants MPI_IN_PLACE then */
-            mpiCheck(MPI_Reduce_scatter_block(MPI_IN_PLACE, k->full, (int)S, MPI_FLOAT, MPI_SUM,
-                                              c->stream_comm));
-            memmove(k->out, k->full, (size_t)S * sizeof(float)); /* it left the sum at 0 */
-        } else if (mpi) {
-            mpiCheck(MPI_Reduce_scatter_block(k->full, k->out, (int)S, MPI_FLOAT, MPI_SUM,
-                                              c->stream_comm));
-        } else {
-            ring_reduce_scatter(c, k->full, S, k->tmp);
-            if (k->out != k->full + (long)c->rank * S)
-                memcpy(k->out, k->full + (long)c->rank * S, (size_t)S * sizeof(float));
-        }
-        break;
-    default: /* all-reduce: literally a reduce-scatter, then an all-gather */
-        if (mpi)
-            mpiCheck(MPI_Allreduce(MPI_IN_PLACE, k->full, (int)(S * c->world), MPI_FLOAT, MPI_SUM,
-                                   c->stream_comm));
-        else {
-            ring_reduce_scatter(c, k->full, S, k->tmp);
-            ring_all_gather(c, k->full, S);
-        }
-        break;
-    }
-}
-
+/* defines: collective_run_host (one collective on host buffers: a ring or Open MPI's) */
+#include "comm/host.h"
 /* defines: collective_run (a task on the group's buffers, wherever they live),
  *          device_comm_open, device_comm_close, device_comm_submit,
  *          device_comm_wait (NCCL on a GPU; nothing on the CPU) */
 #include "comm/device.h"
-
-/* ------------------------------------------------------------------------
- * The communication stream
- *
- * On a GPU, collectives run on a CUDA stream of their own, so they overlap
- * the kernels of the compute stream; an event recorded on one and waited
- * on by the other is the only ordering between them. On the CPU the
- * communication stream is a thread with a queue: comm_*_start appends a
- * collective and returns at once, the thread runs the queue in order, and
- * comm_wait blocks until the collective asked for is done (the CPU's
- * "event"). The thread has its own copy of the communicator, so its
- * messages never meet the main thread's bookkeeping. All memory is booked
- * by the main thread, at start and at wait, so the ledger's figures do not
- * depend on how fast the thread runs.
- *
- * --inline-collectives runs each collective on the calling thread the
- * moment it starts instead: the same order, the same numbers, nothing in
- * the background. --step, --check-collectives and --wait-for-debugger
- * imply it, so stepping and debugging stay as simple as they were.
- * --------------------------------------------------------------------- */
-static void *comm_stream_main(void *arg) {
-    Comm *c = (Comm *)arg;
-    backend_thread_begin(); /* a GPU is chosen per thread */
-    pthread_mutex_lock(&c->lock);
-    for (;;) {
-        while (c->finished == c->queued && !c->stopping) pthread_cond_wait(&c->work, &c->lock);
-        if (c->finished == c->queued) break; /* stopping, and nothing left */
-        CommTask task = c->queue[c->finished % COMM_QUEUE];
-        pthread_mutex_unlock(&c->lock);
-        double t0 = now_seconds();
-        collective_run(c->group[task.group], &task); /* on the group's ranks */
-        double t1 = now_seconds();
-        pthread_mutex_lock(&c->lock);
-        c->finished++;
-        CommRun run = {c->finished, t0, t1};
-        c->ran[c->finished % COMM_QUEUE] = run;
-        pthread_cond_broadcast(&c->done);
-    }
-    pthread_mutex_unlock(&c->lock);
-    return NULL;
-}
-
-/* Threaded streams need an MPI that lets two threads call it at once. */
-static void comm_require_threads(const Comm *c) {
-    int level = MPI_THREAD_SINGLE;
-    MPI_Query_thread(&level);
-    if (level >= MPI_THREAD_MULTIPLE) return;
-    if (c->rank == 0)
-        fprintf(stderr, "error: this MPI was started without MPI_THREAD_MULTIPLE, which the "
-                        "communication thread needs.\nHINT: add --inline-collectives (no thread), "
-                        "or use an MPI built with thread support (Open MPI 3 and later are).\n");
-    exit_all(1);
-}
-
-static void comm_init(Comm *c, MPI_Comm mpi_comm, CollectivesImpl impl, const NetModel *net,
-                      int threaded) {
-    memset(c, 0, sizeof(*c));
-    c->comm = mpi_comm;
-    c->impl = impl;
-    c->net = net;
-    mpiCheck(MPI_Comm_rank(mpi_comm, &c->rank));
-    mpiCheck(MPI_Comm_size(mpi_comm, &c->world));
-    mpiCheck(MPI_Comm_dup(mpi_comm, &c->stream_comm));
-    c->group[GROUP_WORLD] = c->group[GROUP_SHARD] = c; /* until comm_split_nodes */
-    mpiCheck(MPI_Op_create(mpi_sum_bf16, 1, &c->half_sum[DTYPE_BF16]));
-    mpiCheck(MPI_Op_create(mpi_sum_fp16, 1, &c->half_sum[DTYPE_FP16]));
-    if (device_comm_open(c)) threaded = 0; /* NCCL's own stream runs in the background */
-    c->threaded = threaded;
-    if (!threaded) return;
-    comm_require_threads(c);
-    pthread_mutex_init(&c->lock, NULL);
-    pthread_cond_init(&c->work, NULL);
-    pthread_cond_init(&c->done, NULL);
-    if (pthread_create(&c->thread, NULL, comm_stream_main, c) != 0)
-        FATAL("the system refused a thread; try --inline-collectives",
-              "cannot start the communication thread");
-}
-
-/* Puts a collective on the stream; h learns its number. */
-static void comm_submit(Comm *c, CommHandle *h, const CommTask *task) {
-    if (backend.dry) { /* --plan: counted by comm_record, never run */
-        h->number = ++c->queued;
-        c->finished = c->queued;
-        return;
-    }
-    CommTask staged = *task;
-    if (device_comm_submit(c, h, &staged)) return; /* NCCL took it */
-    task = &staged;
-    if (!c->threaded) {
-        double t0 = now_seconds();
-        comm_sim_queued(c, h, t0);
-        collective_run(c->group[task->group], task);
-        h->number = ++c->queued;
-        c->finished = c->queued;
-        CommRun run = {h->number, t0, now_seconds()};
-        c->ran[h->number % COMM_QUEUE] = run;
-        comm_sim_waited(c, h, run.t_start, run.t_end); /* inline: the caller waited for the run */
-        return;
-    }
-    comm_sim_queued(c, h, now_seconds());
-    pthread_mutex_lock(&c->lock);
-    while (c->queued - c->finished >= COMM_QUEUE) pthread_cond_wait(&c->done, &c->lock);
-    c->queue[c->queued % COMM_QUEUE] = *task;
-    h->number = ++c->queued;
-    pthread_cond_signal(&c->work);
-    pthread_mutex_unlock(&c->lock);
-}
-
-/* all-gather: shard (S elements) from each of the group's G ranks -> full
- * (G*S) on every one, in format `wire` (fp32, or mixed precision's
- * param_dtype); shard and full held in fp32 slots, or (held = wire) the
- * wire's 16 bits: the shard as it is sent, full as it came */
-static CommHandle comm_all_gather_in(Comm *c, CommGroup group, void *full, Dtype held,
-                                     const void *shard, long S, int unit, Dtype wire) {
-    if (held != DTYPE_FP32 && held != wire) /* the output is the wire's buffer itself */
-        FATAL("this is a bug in fsdp.c", "a 16-bit all-gather on a %s wire", DTYPE_NAMES[wire]);
-    CommHandle h;
-    if (comm_record(c, &h, COMM_ALL_GATHER, group, unit, S * c->group[group]->world, wire))
-        return h;
-    CommTask task =
-        comm_task(COMM_ALL_GATHER, group, (float *)full, (const float *)shard, NULL, NULL, S, wire);
-    task.held = held;
-    comm_submit(c, &h, &task);
-    return h;
-}
-
-/* ... over the ranks that share a unit's shards (GROUP_SHARD): the unshard */
-static CommHandle comm_all_gather_start(Comm *c, void *full, Dtype held, const void *shard,
-                                        long S, int unit, Dtype wire) {
-    return comm_all_gather_in(c, GROUP_SHARD, full, held, shard, S, unit, wire);
-}
-
-/* The ring's receive buffer for a reduction, when the ring runs it */
-static void comm_ring_tmp(Comm *c, CommHandle *h, long S, Ledger *l, const char *what) {
-    if (c->impl != COLLECTIVES_RING) return;
-    h->tmp = ledger_alloc_floats(l, MEM_COMM_BUFFERS, (size_t)S, h->wire, what);
-    h->ledger = l;
-}
-
-/* reduce-scatter (mean): full (G*S; fp32 slots, or the wire's 16 bits, scaled in place) on
- * each of the G ranks that share a unit's shards (GROUP_SHARD) -> shard (S), the average of
- * chunk `rank`, in c->reduce_dtype. The ring consumes `full`: it must live until the wait. */
-static CommHandle comm_reduce_scatter_start(Comm *c, float *shard, void *full, Dtype held,
-                                            long S, int unit, Ledger *l) {
-    if (held != DTYPE_FP32 && held != c->reduce_dtype)
-        FATAL("this is a bug in fsdp.c", "a %s gradient on another wire", DTYPE_NAMES[held]);
-    CommHandle h;
-    const Comm *g = c->group[GROUP_SHARD];
-    if (comm_record(c, &h, COMM_REDUCE_SCATTER, GROUP_SHARD, unit, S * g->world, c->reduce_dtype))
-        return h;
-    h.buf = shard;
-    h.scale_count = S;
-    comm_ring_tmp(c, &h, S, l, "ring reduce-scatter");
-    CommTask task =
-        comm_task(COMM_REDUCE_SCATTER, GROUP_SHARD, (float *)full, NULL, shard, h.tmp, S, h.wire);
-    comm_mean_parts(&h, &task, g);
-    task.held = held;
-    comm_submit(c, &h, &task);
-    return h;
-}
-
-/* all-reduce (mean), in place: buf (count, a multiple of the group's size)
- * on every rank of the group -> the average over them, bitwise the same on
- * every one. The ring version is literally reduce-scatter then all-gather,
- * which is why it moves twice the bytes of either. */
-static CommHandle comm_all_reduce_in(Comm *c, CommGroup group, float *buf, long count, int unit,
-                                     Ledger *l) {
-    const Comm *g = c->group[group];
-    if (count % g->world != 0)
-        FATAL("this is a bug in fsdp.c: flat buffers are padded to a multiple of N",
-              "all-reduce of %ld elements over %d ranks", count, g->world);
-    CommHandle h;
-    if (comm_record(c, &h, COMM_ALL_REDUCE, group, unit, count, c->reduce_dtype)) return h;
-    h.buf = buf;
-    h.scale_count = count;
-    long S = count / g->world;
-    comm_ring_tmp(c, &h, S, l, "ring all-reduce");
-    CommTask task = comm_task(COMM_ALL_REDUCE, group, buf, NULL, NULL, h.tmp, S, h.wire);
-    comm_mean_parts(&h, &task, g);
-    comm_submit(c, &h, &task);
-    return h;
-}
-
-/* ... over every rank: DDP's gradients */
-static CommHandle comm_all_reduce_start(Comm *c, float *buf, long count, int unit, Ledger *l) {
-    return comm_all_reduce_in(c, GROUP_WORLD, buf, count, unit, l);
-}
-
-/* ------------------------------------------------------------------------
- * The watchdog                                PyTorch: the process group's
- *                                              timeout, NCCL's watchdog
- *
- * A collective that one rank never calls (a rank that took another branch,
- * or died) leaves the others waiting forever: the ring's receive never
- * comes. PyTorch's process group gives every collective a timeout (10
- * minutes for NCCL by default) after which a watchdog reports it and
- * tears the job down, rather than hold a cluster's GPUs idle for ever.
- * Here the main thread waits for the communication thread at most
- * --collective-timeout seconds (default 600), then names the collective,
- * its unit and step, and stops every rank with exit 4 (MPI_Abort: the
- * thread still inside the ring cannot be called back). A collective run
- * inline (--inline-collectives, --step, under a debugger) has no one to
- * watch it; --check-collectives finds the diverging rank before it hangs.
- * With NCCL on a GPU the host never waits for a collective; a thread
- * polls them instead, as PyTorch's does (comm/device.h, nccl_watchdog).
- * --------------------------------------------------------------------- */
-static void comm_watchdog_expired(int rank, double timeout, const CommHandle *h) {
-    char unit[32] = "the loss";
-    if (h->unit >= 0) snprintf(unit, sizeof(unit), "unit %d", h->unit);
-    fprintf(stderr,
-            "[rank %d] error: the %s of %s at step %d over %d ranks did not "
-            "finish in %.0f s (--collective-timeout): a rank never called it (it took another "
-            "branch, or died).\nHINT: run again with --check-collectives to find the rank whose "
-            "collectives differ, or raise --collective-timeout if a collective is that slow.\n",
-            rank, COMM_KIND_NAMES[h->kind], unit, h->step + 1, h->group_world, timeout);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 4);
-}
-
-/* Waits on the stream's condition for collective h, at most c->timeout s */
-static void comm_wait_watched(Comm *c, const CommHandle *h) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += (time_t)c->timeout;
-    while (c->finished < h->number) {
-        if (c->timeout <= 0) pthread_cond_wait(&c->done, &c->lock);
-        else if (pthread_cond_timedwait(&c->done, &c->lock, &deadline) == ETIMEDOUT &&
-                 c->finished < h->number)
-            comm_watchdog_expired(c->rank, c->timeout, h);
-    }
-}
-
-static CommRun comm_wait_for_run(Comm *c, const CommHandle *h) {
-    double waited = now_seconds();
-    CommRun run = {0, h->t_start, waited}; /* if its record was overwritten: queued..now */
-    const CommRun *noted = &c->ran[h->number % COMM_QUEUE];
-    if (c->threaded) {
-        pthread_mutex_lock(&c->lock);
-        comm_wait_watched(c, h);
-        if (noted->number == h->number) run = *noted;
-        pthread_mutex_unlock(&c->lock);
-        double done = now_seconds();
-        comm_sim_waited(c, h, waited, done);
-        c->wall_seconds += done - waited; /* the time the caller could not compute */
-    } else {
-        if (noted->number == h->number) run = *noted;
-        c->wall_seconds +=
-            run.t_end - run.t_start; /* it ran inline: the caller waited for it all */
-    }
-    return run;
-}
-
-/* Completes a collective: waits until the stream has run it, turns an
- * fp32 sum into a mean (a 16-bit one was as it was unpacked), frees its
- * staging buffer and books the time it took. */
-static void comm_wait(Comm *c, CommHandle *h) {
-    if (h->skipped) return; /* by the test-only fault switch */
-    CommRun run;
-    if (!device_comm_wait(c, h, &run)) run = comm_wait_for_run(c, h);
-    if (h->kind != COMM_ALL_GATHER && h->wire == DTYPE_FP32)
-        FOR_EACH(h->scale_count, scale_one, h->buf, comm_postscale(h));
-    if (h->tmp) ledger_free(h->ledger, h->tmp);
-    h->tmp = NULL;
-    if (h->event < 0) return;
-    c->events[h->event].t_start = run.t_start; /* when the stream really ran it */
-    c->events[h->event].t_end = run.t_end;
-}
-
-/* ------------------------------------------------------------------------
- * Nodes, and the hybrid strategies' groups
- *
- * Ranks r and r' sit in the same node when r / G == r' / G, with G
- * --ranks-per-node. HYBRID_SHARD shards each unit over the G ranks of a
- * node (GROUP_SHARD: all-gather, reduce-scatter there, over fast links)
- * and keeps one replica of the shards per node; the ranks that hold the
- * same shard on different nodes (GROUP_REPLICA, r % G equal) then average
- * their shards of the gradient with an all-reduce over the slow links. Each
- * group is a Comm of its own ranks (MPI_Comm_split), run by the same
- * stream, so collectives of all groups keep one order. With --net A+B a
- * group within one node is priced on A, one that spans nodes on B. */
-static Comm *comm_group_new(const Comm *c, int color, const NetModel *net) {
-    Comm *g = (Comm *)host_calloc(1, sizeof(Comm), "make a group of ranks");
-    mpiCheck(MPI_Comm_split(c->comm, color, c->rank, &g->comm));
-    mpiCheck(MPI_Comm_rank(g->comm, &g->rank));
-    mpiCheck(MPI_Comm_size(g->comm, &g->world));
-    g->stream_comm = g->comm; /* only the stream uses it */
-    g->impl = c->impl;
-    g->net = net;
-    g->half_sum[DTYPE_BF16] = c->half_sum[DTYPE_BF16];
-    g->half_sum[DTYPE_FP16] = c->half_sum[DTYPE_FP16];
-    g->group[GROUP_WORLD] = g->group[GROUP_SHARD] = g;
-    device_comm_open(g);
-    return g;
-}
-
-/* --net NAME prices every link alike; --net A+B prices links inside a node
- * with A (e.g. nvlink) and between nodes with B (e.g. ib). Both NULL: none.
- * Returns 0, or -1 when a name is unknown. */
-static int net_models_of(const char *spec, const NetModel **intra, const NetModel **inter) {
-    char a[32] = "none", b[32] = "";
-    const char *plus = spec ? strchr(spec, '+') : NULL;
-    if (spec) snprintf(a, sizeof(a), "%.*s", plus ? (int)(plus - spec) : 31, spec);
-    if (plus) snprintf(b, sizeof(b), "%s", plus + 1);
-    *intra = net_model_find(a);
-    *inter = plus ? net_model_find(b) : *intra;
-    return *intra && *inter ? 0 : -1;
-}
-
-/* Collective: every rank calls it. G divides the world (config_check_world). */
-static void comm_split_nodes(Comm *c, int G, int hybrid, const NetModel *intra,
-                             const NetModel *inter) {
-    c->net = c->world > G ? inter : intra; /* the world spans nodes, or lives in one */
-    if (!hybrid || G == c->world) return;  /* one node: hybrid is full_shard */
-    c->group[GROUP_SHARD] = comm_group_new(c, c->rank / G, intra);
-    c->group[GROUP_REPLICA] = comm_group_new(c, c->rank % G, inter);
-}
-
-static void comm_group_free(Comm *g) {
-    device_comm_close(g);
-    MPI_Comm_free(&g->comm);
-    free(g);
-}
-
-/* Stops the stream (after what is queued) and frees what it holds. */
-static void comm_release(Comm *c) {
-    if (c->threaded) {
-        pthread_mutex_lock(&c->lock);
-        c->stopping = 1;
-        pthread_cond_signal(&c->work);
-        pthread_mutex_unlock(&c->lock);
-        pthread_join(c->thread, NULL);
-        pthread_mutex_destroy(&c->lock);
-        pthread_cond_destroy(&c->work);
-        pthread_cond_destroy(&c->done);
-        c->threaded = 0;
-    }
-    for (int k = GROUP_SHARD; k < COMM_NUM_GROUPS; k++) /* the stream is done with them */
-        if (c->group[k] && c->group[k] != c) comm_group_free(c->group[k]);
-    c->group[GROUP_SHARD] = c->group[GROUP_REPLICA] = NULL;
-    if (c->stream_comm != MPI_COMM_NULL) MPI_Comm_free(&c->stream_comm);
-    for (int d = DTYPE_BF16; d <= DTYPE_FP16; d++)
-        if (c->half_sum[d] != MPI_OP_NULL) MPI_Op_free(&c->half_sum[d]);
-    device_comm_close(c);
-    free(c->events);
-    c->events = NULL;
-    c->n_events = c->cap_events = 0;
-}
+/* defines: comm_group_new, comm_split_nodes, comm_group_free (nodes, and the hybrid
+ *          strategies' groups, priced on the --net models sim/net.c's net_models_of reads) */
+#include "comm/groups.h"
+/* defines: comm_record (every collective passes through it), the stream (comm_init,
+ *          comm_submit), comm_all_gather_start and _in, comm_reduce_scatter_start,
+ *          comm_all_reduce_start and _in, the watchdog and comm_wait, comm_release; and,
+ *          through sim/events.h, comm_event_add and the --net clock */
+#include "comm/stream.h"
 
 /* ============================================================================
  * 5. The model
@@ -1012,133 +230,52 @@ static void comm_release(Comm *c) {
  *          position embeddings, causal attention_forward and _backward */
 #include "kernels/transformer.h"
 
-/* ---- the module tree -------------------------------------------------------- */
-
-typedef struct {
-    Module *modules;
-    int n_modules;
-    Param *params;
-    int n_params;
-    long total_numel;
-    /* the modules the forward pass calls, by role */
-    int root, embed, proj_in, blocks, norm_f, head;
-    int *block, *block_norm, *block_fc1, *block_fc2; /* (L) each */
-    /* GPT-2 (model/gpt2.h): the same idea, Hugging Face's names */
-    int transformer, wte, wpe, h, ln_f, lm_head;
-    int *gpt2_block;    /* (L, GPT2_ROLES): block l's module of each role */
-    float residual_std; /* the std of GPT-2's residual projections' initial weights */
-} Model;
-
-static int model_add_module(Model *m, const char *name, int parent) {
-    Module *mod = &m->modules[m->n_modules];
-    memset(mod, 0, sizeof(*mod));
-    snprintf(mod->name, sizeof(mod->name), "%s", name);
-    mod->parent = parent;
-    mod->unit = -1;
-    mod->params[0] = mod->params[1] = -1;
-    if (parent >= 0) {
-        Module *p = &m->modules[parent];
-        p->children[p->n_children++] = m->n_modules;
-    }
-    return m->n_modules++;
-}
-
-static void model_add_param(Model *m, int module, const char *suffix, int rows, int cols,
-                            ParamInit init, float bound) {
-    Module *mod = &m->modules[module];
-    Param *p = &m->params[m->n_params];
-    memset(p, 0, sizeof(*p));
-    snprintf(p->name, sizeof(p->name), "%s.%s", mod->name, suffix);
-    p->shape[0] = rows;
-    p->shape[1] = cols;
-    p->numel = (long)rows * cols;
-    p->module = module;
-    p->unit = -1;
-    p->init = init;
-    p->init_bound = bound;
-    mod->params[mod->n_params++] = m->n_params++;
-    m->total_numel += p->numel;
-}
-
-/* nn.Linear(in, out): weight (out, in) and bias (out), both initialised
- * uniform(-1/sqrt(in), 1/sqrt(in)) as PyTorch does. */
-static int model_add_linear(Model *m, const char *name, int parent, int in, int out) {
-    int id = model_add_module(m, name, parent);
-    float bound = 1.0f / sqrtf((float)in);
-    model_add_param(m, id, "weight", out, in, INIT_UNIFORM, bound);
-    model_add_param(m, id, "bias", out, 1, INIT_UNIFORM, bound);
-    return id;
-}
-static int model_add_layernorm(Model *m, const char *name, int parent, int dim) {
-    int id = model_add_module(m, name, parent);
-    model_add_param(m, id, "weight", dim, 1, INIT_ONES, 0.0f);
-    model_add_param(m, id, "bias", dim, 1, INIT_ZEROS, 0.0f);
-    return id;
-}
-
-/* Builds the module tree in PyTorch's registration order, which is also the
- * order of named_parameters() and of each unit's flat parameter. */
-static void model_build(Model *m, const Config *cfg) {
-    int L = cfg->depth, D = cfg->width;
-    char name[FSDP_MAX_NAME];
-    memset(m, 0, sizeof(*m));
-    int max_modules = 6 + 4 * L;
-    m->modules = (Module *)host_calloc((size_t)max_modules, sizeof(Module), "build the model");
-    m->params = (Param *)host_calloc((size_t)(7 + 6 * L), sizeof(Param), "build the model");
-    m->block = (int *)host_calloc((size_t)L * 4, sizeof(int), "build the model");
-    m->block_norm = m->block + L;
-    m->block_fc1 = m->block + 2 * L;
-    m->block_fc2 = m->block + 3 * L;
-
-    m->root = model_add_module(m, "", -1);
-    m->embed = model_add_module(m, "embed", m->root);
-    model_add_param(m, m->embed, "weight", cfg->vocab, cfg->embed_dim, INIT_NORMAL, 1.0f);
-    m->proj_in = model_add_linear(m, "proj_in", m->root, cfg->context * cfg->embed_dim, D);
-    m->blocks = model_add_module(m, "blocks", m->root);
-    m->modules[m->blocks].is_module_list = 1;
-    for (int i = 0; i < L; i++) {
-        snprintf(name, sizeof(name), "blocks.%d", i);
-        m->block[i] = model_add_module(m, name, m->blocks);
-        m->modules[m->block[i]].is_block = 1;
-        snprintf(name, sizeof(name), "blocks.%d.norm", i);
-        m->block_norm[i] = model_add_layernorm(m, name, m->block[i], D);
-        snprintf(name, sizeof(name), "blocks.%d.fc1", i);
-        m->block_fc1[i] = model_add_linear(m, name, m->block[i], D, 4 * D);
-        snprintf(name, sizeof(name), "blocks.%d.fc2", i);
-        m->block_fc2[i] = model_add_linear(m, name, m->block[i], 4 * D, D);
-    }
-    m->norm_f = model_add_layernorm(m, "norm_f", m->root, D);
-    m->head = model_add_linear(m, "head", m->root, D, cfg->vocab);
-}
+/* defines: the module tree's builders (model_add_module, model_add_param, model_add_linear,
+ *          model_add_layernorm), model_build (the byte MLP's tree, in PyTorch's registration
+ *          order: named_parameters()'s and each unit's flat layout), model_free */
+#include "model/tree.h"
 
 /* defines: gpt2_build (GPT-2's module tree, Hugging Face's names) and
  *          gpt2_module (block l's module of a role) */
 #include "model/gpt2_tree.h"
 
-static void model_free(Model *m) {
-    free(m->modules);
-    free(m->params);
-    free(m->block);
-    free(m->gpt2_block);
-    memset(m, 0, sizeof(*m));
-}
+/* ---- the rest of fsdp.c's floor ---------------------------------------------------
+ * What the later sections use and a first reading may skip, included here so that
+ * every header comes before the first function: the runtime's state (section 7),
+ * AdamW's element and the schedule (section 9), the sampler (section 10), the
+ * checkpoints' plumbing (section 12). None of them calls fsdp.c. */
 
-/* The parameters of one residual block: the default auto-wrap threshold, so
- * that by default each block becomes its own unit. */
-static long config_block_numel(const Config *cfg) {
-    long D = cfg->width;
-    if (cfg->arch == ARCH_GPT2) /* ln_1, c_attn, c_proj, ln_2, c_fc, c_proj */
-        return 2 * D + (3 * D * D + 3 * D) + (D * D + D) + 2 * D + (4 * D * D + 4 * D) +
-               (4 * D * D + D);
-    return 2 * D + (4 * D * D + 4 * D) + (4 * D * D + D);
-}
-static long config_total_numel(const Config *cfg) {
-    long V = cfg->vocab, C = cfg->embed_dim, T = cfg->context, D = cfg->width;
-    long blocks = cfg->depth * config_block_numel(cfg);
-    if (cfg->arch == ARCH_GPT2) /* wte (tied to lm_head: counted once), wpe, blocks, ln_f */
-        return V * D + (long)cfg->n_ctx * D + blocks + 2 * D;
-    return V * C + (T * C * D + D) + blocks + 2 * D + (V * D + V);
-}
+/* defines: struct Trainer (every field a rank trains with), PendingReduce (the one gradient
+ *          reduction in flight), CopyDirection (--cpu-offload's copies); and, through
+ *          data/corpus.h, Corpus (what a run trains on; section 10 deals it out),
+ *          corpus_synthetic, corpus_load_file (--data, memory-mapped), corpus_batch_token
+ *          (a token for a batch, checked against the vocabulary), corpus_release; through
+ *          model/activations.h, Activations (the byte MLP's) and Gpt2Activations
+ *          (GPT-2's): what a forward saves for its backward */
+#include "trainer.h"
+
+/* defines: adamw_update_one (one element of section 9's update), AdamWStep (one step's
+ *          hyperparameters), adamw_one, adamw_mixed_one (the update of element i, and with
+ *          mixed precision its param_dtype copy in the same pass) */
+#include "optim/adamw.h"
+
+/* defines: lr_at, the learning rate of optimizer step t (torch.optim.lr_scheduler) */
+#include "optim/lr_schedule.h"
+
+/* defines: sampler_local_batch (the byte MLP's samples), sampler_local_sequences (GPT-2's,
+ *          each token checked against the vocabulary as it is drawn) */
+#include "data/sampler.h"
+
+/* defines: ckpt_agree (every rank the same verdict, the first failing rank's message),
+ *          ckpt_meta_of (with lr_schedule_to_meta), ckpt_list, ckpt_prune, ckpt_remove_dir,
+ *          ckpt_saves_after, ckpt_check_save_dir, ckpt_locate, ckpt_check_step, ckpt_check_model,
+ *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files, param_index_text,
+ *          st_tensor_of, st_check_model, st_read_header,
+ *          st_header_everywhere, export_print_done, and GPT-2's Hugging Face
+ *          layout: export_param (Conv1D transposed), gpt2_config_text
+ *          (config.json), st_read_conv1d; gpt2_check_config (--init-from's
+ *          config.json), model_file_of (a directory's model.safetensors) */
+#include "io/checkpoint.h"
 
 /* ============================================================================
  * 6. Auto-wrap: which modules become units
@@ -1328,11 +465,6 @@ static void unit_set_views(Unit *u, Model *m, Dtype held, Dtype gh) {
     }
 }
 
-/* x[0, n) rounded to format d, in place; nothing to do in fp32 */
-static void round_all(float *x, long n, Dtype d) {
-    if (d != DTYPE_FP32) FOR_EACH(n, round_one, x, d);
-}
-
 /* The fp32 parameters of the shard: what AdamW updates, checkpoints keep
  * and exports write. In fp32 that is shard_param itself; with mixed
  * precision (PyTorch: MixedPrecision) it is the master copy, and
@@ -1391,69 +523,8 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
  * 2's `backend`): the tests build several trainers in one process (a 1-rank
  * reference next to an N-rank run) and compare them. */
 
-/* defines: Corpus (what a run trains on; section 10 deals it out), corpus_synthetic,
- *          corpus_load_file (--data, memory-mapped), corpus_batch_token (a token
- *          for a batch, checked against the vocabulary), corpus_release */
-#include "data/corpus.h"
-
-/* defines: Activations (the byte MLP's), Gpt2Activations (GPT-2's): what a
- *          forward saves for its backward */
-#include "model/activations.h"
-
-/* A unit's gradient reduction on its way: started by the unit's
- * post-backward hook, finished by the next one's (or at the end of
- * backward), so it travels while the next unit computes. There is at most
- * one, and the trainer owns it, as PyTorch's FSDP keeps one queue of
- * _post_reduce_grad_callback work on its reduce-scatter stream. */
-typedef struct {
-    int in_flight;     /* 0: nothing pending */
-    int unit;          /* whose gradient */
-    CommHandle handle; /* its reduce-scatter (no_shard: all-reduce) */
-    float *kept;       /* the gradient shard the reduction does not write, to finish into:
-                        * the sum of earlier micro-batches (--grad-accum), or the host's
-                        * shard (--cpu-offload); NULL if none */
-} PendingReduce;
-
-struct Trainer {
-    Config cfg;
-    Comm comm;
-    Ledger ledger;
-    Model model;
-    Unit *units; /* unit 0 is the root */
-    int n_units;
-    Activations act;     /* the byte MLP's, or ... */
-    Gpt2Activations gpt; /* ... GPT-2's */
-    Corpus corpus;
-    int shard_rank, shard_world; /* this rank among those sharing its units' shards, and
-                                  * their number: N, or a node's G with hybrid strategies */
-    int local_batch;   /* global batch / N */
-    int micro_batch;   /* B: local batch / --grad-accum, what one forward sees */
-    int micro;         /* which micro-batch of the step is running, 0 .. K-1 */
-    int sync_grads;    /* this backward reduces the gradients (PyTorch: _sync_gradients) */
-    int recomputing;   /* --activation-checkpointing: a block's forward runs again in backward */
-    float loss_scale;  /* --grad-scaler: the loss is multiplied by it before backward; else 1 */
-    float step_scale;  /* ... the scale the last step used (before its update) */
-    int scaler_growth; /* ... steps since it last changed (PyTorch: _growth_tracker) */
-    int skipped_step;  /* ... the last step found inf/NaN gradients and was skipped */
-    int found_inf_here; /* ... this rank's own shards had them (the others may not) */
-    long copy_calls[2]; /* --cpu-offload: copies to the device [0] and to the host [1] */
-    double copy_bytes[2];    /* ... and their bytes, as booked */
-    double copy_sim_seconds; /* ... priced on PCIe (sim/net.c's pcie) */
-    double *host_peaks;      /* rank 0, after gather_stats: every rank's host peaks */
-    int steps_run;           /* trainer_step calls so far (a resumed run counts its own) */
-    int adam_step;     /* AdamW's t, for bias correction */
-    float grad_norm;   /* --clip-grad-norm: the last step's total gradient norm, before clipping */
-    uint32_t data_crc; /* CRC-32 of the whole --data file, once a checkpoint needs it */
-    int data_crc_known;
-    Sim sim; /* the simulator's instruments (sim/), told by hooks */
-    /* the order units run in, recorded in the first forward as PyTorch does,
-     * so prefetching knows which unit comes next */
-    int *pre_order, n_pre;   /* (n_units) units in the order their forward starts */
-    int *post_order, n_post; /* (n_units) ... and ends; backward is its reverse */
-    int order_known;         /* a whole forward has been recorded */
-    int gathers_in_flight, max_gathers_in_flight; /* all-gathers started, not waited */
-    PendingReduce pending_reduce; /* the one gradient reduction in flight (section 8) */
-};
+/* struct Trainer is trainer.h's, included at the top (with data/corpus.h and
+ * model/activations.h, the Corpus and the activations it holds). */
 
 /* ============================================================================
  * 8. The unit lifecycle
@@ -1474,24 +545,24 @@ struct Trainer {
  * rank keeps them whole (no_shard, and zero1, which shards only the
  * optimizer state). Resharded after forward: freed between forward and
  * backward, and gathered again (full_shard, hybrid_shard). */
-static int is_sharded(const Trainer *t) {
+int is_sharded(const Trainer *t) {
     Strategy s = t->cfg.strategy;
     return s != STRATEGY_NO_SHARD && s != STRATEGY_ZERO1;
 }
 static int reshards_after_forward(const Trainer *t) {
     return t->cfg.strategy == STRATEGY_FULL_SHARD || t->cfg.strategy == STRATEGY_HYBRID_SHARD;
 }
-static int is_zero1(const Trainer *t) { return t->cfg.strategy == STRATEGY_ZERO1; }
+int is_zero1(const Trainer *t) { return t->cfg.strategy == STRATEGY_ZERO1; }
 /* A unit's full state: on a GPU with 16-bit parameters, a gathered one is
  * held in 16 bits, the all-gather's own result, as PyTorch holds it, and
  * the kernels read it as it is (kernels/layers.h); else fp32 slots (the
  * CPU; no_shard's and zero1's, which are the replicas AdamW updates). */
-static Dtype full_dtype(const Trainer *t) {
+Dtype full_dtype(const Trainer *t) {
     return is_sharded(t) ? backend.gemm_dtype : DTYPE_FP32;
 }
 /* ... and its full gradient: 16 bits where the full state is and the reduce-scatter
  * sums them (reduce_dtype = param_dtype, PyTorch's default); else fp32 slots. */
-static Dtype grad_dtype(const Trainer *t) {
+Dtype grad_dtype(const Trainer *t) {
     return full_dtype(t) == t->cfg.reduce_dtype ? full_dtype(t) : DTYPE_FP32;
 }
 
@@ -1603,8 +674,6 @@ static void unit_unshard_wait(Trainer *t, int ui) {
  * copies (counted, traced, and priced on sim/net.c's pcie link) and of a
  * CPU optimizer step. The ledger books the host's buffers apart.
  * --------------------------------------------------------------------- */
-typedef enum { TO_DEVICE, TO_HOST } CopyDirection;
-
 /* count values of format d between host and device, counted and priced.
  * The copy is queued on the compute stream, not waited for: waiting
  * would stall the host, and with it the next kernels, until the GPU had
@@ -1958,7 +1027,7 @@ static void unit_post_backward(Trainer *t, int ui) {
  * micro-batch of --grad-accum (sync_grads, section 11).
  * --------------------------------------------------------------------- */
 /* After zero1's step: every rank's slice of the parameters to every rank */
-static void units_gather_replicas(Trainer *t) {
+void units_gather_replicas(Trainer *t) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         CommHandle h = comm_all_gather_start(&t->comm, u->full_param, DTYPE_FP32, u->shard_param,
@@ -1969,7 +1038,7 @@ static void units_gather_replicas(Trainer *t) {
 
 /* The end of backward: every reduce-scatter done, every shard gradient
  * ready for the optimizer (or, inside no_sync, every full gradient kept). */
-static void units_finish_backward(Trainer *t) {
+void units_finish_backward(Trainer *t) {
     reduce_grad_finish(t);
     /* --cpu-offload: the gradient shards' copies to the host, queued
      * (offload_copy), are there before clipping, the scaler or AdamW read them */
@@ -1984,24 +1053,24 @@ static void units_finish_backward(Trainer *t) {
 
 /* Module boundaries: the model's code calls these on entering and leaving
  * every module; the hooks fire where a module is the root of a unit. */
-static void module_pre_forward(Trainer *t, int module) {
+void module_pre_forward(Trainer *t, int module) {
     int ui = t->model.modules[module].unit;
     if (ui < 0) return;
     if (t->recomputing) unit_unshard(t, ui); /* activation checkpointing: section 11 */
     else unit_pre_forward(t, ui);
 }
-static void module_post_forward(Trainer *t, int module) {
+void module_post_forward(Trainer *t, int module) {
     int ui = t->model.modules[module].unit;
     if (ui >= 0 && !t->recomputing) unit_post_forward(t, ui);
 }
-static void module_pre_backward(Trainer *t, int module) {
+void module_pre_backward(Trainer *t, int module) {
     if (t->model.modules[module].unit >= 0) unit_pre_backward(t, t->model.modules[module].unit);
 }
 /* Mixed precision: a gradient in fp32 slots rounded to param_dtype, as 16 bits hold it */
-static void grad_round(Trainer *t, const Param *p) {
+void grad_round(Trainer *t, const Param *p) {
     if (grad_dtype(t) == DTYPE_FP32) round_all((float *)p->grad, p->numel, t->cfg.param_dtype);
 }
-static void module_post_backward(Trainer *t, int module) {
+void module_post_backward(Trainer *t, int module) {
     const Module *mod = &t->model.modules[module];
     for (int i = 0; i < mod->n_params; i++) grad_round(t, &t->model.params[mod->params[i]]);
     if (mod->unit >= 0) unit_post_backward(t, mod->unit);
@@ -2043,40 +1112,11 @@ static double sum_over_ranks(Trainer *t, CommGroup group, float mine, const char
  * decoupled decay; PyTorch's default weight_decay is then 0.
  * ========================================================================== */
 
-FSDP_HD static inline void adamw_update_one(float *p, float *m, float *v, float g, float lr,
-                                            float beta1, float beta2, float eps, float weight_decay,
-                                            float bias_correction1, float bias_correction2_sqrt) {
-    *p *= 1.0f - lr * weight_decay;
-    *m = beta1 * *m + (1.0f - beta1) * g;
-    *v = beta2 * *v + (1.0f - beta2) * g * g;
-    float denom = sqrtf(*v) / bias_correction2_sqrt + eps;
-    *p -= (lr / bias_correction1) * (*m / denom);
-}
+/* AdamW's element code is optim/adamw.h's, included at the top: adamw_update_one (one
+ * element of the update above), adamw_one, adamw_mixed_one, AdamWStep. */
 
-/* defines: lr_at, the learning rate of optimizer step t (torch.optim.lr_scheduler) */
-#include "optim/lr_schedule.h"
-
-/* One step's hyperparameters, passed by value to every element. */
-typedef struct {
-    float lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2_sqrt;
-    int l2; /* --optimizer adam: weight decay as L2 on the gradient */
-} AdamWStep;
-
-FSDP_HD static inline void adamw_one(long i, float *p, float *m, float *v, const float *g,
-                                     AdamWStep s) {
-    float grad = s.l2 ? g[i] + s.weight_decay * p[i] : g[i];
-    adamw_update_one(&p[i], &m[i], &v[i], grad, s.lr, s.beta1, s.beta2, s.eps,
-                     s.l2 ? 0.0f : s.weight_decay, s.bias_correction1, s.bias_correction2_sqrt);
-}
-/* ... with mixed precision also the shard's copy `low` in param_dtype d,
- * held as the all-gather sends it, written in the same pass: the
- * unit_refresh_low_precision pass would read the master back (4 bytes an
- * element, 1.3 ms of the 1.06B model's step on one H100) */
-FSDP_HD static inline void adamw_mixed_one(long i, float *p, float *m, float *v, const float *g,
-                                           AdamWStep s, void *low, Dtype d, Dtype held) {
-    adamw_one(i, p, m, v, g, s);
-    store_as(low, i, round_to(p[i], d), held);
-}
+/* The learning rate of step t, lr_at, is optim/lr_schedule.h's (torch.optim.lr_scheduler),
+ * included at the top. */
 
 /* ------------------------------------------------------------------------
  * Gradient clipping                         PyTorch: FSDP's clip_grad_norm_
@@ -2189,36 +1229,8 @@ static void adamw_step(Trainer *t) {
  * would train on, so the averaged gradient is the same mathematics.
  * ========================================================================== */
 
-/* This rank's share of the global batch of `step` is samples j = rank,
- * rank + N, rank + 2N, ... (DistributedSampler's interleaving); this draws
- * its samples k = first .. first + count - 1 (a micro-batch). Each sample
- * depends on (seed, step, j) alone, so drawing a part of the local batch
- * gives the same bytes as drawing all of it. */
-static void sampler_local_batch(const Corpus *c, uint64_t seed, int step, int rank, int world,
-                                int first, int count, int T, unsigned char *tokens, int *targets) {
-    uint64_t positions = (uint64_t)(c->len - T);
-    for (int k = 0; k < count; k++) {
-        uint64_t j = (uint64_t)rank + (uint64_t)(first + k) * (uint64_t)world;
-        long pos = (long)(rng_u64(seed, STREAM_SAMPLER, (uint64_t)step, j) % positions);
-        memcpy(tokens + (long)k * T, c->bytes + pos, (size_t)T);
-        targets[k] = c->bytes[pos + T];
-    }
-}
-
-/* GPT-2's samples: sequence k is T tokens at a position drawn as above,
- * and its targets the T tokens one further on, each checked as it is drawn */
-static void sampler_local_sequences(const Corpus *c, uint64_t seed, int step, int rank, int world,
-                                    int first, int count, int T, int *tokens, int *targets) {
-    uint64_t positions = (uint64_t)(c->len - T);
-    for (int k = 0; k < count; k++) {
-        uint64_t j = (uint64_t)rank + (uint64_t)(first + k) * (uint64_t)world;
-        long pos = (long)(rng_u64(seed, STREAM_SAMPLER, (uint64_t)step, j) % positions);
-        for (int i = 0; i < T; i++) { /* checked: an embedding row past the table crashes */
-            tokens[(long)k * T + i] = corpus_batch_token(c, pos + i);
-            targets[(long)k * T + i] = corpus_batch_token(c, pos + i + 1);
-        }
-    }
-}
+/* The sampler is data/sampler.h's, included at the top: sampler_local_batch (the byte
+ * MLP's samples), sampler_local_sequences (GPT-2's, each token checked). */
 
 /* ============================================================================
  * 11. The trainer: one step, end to end
@@ -2230,14 +1242,10 @@ static void sampler_local_sequences(const Corpus *c, uint64_t seed, int step, in
  * step:     AdamW on this rank's shards
  * ========================================================================== */
 
-/* defines: activations_alloc, model_forward, model_backward, block_recompute
- *          (activation checkpointing) and the layers' glue (weight_of, lowp, ...):
- *          the model FSDP wraps, with the hooks of section 8 at every module */
-#include "model/mlp.h"
-
-/* defines: gpt2_activations_alloc, gpt2_load_batch, gpt2_forward, gpt2_backward (GPT-2, on
- *          the same hooks; activation checkpointing reruns a whole block) */
-#include "model/gpt2.h"
+/* The model FSDP wraps calls the hooks of section 8 at every module, and this section calls
+ * it: model_forward, model_backward, gpt2_forward, ..., declared in trainer.h. The byte MLP
+ * (model/mlp.h) and GPT-2 (model/gpt2.h) are included by main.c, after this file: the one
+ * loop of the design, kept out of fsdp.c's includes. */
 
 /* A unit's persistent state on this rank: its shard of the parameters and
  * of the gradient, and AdamW's two moments. With mixed precision the
@@ -2414,7 +1422,7 @@ void trainer_destroy(Trainer *t) {
 
 /* The mean of the N ranks' losses, summed in rank order so every rank gets
  * the same bits. It travels as an all-gather of one float per rank. */
-static float global_mean_loss(Trainer *t, float local_loss) {
+float global_mean_loss(Trainer *t, float local_loss) {
     return (float)(sum_over_ranks(t, GROUP_WORLD, local_loss, "the loss all-gather") /
                    t->comm.world);
 }
@@ -2525,7 +1533,7 @@ static void trainer_backward(Trainer *t) {
  * gathered for backward (the root's unit; with shard_grad_op every unit)
  * is freed at its end, and no unit waits for a backward that never comes.
  * --------------------------------------------------------------------- */
-static float trainer_forward_only(Trainer *t) {
+float trainer_forward_only(Trainer *t) {
     float loss = trainer_forward(t);
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
@@ -2595,20 +1603,6 @@ float trainer_step(Trainer *t, int step) {
  * units) loads. Any N to any M.
  * ========================================================================== */
 
-/* Errors while reading or writing files are seen by some ranks and not
- * others. All ranks agree on the outcome, and the lowest failing rank
- * prints its message, so the user reads one clear line. Returns 0 or 2. */
-static int ckpt_agree(Trainer *t, int rc, const char *err) {
-    int mine = rc ? t->comm.rank : t->comm.world, first = 0;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, t->comm.comm);
-    if (first == t->comm.world) return 0;
-    if (first == t->comm.rank) {
-        fprintf(stderr, "error: %s\n", err);
-        fflush(stderr);
-    }
-    return 2;
-}
-
 /* A checkpoint holds one copy of every shard: the shards of the first node
  * (all ranks but with the hybrid strategies), or rank 0's whole replica
  * under no_shard. Its "world" is the number of shards, so the hybrid
@@ -2618,15 +1612,48 @@ static int ckpt_writes_file(const Trainer *t) {
     return t->comm.rank < t->shard_world;
 }
 
-/* defines: ckpt_meta_of (with lr_schedule_to_meta), ckpt_list, ckpt_prune, ckpt_remove_dir,
- *          ckpt_saves_after, ckpt_check_save_dir, ckpt_locate, ckpt_check_step, ckpt_check_model,
- *          ckpt_check_data, ckpt_check_optimizer, ckpt_verify_files,
- *          shard_first_nonfinite, st_tensor_of, st_check_model, st_read_header,
- *          st_header_everywhere, export_print_done, and GPT-2's Hugging Face
- *          layout: export_param (Conv1D transposed), gpt2_config_text
- *          (config.json), st_read_conv1d; gpt2_check_config (--init-from's
- *          config.json), model_file_of (a directory's model.safetensors) */
-#include "io/checkpoint.h"
+/* The checkpoints' plumbing is io/checkpoint.h's, included at the top: ckpt_agree,
+ * meta.txt (ckpt_meta_of), the step-N directories, every check of a checkpoint or a
+ * safetensors file, and GPT-2's Hugging Face layout (export_param, gpt2_config_text). */
+
+/* The first value in this rank's shards of tensor k (0 parameters,
+ * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
+ * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
+ * [3, 17] is nan", in out (hf_layout: the index as --init-from's file holds
+ * it, see param_index_text); returns 0 when every value is a number. */
+static int shard_first_nonfinite(Trainer *t, int k, int hf_layout, char *out, size_t outlen) {
+    Dtype dtype = t->cfg.param_dtype;
+    static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        const float *x = unit_state_host(u, k); /* as just loaded */
+        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
+        for (int j = 0; j < u->n_params; j++) {
+            const Param *p = &t->model.params[u->params[j]];
+            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
+            for (long e = a; e < b; e++) {
+                float v = x[e - lo];
+                /* a parameter is computed with in param_dtype: fp16 ends at 65504 */
+                int overflows = k == 0 && isfinite(v) && !isfinite(round_to(v, dtype));
+                if (isfinite(v) && (k != 2 || v >= 0.0f) && !overflows) continue;
+                char at[64];
+                int n = snprintf(out, outlen, "%s%s%s is %g", what[k], p->name,
+                                 param_index_text(p, e - p->offset, hf_layout, at, sizeof(at)),
+                                 (double)v);
+                if (!overflows) return 1;
+                float largest = bits_float(dtype == DTYPE_FP16 ? 0x477FE000u : 0x7F7F0000u);
+                if (n > 0 && (size_t)n < outlen)
+                    snprintf(out + n, outlen - (size_t)n,
+                             ", beyond the largest %s (%g): --param-dtype %s would compute with "
+                             "inf. Use --param-dtype %s",
+                             DTYPE_NAMES[dtype], (double)largest, DTYPE_NAMES[dtype],
+                             dtype == DTYPE_FP16 ? "bf16, which has fp32's range" : "fp32");
+                return 2;
+            }
+        }
+    }
+    return 0;
+}
 
 /* Writes this rank's shard file: a header saying whose shard it is (rank,
  * world size, step, and a hash of the layout of meta.txt), then for each
@@ -2675,7 +1702,7 @@ static int ckpt_write_shard(Trainer *t, const char *path, long next_step, uint64
  * into place. With no_shard every rank holds the same replica; rank 0
  * writes the one file.
  * --------------------------------------------------------------------- */
-static int ckpt_save(Trainer *t, long next_step) {
+int ckpt_save(Trainer *t, long next_step) {
     char err[8192] = "", tmp[1536], final_dir[1536], path[2048];
     const char *dir = t->cfg.save_dir;
     snprintf(tmp, sizeof(tmp), "%s/.tmp-step-%08ld", dir, next_step);
@@ -2807,7 +1834,7 @@ static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, cons
  * ranges of its new shards. Returns 0 and the step to continue from, or 2
  * (the message already printed).
  * --------------------------------------------------------------------- */
-static int ckpt_load(Trainer *t, const char *from, long *next_step) {
+int ckpt_load(Trainer *t, const char *from, long *next_step) {
     char err[8192] = "", dir[1536] = "", path[2048];
     int rc = 0;
     long len = 0;
@@ -2881,7 +1908,7 @@ static int ckpt_load(Trainer *t, const char *from, long *next_step) {
  * config.json beside it is committed with it, both or neither (a model
  * without its description, or with another's, would load wrong).
  * --------------------------------------------------------------------- */
-static int trainer_export(Trainer *t, const char *path) {
+int trainer_export(Trainer *t, const char *path) {
     char err[8192] = "", config[FILES_MAX_PATH + 64], text[1024];
     int n = t->model.n_params, root = t->comm.rank == 0, rc = 0;
     int gpt2 = t->cfg.arch == ARCH_GPT2;
@@ -2964,7 +1991,7 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
  * A value that is not a number (NaN, Inf) is refused by name: training on
  * it would give NaN at every step.
  * --------------------------------------------------------------------- */
-static int trainer_init_from(Trainer *t, const char *path) {
+int trainer_init_from(Trainer *t, const char *path) {
     char err[8192] = "", why[768] = "";
     unsigned char *head = NULL;
     size_t len = 0;

@@ -5,8 +5,9 @@
  * training step, checkpoints. This file is what makes it a program: the
  * command line (run/cli.h), the training loop and --plan, what a run prints
  * and writes (run/report.h), --compare, and main. It #includes fsdp.c, so
- * the whole program is one translation unit in which everything is static,
- * and `nvcc -x cu main.c` compiles the same text for GPUs. The dependency
+ * the whole program is one translation unit in which everything is static
+ * but the API fsdp.h and trainer.h declare (the hooks, the model's entry
+ * points), and `nvcc -x cu main.c` compiles the same text for GPUs. The dependency
  * runs one way: this file calls fsdp.c, never the reverse.
  *
  * Build (the Makefile does this for you):
@@ -16,6 +17,14 @@
  * but main().
  * ========================================================================== */
 #include "fsdp.c"
+
+/* defines: activations_alloc, model_forward, model_backward, block_recompute
+ *          (activation checkpointing) and the layers' glue (weight_of, lowp, ...):
+ *          the model FSDP wraps, with fsdp.c's hooks at every module */
+#include "model/mlp.h"
+/* defines: gpt2_activations_alloc, gpt2_load_batch, gpt2_forward, gpt2_backward (GPT-2, on
+ *          the same hooks; activation checkpointing reruns a whole block) */
+#include "model/gpt2.h"
 
 /* defines: config_usage, config_parse, config_check_world */
 #include "run/cli.h"

@@ -9,7 +9,17 @@
  *
  * Every function has a CPU version too, so section 4 reads the same in both
  * builds: on the CPU the device is the host, and NCCL is never chosen.
+ *
+ * May include core.h, kernels/backend.h, sim/events.h and the comm/ files
+ * below it (task.h, host.h); nothing of fsdp.c's.
  * ========================================================================== */
+#ifndef FSDP_COMM_DEVICE_H
+#define FSDP_COMM_DEVICE_H
+#include "../core.h"
+#include "../kernels/backend.h"
+#include "../sim/events.h"
+#include "task.h"
+#include "host.h"
 
 #ifdef __CUDACC__
 /* On a GPU, ring and mpi run on host copies of the device buffers: the
@@ -75,7 +85,6 @@ static void collective_run(Comm *c, const CommTask *k) {
  * a person may hold a rank still for minutes. Compiled here; not yet run
  * on a GPU.
  * --------------------------------------------------------------------- */
-static void comm_watchdog_expired(int rank, double timeout, const CommHandle *h); /* section 4 */
 
 typedef struct {
     cudaEvent_t done; /* recorded on the communication stream after it */
@@ -451,3 +460,5 @@ static int device_comm_wait(Comm *c, CommHandle *h, CommRun *run) {
     return 0;
 }
 #endif
+
+#endif /* FSDP_COMM_DEVICE_H */

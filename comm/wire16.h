@@ -1,8 +1,18 @@
 /* ============================================================================
  * comm/wire16.h — section 4 of fsdp.c, mixed precision on the wire: the
  * rings and Open MPI's collectives on 16-bit values, for host buffers.
- * fsdp.c includes it in place, after the fp32 rings it mirrors.
+ * fsdp.c includes it in place, after the fp32 rings it mirrors. The float
+ * slots are packed into uint16_t, so the wire carries half the bytes, and
+ * each reduce step adds in fp32 and rounds the partial sum back to 16 bits,
+ * as NCCL does for bf16 and fp16.
+ *
+ * May include core.h, kernels/backend.h and comm/ring.h; nothing of fsdp.c's.
  * ========================================================================== */
+#ifndef FSDP_COMM_WIRE16_H
+#define FSDP_COMM_WIRE16_H
+#include "../core.h"
+#include "../kernels/backend.h"
+#include "ring.h"
 
 /* ------------------------------------------------------------------------
  * The same two rings on 16-bit values (mixed precision)
@@ -112,3 +122,5 @@ static void collective_run_host_16(Comm *c, const CommTask *k) {
     }
     free(buf);
 }
+
+#endif /* FSDP_COMM_WIRE16_H */

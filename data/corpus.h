@@ -3,8 +3,21 @@
  * "language" generated from the seed, whose entropy per byte is known) and
  * --data FILE (mapped, not copied). fsdp.c includes it in section 7, where
  * the Trainer that holds a Corpus is defined; section 10's opening comment
- * says what the corpus is, and the sampler that deals it out stays there.
+ * says what the corpus is, and data/sampler.h deals it out.
+ *
+ * May include core.h, fsdp.h and files.h; nothing of fsdp.c's.
  * ========================================================================== */
+#ifndef FSDP_DATA_CORPUS_H
+#define FSDP_DATA_CORPUS_H
+#include "../core.h"
+#include "../fsdp.h"
+#include "../files.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct {
     unsigned char *bytes;
@@ -319,3 +332,5 @@ static void corpus_release(Corpus *c) {
     else free(c->bytes);
     c->bytes = NULL;
 }
+
+#endif /* FSDP_DATA_CORPUS_H */

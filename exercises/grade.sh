@@ -65,13 +65,16 @@ verdict() { # verdict OK NAME DETAIL
   fi
 }
 
-# The reference function, cut out of fsdp.c between "#else" and its "#endif".
+# The reference function, cut out of its file (fsdp.c, or comm/ring.h for the
+# rings) between "#else" and its "#endif".
 if [ "$FILE" = reference ]; then
   FILE=$B/reference.c
+  HOME_FILE=$(grep -lE "^#ifdef $MACRO( |\$)" fsdp.c comm/*.h | head -1)
+  [ -n "$HOME_FILE" ] || { echo "error: no #ifdef $MACRO in fsdp.c or comm/"; exit 2; }
   awk -v m="$MACRO" '$0 ~ "^#ifdef " m "( |$)" { on = 1; next }
                      on == 1 && /^#else/ { on = 2; next }
                      on == 2 && $0 ~ "^#endif /\\* " m { exit }
-                     on == 2 { print }' fsdp.c >"$FILE"
+                     on == 2 { print }' "$HOME_FILE" >"$FILE"
 fi
 [ -f "$FILE" ] || { echo "error: $FILE does not exist"; exit 2; }
 SRC=$(cd "$(dirname "$FILE")" && pwd)/$(basename "$FILE")

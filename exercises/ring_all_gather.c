@@ -1,10 +1,10 @@
 /* exercises/ring_all_gather.c — graded exercise: the ring all-gather.
  *
  * Write the body. `make exercise EX=ring_all_gather` compiles fsdp.c with
- * this function in place of its own (fsdp.c, section 4) and grades it:
- * the training run must equal the reference on 1, 2, 3 and 4 ranks and
- * under hybrid_shard (groups of 2 of 4 ranks), and the bytes your ring
- * sends must equal the ring volume the tables count.
+ * this function in place of its own (comm/ring.h, which fsdp.c includes in
+ * section 4) and grades it: the training run must equal the reference on 1,
+ * 2, 3 and 4 ranks and under hybrid_shard (groups of 2 of 4 ranks), and the
+ * bytes your ring sends must equal the ring volume the tables count.
  *
  * The task. `full` holds N chunks of S floats (N = c->world). On entry,
  * rank r's own chunk r is already in place: full + r * S. On return every

@@ -1,10 +1,10 @@
 /* exercises/ring_reduce_scatter.c — graded exercise: the ring reduce-scatter.
  *
  * Write the body. `make exercise EX=ring_reduce_scatter` compiles fsdp.c
- * with this function in place of its own (fsdp.c, section 4) and grades
- * it: the run must equal the reference on 1, 2, 3 and 4 ranks and under
- * hybrid_shard (groups of 2 of 4 ranks), and the bytes your ring sends
- * must equal the ring volume the tables count.
+ * with this function in place of its own (comm/ring.h, which fsdp.c
+ * includes in section 4) and grades it: the run must equal the reference on
+ * 1, 2, 3 and 4 ranks and under hybrid_shard (groups of 2 of 4 ranks), and
+ * the bytes your ring sends must equal the ring volume the tables count.
  *
  * The task. `full` holds N chunks of S floats: this rank's contribution to
  * every chunk (its full-size gradient). On return, chunk c->rank of `full`

@@ -10,8 +10,39 @@
  * .tmp-step-N directories (listing, pruning, removing only fsdp.c's own
  * files, the names a save needs), and every check of a checkpoint or a
  * safetensors file against the run that loads it (ckpt_check_*,
- * ckpt_verify_files, st_check_model, shard_first_nonfinite).
+ * ckpt_verify_files, st_check_model), and how the ranks agree on a verdict
+ * (ckpt_agree).
+ *
+ * A leaf: section 12 calls it, and it calls nothing of fsdp.c's (what reads
+ * the shards' layout, shard_first_nonfinite, is fsdp.c's). May include
+ * core.h, trainer.h, files.h, formats.h and optim/lr_schedule.h.
  * ========================================================================== */
+#ifndef FSDP_IO_CHECKPOINT_H
+#define FSDP_IO_CHECKPOINT_H
+#include "../core.h"
+#include "../trainer.h"
+#include "../files.h"
+#include "../formats.h"
+#include "../optim/lr_schedule.h" /* LR_SCHEDULE_NAMES, lr_schedule_to_meta's words */
+#include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Errors while reading or writing files are seen by some ranks and not
+ * others. All ranks agree on the outcome, and the lowest failing rank
+ * prints its message, so the user reads one clear line. Returns 0 or 2. */
+static int ckpt_agree(Trainer *t, int rc, const char *err) {
+    int mine = rc ? t->comm.rank : t->comm.world, first = 0;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, t->comm.comm);
+    if (first == t->comm.world) return 0;
+    if (first == t->comm.rank) {
+        fprintf(stderr, "error: %s\n", err);
+        fflush(stderr);
+    }
+    return 2;
+}
+
 
 /* ---- writing: meta.txt and the checkpoint directories ---------------------------- */
 
@@ -640,45 +671,6 @@ static const char *param_index_text(const Param *p, long i, int hf_layout, char 
     return out;
 }
 
-/* The first value in this rank's shards of tensor k (0 parameters,
- * 1 exp_avg, 2 exp_avg_sq, which must also be >= 0) that cannot be trained
- * on: NaN or infinite. Says which parameter and where, "blocks.0.fc1.weight
- * [3, 17] is nan", in out (hf_layout: the index as --init-from's file holds
- * it, see param_index_text); returns 0 when every value is a number. */
-static int shard_first_nonfinite(Trainer *t, int k, int hf_layout, char *out, size_t outlen) {
-    Dtype dtype = t->cfg.param_dtype;
-    static const char *const what[3] = {"", "exp_avg of ", "exp_avg_sq of "};
-    for (int ui = 0; ui < t->n_units; ui++) {
-        Unit *u = &t->units[ui];
-        const float *x = unit_state_host(u, k); /* as just loaded */
-        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
-        for (int j = 0; j < u->n_params; j++) {
-            const Param *p = &t->model.params[u->params[j]];
-            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
-            for (long e = a; e < b; e++) {
-                float v = x[e - lo];
-                /* a parameter is computed with in param_dtype: fp16 ends at 65504 */
-                int overflows = k == 0 && isfinite(v) && !isfinite(round_to(v, dtype));
-                if (isfinite(v) && (k != 2 || v >= 0.0f) && !overflows) continue;
-                char at[64];
-                int n = snprintf(out, outlen, "%s%s%s is %g", what[k], p->name,
-                                 param_index_text(p, e - p->offset, hf_layout, at, sizeof(at)),
-                                 (double)v);
-                if (!overflows) return 1;
-                float largest = bits_float(dtype == DTYPE_FP16 ? 0x477FE000u : 0x7F7F0000u);
-                if (n > 0 && (size_t)n < outlen)
-                    snprintf(out + n, outlen - (size_t)n,
-                             ", beyond the largest %s (%g): --param-dtype %s would compute with "
-                             "inf. Use --param-dtype %s",
-                             DTYPE_NAMES[dtype], (double)largest, DTYPE_NAMES[dtype],
-                             dtype == DTYPE_FP16 ? "bf16, which has fp32's range" : "fp32");
-                return 2;
-            }
-        }
-    }
-    return 0;
-}
-
 /* ---- the full state as safetensors ----------------------------------------------- */
 
 /* 1-D for vectors (biases, norms), 2-D (out, in) for matrices: the shapes
@@ -1133,7 +1125,7 @@ static int gpt2_config_text(const Config *c, char *out, size_t len) {
 static void export_print_done(const Trainer *t, const char *path, int n_tensors) {
     int gpt2 = t->cfg.arch == ARCH_GPT2;
     printf("exported %ld parameters in %d tensors to %s (safetensors, F32, %s)\n",
-           trainer_num_params(t), n_tensors, path,
+           t->model.total_numel, n_tensors, path,
            gpt2 ? "Hugging Face's GPT-2, with config.json beside it" : "PyTorch names");
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     if (gpt2 && strcmp(base, "model.safetensors") != 0)
@@ -1157,3 +1149,5 @@ static int st_read_conv1d(int fd, uint64_t at, const Param *p, long a, long b, f
     free(ours);
     return rc;
 }
+
+#endif /* FSDP_IO_CHECKPOINT_H */

@@ -32,6 +32,10 @@
  * MPI_Finalize, on every way out that finalizes (an error on all ranks
  * too); a run killed or aborted leaves the file, unlocked.
  * ========================================================================== */
+#ifndef FSDP_IO_LOCK_H
+#define FSDP_IO_LOCK_H
+#include "../core.h"
+#include "checkpoint.h" /* ckpt_step_of */
 
 #include <ctype.h> /* isalnum */
 #include <sys/stat.h>
@@ -250,3 +254,5 @@ static int run_lock_dirs(const Config *c, int argc, char **argv, int world, char
     if (rc == 0 && c->save_dir) rc = lock_save_dir(c->save_dir, note, err, errlen);
     return rc;
 }
+
+#endif /* FSDP_IO_LOCK_H */

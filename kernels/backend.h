@@ -8,6 +8,14 @@
  * Every `#ifdef __CUDACC__` of the seam is here: what follows fsdp.c's
  * section 2 is the same text on CPU ranks and on GPUs.
  * ========================================================================== */
+#ifndef FSDP_BACKEND_H
+#define FSDP_BACKEND_H
+#include "../core.h"
+#include "../fsdp.h"
+#include "../sim/sim.h" /* human_bytes */
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h> /* gethostname */
 
 #ifdef _OPENMP
 #include <omp.h> /* omp_get_num_procs: host_threads_choose */
@@ -20,12 +28,8 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <type_traits> /* std::is_same: kernels/flash.h picks bf16 or fp16 instructions */
-/* Element-wise math is written once and marked for both host and device, so
- * the CPU tests check the very arithmetic the GPU kernels will run. */
-#define FSDP_HD __host__ __device__
 #define FSDP_GPU 1
 #else
-#define FSDP_HD
 #define FSDP_GPU 0
 #ifdef __GLIBC__
 #include <malloc.h> /* mallopt: host_keep_freed_memory */
@@ -747,3 +751,5 @@ static void batch_staged(void) {
 
 /* x *= f, element i: how the collectives turn a sum into a mean */
 FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }
+
+#endif /* FSDP_BACKEND_H */

@@ -27,7 +27,16 @@
  * below CUDA C++, as FlashAttention, CUTLASS and llm.c reach them), each a
  * function of its own. The emulator defines the same four (emu/cuda_emu.h)
  * to the PTX ISA's layouts, so these kernels run in make test on a CPU.
+ *
+ * May include core.h, kernels/backend.h and kernels/layers.h (qkv_index,
+ * warp_sum); nothing of fsdp.c's. Its body is the GPU build's alone.
  * ========================================================================== */
+#ifndef FSDP_KERNELS_FLASH_H
+#define FSDP_KERNELS_FLASH_H
+#include "../core.h"
+#include "backend.h"
+#include "layers.h"
+#ifdef __CUDACC__ /* the tensor cores: the GPU build alone */
 
 /* ---- four PTX instructions ----------------------------------------------------
  * mma_16816: one warp's tensor-core product, c (16 x 8, fp32) += a (16 x
@@ -509,3 +518,6 @@ static int flash_tensor_cores(Dtype d, int hd) {
         else kernel<__half><<<grid_, FLASH_THREADS, 0, backend.compute>>>(__VA_ARGS__);            \
         cudaCheck(cudaGetLastError());                                                             \
     } while (0)
+
+#endif /* __CUDACC__ */
+#endif /* FSDP_KERNELS_FLASH_H */

@@ -5,7 +5,14 @@
  * the matmuls: register-blocked loops on the CPU, cuBLAS on a GPU, side by
  * side. fsdp.c includes it in place; section 5 there says what the model
  * is, and builds its module tree from these layers.
+ *
+ * May include core.h, fsdp.h and kernels/backend.h; nothing of fsdp.c's.
  * ========================================================================== */
+#ifndef FSDP_KERNELS_LAYERS_H
+#define FSDP_KERNELS_LAYERS_H
+#include "../core.h"
+#include "../fsdp.h"
+#include "backend.h"
 
 /* ---- element-wise math, shared by CPU and GPU ------------------------------
  * Each function computes element (or row) i of one layer. The CPU calls it
@@ -181,13 +188,6 @@ typedef struct {
     int *token;   /* (BT) distinct token u, in increasing order */
     int distinct; /* how many distinct tokens the batch holds (on the host) */
 } TokenRows;
-
-static void token_rows_alloc(TokenRows *g, Ledger *l, long BT) {
-    g->rows = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
-    g->end = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
-    g->token = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
-    g->distinct = 0;
-}
 
 /* Groups the BT tokens (each in [0, V)) in `stage` (3 BT ints of host
  * memory: the batch's stage) and queues their copies to the device, which
@@ -1097,3 +1097,16 @@ static void sum_squares_blocks(double *partial, const float *x, long n) {
     FOR_EACH((n + NORM_BLOCK - 1) / NORM_BLOCK, sum_squares_block, partial, x, n);
 }
 #endif
+
+/* Where q, k or v (part 0, 1, 2) of head h at position t of sequence b sits in
+ * c_attn's output (B, T, 3D): GPT-2's attention (kernels/transformer.h, flash.h) */
+FSDP_HD static inline long qkv_index(long b, int t, int part, int h, int T, int D, int hd) {
+    return (b * T + t) * 3L * D + (long)part * D + (long)h * hd;
+}
+
+/* x[0, n) rounded to format d, in place; nothing to do in fp32 */
+static void round_all(float *x, long n, Dtype d) {
+    if (d != DTYPE_FP32) FOR_EACH(n, round_one, x, d);
+}
+
+#endif /* FSDP_KERNELS_LAYERS_H */

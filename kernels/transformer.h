@@ -4,7 +4,15 @@
  * causal multi-head attention, each forward beside its backward, as
  * element functions that the CPU loops over and a GPU runs one thread per
  * element (FOR_EACH). fsdp.c includes it in place; model/gpt2.h uses it.
+ *
+ * May include core.h and the other kernels/ headers; nothing of fsdp.c's.
  * ========================================================================== */
+#ifndef FSDP_KERNELS_TRANSFORMER_H
+#define FSDP_KERNELS_TRANSFORMER_H
+#include "../core.h"
+#include "backend.h"
+#include "layers.h"
+#include "flash.h" /* the same, a tile at a time on the tensor cores (GPU) */
 
 /* GPT-2's GELU, Hugging Face's "gelu_new": the tanh approximation
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), not nn.GELU()'s erf. */
@@ -73,9 +81,6 @@ FSDP_HD static inline void position_embedding_backward_one(long i, void *dwpe, c
  * this file, recomputes p in backward instead of keeping it.) */
 
 /* the index of element 0 of q (part 0), k (1) or v (2) of position t, head h, sequence b */
-FSDP_HD static inline long qkv_index(long b, int t, int part, int h, int T, int D, int hd) {
-    return (b * T + t) * 3L * D + (long)part * D + (long)h * hd;
-}
 FSDP_HD static inline const float *attention_vec(const float *qkv, long b, int t, int part,
                                                  int h, int T, int D, int hd) {
     return qkv + qkv_index(b, t, part, h, T, D, hd);
@@ -642,9 +647,6 @@ FSDP_HD static inline void flash_backward_key_row(long r, void *dqkv, const void
     }
 }
 
-#ifdef __CUDACC__
-#include "flash.h" /* the same, a tile at a time on the tensor cores */
-#endif
 
 /* --attention flash: y (B, T, D), c_proj's input, and lse (B, H, T) from
  * qkv (B, T, 3D), the first two held as attention_forward's are */
@@ -684,3 +686,5 @@ static void flash_attention_backward(void *dqkv, float *delta, const void *dy, c
     FOR_EACH(rows, flash_backward_query_row, dqkv, dy, qkv, lse, delta, T, D, H, d, held);
     FOR_EACH(rows, flash_backward_key_row, dqkv, dy, qkv, lse, delta, T, D, H, d, held);
 }
+
+#endif /* FSDP_KERNELS_TRANSFORMER_H */

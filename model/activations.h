@@ -4,7 +4,14 @@
  * (model/mlp.h) and GPT-2's (model/gpt2.h). The Trainer holds one of each
  * (only the chosen model's is allocated); their memory is booked as
  * activations in the ledger, which is all FSDP needs to know of them.
+ *
+ * May include core.h, fsdp.h, kernels/ and sim/ledger.h: what a forward
+ * keeps, not how it computes; nothing of fsdp.c's.
  * ========================================================================== */
+#ifndef FSDP_MODEL_ACTIVATIONS_H
+#define FSDP_MODEL_ACTIVATIONS_H
+#include "../kernels/layers.h" /* TokenRows */
+#include "../sim/ledger.h"     /* token_rows_alloc books the batch's rows */
 
 /* What the forward pass saves for the backward pass, and the gradient
  * scratch the backward pass flows through. B is this rank's batch. Every
@@ -70,3 +77,13 @@ typedef struct {
                                    * output gradient: GELU's backward (or
                                    * cuBLASLt's DGELU) turns one into the other */
 } Gpt2Activations;
+
+/* A batch's TokenRows, booked as activations (the models' forwards fill it) */
+static void token_rows_alloc(TokenRows *g, Ledger *l, long BT) {
+    g->rows = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
+    g->end = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
+    g->token = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)BT, sizeof(int), "the batch");
+    g->distinct = 0;
+}
+
+#endif /* FSDP_MODEL_ACTIVATIONS_H */

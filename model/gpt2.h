@@ -2,7 +2,7 @@
  * model/gpt2.h — section 11 of fsdp.c, the second model FSDP wraps:
  * GPT-2, exactly Hugging Face's GPT2LMHeadModel (model/gpt2_tree.h builds
  * its modules): its activations, forward and backward, with activation
- * checkpointing. fsdp.c includes it in place, beside model/mlp.h.
+ * checkpointing. main.c includes it after model/mlp.h, whose glue it uses.
  *
  * The FSDP calls are the MLP's: module_pre_forward / _post_forward /
  * _pre_backward / _post_backward at every module's boundary. What a
@@ -13,7 +13,23 @@
  *   - the attention probabilities, B*H*T^2 numbers a block, dominate the
  *     activations as T grows (kernels/transformer.h);
  *   - activation checkpointing reruns a block's forward from its input.
+ *
+ * May include trainer.h, model/mlp.h and what is below fsdp.c (kernels/,
+ * sim/, data/); of fsdp.c it calls only the hooks and the formats fsdp.h
+ * declares.
  * ========================================================================== */
+#ifndef FSDP_MODEL_GPT2_H
+#define FSDP_MODEL_GPT2_H
+#include "../core.h"
+#include "../trainer.h"
+#include "../kernels/backend.h"
+#include "../kernels/layers.h"
+#include "../kernels/transformer.h"
+#include "../sim/ledger.h"
+#include "../data/sampler.h"
+#include "activations.h"
+#include "gpt2_tree.h"
+#include "mlp.h" /* weight_of, lowp, activation_held: the layers' glue */
 
 /* Each sequence is T tokens and the T that follow them by one: position t
  * predicts token t+1, and the loss is the mean over all B*T positions. */
@@ -28,7 +44,7 @@ static long gpt2_attention_saved(const Config *c, int B) {
     return c->attention == ATTENTION_FLASH ? rows : rows * c->context;
 }
 
-static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *c, int B) {
+void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *c, int B) {
     long S = gpt2_saved_blocks(c), D = c->width, T = c->context, V = c->vocab, BT = B * T;
     long att = gpt2_attention_saved(c, B);
     int flash = c->attention == ATTENTION_FLASH;
@@ -67,7 +83,7 @@ static void gpt2_activations_alloc(Gpt2Activations *a, Ledger *l, const Config *
 /* Micro-batch `micro` of this rank's part of global batch `step`, drawn
  * from `corpus` (the training corpus, or the validation tokens) and copied
  * to the device, as trainer_load_batch does for the MLP */
-static void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micro) {
+void gpt2_load_batch(Trainer *t, const Corpus *corpus, int step, int micro) {
     const Config *c = &t->cfg;
     int B = t->micro_batch;
     long BT = (long)B * c->context;
@@ -168,7 +184,7 @@ static void gpt2_block_inner(Trainer *t, int l) {
     gpt2_fc_gelu(t, gpt2_module(m, l, GPT2_C_FC), s.fc_gelu, s.fc, s.ln2, BT, D);
 }
 
-static float gpt2_forward(Trainer *t) {
+float gpt2_forward(Trainer *t) {
     Model *m = &t->model;
     Gpt2Activations *a = &t->gpt;
     const Config *c = &t->cfg;
@@ -300,7 +316,7 @@ static void gpt2_block_backward(Trainer *t, int l) {
 
 /* dloss = 1/(K*B*T) for each position (the mean over the local batch's
  * positions, K micro-batches of B sequences; see model_backward) */
-static void gpt2_backward(Trainer *t) {
+void gpt2_backward(Trainer *t) {
     Model *m = &t->model;
     Gpt2Activations *a = &t->gpt;
     const Config *c = &t->cfg;
@@ -338,3 +354,5 @@ static void gpt2_backward(Trainer *t) {
     module_post_backward(t, m->root);
     units_finish_backward(t);
 }
+
+#endif /* FSDP_MODEL_GPT2_H */

@@ -16,7 +16,14 @@
  * Hugging Face's Conv1D stores its weight as (in, out); ours are nn.Linear's
  * (out, in), as every other layer here, and io/checkpoint.h's export and
  * --init-from transpose the four matrices of a block on the way.
+ *
+ * May include core.h, fsdp.h and model/tree.h; nothing of fsdp.c's.
  * ========================================================================== */
+#ifndef FSDP_MODEL_GPT2_TREE_H
+#define FSDP_MODEL_GPT2_TREE_H
+#include "../core.h"
+#include "../fsdp.h"
+#include "tree.h" /* model_add_module, model_add_param, model_add_layernorm */
 
 /* the modules of block l, by role: m->gpt2_block[l * GPT2_ROLES + role] */
 enum {
@@ -103,3 +110,5 @@ static void gpt2_build(Model *m, const Config *cfg) {
     m->modules[m->transformer].holds_tied = 1;
     m->modules[m->wte].holds_tied = 1;
 }
+
+#endif /* FSDP_MODEL_GPT2_TREE_H */

@@ -1,7 +1,8 @@
 /* ============================================================================
  * model/mlp.h — section 11 of fsdp.c, the model FSDP wraps: the byte-level
  * MLP's activations, its forward and its backward (with activation
- * checkpointing). fsdp.c includes it in place.
+ * checkpointing). main.c includes it, after fsdp.c, whose section 11
+ * calls it through trainer.h's declarations.
  *
  * As in PyTorch, where the model is the user's nn.Module and FSDP only
  * wraps it, this is the model's code, not FSDP's: what FSDP adds is the
@@ -9,7 +10,18 @@
  * module_post_backward calls at every module's boundary (section 8), which
  * gather a unit before it computes, free it after, and reduce-scatter its
  * gradient.
+ *
+ * May include trainer.h and what is below fsdp.c (kernels/, sim/, data/);
+ * of fsdp.c it calls only the hooks and the formats fsdp.h declares.
  * ========================================================================== */
+#ifndef FSDP_MODEL_MLP_H
+#define FSDP_MODEL_MLP_H
+#include "../core.h"
+#include "../trainer.h"
+#include "../kernels/backend.h"
+#include "../kernels/layers.h"
+#include "../sim/ledger.h"
+#include "activations.h"
 
 /* How many blocks' inner activations (norm output and statistics, fc1,
  * GELU) are kept from forward to backward: all L, or with
@@ -36,7 +48,7 @@ static void *activation_held(Ledger *l, const Config *c, long count) {
                        n * (size_t)dtype_bytes(c->param_dtype), "activations", ON_DEVICE);
 }
 
-static void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
+void activations_alloc(Activations *a, Ledger *l, const Config *c, int B) {
     long L = saved_blocks(c), D = c->width, T = c->context, C = c->embed_dim, V = c->vocab;
     a->tokens = (unsigned char *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)(B * T), 1, "the batch");
     a->targets = (int *)ledger_alloc(l, MEM_ACTIVATIONS, (size_t)B, sizeof(int), "the batch");
@@ -119,7 +131,7 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     gelu_forward(element_at(a->act, k * BF, held), fc1, BF, c->param_dtype);
 }
 
-static float model_forward(Trainer *t) {
+float model_forward(Trainer *t) {
     Model *m = &t->model;
     Activations *a = &t->act;
     const Config *c = &t->cfg;
@@ -205,7 +217,7 @@ static void block_recompute(Trainer *t, int l) {
  * without --grad-accum), and the gradients of the K backward passes add up;
  * the reduce-scatter's mean over N ranks then makes it the mean over the
  * global batch, as one rank training on the whole batch would get. */
-static void model_backward(Trainer *t) {
+void model_backward(Trainer *t) {
     Model *m = &t->model;
     Activations *a = &t->act;
     const Config *c = &t->cfg;
@@ -271,3 +283,5 @@ static void model_backward(Trainer *t) {
     module_post_backward(t, m->root);
     units_finish_backward(t);
 }
+
+#endif /* FSDP_MODEL_MLP_H */

@@ -14,7 +14,14 @@
  *     constant                        lr
  *     step      (StepLR)              lr * gamma ^ floor(u / step_size)
  *     cosine    (CosineAnnealingLR)   lr * (1 + cos(pi * u / (steps - W))) / 2
+ *
+ * May include core.h and fsdp.h (Config); nothing of fsdp.c's.
  * ========================================================================== */
+#ifndef FSDP_OPTIM_LR_SCHEDULE_H
+#define FSDP_OPTIM_LR_SCHEDULE_H
+#include "../core.h"
+#include "../fsdp.h"
+#include <math.h>
 
 static float lr_at(const Config *c, long t) {
     double lr = c->lr, u = (double)(t - c->warmup);
@@ -28,3 +35,5 @@ static float lr_at(const Config *c, long t) {
 }
 
 static const char *const LR_SCHEDULE_NAMES[] = {"constant", "step", "cosine"};
+
+#endif /* FSDP_OPTIM_LR_SCHEDULE_H */

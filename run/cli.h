@@ -2,11 +2,46 @@
  * run/cli.h — the command line: the model presets, --help, and each option
  * parsed and checked into a Config, with a message that says what to do.
  *
- * defines: config_usage, config_parse, config_check_world
+ * defines: config_usage, config_parse, config_check_world, config_block_numel
+ *          and config_total_numel (a model's size from its Config alone)
  *
  * Plumbing: the program around fsdp.c (main.c includes it after fsdp.c,
  * one translation unit); nothing in fsdp.c calls it.
  * ========================================================================== */
+#ifndef FSDP_RUN_CLI_H
+#define FSDP_RUN_CLI_H
+#include "../core.h"
+#include "../fsdp.h"
+#include "../sim/sim.h" /* net_models_of */
+#include "../kernels/backend.h"
+#include "../kernels/transformer.h" /* FLASH_MAX_HD */
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+
+/* Fills cfg from argv. Returns 0 on success; on bad input writes a message
+ * (what is wrong and what to do) into err and returns 2, the exit code every
+ * rank then uses. Returns 1 with err empty when --help was asked for. */
+int config_parse(Config *cfg, int argc, char **argv, char *err, size_t errlen);
+void config_usage(FILE *out);
+
+/* The parameters of one residual block: the default auto-wrap threshold, so
+ * that by default each block becomes its own unit. */
+static long config_block_numel(const Config *cfg) {
+    long D = cfg->width;
+    if (cfg->arch == ARCH_GPT2) /* ln_1, c_attn, c_proj, ln_2, c_fc, c_proj */
+        return 2 * D + (3 * D * D + 3 * D) + (D * D + D) + 2 * D + (4 * D * D + 4 * D) +
+               (4 * D * D + D);
+    return 2 * D + (4 * D * D + 4 * D) + (4 * D * D + D);
+}
+static long config_total_numel(const Config *cfg) {
+    long V = cfg->vocab, C = cfg->embed_dim, T = cfg->context, D = cfg->width;
+    long blocks = cfg->depth * config_block_numel(cfg);
+    if (cfg->arch == ARCH_GPT2) /* wte (tied to lm_head: counted once), wpe, blocks, ln_f */
+        return V * D + (long)cfg->n_ctx * D + blocks + 2 * D;
+    return V * C + (T * C * D + D) + blocks + 2 * D + (V * D + V);
+}
 
 typedef struct {
     const char *name;
@@ -1020,3 +1055,5 @@ static int config_check_world(const Config *c, int world, char *err, size_t errl
                            world * c->grad_accum);
     return 0;
 }
+
+#endif /* FSDP_RUN_CLI_H */

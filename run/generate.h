@@ -10,6 +10,12 @@
  * Everything here runs on every rank, because a forward pass is
  * collective: the units' all-gathers need every rank of the group.
  * ========================================================================== */
+#ifndef FSDP_RUN_GENERATE_H
+#define FSDP_RUN_GENERATE_H
+#include "../core.h"
+#include "../trainer.h"
+#include "../kernels/layers.h"
+#include "../model/gpt2.h" /* gpt2_load_batch's sampler, the vocabulary */
 
 #include <ctype.h> /* isprint: a byte token as itself */
 
@@ -188,3 +194,5 @@ static void sample_print(Trainer *t, const Tokenizer *tk) {
     free(logits);
     free(row);
 }
+
+#endif /* FSDP_RUN_GENERATE_H */

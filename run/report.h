@@ -9,6 +9,15 @@
  * Plumbing: the program around fsdp.c (main.c includes it after fsdp.c,
  * one translation unit); nothing in fsdp.c calls it.
  * ========================================================================== */
+#ifndef FSDP_RUN_REPORT_H
+#define FSDP_RUN_REPORT_H
+#include "../core.h"
+#include "../trainer.h"
+#include "../files.h"
+#include "../kernels/backend.h"
+#include "../sim/sim.h" /* net_models_of */
+#include "../optim/lr_schedule.h"
+#include <limits.h>
 
 /* A whole run's figures, for the end of run and --compare's table */
 typedef struct {
@@ -389,3 +398,5 @@ static void print_step_breakdown(const Trainer *t, double seconds, int steps) {
            t->comm.threaded ? "communication thread" : "inline collectives", 1e3 * step,
            1e3 * hidden, sim > 0 ? 100.0 * hidden * steps / sim : 0.0);
 }
+
+#endif /* FSDP_RUN_REPORT_H */

@@ -59,6 +59,10 @@
  * and a step's first all-gather and last reduce-scatter have no kernels
  * to hide behind. --net prices each collective on other interconnects.
  * ========================================================================== */
+#ifndef FSDP_RUN_ROOFLINE_H
+#define FSDP_RUN_ROOFLINE_H
+#include "../core.h"
+#include "../trainer.h"
 
 /* Dense peaks from the vendors' data sheets (no sparsity), and HBM's
  * bandwidth. */
@@ -453,3 +457,5 @@ static void print_roofline(const Trainer *t, const char *gpu, double sent) {
     if (t->comm.world > 1 && sent > 0.0)
         print_roofline_collectives(g, t->comm.world, sent, total[built], fixed[built], model, tokens);
 }
+
+#endif /* FSDP_RUN_ROOFLINE_H */

@@ -5,6 +5,11 @@
  * machine's own. fsdp.c includes it in place; comm_record calls the first,
  * comm_submit and comm_wait the other two. Nothing here moves a byte.
  * ========================================================================== */
+#ifndef FSDP_SIM_EVENTS_H
+#define FSDP_SIM_EVENTS_H
+#include "../core.h"
+#include <limits.h>
+#include "sim.h" /* net_collective_seconds */
 
 /* Appends h's collective to the record, which only --trace needs (a long
  * run without it keeps the totals alone); h->event is its number. */
@@ -59,3 +64,5 @@ static void comm_sim_queued(Comm *c, CommHandle *h, double now) {
     h->sim_end = c->sim_stream_end;
     if (h->event >= 0) c->events[h->event].sim_start = sim_start;
 }
+
+#endif /* FSDP_SIM_EVENTS_H */

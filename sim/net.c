@@ -44,6 +44,19 @@ const NetModel *net_model_find(const char *name) {
 
 const char *net_model_names(void) { return "nvlink, pcie, ib, ethernet or none"; }
 
+/* --net NAME prices every link alike; --net A+B prices links inside a node
+ * with A (e.g. nvlink) and between nodes with B (e.g. ib). Both NULL: none.
+ * Returns 0, or -1 when a name is unknown. */
+int net_models_of(const char *spec, const NetModel **intra, const NetModel **inter) {
+    char a[32] = "none", b[32] = "";
+    const char *plus = spec ? strchr(spec, '+') : NULL;
+    if (spec) snprintf(a, sizeof(a), "%.*s", plus ? (int)(plus - spec) : 31, spec);
+    if (plus) snprintf(b, sizeof(b), "%s", plus + 1);
+    *intra = net_model_find(a);
+    *inter = plus ? net_model_find(b) : *intra;
+    return *intra && *inter ? 0 : -1;
+}
+
 double net_collective_seconds(const NetModel *net, CommKind kind, int world, double bytes) {
     if (!net || net->bandwidth <= 0.0 || world < 2) return 0.0;
     double one = (world - 1) * net->alpha + (double)(world - 1) / world * bytes / net->bandwidth;

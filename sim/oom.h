@@ -5,6 +5,11 @@
  * and how every rank then stops (exit 3), during setup or in a step.
  * fsdp.c includes it in place; ledger_book calls ledger_out_of_memory.
  * ========================================================================== */
+#ifndef FSDP_SIM_OOM_H
+#define FSDP_SIM_OOM_H
+#include "../core.h"
+#include "../kernels/backend.h" /* OOM_WORDS, backend_memory_line */
+#include "sim.h"                /* human_bytes */
 
 /* A simulated GPU has a fixed amount of memory. Crossing it fails the way
  * CUDA does: which rank, what it tried to allocate and for what, the budget,
@@ -75,3 +80,5 @@ static void ledger_agree_fits(Ledger *l, MPI_Comm comm) {
     MPI_Finalize();
     exit(3);
 }
+
+#endif /* FSDP_SIM_OOM_H */

@@ -22,9 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sim.h"
-
-static double mib(double b) { return b / 1048576.0; }
+#include "sim.h" /* and, through fsdp.h, core.h: mib */
 
 /* Is someone watching? Open MPI gives the ranks' standard output a
  * pseudo-terminal whether or not mpirun has one, so isatty() cannot tell.

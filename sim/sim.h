@@ -43,6 +43,9 @@ const char *human_bytes(double bytes, char *buf, size_t len);
 const NetModel *net_model_find(const char *name);
 /* The preset names, for messages. */
 const char *net_model_names(void);
+/* --net NAME (every link alike) or A+B (A inside a node, B between nodes):
+ * the two models, both NULL for none; 0, or -1 when a name is unknown */
+int net_models_of(const char *spec, const NetModel **intra, const NetModel **inter);
 /* Simulated seconds of one ring collective over `world` ranks on a full
  * buffer of `bytes`: all-gather and reduce-scatter cost
  * (N-1)*alpha + (N-1)/N * bytes / bandwidth; all-reduce twice that. */

@@ -36,6 +36,7 @@ run() {
 
 # -- one process: layers, AdamW, auto-wrap, shards -----------------------------
 run "gradients, AdamW, auto-wrap, padding and shards" tests/test_units
+run "every header compiles on its own (mpicc -x c): dependencies point one way" bash tests/test_headers.sh
 
 # -- a lane beside the others ---------------------------------------------------------
 # Four long checks keep one core busy and leave the other idle: the

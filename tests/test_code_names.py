@@ -16,13 +16,20 @@ And every other name in backquotes that looks like one of ours (snake_case,
 unless it is one of the PyTorch or Hugging Face names listed in ELSEWHERE:
 a renamed or deleted function leaves no stale pointer behind. A "`meta.txt`
 version N" must be the version fsdp.c writes (formats.h's META_VERSION).
-Last, fsdp.c stays the file a student reads top to bottom: at most MAX_LINES
-lines.
+A pointer to a file, "`bf16_from_float` (core.h)" or "`ring_bytes` in
+`comm/comm.h`", must name something that file defines. fsdp.c stays the
+file a student reads top to bottom: at most MAX_LINES lines, and every
+header it includes at the top, under a "/* defines:" comment. And the
+dependencies point one way: no test includes fsdp.c (tests include headers,
+or main.c for a whole trainer), and no header below fsdp.c (core.h,
+kernels/, comm/, sim/, data/, optim/, io/) calls a function fsdp.c defines.
 
   python3 tests/test_code_names.py             the docs of the repository
   python3 tests/test_code_names.py --self-test proves it reports a wrong
                                                section, a moved name, a
-                                               missing one and a stale version
+                                               missing one, a stale version, an
+                                               include after a function and a
+                                               call up into fsdp.c
 Prints one line per pointer checked; exits 1 if any is wrong.
 """
 import glob
@@ -36,10 +43,13 @@ BANNER = re.compile(r"^ \* (\d+)\. (.+)$")
 # "#define NAME(", "} Name;" (a typedef's end)
 DEFINITION = re.compile(r"^(?:#define\s+([A-Za-z_]\w*)\(|(?!return\b)[A-Za-z_][\w \*]*?\b([A-Za-z_]\w*)\(|\}\s*([A-Za-z_]\w*);)")
 POINTER = re.compile(r"((?:`\w+`(?:,\s*|\s+and\s+|\s+or\s+)?)+)\s*(?:\(end of |\(|in )section (\d+)")
+# "`name` (core.h)", "`name` in `comm/ring.h`": a pointer to a file, checked against its definitions
+FILE_POINTER = re.compile(r"((?:`\w+`(?:,\s*|\s+and\s+|\s+or\s+)?)+)\s*(?:\(|in )`?"
+                          r"((?:(?:kernels|comm|data|model|io|optim|sim|run)/)?[a-z_0-9]+\.[ch])\b")
 
 
-INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io|optim|sim)/[^"]+\.h)"')
-SOURCES = ["fsdp.c", "fsdp.h", "main.c", "files.c", "files.h", "formats.c", "formats.h"] + sorted(
+INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io|optim|sim)/[^"]+\.h|core\.h|trainer\.h)"')
+SOURCES = ["fsdp.c", "main.c", "files.c", "formats.c"] + sorted(glob.glob("*.h")) + sorted(
     p for d in ("run", "kernels", "comm", "io", "model", "data", "optim", "sim", "exercises",
                 "tests", "bridge")
     for p in glob.glob(f"{d}/*.[chp]*") if p != "tests/test_code_names.py")
@@ -103,6 +113,33 @@ def check(docs_text, algorithm, program):
     return results
 
 
+def file_results(docs_text):
+    """[(ok, where, message)] for every pointer to a file: "`name` (core.h)"."""
+    results, defined = [], {}
+    for path, text in docs_text.items():
+        for no, line in enumerate(text.split("\n"), 1):
+            for m in FILE_POINTER.finditer(line):
+                file, where = m.group(2), f"{path}:{no}"
+                if file not in defined:
+                    try:
+                        defined[file] = (definitions(file), open(file).read())
+                    except OSError:
+                        defined[file] = None
+                if defined[file] is None:
+                    results.append((False, where, f"{file}: no such file"))
+                    continue
+                for name in re.findall(r"`(\w+)`", m.group(1)):
+                    names, text_of = defined[file]
+                    # a function, macro or type; or a table, a constant, an enum's member
+                    if name in names or re.search(rf"^(?:static\s+)?(?:const\s+)?[\w \*]*\b{name}\s*"
+                                                  rf"(?:\[|=)|^#define\s+{name}\b|^\s+{name}\s*[,=]",
+                                                  text_of, re.M):
+                        results.append((True, where, f"{name} is in {file}"))
+                    else:
+                        results.append((False, where, f"{name} is not defined in {file}"))
+    return results
+
+
 def name_results(docs_text, words):
     """Every snake_case name in backquotes is a word of the sources (words)
     or a name of PyTorch's listed in ELSEWHERE."""
@@ -147,6 +184,54 @@ def seam_results(fsdp_text):
     return [(True, "fsdp.c", "no #if on __CUDACC__: the seam holds them all")]
 
 
+def include_results(fsdp_text):
+    """(a) Every header fsdp.c includes comes before its first function, under a
+    "/* defines:" comment that says what it brings: the file reads as the
+    algorithm, its floor listed at the top."""
+    lines = fsdp_text.split("\n")
+    first = next((i for i, line in enumerate(lines)
+                  if DEFINITION.match(line) and not line.startswith("#")
+                  and not line.rstrip().endswith(";") and "(" in line), len(lines))
+    results = []
+    for i, line in enumerate(lines):
+        if not line.startswith('#include "'):
+            continue
+        j = i - 1
+        while j >= 0 and (lines[j].startswith('#include "') or lines[j].startswith(" *")):
+            j -= 1
+        if i > first:
+            results.append((False, f"fsdp.c:{i + 1}", f"{line}: after the first function "
+                            f"(line {first + 1}); move it to the top"))
+        elif j < 0 or not lines[j].startswith("/* defines:"):
+            results.append((False, f"fsdp.c:{i + 1}", f"{line}: no /* defines: ... */ comment"))
+        else:
+            results.append((True, f"fsdp.c:{i + 1}", f"{line[9:]} at the top, with its defines"))
+    return results
+
+
+def tests_results(paths):
+    """(b) Tests include headers, or main.c for a whole trainer; never fsdp.c."""
+    bad = [(p, no) for p in paths for no, line in enumerate(open(p, errors="replace"), 1)
+           if re.match(r'\s*#\s*include\s+"(?:\.\./)?fsdp\.c"', line)]
+    if bad:
+        return [(False, f"{p}:{no}", "includes fsdp.c: include the headers it needs") for p, no in bad]
+    return [(True, "tests/", "no test includes fsdp.c")]
+
+
+def direction_results(fsdp_text, headers):
+    """(c) Dependencies point one way: no header below fsdp.c calls a function
+    fsdp.c defines (model/ may: the hooks are the design's one loop)."""
+    ours = {m.group(2) for line in fsdp_text.split("\n") for m in [DEFINITION.match(line)]
+            if m and m.group(2) and not line.startswith("#") and not line.rstrip().endswith(";")}
+    results = []
+    for p in headers:
+        code = re.sub(r"/\*.*?\*/|//[^\n]*", "", open(p).read(), flags=re.S)
+        called = sorted(n for n in ours if re.search(rf"\b{n}\s*\(", code))
+        results.append((not called, p, f"calls fsdp.c's {', '.join(called)}" if called
+                        else "calls nothing of fsdp.c"))
+    return results
+
+
 def version_results(docs_text, formats_h):
     """Every "`meta.txt` version N" of the docs is the version fsdp.c writes."""
     m = re.search(r"^#define META_VERSION (\d+)", formats_h, re.M)
@@ -170,26 +255,40 @@ def main():
     if sys.argv[1:] == ["--self-test"]:
         fake = {"fake.md": "`trainer_step` (section 3) and `run_training` in section 11, "
                            "`no_such_function` (section 8), `adamw_one` (section 99), "
-                           "`adamw_one` in section 9"}
+                           "`adamw_step` in section 9"}
         got = [ok for ok, _, _ in check(fake, algorithm, program)]
         got += [ok for ok, _, _ in seam_results("int a;\n#ifdef __CUDACC__\n#endif\n")]
         got += [ok for ok, _, _ in seam_results("int a;\n")]
         got += [ok for ok, _, _ in name_results({"fake.md": "`unit_gone()` and `zero_grad` "
                                                               "and `unit_gather`"}, source_words())]
         got += [ok for ok, _, _ in size_results("x\n" * (MAX_LINES + 1))]
+        got += [ok for ok, _, _ in file_results({"fake.md": "`ceil_div` (core.h), "
+                                                            "`trainer_step` in `main.c`"})]
         got += [ok for ok, _, _ in version_results({"fake.md": "`meta.txt` version 5, and "
                                                                 "`meta.txt` version 6"},
                                                    "#define META_VERSION 6\n")]
-        want = [False, False, False, False, True, False, True, False, True, False, False, True]
+        got += [ok for ok, _, _ in include_results('/* defines: a */\n#include "a.h"\n'
+                                                   'static int f(int x) {\n}\n#include "b.h"\n')]
+        got += [ok for ok, _, _ in direction_results(open("fsdp.c").read(),
+                                                     ["model/mlp.h", "comm/ring.h"])]
+        want = [False, False, False, False, True, False, True, False, True, False, True, False, False, True,
+                True, False, False, True]
         print("self-test:", "reports a wrong section, a moved name, a missing name, a wrong "
               "section number, an #ifdef __CUDACC__ in fsdp.c, a name no source has, a "
-              "fsdp.c too long and a stale meta.txt version, and "
+              "fsdp.c too long, a name not in the file named, an include after a function, "
+              "a call up into fsdp.c and a stale meta.txt version, and "
               "passes the right ones" if got == want else f"got {got}, want {want}")
         return 0 if got == want else 1
     texts = {p: open(p).read() for p in DOCS}
-    results = check(texts, algorithm, program) + seam_results(open("fsdp.c").read())
+    results = check(texts, algorithm, program) + file_results(texts) + seam_results(open("fsdp.c").read())
     results += name_results(texts, source_words()) + size_results(open("fsdp.c").read())
     results += version_results(texts, open("formats.h").read())
+    results += include_results(open("fsdp.c").read())
+    results += tests_results(sorted(glob.glob("tests/*.c") + glob.glob("tests/*.cu")
+                                    + glob.glob("tests/*.cpp") + glob.glob("dev/**/*.[ch]*",
+                                                                           recursive=True)))
+    results += direction_results(open("fsdp.c").read(), ["core.h"] + sorted(
+        p for d in ("kernels", "comm", "sim", "data", "optim", "io") for p in glob.glob(f"{d}/*.h")))
     for ok, where, message in results:
         print(f"{'ok  ' if ok else 'FAIL'} {where}: {message}")
     bad = sum(not ok for ok, _, _ in results)

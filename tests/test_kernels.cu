@@ -32,8 +32,12 @@
  * and they, the fragment-layout checks and GELU in cuBLASLt's epilogues
  * have run only on the emulator.
  * ========================================================================== */
-#define FSDP_NO_MAIN
-#include "../main.c"
+#include "../core.h"
+#include "../kernels/backend.h"
+#include "../kernels/layers.h"
+#include "../kernels/transformer.h"
+#include "../optim/adamw.h"
+#include "../run/cli.h" /* config_parse */
 
 static const double U = 1.0 / 16777216.0; /* fp32's unit roundoff, 2^-24 */
 static int passed, failed;
