@@ -16,7 +16,7 @@ TORCHRUN=.venv-torch/bin/torchrun
 torch_or_skip "the bridge to the PyTorch lab"
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
-cat fsdp.h fsdp.c >"$D/data.txt" # bytes both programs train on (--data)
+seq 1 40000 >"$D/data.txt" # bytes both programs train on (--data), as lecture 17: the same on every machine, and when fsdp.c changes
 BASE="--model tiny --data $D/data.txt"
 
 # fsdp.c's run (its --json: config and losses) and its initial parameters
