@@ -7,9 +7,9 @@
 #                with nvcc (no GPU needed to build)
 #   make test-gpu  the GPU build against the CPU build, on this machine's GPUs
 #                  (exit 77 from tests/test_gpu.sh, "Error 77" from make: no GPU here)
-#   make test-gpu-emu  the same on the emulator (emu/): the GPU build run by the CPU
+#   make test-gpu-emu  the same on the emulator (dev/emu/): the GPU build run by the CPU
 #   make bench-gpu fsdp-gpu on a 1B-parameter model: tokens/s, TFLOP/s, MFU, beside
-#                  cuBLAS and NCCL alone (tests/bench_gpu)
+#                  cuBLAS and NCCL alone (dev/bench/bench_gpu)
 #   make gpu-report  on a GPU, in one go: test-gpu, then bench-gpu in bf16 and fp32,
 #                  built for that GPU alone, logs and a summary in gpu-report/
 #   make sanitize  the tests under AddressSanitizer and UBSan
@@ -90,7 +90,7 @@ NVCC_MPI_LIBS   = $(call nvcc_flags,$(MPI_LIBS))
 # -lnccl to find. Override: make gpu NCCL_HOME=/path/with/include+lib.
 # Python is asked only when all three hold: no NCCL_HOME given, a CUDA
 # target among make's goals, and no nccl.h found.
-CUDA_GOALS := $(filter gpu fsdp-gpu tests/bench_gpu tests/test_kernels fsdp-emu tests/test_kernels-emu tests/test_emu-emu,$(MAKECMDGOALS))
+CUDA_GOALS := $(filter gpu fsdp-gpu dev/bench/bench_gpu tests/test_kernels fsdp-emu tests/test_kernels-emu tests/test_emu-emu,$(MAKECMDGOALS))
 ifeq ($(origin NCCL_HOME)$(if $(CUDA_GOALS),,-no)$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),undefined)
   NCCL_HOME := $(shell python3 -c 'import nvidia.nccl as m; print(m.__path__[0])' 2>/dev/null)
 endif
@@ -160,6 +160,10 @@ fuzz:
 tests/%: tests/%.c $(PROGRAM) $(SIM_DEPS) | mpi
 	$(CC) $(CFLAGS) $(NATIVE) $(OPENMP) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)
 
+# The benchmarks (dev/bench/: the workshop, not the product), built the same way
+dev/bench/%: dev/bench/%.c $(PROGRAM) $(SIM_DEPS) | mpi
+	$(CC) $(CFLAGS) $(NATIVE) $(OPENMP) -Wno-unused-function -I. $< $(SIM_SRC) -o $@ $(LDLIBS)
+
 # ---- the demo --------------------------------------------------------------
 # Ends with two traces (Perfetto) and an HTML report of both runs in out/.
 # make run NP=8 ARGS="--model medium --steps 50": other ranks, more flags.
@@ -181,8 +185,8 @@ run: fsdp
 # on a fresh machine it is the longest job (pip unpacks and compiles 5 GB on
 # one core, 2.5 minutes here), and the compilers run beside it. apt-get runs
 # one at a time (test-deps and notebook-deps after mpi).
-TEST_BUILD := torch-deps test-deps fsdp fsdp-debug $(TEST_BINS) tests/bench_collectives tests/bench_matmul \
-              tests/bench_adamw test-build-cuda
+TEST_BUILD := torch-deps test-deps fsdp fsdp-debug $(TEST_BINS) dev/bench/bench_collectives dev/bench/bench_matmul \
+              dev/bench/bench_adamw test-build-cuda
 # Without a GPU to run them, make test builds the CUDA programs for one
 # architecture (sm_90), not make gpu's three: the same source in half the
 # time. tests/run.sh gets the same GPU_ARCH, so its checks find them built,
@@ -198,8 +202,8 @@ test:
 # failure is not the build's: the checks that need them build them again and
 # show it as their own FAIL (or skip, saying why, without nvcc or CUDA's headers).
 test-build-cuda: | mpi
-	@$(MAKE) --no-print-directory -s -k gpu tests/bench_gpu tests/test_kernels \
-	  tests/gpu_probe tests/kernel_times.so $(EMU_BINS) >/dev/null 2>&1 || true
+	@$(MAKE) --no-print-directory -s -k gpu dev/bench/bench_gpu tests/test_kernels \
+	  dev/gpu_probe dev/profile/kernel_times.so $(EMU_BINS) >/dev/null 2>&1 || true
 
 # What the checks need beyond a compiler and MPI, installed the way Open MPI
 # is, so a student's `make test` runs what CI runs instead of skipping it:
@@ -262,8 +266,8 @@ exercise: fsdp tests/st_diff
 	@bash exercises/grade.sh "$(EX)" "$(or $(FILE),exercises/$(EX).c)"
 
 # ---- benchmarks ----------------------------------------------------------------
-bench: fsdp tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw
-	@bash tests/bench.sh
+bench: fsdp dev/bench/bench_collectives dev/bench/bench_matmul dev/bench/bench_matmul_blas dev/bench/bench_adamw
+	@bash dev/bench/bench.sh
 
 # The matmul benchmark once more, beside OpenBLAS (single-threaded): a tuned
 # library's figure on the same shapes. OpenBLAS is installed on demand for
@@ -275,7 +279,7 @@ openblas:
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libopenblas-dev pkg-config || exit 1; \
 	else echo "HINT: install OpenBLAS (brew install openblas), then make bench again"; exit 1; fi
-tests/bench_matmul_blas: tests/bench_matmul.c $(PROGRAM) $(SIM_DEPS) | mpi openblas
+dev/bench/bench_matmul_blas: dev/bench/bench_matmul.c $(PROGRAM) $(SIM_DEPS) | mpi openblas
 	$(CC) $(CFLAGS) $(NATIVE) -Wno-unused-function -DFSDP_BENCH_OPENBLAS -I. $(shell pkg-config --cflags openblas 2>/dev/null) \
 	  $< $(SIM_SRC) -o $@ $(LDLIBS) $(shell pkg-config --libs openblas 2>/dev/null)
 
@@ -302,16 +306,16 @@ fsdp-gpu: $(PROGRAM) $(SIM_DEPS) .gpu-arch | mpi
 
 # What the GPUs can do alone (cuBLAS GEMMs at the model's shapes, NCCL bus
 # bandwidth), built with the same flags; make bench-gpu prints it beside fsdp-gpu.
-tests/bench_gpu: tests/bench_gpu.cu .gpu-arch | mpi
+dev/bench/bench_gpu: dev/bench/bench_gpu.cu .gpu-arch | mpi
 	$(NVCC) -O2 -std=c++17 $(NVCC_THREADS) $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) $< -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublas
 
 # Every GPU kernel against the CPU's arithmetic: make test-gpu runs it first
 tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) .gpu-arch | mpi
 	$(NVCC) -x cu -O2 -std=c++17 $(NVCC_THREADS) $(GPU_ARCH) $(GPU_WARNINGS) $(NVCC_MPI_CFLAGS) $(NCCL_CFLAGS) -Xcompiler -Wno-unused-function $< $(SIM_SRC) -o $@ $(NVCC_MPI_LIBS) $(NCCL_LIBS) -lcublasLt -lcublas -lm -lpthread
 
-# ---- the GPU build on a CPU: emu/ ------------------------------------------------
+# ---- the GPU build on a CPU: dev/emu/ --------------------------------------------
 # The same source as make gpu, compiled by the host's C++ compiler against
-# the emulator (emu/cuda_emu.h, emu/runtime.cpp): CUDA's headers give the
+# the emulator (dev/emu/cuda_emu.h, dev/emu/runtime.cpp): CUDA's headers give the
 # types, the emulator runs the kernels, cuBLAS and NCCL on the CPU, so the
 # GPU path's logic runs in make test where no GPU is. The source is copied
 # into .emu/ with each launch k<<<...>>>(args) spelled EMU_LAUNCH(k, (...))(args),
@@ -319,9 +323,9 @@ tests/test_kernels: tests/test_kernels.cu $(PROGRAM) $(SIM_DEPS) .gpu-arch | mpi
 # so errors name the same lines; perl, since a launch may span two).
 EMU_DIR   := .emu
 EMU_SRC   := $(PROGRAM) $(SIM_DEPS) tests/test_kernels.cu tests/test_emu.cu
-EMU_DEPS  := $(EMU_DIR)/.copied emu/cuda_emu.h emu/runtime.cpp
+EMU_DEPS  := $(EMU_DIR)/.copied dev/emu/cuda_emu.h dev/emu/runtime.cpp
 EMU_FLAGS  = -std=c++17 -O3 -g $(NATIVE) $(EMU_SAN) -Wall -Wextra -Werror -Wno-unused-function -Wno-unknown-pragmas \
-             -DOMPI_SKIP_MPICXX -include ../emu/cuda_emu.h -I$(CUDA_HOME)/include $(NCCL_CFLAGS) $(MPI_CFLAGS)
+             -DOMPI_SKIP_MPICXX -include ../dev/emu/cuda_emu.h -I$(CUDA_HOME)/include $(NCCL_CFLAGS) $(MPI_CFLAGS)
 $(EMU_DIR)/.copied: $(EMU_SRC)
 	@rm -rf $(EMU_DIR) && mkdir -p $(EMU_DIR)
 	@for f in $(EMU_SRC); do mkdir -p $(EMU_DIR)/$$(dirname $$f) && \
@@ -330,42 +334,42 @@ $(EMU_DIR)/.copied: $(EMU_SRC)
 	  { echo "error: a launch above is not of the form k<<<...>>>( or k<T><<<...>>>( that the emulator's rewrite reads"; exit 1; }
 	@touch $@
 fsdp-emu: $(EMU_DEPS) | mpi
-	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) $(OPENMP) -x c++ main.c $(SIM_SRC) ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
+	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) $(OPENMP) -x c++ main.c $(SIM_SRC) ../dev/emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
 tests/test_kernels-emu: $(EMU_DEPS) | mpi
-	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) -x c++ tests/test_kernels.cu $(SIM_SRC) ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
+	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) -x c++ tests/test_kernels.cu $(SIM_SRC) ../dev/emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
 # The emulator against what CUDA promises (a plain CUDA program: nvcc builds it too)
 tests/test_emu-emu: $(EMU_DEPS) | mpi
-	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) -x c++ tests/test_emu.cu ../emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
+	cd $(EMU_DIR) && $(CXX) $(EMU_FLAGS) -x c++ tests/test_emu.cu ../dev/emu/runtime.cpp -o ../$@ $(MPI_LIBS) -lm -lpthread
 
 # Whether CUDA can use a GPU here (tests/lib.sh's find_gpus asks after nvidia-smi)
-tests/gpu_probe: tests/gpu_probe.cu
+dev/gpu_probe: dev/gpu_probe.cu
 	$(NVCC) -O2 -std=c++17 $(GPU_WARNINGS) $< -o $@
 
-# Every kernel's time on the GPU, read by CUPTI (tests/kernel_times.cpp: a
+# Every kernel's time on the GPU, read by CUPTI (dev/profile/kernel_times.cpp: a
 # library the CUDA driver loads, not linked into anything); make gpu-report
 # tables them. CUPTI is in the toolkit's lib64, or in extras/CUPTI (older ones).
 CUPTI_LIB := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so)) $(CUDA_HOME)/lib64/)
-tests/kernel_times.so: tests/kernel_times.cpp
+dev/profile/kernel_times.so: dev/profile/kernel_times.cpp
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -Werror -shared -fPIC -I$(CUDA_HOME)/include -I$(CUDA_HOME)/extras/CUPTI/include \
 	  $< -o $@ -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) -lcupti -lpthread
 
 # On a machine with an NVIDIA GPU. The scripts look for a GPU first and build
-# what they need after (fsdp, fsdp-gpu, tests/st_diff, tests/bench_gpu), so a
+# what they need after (fsdp, fsdp-gpu, tests/st_diff, dev/bench/bench_gpu), so a
 # machine without one (or without nvcc) gets the reason, not a build error.
 # No GPU: the script exits 77 ("skipped", never a pass); make passes the code
 # on as "Error 77" and exits non-zero itself (make's own status is 0 or 2), so
 # a CI that must tell a skip from a failure runs `bash tests/test_gpu.sh`.
 test-gpu: | mpi
 	@bash tests/test_gpu.sh
-# The same suite on the emulator (emu/): no GPU needed; make test runs it
+# The same suite on the emulator (dev/emu/): no GPU needed; make test runs it
 test-gpu-emu: | mpi
 	@FSDP_EMU=1 bash tests/test_gpu.sh
 bench-gpu: | mpi
-	@bash tests/bench_gpu.sh
+	@bash dev/bench/bench_gpu.sh
 # All of the above that a GPU machine should be asked, within REPORT_SECONDS
 # (540), built for its GPU alone; DIR (gpu-report/) holds a summary and the logs
 gpu-report: | mpi
-	@bash tests/gpu_report.sh
+	@bash dev/gpu_report.sh
 
 # ---- the whole suite under AddressSanitizer + UBSan (rebuilds, then cleans) --
 # Leak checking is off: Open MPI keeps allocations alive until exit by design.
@@ -377,5 +381,5 @@ sanitize:
 	rm -f fsdp $(TEST_BINS) $(EMU_BINS)
 
 clean:
-	rm -f fsdp fsdp-debug fsdp-gpu .gpu-arch $(TEST_BINS) tests/bench_collectives tests/bench_matmul tests/bench_matmul_blas tests/bench_adamw tests/bench_gpu tests/gpu_probe tests/kernel_times.so tests/test_kernels
+	rm -f fsdp fsdp-debug fsdp-gpu .gpu-arch $(TEST_BINS) dev/bench/bench_collectives dev/bench/bench_matmul dev/bench/bench_matmul_blas dev/bench/bench_adamw dev/bench/bench_gpu dev/gpu_probe dev/profile/kernel_times.so tests/test_kernels
 	rm -rf $(EMU_BINS) $(EMU_DIR)

@@ -36,7 +36,7 @@
 #include "run/generate.h"
 
 /* defines: step_model_flops, print_roofline (--plan --roofline GPU) */
-#include "run/roofline.h"
+#include "sim/roofline.h"
 
 /* defines: run_lock_dirs (one run per --save-dir: its lock, taken before step 1) */
 #include "io/lock.h"

@@ -25,7 +25,7 @@
  *
  * The tensor cores are reached through four PTX instructions (the level
  * below CUDA C++, as FlashAttention, CUTLASS and llm.c reach them), each a
- * function of its own. The emulator defines the same four (emu/cuda_emu.h)
+ * function of its own. The emulator defines the same four (dev/emu/cuda_emu.h)
  * to the PTX ISA's layouts, so these kernels run in make test on a CPU.
  *
  * May include core.h, kernels/backend.h and kernels/layers.h (qkv_index,

@@ -3,7 +3,7 @@
  * torch.optim.AdamW (and Adam), for host and device alike. fsdp.c's sharded
  * AdamW (adamw_step, section 9, whose banner gives the update) runs it on
  * every element of a rank's shard; tests/test_kernels.cu and
- * tests/bench_adamw.c run it alone.
+ * dev/bench/bench_adamw.c run it alone.
  *
  * defines: adamw_update_one, AdamWStep, adamw_one, adamw_mixed_one
  *

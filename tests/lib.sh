@@ -39,7 +39,7 @@ find_gpus() {
   # nvidia-smi answers whenever a driver is loaded; CUDA itself may still
   # refuse (a driver too old for the toolkit): ask it, as fsdp-gpu will
   local probe
-  if [ -z "$why" ] && make -s tests/gpu_probe >/dev/null 2>&1 && ! probe=$(tests/gpu_probe); then
+  if [ -z "$why" ] && make -s dev/gpu_probe >/dev/null 2>&1 && ! probe=$(dev/gpu_probe); then
     why="CUDA cannot use the GPU: $probe"
   fi
   if [ -n "$why" ]; then

@@ -36,7 +36,7 @@ run() {
 
 # -- one process: layers, AdamW, auto-wrap, shards -----------------------------
 run "gradients, AdamW, auto-wrap, padding and shards" tests/test_units
-run "every header compiles on its own (mpicc -x c): dependencies point one way" bash tests/test_headers.sh
+run "every header compiles on its own (mpicc -x c): dependencies point one way; the product includes nothing of dev/" bash tests/test_headers.sh
 
 # -- a lane beside the others ---------------------------------------------------------
 # Four long checks keep one core busy and leave the other idle: the
@@ -80,7 +80,7 @@ lane_report() { # wait for the lane; its checks' output in the order started
 }
 
 # ~90 s on one core; under make sanitize (ASan and UBSan in the emulated build) a few times that
-RUN_LIMIT=900 beside "the GPU build on the emulator (emu/: fsdp.c's CUDA path compiled by g++, run by the CPU): the emulator keeps CUDA's promises, every kernel against the CPU's arithmetic, then make test-gpu's whole suite against ./fsdp (make test-gpu-emu)" env FSDP_EMU=1 bash tests/test_gpu.sh
+RUN_LIMIT=900 beside "the GPU build on the emulator (dev/emu/: fsdp.c's CUDA path compiled by g++, run by the CPU): the emulator keeps CUDA's promises, every kernel against the CPU's arithmetic, then make test-gpu's whole suite against ./fsdp (make test-gpu-emu)" env FSDP_EMU=1 bash tests/test_gpu.sh
 
 # -- N ranks == 1 rank ------------------------------------------------------------
 for n in 2 3 4; do
@@ -166,7 +166,7 @@ offload_threads() {
   done
   [ $rc -eq 0 ] && tests/st_diff "$d/t1.safetensors" "$d/t2.safetensors" | tail -1 &&
     tests/st_diff "$d/t1.safetensors" "$d/t100000.safetensors" | tail -1 &&
-    tests/bench_adamw 300000 | tail -1 || rc=1
+    dev/bench/bench_adamw 300000 | tail -1 || rc=1
   rm -rf "$d"
   return $rc
 }
@@ -230,9 +230,9 @@ beside "HTML report of traces (sim/report.py), rendered in headless Chromium" ba
 gpu_build() {
   command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || { echo "nvcc not found: cannot check the CUDA build here"; return 77; }
   # the four at once: with the one architecture above, each nvcc uses one core
-  make -s -j"$(nproc)" gpu tests/bench_gpu tests/test_kernels tests/gpu_probe || return 1
+  make -s -j"$(nproc)" gpu dev/bench/bench_gpu tests/test_kernels dev/gpu_probe || return 1
   test -x fsdp-gpu && echo "make gpu: fsdp.c compiled as CUDA C++ into ./fsdp-gpu (GPU_ARCH=${GPU_ARCH:-the Makefile default}), warnings as errors" &&
-    test -x tests/bench_gpu && echo "tests/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
+    test -x dev/bench/bench_gpu && echo "dev/bench/bench_gpu.cu compiled (make bench-gpu's cuBLAS and NCCL figures), warnings as errors" &&
     test -x tests/test_kernels && echo "tests/test_kernels.cu compiled (make test-gpu's check of each kernel alone)" &&
     gpu_probe && gpu_plan && gpu_mpi_flags && gpu_report_skips
 }
@@ -241,7 +241,7 @@ gpu_build() {
 gpu_report_skips() {
   local d rc
   command -v nvidia-smi >/dev/null 2>&1 && { echo "a GPU driver here: make gpu-report runs on it (not from make test)"; return 0; }
-  d=$(mktemp -d); DIR=$d/report bash tests/gpu_report.sh >"$d/log" 2>&1; rc=$?
+  d=$(mktemp -d); DIR=$d/report bash dev/gpu_report.sh >"$d/log" 2>&1; rc=$?
   if [ $rc -eq 77 ] && grep -q '^no GPU here' "$d/log" && grep -q '^cores: ' "$d/report/machine.txt"; then
     echo "make gpu-report: no GPU here, exit 77 with the reason: $(head -1 "$d/log")"; rm -rf "$d"; return 0
   fi
@@ -266,9 +266,9 @@ export -f gpu_mpi_flags
 # use a GPU (no driver, or one too old) instead of a number
 gpu_probe() {
   local out
-  make -s tests/gpu_probe || return 1
-  if out=$(tests/gpu_probe); then echo "tests/gpu_probe: CUDA sees $out GPU(s)"; return 0; fi
-  [ -n "$out" ] && echo "tests/gpu_probe compiled; here it says why CUDA cannot use a GPU: $out"
+  make -s dev/gpu_probe || return 1
+  if out=$(dev/gpu_probe); then echo "dev/gpu_probe: CUDA sees $out GPU(s)"; return 0; fi
+  [ -n "$out" ] && echo "dev/gpu_probe compiled; here it says why CUDA cannot use a GPU: $out"
 }
 export -f gpu_probe
 # --plan runs no kernel and needs no GPU, so the GPU build's plan can be held
@@ -281,10 +281,10 @@ gpu_plan() {
 export -f gpu_plan
 export MPIRUN
 export -f gpu_build
-run "make gpu compiles fsdp.c as CUDA C++ (and tests/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped; make gpu-report skips, saying why" bash -c gpu_build
+run "make gpu compiles fsdp.c as CUDA C++ (and dev/bench/bench_gpu.cu, test_kernels.cu, gpu_probe.cu), warnings as errors; its --plan is the CPU build's; mpicc's bare flags reach nvcc wrapped; make gpu-report skips, saying why" bash -c gpu_build
 run "make bench-gpu refuses a BENCH_BATCH (tokens a GPU), BENCH_GPT2_BATCH (sequences) or BENCH_GPT2_STEPS (from 4) that is not a whole number (0, -5, abc, 1.5; 3 steps): exit 2, saying what to give" \
-  bash -c 'for nv in BENCH_BATCH={0,-5,abc,1.5} BENCH_GPT2_BATCH={0,-5,abc,1.5} BENCH_GPT2_STEPS={0,-5,abc,1.5,3}; do out=$(env "$nv" bash tests/bench_gpu.sh 2>&1); rc=$?; [ $rc -eq 2 ] && grep -q "^error: $nv: .*a whole number from" <<<"$out" || { echo "$nv: exit $rc: $out"; exit 1; }; done; echo "each: exit 2, $out"'
-run "make gpu-report's kernel-by-kernel table: tests/kernel_times.so builds against CUPTI and loads; tests/kernel_times.py adds up hand-written GPU timelines of known answer, beside ./fsdp --plan --roofline's rows, gives every kernel fsdp-gpu has a kind, and refuses bad input" bash tests/test_kernel_times.sh
+  bash -c 'for nv in BENCH_BATCH={0,-5,abc,1.5} BENCH_GPT2_BATCH={0,-5,abc,1.5} BENCH_GPT2_STEPS={0,-5,abc,1.5,3}; do out=$(env "$nv" bash dev/bench/bench_gpu.sh 2>&1); rc=$?; [ $rc -eq 2 ] && grep -q "^error: $nv: .*a whole number from" <<<"$out" || { echo "$nv: exit $rc: $out"; exit 1; }; done; echo "each: exit 2, $out"'
+run "make gpu-report's kernel-by-kernel table: dev/profile/kernel_times.so builds against CUPTI and loads; dev/profile/kernel_times.py adds up hand-written GPU timelines of known answer, beside ./fsdp --plan --roofline's rows, gives every kernel fsdp-gpu has a kind, and refuses bad input" bash tests/test_kernel_times.sh
 
 # -- the course, the README's and docs/'s commands ---------------------------------------------
 # (README.md and lectures/README.md with the checker's own checks; under make

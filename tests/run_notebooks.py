@@ -199,10 +199,10 @@ def main():
     # 144 s one at a time, 83 s two at once, 89 s three, on 2 cores). Each
     # has its own kernel and temporary directory.
     # Each notebook's first cells run `make -s fsdp` (notebook 5 also
-    # tests/bench_collectives): built here first, so no two notebooks write
+    # dev/bench/bench_collectives): built here first, so no two notebooks write
     # ./fsdp at once while another starts it.
-    if a.jobs > 1 and subprocess.run(["make", "-s", "fsdp", "tests/bench_collectives"], cwd=ROOT).returncode:
-        print("FAIL  make -s fsdp tests/bench_collectives (above), which the notebooks run")
+    if a.jobs > 1 and subprocess.run(["make", "-s", "fsdp", "dev/bench/bench_collectives"], cwd=ROOT).returncode:
+        print("FAIL  make -s fsdp dev/bench/bench_collectives (above), which the notebooks run")
         return 1
     with concurrent.futures.ProcessPoolExecutor(max(1, a.jobs)) as pool:
         futures = [pool.submit(run_one, path, a.timeout, out_dir) for path in a.notebooks]

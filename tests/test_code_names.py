@@ -52,7 +52,8 @@ INCLUDE = re.compile(r'^#include "((?:kernels|comm|data|model|io|optim|sim)/[^"]
 SOURCES = ["fsdp.c", "main.c", "files.c", "formats.c"] + sorted(glob.glob("*.h")) + sorted(
     p for d in ("run", "kernels", "comm", "io", "model", "data", "optim", "sim", "exercises",
                 "tests", "bridge")
-    for p in glob.glob(f"{d}/*.[chp]*") if p != "tests/test_code_names.py")
+    for p in glob.glob(f"{d}/*.[chp]*") if p != "tests/test_code_names.py") + sorted(
+    glob.glob("dev/**/*.[chp]*", recursive=True))  # the workshop: emulator, benchmarks, profiler
 MAX_LINES = 3000  # the algorithm alone; the program and plumbing live beside it
 SNAKE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)(?:\(\))?`")
 # snake_case names the docs cite that are not ours: PyTorch's, Hugging Face's,

@@ -1,5 +1,5 @@
 /* ============================================================================
- * tests/test_emu.cu — the emulator (emu/) against what CUDA promises, so that
+ * tests/test_emu.cu — the emulator (dev/emu/) against what CUDA promises, so that
  * a pass of the GPU build on it means something. A plain CUDA program: it
  * builds with nvcc too, where what CUDA promises holds as well; the
  * refusals of misuse are the emulator's own (a GPU may fault, read garbage

@@ -2,7 +2,7 @@
 # tests/test_gpu.sh — the GPU build (./fsdp-gpu) against the CPU build (./fsdp),
 # on this machine's NVIDIA GPUs; `make test-gpu` runs it. With FSDP_EMU=1
 # (`make test-gpu-emu`, and `make test`) the same checks run the GPU build on
-# the emulator (emu/: ./fsdp-emu, the CUDA path compiled by g++ and run by
+# the emulator (dev/emu/: ./fsdp-emu, the CUDA path compiled by g++ and run by
 # the CPU), on 4 emulated GPUs, after checking the emulator itself (0e.).
 #
 #   0. every kernel alone against the CPU's arithmetic (tests/test_kernels.cu):
@@ -27,7 +27,7 @@
 #   l. (the emulator only) what a step asks of the GPU, counted: no cudaMalloc,
 #      4 waits of the host, the forward's all-gathers not behind its compute;
 #      and under all of them the emulator's stream-order
-#      checker (emu/runtime.cpp, section 7) stops any run with a race between
+#      checker (dev/emu/runtime.cpp, section 7) stops any run with a race between
 #      the compute and the communication streams
 #   m. (the emulator only) a bf16 step's passes over the gradient shard,
 #      counted kernel by kernel: each reduce-scatter's mean taken in one
@@ -45,7 +45,7 @@ source tests/lib.sh
 # nvidia-smi lists the machine's GPUs; CUDA_VISIBLE_DEVICES, when set, is what
 # the ranks will see of them (its first entry is "one GPU" for section c).
 # FSDP_EMU=1 (make test-gpu-emu): the same checks on the emulator's GPUs
-# (emu/: the GPU build on this CPU), FSDP_EMU_GPUS of them (4 unless set).
+# (dev/emu/: the GPU build on this CPU), FSDP_EMU_GPUS of them (4 unless set).
 if [ -n "${FSDP_EMU:-}" ]; then
   CUDA_INC=${CUDA_HOME:-/usr/local/cuda}/include
   # NCCL's header: the toolkit's, the system's, NCCL_HOME's, or pip's (as make gpu finds it)
@@ -59,7 +59,7 @@ if [ -n "${FSDP_EMU:-}" ]; then
   export FSDP_EMU_GPUS=${FSDP_EMU_GPUS:-4}
   VISIBLE=(); [ -n "${CUDA_VISIBLE_DEVICES+set}" ] && IFS=, read -ra VISIBLE <<<"$CUDA_VISIBLE_DEVICES"
   GPUS=${#VISIBLE[@]}; [ "$GPUS" -gt 0 ] || GPUS=$FSDP_EMU_GPUS
-  GPU_LIST=$(for ((g = 0; g < FSDP_EMU_GPUS; g++)); do echo "GPU $g: fsdp.c's CPU emulator (emu/)"; done)
+  GPU_LIST=$(for ((g = 0; g < FSDP_EMU_GPUS; g++)); do echo "GPU $g: fsdp.c's CPU emulator (dev/emu/)"; done)
 else
   find_gpus test-gpu
   GPU_BIN=fsdp-gpu KERNELS=tests/test_kernels EMU_TEST=
@@ -561,7 +561,7 @@ if [ -n "${FSDP_EMU:-}" ]; then
 fi
 
 # ---- l. what a step asks of the GPU, counted (the emulator only) -------------------------
-# FSDP_EMU_STATS=FILE: each process counts what it asks of the GPU (emu/runtime.cpp,
+# FSDP_EMU_STATS=FILE: each process counts what it asks of the GPU (dev/emu/runtime.cpp,
 # section 6). These are the GPU build's choices, the same on a GPU, and no
 # GPU's speed can make up for them. A step's share is the difference between
 # a 4-step and a 2-step run, halved (start-up and shutdown drop out):

@@ -16,6 +16,8 @@
 # gpu builds), where nvcc exists: 50 s more on two cores, so make test leaves
 # it out.
 #
+# Last, that no source of the product includes a file of dev/ (the workshop).
+#
 # Prints one line per header; exits 0 only if every one compiles alone.
 set -u
 cd "$(dirname "$0")/.."
@@ -44,4 +46,13 @@ for h in $headers; do
   fi
 done
 echo "$ok headers compile alone, $bad do not"
+# The workshop (dev/: the emulator, benchmarks, profiler) is not the product:
+# no source outside dev/ and tests/ includes a file of it (make fsdp-emu
+# adds the emulator from its command line, -include, not from the source).
+inc=$(grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"(\.\./)*dev/' *.c *.h */*.c */*.h 2>/dev/null | grep -v '^dev/\|^tests/')
+if [ -n "$inc" ]; then
+  bad=$((bad + 1)); echo "FAIL  the product includes dev/ (the workshop): $inc"
+else
+  echo "ok    no product source includes dev/ (the workshop)"
+fi
 [ $bad = 0 ] && [ $ok -gt 0 ]

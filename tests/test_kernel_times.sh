@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/kernel_times.so and tests/kernel_times.py, make gpu-report's table of
+# dev/profile/kernel_times.so and dev/profile/kernel_times.py, make gpu-report's table of
 # a GPU step kernel by kernel. Without a GPU, CUPTI records nothing, so:
 #  - the library builds against CUPTI, loads (its symbols and libcupti.so
 #    resolve), and at exit writes its file, here empty, saying so;
@@ -16,19 +16,19 @@
 source "$(dirname "$0")/lib.sh"
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 fx=tests/fixtures/kernel_times
-kt() { python3 tests/kernel_times.py "$@"; }
+kt() { python3 dev/profile/kernel_times.py "$@"; }
 
 # ---- the library ----------------------------------------------------------------------
 if [ ! -e "${CUDA_HOME:-/usr/local/cuda}/include/cupti.h" ]; then
   echo "note: no CUPTI here (${CUDA_HOME:-/usr/local/cuda}/include/cupti.h): the library is not built; the reader is checked below"
-elif ! make -s tests/kernel_times.so >"$d/build" 2>&1; then
-  bad "make tests/kernel_times.so: $(tail -3 "$d/build")"
-elif ! KERNEL_TIMES=$d/k python3 -c 'import ctypes; assert ctypes.CDLL("tests/kernel_times.so").InitializeInjection() == 1' 2>"$d/load"; then
-  bad "tests/kernel_times.so does not load, or InitializeInjection failed: $(tail -2 "$d/load")"
-elif ! head -1 "$d"/k.pid*.txt 2>/dev/null | grep -q "^# tests/kernel_times.so (CUPTI): 0 operations"; then
-  bad "tests/kernel_times.so wrote no $d/k.pidP.txt at exit (a process no launcher numbered): $(ls "$d"; cat "$d/load")"
+elif ! make -s dev/profile/kernel_times.so >"$d/build" 2>&1; then
+  bad "make dev/profile/kernel_times.so: $(tail -3 "$d/build")"
+elif ! KERNEL_TIMES=$d/k python3 -c 'import ctypes; assert ctypes.CDLL("dev/profile/kernel_times.so").InitializeInjection() == 1' 2>"$d/load"; then
+  bad "dev/profile/kernel_times.so does not load, or InitializeInjection failed: $(tail -2 "$d/load")"
+elif ! head -1 "$d"/k.pid*.txt 2>/dev/null | grep -q "^# dev/profile/kernel_times.so (CUPTI): 0 operations"; then
+  bad "dev/profile/kernel_times.so wrote no $d/k.pidP.txt at exit (a process no launcher numbered): $(ls "$d"; cat "$d/load")"
 else
-  ok "tests/kernel_times.so builds against CUPTI, loads, and writes KERNEL_TIMES.pidP.txt at exit (here 0 operations: $(head -1 "$d/load"))"
+  ok "dev/profile/kernel_times.so builds against CUPTI, loads, and writes KERNEL_TIMES.pidP.txt at exit (here 0 operations: $(head -1 "$d/load"))"
 fi
 
 # ---- the reader ------------------------------------------------------------------------
@@ -68,10 +68,10 @@ grep -qE "^  attention +0\.00 +$att " "$d/math" \
 # ---- real kernels' names, each in its kind --------------------------------------------------
 # cuBLAS's and cuBLASLt's (Hopper's nvjet and xmma, CUTLASS, split-K's
 # reduction, the bias epilogue's helper), NCCL's, and ours as nvcc
-# mangles them, demangled as tests/kernel_times.so writes them
+# mangles them, demangled as dev/profile/kernel_times.so writes them
 if python3 - >"$d/names" 2>&1 <<'PY'; then ok "$(tail -1 "$d/names")"; else bad "names in the wrong kind:"; cat "$d/names"; fi
 import importlib.util
-spec = importlib.util.spec_from_file_location("kt", "tests/kernel_times.py")  # not the .so beside it
+spec = importlib.util.spec_from_file_location("kt", "dev/profile/kernel_times.py")  # not the .so beside it
 kt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kt)
 want = {
@@ -123,7 +123,7 @@ else
 fi
 if python3 - $emu_names >"$d/kinds" 2>&1 <<'PY'; then ok "$(tail -1 "$d/kinds")"; else bad "kernels without a kind:"; cat "$d/kinds"; fi
 import glob, importlib.util, re, sys
-spec = importlib.util.spec_from_file_location("kt", "tests/kernel_times.py")  # not the .so beside it
+spec = importlib.util.spec_from_file_location("kt", "dev/profile/kernel_times.py")  # not the .so beside it
 kt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kt)
 declared = set()

@@ -1,7 +1,7 @@
 /* ============================================================================
- * tests/bench_matmul.c — how fast are fsdp.c's Linear layers?
+ * dev/bench/bench_matmul.c — how fast are fsdp.c's Linear layers?
  *
- *   tests/bench_matmul          (one process; no mpirun needed)
+ *   dev/bench/bench_matmul          (one process; no mpirun needed)
  *
  * Almost all of a training step's arithmetic is in linear_forward and
  * linear_backward (fsdp.c, section 5). This program times them on the exact

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/gpu_report.sh — what a GPU machine should be asked, in one command,
+# dev/gpu_report.sh — what a GPU machine should be asked, in one command,
 # its answers in one folder: `make gpu-report` (DIR=gpu-report by default).
 #
 # For the first run on a GPU, or a GPU lent for a few minutes: it writes
@@ -8,10 +8,10 @@
 # so nvcc's device passes take a third of the time), then runs
 #   1. make test-gpu                          every kernel, then whole runs, against ./fsdp
 #   2. BENCH_PARAM_DTYPE=bf16 make bench-gpu  tokens/s and MFU in bf16 (GPT-2: --attention flash)
-#   3. kernels: where a bf16 step's time goes CUPTI's times (tests/kernel_times.so) of a
+#   3. kernels: where a bf16 step's time goes CUPTI's times (dev/profile/kernel_times.so) of a
 #                                             step of bench-gpu's two models, one GPU,
 #                                             kernel by kernel, beside the roofline
-#                                             (tests/kernel_times.py)
+#                                             (dev/profile/kernel_times.py)
 #   4. phases: the same, by phase and unit    fsdp-gpu --trace, 3 steps of each, tabled by
 #                                             sim/report.py --phases
 #   5. make bench-gpu                         the same as 2 in fp32, if time is left
@@ -63,29 +63,29 @@ part() {
   esac >>"$summary"
   grep -E "$pattern" "$out/$name.log" | sed 's/^/  /' >>"$summary"
 }
-part build 'error|FAIL' make -s -j"$(nproc)" fsdp fsdp-gpu tests/st_diff tests/test_kernels tests/bench_gpu
+part build 'error|FAIL' make -s -j"$(nproc)" fsdp fsdp-gpu tests/st_diff tests/test_kernels dev/bench/bench_gpu
 part test-gpu '^FAIL|^[0-9]+ passed, [0-9]+ failed' make -s test-gpu
 part bench-bf16 '^==|per step|tokens/s|MFU|cuBLAS|NCCL|FAIL|skipped|gemm mean|lm_head|^GELU|^    (forward|dinp|dweight|all three)' env BENCH_PARAM_DTYPE=bf16 make -s bench-gpu
 # Each kernel's time in a bf16 step of both models, as CUPTI saw it on the
-# GPU's clock (tests/kernel_times.so): a 5-step run less a 3-step run, so
-# no start-up, beside the roofline of this GPU (tests/kernel_times.py)
+# GPU's clock (dev/profile/kernel_times.so): a 5-step run less a 3-step run, so
+# no start-up, beside the roofline of this GPU (dev/profile/kernel_times.py)
 roof=$(roofline_gpu "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)")
 kernel_table() { # NAME FLAGS...
   local name=$1 s; shift
   for s in 3 5; do
-    CUDA_INJECTION64_PATH=$PWD/tests/kernel_times.so KERNEL_TIMES=$out/$name.$s timeout 180 $MPIRUN -np 1 \
+    CUDA_INJECTION64_PATH=$PWD/dev/profile/kernel_times.so KERNEL_TIMES=$out/$name.$s timeout 180 $MPIRUN -np 1 \
       ./fsdp-gpu --steps "$s" --param-dtype bf16 --collectives nccl "$@" >"$out/$name.$s.log" 2>&1 ||
-      { echo "FAIL: ./fsdp-gpu --steps $s $* under tests/kernel_times.so: exit $?"; tail -5 "$out/$name.$s.log"; return 1; }
+      { echo "FAIL: ./fsdp-gpu --steps $s $* under dev/profile/kernel_times.so: exit $?"; tail -5 "$out/$name.$s.log"; return 1; }
   done
   ./fsdp --plan --param-dtype bf16 "$@" --roofline "$roof" >"$out/$name.roofline.txt" 2>&1 || return 1
   echo "== $name: ./fsdp-gpu --param-dtype bf16 $*, one GPU, a step kernel by kernel"
-  python3 tests/kernel_times.py "$out/$name.5.rank0.txt" --minus "$out/$name.3.rank0.txt" --steps 2 \
+  python3 dev/profile/kernel_times.py "$out/$name.5.rank0.txt" --minus "$out/$name.3.rank0.txt" --steps 2 \
     --roofline "$out/$name.roofline.txt" --top 25
 }
 export -f kernel_table; export out roof MPIRUN
-part kernels . bash -c "make -s tests/kernel_times.so && kernel_table 1b --width 3840 --depth 9 --context 16 \
+part kernels . bash -c "make -s dev/profile/kernel_times.so && kernel_table 1b --width 3840 --depth 9 --context 16 \
   --embed-dim 16 --batch 4096 && kernel_table gpt2 --model gpt2 --batch 8 --context 1024 --attention flash"
-# fsdp-gpu's flags for bench-gpu's two models (tests/bench_gpu.sh), in bf16 on one GPU, traced
+# fsdp-gpu's flags for bench-gpu's two models (dev/bench/bench_gpu.sh), in bf16 on one GPU, traced
 one="$MPIRUN -np 1 ./fsdp-gpu --steps 3 --param-dtype bf16 --collectives nccl --trace $out"
 part phases . bash -c "$one/1b.json --width 3840 --depth 9 --context 16 --embed-dim 16 \
   --batch 4096 >$out/1b.log 2>&1 && $one/gpt2.json --model gpt2 --batch 8 --context 1024 \

@@ -1,9 +1,9 @@
-/* tests/bench_gpu.cu — what the GPUs themselves can do, to set fsdp-gpu's figures beside.
+/* dev/bench/bench_gpu.cu — what the GPUs themselves can do, to set fsdp-gpu's figures beside.
  *
- *   mpirun -np G tests/bench_gpu [--batch B] [--width D] [--tf32 | --bf16] [--max-mib M]
+ *   mpirun -np G dev/bench/bench_gpu [--batch B] [--width D] [--tf32 | --bf16] [--max-mib M]
  *                                [--vocab V]
  *
- * One rank per GPU (make bench-gpu runs it; build: make tests/bench_gpu).
+ * One rank per GPU (make bench-gpu runs it; build: make dev/bench/bench_gpu).
  *
  * (i)  cublasSgemm at the shapes of one residual block of fsdp.c's model,
  *      fc1 (D -> 4D) and fc2 (4D -> D), for B rows: each layer's forward and
@@ -385,7 +385,7 @@ int main(int argc, char **argv) {
     }
     if (bad) { /* every rank parses the same argv, so every rank stops here */
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -np GPUS tests/bench_gpu [--batch B (1..2^20)] "
+            fprintf(stderr, "usage: mpirun -np GPUS dev/bench/bench_gpu [--batch B (1..2^20)] "
                             "[--width D (1..2^14)] [--tf32 | --bf16] [--max-mib M (1..65536)] "
                             "[--vocab V (2..2^20)]\n");
         MPI_Finalize();
@@ -405,7 +405,7 @@ int main(int argc, char **argv) {
                     rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         else if (!ok && local == devices)
             fprintf(stderr, "error: %d ranks on this node but %d GPU(s)\n"
-                            "HINT: one rank per GPU: mpirun -np %d tests/bench_gpu ...\n",
+                            "HINT: one rank per GPU: mpirun -np %d dev/bench/bench_gpu ...\n",
                     local_n, devices, devices);
         MPI_Finalize();
         return 1;
@@ -427,7 +427,7 @@ int main(int argc, char **argv) {
     if (world > 1) bench_nccl(rank, world, max_mib);
     else if (rank == 0)
         printf("NCCL: skipped: one rank has no other GPU to all-gather from or reduce-scatter "
-               "with; run one rank per GPU on >= 2 GPUs (mpirun -np 2 tests/bench_gpu)\n");
+               "with; run one rank per GPU on >= 2 GPUs (mpirun -np 2 dev/bench/bench_gpu)\n");
     MPI_Comm_free(&node);
     MPI_Finalize();
     return 0;

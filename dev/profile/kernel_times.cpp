@@ -1,19 +1,19 @@
-/* tests/kernel_times.cpp — every kernel, copy and memset a GPU ran, with its
+/* dev/profile/kernel_times.cpp — every kernel, copy and memset a GPU ran, with its
  * start and end on the GPU's clock: what Nsight Systems' kernel summary
  * tells, from a library of a hundred lines, for machines that have the CUDA
  * toolkit but not Nsight. make gpu-report tables a bf16 step of bench-gpu's
  * two models with it, kernel by kernel, beside the roofline
- * (tests/kernel_times.py).
+ * (dev/profile/kernel_times.py).
  *
  * It is not linked into anything. The CUDA driver loads it into a program
  * that uses a GPU when CUDA_INJECTION64_PATH names it (CUPTI's injection:
  * the driver calls InitializeInjection once, as it initialises), and
  * KERNEL_TIMES names the file to write:
  *
- *   make tests/kernel_times.so
- *   CUDA_INJECTION64_PATH=$PWD/tests/kernel_times.so KERNEL_TIMES=k \
+ *   make dev/profile/kernel_times.so
+ *   CUDA_INJECTION64_PATH=$PWD/dev/profile/kernel_times.so KERNEL_TIMES=k \
  *     mpirun -np 1 ./fsdp-gpu --model gpt2 --steps 3 --param-dtype bf16
- *   python3 tests/kernel_times.py k.rank0.txt --steps 3
+ *   python3 dev/profile/kernel_times.py k.rank0.txt --steps 3
  *
  * Each process writes KERNEL_TIMES.rankR.txt at exit (R from the launcher:
  * Open MPI, Slurm or torchrun's variable; a process no launcher numbered,
@@ -145,7 +145,7 @@ void write_at_exit() {
         return;
     }
     fprintf(f,
-            "# tests/kernel_times.so (CUPTI): %zu operations, %ld records dropped, %ld "
+            "# dev/profile/kernel_times.so (CUPTI): %zu operations, %ld records dropped, %ld "
             "unfinished left out; ns\n",
             ops->size(), dropped, incomplete);
     for (const Op &op : *ops) {

@@ -1,5 +1,5 @@
 /* ============================================================================
- * run/roofline.h — --plan --roofline GPU: what a step's kernels cost on a
+ * sim/roofline.h — --plan --roofline GPU: what a step's kernels cost on a
  * GPU, counted, before one has run.
  *
  * defines: step_model_flops, roofline_count, print_roofline
@@ -59,8 +59,8 @@
  * and a step's first all-gather and last reduce-scatter have no kernels
  * to hide behind. --net prices each collective on other interconnects.
  * ========================================================================== */
-#ifndef FSDP_RUN_ROOFLINE_H
-#define FSDP_RUN_ROOFLINE_H
+#ifndef FSDP_SIM_ROOFLINE_H
+#define FSDP_SIM_ROOFLINE_H
 #include "../core.h"
 #include "../trainer.h"
 
@@ -244,7 +244,7 @@ static void roof_gpt2_block(Roofline *r, const Config *c, double B, int backward
      * gradient in, c_fc's output gradient out. In 16 bits, inside the
      * products: forward, c_fc's writes GELU's input beside its output;
      * backward, c_proj's reads it back: one value each way, not 2 and 3
-     * (a GPU's profile counts that time in the matmuls: tests/kernel_times.py) */
+     * (a GPU's profile counts that time in the matmuls: dev/profile/kernel_times.py) */
     KernelCost *gelu = roof_elementwise(r, "gelu", BT * 4 * D, backward ? 2 : 1,
                                         backward ? 16.0 : 10.0, backward ? 3 : 2);
     /* (forward only where c_fc's bias is held as its output: params16) */
@@ -313,6 +313,14 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     r->k[i].stored16 += G + pos + g16;
 }
 
+/* The strategy, read from the Config as fsdp.c's is_sharded and is_zero1
+ * read it: sim/ is below fsdp.c and calls none of its functions. Sharded:
+ * parameters gathered before compute (full_shard, shard_grad_op and their
+ * hybrid versions); zero1 shards the optimizer state alone. */
+static int roof_sharded(const Config *c) {
+    return c->strategy != STRATEGY_NO_SHARD && c->strategy != STRATEGY_ZERO1;
+}
+
 /* The all-gathers' 16-bit wire, on the bf16 GEMM path: a sharded unit's
  * shard is held in 16 bits, as AdamW writes it, and gathered as it is into
  * its 16-bit full state (fsdp.c's full_dtype): nothing to pack. zero1
@@ -320,7 +328,7 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
  * then the whole result unpacked. */
 static void roof_gathers(Roofline *r, const Trainer *t) {
     double packs = 0.0;
-    for (int ui = 0; ui < t->n_units && is_zero1(t); ui++)
+    for (int ui = 0; ui < t->n_units && t->cfg.strategy == STRATEGY_ZERO1; ui++)
         packs += (double)t->units[ui].shard + (double)t->units[ui].padded;
     if (packs <= 0.0) return;
     int i = roof_add(r, "all-gathers: shards packed", 0, 0, 0, 0);
@@ -335,9 +343,9 @@ static void roof_gathers(Roofline *r, const Trainer *t) {
 static void roofline_count(const Trainer *t, Roofline *r, int gelu_fused) {
     const Config *c = &t->cfg;
     memset(r, 0, sizeof(*r));
-    r->params16 = is_sharded(t); /* full_dtype: 16 bits where gathered */
+    r->params16 = roof_sharded(c); /* full_dtype: 16 bits where gathered */
     r->gelu_fused = gelu_fused;
-    r->grads16 = is_sharded(t) && c->reduce_dtype == c->param_dtype; /* grad_dtype */
+    r->grads16 = roof_sharded(c) && c->reduce_dtype == c->param_dtype; /* grad_dtype */
     for (int m = 0; m < c->grad_accum; m++) roof_micro_batch(r, c, t->micro_batch);
     roof_gathers(r, t);
     double shard = 0.0;

@@ -1,4 +1,4 @@
-/* tests/gpu_probe.cu — can CUDA use a GPU here? find_gpus (tests/lib.sh)
+/* dev/gpu_probe.cu — can CUDA use a GPU here? find_gpus (tests/lib.sh)
  * asks it after nvidia-smi: nvidia-smi lists GPUs whenever the driver is
  * loaded, even when the driver is too old for the CUDA this project is
  * built with, and then every GPU check would fail on its first CUDA call

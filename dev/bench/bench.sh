@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench.sh — speed figures side by side with references (make bench)
+# dev/bench/bench.sh — speed figures side by side with references (make bench)
 #
 #   (a) training throughput: 1 rank, DDP and FSDP on 2 and 4 ranks
 #   (a2) overlap: with and without the communication thread and prefetch,
@@ -16,14 +16,14 @@
 # ratios say a lot. `make bench` builds the binaries first; run from anywhere.
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 # The Makefile exports these; sim/mpi-env.sh sets them when run by hand.
 . sim/mpi-env.sh
 # MPIRUN is a command with options; split it into words once.
 read -r -a MPIRUN_CMD <<< "$MPIRUN"
 
-for bin in ./fsdp tests/bench_collectives tests/bench_matmul tests/bench_adamw; do
+for bin in ./fsdp dev/bench/bench_collectives dev/bench/bench_matmul dev/bench/bench_adamw; do
     if [[ ! -x $bin ]]; then
         echo "error: $bin is not built." >&2
         echo "HINT: run 'make bench', which builds it and then runs this script." >&2
@@ -186,15 +186,15 @@ echo " can rise while the modelled schedule improves)"
 for np in 2 4; do
     echo
     echo "------------------------------------------------------------------"
-    echo "(b) collectives: mpirun -np $np tests/bench_collectives"
+    echo "(b) collectives: mpirun -np $np dev/bench/bench_collectives"
     echo "------------------------------------------------------------------"
-    "${MPIRUN_CMD[@]}" -np "$np" tests/bench_collectives
+    "${MPIRUN_CMD[@]}" -np "$np" dev/bench/bench_collectives
 done
 
 # ---- (c) the Linear layers -----------------------------------------------------
 # ---- (d) GPT-2 against transformers ------------------------------------------
 # One rank of fsdp.c (one thread) beside transformers' GPT2LMHeadModel of the
-# same shape on one PyTorch thread (tests/bench_gpt2_torch.py): forward,
+# same shape on one PyTorch thread (dev/bench/bench_gpt2_torch.py): forward,
 # backward and AdamW on the same B x T tokens, fp32. PyTorch's matmuls are
 # oneDNN's/MKL's, tuned per CPU; fsdp.c's are section 5's loops.
 echo
@@ -207,7 +207,7 @@ gpt2_row() { # gpt2_row PRESET L D H T V B
     TRAIN_ARGS=(--model "$preset" --batch "$7" --steps 11 --log-every 1000)
     read -r ms tok < <(train 1)
     if .venv-torch/bin/python -c "import torch, transformers" 2>/dev/null; then
-        ref=$(.venv-torch/bin/python tests/bench_gpt2_torch.py "$2" "$3" "$4" "$5" "$6" "$7" 10 2>/dev/null |
+        ref=$(.venv-torch/bin/python dev/bench/bench_gpt2_torch.py "$2" "$3" "$4" "$5" "$6" "$7" 10 2>/dev/null |
             awk -v ms="$ms" '{ printf "%.2f (%.2fx)", $1, ms / $1 }')
     fi
     printf "%-34s %9s %9s %18s\n" "$preset ($7 x $5)" "$ms" "$tok" "$ref"
@@ -230,8 +230,8 @@ done
 
 echo
 echo "------------------------------------------------------------------"
-matmul=tests/bench_matmul
-[[ -x tests/bench_matmul_blas ]] && matmul=tests/bench_matmul_blas # beside OpenBLAS
+matmul=dev/bench/bench_matmul
+[[ -x dev/bench/bench_matmul_blas ]] && matmul=dev/bench/bench_matmul_blas # beside OpenBLAS
 echo "(c) matmul: $matmul"
 echo "------------------------------------------------------------------"
 "$matmul"
@@ -244,4 +244,4 @@ echo
 echo "------------------------------------------------------------------"
 echo "(e) --cpu-offload's AdamW on the host: every core beside one thread"
 echo "------------------------------------------------------------------"
-tests/bench_adamw $((1 << 25))
+dev/bench/bench_adamw $((1 << 25))

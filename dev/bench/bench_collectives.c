@@ -1,7 +1,7 @@
 /* ============================================================================
- * tests/bench_collectives.c — our ring collectives against Open MPI's
+ * dev/bench/bench_collectives.c — our ring collectives against Open MPI's
  *
- *   mpirun -np N tests/bench_collectives        (make bench runs N = 2 and 4)
+ *   mpirun -np N dev/bench/bench_collectives        (make bench runs N = 2 and 4)
  *
  * FSDP spends its communication in two collectives: the all-gather before a
  * unit computes and the reduce-scatter after its backward. fsdp.c implements
@@ -225,7 +225,7 @@ int main(int argc, char **argv) {
     b.N = b.ring.world;
     if (b.N < 2) {
         if (b.rank == 0) fprintf(stderr, "bench_collectives: needs at least 2 ranks (a collective on 1 rank moves nothing).\n"
-                                         "HINT: mpirun --oversubscribe -np 4 tests/bench_collectives\n");
+                                         "HINT: mpirun --oversubscribe -np 4 dev/bench/bench_collectives\n");
         MPI_Finalize();
         return 2;
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/bench_gpu.sh — fsdp-gpu on a 1B-parameter model; `make bench-gpu` runs it.
+# dev/bench/bench_gpu.sh — fsdp-gpu on a 1B-parameter model; `make bench-gpu` runs it.
 #
 # Trains --width 3840 --depth 9 (1,063,907,072 parameters) under full_shard,
 # one rank per GPU, NCCL collectives, 4096 tokens a GPU (the global batch
@@ -10,7 +10,7 @@
 #     the usual estimate; here >99.7% of the parameters are in GEMMs);
 #   - MFU: that against the GPU's peak (fp32, or TF32 with TF32=1);
 #   - beside it, cuBLAS alone at the same GEMM shapes on the same GPUs in the
-#     same run (tests/bench_gpu), and the ratio (target >= 50%);
+#     same run (dev/bench/bench_gpu), and the ratio (target >= 50%);
 #   - the NCCL bus bandwidth beside the collectives' share of a step (a
 #     short --trace run, where CUDA events time them);
 #   - MFU against the dense bf16 peak too (what PyTorch and llm.c report),
@@ -43,7 +43,7 @@
 # (GPT-2: default flash with 16-bit parameters, else math).
 # No GPU: exit 77 with the reason.
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 source tests/lib.sh
 case ${BENCH_BATCH:-4096} in
   '' | *[!0-9]* | 0*) echo "error: BENCH_BATCH=$BENCH_BATCH: give the tokens a GPU, a whole number from 1 (4096 unless set)"; exit 2 ;;
@@ -87,7 +87,7 @@ find_gpus bench-gpu
 
 d=$(mktemp -d); trap 'rm -rf "$d"' EXIT
 command -v "${NVCC:-nvcc}" >/dev/null 2>&1 || PATH="$PATH:${CUDA_HOME:-/usr/local/cuda}/bin"
-make -s -j"$(nproc)" fsdp fsdp-gpu tests/bench_gpu >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp fsdp-gpu tests/bench_gpu"; exit 1; }
+make -s -j"$(nproc)" fsdp fsdp-gpu dev/bench/bench_gpu >"$d/build.log" 2>&1 || { cat "$d/build.log"; echo "FAIL: make fsdp fsdp-gpu dev/bench/bench_gpu"; exit 1; }
 
 # ---- the configuration and its parameter count -----------------------------------
 W=${BENCH_WIDTH:-3840} L=${BENCH_DEPTH:-9} S=${BENCH_STEPS:-13}
@@ -145,10 +145,10 @@ P=${header_p:-$P}
 # ---- cuBLAS and NCCL alone, on the same GPUs ---------------------------------------
 # One rank's GEMMs see its share of the batch.
 # shellcheck disable=SC2086
-timeout 600 $MPIRUN -np "$GPUS" tests/bench_gpu --batch $((B / GPUS)) --width "$W" $tf ${pd:+--bf16} >"$d/bench.log" 2>&1 \
-  || { echo "FAIL: tests/bench_gpu: exit $?"; tail -15 "$d/bench.log"; exit 1; }
+timeout 600 $MPIRUN -np "$GPUS" dev/bench/bench_gpu --batch $((B / GPUS)) --width "$W" $tf ${pd:+--bf16} >"$d/bench.log" 2>&1 \
+  || { echo "FAIL: dev/bench/bench_gpu: exit $?"; tail -15 "$d/bench.log"; exit 1; }
 echo
-echo "tests/bench_gpu --batch $((B / GPUS)) --width $W${tf:+ $tf}${pd:+ --bf16} on $GPUS GPU(s):"
+echo "dev/bench/bench_gpu --batch $((B / GPUS)) --width $W${tf:+ $tf}${pd:+ --bf16} on $GPUS GPU(s):"
 sed 's/^/  /' "$d/bench.log"
 gemm=$(sed -n 's/^gemm mean.*: \([0-9.]*\) GFLOP\/s$/\1/p' "$d/bench.log")
 # the all-gather / reduce-scatter size nearest one block (a unit) of the model
@@ -191,14 +191,14 @@ awk -v P="$P" -v B="$B" -v G="$GPUS" -v ms="$step_ms" -v busy="${busy_ms:-}" -v 
   printf "model FLOPs per step = 6 x parameters x tokens = 6 x %.0f x %.0f = %.2f TFLOP\n", P, B, flop / 1e12
   printf "achieved: %.1f TFLOP/s in all, %.1f TFLOP/s per GPU\n", tf, per
   if (peak != "") printf "MFU: %.1f%% of the %s peak (%s TFLOP/s per GPU: %s, NVIDIA datasheet, dense)\n", 100 * per / peak, prec, peak, spec
-  else printf "MFU: unknown peak for this GPU (fill in its %s TFLOP/s in tests/bench_gpu.sh)\n", prec
+  else printf "MFU: unknown peak for this GPU (fill in its %s TFLOP/s in dev/bench/bench_gpu.sh)\n", prec
   if (bf16 != "") printf "against each dense peak: %.1f%% of fp32 (%s), %.1f%% of TF32 (%s), %.1f%% of bf16 (%s TFLOP/s)\n", 100 * per / fp32, fp32, 100 * per / tf32, tf32, 100 * per / bf16, bf16
   if (bf16 != "") printf "MFU against the dense bf16 peak, the figure PyTorch and llm.c report: %.1f%% (goal: >= 40%% on one GPU, >= 30%% per GPU on 8)\n", 100 * per / bf16
   if (gemm != "") {
     g = gemm / 1e3
-    printf "cuBLAS alone at the same shapes (tests/bench_gpu, this run): %.1f TFLOP/s per GPU\n", g
+    printf "cuBLAS alone at the same shapes (dev/bench/bench_gpu, this run): %.1f TFLOP/s per GPU\n", g
     printf "fsdp-gpu / cuBLAS: %.1f%% (target >= 50%%: %s)\n", 100 * per / g, (per >= 0.5 * g ? "met" : "NOT met")
-  } else print "cuBLAS alone: no figure (tests/bench_gpu printed no gemm mean line)"
+  } else print "cuBLAS alone: no figure (dev/bench/bench_gpu printed no gemm mean line)"
   if (nccl != "") printf "NCCL bus bandwidth at %s (one block unit is %.0f MiB)\n", nccl, blk
   else printf "NCCL bus bandwidth: none with one GPU (nothing to send between GPUs)\n"
   if (busy != "" && traced > 0)
@@ -302,11 +302,11 @@ fi
 # with the logits' rows 50257 values apart and padded to 50304 as fsdp-gpu
 # stores them (logits_stride): what the padding buys, measured.
 echo
-echo "cuBLAS alone at GPT-2's shapes (tests/bench_gpu --batch 8192 --width 768 --vocab 50257${tf:+ $tf}${pd:+ --bf16}, one GPU):"
+echo "cuBLAS alone at GPT-2's shapes (dev/bench/bench_gpu --batch 8192 --width 768 --vocab 50257${tf:+ $tf}${pd:+ --bf16}, one GPU):"
 # shellcheck disable=SC2086  # $MPIRUN and $tf are word lists
-if timeout 300 $MPIRUN -np 1 tests/bench_gpu --batch 8192 --width 768 --vocab 50257 $tf ${pd:+--bf16} \
+if timeout 300 $MPIRUN -np 1 dev/bench/bench_gpu --batch 8192 --width 768 --vocab 50257 $tf ${pd:+--bf16} \
      >"$d/gpt2_gemms.log" 2>&1; then
   grep -E '^gemm mean|^lm_head|^  (forward|dinp|dweight|all three)' "$d/gpt2_gemms.log" | sed 's/^/  /'
 else
-  echo "FAIL: tests/bench_gpu --vocab 50257: exit $?"; tail -15 "$d/gpt2_gemms.log"; exit 1
+  echo "FAIL: dev/bench/bench_gpu --vocab 50257: exit $?"; tail -15 "$d/gpt2_gemms.log"; exit 1
 fi

@@ -1,5 +1,5 @@
 /* ============================================================================
- * emu/cuda_emu.h — the CUDA language on a CPU: what `make fsdp-emu` builds
+ * dev/emu/cuda_emu.h — the CUDA language on a CPU: what `make fsdp-emu` builds
  * the GPU build with in place of nvcc, so that fsdp.c's CUDA path (its kernels,
  * its cuBLAS and NCCL calls, its streams and events) runs where no GPU is.
  *
@@ -59,8 +59,8 @@
  *    that touches a buffer an operation on another stream wrote (or, to
  *    write it, read), with neither an event the stream waited for nor a
  *    wait of the host between them, stops the job. On a GPU the two could
- *    run at once (emu/runtime.cpp, section 7).
- * The runtime, cuBLAS and NCCL are in emu/runtime.cpp.
+ *    run at once (dev/emu/runtime.cpp, section 7).
+ * The runtime, cuBLAS and NCCL are in dev/emu/runtime.cpp.
  * ========================================================================== */
 #ifndef FSDP_CUDA_EMU_H
 #define FSDP_CUDA_EMU_H
@@ -151,7 +151,7 @@ template <typename T> static inline void check_arg(T *const &p, int index) {
 }
 
 /* What an operation queued on a stream reads or writes: the stream-order
- * checker (emu/runtime.cpp, section 7) holds every device buffer to the
+ * checker (dev/emu/runtime.cpp, section 7) holds every device buffer to the
  * order CUDA guarantees between streams. A kernel's pointer arguments are
  * its uses: read where the pointer passed points to const, else read or
  * written (USE_ANY: the kernel's own signature is not seen here). */

@@ -1,4 +1,4 @@
-"""tests/bench_gpt2_torch.py: the reference for make bench's GPT-2 row.
+"""dev/bench/bench_gpt2_torch.py: the reference for make bench's GPT-2 row.
 
 transformers' GPT2LMHeadModel of fsdp.c's shape, trained on one CPU thread
 (torch.set_num_threads(1): fsdp.c's rank is one thread too) with
@@ -6,7 +6,7 @@ torch.optim.AdamW on B sequences of T tokens, fp32: forward, backward and
 step, as one fsdp.c step on one rank. Prints "ms_per_step tok_per_s" of the
 best of 3 runs of STEPS steps (the first step excluded: allocation).
 
-    .venv-torch/bin/python tests/bench_gpt2_torch.py L D H T V B STEPS
+    .venv-torch/bin/python dev/bench/bench_gpt2_torch.py L D H T V B STEPS
 """
 import sys, time
 

@@ -1,7 +1,7 @@
 /* ============================================================================
- * tests/bench_adamw.c — --cpu-offload's AdamW on the host's threads
+ * dev/bench/bench_adamw.c — --cpu-offload's AdamW on the host's threads
  *
- *   tests/bench_adamw [ELEMENTS]     (one process; no mpirun needed)
+ *   dev/bench/bench_adamw [ELEMENTS]     (one process; no mpirun needed)
  *
  * With --cpu-offload the shards and AdamW's moments live in host memory and
  * the optimizer step runs on the CPU: at 1B parameters that is 16 GB read

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""tests/kernel_times.py -- where a GPU step's time went, kernel by kernel,
-from what tests/kernel_times.so recorded (CUPTI: each kernel's, copy's and
+"""dev/profile/kernel_times.py -- where a GPU step's time went, kernel by kernel,
+from what dev/profile/kernel_times.so recorded (CUPTI: each kernel's, copy's and
 memset's start and end on the GPU's clock).
 
-    python3 tests/kernel_times.py K.rank0.txt --steps 3
-    python3 tests/kernel_times.py LONG.rank0.txt --minus SHORT.rank0.txt --steps 2 \\
+    python3 dev/profile/kernel_times.py K.rank0.txt --steps 3
+    python3 dev/profile/kernel_times.py LONG.rank0.txt --minus SHORT.rank0.txt --steps 2 \\
         --roofline PLAN.txt
 
 Prints, for one step:
@@ -82,7 +82,7 @@ def kind_of(name):
 
 
 def read_ops(path):
-    """[(name, start, end, stream)] from a file tests/kernel_times.so wrote"""
+    """[(name, start, end, stream)] from a file dev/profile/kernel_times.so wrote"""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -104,12 +104,12 @@ def read_ops(path):
                 raise ValueError
             start, end, stream = int(f[1]), int(f[2]), int(f[3])
         except (ValueError, IndexError):
-            raise BadInput(f"{path}:{n}: not a line tests/kernel_times.so writes: {line[:80]!r}")
+            raise BadInput(f"{path}:{n}: not a line dev/profile/kernel_times.so writes: {line[:80]!r}")
         if end < start:
             raise BadInput(f"{path}:{n}: ends before it starts")
         ops.append((name, start, end, stream))
     if not ops:
-        raise BadInput(f"{path}: no operations recorded (did CUDA load tests/kernel_times.so? "
+        raise BadInput(f"{path}: no operations recorded (did CUDA load dev/profile/kernel_times.so? "
                        "CUDA_INJECTION64_PATH must name it by a full path)")
     return ops
 
@@ -237,15 +237,15 @@ def report(t, steps, roofline, top):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="tests/kernel_times.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("file", metavar="K.rankR.txt", help="what tests/kernel_times.so wrote")
+    p = argparse.ArgumentParser(prog="dev/profile/kernel_times.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("file", metavar="K.rankR.txt", help="what dev/profile/kernel_times.so wrote")
     p.add_argument("--minus", metavar="SHORT.rankR.txt", help="a shorter run of the same command, subtracted")
     p.add_argument("--steps", type=int, default=1, help="steps in FILE (less --minus's): the figures are a step's")
     p.add_argument("--roofline", metavar="PLAN.txt", help="./fsdp --plan ... --roofline h100's output, same flags")
     p.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
                    help="the roofline's column: bf16 (--param-dtype bf16, the default) or fp32")
     p.add_argument("--top", type=int, default=20, help="kernels listed (20)")
-    p.error = lambda m: (print(f"tests/kernel_times.py: {m}", file=sys.stderr), sys.exit(2))
+    p.error = lambda m: (print(f"dev/profile/kernel_times.py: {m}", file=sys.stderr), sys.exit(2))
     a = p.parse_args(argv)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # | head: stop quietly
     if a.steps < 1 or a.top < 1:
@@ -257,7 +257,7 @@ def main(argv=None):
         roofline = read_roofline(a.roofline, a.precision) if a.roofline else None
         print(report(t, a.steps, roofline, a.top))
     except BadInput as e:
-        print(f"tests/kernel_times.py: {e}", file=sys.stderr)
+        print(f"dev/profile/kernel_times.py: {e}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,7 +1,7 @@
 /* ============================================================================
- * emu/runtime.cpp — the emulator's device: threads as fibers, and the parts
+ * dev/emu/runtime.cpp — the emulator's device: threads as fibers, and the parts
  * of the CUDA runtime, cuBLAS and NCCL that fsdp.c calls, on the host.
- * emu/cuda_emu.h says what it is for and what it promises.
+ * dev/emu/cuda_emu.h says what it is for and what it promises.
  *
  *   1. fibers and barriers (a block's threads, CUDA's synchronisation)
  *   2. device memory (lent from the host, and known, so misuse is caught)
@@ -643,7 +643,7 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
     memset(prop, 0, sizeof(*prop));
-    snprintf(prop->name, sizeof(prop->name), "fsdp.c's CPU emulator (emu/), device %d", device);
+    snprintf(prop->name, sizeof(prop->name), "fsdp.c's CPU emulator (dev/emu/), device %d", device);
     prop->totalGlobalMem = DEVICE_TOTAL;
     prop->multiProcessorCount = 1;
     prop->major = 9, prop->minor = 0;
