@@ -84,35 +84,6 @@
  *          FSDP_HD: the bottom floor, included by every file (fsdp.h, above, already has) */
 #include "core.h"
 
-/* ============================================================================
- * The backend seam: memory, streams, kernels, matmul
- *
- * Everything after this section is the same on CPU ranks and on GPUs: the
- * lifecycle, the ledger, the trainer, checkpoints, the instruments. What a
- * GPU does differently is here, small and side by side:
- *
- *   memory   dev_alloc / dev_free / dev_zero, and the copies between host
- *            and device. On the CPU "the device" is host memory and a copy
- *            is memcpy. On a GPU a caching pool sits in front of cudaMalloc,
- *            as PyTorch's allocator does.
- *   streams  every rank has a compute stream and a communication stream.
- *            On a GPU they are CUDA streams, and an event recorded on one
- *            and waited for on the other is the only ordering between them.
- *            On the CPU the compute stream is the main thread and the
- *            communication stream a thread (comm/stream.h).
- *   kernels  FOR_EACH(n, fn, args...) calls fn(i, args...) for every i < n:
- *            a loop on the CPU, one CUDA thread per i on a GPU. fn is marked
- *            FSDP_HD (host and device), so the CPU tests check the very
- *            arithmetic the GPU runs.
- *   matmul   a Linear layer's three matmuls: our register-blocked loops on
- *            the CPU, cuBLAS on a GPU (kernels/layers.h, side by side).
- *
- * Determinism: every kernel writes each output element from one thread and
- * sums in an order written in the source, never with atomics whose order
- * varies. So a GPU run repeats bitwise, as a CPU run does, and N GPUs can be
- * compared with one.
- * ========================================================================== */
-
 /* defines: backend (the process's device; backend.dry: --plan, nothing runs),
  *          dev_alloc, dev_free, dev_zero, dev_copy, dev_to_host, dev_from_host,
  *          dev_synchronize, event_record, event_seconds, batch_stage, batch_staged,
@@ -120,59 +91,12 @@
  *          backend_print_memory, backend_release (and, on GPUs, the pool) */
 #include "kernels/backend.h"
 
-/* ============================================================================
- * The memory ledger
- *
- * A GPU's memory is the scarce resource FSDP exists to save, so every buffer
- * of the training state goes through ledger_alloc with a category. The ledger
- * keeps current and peak bytes per category for this rank; the final table
- * and the DDP-vs-FSDP comparison read those peaks. In the simulator the bytes
- * live in host memory; the accounting is what a GPU would see.
- * ========================================================================== */
-
 /* defines: ledger_book, ledger_alloc and its variants (_held, _floats, _host), ledger_free,
  *          ledger_release_all, where a buffer lives (ON_DEVICE, HOST_PINNED, ...); and,
  *          through sim/oom.h, ledger_oom_report (the simulated out-of-memory message, in
  *          CUDA's words, with a HINT), ledger_out_of_memory (who reports, and how every rank
  *          stops), ledger_agree_fits (after setup) */
 #include "sim/ledger.h"
-
-/* ============================================================================
- * Collectives
- *
- * FSDP needs three collectives. With N ranks and a flat buffer of N chunks
- * of S elements each:
- *
- *   all-gather      every rank holds one chunk  -> every rank holds all N
- *   reduce-scatter  every rank holds N chunks   -> rank r holds the sum of
- *                                                  everyone's chunk r
- *   all-reduce      every rank holds N chunks   -> every rank holds the sum
- *                   (= reduce-scatter followed by all-gather)
- *
- * Two implementations sit behind one interface (--collectives):
- *   ring  our own, over point-to-point messages: the ring algorithm NCCL uses
- *         for large messages, N-1 steps each moving one chunk to the right
- *         neighbour. Each rank sends and receives (N-1)*S elements per
- *         all-gather or reduce-scatter, and twice that per all-reduce: the
- *         bandwidth-optimal volume.
- *   mpi   Open MPI's built-in collectives (MPI_Allgather,
- *         MPI_Reduce_scatter_block, MPI_Allreduce), which choose their own
- *         algorithm per message size. They block, but they run on the
- *         communication stream below, so the caller does not wait for them.
- *   nccl  NVIDIA's NCCL, in the GPU build (comm/device.h, included below).
- *
- * Every collective is started (comm_*_start) and later waited on
- * (comm_wait), so a caller can compute in between: the communication
- * stream below runs it meanwhile, and sections 4 and 6 use that to let
- * reduce-scatters travel during the next backward and to prefetch the next unit.
- *
- * Counting: the bytes booked per call are the ring volume above, the figure
- * nccl-tests calls the bus traffic, so the numbers are those a ring on real
- * GPUs would move, whichever implementation ran. Every call passes through
- * comm_record, which counts and records the event (kind, unit, elements,
- * start and end time) for the tables and for the simulator's instruments.
- * Gradients are averaged ("mean"): we sum, then divide by N once at the end.
- * ========================================================================== */
 
 /* defines: comm_task, comm_mean_parts, comm_postscale (the mean's two factors),
  *          comm_watchdog_expired (the watchdog's words, the CPU's and NCCL's) */
@@ -197,26 +121,6 @@
  *          comm_all_reduce_start and _in, the watchdog and comm_wait, comm_release; and,
  *          through sim/events.h, comm_event_add and the --net clock */
 #include "comm/stream.h"
-
-/* ============================================================================
- * The model
- *
- * A small language model over bytes. Its parameters sit in clearly separate
- * modules of very different sizes, so auto-wrap decisions are easy to see:
- *
- *   embed    (V, C)        embedding of each of the last T bytes
- *   proj_in  (D, T*C)      concatenate the T embeddings, project to width D
- *   blocks.i for i < L:    h = h + fc2(gelu(fc1(norm(h))))
- *       norm (D), fc1 (4D, D), fc2 (D, 4D)
- *   norm_f   (D)           final LayerNorm
- *   head     (V, D)        logits over the next byte; softmax cross-entropy
- *
- * Names and layouts are PyTorch's: Linear weights are (out_features,
- * in_features), LayerNorm has weight and bias with eps 1e-5, GELU is the
- * exact erf form (nn.GELU()), so an exported state dict loads into the same
- * nn.Module. Each layer has a forward and a backward side by side, with the
- * same argument order; backward accumulates (+=) into gradients.
- * ========================================================================== */
 
 /* defines: each layer's forward and backward (linear_forward, linear_backward,
  *          layernorm_, gelu_, embedding_, crossentropy_ forward and backward)
