@@ -1108,9 +1108,13 @@ float trainer_step(Trainer *t, int step) {
 }
 
 /* ============================================================================
- * 6. Prefetch and the limiter    PyTorch: forward_prefetch, backward_prefetch,
+ * 6. Prefetch and the limiter      PyTorch: forward_prefetch, backward_prefetch,
+ *                                            limit_all_gathers
  *
- *                                                  limit_all_gathers
+ * Prefetch starts the next unit's all-gather early (unit_unshard_start,
+ * section 2), so it travels while this unit computes: --forward-prefetch in
+ * the pre-forward hook, --backward-prefetch pre or post in the pre- or the
+ * post-backward hook (section 3).
  *
  * Which unit is next comes from the order recorded in the first forward
  * (PyTorch records it too): forward runs pre_order, backward runs
@@ -1126,7 +1130,7 @@ float trainer_step(Trainer *t, int step) {
  * CPU waits until the GPU has passed the free of the unit resharded two
  * frees ago; _FreeEventQueue. Ours counts all-gathers: the same guard,
  * measured at the other end.) Here compute runs on the main thread itself,
- * so the schedules below never reach a third; the limiter is the
+ * so the hooks' schedules never reach a third; the limiter is the
  * guarantee, and the tests check it.
  * ========================================================================== */
 
@@ -1448,8 +1452,8 @@ static void grad_scaler_update(Trainer *t) {
 }
 
 /* ============================================================================
- * 11. Gradient accumulation                     PyTorch: a loop of forward and
- *                                            backward, and FSDP's no_sync()
+ * 11. Gradient accumulation and no_sync    PyTorch: a loop of forward and
+ *                                          backward, and FSDP's no_sync()
  *
  * --grad-accum K runs K forward and backward passes on micro-batches of
  * local_batch / K samples before one optimizer step: the activations are
@@ -1479,8 +1483,8 @@ static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept) {
 }
 
 /* ============================================================================
- * 12. Forward only                               PyTorch: model.eval() and
- *                                            torch.no_grad()
+ * 12. Forward only; activation checkpointing   PyTorch: model.eval() and
+ *                                               torch.no_grad()
  *
  * The validation loss and generation (GPT-2) run the model's forward on
  * the training buffers, through the same hooks, so every unit is gathered
