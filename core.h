@@ -151,7 +151,7 @@ enum { STREAM_INIT = 1, STREAM_SAMPLER = 2, STREAM_CORPUS = 3 };
  * the GPU's (fp32 accumulation, a 16-bit result), one set of kernels serves
  * every format, and the ledger books each buffer at its 16-bit width, what
  * PyTorch holds. What crosses the wire is really 16 bits: the collectives
- * pack the slots into uint16_t (section 4).
+ * pack the slots into uint16_t (comm/wire16.h).
  *   bf16: fp32's upper half. Rounding adds 0x7FFF plus the lowest kept bit
  *         to the bits and drops the lower 16; the carry into the exponent is
  *         right, and fp32's range is kept (nothing overflows).

@@ -4,15 +4,16 @@
  * This file trains a language model (a small byte-level MLP, or GPT-2 as
  * Hugging Face builds it) with FSDP (the ZeRO-3 idea) on N MPI ranks: CPU
  * processes that each play one GPU, or real GPUs.
- * Read it top to bottom: the sections follow the life of a training step.
+ * Read it top to bottom: the sections follow the life of a training step,
+ * the core first (1-5), then each variant in its own short section (6-12).
  *
- *   1. checks and utilities          8. the unit lifecycle (the heart)
- *   2. the backend seam: CPU or GPU  9. sharded AdamW
- *   3. the memory ledger            10. data
- *   4. collectives                  11. the trainer: one step, end to end
- *   5. the model                    12. checkpoints
- *   6. auto-wrap
- *   7. flat parameters and shards, and the runtime (the Trainer)
+ *   1. what a rank holds: units, flat    7. CPU offload
+ *      parameters and shards (auto-wrap) 8. hybrid groups
+ *   2. unshard and reshard               9. ZeRO-1
+ *   3. the four hooks                   10. clipping, mixed precision, loss scaling
+ *   4. reduce-scatter; sharded AdamW    11. gradient accumulation and no_sync
+ *   5. one step, end to end             12. forward only; activation checkpointing
+ *   6. prefetch and the limiter         13. checkpoints
  *
  * The program around it (the command line, the training loop, what a run
  * prints, main) lives beside it in main.c, which #includes this file: one
@@ -55,8 +56,8 @@
  *
  * The same file compiles as CUDA C++ (nvcc -x cu main.c ...; `make gpu`):
  *   mpirun -np 4 ./fsdp-gpu                     # the same flags, on 4 GPUs
- * Section 2 (kernels/backend.h), the layers' kernels (kernels/layers.h and transformer.h,
- * section 5) and the collectives' device side (comm/device.h, section 4) are all that differs.
+ * The backend seam (kernels/backend.h), the layers' kernels (kernels/layers.h and
+ * transformer.h) and the collectives' device side (comm/device.h) are all that differs.
  * ========================================================================== */
 #define _POSIX_C_SOURCE 200809L /* open, fstat, fsync, mkdir: files and checkpoints */
 #include <errno.h>
@@ -76,45 +77,12 @@
 #include "formats.h"
 #include "sim/sim.h"
 
-/* ============================================================================
- * 1. Checks and utilities
- * ========================================================================== */
-
 /* defines: fsdp_fatal and FATAL (say where, a HINT, MPI_Abort), host_malloc, host_calloc,
  *          host_realloc, mpiCheck, usage_error (bad input: exit 2), exit_all, now_seconds,
  *          ceil_div, mib, the counter-based random numbers (rng_u64, rng_uniform, rng_normal,
  *          STREAM_*), Dtype and the 16-bit formats (bf16_from_float, ..., round_to, pack_one),
  *          FSDP_HD: the bottom floor, included by every file (fsdp.h, above, already has) */
 #include "core.h"
-
-/* ============================================================================
- * 2. The backend seam: memory, streams, kernels, matmul
- *
- * Everything after this section is the same on CPU ranks and on GPUs: the
- * lifecycle, the ledger, the trainer, checkpoints, the instruments. What a
- * GPU does differently is here, small and side by side:
- *
- *   memory   dev_alloc / dev_free / dev_zero, and the copies between host
- *            and device. On the CPU "the device" is host memory and a copy
- *            is memcpy. On a GPU a caching pool sits in front of cudaMalloc,
- *            as PyTorch's allocator does.
- *   streams  every rank has a compute stream and a communication stream.
- *            On a GPU they are CUDA streams, and an event recorded on one
- *            and waited for on the other is the only ordering between them.
- *            On the CPU the compute stream is the main thread and the
- *            communication stream a thread (section 4).
- *   kernels  FOR_EACH(n, fn, args...) calls fn(i, args...) for every i < n:
- *            a loop on the CPU, one CUDA thread per i on a GPU. fn is marked
- *            FSDP_HD (host and device), so the CPU tests check the very
- *            arithmetic the GPU runs.
- *   matmul   a Linear layer's three matmuls: our register-blocked loops on
- *            the CPU, cuBLAS on a GPU (section 5, side by side).
- *
- * Determinism: every kernel writes each output element from one thread and
- * sums in an order written in the source, never with atomics whose order
- * varies. So a GPU run repeats bitwise, as a CPU run does, and N GPUs can be
- * compared with one.
- * ========================================================================== */
 
 /* defines: backend (the process's device; backend.dry: --plan, nothing runs),
  *          dev_alloc, dev_free, dev_zero, dev_copy, dev_to_host, dev_from_host,
@@ -123,59 +91,12 @@
  *          backend_print_memory, backend_release (and, on GPUs, the pool) */
 #include "kernels/backend.h"
 
-/* ============================================================================
- * 3. The memory ledger
- *
- * A GPU's memory is the scarce resource FSDP exists to save, so every buffer
- * of the training state goes through ledger_alloc with a category. The ledger
- * keeps current and peak bytes per category for this rank; the final table
- * and the DDP-vs-FSDP comparison read those peaks. In the simulator the bytes
- * live in host memory; the accounting is what a GPU would see.
- * ========================================================================== */
-
 /* defines: ledger_book, ledger_alloc and its variants (_held, _floats, _host), ledger_free,
  *          ledger_release_all, where a buffer lives (ON_DEVICE, HOST_PINNED, ...); and,
  *          through sim/oom.h, ledger_oom_report (the simulated out-of-memory message, in
  *          CUDA's words, with a HINT), ledger_out_of_memory (who reports, and how every rank
  *          stops), ledger_agree_fits (after setup) */
 #include "sim/ledger.h"
-
-/* ============================================================================
- * 4. Collectives
- *
- * FSDP needs three collectives. With N ranks and a flat buffer of N chunks
- * of S elements each:
- *
- *   all-gather      every rank holds one chunk  -> every rank holds all N
- *   reduce-scatter  every rank holds N chunks   -> rank r holds the sum of
- *                                                  everyone's chunk r
- *   all-reduce      every rank holds N chunks   -> every rank holds the sum
- *                   (= reduce-scatter followed by all-gather)
- *
- * Two implementations sit behind one interface (--collectives):
- *   ring  our own, over point-to-point messages: the ring algorithm NCCL uses
- *         for large messages, N-1 steps each moving one chunk to the right
- *         neighbour. Each rank sends and receives (N-1)*S elements per
- *         all-gather or reduce-scatter, and twice that per all-reduce: the
- *         bandwidth-optimal volume.
- *   mpi   Open MPI's built-in collectives (MPI_Allgather,
- *         MPI_Reduce_scatter_block, MPI_Allreduce), which choose their own
- *         algorithm per message size. They block, but they run on the
- *         communication stream below, so the caller does not wait for them.
- *   nccl  NVIDIA's NCCL, in the GPU build (comm/device.h, included below).
- *
- * Every collective is started (comm_*_start) and later waited on
- * (comm_wait), so a caller can compute in between: the communication
- * stream below runs it meanwhile, and section 8 uses that to prefetch the
- * next unit and to let reduce-scatters travel during the next backward.
- *
- * Counting: the bytes booked per call are the ring volume above, the figure
- * nccl-tests calls the bus traffic, so the numbers are those a ring on real
- * GPUs would move, whichever implementation ran. Every call passes through
- * comm_record, which counts and records the event (kind, unit, elements,
- * start and end time) for the tables and for the simulator's instruments.
- * Gradients are averaged ("mean"): we sum, then divide by N once at the end.
- * ========================================================================== */
 
 /* defines: comm_task, comm_mean_parts, comm_postscale (the mean's two factors),
  *          comm_watchdog_expired (the watchdog's words, the CPU's and NCCL's) */
@@ -201,26 +122,6 @@
  *          through sim/events.h, comm_event_add and the --net clock */
 #include "comm/stream.h"
 
-/* ============================================================================
- * 5. The model
- *
- * A small language model over bytes. Its parameters sit in clearly separate
- * modules of very different sizes, so auto-wrap decisions are easy to see:
- *
- *   embed    (V, C)        embedding of each of the last T bytes
- *   proj_in  (D, T*C)      concatenate the T embeddings, project to width D
- *   blocks.i for i < L:    h = h + fc2(gelu(fc1(norm(h))))
- *       norm (D), fc1 (4D, D), fc2 (D, 4D)
- *   norm_f   (D)           final LayerNorm
- *   head     (V, D)        logits over the next byte; softmax cross-entropy
- *
- * Names and layouts are PyTorch's: Linear weights are (out_features,
- * in_features), LayerNorm has weight and bias with eps 1e-5, GELU is the
- * exact erf form (nn.GELU()), so an exported state dict loads into the same
- * nn.Module. Each layer has a forward and a backward side by side, with the
- * same argument order; backward accumulates (+=) into gradients.
- * ========================================================================== */
-
 /* defines: each layer's forward and backward (linear_forward, linear_backward,
  *          layernorm_, gelu_, embedding_, crossentropy_ forward and backward)
  *          and the element functions under them (gelu, layernorm_forward_row, ...) */
@@ -241,20 +142,20 @@
 
 /* ---- the rest of fsdp.c's floor ---------------------------------------------------
  * What the later sections use and a first reading may skip, included here so that
- * every header comes before the first function: the runtime's state (section 7),
- * AdamW's element and the schedule (section 9), the sampler (section 10), the
- * checkpoints' plumbing (section 12). None of them calls fsdp.c. */
+ * every header comes before the first function: the runtime's state (section 1),
+ * AdamW's element and the schedule (section 4), the sampler (section 5), the
+ * checkpoints' plumbing (section 13). None of them calls fsdp.c. */
 
 /* defines: struct Trainer (every field a rank trains with), PendingReduce (the one gradient
  *          reduction in flight), CopyDirection (--cpu-offload's copies); and, through
- *          data/corpus.h, Corpus (what a run trains on; section 10 deals it out),
+ *          data/corpus.h, Corpus (what a run trains on; section 5 deals it out),
  *          corpus_synthetic, corpus_load_file (--data, memory-mapped), corpus_batch_token
  *          (a token for a batch, checked against the vocabulary), corpus_release; through
  *          model/activations.h, Activations (the byte MLP's) and Gpt2Activations
  *          (GPT-2's): what a forward saves for its backward */
 #include "trainer.h"
 
-/* defines: adamw_update_one (one element of section 9's update), AdamWStep (one step's
+/* defines: adamw_update_one (one element of section 4's update), AdamWStep (one step's
  *          hyperparameters), adamw_one, adamw_mixed_one (the update of element i, and with
  *          mixed precision its param_dtype copy in the same pass) */
 #include "optim/adamw.h"
@@ -277,8 +178,44 @@
  *          config.json), model_file_of (a directory's model.safetensors) */
 #include "io/checkpoint.h"
 
+/* ---- forward declarations -----------------------------------------------------------
+ * The core (sections 1-5) calls a few variants, each defined later in its own section;
+ * they are declared here, under the section that defines them, so the core reads first. */
+/* 4. the reduce-scatter: the hooks (section 3) start and finish it */
+static void reduce_grad_start(Trainer *t, int ui);
+static void reduce_grad_finish(Trainer *t);
+/* 6. prefetch and the limiter */
+static void unshard_rate_limit(Trainer *t);
+static int unit_next_forward(const Trainer *t, int ui);
+static int unit_next_backward(const Trainer *t, int ui);
+/* 7. CPU offload */
+static const void *unit_gather_input(Trainer *t, int ui);
+static void unit_grad_to_host(Trainer *t, int ui, float *host_shard);
+/* 8. hybrid groups */
+static void trainer_split_nodes(Trainer *t);
+static void unit_reduce_replicas(Trainer *t, int ui);
+/* 9. ZeRO-1 */
+static void unit_init_replica(Trainer *t, Unit *u);
+/* 10. clipping and the loss scaler */
+static void clip_grad_norm(Trainer *t, float max_norm);
+static int grad_scaler_unscale(Trainer *t);
+static void grad_scaler_update(Trainer *t);
+/* 11. gradient accumulation */
+static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept);
+
 /* ============================================================================
- * 6. Auto-wrap: which modules become units
+ * 1. What a rank holds: units, flat parameters and shards
+ *
+ * Auto-wrap cuts the model's module tree into units; each unit's parameters
+ * are laid end to end in one flat parameter, and each rank keeps one shard
+ * of it, with the shard of its gradient and AdamW's state for it. Every
+ * buffer is booked in the rank's ledger (t->ledger, sim/ledger.h) under a
+ * category: what the memory tables and --plan report. trainer_create, at the
+ * end of this section, builds all of it.
+ * ========================================================================== */
+
+/* ------------------------------------------------------------------------
+ * Auto-wrap: which modules become units
  *
  * PyTorch's size_based_auto_wrap_policy(min_num_params), exactly:
  *   - visit the module tree in post-order (children before their parent);
@@ -304,7 +241,7 @@
  * modules on the way from that ancestor to a user (transformer, wte) are
  * marked holds_tied, and neither policy wraps them, so wte stays in the
  * root's unit.
- * ========================================================================== */
+ * --------------------------------------------------------------------- */
 
 /* Returns the parameters in `module`'s subtree not claimed by a unit below. */
 #ifdef EXERCISE_AUTO_WRAP /* graded exercise: make exercise EX=auto_wrap */
@@ -355,8 +292,8 @@ static int autowrap(Model *m, AutoWrapPolicy policy, long min_params) {
     return n_units;
 }
 
-/* ============================================================================
- * 7. Flat parameters and shards
+/* ------------------------------------------------------------------------
+ * Flat parameters and shards
  *
  * A unit's parameters are laid end to end, in model order, into one flat
  * parameter of `numel` elements. To split it evenly over N ranks we pad it
@@ -374,7 +311,7 @@ static int autowrap(Model *m, AutoWrapPolicy policy, long min_params) {
  * With no_shard (DDP) every rank "owns" the whole padded flat parameter:
  * shard = padded, and the full state is the shard itself. One layout serves
  * every strategy; only who holds what changes.
- * ========================================================================== */
+ * --------------------------------------------------------------------- */
 
 static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy strategy) {
     for (int u = 0; u < n_units; u++) {
@@ -455,8 +392,8 @@ static void unit_init_shard(const Unit *u, const Model *m, int rank, uint64_t se
 }
 
 /* Points every parameter of the unit at its place in the full state and
- * the full gradient, held in formats `held` and `gh` (section 8's
- * full_dtype and grad_dtype), when they exist, or at NULL when freed. */
+ * the full gradient, held in formats `held` and `gh` (full_dtype
+ * and grad_dtype, below), when they exist, or at NULL when freed. */
 static void unit_set_views(Unit *u, Model *m, Dtype held, Dtype gh) {
     for (int k = 0; k < u->n_params; k++) {
         Param *p = &m->params[u->params[k]];
@@ -517,28 +454,6 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
     unit_refresh_low_precision(u, param_dtype);
 }
 
-/* ---- the runtime: one rank's whole training state ------------------------------
- * The Trainer is the one mutable structure the program has, the units and
- * shards above included. Nothing global but the process's device (section
- * 2's `backend`): the tests build several trainers in one process (a 1-rank
- * reference next to an N-rank run) and compare them. */
-
-/* struct Trainer is trainer.h's, included at the top (with data/corpus.h and
- * model/activations.h, the Corpus and the activations it holds). */
-
-/* ============================================================================
- * 8. The unit lifecycle
- *
- * PyTorch runs these four hooks around each FSDP unit; we call them at the
- * same moments from the model's forward and backward (section 11). Each
- * banner names the PyTorch function (torch/distributed/fsdp/
- * _runtime_utils.py) that does the same, so one maps onto the other. Two
- * verbs carry the whole idea: unshard (all-gather the full state from the
- * shards) and reshard (free it, keep the shard). Units nest: the root unit
- * encloses every other, so its full state is present whenever any module
- * computes, exactly as in PyTorch.
- * ========================================================================== */
-
 /* The strategies, by what they do with a unit's parameters around its
  * compute. Sharded: gathered before it, so they need the lifecycle below
  * (full_shard, shard_grad_op and their hybrid versions). Replicated: every
@@ -566,81 +481,179 @@ Dtype grad_dtype(const Trainer *t) {
     return full_dtype(t) == t->cfg.reduce_dtype ? full_dtype(t) : DTYPE_FP32;
 }
 
-/* A unit's forward or backward (or the optimizer), as the instruments see
- * it. On a GPU the host runs ahead of the kernels it queues, so when a
- * picture needs true times (--trace, --view, --step) the host first waits
- * for the compute stream; otherwise it never does. */
-static int pictures_wanted(const Trainer *t) {
-    return t->cfg.trace_path || t->cfg.view || t->cfg.step_mode;
-}
-static void span_begin(Trainer *t, int ui, SimPhase phase) {
-    if (pictures_wanted(t)) dev_synchronize();
-    sim_span_begin(&t->sim, ui, phase);
-}
-static void span_end(Trainer *t, int ui, SimPhase phase) {
-    if (pictures_wanted(t)) dev_synchronize();
-    sim_span_end(&t->sim, ui, phase);
-}
+/* ---- the runtime: one rank's whole training state ------------------------------
+ * The Trainer is the one mutable structure the program has, the units and
+ * shards above included. Nothing global but the process's device (kernels/
+ * backend.h's `backend`): the tests build several trainers in one process (a 1-rank
+ * reference next to an N-rank run) and compare them. */
 
-/* A unit's full flat parameter, in fp32, in a new buffer: allocate
- * `padded` elements and all-gather the shards into it (PyTorch: unshard).
- * Where every rank already holds it in fp32 (no_shard; zero1 without mixed
- * precision), the replica itself is returned. Give it back with
- * unit_release_gathered. For export and tests; the lifecycle below does
- * the same in two halves, so it can prefetch. */
-static float *unit_gather(Trainer *t, int ui) {
-    Unit *u = &t->units[ui];
-    if (t->cfg.strategy == STRATEGY_NO_SHARD) return unit_master(u);
-    if (is_zero1(t) && !u->master_param) return (float *)u->full_param; /* fp32 slots */
-    float *full = ledger_alloc_floats_overwritten(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
-                                                  DTYPE_FP32, u->name);
-    float *mine = unit_master(u), *staged = NULL;
-    if (u->offloaded) { /* the master is in the host's memory: to the device first */
-        staged = ledger_alloc_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, DTYPE_FP32,
-                                     "the shard, from the host");
-        dev_from_host(staged, mine, (size_t)u->shard * sizeof(float));
-        mine = staged;
+/* struct Trainer is trainer.h's, included at the top (with data/corpus.h and
+ * model/activations.h, the Corpus and the activations it holds). */
+
+/* A unit's persistent state on this rank: its shard of the parameters and
+ * of the gradient, and AdamW's two moments. With mixed precision the
+ * shard of the parameters is kept in param_dtype (the all-gather's input)
+ * and the gradient's in reduce_dtype (the reduce-scatter's output), and the
+ * fp32 master parameters join the optimizer state, as in DeepSpeed and the
+ * ZeRO paper: 2 + 2 bytes per parameter, and 4 + 4 + 4 of optimizer state
+ * (PyTorch FSDP keeps the shard itself in fp32 and casts a copy for each
+ * all-gather: the same numbers, booked under other names). */
+static void unit_alloc_state(Trainer *t, Unit *u) {
+    const Config *c = &t->cfg;
+    Ledger *l = &t->ledger;
+    size_t S = (size_t)u->shard;
+    u->shard_held = full_dtype(t); /* as the all-gather sends it, into the full state */
+    /* a gradient kept whole holds param_dtype values in backward and
+     * reduce_dtype ones after the reduction: the wider of the two */
+    Dtype whole_grad = c->param_dtype == DTYPE_FP32 ? DTYPE_FP32 : c->reduce_dtype;
+    if (is_zero1(t)) { /* whole parameters and gradient; the shards are slices of them */
+        size_t P = (size_t)u->padded, lo = (size_t)shard_begin(u, t->shard_rank);
+        u->full_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, P, c->param_dtype, u->name);
+        u->full_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, P, whole_grad, u->name);
+        u->shard_param = u->full_param ? (float *)u->full_param + lo : NULL;
+        u->shard_grad = u->full_grad ? (float *)u->full_grad + lo : NULL;
+    } else if (c->cpu_offload) { /* all of it in the host's memory (section 7) */
+        u->offloaded = 1;
+        /* the shard and its gradient cross PCIe every step: pinned */
+        u->shard_param =
+            ledger_alloc_host(l, MEM_PARAM_SHARD, S, u->shard_held, c->param_dtype, u->name, 1);
+        u->shard_grad = ledger_alloc_host_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name, 1);
+        u->exp_avg = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
+        u->exp_avg_sq = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
+        if (c->param_dtype != DTYPE_FP32)
+            u->master_param =
+                ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
+        return;
+    } else {
+        Dtype g = c->strategy == STRATEGY_NO_SHARD ? whole_grad : c->reduce_dtype;
+        u->shard_param = ledger_alloc_held(l, MEM_PARAM_SHARD, S, u->shard_held, c->param_dtype,
+                                           u->name, ON_DEVICE);
+        u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, g, u->name);
     }
-    CommHandle h =
-        comm_all_gather_start(&t->comm, full, DTYPE_FP32, mine, u->shard, ui, DTYPE_FP32);
-    comm_wait(&t->comm, &h);
-    if (staged) ledger_free(&t->ledger, staged);
-    return full;
+    if (c->strategy == STRATEGY_NO_SHARD) { /* DDP: the "shard" is the whole flat parameter */
+        u->full_param = u->shard_param;
+        u->full_grad = u->shard_grad;
+    }
+    u->exp_avg = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+    u->exp_avg_sq = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
+    if (c->param_dtype != DTYPE_FP32)
+        u->master_param = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
 }
 
-static void unit_release_gathered(Trainer *t, int ui, float *full) {
-    if (full != unit_master(&t->units[ui]) && full != t->units[ui].full_param)
-        ledger_free(&t->ledger, full);
+Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
+    Trainer *t = (Trainer *)host_calloc(1, sizeof(Trainer), "allocate the trainer");
+    t->cfg = *cfg;
+    /* stepping, checking and debugging want every collective on the main thread */
+    int threaded = !cfg->inline_collectives && !cfg->step_mode && !cfg->check_collectives &&
+                   !cfg->wait_for_debugger && !backend.dry; /* --plan sends nothing */
+    comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"),
+              threaded);
+    /* a person may pause a rank for minutes there: the watchdogs keep still */
+    int stepping = cfg->step_mode || cfg->check_collectives || cfg->wait_for_debugger;
+    t->comm.timeout = stepping ? 0 : cfg->collective_timeout;
+    t->ledger.budget = cfg->vram;
+    t->ledger.rank = t->comm.rank;
+    t->ledger.defer_oom = 1; /* until ledger_agree_fits, below */
+    t->local_batch = cfg->batch / t->comm.world;
+    t->comm.reduce_dtype = cfg->reduce_dtype;
+    trainer_split_nodes(t);
+    t->micro_batch = t->local_batch / cfg->grad_accum;
+    t->sync_grads = 1;
+    t->loss_scale = cfg->grad_scaler ? cfg->init_scale : 1.0f;
+    if (cfg->arch == ARCH_GPT2) gpt2_build(&t->model, cfg);
+    else model_build(&t->model, cfg);
+    t->n_units = autowrap(&t->model, cfg->auto_wrap, cfg->min_params);
+    t->units = (Unit *)host_calloc((size_t)t->n_units, sizeof(Unit), "allocate the units");
+    t->pre_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
+    t->post_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
+    units_layout(t->units, t->n_units, &t->model, t->shard_world, cfg->strategy);
+    char err[512];
+    if (sim_init(&t->sim, &t->cfg, &t->ledger, t->units, t->n_units, comm, err, sizeof(err)) != 0) {
+        if (t->comm.rank == 0) fprintf(stderr, "error: %s\n", err);
+        exit_all(2);
+    }
+    t->comm.sim = &t->sim;
+    t->comm.keep_events = cfg->trace_path != NULL; /* the trace needs every event */
+    t->ledger.sim = &t->sim;
+    t->comm.reduce_dtype = cfg->reduce_dtype;
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        unit_alloc_state(t, u);
+        if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
+        if (!is_sharded(t)) unit_set_views(u, &t->model, DTYPE_FP32, DTYPE_FP32); /* always there */
+        if (backend.dry) continue; /* --plan: no values, only the ledger's bookings */
+        unit_init_shard(u, &t->model, t->shard_rank, cfg->seed, unit_state_host(u, 0));
+        unit_state_to_device(u, cfg->param_dtype);
+        if (is_zero1(t)) unit_init_replica(t, u);
+    }
+    if (!t->ledger.oom_report && cfg->arch == ARCH_GPT2)
+        gpt2_activations_alloc(&t->gpt, &t->ledger, cfg, t->micro_batch);
+    else if (!t->ledger.oom_report)
+        activations_alloc(&t->act, &t->ledger, cfg, t->micro_batch);
+    ledger_agree_fits(&t->ledger, comm);
+    if (cfg->data_path) {
+        if (corpus_load_file(&t->corpus, "--data", cfg->data_path, cfg, err, sizeof(err)) != 0)
+            FATAL("the file changed since the command line was checked", "%s", err);
+    } else {
+        corpus_synthetic(&t->corpus, cfg->seed);
+    }
+    return t;
 }
 
-/* ------------------------------------------------------------------------
- * Unshard in two halves, and prefetch
+long trainer_num_params(const Trainer *t) { return t->model.total_numel; }
+
+void trainer_destroy(Trainer *t) {
+    if (!t) return;
+    for (int ui = 0; ui < t->n_units; ui++) {
+        free(t->units[ui].params);
+        free(t->units[ui].host_state);
+    }
+    free(t->units);
+    free(t->host_peaks);
+    free(t->pre_order);
+    free(t->post_order);
+    corpus_release(&t->corpus);
+    model_free(&t->model);
+    comm_release(&t->comm);
+    t->ledger.sim = NULL; /* releasing is not an event worth recording */
+    ledger_release_all(&t->ledger);
+    dev_empty_cache();
+    sim_release(&t->sim);
+    free(t);
+}
+
+/* ============================================================================
+ * 2. Unshard and reshard                  PyTorch: _unshard, _reshard
  *
  * unit_unshard_start allocates the unit's full state and puts its
  * all-gather on the communication stream; unit_unshard_wait waits for it
  * and points the parameters into it. Between the two the main thread goes
- * on computing: that is prefetching, PyTorch's way of hiding the
+ * on computing: that is prefetching (section 6), PyTorch's way of hiding the
  * all-gather of the next unit behind the compute of this one. The memory
  * is booked when the all-gather starts, so a prefetched unit costs its full
  * state from then on.
  *
- * Which unit is next comes from the order recorded in the first forward
- * (PyTorch records it too): forward runs pre_order, backward runs
- * post_order backwards. Forward prefetch starts in the second step; the
- * first backward already knows its order.
- *
- * The rate limiter (--limit-all-gathers, PyTorch's limit_all_gathers,
- * on by default) lets at most two all-gathers be in flight: before a third
- * starts, the oldest is waited for. On a GPU the CPU queues kernels far
- * ahead of the compute stream, and without the limiter it would queue
- * all-gather after all-gather and fill the memory with prefetched units.
- * (PyTorch bounds the same run-ahead by frees: before an all-gather, the
- * CPU waits until the GPU has passed the free of the unit resharded two
- * frees ago; _FreeEventQueue. Ours counts all-gathers: the same guard,
- * measured at the other end.) Here compute runs on the main thread itself,
- * so the schedules below never reach a third; the limiter is the
- * guarantee, and the tests check it.
- * --------------------------------------------------------------------- */
+ * Reshard is the other verb: unit_free_full_params frees the full state,
+ * and the shard is all the unit keeps.
+ * ========================================================================== */
+
+static void unit_unshard_start(Trainer *t, int ui) {
+    if (ui < 0 || !is_sharded(t)) return; /* no next unit, or nothing to gather */
+    Unit *u = &t->units[ui];
+    if (u->full_param) return; /* gathered, or on its way */
+    if (t->cfg.limit_all_gathers) unshard_rate_limit(t); /* section 6 */
+    /* held in fp32 slots or 16 bits (full_dtype); booked, as every full
+     * state, at param_dtype's width: what PyTorch would hold */
+    Dtype held = full_dtype(t), d = t->cfg.param_dtype;
+    u->full_param = ledger_alloc_held(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, held, d,
+                                      u->name, ON_DEVICE_GATHERED);
+    u->gather = comm_all_gather_start(&t->comm, u->full_param, held, unit_gather_input(t, ui),
+                                      u->shard, ui, t->cfg.param_dtype);
+    u->gathering = 1;
+    if (++t->gathers_in_flight > t->max_gathers_in_flight)
+        t->max_gathers_in_flight = t->gathers_in_flight;
+}
+
 static void unit_unshard_wait(Trainer *t, int ui) {
     Unit *u = &t->units[ui];
     if (!u->gathering) return;
@@ -652,112 +665,6 @@ static void unit_unshard_wait(Trainer *t, int ui) {
         u->device_shard = NULL;
     }
     unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
-}
-
-/* ------------------------------------------------------------------------
- * CPU offload                      PyTorch: CPUOffload(offload_params=True)
- *
- * --cpu-offload keeps a unit's shards (parameters, gradient) and AdamW's
- * state in the host's memory, and runs the optimizer on the CPU there (as
- * PyTorch does: the optimizer sees CPU parameters). The device holds only
- * what computes: gathered full states, full gradients, activations, and
- * for a while a unit's shard, copied over PCIe:
- *   to the device  the parameter shard, the input of each all-gather of the
- *                  unit, freed once the all-gather is done (as PyTorch does at
- *                  every unshard): once a step under shard_grad_op, twice
- *                  under full_shard (forward and backward) but for the root;
- *   to the host    the averaged gradient shard, when its reduce-scatter is
- *                  done, added to the host's shard after the first
- *                  micro-batch of --grad-accum.
- * --vram limits the device alone, so a model too large for full_shard's
- * shards on the device trains with them on the host, at the price of the
- * copies (counted, traced, and priced on sim/net.c's pcie link) and of a
- * CPU optimizer step. The ledger books the host's buffers apart.
- * --------------------------------------------------------------------- */
-/* count values of format d between host and device, counted and priced.
- * The copy is queued on the compute stream, not waited for: waiting
- * would stall the host, and with it the next kernels, until the GPU had
- * run everything queued (under prefetch, the unit computing now). The
- * host's side is safe all the same. To the device: the all-gather that
- * reads the copy is queued after it, and the host waits for that
- * all-gather (unit_unshard_wait) before it frees the device's copy or
- * changes the host's shard (AdamW, after every all-gather of the step).
- * To the host: whoever reads the shard there waits for the stream first
- * (unit_grad_to_host when it adds at once, else units_finish_backward). */
-static void offload_copy(Trainer *t, int ui, void *dst, const void *src, long count, Dtype held,
-                         Dtype d, CopyDirection dir) {
-    SimPhase phase = dir == TO_DEVICE ? PHASE_TO_DEVICE : PHASE_TO_HOST;
-    size_t physical = (size_t)count * dtype_bytes(held);
-    double bytes = (double)count * dtype_bytes(d);
-    const NetModel *pcie = net_model_find("pcie");
-    sim_span_begin(&t->sim, ui, phase);
-    if (dir == TO_DEVICE) dev_from_host_queued(dst, src, physical);
-    else dev_to_host_queued(dst, src, physical);
-    sim_span_end(&t->sim, ui, phase);
-    t->copy_calls[dir]++;
-    t->copy_bytes[dir] += bytes;
-    t->copy_sim_seconds += pcie->alpha + bytes / pcie->bandwidth;
-}
-
-/* The all-gather's input: the shard, on the device, held in shard_held */
-static const void *unit_gather_input(Trainer *t, int ui) {
-    Unit *u = &t->units[ui];
-    Dtype d = t->cfg.param_dtype;
-    if (!u->offloaded) return u->shard_param;
-    if (!u->device_shard) { /* the copy writes it all */
-        u->device_shard = ledger_alloc_held(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard,
-                                            u->shard_held, d, u->name, ON_DEVICE_OVERWRITTEN);
-        offload_copy(t, ui, u->device_shard, u->shard_param, u->shard, u->shard_held, d, TO_DEVICE);
-        comm_shards_settled(&t->comm); /* its all-gather waits for the copy */
-    }
-    return u->device_shard;
-}
-
-/* After the reduce-scatter (which wrote a fresh shard on the device,
- * reduce_grad_start): the averaged shard to the host's shard, added to the
- * earlier micro-batches' there */
-static void unit_grad_to_host(Trainer *t, int ui, float *host_shard) {
-    Unit *u = &t->units[ui];
-    int add = t->micro > 0 && !t->cfg.no_sync;
-    Dtype d = t->cfg.reduce_dtype;
-    float *dst = host_shard;
-    if (add)
-        dst = ledger_alloc_host_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, d,
-                                       "the gradient from the device", 0);
-    offload_copy(t, ui, dst, u->shard_grad, u->shard, DTYPE_FP32, d, TO_HOST);
-    if (add) {
-        dev_synchronize(); /* the copy, before the host reads it */
-        HOST_FOR_EACH(u->shard, add_one, host_shard, dst);
-        if (d != DTYPE_FP32) HOST_FOR_EACH(u->shard, round_one, host_shard, d);
-        ledger_free(&t->ledger, dst);
-    }
-    ledger_free(&t->ledger, u->shard_grad);
-    u->shard_grad = host_shard;
-}
-
-static void unit_unshard_start(Trainer *t, int ui) {
-    if (ui < 0 || !is_sharded(t)) return; /* no next unit, or nothing to gather */
-    Unit *u = &t->units[ui];
-    if (u->full_param) return; /* gathered, or on its way */
-    while (t->cfg.limit_all_gathers && t->gathers_in_flight >= 2) {
-        int oldest = -1;
-        for (int v = 0; v < t->n_units; v++)
-            if (t->units[v].gathering &&
-                (oldest < 0 || t->units[v].gather.number < t->units[oldest].gather.number))
-                oldest = v;
-        if (oldest < 0) FATAL("this is a bug in fsdp.c's lifecycle", "all-gathers miscounted");
-        unit_unshard_wait(t, oldest);
-    }
-    /* held in fp32 slots or 16 bits (full_dtype); booked, as every full
-     * state, at param_dtype's width: what PyTorch would hold */
-    Dtype held = full_dtype(t), d = t->cfg.param_dtype;
-    u->full_param = ledger_alloc_held(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, held, d,
-                                      u->name, ON_DEVICE_GATHERED);
-    u->gather = comm_all_gather_start(&t->comm, u->full_param, held, unit_gather_input(t, ui),
-                                      u->shard, ui, t->cfg.param_dtype);
-    u->gathering = 1;
-    if (++t->gathers_in_flight > t->max_gathers_in_flight)
-        t->max_gathers_in_flight = t->gathers_in_flight;
 }
 
 static void unit_unshard(Trainer *t, int ui) {
@@ -774,21 +681,33 @@ static void unit_free_full_params(Trainer *t, int ui) {
     sim_on_free(&t->sim, ui);
 }
 
-/* The unit after ui in forward (or backward) order, or -1. */
-static int unit_next_forward(const Trainer *t, int ui) {
-    for (int i = 0; t->order_known && i + 1 < t->n_pre; i++)
-        if (t->pre_order[i] == ui) return t->pre_order[i + 1];
-    return -1;
+/* ============================================================================
+ * 3. The four hooks: the unit lifecycle
+ *
+ * PyTorch runs these four hooks around each FSDP unit; we call them at the
+ * same moments from the model's forward and backward (section 5). Each
+ * banner names the PyTorch function (torch/distributed/fsdp/
+ * _runtime_utils.py) that does the same, so one maps onto the other. Two
+ * verbs carry the whole idea: unshard (all-gather the full state from the
+ * shards) and reshard (free it, keep the shard). Units nest: the root unit
+ * encloses every other, so its full state is present whenever any module
+ * computes, exactly as in PyTorch.
+ * ========================================================================== */
+
+/* A unit's forward or backward (or the optimizer), as the instruments see
+ * it. On a GPU the host runs ahead of the kernels it queues, so when a
+ * picture needs true times (--trace, --view, --step) the host first waits
+ * for the compute stream; otherwise it never does. */
+static int pictures_wanted(const Trainer *t) {
+    return t->cfg.trace_path || t->cfg.view || t->cfg.step_mode;
 }
-static int unit_next_backward(const Trainer *t, int ui) {
-    for (int i = t->n_post - 1; t->order_known && i > 0; i--)
-        if (t->post_order[i] == ui) {
-            int next = t->post_order[i - 1];
-            /* as PyTorch's _needs_pre_backward_unshard: never gather a unit
-             * whose backward is over (the root's post-backward is last) */
-            return t->units[next].needs_backward ? next : -1;
-        }
-    return -1;
+static void span_begin(Trainer *t, int ui, SimPhase phase) {
+    if (pictures_wanted(t)) dev_synchronize();
+    sim_span_begin(&t->sim, ui, phase);
+}
+static void span_end(Trainer *t, int ui, SimPhase phase) {
+    if (pictures_wanted(t)) dev_synchronize();
+    sim_span_end(&t->sim, ui, phase);
 }
 
 /* ------------------------------------------------------------------------
@@ -865,41 +784,108 @@ static void unit_pre_backward(Trainer *t, int ui) {
     span_begin(t, ui, PHASE_BACKWARD);
 }
 
-/* The hybrid strategies, after the reduce-scatter within the node: the
- * ranks holding the same shard on the other nodes (GROUP_REPLICA, R of
- * them) average their shards of the gradient with an all-reduce over the
- * slow links, so every replica takes the same step. The ring needs a
- * multiple of R elements; a shard that is not one travels padded with
- * zeros in a staging buffer, as NCCL pads internally. It runs at once,
- * here: the node's reduce-scatter has just finished. */
-static void unit_reduce_replicas(Trainer *t, int ui) {
-    Unit *u = &t->units[ui];
-    int R = t->comm.group[GROUP_REPLICA]->world;
-    long padded = ceil_div(u->shard, R) * R;
-    float *buf = u->shard_grad;
-    if (padded != u->shard) {
-        buf = ledger_alloc_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)padded, t->cfg.reduce_dtype,
-                                  "the replicas' all-reduce");
-        dev_copy(buf, u->shard_grad, (size_t)u->shard * sizeof(float));
-    }
-    CommHandle h = comm_all_reduce_in(&t->comm, GROUP_REPLICA, buf, padded, ui, &t->ledger);
-    comm_wait(&t->comm, &h);
-    if (buf == u->shard_grad) return;
-    dev_copy(u->shard_grad, buf, (size_t)u->shard * sizeof(float));
-    ledger_free(&t->ledger, buf);
+/* ------------------------------------------------------------------------
+ * After a unit's backward                 PyTorch: _post_backward_hook:
+ *                                          _post_backward_reshard, then
+ *                                          reduce-scatter (_reduce_grad)
+ *
+ * Every rank now holds a full-size gradient computed from its own part of
+ * the batch. The optimizer needs, for this rank's shard only, the average
+ * over all ranks: exactly what a reduce-scatter (mean) delivers. Each rank
+ * sends and receives (N-1)/N of the flat gradient.
+ *
+ * In PyTorch's order: first reshard (free the full parameters: backward is
+ * done with them), and with BACKWARD_POST start the next unit's all-gather
+ * only now. So POST never holds two units' full parameters at once (only
+ * the root beside one unit), at the price of less time to hide the
+ * all-gather in. Then the reduce-scatter goes on the stream and the main
+ * thread moves on to the next unit's backward: the reduce-scatter travels
+ * while that computes. The full gradient must live until it is done. The
+ * trainer holds that one reduction as its pending_reduce: the next unit's
+ * post-backward finishes it before starting its own (so at most one is in
+ * flight, and the memory stays what the tests expect), and the end of
+ * backward finishes the last (PyTorch: _post_backward_final_callback).
+ * Afterwards the unit is back to its shard: parameters, gradient and
+ * optimizer state, 1/N each.
+ *
+ * The other strategies take the same path with less to do. no_shard (DDP)
+ * keeps everything, so nothing is resharded and the gradient is
+ * all-reduced instead: twice the traffic of a reduce-scatter, and every
+ * rank then runs the same optimizer step on the whole model. It travels
+ * while the next unit computes, as DDP's gradient buckets do. zero1
+ * reduce-scatters into its own slice of its whole gradient (section 9).
+ *
+ * Inside no_sync() (--no-sync, every micro-batch of --grad-accum but the
+ * last; PyTorch's _sync_gradients False) nothing is reduced: the full
+ * gradient stays, and the next micro-batch's backward adds into it. The
+ * full parameters are freed as usual under full_shard; shard_grad_op
+ * keeps them until the last micro-batch, as PyTorch does
+ * (_should_free_in_backward), so its next forward needs no all-gather.
+ * --------------------------------------------------------------------- */
+static int reshards_after_backward(const Trainer *t) {
+    return is_sharded(t) && (t->sync_grads || reshards_after_forward(t));
 }
 
-/* --grad-accum without --no-sync: the reduce-scatter wrote this
- * micro-batch's averaged shard into a fresh buffer; added into the sum of
- * the earlier ones (kept), which becomes the shard again. The sum is kept
- * in reduce_dtype, the shard's format (PyTorch keeps its _saved_grad_shard
- * in fp32, beside the fp32 parameters). */
-static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept) {
-    FOR_EACH(u->shard, add_one, kept, u->shard_grad);
-    round_all(kept, u->shard, t->cfg.reduce_dtype);
-    ledger_free(&t->ledger, u->shard_grad);
-    u->shard_grad = kept;
+#ifdef EXERCISE_POST_BACKWARD /* graded exercise: make exercise EX=post_backward */
+#include EXERCISE_FILE
+#else
+static void unit_post_backward(Trainer *t, int ui) {
+    span_end(t, ui, PHASE_BACKWARD);
+    reduce_grad_finish(t); /* the previous unit's: one reduction in flight at a time */
+    if (reshards_after_backward(t)) {
+        unit_free_full_params(t, ui);
+        if (t->cfg.backward_prefetch == BACKWARD_POST)
+            unit_unshard_start(t, unit_next_backward(t, ui));
+    }
+    if (t->sync_grads) reduce_grad_start(t, ui);
 }
+#endif /* EXERCISE_POST_BACKWARD */
+
+/* The end of backward: every reduce-scatter done, every shard gradient
+ * ready for the optimizer (or, inside no_sync, every full gradient kept). */
+void units_finish_backward(Trainer *t) {
+    reduce_grad_finish(t);
+    /* --cpu-offload: the gradient shards' copies to the host, queued
+     * (offload_copy), are there before clipping, the scaler or AdamW read them */
+    if (t->cfg.cpu_offload) dev_synchronize();
+    for (int v = 0; v < t->n_units; v++) {
+        /* a full state kept past backward would be stale after the step */
+        if (is_sharded(t) && t->sync_grads && (t->units[v].full_param || t->units[v].gathering))
+            FATAL("this is a bug in fsdp.c's lifecycle", "%s is still gathered after backward",
+                  t->units[v].name);
+    }
+}
+
+/* Module boundaries: the model's code calls these on entering and leaving
+ * every module; the hooks fire where a module is the root of a unit. */
+void module_pre_forward(Trainer *t, int module) {
+    int ui = t->model.modules[module].unit;
+    if (ui < 0) return;
+    if (t->recomputing) unit_unshard(t, ui); /* activation checkpointing: section 12 */
+    else unit_pre_forward(t, ui);
+}
+void module_post_forward(Trainer *t, int module) {
+    int ui = t->model.modules[module].unit;
+    if (ui >= 0 && !t->recomputing) unit_post_forward(t, ui);
+}
+void module_pre_backward(Trainer *t, int module) {
+    if (t->model.modules[module].unit >= 0) unit_pre_backward(t, t->model.modules[module].unit);
+}
+void module_post_backward(Trainer *t, int module) {
+    const Module *mod = &t->model.modules[module];
+    for (int i = 0; i < mod->n_params; i++) grad_round(t, &t->model.params[mod->params[i]]);
+    if (mod->unit >= 0) unit_post_backward(t, mod->unit);
+}
+
+/* ============================================================================
+ * 4. Reduce-scatter and sharded AdamW
+ *
+ * A unit's post-backward hook starts its gradient reduction
+ * (reduce_grad_start), and the next unit's finishes it (reduce_grad_finish):
+ * one reduction in flight at a time, travelling while the next unit's
+ * backward computes. After backward every rank holds the averaged gradient
+ * of its own shards, and AdamW steps each shard where it lies.
+ * ========================================================================== */
 
 /* Starts unit ui's gradient reduction and makes it the pending one. DDP
  * (no_shard) all-reduces its permanent gradient in place, zero1
@@ -956,124 +942,120 @@ static void reduce_grad_finish(Trainer *t) {
 }
 
 /* ------------------------------------------------------------------------
- * After a unit's backward                 PyTorch: _post_backward_hook:
- *                                          _post_backward_reshard, then
- *                                          reduce-scatter (_reduce_grad)
+ * Sharded AdamW
  *
- * Every rank now holds a full-size gradient computed from its own part of
- * the batch. The optimizer needs, for this rank's shard only, the average
- * over all ranks: exactly what a reduce-scatter (mean) delivers. Each rank
- * sends and receives (N-1)/N of the flat gradient.
- *
- * In PyTorch's order: first reshard (free the full parameters: backward is
- * done with them), and with BACKWARD_POST start the next unit's all-gather
- * only now. So POST never holds two units' full parameters at once (only
- * the root beside one unit), at the price of less time to hide the
- * all-gather in. Then the reduce-scatter goes on the stream and the main
- * thread moves on to the next unit's backward: the reduce-scatter travels
- * while that computes. The full gradient must live until it is done. The
- * trainer holds that one reduction as its pending_reduce: the next unit's
- * post-backward finishes it before starting its own (so at most one is in
- * flight, and the memory stays what the tests expect), and the end of
- * backward finishes the last (PyTorch: _post_backward_final_callback).
- * Afterwards the unit is back to its shard: parameters, gradient and
- * optimizer state, 1/N each.
- *
- * The other strategies take the same path with less to do. no_shard (DDP)
- * keeps everything, so nothing is resharded and the gradient is
- * all-reduced instead: twice the traffic of a reduce-scatter, and every
- * rank then runs the same optimizer step on the whole model. It travels
- * while the next unit computes, as DDP's gradient buckets do. zero1
- * reduce-scatters into its own slice of its whole gradient (below).
- *
- * Inside no_sync() (--no-sync, every micro-batch of --grad-accum but the
- * last; PyTorch's _sync_gradients False) nothing is reduced: the full
- * gradient stays, and the next micro-batch's backward adds into it. The
- * full parameters are freed as usual under full_shard; shard_grad_op
- * keeps them until the last micro-batch, as PyTorch does
- * (_should_free_in_backward), so its next forward needs no all-gather.
+ * torch.optim.AdamW, step t, for one element with gradient g:
+ *   p  <- p * (1 - lr * weight_decay)          (decoupled weight decay)
+ *   m  <- beta1 * m + (1 - beta1) * g
+ *   v  <- beta2 * v + (1 - beta2) * g^2
+ *   p  <- p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+ * Every element's update depends on that element alone, so each rank steps
+ * its own shard with its own shard of m and v: the optimizer state is
+ * sharded for free, and no communication is needed.
+ * --optimizer adam is torch.optim.Adam: its weight decay is L2, added to the
+ * gradient (g <- g + weight_decay * p) before the same update, and no
+ * decoupled decay; PyTorch's default weight_decay is then 0.
  * --------------------------------------------------------------------- */
-static int reshards_after_backward(const Trainer *t) {
-    return is_sharded(t) && (t->sync_grads || reshards_after_forward(t));
-}
 
-#ifdef EXERCISE_POST_BACKWARD /* graded exercise: make exercise EX=post_backward */
+/* AdamW's element code is optim/adamw.h's, included at the top: adamw_update_one (one
+ * element of the update above), adamw_one, adamw_mixed_one, AdamWStep. */
+
+/* The learning rate of step t, lr_at, is optim/lr_schedule.h's (torch.optim.lr_scheduler),
+ * included at the top. */
+
+#ifdef EXERCISE_ADAMW /* graded exercise: make exercise EX=adamw */
 #include EXERCISE_FILE
 #else
-static void unit_post_backward(Trainer *t, int ui) {
-    span_end(t, ui, PHASE_BACKWARD);
-    reduce_grad_finish(t); /* the previous unit's: one reduction in flight at a time */
-    if (reshards_after_backward(t)) {
-        unit_free_full_params(t, ui);
-        if (t->cfg.backward_prefetch == BACKWARD_POST)
-            unit_unshard_start(t, unit_next_backward(t, ui));
-    }
-    if (t->sync_grads) reduce_grad_start(t, ui);
-}
-#endif /* EXERCISE_POST_BACKWARD */
-
-/* ------------------------------------------------------------------------
- * zero1 (DeepSpeed's ZeRO stage 1)
- *
- * Every rank keeps the full parameters and the full gradient, as DDP does,
- * but AdamW's state only for its 1/N shard. So after backward the gradient
- * needs averaging only on the rank that updates it: a reduce-scatter,
- * written in place into the rank's own slice of the full gradient, instead
- * of DDP's all-reduce (reduce_grad_start). After the step each rank has
- * updated its slice of the parameters, and an all-gather in place hands
- * every rank the others': the other half of DDP's all-reduce, so the
- * traffic equals DDP's, and the optimizer state falls by N. As in
- * DeepSpeed, the gradients are reduced once a step, after the last
- * micro-batch of --grad-accum (sync_grads, section 11).
- * --------------------------------------------------------------------- */
-/* After zero1's step: every rank's slice of the parameters to every rank */
-void units_gather_replicas(Trainer *t) {
+static void adamw_step(Trainer *t) {
+    const Config *c = &t->cfg;
+    span_begin(t, -1, PHASE_OPTIMIZER);
+    t->adam_step++;
+    AdamWStep s = {lr_at(c, t->adam_step - 1), /* the step just counted: t from 0 */
+                   c->beta1, c->beta2, c->eps, c->weight_decay,
+                   1.0f - powf(c->beta1, (float)t->adam_step),
+                   sqrtf(1.0f - powf(c->beta2, (float)t->adam_step)),
+                   c->optimizer == OPTIMIZER_ADAM};
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        CommHandle h = comm_all_gather_start(&t->comm, u->full_param, DTYPE_FP32, u->shard_param,
-                                             u->shard, ui, t->cfg.param_dtype);
-        comm_wait(&t->comm, &h);
+        if (u->master_param)
+            STATE_FOR_EACH(u->offloaded, u->shard, adamw_mixed_one, u->master_param, u->exp_avg,
+                           u->exp_avg_sq, u->shard_grad, s, u->shard_param, c->param_dtype,
+                           u->shard_held);
+        else STATE_FOR_EACH(u->offloaded, u->shard, adamw_one, (float *)u->shard_param, u->exp_avg,
+                            u->exp_avg_sq, u->shard_grad, s);
     }
+    span_end(t, -1, PHASE_OPTIMIZER);
+}
+#endif /* EXERCISE_ADAMW */
+
+/* ============================================================================
+ * 5. One step, end to end
+ *
+ * (The training loop around it, run_training, is the program's: main.c.)
+ *
+ * forward:  enter each module (unit hooks gather), compute, leave (free)
+ * backward: the same modules in reverse (hooks gather, reduce-scatter, free)
+ * step:     AdamW on this rank's shards
+ * ========================================================================== */
+
+/* The model FSDP wraps calls the hooks of section 3 at every module, and this section calls
+ * it: model_forward, model_backward, gpt2_forward, ..., declared in trainer.h. The byte MLP
+ * (model/mlp.h) and GPT-2 (model/gpt2.h) are included by main.c, after this file: the one
+ * loop of the design, kept out of fsdp.c's includes. */
+
+/* ------------------------------------------------------------------------
+ * Data
+ *
+ * The embedded corpus is a small random "language", generated from the seed
+ * so the demo needs no download: a vocabulary of made-up words, and a Markov
+ * chain in which each word is followed by one of a few successors with Zipf
+ * weights (1, 1/2, 1/3, ...). Because we know the chain, we know the entropy
+ * of the text per byte: no model can predict better, so a falling loss has a
+ * known floor (printed at startup). --data FILE trains on any file's bytes.
+ *
+ * Sampling follows PyTorch's DistributedSampler: the global batch of step s
+ * is fixed by (seed, s); sample j goes to rank j mod N. Every rank gets the
+ * same number of samples, and together they cover the batch a single rank
+ * would train on, so the averaged gradient is the same mathematics.
+ * --------------------------------------------------------------------- */
+
+/* The sampler is data/sampler.h's, included at the top: sampler_local_batch (the byte
+ * MLP's samples), sampler_local_sequences (GPT-2's, each token checked). */
+
+/* Micro-batch `micro` of this rank's part of global batch number `step`:
+ * its samples [micro * B, (micro + 1) * B) of the local batch are drawn on
+ * the host and copied to the device (on the CPU, from one host buffer to
+ * another). The K micro-batches together are the local batch. */
+static void trainer_load_batch(Trainer *t, int step, int micro) {
+    const Config *c = &t->cfg;
+    int B = t->micro_batch;
+    if (backend.dry) return; /* --plan: the batch is booked in the ledger, never drawn */
+    if (c->arch == ARCH_GPT2) {
+        gpt2_load_batch(t, &t->corpus, step, micro);
+        return;
+    }
+    long BT = (long)B * c->context; /* the stage: targets (B), rows by byte (3 BT), bytes (BT) */
+    int *targets = (int *)batch_stage(((size_t)B + 3 * (size_t)BT) * sizeof(int) + (size_t)BT);
+    unsigned char *tokens = (unsigned char *)(targets + B + 3 * BT);
+    sampler_local_batch(&t->corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
+                        c->context, tokens, targets);
+    dev_from_host_queued(t->act.tokens, tokens, (size_t)BT);
+    dev_from_host_queued(t->act.targets, targets, (size_t)B * sizeof(int));
+    int *ids = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by byte");
+    for (long n = 0; n < BT; n++) ids[n] = tokens[n];
+    token_rows_load(&t->act.by_token, ids, BT, c->vocab, targets + B);
+    free(ids);
+    batch_staged(); /* the next batch_stage waits for these copies */
 }
 
-/* The end of backward: every reduce-scatter done, every shard gradient
- * ready for the optimizer (or, inside no_sync, every full gradient kept). */
-void units_finish_backward(Trainer *t) {
-    reduce_grad_finish(t);
-    /* --cpu-offload: the gradient shards' copies to the host, queued
-     * (offload_copy), are there before clipping, the scaler or AdamW read them */
-    if (t->cfg.cpu_offload) dev_synchronize();
-    for (int v = 0; v < t->n_units; v++) {
-        /* a full state kept past backward would be stale after the step */
-        if (is_sharded(t) && t->sync_grads && (t->units[v].full_param || t->units[v].gathering))
-            FATAL("this is a bug in fsdp.c's lifecycle", "%s is still gathered after backward",
-                  t->units[v].name);
-    }
+/* The model FSDP wraps: the byte MLP (model/mlp.h) or GPT-2 (model/gpt2.h) */
+static float trainer_forward(Trainer *t) {
+    comm_shards_settled(&t->comm); /* what the unshards below wait for, and no more */
+    return t->cfg.arch == ARCH_GPT2 ? gpt2_forward(t) : model_forward(t);
 }
-
-/* Module boundaries: the model's code calls these on entering and leaving
- * every module; the hooks fire where a module is the root of a unit. */
-void module_pre_forward(Trainer *t, int module) {
-    int ui = t->model.modules[module].unit;
-    if (ui < 0) return;
-    if (t->recomputing) unit_unshard(t, ui); /* activation checkpointing: section 11 */
-    else unit_pre_forward(t, ui);
-}
-void module_post_forward(Trainer *t, int module) {
-    int ui = t->model.modules[module].unit;
-    if (ui >= 0 && !t->recomputing) unit_post_forward(t, ui);
-}
-void module_pre_backward(Trainer *t, int module) {
-    if (t->model.modules[module].unit >= 0) unit_pre_backward(t, t->model.modules[module].unit);
-}
-/* Mixed precision: a gradient in fp32 slots rounded to param_dtype, as 16 bits hold it */
-void grad_round(Trainer *t, const Param *p) {
-    if (grad_dtype(t) == DTYPE_FP32) round_all((float *)p->grad, p->numel, t->cfg.param_dtype);
-}
-void module_post_backward(Trainer *t, int module) {
-    const Module *mod = &t->model.modules[module];
-    for (int i = 0; i < mod->n_params; i++) grad_round(t, &t->model.params[mod->params[i]]);
-    if (mod->unit >= 0) unit_post_backward(t, mod->unit);
+static void trainer_backward(Trainer *t) {
+    if (t->cfg.arch == ARCH_GPT2) gpt2_backward(t);
+    else model_backward(t);
 }
 
 /* The sum over ranks of one number each, the same bits on every rank: an
@@ -1096,27 +1078,261 @@ static double sum_over_ranks(Trainer *t, CommGroup group, float mine, const char
     return sum;
 }
 
+/* The mean of the N ranks' losses, summed in rank order so every rank gets
+ * the same bits. It travels as an all-gather of one float per rank. */
+float global_mean_loss(Trainer *t, float local_loss) {
+    return (float)(sum_over_ranks(t, GROUP_WORLD, local_loss, "the loss all-gather") /
+                   t->comm.world);
+}
+
+float trainer_step(Trainer *t, int step) {
+    int K = t->cfg.grad_accum;
+    t->steps_run++;
+    double loss = 0.0;
+    t->comm.step = step;
+    sim_on_step(&t->sim, step);
+    for (t->micro = 0; t->micro < K; t->micro++) {
+        t->sync_grads = (!t->cfg.no_sync && !is_zero1(t)) || t->micro == K - 1;
+        trainer_load_batch(t, step, t->micro);
+        loss += trainer_forward(t);
+        trainer_backward(t);
+    }
+    t->skipped_step = t->cfg.grad_scaler && !grad_scaler_unscale(t);
+    if (!t->skipped_step) {
+        if (t->cfg.clip_grad_norm > 0.0f) clip_grad_norm(t, t->cfg.clip_grad_norm);
+        adamw_step(t);
+        if (is_zero1(t)) units_gather_replicas(t);
+    }
+    if (t->cfg.grad_scaler) grad_scaler_update(t);
+    return global_mean_loss(t, (float)(loss / K));
+}
+
 /* ============================================================================
- * 9. Sharded AdamW
+ * 6. Prefetch and the limiter      PyTorch: forward_prefetch, backward_prefetch,
+ *                                            limit_all_gathers
  *
- * torch.optim.AdamW, step t, for one element with gradient g:
- *   p  <- p * (1 - lr * weight_decay)          (decoupled weight decay)
- *   m  <- beta1 * m + (1 - beta1) * g
- *   v  <- beta2 * v + (1 - beta2) * g^2
- *   p  <- p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
- * Every element's update depends on that element alone, so each rank steps
- * its own shard with its own shard of m and v: the optimizer state is
- * sharded for free, and no communication is needed.
- * --optimizer adam is torch.optim.Adam: its weight decay is L2, added to the
- * gradient (g <- g + weight_decay * p) before the same update, and no
- * decoupled decay; PyTorch's default weight_decay is then 0.
+ * Prefetch starts the next unit's all-gather early (unit_unshard_start,
+ * section 2), so it travels while this unit computes: --forward-prefetch in
+ * the pre-forward hook, --backward-prefetch pre or post in the pre- or the
+ * post-backward hook (section 3).
+ *
+ * Which unit is next comes from the order recorded in the first forward
+ * (PyTorch records it too): forward runs pre_order, backward runs
+ * post_order backwards. Forward prefetch starts in the second step; the
+ * first backward already knows its order.
+ *
+ * The rate limiter (--limit-all-gathers, PyTorch's limit_all_gathers,
+ * on by default) lets at most two all-gathers be in flight: before a third
+ * starts, the oldest is waited for. On a GPU the CPU queues kernels far
+ * ahead of the compute stream, and without the limiter it would queue
+ * all-gather after all-gather and fill the memory with prefetched units.
+ * (PyTorch bounds the same run-ahead by frees: before an all-gather, the
+ * CPU waits until the GPU has passed the free of the unit resharded two
+ * frees ago; _FreeEventQueue. Ours counts all-gathers: the same guard,
+ * measured at the other end.) Here compute runs on the main thread itself,
+ * so the hooks' schedules never reach a third; the limiter is the
+ * guarantee, and the tests check it.
  * ========================================================================== */
 
-/* AdamW's element code is optim/adamw.h's, included at the top: adamw_update_one (one
- * element of the update above), adamw_one, adamw_mixed_one, AdamWStep. */
+/* The unit after ui in forward (or backward) order, or -1. */
+static int unit_next_forward(const Trainer *t, int ui) {
+    for (int i = 0; t->order_known && i + 1 < t->n_pre; i++)
+        if (t->pre_order[i] == ui) return t->pre_order[i + 1];
+    return -1;
+}
+static int unit_next_backward(const Trainer *t, int ui) {
+    for (int i = t->n_post - 1; t->order_known && i > 0; i--)
+        if (t->post_order[i] == ui) {
+            int next = t->post_order[i - 1];
+            /* as PyTorch's _needs_pre_backward_unshard: never gather a unit
+             * whose backward is over (the root's post-backward is last) */
+            return t->units[next].needs_backward ? next : -1;
+        }
+    return -1;
+}
 
-/* The learning rate of step t, lr_at, is optim/lr_schedule.h's (torch.optim.lr_scheduler),
- * included at the top. */
+/* Before an all-gather starts (--limit-all-gathers): while two are in
+ * flight, wait for the oldest. */
+static void unshard_rate_limit(Trainer *t) {
+    while (t->gathers_in_flight >= 2) {
+        int oldest = -1;
+        for (int v = 0; v < t->n_units; v++)
+            if (t->units[v].gathering &&
+                (oldest < 0 || t->units[v].gather.number < t->units[oldest].gather.number))
+                oldest = v;
+        if (oldest < 0) FATAL("this is a bug in fsdp.c's lifecycle", "all-gathers miscounted");
+        unit_unshard_wait(t, oldest);
+    }
+}
+
+/* ============================================================================
+ * 7. CPU offload                      PyTorch: CPUOffload(offload_params=True)
+ *
+ * --cpu-offload keeps a unit's shards (parameters, gradient) and AdamW's
+ * state in the host's memory, and runs the optimizer on the CPU there (as
+ * PyTorch does: the optimizer sees CPU parameters). The device holds only
+ * what computes: gathered full states, full gradients, activations, and
+ * for a while a unit's shard, copied over PCIe:
+ *   to the device  the parameter shard, the input of each all-gather of the
+ *                  unit, freed once the all-gather is done (as PyTorch does at
+ *                  every unshard): once a step under shard_grad_op, twice
+ *                  under full_shard (forward and backward) but for the root;
+ *   to the host    the averaged gradient shard, when its reduce-scatter is
+ *                  done, added to the host's shard after the first
+ *                  micro-batch of --grad-accum.
+ * --vram limits the device alone, so a model too large for full_shard's
+ * shards on the device trains with them on the host, at the price of the
+ * copies (counted, traced, and priced on sim/net.c's pcie link) and of a
+ * CPU optimizer step. The ledger books the host's buffers apart.
+ * ========================================================================== */
+/* count values of format d between host and device, counted and priced.
+ * The copy is queued on the compute stream, not waited for: waiting
+ * would stall the host, and with it the next kernels, until the GPU had
+ * run everything queued (under prefetch, the unit computing now). The
+ * host's side is safe all the same. To the device: the all-gather that
+ * reads the copy is queued after it, and the host waits for that
+ * all-gather (unit_unshard_wait) before it frees the device's copy or
+ * changes the host's shard (AdamW, after every all-gather of the step).
+ * To the host: whoever reads the shard there waits for the stream first
+ * (unit_grad_to_host when it adds at once, else units_finish_backward). */
+static void offload_copy(Trainer *t, int ui, void *dst, const void *src, long count, Dtype held,
+                         Dtype d, CopyDirection dir) {
+    SimPhase phase = dir == TO_DEVICE ? PHASE_TO_DEVICE : PHASE_TO_HOST;
+    size_t physical = (size_t)count * dtype_bytes(held);
+    double bytes = (double)count * dtype_bytes(d);
+    const NetModel *pcie = net_model_find("pcie");
+    sim_span_begin(&t->sim, ui, phase);
+    if (dir == TO_DEVICE) dev_from_host_queued(dst, src, physical);
+    else dev_to_host_queued(dst, src, physical);
+    sim_span_end(&t->sim, ui, phase);
+    t->copy_calls[dir]++;
+    t->copy_bytes[dir] += bytes;
+    t->copy_sim_seconds += pcie->alpha + bytes / pcie->bandwidth;
+}
+
+/* The all-gather's input: the shard, on the device, held in shard_held */
+static const void *unit_gather_input(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    Dtype d = t->cfg.param_dtype;
+    if (!u->offloaded) return u->shard_param;
+    if (!u->device_shard) { /* the copy writes it all */
+        u->device_shard = ledger_alloc_held(&t->ledger, MEM_PARAM_SHARD, (size_t)u->shard,
+                                            u->shard_held, d, u->name, ON_DEVICE_OVERWRITTEN);
+        offload_copy(t, ui, u->device_shard, u->shard_param, u->shard, u->shard_held, d, TO_DEVICE);
+        comm_shards_settled(&t->comm); /* its all-gather waits for the copy */
+    }
+    return u->device_shard;
+}
+
+/* After the reduce-scatter (which wrote a fresh shard on the device,
+ * reduce_grad_start): the averaged shard to the host's shard, added to the
+ * earlier micro-batches' there */
+static void unit_grad_to_host(Trainer *t, int ui, float *host_shard) {
+    Unit *u = &t->units[ui];
+    int add = t->micro > 0 && !t->cfg.no_sync;
+    Dtype d = t->cfg.reduce_dtype;
+    float *dst = host_shard;
+    if (add)
+        dst = ledger_alloc_host_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, d,
+                                       "the gradient from the device", 0);
+    offload_copy(t, ui, dst, u->shard_grad, u->shard, DTYPE_FP32, d, TO_HOST);
+    if (add) {
+        dev_synchronize(); /* the copy, before the host reads it */
+        HOST_FOR_EACH(u->shard, add_one, host_shard, dst);
+        if (d != DTYPE_FP32) HOST_FOR_EACH(u->shard, round_one, host_shard, d);
+        ledger_free(&t->ledger, dst);
+    }
+    ledger_free(&t->ledger, u->shard_grad);
+    u->shard_grad = host_shard;
+}
+
+/* ============================================================================
+ * 8. Hybrid groups                     PyTorch: ShardingStrategy.HYBRID_SHARD
+ *
+ * hybrid_shard and hybrid_shard_zero2 shard each unit over the G ranks of
+ * a node (GROUP_SHARD) and replicate it across nodes (GROUP_REPLICA): the
+ * all-gathers and reduce-scatters stay on the node's fast links, and one
+ * all-reduce of each gradient shard crosses the slow ones.
+ * ========================================================================== */
+
+/* Which ranks share a unit's shards: all N, or with the hybrid strategies
+ * the G of this rank's node (comm/groups.h's comm_split_nodes). */
+static void trainer_split_nodes(Trainer *t) {
+    const Config *c = &t->cfg;
+    int N = t->comm.world, G = c->ranks_per_node ? c->ranks_per_node : N;
+    int hybrid = c->strategy == STRATEGY_HYBRID_SHARD || c->strategy == STRATEGY_HYBRID_SHARD_ZERO2;
+    const NetModel *intra = NULL, *inter = NULL;
+    net_models_of(c->net, &intra, &inter);
+    comm_split_nodes(&t->comm, G, hybrid, intra, inter);
+    t->shard_rank = t->comm.group[GROUP_SHARD]->rank;
+    t->shard_world = t->comm.group[GROUP_SHARD]->world;
+}
+
+/* The hybrid strategies, after the reduce-scatter within the node: the
+ * ranks holding the same shard on the other nodes (GROUP_REPLICA, R of
+ * them) average their shards of the gradient with an all-reduce over the
+ * slow links, so every replica takes the same step. The ring needs a
+ * multiple of R elements; a shard that is not one travels padded with
+ * zeros in a staging buffer, as NCCL pads internally. It runs at once,
+ * here: the node's reduce-scatter has just finished. */
+static void unit_reduce_replicas(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    int R = t->comm.group[GROUP_REPLICA]->world;
+    long padded = ceil_div(u->shard, R) * R;
+    float *buf = u->shard_grad;
+    if (padded != u->shard) {
+        buf = ledger_alloc_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)padded, t->cfg.reduce_dtype,
+                                  "the replicas' all-reduce");
+        dev_copy(buf, u->shard_grad, (size_t)u->shard * sizeof(float));
+    }
+    CommHandle h = comm_all_reduce_in(&t->comm, GROUP_REPLICA, buf, padded, ui, &t->ledger);
+    comm_wait(&t->comm, &h);
+    if (buf == u->shard_grad) return;
+    dev_copy(u->shard_grad, buf, (size_t)u->shard * sizeof(float));
+    ledger_free(&t->ledger, buf);
+}
+
+/* ============================================================================
+ * 9. ZeRO-1: zero1                         DeepSpeed: ZeRO stage 1
+ *
+ * Every rank keeps the full parameters and the full gradient, as DDP does,
+ * but AdamW's state only for its 1/N shard. So after backward the gradient
+ * needs averaging only on the rank that updates it: a reduce-scatter,
+ * written in place into the rank's own slice of the full gradient, instead
+ * of DDP's all-reduce (reduce_grad_start). After the step each rank has
+ * updated its slice of the parameters, and an all-gather in place hands
+ * every rank the others': the other half of DDP's all-reduce, so the
+ * traffic equals DDP's, and the optimizer state falls by N. As in
+ * DeepSpeed, the gradients are reduced once a step, after the last
+ * micro-batch of --grad-accum (sync_grads, section 5).
+ * ========================================================================== */
+/* After zero1's step: every rank's slice of the parameters to every rank */
+void units_gather_replicas(Trainer *t) {
+    for (int ui = 0; ui < t->n_units; ui++) {
+        Unit *u = &t->units[ui];
+        CommHandle h = comm_all_gather_start(&t->comm, u->full_param, DTYPE_FP32, u->shard_param,
+                                             u->shard, ui, t->cfg.param_dtype);
+        comm_wait(&t->comm, &h);
+    }
+}
+
+/* zero1: every rank's replica of the parameters starts as the same
+ * initial values, computed whole (as DDP's), and rounded to param_dtype */
+static void unit_init_replica(Trainer *t, Unit *u) {
+    float *host = (float *)host_calloc((size_t)u->padded + 1, sizeof(float), "initialise a unit");
+    unit_init_range(u, &t->model, 0, u->padded, t->cfg.seed, host);
+    dev_from_host(u->full_param, host, (size_t)u->padded * sizeof(float));
+    round_all((float *)u->full_param, u->padded, t->cfg.param_dtype);
+    free(host);
+}
+
+/* ============================================================================
+ * 10. Clipping, mixed precision and the loss scaler
+ *
+ * What may run between backward and AdamW, each on a rank's shards alone:
+ * clipping the gradient norm, gradients held in 16 bits rounded as they
+ * are, and dynamic loss scaling for fp16.
+ * ========================================================================== */
 
 /* ------------------------------------------------------------------------
  * Gradient clipping                         PyTorch: FSDP's clip_grad_norm_
@@ -1188,243 +1404,9 @@ static void clip_grad_norm(Trainer *t, float max_norm) {
                        t->units[ui].shard_grad, coef);
 }
 
-#ifdef EXERCISE_ADAMW /* graded exercise: make exercise EX=adamw */
-#include EXERCISE_FILE
-#else
-static void adamw_step(Trainer *t) {
-    const Config *c = &t->cfg;
-    span_begin(t, -1, PHASE_OPTIMIZER);
-    t->adam_step++;
-    AdamWStep s = {lr_at(c, t->adam_step - 1), /* the step just counted: t from 0 */
-                   c->beta1, c->beta2, c->eps, c->weight_decay,
-                   1.0f - powf(c->beta1, (float)t->adam_step),
-                   sqrtf(1.0f - powf(c->beta2, (float)t->adam_step)),
-                   c->optimizer == OPTIMIZER_ADAM};
-    for (int ui = 0; ui < t->n_units; ui++) {
-        Unit *u = &t->units[ui];
-        if (u->master_param)
-            STATE_FOR_EACH(u->offloaded, u->shard, adamw_mixed_one, u->master_param, u->exp_avg,
-                           u->exp_avg_sq, u->shard_grad, s, u->shard_param, c->param_dtype,
-                           u->shard_held);
-        else STATE_FOR_EACH(u->offloaded, u->shard, adamw_one, (float *)u->shard_param, u->exp_avg,
-                            u->exp_avg_sq, u->shard_grad, s);
-    }
-    span_end(t, -1, PHASE_OPTIMIZER);
-}
-#endif /* EXERCISE_ADAMW */
-
-/* ============================================================================
- * 10. Data
- *
- * The embedded corpus is a small random "language", generated from the seed
- * so the demo needs no download: a vocabulary of made-up words, and a Markov
- * chain in which each word is followed by one of a few successors with Zipf
- * weights (1, 1/2, 1/3, ...). Because we know the chain, we know the entropy
- * of the text per byte: no model can predict better, so a falling loss has a
- * known floor (printed at startup). --data FILE trains on any file's bytes.
- *
- * Sampling follows PyTorch's DistributedSampler: the global batch of step s
- * is fixed by (seed, s); sample j goes to rank j mod N. Every rank gets the
- * same number of samples, and together they cover the batch a single rank
- * would train on, so the averaged gradient is the same mathematics.
- * ========================================================================== */
-
-/* The sampler is data/sampler.h's, included at the top: sampler_local_batch (the byte
- * MLP's samples), sampler_local_sequences (GPT-2's, each token checked). */
-
-/* ============================================================================
- * 11. The trainer: one step, end to end
- *
- * (The training loop around it, run_training, is the program's: main.c.)
- *
- * forward:  enter each module (unit hooks gather), compute, leave (free)
- * backward: the same modules in reverse (hooks gather, reduce-scatter, free)
- * step:     AdamW on this rank's shards
- * ========================================================================== */
-
-/* The model FSDP wraps calls the hooks of section 8 at every module, and this section calls
- * it: model_forward, model_backward, gpt2_forward, ..., declared in trainer.h. The byte MLP
- * (model/mlp.h) and GPT-2 (model/gpt2.h) are included by main.c, after this file: the one
- * loop of the design, kept out of fsdp.c's includes. */
-
-/* A unit's persistent state on this rank: its shard of the parameters and
- * of the gradient, and AdamW's two moments. With mixed precision the
- * shard of the parameters is kept in param_dtype (the all-gather's input)
- * and the gradient's in reduce_dtype (the reduce-scatter's output), and the
- * fp32 master parameters join the optimizer state, as in DeepSpeed and the
- * ZeRO paper: 2 + 2 bytes per parameter, and 4 + 4 + 4 of optimizer state
- * (PyTorch FSDP keeps the shard itself in fp32 and casts a copy for each
- * all-gather: the same numbers, booked under other names). */
-static void unit_alloc_state(Trainer *t, Unit *u) {
-    const Config *c = &t->cfg;
-    Ledger *l = &t->ledger;
-    size_t S = (size_t)u->shard;
-    u->shard_held = full_dtype(t); /* as the all-gather sends it, into the full state */
-    /* a gradient kept whole holds param_dtype values in backward and
-     * reduce_dtype ones after the reduction: the wider of the two */
-    Dtype whole_grad = c->param_dtype == DTYPE_FP32 ? DTYPE_FP32 : c->reduce_dtype;
-    if (is_zero1(t)) { /* whole parameters and gradient; the shards are slices of them */
-        size_t P = (size_t)u->padded, lo = (size_t)shard_begin(u, t->shard_rank);
-        u->full_param = ledger_alloc_floats(l, MEM_PARAM_SHARD, P, c->param_dtype, u->name);
-        u->full_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, P, whole_grad, u->name);
-        u->shard_param = u->full_param ? (float *)u->full_param + lo : NULL;
-        u->shard_grad = u->full_grad ? (float *)u->full_grad + lo : NULL;
-    } else if (c->cpu_offload) { /* all of it in the host's memory (section 8) */
-        u->offloaded = 1;
-        /* the shard and its gradient cross PCIe every step: pinned */
-        u->shard_param =
-            ledger_alloc_host(l, MEM_PARAM_SHARD, S, u->shard_held, c->param_dtype, u->name, 1);
-        u->shard_grad = ledger_alloc_host_floats(l, MEM_GRAD_SHARD, S, c->reduce_dtype, u->name, 1);
-        u->exp_avg = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
-        u->exp_avg_sq = ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
-        if (c->param_dtype != DTYPE_FP32)
-            u->master_param =
-                ledger_alloc_host_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name, 0);
-        return;
-    } else {
-        Dtype g = c->strategy == STRATEGY_NO_SHARD ? whole_grad : c->reduce_dtype;
-        u->shard_param = ledger_alloc_held(l, MEM_PARAM_SHARD, S, u->shard_held, c->param_dtype,
-                                           u->name, ON_DEVICE);
-        u->shard_grad = ledger_alloc_floats(l, MEM_GRAD_SHARD, S, g, u->name);
-    }
-    if (c->strategy == STRATEGY_NO_SHARD) { /* DDP: the "shard" is the whole flat parameter */
-        u->full_param = u->shard_param;
-        u->full_grad = u->shard_grad;
-    }
-    u->exp_avg = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
-    u->exp_avg_sq = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
-    if (c->param_dtype != DTYPE_FP32)
-        u->master_param = ledger_alloc_floats(l, MEM_OPTIM_STATE, S, DTYPE_FP32, u->name);
-}
-
-/* zero1: every rank's replica of the parameters starts as the same
- * initial values, computed whole (as DDP's), and rounded to param_dtype */
-static void unit_init_replica(Trainer *t, Unit *u) {
-    float *host = (float *)host_calloc((size_t)u->padded + 1, sizeof(float), "initialise a unit");
-    unit_init_range(u, &t->model, 0, u->padded, t->cfg.seed, host);
-    dev_from_host(u->full_param, host, (size_t)u->padded * sizeof(float));
-    round_all((float *)u->full_param, u->padded, t->cfg.param_dtype);
-    free(host);
-}
-
-/* Which ranks share a unit's shards: all N, or with the hybrid strategies
- * the G of this rank's node (section 4, comm_split_nodes). */
-static void trainer_split_nodes(Trainer *t) {
-    const Config *c = &t->cfg;
-    int N = t->comm.world, G = c->ranks_per_node ? c->ranks_per_node : N;
-    int hybrid = c->strategy == STRATEGY_HYBRID_SHARD || c->strategy == STRATEGY_HYBRID_SHARD_ZERO2;
-    const NetModel *intra = NULL, *inter = NULL;
-    net_models_of(c->net, &intra, &inter);
-    comm_split_nodes(&t->comm, G, hybrid, intra, inter);
-    t->shard_rank = t->comm.group[GROUP_SHARD]->rank;
-    t->shard_world = t->comm.group[GROUP_SHARD]->world;
-}
-
-Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
-    Trainer *t = (Trainer *)host_calloc(1, sizeof(Trainer), "allocate the trainer");
-    t->cfg = *cfg;
-    /* stepping, checking and debugging want every collective on the main thread */
-    int threaded = !cfg->inline_collectives && !cfg->step_mode && !cfg->check_collectives &&
-                   !cfg->wait_for_debugger && !backend.dry; /* --plan sends nothing */
-    comm_init(&t->comm, comm, cfg->collectives, net_model_find(cfg->net ? cfg->net : "none"),
-              threaded);
-    /* a person may pause a rank for minutes there: the watchdogs keep still */
-    int stepping = cfg->step_mode || cfg->check_collectives || cfg->wait_for_debugger;
-    t->comm.timeout = stepping ? 0 : cfg->collective_timeout;
-    t->ledger.budget = cfg->vram;
-    t->ledger.rank = t->comm.rank;
-    t->ledger.defer_oom = 1; /* until ledger_agree_fits, below */
-    t->local_batch = cfg->batch / t->comm.world;
-    t->comm.reduce_dtype = cfg->reduce_dtype;
-    trainer_split_nodes(t);
-    t->micro_batch = t->local_batch / cfg->grad_accum;
-    t->sync_grads = 1;
-    t->loss_scale = cfg->grad_scaler ? cfg->init_scale : 1.0f;
-    if (cfg->arch == ARCH_GPT2) gpt2_build(&t->model, cfg);
-    else model_build(&t->model, cfg);
-    t->n_units = autowrap(&t->model, cfg->auto_wrap, cfg->min_params);
-    t->units = (Unit *)host_calloc((size_t)t->n_units, sizeof(Unit), "allocate the units");
-    t->pre_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
-    t->post_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
-    units_layout(t->units, t->n_units, &t->model, t->shard_world, cfg->strategy);
-    char err[512];
-    if (sim_init(&t->sim, &t->cfg, &t->ledger, t->units, t->n_units, comm, err, sizeof(err)) != 0) {
-        if (t->comm.rank == 0) fprintf(stderr, "error: %s\n", err);
-        exit_all(2);
-    }
-    t->comm.sim = &t->sim;
-    t->comm.keep_events = cfg->trace_path != NULL; /* the trace needs every event */
-    t->ledger.sim = &t->sim;
-    t->comm.reduce_dtype = cfg->reduce_dtype;
-    for (int ui = 0; ui < t->n_units; ui++) {
-        Unit *u = &t->units[ui];
-        unit_alloc_state(t, u);
-        if (t->ledger.oom_report) break; /* over budget: build no more; ledger_agree_fits stops */
-        if (!is_sharded(t)) unit_set_views(u, &t->model, DTYPE_FP32, DTYPE_FP32); /* always there */
-        if (backend.dry) continue; /* --plan: no values, only the ledger's bookings */
-        unit_init_shard(u, &t->model, t->shard_rank, cfg->seed, unit_state_host(u, 0));
-        unit_state_to_device(u, cfg->param_dtype);
-        if (is_zero1(t)) unit_init_replica(t, u);
-    }
-    if (!t->ledger.oom_report && cfg->arch == ARCH_GPT2)
-        gpt2_activations_alloc(&t->gpt, &t->ledger, cfg, t->micro_batch);
-    else if (!t->ledger.oom_report)
-        activations_alloc(&t->act, &t->ledger, cfg, t->micro_batch);
-    ledger_agree_fits(&t->ledger, comm);
-    if (cfg->data_path) {
-        if (corpus_load_file(&t->corpus, "--data", cfg->data_path, cfg, err, sizeof(err)) != 0)
-            FATAL("the file changed since the command line was checked", "%s", err);
-    } else {
-        corpus_synthetic(&t->corpus, cfg->seed);
-    }
-    return t;
-}
-
-long trainer_num_params(const Trainer *t) { return t->model.total_numel; }
-
-/* Every parameter in model order (named_parameters() order), gathered from
- * the shards; every rank receives the whole model. For tests (the export
- * gathers one unit at a time, with unit_gather). */
-void trainer_gather_params(Trainer *t, float *out) {
-    Model *m = &t->model;
-    for (int ui = 0; ui < t->n_units; ui++) {
-        float *full = unit_gather(t, ui);
-        long pos = 0;
-        for (int i = 0; i < m->n_params; i++) {
-            Param *p = &m->params[i];
-            if (p->unit == ui)
-                dev_to_host(out + pos, full + p->offset, (size_t)p->numel * sizeof(float));
-            pos += p->numel;
-        }
-        unit_release_gathered(t, ui, full);
-    }
-}
-
-void trainer_destroy(Trainer *t) {
-    if (!t) return;
-    for (int ui = 0; ui < t->n_units; ui++) {
-        free(t->units[ui].params);
-        free(t->units[ui].host_state);
-    }
-    free(t->units);
-    free(t->host_peaks);
-    free(t->pre_order);
-    free(t->post_order);
-    corpus_release(&t->corpus);
-    model_free(&t->model);
-    comm_release(&t->comm);
-    t->ledger.sim = NULL; /* releasing is not an event worth recording */
-    ledger_release_all(&t->ledger);
-    dev_empty_cache();
-    sim_release(&t->sim);
-    free(t);
-}
-
-/* The mean of the N ranks' losses, summed in rank order so every rank gets
- * the same bits. It travels as an all-gather of one float per rank. */
-float global_mean_loss(Trainer *t, float local_loss) {
-    return (float)(sum_over_ranks(t, GROUP_WORLD, local_loss, "the loss all-gather") /
-                   t->comm.world);
+/* Mixed precision: a gradient in fp32 slots rounded to param_dtype, as 16 bits hold it */
+void grad_round(Trainer *t, const Param *p) {
+    if (grad_dtype(t) == DTYPE_FP32) round_all((float *)p->grad, p->numel, t->cfg.param_dtype);
 }
 
 /* ------------------------------------------------------------------------
@@ -1469,35 +1451,9 @@ static void grad_scaler_update(Trainer *t) {
     }
 }
 
-/* Micro-batch `micro` of this rank's part of global batch number `step`:
- * its samples [micro * B, (micro + 1) * B) of the local batch are drawn on
- * the host and copied to the device (on the CPU, from one host buffer to
- * another). The K micro-batches together are the local batch. */
-static void trainer_load_batch(Trainer *t, int step, int micro) {
-    const Config *c = &t->cfg;
-    int B = t->micro_batch;
-    if (backend.dry) return; /* --plan: the batch is booked in the ledger, never drawn */
-    if (c->arch == ARCH_GPT2) {
-        gpt2_load_batch(t, &t->corpus, step, micro);
-        return;
-    }
-    long BT = (long)B * c->context; /* the stage: targets (B), rows by byte (3 BT), bytes (BT) */
-    int *targets = (int *)batch_stage(((size_t)B + 3 * (size_t)BT) * sizeof(int) + (size_t)BT);
-    unsigned char *tokens = (unsigned char *)(targets + B + 3 * BT);
-    sampler_local_batch(&t->corpus, c->seed, step, t->comm.rank, t->comm.world, micro * B, B,
-                        c->context, tokens, targets);
-    dev_from_host_queued(t->act.tokens, tokens, (size_t)BT);
-    dev_from_host_queued(t->act.targets, targets, (size_t)B * sizeof(int));
-    int *ids = (int *)host_malloc((size_t)BT * sizeof(int), "group a batch by byte");
-    for (long n = 0; n < BT; n++) ids[n] = tokens[n];
-    token_rows_load(&t->act.by_token, ids, BT, c->vocab, targets + B);
-    free(ids);
-    batch_staged(); /* the next batch_stage waits for these copies */
-}
-
-/* ------------------------------------------------------------------------
- * Gradient accumulation                     PyTorch: a loop of forward and
- *                                            backward, and FSDP's no_sync()
+/* ============================================================================
+ * 11. Gradient accumulation and no_sync    PyTorch: a loop of forward and
+ *                                          backward, and FSDP's no_sync()
  *
  * --grad-accum K runs K forward and backward passes on micro-batches of
  * local_batch / K samples before one optimizer step: the activations are
@@ -1512,27 +1468,35 @@ static void trainer_load_batch(Trainer *t, int step, int micro) {
  *              reduce-scatter a step, and every unit's full gradient alive
  *              from the first backward to the last.
  * Both are one batch of local_batch samples, up to the order of the sums.
- * --------------------------------------------------------------------- */
-/* The model FSDP wraps: the byte MLP (model/mlp.h) or GPT-2 (model/gpt2.h) */
-static float trainer_forward(Trainer *t) {
-    comm_shards_settled(&t->comm); /* what the unshards below wait for, and no more */
-    return t->cfg.arch == ARCH_GPT2 ? gpt2_forward(t) : model_forward(t);
-}
-static void trainer_backward(Trainer *t) {
-    if (t->cfg.arch == ARCH_GPT2) gpt2_backward(t);
-    else model_backward(t);
+ * ========================================================================== */
+
+/* --grad-accum without --no-sync: the reduce-scatter wrote this
+ * micro-batch's averaged shard into a fresh buffer; added into the sum of
+ * the earlier ones (kept), which becomes the shard again. The sum is kept
+ * in reduce_dtype, the shard's format (PyTorch keeps its _saved_grad_shard
+ * in fp32, beside the fp32 parameters). */
+static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept) {
+    FOR_EACH(u->shard, add_one, kept, u->shard_grad);
+    round_all(kept, u->shard, t->cfg.reduce_dtype);
+    ledger_free(&t->ledger, u->shard_grad);
+    u->shard_grad = kept;
 }
 
-/* ------------------------------------------------------------------------
- * Forward only                               PyTorch: model.eval() and
- *                                            torch.no_grad()
+/* ============================================================================
+ * 12. Forward only; activation checkpointing   PyTorch: model.eval() and
+ *                                               torch.no_grad()
  *
  * The validation loss and generation (GPT-2) run the model's forward on
  * the training buffers, through the same hooks, so every unit is gathered
  * and freed as in training. No backward follows, so what a forward leaves
  * gathered for backward (the root's unit; with shard_grad_op every unit)
  * is freed at its end, and no unit waits for a backward that never comes.
- * --------------------------------------------------------------------- */
+ *
+ * Activation checkpointing (--activation-checkpointing) is a forward
+ * again, inside backward: the model (model/mlp.h, model/gpt2.h) keeps
+ * only a block's input and recomputes the rest with t->recomputing set,
+ * so module_pre_forward (section 3) only unshards and no hook reshards.
+ * ========================================================================== */
 float trainer_forward_only(Trainer *t) {
     float loss = trainer_forward(t);
     for (int ui = 0; ui < t->n_units; ui++) {
@@ -1544,30 +1508,8 @@ float trainer_forward_only(Trainer *t) {
     return loss;
 }
 
-float trainer_step(Trainer *t, int step) {
-    int K = t->cfg.grad_accum;
-    t->steps_run++;
-    double loss = 0.0;
-    t->comm.step = step;
-    sim_on_step(&t->sim, step);
-    for (t->micro = 0; t->micro < K; t->micro++) {
-        t->sync_grads = (!t->cfg.no_sync && !is_zero1(t)) || t->micro == K - 1;
-        trainer_load_batch(t, step, t->micro);
-        loss += trainer_forward(t);
-        trainer_backward(t);
-    }
-    t->skipped_step = t->cfg.grad_scaler && !grad_scaler_unscale(t);
-    if (!t->skipped_step) {
-        if (t->cfg.clip_grad_norm > 0.0f) clip_grad_norm(t, t->cfg.clip_grad_norm);
-        adamw_step(t);
-        if (is_zero1(t)) units_gather_replicas(t);
-    }
-    if (t->cfg.grad_scaler) grad_scaler_update(t);
-    return global_mean_loss(t, (float)(loss / K));
-}
-
 /* ============================================================================
- * 12. Checkpoints
+ * 13. Checkpoints
  *
  * A sharded checkpoint is what FSDP makes natural: every rank writes its own
  * shards (parameters and AdamW's two moments) to its own file, and nobody
@@ -1602,6 +1544,55 @@ float trainer_step(Trainer *t, int step) {
  * Parameters are matched by name, so even a different --min-params (other
  * units) loads. Any N to any M.
  * ========================================================================== */
+
+/* A unit's full flat parameter, in fp32, in a new buffer: allocate
+ * `padded` elements and all-gather the shards into it (PyTorch: unshard).
+ * Where every rank already holds it in fp32 (no_shard; zero1 without mixed
+ * precision), the replica itself is returned. Give it back with
+ * unit_release_gathered. For export and tests; the lifecycle (section 2)
+ * does the same in two halves, so it can prefetch. */
+static float *unit_gather(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    if (t->cfg.strategy == STRATEGY_NO_SHARD) return unit_master(u);
+    if (is_zero1(t) && !u->master_param) return (float *)u->full_param; /* fp32 slots */
+    float *full = ledger_alloc_floats_overwritten(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded,
+                                                  DTYPE_FP32, u->name);
+    float *mine = unit_master(u), *staged = NULL;
+    if (u->offloaded) { /* the master is in the host's memory: to the device first */
+        staged = ledger_alloc_floats(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->shard, DTYPE_FP32,
+                                     "the shard, from the host");
+        dev_from_host(staged, mine, (size_t)u->shard * sizeof(float));
+        mine = staged;
+    }
+    CommHandle h =
+        comm_all_gather_start(&t->comm, full, DTYPE_FP32, mine, u->shard, ui, DTYPE_FP32);
+    comm_wait(&t->comm, &h);
+    if (staged) ledger_free(&t->ledger, staged);
+    return full;
+}
+
+static void unit_release_gathered(Trainer *t, int ui, float *full) {
+    if (full != unit_master(&t->units[ui]) && full != t->units[ui].full_param)
+        ledger_free(&t->ledger, full);
+}
+
+/* Every parameter in model order (named_parameters() order), gathered from
+ * the shards; every rank receives the whole model. For tests (the export
+ * gathers one unit at a time, with unit_gather). */
+void trainer_gather_params(Trainer *t, float *out) {
+    Model *m = &t->model;
+    for (int ui = 0; ui < t->n_units; ui++) {
+        float *full = unit_gather(t, ui);
+        long pos = 0;
+        for (int i = 0; i < m->n_params; i++) {
+            Param *p = &m->params[i];
+            if (p->unit == ui)
+                dev_to_host(out + pos, full + p->offset, (size_t)p->numel * sizeof(float));
+            pos += p->numel;
+        }
+        unit_release_gathered(t, ui, full);
+    }
+}
 
 /* A checkpoint holds one copy of every shard: the shards of the first node
  * (all ranks but with the hybrid strategies), or rank 0's whole replica

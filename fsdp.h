@@ -57,7 +57,7 @@ typedef enum {
 } Strategy;
 
 /* PyTorch's BackwardPrefetch: when the next unit's all-gather is issued in
- * backward (fsdp.c, section 8, says what each costs in memory). */
+ * backward (fsdp.c, sections 3 and 6, say what each costs in memory). */
 typedef enum {
     BACKWARD_PRE,  /* before the current unit's gradient is computed (default) */
     BACKWARD_POST, /* after it, once the current unit's full state is freed */
@@ -193,7 +193,7 @@ typedef enum {
 typedef struct {
     void *ptr;
     size_t bytes;    /* as booked: what a GPU would hold */
-    size_t physical; /* as allocated: a 16-bit value sits in a float (section 2) */
+    size_t physical; /* as allocated: a 16-bit value sits in a float (core.h) */
     MemCategory cat;
     int where;       /* ON_DEVICE, HOST_PAGEABLE (--cpu-offload), HOST_PINNED, ... (fsdp.c) */
 } LedgerEntry;
@@ -303,7 +303,7 @@ typedef struct {
                                     * 16 bits on a GPU (fsdp.c's full_dtype) */
     void *full_grad;               /* (padded) full-size gradient, or NULL; fp32 slots, or
                                     * 16 bits on a GPU (fsdp.c's grad_dtype) */
-    /* its all-gather on the way (fsdp.c, section 8; a gradient's reduction
+    /* its all-gather on the way (fsdp.c, section 2; a gradient's reduction
      * is the trainer's pending_reduce) */
     CommHandle gather; /* the all-gather of full_param, while `gathering` */
     int gathering;

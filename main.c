@@ -352,7 +352,7 @@ static void run_plan(const Config *cfg, MPI_Comm comm) {
         print_unit_table(t);
     }
     /* Two steps: the first records the order units run in, which forward
-     * prefetch needs (section 8), so only the second is the steady state. */
+     * prefetch needs (section 6), so only the second is the steady state. */
     long calls[COMM_NUM_KINDS];
     double bytes[COMM_NUM_KINDS];
     trainer_step(t, 0);
@@ -776,8 +776,8 @@ static int check_files(const Config *cfg, const Comparison *k, ModelFiles *mf, c
 
 int main(int argc, char **argv) {
     if (!stdout_is_open()) return 2;
-    backend_choose_device_early(); /* section 2: before a CUDA-aware MPI opens a context */
-    int provided = 0; /* section 4: the communication thread calls MPI beside the main thread */
+    backend_choose_device_early(); /* kernels/backend.h: before a CUDA-aware MPI opens a context */
+    int provided = 0; /* comm/stream.h: the communication thread calls MPI beside the main thread */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -817,7 +817,7 @@ int main(int argc, char **argv) {
         if (rank == 0) fprintf(stderr, "error: %s\n", err);
         return finish(2);
     }
-    if (backend_init(&cfg, MPI_COMM_WORLD)) return finish(1); /* section 2: the GPU, if any */
+    if (backend_init(&cfg, MPI_COMM_WORLD)) return finish(1); /* kernels/backend.h: a GPU? */
     if (cfg.wait_for_debugger) debugger_wait(MPI_COMM_WORLD);
     if (!cfg.compare) {
         run_training(&cfg, MPI_COMM_WORLD, 1);

@@ -1,5 +1,5 @@
 /* ============================================================================
- * trainer.h — section 7 of fsdp.c, the runtime: one rank's whole training
+ * trainer.h — section 1 of fsdp.c, the runtime: one rank's whole training
  * state (struct Trainer), the one mutable structure the program has, the
  * units and shards included. Nothing global but the process's device
  * (kernels/backend.h's `backend`): the tests build several trainers in one
@@ -77,7 +77,7 @@ struct Trainer {
     int *post_order, n_post; /* (n_units) ... and ends; backward is its reverse */
     int order_known;         /* a whole forward has been recorded */
     int gathers_in_flight, max_gathers_in_flight; /* all-gathers started, not waited */
-    PendingReduce pending_reduce; /* the one gradient reduction in flight (section 8) */
+    PendingReduce pending_reduce; /* the one gradient reduction in flight (section 4) */
 };
 
 /* The model FSDP wraps, as fsdp.c calls it: the byte MLP (model/mlp.h) and

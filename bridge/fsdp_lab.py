@@ -68,7 +68,7 @@ PREFETCH = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKW
             "none": None}
 
 
-# ---- the model: fsdp.c's section 5, in torch.nn ---------------------------------------
+# ---- the model: model/tree.h and kernels/layers.h, in torch.nn -------------------------
 
 class Block(nn.Module):
     """h + fc2(gelu(fc1(norm(h)))): one residual MLP block."""
@@ -126,7 +126,7 @@ def read_safetensors(path):
     return tensors
 
 
-# ---- the data: fsdp.c's sampler (section 10), bit for bit -------------------------------
+# ---- the data: fsdp.c's sampler (data/sampler.h), bit for bit -------------------------------
 
 MASK = (1 << 64) - 1
 STREAM_SAMPLER = 2

@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 typedef enum {
-    COLLECTIVES_RING, /* our own ring over point-to-point (fsdp.c, section 4) */
+    COLLECTIVES_RING, /* our own ring over point-to-point (comm/ring.h) */
     COLLECTIVES_MPI,  /* Open MPI's built-in non-blocking collectives */
     COLLECTIVES_NCCL, /* NVIDIA's NCCL, GPU build only: device buffers, one GPU per rank */
 } CollectivesImpl;
@@ -32,7 +32,7 @@ static const char *const COLLECTIVES_NAMES[] = {"ring", "mpi", "nccl"};
 
 typedef enum { COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_ALL_REDUCE, COMM_NUM_KINDS } CommKind;
 
-/* Which ranks a collective runs over (fsdp.c, section 4): all of them, the
+/* Which ranks a collective runs over (comm/groups.h): all of them, the
  * ranks that share the shards of a unit (all, or one node's with the
  * hybrid strategies), or the ranks that hold the same shard on other nodes
  * (the hybrid strategies' replicas). */
@@ -61,7 +61,7 @@ typedef struct {
     double t_start, t_end; /* MPI_Wtime() seconds: when the stream ran it */
     double sim_seconds;    /* its duration on the --net interconnect */
     int step;              /* the training step it belongs to */
-    /* the --net schedule (fsdp.c, section 4): when it would start there, and
+    /* the --net schedule (sim/events.h): when it would start there, and
      * the main thread's wait for it, on both clocks (sim = real + shift) */
     double sim_start;
     double wait_begin, wait_end;      /* real; wait_end = 0 until waited */
@@ -129,7 +129,7 @@ typedef struct Comm {
     MPI_Op half_sum[3]; /* --collectives mpi: the sum of two bf16 or fp16 values, rounded */
     CommEvent *events; /* every collective, in order */
     int n_events, cap_events;
-    /* the communication stream (fsdp.c, section 4) */
+    /* the communication stream (comm/stream.h) */
     MPI_Comm stream_comm; /* a copy of comm that only the stream's collectives use */
     int threaded;         /* a thread runs the queue; 0: each collective inline */
     pthread_t thread;
@@ -139,7 +139,7 @@ typedef struct Comm {
     CommRun ran[COMM_QUEUE];    /* when task number i ran, at i % COMM_QUEUE */
     long queued, finished;      /* tasks so far; the stream runs number `finished` next */
     int stopping;
-    /* the GPU build (fsdp.c, sections 2 and 4) */
+    /* the GPU build (kernels/backend.h, comm/device.h) */
     void *nccl;       /* ncclComm_t, with --collectives nccl */
     void *settled;    /* cudaEvent_t: the shards are written (comm_shards_settled) */
     float *stage;     /* host copy of a task's buffers: ring and mpi stage through it */

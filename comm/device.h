@@ -1,5 +1,5 @@
 /* ============================================================================
- * comm/device.h — section 4 of fsdp.c, the collectives' side of the backend
+ * comm/device.h — the collectives' side of the backend
  * seam: how a collective reaches a GPU's buffers. fsdp.c includes it in
  * place, after the host collectives and the --net schedule it calls.
  *
@@ -7,7 +7,7 @@
  *              copies the device buffers into a host stage and back;
  *   nccl       NCCL on the GPU's communication stream, bootstrapped by MPI.
  *
- * Every function has a CPU version too, so section 4 reads the same in both
+ * Every function has a CPU version too, so comm/ reads the same in both
  * builds: on the CPU the device is the host, and NCCL is never chosen.
  *
  * May include core.h, kernels/backend.h, sim/events.h and the comm/ files

@@ -3,9 +3,42 @@
  * comm_submit), the collectives' start (comm_all_gather_start, ...), the
  * watchdog's wait and comm_wait, and comm_release.
  *
+ * FSDP needs three collectives. With N ranks and a flat buffer of N chunks
+ * of S elements each:
+ *
+ *   all-gather      every rank holds one chunk  -> every rank holds all N
+ *   reduce-scatter  every rank holds N chunks   -> rank r holds the sum of
+ *                                                  everyone's chunk r
+ *   all-reduce      every rank holds N chunks   -> every rank holds the sum
+ *                   (= reduce-scatter followed by all-gather)
+ *
+ * Two implementations sit behind one interface (--collectives):
+ *   ring  our own, over point-to-point messages: the ring algorithm NCCL uses
+ *         for large messages, N-1 steps each moving one chunk to the right
+ *         neighbour. Each rank sends and receives (N-1)*S elements per
+ *         all-gather or reduce-scatter, and twice that per all-reduce: the
+ *         bandwidth-optimal volume.
+ *   mpi   Open MPI's built-in collectives (MPI_Allgather,
+ *         MPI_Reduce_scatter_block, MPI_Allreduce), which choose their own
+ *         algorithm per message size. They block, but they run on the
+ *         communication stream (here), so the caller does not wait for them.
+ *   nccl  NVIDIA's NCCL, in the GPU build (comm/device.h).
+ *
+ * Every collective is started (comm_*_start) and later waited on
+ * (comm_wait), so a caller can compute in between: the communication
+ * stream runs it meanwhile, and fsdp.c's sections 4 and 6 use that to let
+ * reduce-scatters travel during the next backward and to prefetch the next unit.
+ *
+ * Counting: the bytes booked per call are the ring volume above, the figure
+ * nccl-tests calls the bus traffic, so the numbers are those a ring on real
+ * GPUs would move, whichever implementation ran. Every call passes through
+ * comm_record, which counts and records the event (kind, unit, elements,
+ * start and end time) for the tables and for the simulator's instruments.
+ * Gradients are averaged ("mean"): we sum, then divide by N once at the end.
+ *
  * The top of comm/: may include core.h, fsdp.h, kernels/, sim/ (the ledger
  * books the ring's buffer) and every other comm/ file; nothing of fsdp.c's,
- * which includes it in section 4.
+ * which includes it at its top.
  * ========================================================================== */
 #ifndef FSDP_COMM_STREAM_H
 #define FSDP_COMM_STREAM_H

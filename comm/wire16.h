@@ -1,5 +1,5 @@
 /* ============================================================================
- * comm/wire16.h — section 4 of fsdp.c, mixed precision on the wire: the
+ * comm/wire16.h — mixed precision on the wire: the
  * rings and Open MPI's collectives on 16-bit values, for host buffers.
  * fsdp.c includes it in place, after the fp32 rings it mirrors. The float
  * slots are packed into uint16_t, so the wire carries half the bytes, and

@@ -1,9 +1,9 @@
 /* ============================================================================
  * data/corpus.h — the bytes a run trains on: the embedded corpus (a random
  * "language" generated from the seed, whose entropy per byte is known) and
- * --data FILE (mapped, not copied). fsdp.c includes it in section 7, where
- * the Trainer that holds a Corpus is defined; section 10's opening comment
- * says what the corpus is, and data/sampler.h deals it out.
+ * --data FILE (mapped, not copied). trainer.h includes it, where the Trainer
+ * that holds a Corpus is defined; fsdp.c's section 5 (Data) says what the
+ * corpus is, and data/sampler.h deals it out.
  *
  * May include core.h, fsdp.h and files.h; nothing of fsdp.c's.
  * ========================================================================== */

@@ -1,7 +1,7 @@
 /* ============================================================================
- * data/sampler.h — section 10 of fsdp.c, PyTorch's DistributedSampler: the
+ * data/sampler.h — section 5 of fsdp.c, PyTorch's DistributedSampler: the
  * global batch of step s is fixed by (seed, s), and sample j goes to rank
- * j mod N. Section 10's opening comment says why every rank then trains on
+ * j mod N. Section 5's comment on data says why every rank then trains on
  * its share of the batch one rank would.
  *
  * defines: sampler_local_batch (the byte MLP's), sampler_local_sequences (GPT-2's)

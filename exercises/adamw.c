@@ -1,7 +1,7 @@
 /* exercises/adamw.c — graded exercise: the sharded AdamW step.
  *
  * Write the body. `make exercise EX=adamw` compiles fsdp.c with this
- * function in place of its own (fsdp.c, section 9) and grades it: training
+ * function in place of its own (fsdp.c, section 4) and grades it: training
  * must equal the reference (torch.optim.AdamW) on 1..4 ranks, under
  * full_shard and no_shard, with a learning-rate schedule (--lr-schedule
  * cosine --warmup 2), with --optimizer adam, with --param-dtype bf16,

@@ -1,7 +1,7 @@
 /* exercises/auto_wrap.c — graded exercise: the auto-wrap policy.
  *
  * Write the body. `make exercise EX=auto_wrap` compiles fsdp.c with this
- * function in place of its own (fsdp.c, section 6) and grades it: the unit
+ * function in place of its own (fsdp.c, section 1) and grades it: the unit
  * table must equal the reference's for several --min-params, and training
  * must equal the reference on 1..4 ranks, for the byte MLP and for GPT-2.
  *

@@ -1,7 +1,7 @@
 /* exercises/post_backward.c — graded exercise: the post-backward hook.
  *
  * Write the body. `make exercise EX=post_backward` compiles fsdp.c with this
- * function in place of its own (fsdp.c, section 8, "After a unit's
+ * function in place of its own (fsdp.c, section 3, "After a unit's
  * backward") and grades it: training must equal the reference for
  * full_shard, shard_grad_op and no_shard on 1..4 ranks, with
  * --backward-prefetch post, under hybrid_shard on 4 ranks, and inside

@@ -1,8 +1,8 @@
 /* exercises/ring_all_gather.c — graded exercise: the ring all-gather.
  *
  * Write the body. `make exercise EX=ring_all_gather` compiles fsdp.c with
- * this function in place of its own (comm/ring.h, which fsdp.c includes in
- * section 4) and grades it: the training run must equal the reference on 1,
+ * this function in place of its own (comm/ring.h, which fsdp.c includes at
+ * its top) and grades it: the training run must equal the reference on 1,
  * 2, 3 and 4 ranks and under hybrid_shard (groups of 2 of 4 ranks), and the
  * bytes your ring sends must equal the ring volume the tables count.
  *

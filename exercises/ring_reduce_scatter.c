@@ -2,7 +2,7 @@
  *
  * Write the body. `make exercise EX=ring_reduce_scatter` compiles fsdp.c
  * with this function in place of its own (comm/ring.h, which fsdp.c
- * includes in section 4) and grades it: the run must equal the reference on
+ * includes at its top) and grades it: the run must equal the reference on
  * 1, 2, 3 and 4 ranks and under hybrid_shard (groups of 2 of 4 ranks), and
  * the bytes your ring sends must equal the ring volume the tables count.
  *

@@ -1,8 +1,8 @@
 /* ============================================================================
- * io/checkpoint.h — section 12's plumbing: what a checkpoint directory holds
+ * io/checkpoint.h — section 13's plumbing: what a checkpoint directory holds
  * and how each file is judged before a byte of it is trained on.
  *
- * fsdp.c includes it in place, in section 12. The lessons stay there: who
+ * fsdp.c includes it at its top; section 13 uses it. The lessons stay there: who
  * writes which shard (ckpt_save), and how a new world size reads the old
  * shards (ckpt_load_shards, ckpt_read_range). Here is what surrounds them:
  * meta.txt's description of a trainer (ckpt_meta_of, with the schedule's
@@ -13,7 +13,7 @@
  * ckpt_verify_files, st_check_model), and how the ranks agree on a verdict
  * (ckpt_agree).
  *
- * A leaf: section 12 calls it, and it calls nothing of fsdp.c's (what reads
+ * A leaf: section 13 calls it, and it calls nothing of fsdp.c's (what reads
  * the shards' layout, shard_first_nonfinite, is fsdp.c's). May include
  * core.h, trainer.h, files.h, formats.h and optim/lr_schedule.h.
  * ========================================================================== */

@@ -1,12 +1,36 @@
 /* ============================================================================
- * kernels/backend.h — section 2 of fsdp.c, the backend seam, as code: the
- * GPU build (CUDA memory with a caching pool, streams and events, kernels,
- * choosing the GPU) and the CPU build (the same names on host memory), side
- * by side. fsdp.c includes it in place; section 2's opening comment there
- * says what the seam is and why it is small.
+ * kernels/backend.h — the backend seam: the GPU build (CUDA memory with a
+ * caching pool, streams and events, kernels, choosing the GPU) and the CPU
+ * build (the same names on host memory), side by side. fsdp.c includes it
+ * at its top.
  *
- * Every `#ifdef __CUDACC__` of the seam is here: what follows fsdp.c's
- * section 2 is the same text on CPU ranks and on GPUs.
+ * Everything built on this header is the same on CPU ranks and on GPUs: the
+ * lifecycle, the ledger, the trainer, checkpoints, the instruments (all of
+ * fsdp.c). What a GPU does differently is here, small and side by side:
+ *
+ *   memory   dev_alloc / dev_free / dev_zero, and the copies between host
+ *            and device. On the CPU "the device" is host memory and a copy
+ *            is memcpy. On a GPU a caching pool sits in front of cudaMalloc,
+ *            as PyTorch's allocator does.
+ *   streams  every rank has a compute stream and a communication stream.
+ *            On a GPU they are CUDA streams, and an event recorded on one
+ *            and waited for on the other is the only ordering between them.
+ *            On the CPU the compute stream is the main thread and the
+ *            communication stream a thread (comm/stream.h).
+ *   kernels  FOR_EACH(n, fn, args...) calls fn(i, args...) for every i < n:
+ *            a loop on the CPU, one CUDA thread per i on a GPU. fn is marked
+ *            FSDP_HD (host and device), so the CPU tests check the very
+ *            arithmetic the GPU runs.
+ *   matmul   a Linear layer's three matmuls: our register-blocked loops on
+ *            the CPU, cuBLAS on a GPU (kernels/layers.h, side by side).
+ *
+ * Determinism: every kernel writes each output element from one thread and
+ * sums in an order written in the source, never with atomics whose order
+ * varies. So a GPU run repeats bitwise, as a CPU run does, and N GPUs can be
+ * compared with one.
+ *
+ * Every `#ifdef __CUDACC__` of the seam is here (and in comm/device.h, for
+ * the collectives): fsdp.c is the same text on CPU ranks and on GPUs.
  * ========================================================================== */
 #ifndef FSDP_BACKEND_H
 #define FSDP_BACKEND_H
@@ -67,7 +91,7 @@ static void nccl_check(ncclResult_t result, const char *file, int line) {
 /* A block the pool holds from cudaMalloc, lent or cached (free, kept for
  * the next request of its size). As in PyTorch's caching allocator, a
  * block belongs to the stream that first writes it: most to the compute
- * stream, an unshard's output to the communication stream (section 4). */
+ * stream, an unshard's output to the communication stream (comm/stream.h). */
 typedef struct {
     void *ptr;
     size_t bytes;
@@ -251,7 +275,7 @@ static void pool_give_back(void *p) {
 /* Device memory, zeroed (padding must be 0), or NULL when the GPU is full.
  * A block freed while kernels that use it are still queued is safe to lend
  * again: whatever uses it next is queued after them on the compute stream,
- * or on the communication stream after an event recorded on it (section 4). */
+ * or on the communication stream after an event recorded on it (comm/stream.h). */
 static void *dev_alloc(size_t bytes) {
     void *p = pool_take(pool_round(bytes), 0);
     if (p) cudaCheck(cudaMemsetAsync(p, 0, bytes, backend.compute));
@@ -523,7 +547,7 @@ static int backend_init(const Config *cfg, MPI_Comm comm) {
      * same verdict on both builds), and caps the pool too, with room for its
      * rounding (512 bytes a block) and the kernels' scratch. With mixed
      * precision the ledger books 16-bit values at 2 bytes, but the shards,
-     * the gradients and no_shard's replicas sit in float slots (section 2),
+     * the gradients and no_shard's replicas sit in float slots (core.h),
      * 4, and NCCL's packed 16-bit copies of the buffers in flight
      * (nccl_pack) take 2 more: its cap triples, a bound from above (a
      * sharded unit's gathered full state and the activations are held in

@@ -1,9 +1,9 @@
 /* ============================================================================
- * kernels/layers.h — section 5 of fsdp.c, the model's layer math: each
+ * kernels/layers.h — the model's layer math: each
  * layer's forward and backward (Linear, LayerNorm, GELU, the embedding,
  * softmax cross-entropy) as element functions shared by CPU and GPU, and
  * the matmuls: register-blocked loops on the CPU, cuBLAS on a GPU, side by
- * side. fsdp.c includes it in place; section 5 there says what the model
+ * side. fsdp.c includes it at its top; model/tree.h says what the model
  * is, and builds its module tree from these layers.
  *
  * May include core.h, fsdp.h and kernels/backend.h; nothing of fsdp.c's.
@@ -16,7 +16,7 @@
 
 /* ---- element-wise math, shared by CPU and GPU ------------------------------
  * Each function computes element (or row) i of one layer. The CPU calls it
- * in a loop, a GPU from one thread per i (FOR_EACH, section 2), so both
+ * in a loop, a GPU from one thread per i (FOR_EACH, kernels/backend.h), so both
  * compute the same arithmetic in the same order. */
 
 /* Element i of x, x holding fp32 values (d = fp32) or packed 16-bit values
@@ -104,7 +104,7 @@ FSDP_HD static inline void bias_backward_one(long o, void *dbias, const void *do
 
 /* LayerNorm of row b: out = (x - mean) * rstd * weight + bias, a matmul's
  * input, from the residual stream; both held, the parameters in wh (a
- * unit's full state: fsdp.c, section 8). Saves mean, rstd. */
+ * unit's full state: fsdp.c, section 2). Saves mean, rstd. */
 FSDP_HD static inline void layernorm_forward_row(long b, void *out, float *mean, float *rstd,
                                                  const void *inp, const void *weight,
                                                  const void *bias, Dtype wh, int D, Dtype d,
@@ -583,7 +583,7 @@ static void bias_backward(void *dbias, Dtype gh, const void *dout, Dtype dh, int
  * held (ha, hb): a Linear's input and output gradient in 16 bits already
  * (above), its weight too where its unit's full state is gathered in 16
  * bits (fsdp.c's full_dtype); an operand in float slots (no_shard's and
- * zero1's weights: 16-bit values, section 2) is packed on the way into
+ * zero1's weights: 16-bit values, core.h) is packed on the way into
  * scratch from the pool, as cuBLAS's workspace is. cuBLAS's fastest
  * tensor-core kernels want operands on 16-byte boundaries: a weight read
  * from a full state starts on one when the parameters before it in its
@@ -1051,7 +1051,7 @@ static void crossentropy_backward(void *logits, int ld, const float *lse, const 
 }
 
 /* ---- a sum of squares, in blocks --------------------------------------------
- * clip_grad_norm's norm and the grad scaler's inf/NaN check (section 9)
+ * clip_grad_norm's norm and the grad scaler's inf/NaN check (fsdp.c, section 10)
  * sum the squares of a gradient shard: in double, a partial sum for each
  * block of NORM_BLOCK elements, which the host adds in block order, so the
  * same bits every run. On the CPU a block is one loop (sum_squares_block,

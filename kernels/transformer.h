@@ -1,5 +1,5 @@
 /* ============================================================================
- * kernels/transformer.h — section 5 of fsdp.c, the layers GPT-2 adds to
+ * kernels/transformer.h — the layers GPT-2 adds to
  * kernels/layers.h: GELU's tanh form, token and position embeddings, and
  * causal multi-head attention, each forward beside its backward, as
  * element functions that the CPU loops over and a GPU runs one thread per

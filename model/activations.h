@@ -1,5 +1,5 @@
 /* ============================================================================
- * model/activations.h — section 7 of fsdp.c, what the two models FSDP
+ * model/activations.h — section 1 of fsdp.c, what the two models FSDP
  * wraps keep between their forward and their backward: the byte MLP's
  * (model/mlp.h) and GPT-2's (model/gpt2.h). The Trainer holds one of each
  * (only the chosen model's is allocated); their memory is booked as

@@ -1,5 +1,5 @@
 /* ============================================================================
- * model/gpt2.h — section 11 of fsdp.c, the second model FSDP wraps:
+ * model/gpt2.h — what section 5 of fsdp.c runs, the second model FSDP wraps:
  * GPT-2, exactly Hugging Face's GPT2LMHeadModel (model/gpt2_tree.h builds
  * its modules): its activations, forward and backward, with activation
  * checkpointing. main.c includes it after model/mlp.h, whose glue it uses.
@@ -7,7 +7,7 @@
  * The FSDP calls are the MLP's: module_pre_forward / _post_forward /
  * _pre_backward / _post_backward at every module's boundary. What a
  * transformer adds to FSDP's decisions is visible in three places:
- *   - lm_head reads wte's weight, in the root's unit (section 6), gathered
+ *   - lm_head reads wte's weight, in the root's unit (section 1), gathered
  *     from the first module of forward to the last, and its gradient is
  *     the sum of what lm_head's and wte's backward add into it;
  *   - the attention probabilities, B*H*T^2 numbers a block, dominate the
@@ -190,7 +190,7 @@ float gpt2_forward(Trainer *t) {
     const Config *c = &t->cfg;
     int B = t->micro_batch, T = c->context, D = c->width, V = c->vocab;
     long BT = (long)B * T;
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 8 */
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 1 */
 
     module_pre_forward(t, m->root);
     module_pre_forward(t, m->transformer);
@@ -328,7 +328,7 @@ void gpt2_backward(Trainer *t) {
                           t->loss_scale / ((float)t->local_batch * (float)T), (int)BT, V,
                           c->param_dtype); /* over the logits */
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
-    Dtype held = backend.gemm_dtype, gh = grad_dtype(t); /* activations.h; section 8 */
+    Dtype held = backend.gemm_dtype, gh = grad_dtype(t); /* activations.h; section 1 */
     matmul_backward(a->d_x, held, dweight_of(t, m->wte), gh, a->logits, ld, held, a->lnf,
                     weight_of(t, m->wte), full_dtype(t), (int)BT, D, V);
     /* ... stored in param_dtype, as autograd accumulates a tied weight's

@@ -1,9 +1,9 @@
 /* ============================================================================
- * model/gpt2_tree.h — section 5 of fsdp.c, GPT-2's module tree: Hugging
+ * model/gpt2_tree.h — GPT-2's module tree (the byte MLP's: model/tree.h): Hugging
  * Face's GPT2LMHeadModel, module for module and name for name, so that
  * auto-wrap sees the tree PyTorch's FSDP sees when a lab wraps
  * AutoModelForCausalLM.from_pretrained("gpt2"). fsdp.c includes it in
- * place; model/gpt2.h computes with it (section 11).
+ * place; model/gpt2.h computes with it (section 5).
  *
  *   transformer.wte      (V, D)      token embedding, tied to lm_head
  *   transformer.wpe      (n_ctx, D)  learned positions

@@ -1,13 +1,13 @@
 /* ============================================================================
- * model/mlp.h — section 11 of fsdp.c, the model FSDP wraps: the byte-level
+ * model/mlp.h — what section 5 of fsdp.c runs, the model FSDP wraps: the byte-level
  * MLP's activations, its forward and its backward (with activation
- * checkpointing). main.c includes it, after fsdp.c, whose section 11
+ * checkpointing). main.c includes it, after fsdp.c, whose section 5
  * calls it through trainer.h's declarations.
  *
  * As in PyTorch, where the model is the user's nn.Module and FSDP only
  * wraps it, this is the model's code, not FSDP's: what FSDP adds is the
  * module_pre_forward / module_post_forward / module_pre_backward /
- * module_post_backward calls at every module's boundary (section 8), which
+ * module_post_backward calls at every module's boundary (section 3), which
  * gather a unit before it computes, free it after, and reduce-scatter its
  * gradient.
  *
@@ -81,7 +81,7 @@ static void zero_held(void *x, long n) {
 }
 
 /* The parameter tensors of a module, once its unit's full state is
- * present, held in full_dtype(t) (fsdp.c, section 8). */
+ * present, held in full_dtype(t) (fsdp.c, section 1). */
 static const void *weight_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[0]].data;
 }
@@ -138,7 +138,7 @@ float model_forward(Trainer *t) {
     int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 8 */
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 1 */
     module_pre_forward(t, m->root);
     module_pre_forward(t, m->embed);
     embedding_forward(a->x_emb, a->tokens, weight_of(t, m->embed), wh, B, T, C);
@@ -229,7 +229,7 @@ void model_backward(Trainer *t) {
                           t->loss_scale / (float)t->local_batch, B, V,
                           c->param_dtype); /* over the logits */
     module_pre_backward(t, m->head);
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t); /* section 8 */
+    Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t); /* section 1 */
     linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), gh, a->logits,
                     held, a->nf, weight_of(t, m->head), wh, B, D, V);
     lowp(t, a->d_nf, BD, held);

@@ -1,8 +1,25 @@
 /* ============================================================================
- * model/tree.h — section 5 of fsdp.c, building a module tree: modules, their
- * parameters, and the byte MLP's tree (GPT-2's: model/gpt2_tree.h), in
- * PyTorch's registration order, which is also named_parameters()'s and each
- * unit's flat layout. The Model it fills is fsdp.h's.
+ * model/tree.h — building a module tree: modules, their parameters, and the
+ * byte MLP's tree (GPT-2's: model/gpt2_tree.h), in PyTorch's registration
+ * order, which is also named_parameters()'s and each unit's flat layout.
+ * The Model it fills is fsdp.h's.
+ *
+ * A small language model over bytes. Its parameters sit in clearly separate
+ * modules of very different sizes, so auto-wrap decisions are easy to see:
+ *
+ *   embed    (V, C)        embedding of each of the last T bytes
+ *   proj_in  (D, T*C)      concatenate the T embeddings, project to width D
+ *   blocks.i for i < L:    h = h + fc2(gelu(fc1(norm(h))))
+ *       norm (D), fc1 (4D, D), fc2 (D, 4D)
+ *   norm_f   (D)           final LayerNorm
+ *   head     (V, D)        logits over the next byte; softmax cross-entropy
+ *
+ * Names and layouts are PyTorch's: Linear weights are (out_features,
+ * in_features), LayerNorm has weight and bias with eps 1e-5, GELU is the
+ * exact erf form (nn.GELU()), so an exported state dict loads into the same
+ * nn.Module. Each layer (kernels/layers.h) has a forward and a backward
+ * side by side, with the same argument order; backward accumulates (+=)
+ * into gradients.
  *
  * defines: model_add_module, model_add_param, model_add_linear,
  *          model_add_layernorm, model_build, model_free

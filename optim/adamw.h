@@ -1,7 +1,7 @@
 /* ============================================================================
- * optim/adamw.h — part of section 9 of fsdp.c: one element of
+ * optim/adamw.h — part of section 4 of fsdp.c: one element of
  * torch.optim.AdamW (and Adam), for host and device alike. fsdp.c's sharded
- * AdamW (adamw_step, section 9, whose banner gives the update) runs it on
+ * AdamW (adamw_step, section 4, whose banner gives the update) runs it on
  * every element of a rank's shard; tests/test_kernels.cu and
  * dev/bench/bench_adamw.c run it alone.
  *

@@ -1,5 +1,5 @@
 /* ============================================================================
- * optim/lr_schedule.h — part of section 9 of fsdp.c: the learning rate of
+ * optim/lr_schedule.h — part of section 4 of fsdp.c: the learning rate of
  * each optimizer step (PyTorch: torch.optim.lr_scheduler). Not FSDP's
  * algorithm: a schedule is the same on any number of ranks, a function of
  * the step alone. fsdp.c includes it in place; AdamW reads lr_at.

@@ -119,7 +119,7 @@ static void print_unit_table(const Trainer *t) {
 
 /* Rank 0 collects every rank's ledger peaks and traffic for the tables.
  * These reports are not training traffic, so they bypass the counted
- * collectives of section 4. */
+ * collectives of comm/. */
 static void gather_stats(Trainer *t, double *peaks, double *sent) {
     double mine[MEM_NUM_CATEGORIES + 1 + COMM_NUM_KINDS];
     for (int k = 0; k < MEM_NUM_CATEGORIES; k++) mine[k] = (double)t->ledger.peak[k];

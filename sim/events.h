@@ -1,5 +1,5 @@
 /* ============================================================================
- * sim/events.h — section 4 of fsdp.c, the simulator's side of a collective:
+ * sim/events.h — the simulator's side of a collective (comm/stream.h):
  * its record, which --trace, the report and the step breakdown read, and
  * the --net clock, which prices it on a modelled network instead of the
  * machine's own. fsdp.c includes it in place; comm_record calls the first,

@@ -1,9 +1,14 @@
 /* ============================================================================
- * sim/ledger.h — section 3 of fsdp.c, the memory ledger: every buffer of the
- * training state is allocated through it under a category, and it keeps the
- * current and peak bytes per category (and, with --vram, fails as CUDA does
- * when a rank would cross its budget: sim/oom.h). fsdp.c includes it in
- * section 3, whose banner says why; the ledger's types are fsdp.h's.
+ * sim/ledger.h — the memory ledger: every buffer of the training state is
+ * allocated through it under a category, and it keeps the current and peak
+ * bytes per category (and, with --vram, fails as CUDA does when a rank would
+ * cross its budget: sim/oom.h). fsdp.c includes it at its top; the ledger's
+ * types are fsdp.h's.
+ *
+ * Why: a GPU's memory is the scarce resource FSDP exists to save. The final
+ * table and the DDP-vs-FSDP comparison read this rank's peaks. In the
+ * simulator the bytes live in host memory; the accounting is what a GPU
+ * would see.
  *
  * defines: ON_DEVICE, HOST_PAGEABLE, HOST_PINNED, ON_DEVICE_OVERWRITTEN,
  *          ON_DEVICE_GATHERED, on_host, ledger_book, ledger_alloc,
@@ -49,7 +54,7 @@ static void ledger_memory_release(const LedgerEntry *e) {
 }
 
 /* Allocates `physical` bytes and books `bytes` of them: the two differ
- * only for 16-bit values kept in float slots (section 2). `what` names the
+ * only for 16-bit values kept in float slots (core.h). `what` names the
  * owner (a unit, "activations", ...) for that report. */
 static void *ledger_book(Ledger *l, MemCategory cat, size_t physical, size_t bytes,
                          const char *what, int where) {
@@ -110,7 +115,7 @@ static void *ledger_alloc_held(Ledger *l, MemCategory cat, size_t count, Dtype h
 
 /* ... in the host's memory (--cpu-offload): booked apart from the device's.
  * What lives there all run and is copied every step is pinned on a GPU
- * (HOST_PINNED, section 2's host_pinned_alloc), or pageable if the system
+ * (HOST_PINNED, kernels/backend.h's host_pinned_alloc), or pageable if the system
  * will not lock that much. */
 static void *ledger_alloc_host(Ledger *l, MemCategory cat, size_t count, Dtype held, Dtype d,
                                const char *what, int pinned) {

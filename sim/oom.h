@@ -1,5 +1,5 @@
 /* ============================================================================
- * sim/oom.h — section 3 of fsdp.c, a simulated out-of-memory: what a rank
+ * sim/oom.h — the ledger's simulated out-of-memory: what a rank
  * that crosses its --vram budget (or a GPU's real one) prints, as CUDA
  * would, with the ledger's categories and what to try; which rank says it;
  * and how every rank then stops (exit 3), during setup or in a step.

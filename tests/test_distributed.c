@@ -212,7 +212,7 @@ static void test_accum(int argc, char **argv, const char *strategy, const char *
  *                                          -> root + largest unit
  *       --backward-prefetch pre, or --forward-prefetch: the unit computing
  *         and the next one, prefetched     -> root + largest adjacent pair
- *     (what section 8 of fsdp.c promises for each option);
+ *     (what sections 3 and 6 of fsdp.c promise for each option);
  *   - full grads: the root's, and one unit's reduce-scatter in flight while
  *     the next unit computes its own -> root + largest adjacent pair;
  *   - shard_grad_op keeps every unit's full state from its forward to its
