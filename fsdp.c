@@ -460,10 +460,7 @@ static void unit_state_to_device(Unit *u, Dtype param_dtype) {
  * rank keeps them whole (no_shard, and zero1, which shards only the
  * optimizer state). Resharded after forward: freed between forward and
  * backward, and gathered again (full_shard, hybrid_shard). */
-int is_sharded(const Trainer *t) {
-    Strategy s = t->cfg.strategy;
-    return s != STRATEGY_NO_SHARD && s != STRATEGY_ZERO1;
-}
+int is_sharded(const Trainer *t) { return strategy_shards_params(t->cfg.strategy); }
 static int reshards_after_forward(const Trainer *t) {
     return t->cfg.strategy == STRATEGY_FULL_SHARD || t->cfg.strategy == STRATEGY_HYBRID_SHARD;
 }

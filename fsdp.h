@@ -56,6 +56,14 @@ typedef enum {
     STRATEGY_ZERO1,              /* DeepSpeed stage 1: only the optimizer state sharded */
 } Strategy;
 
+/* Whether a strategy shards the parameters, so that a unit is gathered
+ * before it computes (full_shard, shard_grad_op and their hybrid
+ * versions); no_shard and zero1 keep every parameter whole on every rank.
+ * fsdp.c's is_sharded asks it, and so does the roofline (sim/roofline.h). */
+static inline int strategy_shards_params(Strategy s) {
+    return s != STRATEGY_NO_SHARD && s != STRATEGY_ZERO1;
+}
+
 /* PyTorch's BackwardPrefetch: when the next unit's all-gather is issued in
  * backward (fsdp.c, sections 3 and 6, say what each costs in memory). */
 typedef enum {

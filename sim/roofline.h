@@ -313,14 +313,6 @@ static void roof_micro_batch(Roofline *r, const Config *c, double B) {
     r->k[i].stored16 += G + pos + g16;
 }
 
-/* The strategy, read from the Config as fsdp.c's is_sharded and is_zero1
- * read it: sim/ is below fsdp.c and calls none of its functions. Sharded:
- * parameters gathered before compute (full_shard, shard_grad_op and their
- * hybrid versions); zero1 shards the optimizer state alone. */
-static int roof_sharded(const Config *c) {
-    return c->strategy != STRATEGY_NO_SHARD && c->strategy != STRATEGY_ZERO1;
-}
-
 /* The all-gathers' 16-bit wire, on the bf16 GEMM path: a sharded unit's
  * shard is held in 16 bits, as AdamW writes it, and gathered as it is into
  * its 16-bit full state (fsdp.c's full_dtype): nothing to pack. zero1
@@ -343,9 +335,10 @@ static void roof_gathers(Roofline *r, const Trainer *t) {
 static void roofline_count(const Trainer *t, Roofline *r, int gelu_fused) {
     const Config *c = &t->cfg;
     memset(r, 0, sizeof(*r));
-    r->params16 = roof_sharded(c); /* full_dtype: 16 bits where gathered */
+    int sharded = strategy_shards_params(c->strategy); /* fsdp.c's is_sharded */
+    r->params16 = sharded; /* full_dtype: 16 bits where gathered */
     r->gelu_fused = gelu_fused;
-    r->grads16 = roof_sharded(c) && c->reduce_dtype == c->param_dtype; /* grad_dtype */
+    r->grads16 = sharded && c->reduce_dtype == c->param_dtype; /* grad_dtype */
     for (int m = 0; m < c->grad_accum; m++) roof_micro_batch(r, c, t->micro_batch);
     roof_gathers(r, t);
     double shard = 0.0;

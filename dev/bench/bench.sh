@@ -109,8 +109,8 @@ echo "(1 rank communicates nothing: with one rank there is nothing to gather or 
 
 # ---- (a3) the course's options: what each costs in time and saves in memory --------
 # 2 ranks, full_shard, the same job; the peak is rank 0's ledger peak (device
-# memory). On a CPU, 16-bit numbers are fp32 numbers rounded (section 2 of
-# fsdp.c): they save memory and bytes here, not time; recomputation and
+# memory). On a CPU, 16-bit numbers are fp32 numbers rounded (core.h's
+# 16-bit formats): they save memory and bytes here, not time; recomputation and
 # offload copies cost time as they would on a GPU.
 options_row() { # label fsdp-args...
     local label=$1; shift
@@ -196,7 +196,7 @@ done
 # One rank of fsdp.c (one thread) beside transformers' GPT2LMHeadModel of the
 # same shape on one PyTorch thread (dev/bench/bench_gpt2_torch.py): forward,
 # backward and AdamW on the same B x T tokens, fp32. PyTorch's matmuls are
-# oneDNN's/MKL's, tuned per CPU; fsdp.c's are section 5's loops.
+# oneDNN's/MKL's, tuned per CPU; fsdp.c's are kernels/layers.h's loops.
 echo
 echo "------------------------------------------------------------------"
 echo "(d) GPT-2: 1 rank of ./fsdp beside transformers + PyTorch on 1 thread (fp32)"

@@ -5,7 +5,7 @@
  *
  * FSDP spends its communication in two collectives: the all-gather before a
  * unit computes and the reduce-scatter after its backward. fsdp.c implements
- * both twice (--collectives ring | mpi, section 4). This program times, on
+ * both twice (--collectives ring | mpi, comm/). This program times, on
  * the same buffers and in the same run:
  *
  *   ours      comm_all_gather_start / comm_reduce_scatter_start + comm_wait,

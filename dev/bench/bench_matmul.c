@@ -4,7 +4,7 @@
  *   dev/bench/bench_matmul          (one process; no mpirun needed)
  *
  * Almost all of a training step's arithmetic is in linear_forward and
- * linear_backward (fsdp.c, section 5). This program times them on the exact
+ * linear_backward (kernels/layers.h). This program times them on the exact
  * shapes the `small` model runs, at the local batch of 4 ranks (16 samples
  * each, the demo) and of 1 rank (64), and prints GFLOP/s:
  *
