@@ -44,7 +44,7 @@ static void fail_at(const char *call, const char *why, const char *file, int lin
             file, line, hint);
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
-#define CUDA_CHECK(x)                                                                          \
+#define cudaCheck(x)                                                                           \
     do {                                                                                       \
         cudaError_t e_ = (x);                                                                  \
         if (e_ != cudaSuccess)                                                                 \
@@ -52,14 +52,14 @@ static void fail_at(const char *call, const char *why, const char *file, int lin
                     "nvidia-smi shows whether the GPU is there and how much memory is free; "  \
                     "try a smaller --batch, --width or --max-mib");                            \
     } while (0)
-#define CUBLAS_CHECK(x)                                                                        \
+#define cublasCheck(x)                                                                         \
     do {                                                                                       \
         cublasStatus_t s_ = (x);                                                               \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                       \
             fail_at(#x, cublasGetStatusString(s_), __FILE__, __LINE__,                         \
                     "check the cuBLAS install (the CUDA toolkit's lib64) matches the driver"); \
     } while (0)
-#define NCCL_CHECK(x)                                                                          \
+#define ncclCheck(x)                                                                           \
     do {                                                                                       \
         ncclResult_t r_ = (x);                                                                 \
         if (r_ != ncclSuccess)                                                                 \
@@ -93,22 +93,22 @@ __global__ void fill(float *x, size_t n, unsigned seed) { /* values in [-1, 1) *
 }
 static float *device_array(size_t n, unsigned seed) {
     float *x = NULL;
-    CUDA_CHECK(cudaMalloc(&x, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&x, n * sizeof(float)));
     fill<<<(unsigned)((n + 255) / 256), 256>>>(x, n, seed);
-    CUDA_CHECK(cudaGetLastError());
+    cudaCheck(cudaGetLastError());
     return x;
 }
 
 static void gemm_run(cublasHandle_t h, const Gemm *g) {
     const float one = 1.0f;
     if (g->a16) {
-        CUBLAS_CHECK(cublasGemmEx(h, g->ta, g->tb, g->m, g->n, g->k, &one, g->a16, CUDA_R_16BF,
+        cublasCheck(cublasGemmEx(h, g->ta, g->tb, g->m, g->n, g->k, &one, g->a16, CUDA_R_16BF,
                                   g->lda, g->b16, CUDA_R_16BF, g->ldb, &g->beta, g->c,
                                   g->c16 ? CUDA_R_16BF : CUDA_R_32F, g->ldc, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
         return;
     }
-    CUBLAS_CHECK(cublasSgemm(h, g->ta, g->tb, g->m, g->n, g->k, &one, g->a, g->lda, g->b, g->ldb,
+    cublasCheck(cublasSgemm(h, g->ta, g->tb, g->m, g->n, g->k, &one, g->a, g->lda, g->b, g->ldb,
                              &g->beta, g->c, g->ldc));
 }
 
@@ -119,9 +119,9 @@ __global__ void to_bf16(__nv_bfloat16 *out, const float *x, size_t n) {
 /* A bf16 copy of the n floats at x, for --bf16 */
 static __nv_bfloat16 *bf16_copy(const float *x, size_t n) {
     __nv_bfloat16 *y = NULL;
-    CUDA_CHECK(cudaMalloc(&y, n * sizeof(__nv_bfloat16)));
+    cudaCheck(cudaMalloc(&y, n * sizeof(__nv_bfloat16)));
     to_bf16<<<(unsigned)((n + 255) / 256), 256>>>(y, x, n);
-    CUDA_CHECK(cudaGetLastError());
+    cudaCheck(cudaGetLastError());
     return y;
 }
 
@@ -129,24 +129,24 @@ static __nv_bfloat16 *bf16_copy(const float *x, size_t n) {
  * enough calls for about 0.2 s, timed with events on the stream. */
 static double gemm_seconds(cublasHandle_t h, const Gemm *g) {
     cudaEvent_t t0, t1;
-    CUDA_CHECK(cudaEventCreate(&t0));
-    CUDA_CHECK(cudaEventCreate(&t1));
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
     float ms = 0.0f;
     int reps = 3;
     for (int round = 0; round < 2; round++) { /* round 0 warms up and sizes round 1 */
-        CUDA_CHECK(cudaEventRecord(t0));
+        cudaCheck(cudaEventRecord(t0));
         for (int i = 0; i < reps; i++) gemm_run(h, g);
-        CUDA_CHECK(cudaEventRecord(t1));
-        CUDA_CHECK(cudaEventSynchronize(t1));
-        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        cudaCheck(cudaEventRecord(t1));
+        cudaCheck(cudaEventSynchronize(t1));
+        cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
         if (round == 0) {
             double per = ms / reps;
             reps = per > 0.0 ? (int)(200.0 / per) : 1000;
             reps = reps < 3 ? 3 : reps > 1000 ? 1000 : reps;
         }
     }
-    CUDA_CHECK(cudaEventDestroy(t0));
-    CUDA_CHECK(cudaEventDestroy(t1));
+    cudaCheck(cudaEventDestroy(t0));
+    cudaCheck(cudaEventDestroy(t1));
     return 1e-3 * ms / reps;
 }
 
@@ -160,8 +160,8 @@ static double bench_gemms(int B, int D, int tf32, int bf16, int rank) {
     float *dx = device_array((size_t)B * D, 5), *dh = device_array((size_t)B * H, 6);
     float *dw1 = device_array((size_t)H * D, 7), *dw2 = device_array((size_t)D * H, 8);
     cublasHandle_t cb;
-    CUBLAS_CHECK(cublasCreate(&cb));
-    CUBLAS_CHECK(cublasSetMathMode(cb, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    cublasCheck(cublasCreate(&cb));
+    cublasCheck(cublasSetMathMode(cb, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     const cublasOperation_t N_ = CUBLAS_OP_N, T_ = CUBLAS_OP_T;
     /* name, cuBLAS: op(A), op(B), m, n, k, A, B, lda, ldb, beta, C, ldc (bf16 copies: below) */
     Gemm g[6] = {
@@ -204,11 +204,11 @@ static double bench_gemms(int B, int D, int tf32, int bf16, int rank) {
         if (rank == 0)
             printf("  %-48s %9.3f ms %10.1f GFLOP/s\n", g[i].name, 1e3 * s, flops / s / 1e9);
     }
-    CUBLAS_CHECK(cublasDestroy(cb));
+    cublasCheck(cublasDestroy(cb));
     for (int i = 0; i < 6; i++)
-        if (copies[i]) CUDA_CHECK(cudaFree(copies[i]));
+        if (copies[i]) cudaCheck(cudaFree(copies[i]));
     float *all[] = {x, h, w1, w2, dx, dh, dw1, dw2};
-    for (int i = 0; i < 8; i++) CUDA_CHECK(cudaFree(all[i]));
+    for (int i = 0; i < 8; i++) cudaCheck(cudaFree(all[i]));
     return 6.0 * flops / total_s / 1e9;
 }
 
@@ -253,8 +253,8 @@ static void bench_lm_head(int B, int D, int V, int tf32, int bf16, int rank) {
         c16[4] = bf16_copy(dw, (size_t)V * D);
     }
     cublasHandle_t cb;
-    CUBLAS_CHECK(cublasCreate(&cb));
-    CUBLAS_CHECK(cublasSetMathMode(cb, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    cublasCheck(cublasCreate(&cb));
+    cublasCheck(cublasSetMathMode(cb, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     double flops = 2.0 * B * D * V, total[2] = {0.0, 0.0};
     if (rank == 0)
         printf("lm_head, %s: B=%d rows, D=%d, V=%d logits a row, %.1f GFLOP each; the logits' "
@@ -279,11 +279,11 @@ static void bench_lm_head(int B, int D, int V, int tf32, int bf16, int rank) {
                "TFLOP/s\n",
                1e3 * total[0], 3 * flops / total[0] / 1e12, 1e3 * total[1],
                3 * flops / total[1] / 1e12);
-    CUBLAS_CHECK(cublasDestroy(cb));
+    cublasCheck(cublasDestroy(cb));
     for (int i = 0; i < 5; i++)
-        if (c16[i]) CUDA_CHECK(cudaFree(c16[i]));
+        if (c16[i]) cudaCheck(cudaFree(c16[i]));
     float *all[] = {x, w, logits, dx, dw};
-    for (int i = 0; i < 5; i++) CUDA_CHECK(cudaFree(all[i]));
+    for (int i = 0; i < 5; i++) cudaCheck(cudaFree(all[i]));
 }
 
 /* ---- (ii) NCCL bus bandwidth -------------------------------------------------- */
@@ -291,26 +291,26 @@ static void bench_lm_head(int B, int D, int V, int tf32, int bf16, int rank) {
 static double nccl_seconds(int gather, float *part, float *full, size_t count, ncclComm_t comm,
                            cudaStream_t st) {
     cudaEvent_t t0, t1;
-    CUDA_CHECK(cudaEventCreate(&t0));
-    CUDA_CHECK(cudaEventCreate(&t1));
+    cudaCheck(cudaEventCreate(&t0));
+    cudaCheck(cudaEventCreate(&t1));
     const int warm = 3, reps = 20;
     for (int i = 0; i < warm + reps; i++) {
         if (i == warm) {
-            CUDA_CHECK(cudaStreamSynchronize(st));
+            cudaCheck(cudaStreamSynchronize(st));
             MPI_Barrier(MPI_COMM_WORLD);
-            CUDA_CHECK(cudaEventRecord(t0, st));
+            cudaCheck(cudaEventRecord(t0, st));
         }
         if (gather)
-            NCCL_CHECK(ncclAllGather(part, full, count, ncclFloat, comm, st));
+            ncclCheck(ncclAllGather(part, full, count, ncclFloat, comm, st));
         else
-            NCCL_CHECK(ncclReduceScatter(full, part, count, ncclFloat, ncclSum, comm, st));
+            ncclCheck(ncclReduceScatter(full, part, count, ncclFloat, ncclSum, comm, st));
     }
-    CUDA_CHECK(cudaEventRecord(t1, st));
-    CUDA_CHECK(cudaEventSynchronize(t1));
+    cudaCheck(cudaEventRecord(t1, st));
+    cudaCheck(cudaEventSynchronize(t1));
     float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-    CUDA_CHECK(cudaEventDestroy(t0));
-    CUDA_CHECK(cudaEventDestroy(t1));
+    cudaCheck(cudaEventElapsedTime(&ms, t0, t1));
+    cudaCheck(cudaEventDestroy(t0));
+    cudaCheck(cudaEventDestroy(t1));
     double s = 1e-3 * ms / reps, slowest = 0.0;
     MPI_Allreduce(&s, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return slowest;
@@ -318,12 +318,12 @@ static double nccl_seconds(int gather, float *part, float *full, size_t count, n
 
 static void bench_nccl(int rank, int world, long max_mib) {
     ncclUniqueId id;
-    if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    if (rank == 0) ncclCheck(ncclGetUniqueId(&id));
     MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t comm;
-    NCCL_CHECK(ncclCommInitRank(&comm, world, id, rank));
+    ncclCheck(ncclCommInitRank(&comm, world, id, rank));
     cudaStream_t st;
-    CUDA_CHECK(cudaStreamCreate(&st));
+    cudaCheck(cudaStreamCreate(&st));
     size_t max_bytes = (size_t)max_mib << 20;
     float *full = device_array(max_bytes / sizeof(float), 9);
     float *part = device_array(max_bytes / sizeof(float) / world + 1, 10);
@@ -341,10 +341,10 @@ static void bench_nccl(int rank, int world, long max_mib) {
             printf("  nccl %5zu MiB   all_gather %9.2f GB/s   reduce_scatter %9.2f GB/s\n",
                    bytes >> 20, size / ag * f / 1e9, size / rs * f / 1e9);
     }
-    CUDA_CHECK(cudaFree(full));
-    CUDA_CHECK(cudaFree(part));
-    CUDA_CHECK(cudaStreamDestroy(st));
-    NCCL_CHECK(ncclCommDestroy(comm));
+    cudaCheck(cudaFree(full));
+    cudaCheck(cudaFree(part));
+    cudaCheck(cudaStreamDestroy(st));
+    ncclCheck(ncclCommDestroy(comm));
 }
 
 /* ---- main ------------------------------------------------------------------------ */
@@ -410,9 +410,9 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 1;
     }
-    CUDA_CHECK(cudaSetDevice(local));
+    cudaCheck(cudaSetDevice(local));
     cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, local));
+    cudaCheck(cudaGetDeviceProperties(&prop, local));
     if (rank == 0) printf("GPU 0: %s, %d rank(s)\n", prop.name, world);
 
     double mean = bench_gemms((int)B, (int)D, tf32, bf16, rank), lo = 0.0, hi = 0.0;
