@@ -256,7 +256,7 @@ def main():
     if sys.argv[1:] == ["--self-test"]:
         fake = {"fake.md": "`trainer_step` (section 3) and `run_training` in section 11, "
                            "`no_such_function` (section 8), `adamw_one` (section 99), "
-                           "`adamw_step` in section 9"}
+                           "`adamw_step` in section 4"}
         got = [ok for ok, _, _ in check(fake, algorithm, program)]
         got += [ok for ok, _, _ in seam_results("int a;\n#ifdef __CUDACC__\n#endif\n")]
         got += [ok for ok, _, _ in seam_results("int a;\n")]
