@@ -31,9 +31,9 @@ CODE = re.compile(r"(`+).+?\1")
 EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto:, file:
 
 
-def prose_lines(path):
-    """(line number, text) of the lines outside fenced blocks, inline code removed."""
-    out, fence = [], None
+def lines(path):
+    """(line number, text, inside a fenced block) of every line but the fences' own."""
+    fence = None
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f.read().split("\n"), 1):
             m = FENCE.match(line)
@@ -43,9 +43,12 @@ def prose_lines(path):
                 elif m.group(1).startswith(fence):
                     fence = None
                 continue
-            if fence is None:
-                out.append((n, CODE.sub("", line)))
-    return out
+            yield n, line, fence is not None
+
+
+def prose_lines(path):
+    """(line number, text) of the lines outside fenced blocks, inline code removed."""
+    return [(n, CODE.sub("", line)) for n, line, fenced in lines(path) if not fenced]
 
 
 def slug(heading):
@@ -59,24 +62,16 @@ def slug(heading):
 
 def anchors(path, cache={}):
     if path not in cache:
-        seen, out, fence = {}, set(), None
-        with open(path, encoding="utf-8") as f:
-            for line in f.read().split("\n"):
-                m = FENCE.match(line)
-                if m:
-                    if fence is None:
-                        fence = m.group(1)[0] * len(m.group(1))
-                    elif m.group(1).startswith(fence):
-                        fence = None
-                    continue
-                h = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
-                if fence is None and h:
-                    s = slug(h.group(1))
-                    k = seen.get(s, 0)
-                    seen[s] = k + 1
-                    out.add(s if k == 0 else f"{s}-{k}")
-                for a in re.findall(r'<a\s+(?:name|id)="([^"]+)"', line):
-                    out.add(a)
+        seen, out = {}, set()
+        for _, line, fenced in lines(path):
+            h = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+            if not fenced and h:
+                s = slug(h.group(1))
+                k = seen.get(s, 0)
+                seen[s] = k + 1
+                out.add(s if k == 0 else f"{s}-{k}")
+            for a in re.findall(r'<a\s+(?:name|id)="([^"]+)"', line):
+                out.add(a)
         cache[path] = out
     return cache[path]
 
