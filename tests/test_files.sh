@@ -317,7 +317,6 @@ rewrites() { # rewrites FLAG FILE FLAGS...: FILE's tokens become 0xffff mid-run,
   else
     bad "$what: exit $rc (124 = hang), wanted 2 and a message"; tail -6 <<<"$out"
   fi
-
 }
 
 # --init-from DIR reads DIR/model.safetensors and its config.json, as
