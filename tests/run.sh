@@ -17,6 +17,15 @@ if [[ ! "${TIMEOUT_SCALE:-1}" =~ ^[1-9][0-9]*$ ]]; then
   echo "error: TIMEOUT_SCALE=$TIMEOUT_SCALE: give a whole number from 1 (the factor on every check's time limit), or unset it" >&2
   exit 2
 fi
+# recap NAME RC LOG: a failed check's own failure lines, kept for the end.
+# A long log is often shown cut in its middle (a CI page keeps its head and
+# tail), so the summary repeats what failed, where it is always seen.
+recap_file=$(mktemp)
+recap() {
+  { echo "failed: $1 (exit $2)"
+    grep -m 8 -E '^(FAIL|not ok|error|Error)|: FAIL' "$3" | cut -c1-300 | sed 's/^/    /'
+  } >>"$recap_file"
+}
 run() {
   local name=$1; shift
   local log; log=$(mktemp)
@@ -29,6 +38,7 @@ run() {
     skipped=$((skipped + 1)); echo "SKIP  $name"
   else
     failed=$((failed + 1)); failed_names+=("$name"); echo "FAIL  $name (exit $rc)"
+    recap "$name" "$rc" "$log"
   fi
   sed 's/^/      /' "$log"
   rm -f "$log"
@@ -47,7 +57,7 @@ run "every header compiles on its own (mpicc -x c): dependencies point one way; 
 # starting and stopping; their results are printed at the end
 # (lane_report), and counted there. On one core `beside` is `run`. On two
 # cores it took the suite from 963 s to 879 s on one built tree.
-lane=$(mktemp -d); trap 'rm -rf "$lane"' EXIT
+lane=$(mktemp -d); trap 'rm -rf "$lane" "$recap_file"' EXIT
 lane_pids=()
 beside() { # beside NAME COMMAND..., as run
   if [ "$(nproc 2>/dev/null || echo 1)" -lt 2 ]; then run "$@"; return; fi
@@ -337,6 +347,12 @@ run "cluster files: the Slurm script, the MPIJob manifest and the hostfile parse
 
 lane_report
 echo
-[ $failed -eq 0 ] || printf 'failed: %s\n' "${failed_names[@]}"
+if [ $failed -gt 0 ]; then
+  cat "$recap_file"
+  # a lane check that left no result has no recap of its own
+  for name in "${failed_names[@]}"; do
+    grep -qF "failed: $name (exit" "$recap_file" || echo "failed: $name"
+  done
+fi
 if [ $skipped -gt 0 ]; then echo "$passed passed, $failed failed, $skipped skipped"; else echo "$passed passed, $failed failed"; fi
 [ $failed -eq 0 ]

@@ -105,10 +105,10 @@ refused_beside() {
   local what=$1 pid=$2 live=$3 t0=$SECONDS rc; shift 4
   timeout -k 5 30 $MPIRUN -np 2 ./fsdp $L "$@" >"$d/beside.log" 2>&1; rc=$?
   if [ $rc -eq 2 ] && [ "$(grep -c '^error:' "$d/beside.log")" -eq 1 ] \
-    && grep -qF "pid $pid on host $(hostname)" "$d/beside.log" && grep -qF "running: ./fsdp $L $live" "$d/beside.log"; then
+    && grep -qF "pid $pid on host $(uname -n)" "$d/beside.log" && grep -qF "running: ./fsdp $L $live" "$d/beside.log"; then
     ok "$what: exit 2 in $((SECONDS - t0)) s, naming it: $(grep '^error:' "$d/beside.log" | cut -c1-100)..."
   else
-    bad "$what: exit $rc (124 = hang), wanted 2 and a message naming pid $pid on $(hostname), running ./fsdp $L $live:"
+    bad "$what: exit $rc (124 = hang), wanted 2 and a message naming pid $pid on $(uname -n), running ./fsdp $L $live:"
     tail -4 "$d/beside.log"
   fi
 }
@@ -135,22 +135,38 @@ timeout -k 5 60 $MPIRUN -np 2 ./fsdp $L --steps 10 --save-dir "$d/ckl" >"$d/lock
   && ok "a run refused after taking the lock (exit 2 on every rank) leaves no lock file" || bad "refused after the lock: exit $rc, left $(ls -A "$d/ckl" | tr '\n' ' ')"
 
 # the issue's case: two runs started at once on one directory; one takes the
-# lock, the other is refused naming it, and the first's checkpoints load
+# lock, the other is refused naming it, and the winner's checkpoints load.
+# Each asks for a million steps, so that the two surely overlap however late
+# one mpirun starts on a loaded machine (ten thousand steps take 2 s: a
+# late start once let the first finish before the second began, and both
+# exit 0). The winner is stopped once the other is refused and it has saved.
+T="--steps 1000000 --save-every 100 --save-dir $d/ck2x"
 for i in 1 2; do
-  timeout -k 5 120 $MPIRUN -np 2 ./fsdp $L --steps 10000 --save-every 5000 --save-dir "$d/ck2x" >"$d/twin$i.log" 2>&1 &
+  timeout -k 5 300 $MPIRUN -np 2 ./fsdp $L $T >"$d/twin$i.log" 2>&1 &
   twin[$i]=$!
 done
-wait "${twin[1]}"; rc1=$?
-wait "${twin[2]}"; rc2=$?
-if [ "$rc1 $rc2" = "0 2" ] || [ "$rc1 $rc2" = "2 0" ]; then
-  [ $rc1 -eq 2 ] && loser=1 || loser=2
-  grep -q "^error: --save-dir $d/ck2x: another run is saving checkpoints there: pid [0-9]* on host $(hostname) " "$d/twin$loser.log" \
-    && ok "two runs started at once on one --save-dir: one exit 0, the other exit 2 naming it" || { bad "the refused twin's message:"; cat "$d/twin$loser.log"; }
+loser=""
+for i in $(seq 600); do # the first to end (60 s at most)
+  for j in 1 2; do kill -0 "${twin[$j]}" 2>/dev/null || { loser=$j; break 2; }; done
+  sleep 0.1
+done
+if [ -n "$loser" ]; then
+  wait "${twin[$loser]}"; rc=$?
+  winner=$((3 - loser))
+  if [ $rc -eq 2 ] && grep -q "^error: --save-dir $d/ck2x: another run is saving checkpoints there: pid [0-9]* on host $(uname -n) " "$d/twin$loser.log"; then
+    ok "two runs started at once on one --save-dir: one refused (exit 2) naming the other, which trains on"
+  else
+    bad "two runs started at once on one --save-dir: the first to end exited $rc, wanted 2 and a message naming the other:"; cat "$d/twin$loser.log"
+  fi
+  for i in $(seq 300); do ls "$d/ck2x" | grep -q '^step-' && break; sleep 0.1; done
+  kill -TERM "${twin[$winner]}"; wait "${twin[$winner]}"
+  newest=$(ls "$d/ck2x" | grep '^step-' | tail -1); newest=$((10#${newest#step-}))
+  timeout -k 5 60 $MPIRUN -np 3 ./fsdp $L --steps "$newest" --resume "$d/ck2x" >"$d/twin3.log" 2>&1 && grep -q "nothing to train" "$d/twin3.log" \
+    && ok "... and the winner's newest checkpoint (step $newest) loads" || { bad "the winner's checkpoint does not load"; tail -3 "$d/twin3.log"; }
 else
-  bad "two runs started at once on one --save-dir: exits $rc1 and $rc2, wanted one 0 and one 2"; tail -3 "$d/twin1.log" "$d/twin2.log"
+  bad "two runs started at once on one --save-dir: both still running after 60 s (neither refused)"
+  kill -TERM "${twin[1]}" "${twin[2]}"; wait
 fi
-timeout -k 5 60 $MPIRUN -np 3 ./fsdp $L --steps 10000 --resume "$d/ck2x" >"$d/twin3.log" 2>&1 && grep -q "nothing to train" "$d/twin3.log" \
-  && ok "... and the winner's step-10000 checkpoint loads" || { bad "the winner's checkpoint does not load"; tail -3 "$d/twin3.log"; }
 
 # Run K saves every 50 steps of a million: a --resume of one of its
 # checkpoints is refused while it lives (a step-N it may prune any moment).
