@@ -122,9 +122,11 @@
  *          through sim/events.h, comm_event_add and the --net clock */
 #include "comm/stream.h"
 
-/* defines: each layer's forward and backward (linear_forward, linear_backward,
- *          layernorm_, gelu_, embedding_, crossentropy_ forward and backward)
- *          and the element functions under them (gelu, layernorm_forward_row, ...) */
+/* defines: Buf (a pointer and its values' format), the Linear and LayerNorm
+ *          views; each layer's forward and backward (linear_forward,
+ *          linear_backward, layernorm_, gelu_, embedding_, crossentropy_
+ *          forward and backward) and the element functions under them
+ *          (gelu, layernorm_forward_row, ...) */
 #include "kernels/layers.h"
 
 /* defines: GPT-2's layers: gelu_tanh_ (Hugging Face's gelu_new), token and

@@ -32,6 +32,40 @@ static inline void *element_at(const void *x, long i, Dtype d) {
     return (void *)((const char *)x + i * dtype_bytes(d));
 }
 
+/* ---- a buffer and the format its values are stored in ----------------------
+ * With mixed precision the same bytes mean different values: a weight is
+ * fp32, bf16 or fp16 depending on where it is read (a unit's full state,
+ * fsdp.c's full_dtype; float slots with no_shard), and so is its gradient
+ * (grad_dtype) and an activation (backend.gemm_dtype, below). A Buf keeps
+ * the pointer and its format together, as a torch.Tensor keeps its dtype,
+ * so a layer is handed both at once and the two can never disagree. (Like
+ * a tensor's, its data is not const: a layer's signature says which it
+ * only reads.) */
+typedef struct {
+    void *data;  /* its values, n of them as the layer's shapes say */
+    Dtype dtype; /* how they are stored: fp32, or 16-bit bf16 / fp16 */
+} Buf;
+static inline Buf buf(const void *data, Dtype dtype) {
+    Buf b = {(void *)data, dtype};
+    return b;
+}
+/* An activation held as the matmuls read it (below) */
+static inline Buf held_buf(const void *data) { return buf(data, backend.gemm_dtype); }
+
+/* A Linear layer's operands, grouped as nn.Linear groups them: its
+ * parameters as its unit's full state holds them and their gradients as
+ * its full gradient does (the model builds one from its Trainer for a
+ * module: model/mlp.h's linear_of). A LayerNorm's the same, over dim. */
+typedef struct {
+    Buf weight, bias;   /* (out, in), (out); bias.data NULL with bias=False (GPT-2's lm_head) */
+    Buf dweight, dbias; /* their gradients, added into (same shapes) */
+    int in, out;        /* in_features, out_features */
+} Linear;
+typedef struct {
+    Buf weight, bias, dweight, dbias; /* (dim) each */
+    int dim;                          /* normalized_shape: the last dimension */
+} LayerNorm;
+
 /* ---- activations held as the matmuls read them -----------------------------
  * A Linear layer's input is read by its two matmuls (forward, and the
  * weight's gradient in backward) and by nothing else: LayerNorm's and
@@ -545,31 +579,33 @@ static void column_sums(void *dweight, void *dbias, Dtype gh, const void *dout, 
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
- * (rounded to d); out and inp held in backend.gemm_dtype, the parameters
- * in wh; saves mean, rstd (B) */
-static void layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
-                              const void *weight, const void *bias, Dtype wh, int B, int D,
-                              Dtype d) {
+ * (rounded to d); out and inp held in backend.gemm_dtype; saves mean,
+ * rstd (B) */
+static void layernorm_forward(const LayerNorm *ln, void *out, float *mean, float *rstd,
+                              const void *inp, int B, Dtype d) {
     if (backend.dry || B <= 0) return;
     layernorm_forward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        out, mean, rstd, inp, weight, bias, wh, B, D, d, backend.gemm_dtype);
+        out, mean, rstd, inp, ln->weight.data, ln->bias.data, ln->weight.dtype, B, ln->dim, d,
+        backend.gemm_dtype);
     cudaCheck(cudaGetLastError());
 }
 /* dinp += LayerNorm's input gradient, rounded to d, from dout (the Linear
  * after the norm wrote it, and only this reads it); dinp, dout and inp
- * held in gemm_dtype, the weight in wh, its gradient and the bias's in gh */
-static void layernorm_backward(void *dinp, void *dweight, void *dbias, Dtype gh, const void *dout,
-                               const void *inp, const void *weight, Dtype wh, const float *mean,
-                               const float *rstd, int B, int D, Dtype d) {
+ * held in gemm_dtype; the parameters' gradients added */
+static void layernorm_backward(const LayerNorm *ln, void *dinp, const void *dout,
+                               const void *inp, const float *mean, const float *rstd, int B,
+                               Dtype d) {
     if (backend.dry || B <= 0) return;
     Dtype held = backend.gemm_dtype;
     layernorm_backward_warp<<<warp_blocks(B), 32 * WARPS_PER_BLOCK, 0, backend.compute>>>(
-        dinp, dout, inp, weight, wh, mean, rstd, B, D, d, held);
+        dinp, dout, inp, ln->weight.data, ln->weight.dtype, mean, rstd, B, ln->dim, d, held);
     cudaCheck(cudaGetLastError());
-    column_sums(dweight, dbias, gh, dout, held, inp, mean, rstd, B, D);
+    column_sums(ln->dweight.data, ln->dbias.data, ln->dweight.dtype, dout, held, inp, mean, rstd,
+                B, ln->dim);
 }
-static void bias_backward(void *dbias, Dtype gh, const void *dout, Dtype dh, int B, int O) {
-    column_sums(NULL, dbias, gh, dout, dh, NULL, NULL, NULL, B, O);
+/* dbias (O) += the column sums of dout (B, O) */
+static void bias_backward(Buf dbias, Buf dout, int B, int O) {
+    column_sums(NULL, dbias.data, dbias.dtype, dout.data, dout.dtype, NULL, NULL, NULL, B, O);
 }
 
 /* ---- the matmul: fp32, or 16-bit on the tensor cores -----------------------
@@ -722,10 +758,10 @@ static int lt_matmul(const LtProduct *p) {
 }
 /* out^T (O, B) = weight (O, I) @ inp^T (I, B) + bias, as linear_forward's
  * product below; 0 (nothing run) where cuBLASLt has no algorithm for it */
-static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *weight, Dtype wh,
-                             const void *bias, int B, int I, int O) {
-    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, inp, I, I, out, oh,
-                   CUBLASLT_EPILOGUE_BIAS, bias, NULL};
+static int linear_forward_lt(const Linear *l, Buf out, const void *inp, int B) {
+    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, l->out, B, l->in, l->weight.data, l->weight.dtype,
+                   inp, l->in, l->in, out.data, out.dtype, CUBLASLT_EPILOGUE_BIAS,
+                   l->bias.data, NULL};
     return lt_matmul(&p);
 }
 
@@ -741,54 +777,52 @@ static int linear_forward_lt(void *out, Dtype oh, const void *inp, const void *w
  * to it, so it needs no zeroing pass first). fp32 unless --tf32
  * (backend_init), or 16-bit inputs on the tensor cores with 16-bit
  * parameters (gemm, above); inp is held in backend.gemm_dtype, and so
- * are out and dinp in the models (oh, dih: every reader of a Linear's
- * output and input gradient reads it as held, above; tests/test_kernels.cu
- * also writes fp32); dout in dh; the weight and bias in wh, their unit's
- * full state's format, and their gradients in gh, its full gradient's.
- * matmul_forward and matmul_backward are the products without the bias
- * (a Linear with bias=False, GPT-2's lm_head), out's and dout's rows ldo
- * and ldd values apart (BLAS's leading dimension; O in linear_*): the
- * logits' rows are padded (logits_stride). */
-static void matmul_forward(void *out, int ldo, Dtype oh, const void *inp, const void *weight,
-                           Dtype wh, int B, int I, int O) {
+ * are out and dinp in the models (every reader of a Linear's output and
+ * input gradient reads it as held, above; tests/test_kernels.cu also
+ * writes fp32: hence Bufs), and dout; the weight and bias in their unit's
+ * full state's format, and their gradients in its full gradient's (the
+ * Linear's Bufs). matmul_forward and matmul_backward are the products
+ * without the bias (a Linear with bias=False, GPT-2's lm_head: they read
+ * no bias), out's and dout's rows ldo and ldd values apart (BLAS's
+ * leading dimension; out_features in linear_*): the logits' rows are
+ * padded (logits_stride). */
+static void matmul_forward(const Linear *l, Buf out, int ldo, const void *inp, int B) {
     if (backend.dry) return; /* --plan */
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, backend.gemm_dtype, I, 0.0f, out,
-         oh, ldo);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, l->out, B, l->in, l->weight.data, l->weight.dtype, l->in, inp,
+         backend.gemm_dtype, l->in, 0.0f, out.data, out.dtype, ldo);
 }
-static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight,
-                           const void *bias, Dtype wh, int B, int I, int O) {
+static void linear_forward(const Linear *l, Buf out, const void *inp, int B) {
     if (backend.dry) return; /* --plan */
-    Dtype held = backend.gemm_dtype;
-    if (!bias) {
-        matmul_forward(out, O, oh, inp, weight, wh, B, I, O);
+    int I = l->in, O = l->out;
+    Buf w = l->weight, bias = l->bias;
+    if (!bias.data) {
+        matmul_forward(l, out, O, inp, B);
         return;
     }
     /* the bias in out's type: cuBLASLt adds it */
-    if (held != DTYPE_FP32 && wh == oh && linear_forward_lt(out, oh, inp, weight, wh, bias, B, I, O))
+    if (backend.gemm_dtype != DTYPE_FP32 && bias.dtype == out.dtype &&
+        linear_forward_lt(l, out, inp, B))
         return;
-    FOR_EACH((long)B * O, bias_broadcast_one, out, bias, O, wh, oh);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, I, inp, held, I, 1.0f, out, oh, O);
+    FOR_EACH((long)B * O, bias_broadcast_one, out.data, bias.data, O, bias.dtype, out.dtype);
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, w.data, w.dtype, I, inp, backend.gemm_dtype, I, 1.0f,
+         out.data, out.dtype, O);
 }
 
 /* dweight^T (I, O) += inp^T (I, B) @ dout (B, O): a Linear's weight gradient */
-static void matmul_backward_weight(void *dweight, Dtype gh, const void *dout, int ldd, Dtype dh,
-                                   const void *inp, int B, int I, int O) {
-    gemm(CUBLAS_OP_N, CUBLAS_OP_T, I, O, B, inp, backend.gemm_dtype, I, dout, dh, ldd, 1.0f,
-         dweight, gh, I);
+static void matmul_backward_weight(const Linear *l, Buf dout, int ldd, const void *inp, int B) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_T, l->in, l->out, B, inp, backend.gemm_dtype, l->in, dout.data,
+         dout.dtype, ldd, 1.0f, l->dweight.data, l->dweight.dtype, l->in);
 }
-static void matmul_backward(void *dinp, Dtype dih, void *dweight, Dtype gh, const void *dout,
-                            int ldd, Dtype dh, const void *inp, const void *weight, Dtype wh,
-                            int B, int I, int O) {
+static void matmul_backward(const Linear *l, Buf dinp, Buf dout, int ldd, const void *inp, int B) {
     if (backend.dry) return; /* --plan */
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, wh, I, dout, dh, ldd, 0.0f, dinp, dih, I);
-    matmul_backward_weight(dweight, gh, dout, ldd, dh, inp, B, I, O);
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, l->in, B, l->out, l->weight.data, l->weight.dtype, l->in,
+         dout.data, dout.dtype, ldd, 0.0f, dinp.data, dinp.dtype, l->in);
+    matmul_backward_weight(l, dout, ldd, inp, B);
 }
-static void linear_backward(void *dinp, Dtype dih, void *dweight, void *dbias, Dtype gh,
-                            const void *dout, Dtype dh, const void *inp, const void *weight,
-                            Dtype wh, int B, int I, int O) {
+static void linear_backward(const Linear *l, Buf dinp, Buf dout, const void *inp, int B) {
     if (backend.dry) return; /* --plan */
-    matmul_backward(dinp, dih, dweight, gh, dout, O, dh, inp, weight, wh, B, I, O);
-    if (dbias) bias_backward(dbias, gh, dout, dh, B, O);
+    matmul_backward(l, dinp, dout, l->out, inp, B);
+    if (l->dbias.data) bias_backward(l->dbias, dout, B, l->out);
 }
 #else
 /* The Linear layers are three matmuls, and a matmul's time goes to loading
@@ -881,18 +915,17 @@ static void cpu_result_store(float *f, void *x, Dtype held, long n) {
  * weights, so a sample's forward gives the same bits on every rank and
  * every batch size. (The panel is scratch in host memory, outside the
  * ledger, as cuBLAS's workspace would be on a GPU.) inp is held in
- * gemm_dtype, out in oh, the weight and bias in wh (cpu_operand, above).
- * out's rows are ldo apart: O, or wider for a product without bias
- * (matmul_forward: the padded logits, whose padding it writes as 0). */
-static void cpu_linear_forward(void *out, int ldo, Dtype oh, const void *inp,
-                               const void *weight_held, const void *bias, Dtype wh, int B, int I,
-                               int O) {
+ * gemm_dtype, out, the weight and bias each in its own format (cpu_operand,
+ * above). out's rows are ldo apart: O, or wider for a product without
+ * bias (matmul_forward: the padded logits, whose padding it writes as 0). */
+static void cpu_linear_forward(Buf out, int ldo, const void *inp, Buf weight_held, Buf bias,
+                               int B, int I, int O) {
     if (backend.dry) return; /* --plan */
     const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
-    const float *weight = cpu_operand(weight_held, wh, (long)O * I);
-    float *y = cpu_result(out, oh, (long)B * ldo);
-    if (bias) /* rows O apart: linear_forward's */
-        FOR_EACH((long)B * O, bias_broadcast_one, y, bias, O, wh, DTYPE_FP32);
+    const float *weight = cpu_operand(weight_held.data, weight_held.dtype, (long)O * I);
+    float *y = cpu_result(out.data, out.dtype, (long)B * ldo);
+    if (bias.data) /* rows O apart: linear_forward's */
+        FOR_EACH((long)B * O, bias_broadcast_one, y, bias.data, O, bias.dtype, DTYPE_FP32);
     else /* the product alone, its rows' padding included */
         dev_zero(y, (size_t)B * ldo * sizeof(float));
     float *panel =
@@ -909,67 +942,67 @@ static void cpu_linear_forward(void *out, int ldo, Dtype oh, const void *inp,
         accumulate_rest(y + o0, ldo, x, I, 1, panel, BWD_VEC, I, b, B, 0, w);
     }
     free(panel);
-    cpu_result_store(y, out, oh, (long)B * ldo);
+    cpu_result_store(y, out.data, out.dtype, (long)B * ldo);
     cpu_operand_free(x, inp);
-    cpu_operand_free(weight, weight_held);
+    cpu_operand_free(weight, weight_held.data);
 }
-static void linear_forward(void *out, Dtype oh, const void *inp, const void *weight_held,
-                           const void *bias, Dtype wh, int B, int I, int O) {
-    cpu_linear_forward(out, O, oh, inp, weight_held, bias, wh, B, I, O);
+static void linear_forward(const Linear *l, Buf out, const void *inp, int B) {
+    cpu_linear_forward(out, l->out, inp, l->weight, l->bias, B, l->in, l->out);
 }
-static void matmul_forward(void *out, int ldo, Dtype oh, const void *inp, const void *weight_held,
-                           Dtype wh, int B, int I, int O) {
-    cpu_linear_forward(out, ldo, oh, inp, weight_held, NULL, wh, B, I, O);
+static void matmul_forward(const Linear *l, Buf out, int ldo, const void *inp, int B) {
+    Buf no_bias = buf(NULL, l->weight.dtype);
+    cpu_linear_forward(out, ldo, inp, l->weight, no_bias, B, l->in, l->out);
 }
 
-/* dinp held in dih, dout in dh (its rows ldd apart), inp in gemm_dtype,
- * the weight in wh, its gradient and the bias's in gh (cpu_operand,
- * above); linear_backward adds the bias's gradient */
-static void matmul_backward(void *dinp, Dtype dih, void *dweight_held, Dtype gh, const void *dout,
-                            int ldd, Dtype dh, const void *inp, const void *weight_held, Dtype wh,
-                            int B, int I, int O) {
+/* dinp, dout (its rows ldd apart), the weight and its gradient each in
+ * its own format, inp in gemm_dtype (cpu_operand, above); linear_backward
+ * adds the bias's gradient */
+static void matmul_backward(const Linear *l, Buf dinp, Buf dout, int ldd, const void *inp, int B) {
     if (backend.dry) return; /* --plan */
-    const float *g = cpu_operand(dout, dh, (long)B * ldd);
-    const float *weight = cpu_operand(weight_held, wh, (long)O * I);
+    int I = l->in, O = l->out;
+    const float *g = cpu_operand(dout.data, dout.dtype, (long)B * ldd);
+    const float *weight = cpu_operand(l->weight.data, l->weight.dtype, (long)O * I);
     const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
-    float *dx = cpu_result(dinp, dih, (long)B * I);
+    float *dx = cpu_result(dinp.data, dinp.dtype, (long)B * I);
     /* dinp (B, I) = dout (B, O) @ weight (O, I): summed over o, from 0 */
     dev_zero(dx, (size_t)B * I * sizeof(float));
     accumulate(dx, g, ldd, 1, weight, B, O, I);
-    cpu_result_store(dx, dinp, dih, (long)B * I);
+    cpu_result_store(dx, dinp.data, dinp.dtype, (long)B * I);
     /* dweight (O, I) += dout^T (O, B) @ inp (B, I): summed over b, from
      * what it holds, rounded once as it is stored (as cuBLAS with beta 1) */
-    float *dweight = (float *)cpu_operand(dweight_held, gh, (long)O * I);
+    Buf dw = l->dweight;
+    float *dweight = (float *)cpu_operand(dw.data, dw.dtype, (long)O * I);
     accumulate(dweight, g, 1, ldd, x, O, B, I);
-    cpu_result_store(dweight, dweight_held, gh, (long)O * I);
-    cpu_operand_free(g, dout);
+    cpu_result_store(dweight, dw.data, dw.dtype, (long)O * I);
+    cpu_operand_free(g, dout.data);
     cpu_operand_free(x, inp);
-    cpu_operand_free(weight, weight_held);
+    cpu_operand_free(weight, l->weight.data);
 }
-static void linear_backward(void *dinp, Dtype dih, void *dweight_held, void *dbias, Dtype gh,
-                            const void *dout, Dtype dh, const void *inp, const void *weight_held,
-                            Dtype wh, int B, int I, int O) {
+static void linear_backward(const Linear *l, Buf dinp, Buf dout, const void *inp, int B) {
     if (backend.dry) return; /* --plan */
-    matmul_backward(dinp, dih, dweight_held, gh, dout, O, dh, inp, weight_held, wh, B, I, O);
-    if (dbias) FOR_EACH(O, bias_backward_one, dbias, dout, B, O, dh, gh);
+    matmul_backward(l, dinp, dout, l->out, inp, B);
+    if (l->dbias.data)
+        FOR_EACH(l->out, bias_backward_one, l->dbias.data, dout.data, B, l->out, dout.dtype,
+                 l->dbias.dtype);
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input
- * (rounded to d); out and inp held in backend.gemm_dtype, the parameters
- * in wh; saves mean, rstd (B): a row per FOR_EACH element here, a warp per
- * row on a GPU (above) */
-static void layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
-                              const void *weight, const void *bias, Dtype wh, int B, int D,
-                              Dtype d) {
-    FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, weight, bias, wh, D, d,
-             backend.gemm_dtype);
+ * (rounded to d); out and inp held in backend.gemm_dtype; saves mean, rstd
+ * (B): a row per FOR_EACH element here, a warp per row on a GPU (above) */
+static void layernorm_forward(const LayerNorm *ln, void *out, float *mean, float *rstd,
+                              const void *inp, int B, Dtype d) {
+    FOR_EACH(B, layernorm_forward_row, out, mean, rstd, inp, ln->weight.data, ln->bias.data,
+             ln->weight.dtype, ln->dim, d, backend.gemm_dtype);
 }
-static void layernorm_backward(void *dinp, void *dweight, void *dbias, Dtype gh, const void *dout,
-                               const void *inp, const void *weight, Dtype wh, const float *mean,
-                               const float *rstd, int B, int D, Dtype d) {
+static void layernorm_backward(const LayerNorm *ln, void *dinp, const void *dout,
+                               const void *inp, const float *mean, const float *rstd, int B,
+                               Dtype d) {
     Dtype held = backend.gemm_dtype;
-    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, weight, wh, mean, rstd, D, d, held);
-    FOR_EACH(D, layernorm_backward_col, dweight, dbias, dout, inp, mean, rstd, B, D, held, gh);
+    int D = ln->dim;
+    FOR_EACH(B, layernorm_backward_row, dinp, dout, inp, ln->weight.data, ln->weight.dtype, mean,
+             rstd, D, d, held);
+    FOR_EACH(D, layernorm_backward_col, ln->dweight.data, ln->dbias.data, dout, inp, mean, rstd,
+             B, D, held, ln->dweight.dtype);
 }
 #endif
 
@@ -985,18 +1018,18 @@ static void gelu_backward(void *dinp, const void *dout, const void *inp, long n,
 
 /* The embedding's gradient from the batch's rows grouped by token
  * (embedding_backward_one): one thread per distinct token and channel;
- * dout held in gemm_dtype, dweight in gh. */
-static void embedding_backward(void *dweight, Dtype gh, const void *dout,
-                               const TokenRows *by_token, int C) {
-    FOR_EACH((long)by_token->distinct * C, embedding_backward_one, dweight, dout, by_token->rows,
-             by_token->end, by_token->token, C, backend.gemm_dtype, gh);
+ * dout held in gemm_dtype. */
+static void embedding_backward(Buf dweight, const void *dout, const TokenRows *by_token, int C) {
+    FOR_EACH((long)by_token->distinct * C, embedding_backward_one, dweight.data, dout,
+             by_token->rows, by_token->end, by_token->token, C, backend.gemm_dtype,
+             dweight.dtype);
 }
 
-/* out (B, T*C), a matmul's input (held in gemm_dtype): the embeddings
- * (held in wh) of the T context bytes of each sample, end to end */
-static void embedding_forward(void *out, const unsigned char *tokens, const void *weight,
-                              Dtype wh, int B, int T, int C) {
-    FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight, wh, C,
+/* out (B, T*C), a matmul's input (held in gemm_dtype): the embeddings of
+ * the T context bytes of each sample, end to end */
+static void embedding_forward(void *out, const unsigned char *tokens, Buf weight, int B, int T,
+                              int C) {
+    FOR_EACH((long)B * T * C, embedding_forward_one, out, tokens, weight.data, weight.dtype, C,
              backend.gemm_dtype);
 }
 

@@ -212,32 +212,32 @@ static void gelu_tanh_backward(void *dinp, const void *dout, const void *inp, lo
  * apply (fp32, --plan, the CPU, fusion off) or cuBLASLt has no algorithm;
  * the caller then runs the product and the GELU kernel apart. */
 #ifdef __CUDACC__
-/* pre = inp @ weight^T + bias (B, O), out = gelu_new(pre), both in oh, as
- * linear_forward's product with the bias epilogue (kernels/layers.h) */
-static int linear_gelu_tanh_forward(void *out, void *pre, Dtype oh, const void *inp,
-                                    const void *weight, const void *bias, Dtype wh, int B, int I,
-                                    int O) {
-    Dtype held = backend.gemm_dtype;
+/* pre = inp @ weight^T + bias (B, O), out = gelu_new(pre), pre held as
+ * out is, as linear_forward's product with the bias epilogue
+ * (kernels/layers.h) */
+static int linear_gelu_tanh_forward(const Linear *l, Buf out, void *pre, const void *inp, int B) {
+    int I = l->in, O = l->out;
     /* the bias in out's type; pre's rows a multiple of 8 values, as cuBLASLt asks */
-    if (!backend.gelu_fusion || backend.dry || held == DTYPE_FP32 || wh != oh || !bias || O % 8)
+    if (!backend.gelu_fusion || backend.dry || backend.gemm_dtype == DTYPE_FP32 ||
+        l->bias.dtype != out.dtype || !l->bias.data || O % 8)
         return 0;
-    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, weight, wh, inp, I, I, out, oh,
-                   CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre};
+    LtProduct p = {CUBLAS_OP_T, CUBLAS_OP_N, O, B, I, l->weight.data, l->weight.dtype, inp, I, I,
+                   out.data, out.dtype, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, l->bias.data, pre};
     return lt_matmul(&p);
 }
 /* mlp.c_proj's backward from dout (B, O): dpre (B, I) = (dout @ weight) *
  * gelu_new'(pre), written (c_fc's output gradient; pre its output), and
  * the weight's and bias's gradients added, as linear_backward's; all held */
-static int linear_backward_dgelu_tanh(void *dpre, void *dweight, void *dbias, Dtype gh,
-                                      const void *dout, const void *inp, const void *pre,
-                                      const void *weight, Dtype wh, int B, int I, int O) {
+static int linear_backward_dgelu_tanh(const Linear *l, void *dpre, const void *dout,
+                                      const void *inp, const void *pre, int B) {
     Dtype held = backend.gemm_dtype;
+    int I = l->in, O = l->out;
     if (!backend.gelu_fusion || backend.dry || held == DTYPE_FP32 || I % 8) return 0;
-    LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, weight, wh, dout, I, O, dpre, held,
-                   CUBLASLT_EPILOGUE_DGELU, NULL, (void *)pre};
+    LtProduct p = {CUBLAS_OP_N, CUBLAS_OP_N, I, B, O, l->weight.data, l->weight.dtype, dout, I, O,
+                   dpre, held, CUBLASLT_EPILOGUE_DGELU, NULL, (void *)pre};
     if (!lt_matmul(&p)) return 0;
-    matmul_backward_weight(dweight, gh, dout, O, held, inp, B, I, O);
-    if (dbias) bias_backward(dbias, gh, dout, held, B, O);
+    matmul_backward_weight(l, held_buf(dout), O, inp, B);
+    if (l->dbias.data) bias_backward(l->dbias, held_buf(dout), B, O);
     return 1;
 }
 #else /* the CPU rounds c_fc's output first, as autocast does: the product, then GELU */

@@ -126,33 +126,30 @@ static Gpt2Saved gpt2_saved(Trainer *t, int l) {
  * rounded as it is written */
 static void gpt2_linear(Trainer *t, int module, void *out, const void *inp, long BT, int I,
                         int O) {
-    Dtype held = backend.gemm_dtype;
     module_pre_forward(t, module);
-    linear_forward(out, held, inp, weight_of(t, module), bias_of(t, module), full_dtype(t),
-                   (int)BT, I, O);
-    lowp(t, out, BT * O, held);
+    Linear linear = linear_of(t, module, I, O);
+    linear_forward(&linear, held_buf(out), inp, (int)BT);
+    lowp(t, out, BT * O, backend.gemm_dtype);
     module_post_forward(t, module);
 }
 /* c_fc and the GELU after it: pre = c_fc(inp), out = gelu_new(pre), both
  * held; one cuBLASLt product where it can (kernels/transformer.h) */
 static void gpt2_fc_gelu(Trainer *t, int module, void *out, void *pre, const void *inp, long BT,
                          int D) {
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t);
     module_pre_forward(t, module); /* its unit's full parameters: now present */
-    const void *w = weight_of(t, module), *b = bias_of(t, module);
-    if (!linear_gelu_tanh_forward(out, pre, held, inp, w, b, wh, (int)BT, D, 4 * D)) {
-        linear_forward(pre, held, inp, w, b, wh, (int)BT, D, 4 * D);
-        lowp(t, pre, BT * 4 * D, held);
+    Linear c_fc = linear_of(t, module, D, 4 * D);
+    if (!linear_gelu_tanh_forward(&c_fc, held_buf(out), pre, inp, (int)BT)) {
+        linear_forward(&c_fc, held_buf(pre), inp, (int)BT);
+        lowp(t, pre, BT * 4 * D, backend.gemm_dtype);
         gelu_tanh_forward(out, pre, BT * 4 * D, t->cfg.param_dtype);
     }
     module_post_forward(t, module);
 }
 static void gpt2_layernorm(Trainer *t, int module, void *out, float *mean, float *rstd,
                            const void *inp, long BT) {
-    int D = t->cfg.width;
     module_pre_forward(t, module);
-    layernorm_forward(out, mean, rstd, inp, weight_of(t, module), bias_of(t, module),
-                      full_dtype(t), (int)BT, D, t->cfg.param_dtype);
+    LayerNorm ln = layernorm_of(t, module, t->cfg.width);
+    layernorm_forward(&ln, out, mean, rstd, inp, (int)BT, t->cfg.param_dtype);
     module_post_forward(t, module);
 }
 
@@ -222,7 +219,8 @@ float gpt2_forward(Trainer *t) {
 
     module_pre_forward(t, m->lm_head); /* wte's weight, still gathered: the root's unit */
     int ld = logits_stride(V); /* the logits' rows padded: kernels/layers.h */
-    matmul_forward(a->logits, ld, held, a->lnf, weight_of(t, m->wte), wh, (int)BT, D, V);
+    Linear lm_head = linear_of(t, m->wte, D, V); /* wte, tied: a Linear without bias */
+    matmul_forward(&lm_head, held_buf(a->logits), ld, a->lnf, (int)BT);
     lowp(t, a->logits, BT * ld, held);
     module_post_forward(t, m->lm_head);
     float loss = crossentropy_forward(a->lse, a->losses, a->logits, ld, a->targets, (int)BT, V);
@@ -235,11 +233,10 @@ float gpt2_forward(Trainer *t) {
  * activations held (model/activations.h), dinp rounded here in fp32 slots */
 static void gpt2_linear_backward(Trainer *t, int module, void *dinp, const void *dout,
                                  const void *inp, long BT, int I, int O) {
-    Dtype held = backend.gemm_dtype;
     module_pre_backward(t, module);
-    linear_backward(dinp, held, dweight_of(t, module), dbias_of(t, module), grad_dtype(t), dout,
-                    held, inp, weight_of(t, module), full_dtype(t), (int)BT, I, O);
-    lowp(t, dinp, BT * I, held);
+    Linear linear = linear_of(t, module, I, O);
+    linear_backward(&linear, held_buf(dinp), held_buf(dout), inp, (int)BT);
+    lowp(t, dinp, BT * I, backend.gemm_dtype);
     module_post_backward(t, module);
 }
 /* mlp.c_proj's backward and GELU's: dpre, c_fc's output gradient, from
@@ -248,13 +245,11 @@ static void gpt2_linear_backward(Trainer *t, int module, void *dinp, const void 
  * place: element i of its output needs element i of that gradient alone. */
 static void gpt2_proj_gelu_backward(Trainer *t, int module, void *dpre, const void *dout,
                                     const void *act, const void *pre, long BT, int D) {
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t);
     module_pre_backward(t, module); /* its unit's full parameters and gradient: present */
-    const void *w = weight_of(t, module);
-    void *dw = dweight_of(t, module), *db = dbias_of(t, module);
-    if (!linear_backward_dgelu_tanh(dpre, dw, db, gh, dout, act, pre, w, wh, (int)BT, 4 * D, D)) {
-        linear_backward(dpre, held, dw, db, gh, dout, held, act, w, wh, (int)BT, 4 * D, D);
-        lowp(t, dpre, BT * 4 * D, held);
+    Linear c_proj = linear_of(t, module, 4 * D, D);
+    if (!linear_backward_dgelu_tanh(&c_proj, dpre, dout, act, pre, (int)BT)) {
+        linear_backward(&c_proj, held_buf(dpre), held_buf(dout), act, (int)BT);
+        lowp(t, dpre, BT * 4 * D, backend.gemm_dtype);
         gelu_tanh_backward(dpre, dpre, pre, BT * 4 * D, t->cfg.param_dtype);
     }
     module_post_backward(t, module);
@@ -264,11 +259,9 @@ static void gpt2_proj_gelu_backward(Trainer *t, int module, void *dpre, const vo
 static void gpt2_layernorm_backward(Trainer *t, int module, void *dinp, const void *dout,
                                     const void *inp, const float *mean, const float *rstd,
                                     long BT) {
-    int D = t->cfg.width;
     module_pre_backward(t, module);
-    layernorm_backward(dinp, dweight_of(t, module), dbias_of(t, module), grad_dtype(t), dout, inp,
-                       weight_of(t, module), full_dtype(t), mean, rstd, (int)BT, D,
-                       t->cfg.param_dtype);
+    LayerNorm ln = layernorm_of(t, module, t->cfg.width);
+    layernorm_backward(&ln, dinp, dout, inp, mean, rstd, (int)BT, t->cfg.param_dtype);
     module_post_backward(t, module);
 }
 
@@ -329,8 +322,8 @@ void gpt2_backward(Trainer *t) {
                           c->param_dtype); /* over the logits */
     module_pre_backward(t, m->lm_head); /* the tied weight's first share of its gradient */
     Dtype held = backend.gemm_dtype, gh = grad_dtype(t); /* activations.h; section 1 */
-    matmul_backward(a->d_x, held, dweight_of(t, m->wte), gh, a->logits, ld, held, a->lnf,
-                    weight_of(t, m->wte), full_dtype(t), (int)BT, D, V);
+    Linear lm_head = linear_of(t, m->wte, D, V); /* wte, tied: a Linear without bias */
+    matmul_backward(&lm_head, held_buf(a->d_x), held_buf(a->logits), ld, a->lnf, (int)BT);
     /* ... stored in param_dtype, as autograd accumulates a tied weight's
      * shares (and 16 bits hold it): wte's backward adds to the rounded sum */
     grad_round(t, &m->params[m->modules[m->wte].params[0]]);
@@ -348,7 +341,7 @@ void gpt2_backward(Trainer *t) {
              D, held, gh);
     module_post_backward(t, m->wpe);
     module_pre_backward(t, m->wte); /* ... and its second */
-    embedding_backward(dweight_of(t, m->wte), gh, a->d_res, &a->by_token, D);
+    embedding_backward(buf(dweight_of(t, m->wte), gh), a->d_res, &a->by_token, D);
     module_post_backward(t, m->wte);
     module_post_backward(t, m->transformer);
     module_post_backward(t, m->root);

@@ -95,6 +95,25 @@ static void *dweight_of(Trainer *t, int module) {
 static void *dbias_of(Trainer *t, int module) {
     return t->model.params[t->model.modules[module].params[1]].grad;
 }
+/* A module's parameters and gradients as its layer reads them
+ * (kernels/layers.h's Linear and LayerNorm), each with its format
+ * (full_dtype, grad_dtype: fsdp.c, section 1). Built after the module's
+ * pre-forward or pre-backward hook, as weight_of is called: the pointers
+ * are into its unit's full state. A module without a bias (GPT-2's wte,
+ * read as lm_head) gives a NULL one. */
+static Linear linear_of(Trainer *t, int module, int in, int out) {
+    Dtype wh = full_dtype(t), gh = grad_dtype(t);
+    int has_bias = t->model.modules[module].params[1] >= 0;
+    Linear l = {buf(weight_of(t, module), wh), buf(has_bias ? bias_of(t, module) : NULL, wh),
+                buf(dweight_of(t, module), gh), buf(has_bias ? dbias_of(t, module) : NULL, gh),
+                in, out};
+    return l;
+}
+static LayerNorm layernorm_of(Trainer *t, int module, int dim) {
+    Linear l = linear_of(t, module, dim, dim);
+    LayerNorm ln = {l.weight, l.bias, l.dweight, l.dbias, dim};
+    return ln;
+}
 
 /* Mixed precision: a Linear layer's output as the GPU stores it, in
  * param_dtype. (The layers compute in fp32 from 16-bit inputs, as tensor
@@ -116,16 +135,16 @@ static void block_norm_fc1_gelu(Trainer *t, int l) {
     const Config *c = &t->cfg;
     int B = t->micro_batch, D = c->width;
     long k = saved_block(c, l), BD = (long)B * D, BF = 4 * BD;
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t);
+    Dtype held = backend.gemm_dtype;
     void *ln = element_at(a->ln, k * BD, held), *fc1 = element_at(a->fc1, k * BF, held);
     module_pre_forward(t, m->block_norm[l]);
-    layernorm_forward(ln, a->ln_mean + k * B, a->ln_rstd + k * B, element_at(a->h, l * BD, held),
-                      weight_of(t, m->block_norm[l]), bias_of(t, m->block_norm[l]), wh, B, D,
-                      c->param_dtype);
+    LayerNorm norm = layernorm_of(t, m->block_norm[l], D);
+    layernorm_forward(&norm, ln, a->ln_mean + k * B, a->ln_rstd + k * B,
+                      element_at(a->h, l * BD, held), B, c->param_dtype);
     module_post_forward(t, m->block_norm[l]);
     module_pre_forward(t, m->block_fc1[l]);
-    linear_forward(fc1, held, ln, weight_of(t, m->block_fc1[l]), bias_of(t, m->block_fc1[l]), wh,
-                   B, D, 4 * D);
+    Linear fc1_layer = linear_of(t, m->block_fc1[l], D, 4 * D);
+    linear_forward(&fc1_layer, held_buf(fc1), ln, B);
     lowp(t, fc1, BF, held);
     module_post_forward(t, m->block_fc1[l]);
     gelu_forward(element_at(a->act, k * BF, held), fc1, BF, c->param_dtype);
@@ -138,15 +157,15 @@ float model_forward(Trainer *t) {
     int B = t->micro_batch, T = c->context, C = c->embed_dim, D = c->width, V = c->vocab;
     long BD = (long)B * D, BF = (long)B * 4 * D;
 
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t); /* activations.h; section 1 */
+    Dtype held = backend.gemm_dtype; /* activations.h */
     module_pre_forward(t, m->root);
     module_pre_forward(t, m->embed);
-    embedding_forward(a->x_emb, a->tokens, weight_of(t, m->embed), wh, B, T, C);
+    embedding_forward(a->x_emb, a->tokens, buf(weight_of(t, m->embed), full_dtype(t)), B, T, C);
     module_post_forward(t, m->embed);
 
     module_pre_forward(t, m->proj_in);
-    linear_forward(a->h, held, a->x_emb, weight_of(t, m->proj_in), bias_of(t, m->proj_in), wh, B,
-                   T * C, D);
+    Linear proj_in = linear_of(t, m->proj_in, T * C, D);
+    linear_forward(&proj_in, held_buf(a->h), a->x_emb, B);
     lowp(t, a->h, BD, held);
     module_post_forward(t, m->proj_in);
 
@@ -157,8 +176,8 @@ float model_forward(Trainer *t) {
         module_pre_forward(t, m->block[l]);
         block_norm_fc1_gelu(t, l);
         module_pre_forward(t, m->block_fc2[l]);
-        linear_forward(h_out, held, act, weight_of(t, m->block_fc2[l]),
-                       bias_of(t, m->block_fc2[l]), wh, B, 4 * D, D);
+        Linear fc2 = linear_of(t, m->block_fc2[l], 4 * D, D);
+        linear_forward(&fc2, held_buf(h_out), act, B);
         lowp(t, h_out, BD, held);
         module_post_forward(t, m->block_fc2[l]);
         /* the residual connection, over fc2's output in place */
@@ -168,12 +187,13 @@ float model_forward(Trainer *t) {
     module_post_forward(t, m->blocks);
 
     module_pre_forward(t, m->norm_f);
-    layernorm_forward(a->nf, a->nf_mean, a->nf_rstd, element_at(a->h, c->depth * BD, held),
-                      weight_of(t, m->norm_f), bias_of(t, m->norm_f), wh, B, D, c->param_dtype);
+    LayerNorm norm_f = layernorm_of(t, m->norm_f, D);
+    layernorm_forward(&norm_f, a->nf, a->nf_mean, a->nf_rstd,
+                      element_at(a->h, c->depth * BD, held), B, c->param_dtype);
     module_post_forward(t, m->norm_f);
     module_pre_forward(t, m->head);
-    linear_forward(a->logits, held, a->nf, weight_of(t, m->head), bias_of(t, m->head), wh, B, D,
-                   V);
+    Linear head = linear_of(t, m->head, D, V);
+    linear_forward(&head, held_buf(a->logits), a->nf, B);
     lowp(t, a->logits, (long)B * V, held);
     module_post_forward(t, m->head);
     /* rows V apart: 256 bytes' logits need no padding (logits_stride) */
@@ -229,16 +249,16 @@ void model_backward(Trainer *t) {
                           t->loss_scale / (float)t->local_batch, B, V,
                           c->param_dtype); /* over the logits */
     module_pre_backward(t, m->head);
-    Dtype held = backend.gemm_dtype, wh = full_dtype(t), gh = grad_dtype(t); /* section 1 */
-    linear_backward(a->d_nf, held, dweight_of(t, m->head), dbias_of(t, m->head), gh, a->logits,
-                    held, a->nf, weight_of(t, m->head), wh, B, D, V);
+    Dtype held = backend.gemm_dtype; /* activations.h */
+    Linear head = linear_of(t, m->head, D, V);
+    linear_backward(&head, held_buf(a->d_nf), held_buf(a->logits), a->nf, B);
     lowp(t, a->d_nf, BD, held);
     module_post_backward(t, m->head);
     module_pre_backward(t, m->norm_f);
     zero_held(a->d_h, BD);
-    layernorm_backward(a->d_h, dweight_of(t, m->norm_f), dbias_of(t, m->norm_f), gh, a->d_nf,
-                       element_at(a->h, c->depth * BD, held), weight_of(t, m->norm_f), wh,
-                       a->nf_mean, a->nf_rstd, B, D, c->param_dtype);
+    LayerNorm norm_f = layernorm_of(t, m->norm_f, D);
+    layernorm_backward(&norm_f, a->d_h, a->d_nf, element_at(a->h, c->depth * BD, held),
+                       a->nf_mean, a->nf_rstd, B, c->param_dtype);
     module_post_backward(t, m->norm_f);
 
     module_pre_backward(t, m->blocks);
@@ -251,34 +271,32 @@ void model_backward(Trainer *t) {
         /* d_h holds dL/dh_out; the residual passes it straight to h_in, and
          * the MLP branch adds its own part through norm's backward. */
         module_pre_backward(t, m->block_fc2[l]);
-        linear_backward(a->d_act, held, dweight_of(t, m->block_fc2[l]),
-                        dbias_of(t, m->block_fc2[l]), gh, a->d_h, held, act,
-                        weight_of(t, m->block_fc2[l]), wh, B, 4 * D, D);
+        Linear fc2 = linear_of(t, m->block_fc2[l], 4 * D, D);
+        linear_backward(&fc2, held_buf(a->d_act), held_buf(a->d_h), act, B);
         lowp(t, a->d_act, BF, held);
         module_post_backward(t, m->block_fc2[l]);
         gelu_backward(a->d_fc1, a->d_act, fc1, BF, c->param_dtype);
         module_pre_backward(t, m->block_fc1[l]);
-        linear_backward(a->d_ln, held, dweight_of(t, m->block_fc1[l]),
-                        dbias_of(t, m->block_fc1[l]), gh, a->d_fc1, held, ln,
-                        weight_of(t, m->block_fc1[l]), wh, B, D, 4 * D);
+        Linear fc1_layer = linear_of(t, m->block_fc1[l], D, 4 * D);
+        linear_backward(&fc1_layer, held_buf(a->d_ln), held_buf(a->d_fc1), ln, B);
         lowp(t, a->d_ln, BD, held);
         module_post_backward(t, m->block_fc1[l]);
         module_pre_backward(t, m->block_norm[l]);
-        layernorm_backward(a->d_h, dweight_of(t, m->block_norm[l]), dbias_of(t, m->block_norm[l]),
-                           gh, a->d_ln, h_in, weight_of(t, m->block_norm[l]), wh,
-                           a->ln_mean + k * B, a->ln_rstd + k * B, B, D, c->param_dtype);
+        LayerNorm norm = layernorm_of(t, m->block_norm[l], D);
+        layernorm_backward(&norm, a->d_h, a->d_ln, h_in, a->ln_mean + k * B, a->ln_rstd + k * B,
+                           B, c->param_dtype);
         module_post_backward(t, m->block_norm[l]);
         module_post_backward(t, m->block[l]);
     }
     module_post_backward(t, m->blocks);
 
     module_pre_backward(t, m->proj_in);
-    linear_backward(a->d_emb, held, dweight_of(t, m->proj_in), dbias_of(t, m->proj_in), gh,
-                    a->d_h, held, a->x_emb, weight_of(t, m->proj_in), wh, B, T * C, D);
+    Linear proj_in = linear_of(t, m->proj_in, T * C, D);
+    linear_backward(&proj_in, held_buf(a->d_emb), held_buf(a->d_h), a->x_emb, B);
     lowp(t, a->d_emb, (long)B * T * C, held);
     module_post_backward(t, m->proj_in);
     module_pre_backward(t, m->embed);
-    embedding_backward(dweight_of(t, m->embed), gh, a->d_emb, &a->by_token, C);
+    embedding_backward(buf(dweight_of(t, m->embed), grad_dtype(t)), a->d_emb, &a->by_token, C);
     module_post_backward(t, m->embed);
     module_post_backward(t, m->root);
     units_finish_backward(t);

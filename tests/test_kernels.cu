@@ -115,6 +115,18 @@ static void expect(const char *kernel, const char *what, const float *dev, const
                    double tol, double us) {
     expect_as(kernel, what, dev, ref, n, tol, us, 0);
 }
+/* A Linear (LayerNorm) over the test's buffers: the parameters held in
+ * wh, their gradients in gh (kernels/layers.h) */
+static Linear linear_view(const void *w, const void *b, Dtype wh, void *dw, void *db, Dtype gh,
+                          int in, int out) {
+    Linear l = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), in, out};
+    return l;
+}
+static LayerNorm norm_view(const void *w, const void *b, Dtype wh, void *dw, void *db, Dtype gh,
+                           int dim) {
+    LayerNorm ln = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), dim};
+    return ln;
+}
 /* That linear_forward's product since `before` went to cuBLASLt with the
  * bias epilogue (kernels/layers.h): on a GPU whose cuBLASLt has no
  * algorithm for it, the bias is written first instead, and this says so */
@@ -193,8 +205,8 @@ static void check_layernorm_grads16(const float *dw, const float *db, double tw,
           *gdb16 = packed(g + D, D, DTYPE_BF16);
     backend.gemm_dtype = DTYPE_BF16;
     double us;
-    TIME_RUNS(us, 1, layernorm_backward(gdx16, gdw16, gdb16, DTYPE_BF16, gdy16, gx16, gw16,
-                                        DTYPE_BF16, gmean, grstd, B, D, DTYPE_BF16));
+    LayerNorm ln16 = norm_view(gw16, NULL, DTYPE_BF16, gdw16, gdb16, DTYPE_BF16, D);
+    TIME_RUNS(us, 1, layernorm_backward(&ln16, gdx16, gdy16, gx16, gmean, grstd, B, DTYPE_BF16));
     backend.gemm_dtype = DTYPE_FP32;
     for (int i = 0; i < D; i++)
         ref[i] = round_to(ref[i] + dw[i] / TIME_REPS, DTYPE_BF16),
@@ -236,7 +248,8 @@ static void check_layernorm(void) {
           *gdy = device_copy(dy, n), *gout = gpu(n), *gmean = gpu(B), *grstd = gpu(B),
           *gdx = gpu(n), *gdw = gpu(D), *gdb = gpu(D);
     double us;
-    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx, gw, gb, DTYPE_FP32, B, D, DTYPE_FP32));
+    LayerNorm ln = norm_view(gw, gb, DTYPE_FP32, gdw, gdb, DTYPE_FP32, D);
+    TIME_US(us, layernorm_forward(&ln, gout, gmean, grstd, gx, B, DTYPE_FP32));
     /* a row's mean and variance are sums of D terms; the output carries their error */
     double bound = 4.0 * D * U * max_abs(out, n);
     expect(fwd, "out", gout, out, n, bound, us);
@@ -252,16 +265,15 @@ static void check_layernorm(void) {
     FOR_EACH(D, pack_one, (uint16_t *)gw16, gw, DTYPE_BF16, 1.0f);
     FOR_EACH(D, pack_one, (uint16_t *)gb16, gb, DTYPE_BF16, 1.0f);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, layernorm_forward(gout, gmean, grstd, gx16, gw16, gb16, DTYPE_BF16, B, D,
-                                  DTYPE_BF16));
+    LayerNorm ln16 = norm_view(gw16, gb16, DTYPE_BF16, gdw, gdb, DTYPE_FP32, D);
+    TIME_US(us, layernorm_forward(&ln16, gout, gmean, grstd, gx16, B, DTYPE_BF16));
     backend.gemm_dtype = DTYPE_FP32;
     expect("layernorm forward, held in bf16", "out", unpacked(gout, n, DTYPE_BF16), out16, n,
            bound + ulp16(max_abs(out, n), DTYPE_BF16), us);
     free(out16);
     expect(fwd, "rstd", grstd, rstd, B, 4.0 * D * U * max_abs(rstd, B),
            us);
-    TIME_US(us, layernorm_backward(gdx, gdw, gdb, DTYPE_FP32, gdy, gx, gw, DTYPE_FP32, gmean, grstd,
-                                   B, D, DTYPE_FP32));
+    TIME_US(us, layernorm_backward(&ln, gdx, gdy, gx, gmean, grstd, B, DTYPE_FP32));
     /* the GPU ran it TIME_REPS times, adding: the CPU's once, times that (dx1: once) */
     float *dx1 = (float *)host_malloc((size_t)n * 4, "ref");
     memcpy(dx1, dx, (size_t)n * 4);
@@ -305,13 +317,11 @@ static void check_layernorm(void) {
     FOR_EACH(n, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f);
     dev_zero(gdw, (size_t)D * 4), dev_zero(gdb, (size_t)D * 4);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, layernorm_backward(gdx16, gdw, gdb, DTYPE_FP32, gdy16, gx16, gw16, DTYPE_BF16,
-                                   gmean, grstd, B, D, DTYPE_BF16));
+    TIME_US(us, layernorm_backward(&ln16, gdx16, gdy16, gx16, gmean, grstd, B, DTYPE_BF16));
     expect("layernorm backward, held in bf16", "dweight", gdw, dw, D, tdw, us);
     expect("layernorm backward, held in bf16", "dbias", gdb, db, D, tdb, us);
     FOR_EACH(n, pack_one, (uint16_t *)gdx16, gdy, DTYPE_BF16, 1.0f);
-    layernorm_backward(gdx16, gdw, gdb, DTYPE_FP32, gdy16, gx16, gw16, DTYPE_BF16, gmean, grstd, B,
-                       D, DTYPE_BF16);
+    layernorm_backward(&ln16, gdx16, gdy16, gx16, gmean, grstd, B, DTYPE_BF16);
     backend.gemm_dtype = DTYPE_FP32;
     for (long i = 0; i < n; i++) dx1[i] += dy[i];
     double m1 = max_abs(dx1, n);
@@ -388,7 +398,8 @@ static void check_linear_held_output(const float *xr, const float *wr, const flo
     double us;
     backend.gemm_dtype = DTYPE_BF16;
     long lt = backend.lt_products;
-    TIME_US(us, linear_forward(g16, DTYPE_BF16, gx16, gw16, gb16, DTYPE_BF16, B, I, O));
+    Linear l16 = linear_view(gw16, gb16, DTYPE_BF16, NULL, NULL, DTYPE_BF16, I, O);
+    TIME_US(us, linear_forward(&l16, buf(g16, DTYPE_BF16), gx16, B));
     backend.gemm_dtype = DTYPE_FP32;
     /* (two ulps: cuBLAS's default math mode may add split-K partial sums
      * in the output's type, bf16, before the last rounding) */
@@ -415,8 +426,9 @@ static void check_linear_grads16(const float *dw, const float *db, double tw, do
           *gdb16 = packed(g + nw, O, DTYPE_BF16), *gdin = gpu((long)B * I);
     backend.gemm_dtype = DTYPE_BF16;
     double us;
-    TIME_RUNS(us, 1, linear_backward(gdin, DTYPE_FP32, gdw16, gdb16, DTYPE_BF16, gdy16, DTYPE_BF16,
-                                     gx16, gw16, DTYPE_BF16, B, I, O));
+    Linear l16 = linear_view(gw16, NULL, DTYPE_BF16, gdw16, gdb16, DTYPE_BF16, I, O);
+    Buf din = buf(gdin, DTYPE_FP32), dout = buf(gdy16, DTYPE_BF16);
+    TIME_RUNS(us, 1, linear_backward(&l16, din, dout, gx16, B));
     backend.gemm_dtype = DTYPE_FP32;
     for (long i = 0; i < nw; i++) ref[i] = round_to(ref[i] + dw[i], DTYPE_BF16);
     for (int o = 0; o < O; o++) ref_b[o] = round_to(ref_b[o] + db[o], DTYPE_BF16);
@@ -462,8 +474,8 @@ static void check_linear_backward16(const float *xr, const float *wr, const floa
     FOR_EACH(nd, pack_one, (uint16_t *)gdy16, gdy, DTYPE_BF16, 1.0f); /* rounds it: dyr's values */
     backend.gemm_dtype = DTYPE_BF16;
     double us;
-    TIME_US(us, linear_backward(gdin, DTYPE_FP32, gdw, gdb, DTYPE_FP32, gdy16, DTYPE_BF16, gx16,
-                                gw16, DTYPE_BF16, B, I, O));
+    Linear l = linear_view(gw16, NULL, DTYPE_BF16, gdw, gdb, DTYPE_FP32, I, O);
+    TIME_US(us, linear_backward(&l, buf(gdin, DTYPE_FP32), buf(gdy16, DTYPE_BF16), gx16, B));
     backend.gemm_dtype = DTYPE_FP32;
     check_linear_grads16(dw, db, tw, tb, gdy16, gx16, gw16, B, I, O);
     for (long i = 0; i < (long)O * I; i++) dw[i] *= TIME_REPS; /* dinp is written, not added */
@@ -518,13 +530,14 @@ static void check_matmul_padded(void) {
     double us;
     const char *name = "lm_head's products, rows padded (1000 of 1024)";
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_US(us, matmul_forward(gout16, ld, DTYPE_BF16, gx16, gw16, DTYPE_BF16, B, I, O));
+    Linear head = linear_view(gw16, NULL, DTYPE_BF16, gdw, NULL, DTYPE_FP32, I, O);
+    TIME_US(us, matmul_forward(&head, buf(gout16, DTYPE_BF16), ld, gx16, B));
     backend.gemm_dtype = DTYPE_FP32;
     expect(name, "out", compacted(gout16, B, ld, O, DTYPE_BF16), out, (long)B * O,
            4.0 * (I + 1) * U * tf + 2.0 * ulp16(max_abs(out, (long)B * O), DTYPE_BF16), us);
     backend.gemm_dtype = DTYPE_BF16;
-    TIME_RUNS(us, 1, matmul_backward(gdin, DTYPE_FP32, gdw, DTYPE_FP32, gdy16, ld, DTYPE_BF16, gx16,
-                                     gw16, DTYPE_BF16, B, I, O));
+    TIME_RUNS(us, 1, matmul_backward(&head, buf(gdin, DTYPE_FP32), buf(gdy16, DTYPE_BF16), ld,
+                                     gx16, B));
     backend.gemm_dtype = DTYPE_FP32;
     expect(name, "dinp", gdin, din, (long)B * I, 4.0 * (O + 1) * U * tin, us);
     expect(name, "dweight", gdw, dw, (long)O * I, 4.0 * (B + 1) * U * tw, us);
@@ -613,9 +626,9 @@ static void check_mlp_dgelu_fused(const float *dy, const float *w2, const float 
     double us;
     int fused = 0;
     backend.gemm_dtype = d;
+    Linear c_proj = linear_view(gw2, NULL, d, gdw, gdb, DTYPE_FP32, H, D);
     TIME_RUNS(us, 1, /* once: it adds into the weight's and bias's gradients */
-              fused = linear_backward_dgelu_tanh(gdpre, gdw, gdb, DTYPE_FP32, gdy16, gact, gpre,
-                                                 gw2, d, B, H, D));
+              fused = linear_backward_dgelu_tanh(&c_proj, gdpre, gdy16, gact, gpre, B));
     backend.gemm_dtype = DTYPE_FP32;
     if (expect_fused(name, fused, "DGELU")) {
         expect_each(name, "dpre", unpacked(gdpre, n, d), dpre, tol, n, us);
@@ -650,7 +663,8 @@ static void check_mlp_gelu_fused(void) {
     double us;
     int fused = 0, was = backend.gelu_fusion;
     backend.gemm_dtype = d, backend.gelu_fusion = 1;
-    TIME_US(us, fused = linear_gelu_tanh_forward(gout, gpre, d, g16[0], g16[1], g16[2], d, B, D, H));
+    Linear c_fc = linear_view(g16[1], g16[2], d, NULL, NULL, d, D, H);
+    TIME_US(us, fused = linear_gelu_tanh_forward(&c_fc, buf(gout, d), gpre, g16[0], B));
     backend.gemm_dtype = DTYPE_FP32;
     if (expect_fused(name, fused, "GELU_AUX_BIAS")) {
         for (long i = 0; i < n; i++) tol[i] = bound + 2.0 * ulp16(fabs(pre[i]), d) + 1e-30;
@@ -682,7 +696,8 @@ static void check_linear(void) {
           *gb = device_copy(b, O), *gdy = device_copy(dy, (long)B * O), *gout = gpu((long)B * O),
           *gdb = gpu(O);
     double us;
-    TIME_US(us, linear_forward(gout, DTYPE_FP32, gx, gw, gb, DTYPE_FP32, B, I, O));
+    Linear l = linear_view(gw, gb, DTYPE_FP32, NULL, NULL, DTYPE_FP32, I, O);
+    TIME_US(us, linear_forward(&l, buf(gout, DTYPE_FP32), gx, B));
     expect("linear forward, cuBLAS (512x768 @ 768x2304)", "out", gout, out, (long)B * O,
            2.0 * (I + 1) * U * worst_terms, us);
     /* The same product from bf16 inputs on the tensor cores (what
@@ -702,7 +717,7 @@ static void check_linear(void) {
     float *gx16 = gpu((long)B * I); /* x held in bf16, as a LayerNorm writes it */
     FOR_EACH((long)B * I, pack_one, (uint16_t *)gx16, gx, DTYPE_BF16, 1.0f);
     long lt = backend.lt_products;
-    TIME_US(us, linear_forward(gout, DTYPE_FP32, gx16, gw, gb, DTYPE_FP32, B, I, O));
+    TIME_US(us, linear_forward(&l, buf(gout, DTYPE_FP32), gx16, B));
     backend.gemm_dtype = DTYPE_FP32;
     expect("linear forward, bf16 tensor cores (cuBLASLt)", "out", gout, out16, (long)B * O,
            4.0 * (I + 1) * U * terms16, us);
@@ -712,7 +727,7 @@ static void check_linear(void) {
     check_linear_held_output(xr, wr, b, gx16, gw16, B, I, O);
     check_linear_backward16(xr, wr, dy, gx16, gw16, B, I, O);
     free(xr), free(wr), free(out16);
-    TIME_US(us, bias_backward(gdb, DTYPE_FP32, gdy, DTYPE_FP32, B, O));
+    TIME_US(us, bias_backward(buf(gdb, DTYPE_FP32), buf(gdy, DTYPE_FP32), B, O));
     double col = 0.0;
     for (int o = 0; o < O; o++) {
         double s = 0.0;
@@ -822,7 +837,7 @@ static void check_embedding_at(const char *name, long BT, int V, int C) {
     free(stage);
     float *gdy = device_copy(dy, n), *gdw = gpu((long)V * C);
     double us;
-    TIME_US(us, embedding_backward(gdw, DTYPE_FP32, gdy, &g, C));
+    TIME_US(us, embedding_backward(buf(gdw, DTYPE_FP32), gdy, &g, C));
     expect(name, "dweight", gdw, dw, (long)V * C, 0.0, us);
     free(dy), free(tok), free(dw);
     gpu_free_all();

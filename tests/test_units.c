@@ -84,21 +84,44 @@ static void gradcheck(GradCase *g, const char *layer) {
 
 enum { GB = 3, GI = 5, GO = 4 };
 
+/* A Linear (LayerNorm) over the test's arrays: the parameters held in wh,
+ * their gradients in gh (kernels/layers.h) */
+static Linear linear_view(const void *w, const void *b, Dtype wh, void *dw, void *db, Dtype gh,
+                          int in, int out) {
+    Linear l = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), in, out};
+    return l;
+}
+static LayerNorm norm_view(const void *w, const void *b, Dtype wh, void *dw, void *db, Dtype gh,
+                           int dim) {
+    LayerNorm ln = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), dim};
+    return ln;
+}
+static Buf fp32_buf(const void *x) { return buf(x, DTYPE_FP32); }
+
 typedef struct { float *out, *in, *w, *b; } LinearCtx;
-static void linear_case(void *c) { LinearCtx *x = (LinearCtx *)c; linear_forward(x->out, DTYPE_FP32, x->in, x->w, x->b, DTYPE_FP32, GB, GI, GO); }
+static void linear_case(void *c) {
+    LinearCtx *x = (LinearCtx *)c;
+    Linear l = linear_view(x->w, x->b, DTYPE_FP32, NULL, NULL, DTYPE_FP32, GI, GO);
+    linear_forward(&l, fp32_buf(x->out), x->in, GB);
+}
 
 static void test_linear(void) {
     float in[GB * GI], w[GO * GI], b[GO], out[GB * GO], r[GB * GO];
     float din[GB * GI] = {0}, dw[GO * GI] = {0}, db[GO] = {0};
     fill(in, GB * GI, 1); fill(w, GO * GI, 2); fill(b, GO, 3); fill(r, GB * GO, 4);
-    linear_backward(din, DTYPE_FP32, dw, db, DTYPE_FP32, r, DTYPE_FP32, in, w, DTYPE_FP32, GB, GI, GO);
+    Linear l = linear_view(w, b, DTYPE_FP32, dw, db, DTYPE_FP32, GI, GO);
+    linear_backward(&l, fp32_buf(din), fp32_buf(r), in, GB);
     LinearCtx ctx = {out, in, w, b};
     GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GO * GI, GO}, {"input", "weight", "bias"}, 3, out, r, GB * GO, linear_case, &ctx};
     gradcheck(&g, "linear");
 }
 
 typedef struct { float *out, *mean, *rstd, *in, *w, *b; } NormCtx;
-static void norm_case(void *c) { NormCtx *x = (NormCtx *)c; layernorm_forward(x->out, x->mean, x->rstd, x->in, x->w, x->b, DTYPE_FP32, GB, GI, DTYPE_FP32); }
+static void norm_case(void *c) {
+    NormCtx *x = (NormCtx *)c;
+    LayerNorm ln = norm_view(x->w, x->b, DTYPE_FP32, NULL, NULL, DTYPE_FP32, GI);
+    layernorm_forward(&ln, x->out, x->mean, x->rstd, x->in, GB, DTYPE_FP32);
+}
 
 static void test_layernorm(void) {
     float in[GB * GI], w[GI], b[GI], out[GB * GI], r[GB * GI], mean[GB], rstd[GB];
@@ -106,7 +129,8 @@ static void test_layernorm(void) {
     fill(in, GB * GI, 5); fill(w, GI, 6); fill(b, GI, 7); fill(r, GB * GI, 8);
     NormCtx ctx = {out, mean, rstd, in, w, b};
     norm_case(&ctx); /* saves mean and rstd for the backward */
-    layernorm_backward(din, dw, db, DTYPE_FP32, r, in, w, DTYPE_FP32, mean, rstd, GB, GI, DTYPE_FP32);
+    LayerNorm ln = norm_view(w, b, DTYPE_FP32, dw, db, DTYPE_FP32, GI);
+    layernorm_backward(&ln, din, r, in, mean, rstd, GB, DTYPE_FP32);
     GradCase g = {{in, w, b}, {din, dw, db}, {GB * GI, GI, GI}, {"input", "weight", "bias"}, 3, out, r, GB * GI, norm_case, &ctx};
     gradcheck(&g, "layernorm");
 }
@@ -126,7 +150,7 @@ static void test_gelu(void) {
 
 enum { EV = 6, ET = 3, EC = 2 };
 typedef struct { float *out, *w; const unsigned char *tok; } EmbCtx;
-static void emb_case(void *c) { EmbCtx *x = (EmbCtx *)c; embedding_forward(x->out, x->tok, x->w, DTYPE_FP32, GB, ET, EC); }
+static void emb_case(void *c) { EmbCtx *x = (EmbCtx *)c; embedding_forward(x->out, x->tok, fp32_buf(x->w), GB, ET, EC); }
 
 /* A batch's rows grouped by token (TokenRows) in the arrays given: the
  * CPU build's device memory is the host's. */
@@ -155,7 +179,7 @@ static void test_embedding_grouped(void) {
     for (int n = 0; n < N; n++)
         for (int c = 0; c < C; c++) ref[tok[n] * C + c] += dout[n * C + c];
     TokenRows *g = group_by_token(&x, tok, N, V);
-    embedding_backward(dw, DTYPE_FP32, dout, g, C);
+    embedding_backward(fp32_buf(dw), dout, g, C);
     int ok = g->distinct == V - 3 && memcmp(dw, ref, sizeof(dw)) == 0;
     check(ok, "embedding gradient grouped by token", "%d distinct tokens (want %d), %s", g->distinct,
           V - 3, memcmp(dw, ref, sizeof(dw)) == 0 ? "bitwise equal to the plain loop" : "differs");
@@ -168,7 +192,7 @@ static void test_embedding(void) {
     for (int n = 0; n < GB * ET; n++) ids[n] = tok[n];
     float w[EV * EC], out[GB * ET * EC], r[GB * ET * EC], dw[EV * EC] = {0};
     fill(w, EV * EC, 11); fill(r, GB * ET * EC, 12);
-    embedding_backward(dw, DTYPE_FP32, r, group_by_token(&x, ids, GB * ET, EV), EC);
+    embedding_backward(fp32_buf(dw), r, group_by_token(&x, ids, GB * ET, EV), EC);
     EmbCtx ctx = {out, w, tok};
     GradCase g = {{w}, {dw}, {EV * EC}, {"weight"}, 1, out, r, GB * ET * EC, emb_case, &ctx};
     gradcheck(&g, "embedding");
@@ -409,6 +433,7 @@ static void test_matmul_inputs16(void) {
     for (int i = 0; i < NY; i++) dy[i] = round_to(dy[i], d);
     round_pack(in, in16, N), round_pack(g, g16, N);
     for (int i = 0; i < NY; i++) dy16[i] = bf16_from_float(dy[i]);
+    LayerNorm norm = norm_view(w, b, DTYPE_FP32, NULL, NULL, DTYPE_FP32, GI);
     const char *names[] = {"layernorm", "gelu", "gelu_new", "embedding", "attention's y",
                            "gelu backward", "gelu_new backward", "attention's dqkv"};
     long count[] = {N, N, N, GB * ET * EC, NY, N, N, NQ};
@@ -420,10 +445,10 @@ static void test_matmul_inputs16(void) {
                        *fc = pass ? (const void *)in16 : (const void *)in,
                        *dfc = pass ? (const void *)g16 : (const void *)g,
                        *dat = pass ? (const void *)dy16 : (const void *)dy;
-            if (k == 0) layernorm_forward(out, mean, rstd, fc, w, b, DTYPE_FP32, GB, GI, d);
+            if (k == 0) layernorm_forward(&norm, out, mean, rstd, fc, GB, d);
             if (k == 1) gelu_forward(out, fc, N, d);
             if (k == 2) gelu_tanh_forward(out, fc, N, d);
-            if (k == 3) embedding_forward(out, tok, emb, DTYPE_FP32, GB, ET, EC);
+            if (k == 3) embedding_forward(out, tok, fp32_buf(emb), GB, ET, EC);
             if (k == 4) attention_forward_gemm(out, att, x, AB, AT, AD, AH, d); /* P: bf16 */
             if (k == 5) gelu_backward(out, dfc, fc, N, d);
             if (k == 6) gelu_tanh_backward(out, dfc, fc, N, d);
@@ -476,7 +501,7 @@ static void test_gpt2_embedding(void) {
     float dwte[PV * PD] = {0}, dwpe[PT * PD] = {0};
     fill(wte, PV * PD, 24); fill(wpe, PT * PD, 25); fill(r, GB * PT * PD, 26);
     static Grouped x;
-    embedding_backward(dwte, DTYPE_FP32, r, group_by_token(&x, tok, GB * PT, PV), PD);
+    embedding_backward(fp32_buf(dwte), r, group_by_token(&x, tok, GB * PT, PV), PD);
     FOR_EACH(PT * PD, position_embedding_backward_one, dwpe, r, GB, PT, PD, DTYPE_FP32, DTYPE_FP32);
     PosCtx ctx = {out, wte, wpe, tok};
     GradCase g = {{wte, wpe}, {dwte, dwpe}, {PV * PD, PT * PD}, {"wte", "wpe"}, 2, out, r, GB * PT * PD, pos_case, &ctx};
@@ -511,15 +536,17 @@ static void test_stream16(void) {
           "%d values == fp32 slots rounded, bit for bit", N);
     float nw[GI] = {0}, nb[GI] = {0};
     uint16_t nw16[GI] = {0}, nb16[GI] = {0}; /* the parameters' gradients held in bf16 too */
-    layernorm_forward(out, mean, rstd, x, w, b, fp32, GB, GI, d); /* and the statistics */
+    LayerNorm ln = norm_view(w, b, fp32, nw, nb, fp32, GI);
+    LayerNorm ln16 = norm_view(w16, b16, d, nw16, nb16, d, GI);
+    layernorm_forward(&ln, out, mean, rstd, x, GB, d); /* and the statistics */
     backend.gemm_dtype = d;
-    layernorm_forward(out16, mean, rstd, x16, w16, b16, d, GB, GI, d);
+    layernorm_forward(&ln16, out16, mean, rstd, x16, GB, d);
     backend.gemm_dtype = fp32;
     check(packed_equal(out16, out, N), "layernorm from the stream and parameters held in bf16",
           "%d values == fp32 slots', bit for bit", N);
-    layernorm_backward(dx, nw, nb, fp32, dy, x, w, fp32, mean, rstd, GB, GI, d);
+    layernorm_backward(&ln, dx, dy, x, mean, rstd, GB, d);
     backend.gemm_dtype = d;
-    layernorm_backward(dx16, nw16, nb16, d, dy16, x16, w16, d, mean, rstd, GB, GI, d);
+    layernorm_backward(&ln16, dx16, dy16, x16, mean, rstd, GB, d);
     backend.gemm_dtype = fp32;
     FOR_EACH(GI, round_one, nw, d);
     FOR_EACH(GI, round_one, nb, d);
@@ -544,7 +571,7 @@ static void test_stream16(void) {
         FOR_EACH(NE, token_embedding_forward_one, stream, tok, te, held, PD, held);
         FOR_EACH(NE, position_embedding_forward_one, stream, pe, held, PT, PD, d, held);
         void *dte = pass ? (void *)dwte16 : dwte, *dpe = pass ? (void *)dwpe16 : dwpe;
-        embedding_backward(dte, held, grad, rows, PD);
+        embedding_backward(buf(dte, held), grad, rows, PD);
         FOR_EACH(PT * PD, position_embedding_backward_one, dpe, grad, GB, PT, PD, held, held);
     }
     backend.gemm_dtype = fp32;

@@ -88,9 +88,11 @@ typedef struct {
 } Case;
 
 static void run_kernel(Case *c, Kernel k) {
+    Dtype f = DTYPE_FP32;
+    Linear l = {buf(c->w, f), buf(c->bias, f), buf(c->dw, f), buf(c->db, f), c->I, c->O};
     switch (k) {
-    case K_FORWARD: linear_forward(c->out, DTYPE_FP32, c->inp, c->w, c->bias, DTYPE_FP32, c->B, c->I, c->O); break;
-    case K_BACKWARD: linear_backward(c->dinp, DTYPE_FP32, c->dw, c->db, DTYPE_FP32, c->dout, DTYPE_FP32, c->inp, c->w, DTYPE_FP32, c->B, c->I, c->O); break;
+    case K_FORWARD: linear_forward(&l, buf(c->out, f), c->inp, c->B); break;
+    case K_BACKWARD: linear_backward(&l, buf(c->dinp, f), buf(c->dout, f), c->inp, c->B); break;
     case K_NAIVE: naive_matmul(c->ref, c->inp, c->wt, c->B, c->I, c->O); break;
 #ifdef FSDP_BENCH_OPENBLAS
     case K_BLAS_FORWARD: /* out = inp @ W^T (+ bias, as the layer does: B*O adds) */
