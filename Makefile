@@ -65,6 +65,13 @@ export OMPI_MCA_odls_base_sigkill_timeout := 0
 # initial values, --cpu-offload's AdamW) then run on one. Unbound, as Open
 # MPI 5 leaves them here, a rank gets its share of the cores.
 export OMPI_MCA_hwloc_base_binding_policy := none
+# A rank waiting on a message spins; Open MPI yields the core in that spin
+# only when it knows the machine is oversubscribed, and 2 ranks on 2 cores
+# do not look so. Beside other jobs (the suite's parallel checks, a
+# student's browser) the spinning ranks take the cores from the ones they
+# wait for: three 2-rank runs at once took 4-5 s where, yielding, they take
+# 0.5 s. Alone, a run takes the same time either way.
+export OMPI_MCA_mpi_yield_when_idle := 1
 # Open MPI 4's -q drops its banners around a failed run; Open MPI 5 has no
 # -q and refuses to start with it. Asked each time (5 ms), not once, since
 # make mpi may install Open MPI after this file is read.

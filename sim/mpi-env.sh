@@ -12,7 +12,8 @@
 # - with no 2 s wait before SIGKILL after a rank's error exit (Makefile);
 # - unbound: Open MPI 4 binds one or two ranks to a core each, and a
 #   rank's threaded CPU loops then run on one (Makefile);
-# - started in 0.1 s: ob1 over shared memory, not UCX or libfabric (Makefile).
+# - started in 0.1 s: ob1 over shared memory, not UCX or libfabric (Makefile);
+# - yielding the core while waiting, beside other jobs (Makefile).
 #
 # MPIRUN is the launcher the scripts use: --oversubscribe for both versions,
 # and -q (no banners around a failed run) where mpirun takes it: Open MPI 5
@@ -21,6 +22,7 @@ export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
 export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
 export OMPI_MCA_hwloc_base_binding_policy="${OMPI_MCA_hwloc_base_binding_policy:-none}"
+export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
 export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"
 export PRTE_MCA_rmaps_default_mapping_policy="${PRTE_MCA_rmaps_default_mapping_policy:-slot:oversubscribe}"
 export OMPI_MCA_odls_base_sigkill_timeout="${OMPI_MCA_odls_base_sigkill_timeout:-0}"

@@ -110,7 +110,7 @@ spawn wrong ring_all_gather ring_all_gather_finalize --fail-fast -- "full_shard 
 # A ring on MPI_COMM_WORLD instead of its own communicator is right on the
 # whole world, and hangs in a hybrid strategy's group. (It hangs on
 # purpose: a shorter wait than a student's 60 s.)
-GRADE_TIMEOUT=15 spawn wrong ring_all_gather ring_all_gather_world --fail-fast -- \
+GRADE_TIMEOUT=30 spawn wrong ring_all_gather ring_all_gather_world --fail-fast -- \
   "hybrid_shard on 4 rank(s)" "not MPI_COMM_WORLD"
 spawn overwrite
 # adamw: the learning rate of the step, and the step count a checkpoint keeps

@@ -36,7 +36,7 @@ cd "$tree" || exit 1
 make -s clean >/dev/null
 # a student's shell: Open MPI 5 first on PATH, nothing of make's exported
 unset MPIRUN OMPI_MCA_rmaps_base_oversubscribe PRTE_MCA_rmaps_default_mapping_policy OMPI_MCA_pml OMPI_MCA_btl \
-  OMPI_MCA_hwloc_base_binding_policy
+  OMPI_MCA_hwloc_base_binding_policy OMPI_MCA_mpi_yield_when_idle
 unset MAKEFLAGS MFLAGS MAKELEVEL # nor what an outer make passes down (make test MPIRUN=...)
 export PATH="$bin:$PATH"
 echo "$(mpirun --version | head -1), from $bin"
