@@ -14,6 +14,7 @@
  *   4. reduce-scatter; sharded AdamW    11. gradient accumulation and no_sync
  *   5. one step, end to end             12. forward only; activation checkpointing
  *   6. prefetch and the limiter         13. checkpoints
+ *                                       14. FSDP2: every parameter sharded on dim 0
  *
  * The program around it (the command line, the training loop, what a run
  * prints, main) lives beside it in main.c, which #includes this file: one
@@ -180,6 +181,12 @@
  *          config.json), model_file_of (a directory's model.safetensors) */
 #include "io/checkpoint.h"
 
+/* The piece of a parameter that a rank's shard holds: its elements
+ * [first, end), which start at element `at` of the shard. */
+typedef struct {
+    long first, end, at;
+} ShardPiece;
+
 /* ---- forward declarations -----------------------------------------------------------
  * The core (sections 1-5) calls a few variants, each defined later in its own section;
  * they are declared here, under the section that defines them, so the core reads first. */
@@ -204,6 +211,11 @@ static int grad_scaler_unscale(Trainer *t);
 static void grad_scaler_update(Trainer *t);
 /* 11. gradient accumulation */
 static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept);
+/* 14. FSDP2 */
+static void fsdp2_layout(Unit *u, Model *m, int world);
+static int fsdp2_piece(const Unit *u, int j, const Param *p, int rank, ShardPiece *s);
+static void fsdp2_copy_out(Trainer *t, int ui, void *full, const void *gathered, Dtype held);
+static void *fsdp2_chunk_cat(Trainer *t, int ui);
 
 /* ============================================================================
  * 1. What a rank holds: units, flat parameters and shards
@@ -315,7 +327,7 @@ static int autowrap(Model *m, AutoWrapPolicy policy, long min_params) {
  * every strategy; only who holds what changes.
  * --------------------------------------------------------------------- */
 
-static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy strategy) {
+static void units_layout(Unit *units, int n_units, Model *m, int world, const Config *c) {
     for (int u = 0; u < n_units; u++) {
         memset(&units[u], 0, sizeof(Unit));
         units[u].params =
@@ -330,7 +342,9 @@ static void units_layout(Unit *units, int n_units, Model *m, int world, Strategy
     }
     for (int u = 0; u < n_units; u++) {
         units[u].padded = ceil_div(units[u].numel, world) * world;
-        units[u].shard = strategy == STRATEGY_NO_SHARD ? units[u].padded : units[u].padded / world;
+        units[u].shard =
+            c->strategy == STRATEGY_NO_SHARD ? units[u].padded : units[u].padded / world;
+        if (c->fsdp2) fsdp2_layout(&units[u], m, world); /* each parameter its own (section 14) */
     }
     for (int i = 0; i < m->n_modules; i++) {
         int u = m->modules[i].unit;
@@ -357,8 +371,8 @@ static float param_init_value(const Param *p, int param_index, long i, uint64_t 
     }
     return 0.0f;
 }
-static void param_init_one(long i, float *out, const Param *p, int k, long flat, uint64_t seed) {
-    out[i] = param_init_value(p, k, flat + i - p->offset, seed); /* flat: out[0]'s place */
+static void param_init_one(long i, float *out, const Param *p, int k, long first, uint64_t seed) {
+    out[i] = param_init_value(p, k, first + i, seed); /* first: out[0]'s element of p */
 }
 
 /* Where rank's shard starts in the unit's flat parameter: rank * shard, or
@@ -367,30 +381,33 @@ static long shard_begin(const Unit *u, int rank) {
     return u->shard == u->padded ? 0 : (long)rank * u->shard;
 }
 
-/* The part [a, b) of the flat parameter that parameter p and the shard
- * [lo, hi) share; 0 if they share nothing. */
-static int param_in_shard(const Param *p, long lo, long hi, long *a, long *b) {
-    *a = p->offset > lo ? p->offset : lo;
-    *b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    return *a < *b;
+/* Parameter j of unit u (p) in rank's shard; 0 if the shard holds none of
+ * it. FSDP1: where p's span of the flat parameter meets the shard's span;
+ * FSDP2 (section 14): p's own chunk of rows. Everything that fills or reads
+ * a shard parameter by parameter (initial values, checkpoints, --init-from)
+ * asks this, and so works for both layouts. */
+static int shard_piece(const Unit *u, int j, const Param *p, int rank, ShardPiece *s) {
+    if (u->chunk_at) return fsdp2_piece(u, j, p, rank, s);
+    long lo = shard_begin(u, rank), hi = lo + u->shard;
+    long a = p->offset > lo ? p->offset : lo;
+    long b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    s->first = a - p->offset;
+    s->end = b - p->offset;
+    s->at = a - lo;
+    return a < b;
 }
 
-/* Fills out with elements [lo, hi) of the unit's flat parameter, as
- * initialised: a rank computes only its own shard, so no rank materialises
- * the whole model to initialise it (zero1's replicas are the exception). */
-static void unit_init_range(const Unit *u, const Model *m, long lo, long hi, uint64_t seed,
-                            float *out) {
-    long a, b;
-    for (int k = 0; k < u->n_params; k++) {
-        const Param *p = &m->params[u->params[k]];
-        if (param_in_shard(p, lo, hi, &a, &b))
-            HOST_FOR_EACH(b - a, param_init_one, out + a - lo, p, u->params[k], a, seed);
-    }
-}
-
-/* This rank's shard: [lo, lo + shard) with lo = shard_begin(u, rank) */
+/* Fills out (the unit's shard on `rank`) with its initial values: a rank
+ * computes only its own shard, so no rank materialises the whole model to
+ * initialise it (zero1's replicas are the exception: unit_init_replica). */
 static void unit_init_shard(const Unit *u, const Model *m, int rank, uint64_t seed, float *out) {
-    unit_init_range(u, m, shard_begin(u, rank), shard_begin(u, rank) + u->shard, seed, out);
+    ShardPiece s;
+    for (int j = 0; j < u->n_params; j++) {
+        const Param *p = &m->params[u->params[j]];
+        if (shard_piece(u, j, p, rank, &s))
+            HOST_FOR_EACH(s.end - s.first, param_init_one, out + s.at, p, u->params[j], s.first,
+                          seed);
+    }
 }
 
 /* Points every parameter of the unit at its place in the full state and
@@ -565,7 +582,7 @@ Trainer *trainer_create(const Config *cfg, MPI_Comm comm) {
     t->units = (Unit *)host_calloc((size_t)t->n_units, sizeof(Unit), "allocate the units");
     t->pre_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
     t->post_order = (int *)host_calloc((size_t)t->n_units, sizeof(int), "allocate the units");
-    units_layout(t->units, t->n_units, &t->model, t->shard_world, cfg->strategy);
+    units_layout(t->units, t->n_units, &t->model, t->shard_world, cfg);
     char err[512];
     if (sim_init(&t->sim, &t->cfg, &t->ledger, t->units, t->n_units, comm, err, sizeof(err)) != 0) {
         if (t->comm.rank == 0) fprintf(stderr, "error: %s\n", err);
@@ -605,6 +622,7 @@ void trainer_destroy(Trainer *t) {
     if (!t) return;
     for (int ui = 0; ui < t->n_units; ui++) {
         free(t->units[ui].params);
+        free(t->units[ui].chunk_at);
         free(t->units[ui].host_state);
     }
     free(t->units);
@@ -639,15 +657,18 @@ void trainer_destroy(Trainer *t) {
 static void unit_unshard_start(Trainer *t, int ui) {
     if (ui < 0 || !is_sharded(t)) return; /* no next unit, or nothing to gather */
     Unit *u = &t->units[ui];
-    if (u->full_param) return; /* gathered, or on its way */
+    if (u->full_param || u->gathering) return; /* gathered, or on its way */
     if (t->cfg.limit_all_gathers) unshard_rate_limit(t); /* section 6 */
     /* held in fp32 slots or 16 bits (full_dtype); booked, as every full
-     * state, at param_dtype's width: what PyTorch would hold */
+     * state, at param_dtype's width: what PyTorch would hold. FSDP2 gathers
+     * into a buffer of its own, copied out at the wait (section 14). */
     Dtype held = full_dtype(t), d = t->cfg.param_dtype;
-    u->full_param = ledger_alloc_held(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, held, d,
-                                      u->name, ON_DEVICE_GATHERED);
-    u->gather = comm_all_gather_start(&t->comm, u->full_param, held, unit_gather_input(t, ui),
-                                      u->shard, ui, t->cfg.param_dtype);
+    void *out = ledger_alloc_held(&t->ledger, u->chunk_at ? MEM_COMM_BUFFERS : MEM_FULL_PARAMS,
+                                  (size_t)u->padded, held, d, u->name, ON_DEVICE_GATHERED);
+    if (u->chunk_at) u->gathered = out;
+    else u->full_param = out;
+    u->gather = comm_all_gather_start(&t->comm, out, held, unit_gather_input(t, ui), u->shard,
+                                      ui, t->cfg.param_dtype);
     u->gathering = 1;
     if (++t->gathers_in_flight > t->max_gathers_in_flight)
         t->max_gathers_in_flight = t->gathers_in_flight;
@@ -662,6 +683,14 @@ static void unit_unshard_wait(Trainer *t, int ui) {
     if (u->device_shard) { /* --cpu-offload: the all-gather's input, done with */
         ledger_free(&t->ledger, u->device_shard);
         u->device_shard = NULL;
+    }
+    if (u->gathered) { /* FSDP2: each parameter's rows to its own place (section 14) */
+        Dtype held = full_dtype(t);
+        u->full_param = ledger_alloc_held(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, held,
+                                          t->cfg.param_dtype, u->name, ON_DEVICE_OVERWRITTEN);
+        fsdp2_copy_out(t, ui, u->full_param, u->gathered, held);
+        ledger_free(&t->ledger, u->gathered);
+        u->gathered = NULL;
     }
     unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
 }
@@ -914,9 +943,10 @@ static void reduce_grad_start(Trainer *t, int ui) {
         u->shard_grad = ledger_alloc_floats(&t->ledger, MEM_GRAD_SHARD, (size_t)u->shard,
                                             t->cfg.reduce_dtype, u->name);
     }
-    p->handle =
-        comm_reduce_scatter_start(&t->comm, u->shard_grad, u->full_grad, grad_dtype(t), u->shard,
-                                  ui, &t->ledger);
+    /* FSDP2 reduce-scatters a copy laid rank by rank (section 14) */
+    void *input = u->chunk_at ? (p->input = fsdp2_chunk_cat(t, ui)) : u->full_grad;
+    p->handle = comm_reduce_scatter_start(&t->comm, u->shard_grad, input, grad_dtype(t),
+                                          u->shard, ui, &t->ledger);
 }
 
 /* Waits for the pending reduction, if any (comm_wait turns the sum into
@@ -931,7 +961,8 @@ static void reduce_grad_finish(Trainer *t) {
     comm_wait(&t->comm, &p->handle);
     p->in_flight = 0;
     if (!is_sharded(t)) return;
-    ledger_free(&t->ledger, u->full_grad);
+    ledger_free(&t->ledger, p->input ? p->input : u->full_grad); /* FSDP2's is freed already */
+    p->input = NULL;
     u->full_grad = NULL;
     unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
     if (t->comm.group[GROUP_REPLICA]) unit_reduce_replicas(t, p->unit);
@@ -1319,7 +1350,11 @@ void units_gather_replicas(Trainer *t) {
  * initial values, computed whole (as DDP's), and rounded to param_dtype */
 static void unit_init_replica(Trainer *t, Unit *u) {
     float *host = (float *)host_calloc((size_t)u->padded + 1, sizeof(float), "initialise a unit");
-    unit_init_range(u, &t->model, 0, u->padded, t->cfg.seed, host);
+    for (int j = 0; j < u->n_params; j++) { /* whole: every element of every parameter */
+        const Param *p = &t->model.params[u->params[j]];
+        HOST_FOR_EACH(p->numel, param_init_one, host + p->offset, p, u->params[j], 0L,
+                      t->cfg.seed);
+    }
     dev_from_host(u->full_param, host, (size_t)u->padded * sizeof(float));
     round_all((float *)u->full_param, u->padded, t->cfg.param_dtype);
     free(host);
@@ -1385,9 +1420,10 @@ static void clip_grad_norm(Trainer *t, float max_norm) {
     for (int ui = 0; ui < t->n_units; ui++) {
         const Unit *u = &t->units[ui];
         long lo = shard_begin(u, t->shard_rank);
-        /* this rank's elements before the padding: none of a shard past numel */
+        /* this rank's elements before the padding: none of a shard past numel
+         * (FSDP2's padding sits after each parameter's rows: all of it) */
         long r = u->numel - lo < u->shard ? u->numel - lo : u->shard;
-        real[ui] = r > 0 ? r : 0;
+        real[ui] = u->chunk_at ? u->shard : r > 0 ? r : 0;
     }
     double local = shards_sum_squares(t, real);
     free(real);
@@ -1563,10 +1599,17 @@ static float *unit_gather(Trainer *t, int ui) {
         dev_from_host(staged, mine, (size_t)u->shard * sizeof(float));
         mine = staged;
     }
-    CommHandle h =
-        comm_all_gather_start(&t->comm, full, DTYPE_FP32, mine, u->shard, ui, DTYPE_FP32);
+    float *out = full; /* FSDP2: gathered rank by rank, then copied out (section 14) */
+    if (u->chunk_at)
+        out = ledger_alloc_floats_overwritten(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->padded,
+                                              DTYPE_FP32, u->name);
+    CommHandle h = comm_all_gather_start(&t->comm, out, DTYPE_FP32, mine, u->shard, ui, DTYPE_FP32);
     comm_wait(&t->comm, &h);
     if (staged) ledger_free(&t->ledger, staged);
+    if (u->chunk_at) {
+        fsdp2_copy_out(t, ui, full, out, DTYPE_FP32);
+        ledger_free(&t->ledger, out);
+    }
     return full;
 }
 
@@ -1617,18 +1660,18 @@ static int shard_first_nonfinite(Trainer *t, int k, int hf_layout, char *out, si
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
         const float *x = unit_state_host(u, k); /* as just loaded */
-        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
+        ShardPiece s;
         for (int j = 0; j < u->n_params; j++) {
             const Param *p = &t->model.params[u->params[j]];
-            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
-            for (long e = a; e < b; e++) {
-                float v = x[e - lo];
+            if (!shard_piece(u, j, p, t->shard_rank, &s)) continue;
+            for (long e = s.first; e < s.end; e++) {
+                float v = x[s.at + e - s.first];
                 /* a parameter is computed with in param_dtype: fp16 ends at 65504 */
                 int overflows = k == 0 && isfinite(v) && !isfinite(round_to(v, dtype));
                 if (isfinite(v) && (k != 2 || v >= 0.0f) && !overflows) continue;
                 char at[64];
                 int n = snprintf(out, outlen, "%s%s%s is %g", what[k], p->name,
-                                 param_index_text(p, e - p->offset, hf_layout, at, sizeof(at)),
+                                 param_index_text(p, e, hf_layout, at, sizeof(at)),
                                  (double)v);
                 if (!overflows) return 1;
                 float largest = bits_float(dtype == DTYPE_FP16 ? 0x477FE000u : 0x7F7F0000u);
@@ -1792,23 +1835,29 @@ static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, lo
     return 0;
 }
 
+/* Reads elements [first, end) of parameter q's tensor k from the old
+ * files: element e sat at q->offset + e of its unit's flat tensor. */
+static int ckpt_read_param(const char *dir, const CkptMeta *m, const MetaParam *q, int k,
+                           long first, long end, float *dst, char *err, size_t errlen) {
+    return ckpt_read_range(dir, m, q->unit, k, q->offset + first, q->offset + end, dst, err,
+                           errlen);
+}
+
 /* Fills this rank's shards from the checkpoint: for every parameter, the
  * part of it that falls in our new shard, from wherever it was. */
 static int ckpt_load_shards(Trainer *t, const char *dir, const CkptMeta *m, const int *map,
                             char *err, size_t errlen) {
     for (int ui = 0; ui < t->n_units; ui++) {
         Unit *u = &t->units[ui];
-        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
+        ShardPiece s;
         unit_state_to_host(u); /* padding stays as it is */
         float *dst[3] = {unit_state_host(u, 0), unit_state_host(u, 1), unit_state_host(u, 2)};
         for (int j = 0; j < u->n_params; j++) {
             const Param *p = &t->model.params[u->params[j]];
             const MetaParam *q = &m->params[map[u->params[j]]];
-            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
-            /* element e of p: our flat position offset + e, theirs q->offset + e */
+            if (!shard_piece(u, j, p, t->shard_rank, &s)) continue;
             for (int k = 0; k < 3; k++)
-                if (ckpt_read_range(dir, m, q->unit, k, q->offset + (a - p->offset),
-                                    q->offset + (b - p->offset), dst[k] + (a - lo), err, errlen))
+                if (ckpt_read_param(dir, m, q, k, s.first, s.end, dst[k] + s.at, err, errlen))
                     return 2;
         }
         unit_state_to_device(u, t->cfg.param_dtype);
@@ -1951,18 +2000,19 @@ static int st_read_shards(Trainer *t, const StHeader *h, const int *map, const c
     if (fd < 0) return 2;
     for (int ui = 0; ui < t->n_units && rc == 0; ui++) {
         Unit *u = &t->units[ui];
-        long lo = shard_begin(u, t->shard_rank), hi = lo + u->shard, a, b;
+        ShardPiece s;
         unit_state_to_host(u);
         float *master = unit_state_host(u, 0);
         for (int j = 0; j < u->n_params && rc == 0; j++) {
             const Param *p = &t->model.params[u->params[j]];
-            if (!param_in_shard(p, lo, hi, &a, &b)) continue;
+            if (!shard_piece(u, j, p, t->shard_rank, &s)) continue;
             uint64_t at = h->data_start + h->tensors[map[u->params[j]]].begin;
             if (p->conv1d) { /* transposed in the file: read it whole, take our part */
-                rc = st_read_conv1d(fd, at, p, a, b, master + (a - lo));
+                rc = st_read_conv1d(fd, at, p, s.first, s.end, master + s.at);
             } else {
-                at += (uint64_t)(a - p->offset) * sizeof(float);
-                rc = file_read_at(fd, master + (a - lo), (size_t)(b - a) * sizeof(float), at);
+                at += (uint64_t)s.first * sizeof(float);
+                rc = file_read_at(fd, master + s.at, (size_t)(s.end - s.first) * sizeof(float),
+                                  at);
             }
             if (rc)
                 rc = usage_error(err, errlen, "--init-from %s: cannot read %s (the file changed?).",
@@ -2014,4 +2064,111 @@ int trainer_init_from(Trainer *t, const char *path) {
     free(map);
     if (rc == 0 && t->comm.rank == 0) printf("initialised from %s\n", path);
     return rc;
+}
+
+/* ============================================================================
+ * 14. FSDP2: every parameter sharded on dim 0     PyTorch: fully_shard
+ *
+ * PyTorch's FSDP today is FSDP2 (torch.distributed.fsdp.fully_shard, public
+ * since 2.6; FullyShardedDataParallel, sections 1-13, is FSDP1). The units
+ * are the same (one fully_shard call per unit, from the same auto-wrap
+ * policy) and so are the hooks, the collectives and AdamW; what changes is
+ * what a rank keeps. FSDP1 lays a unit's parameters end to end and cuts the
+ * flat parameter into N slices, so a slice may end in the middle of a
+ * weight. FSDP2 has no flat parameter: every parameter is cut on its own
+ * dim 0, its rows, as torch.chunk cuts them (a DTensor with Shard(0)):
+ * each rank gets ceil(rows / N) rows, the last ranks fewer or none, each
+ * piece padded with zero rows to ceil(rows / N). A rank's shard of the
+ * unit is its pieces of every parameter, one after another:
+ *
+ *   rank 0's shard: | fc1.weight rows 0-1 | fc1.bias 0-1 | fc2.weight rows 0-1 |
+ *   rank 1's shard: | fc1.weight rows 2-3 | fc1.bias 2-3 | fc2.weight rows 2 +0|
+ *
+ * So a shard holds whole rows of every parameter: a checkpoint's shard of
+ * one parameter is a plain tensor (what DCP saves of a DTensor), and
+ * AdamW, clipping and the loss scaler step it element by element as before.
+ * The price is two copies around the collectives (foreach_all_gather's
+ * copy-out, and chunk_cat before the reduce-scatter): the all-gather
+ * returns the shards rank after rank, and each parameter's full tensor
+ * wants its rows together, so its rows are copied out to their place; the
+ * reduce-scatter wants the gradients laid rank after rank, so they are
+ * copied in. Each copy needs a second buffer the size of the unit: FSDP2's
+ * peak holds both for a moment (the ledger books the all-gather's output
+ * and the reduce-scatter's input under comm buffers).
+ *
+ * In the full state, parameter k keeps N * chunk elements (its rows and its
+ * padding rows) at offset N * chunk_at[k]: the all-gather's output with
+ * each parameter's N pieces brought together. Its first numel elements are
+ * the parameter (p->offset points there), the rest padding, zero forever as
+ * in FSDP1.
+ * ========================================================================== */
+
+/* Elements in one rank's piece of parameter p: ceil(rows / world) rows */
+static long fsdp2_chunk(const Param *p, int world) {
+    long rows = p->shape[0], cols = p->numel / rows;
+    return ceil_div(rows, world) * cols;
+}
+
+/* Lays out unit u for FSDP2 over `world` ranks: where each parameter's
+ * piece starts in a shard (chunk_at), the shard's and the full state's
+ * sizes, and each parameter's place in the full state (p->offset) */
+static void fsdp2_layout(Unit *u, Model *m, int world) {
+    u->chunk_at = (long *)host_calloc((size_t)u->n_params + 1, sizeof(long), "lay out a unit");
+    u->shard = 0;
+    for (int k = 0; k < u->n_params; k++) {
+        Param *p = &m->params[u->params[k]];
+        u->chunk_at[k] = u->shard;
+        p->offset = (long)world * u->shard;
+        u->shard += fsdp2_chunk(p, world);
+    }
+    u->padded = (long)world * u->shard;
+}
+
+/* shard_piece for FSDP2: rank's rows of parameter j */
+static int fsdp2_piece(const Unit *u, int j, const Param *p, int rank, ShardPiece *s) {
+    int world = (int)(u->padded / u->shard);
+    long chunk = fsdp2_chunk(p, world);
+    s->first = (long)rank * chunk;
+    s->end = s->first + chunk < p->numel ? s->first + chunk : p->numel;
+    s->at = u->chunk_at[j];
+    return s->first < s->end;
+}
+
+/* Unit u's full state, parameter after parameter, from (to_full 1) or to
+ * (0) a buffer laid rank after rank over `world` ranks, its elements held
+ * in `held` */
+static void fsdp2_copy(const Unit *u, const Model *m, int world, void *full, void *ranked,
+                       Dtype held, int to_full) {
+    int bytes = (int)dtype_bytes(held);
+    for (int k = 0; k < u->n_params; k++) {
+        const Param *p = &m->params[u->params[k]];
+        long chunk = fsdp2_chunk(p, world);
+        FOR_EACH(world * chunk, rank_major_copy_one, element_at(full, p->offset, held), ranked,
+                 chunk, u->chunk_at[k], u->shard, bytes, to_full);
+    }
+}
+
+/* The all-gather's output, rank after rank, to the full state, parameter
+ * after parameter (PyTorch: foreach_all_gather_copy_out) */
+static void fsdp2_copy_out(Trainer *t, int ui, void *full, const void *gathered, Dtype held) {
+    span_begin(t, ui, PHASE_COPY_OUT);
+    fsdp2_copy(&t->units[ui], &t->model, t->shard_world, full, (void *)gathered, held, 1);
+    span_end(t, ui, PHASE_COPY_OUT);
+}
+
+/* The full gradient, parameter after parameter, to a new buffer laid rank
+ * after rank, the reduce-scatter's input (PyTorch: torch._chunk_cat in
+ * foreach_reduce); the full gradient is freed at once, as FSDP2 frees it */
+static void *fsdp2_chunk_cat(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    Dtype gh = grad_dtype(t);
+    void *ranked = ledger_alloc_held(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->padded, gh,
+                                     t->cfg.reduce_dtype, u->name, ON_DEVICE_OVERWRITTEN);
+    span_begin(t, ui, PHASE_CHUNK_CAT);
+    fsdp2_copy(u, &t->model, t->shard_world, u->full_grad, ranked, gh, 0);
+    span_end(t, ui, PHASE_CHUNK_CAT);
+    ledger_free(&t->ledger, u->full_grad);
+    u->full_grad = NULL;
+    unit_set_views(u, &t->model, full_dtype(t), gh);
+    return ranked;
 }

@@ -112,6 +112,7 @@ typedef struct {
     BackwardPrefetch backward_prefetch; /* --backward-prefetch pre|post|none */
     int forward_prefetch;               /* --forward-prefetch (PyTorch's default: off) */
     int limit_all_gathers;              /* --limit-all-gathers on|off: at most 2 in flight */
+    int fsdp2; /* --fsdp2: every parameter sharded on dim 0 (fully_shard), no flat parameter */
     /* optimizer: torch.optim.AdamW, or Adam */
     Optimizer optimizer;
     float lr, beta1, beta2, eps, weight_decay;
@@ -294,6 +295,8 @@ typedef struct {
     long padded;                   /* numel rounded up to a multiple of world */
     long shard;                    /* padded / world: what each rank owns */
     int *params, n_params;         /* its parameters, in model order: the flat layout */
+    long *chunk_at;                /* --fsdp2: (n_params) where parameter k's rows start in
+                                    * every rank's shard (fsdp.c, section 14); NULL: FSDP1 */
     void *shard_param;             /* (shard) this rank's slice of the parameters, held in
                                     * shard_held: fp32 slots, or the 16 bits a sharded unit
                                     * gathers into on a GPU (fsdp.c's full_dtype) */
@@ -314,6 +317,7 @@ typedef struct {
     /* its all-gather on the way (fsdp.c, section 2; a gradient's reduction
      * is the trainer's pending_reduce) */
     CommHandle gather; /* the all-gather of full_param, while `gathering` */
+    void *gathered;    /* --fsdp2: the all-gather's output, rank by rank, until copied out */
     int gathering;
     int needs_backward; /* ran forward this step, its backward not begun yet */
     float *host_state;  /* (3, shard) GPU build: a host copy of the fp32 master (master_param,

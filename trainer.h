@@ -37,6 +37,8 @@ typedef struct {
     float *kept;       /* the gradient shard the reduction does not write, to finish into:
                         * the sum of earlier micro-batches (--grad-accum), or the host's
                         * shard (--cpu-offload); NULL if none */
+    void *input;       /* --fsdp2: the reduce-scatter's input, the gradients laid rank by
+                        * rank (chunk_cat), freed when it is done; NULL with FSDP1 */
 } PendingReduce;
 
 struct Trainer {

@@ -1133,8 +1133,8 @@ static void export_print_done(const Trainer *t, const char *path, int n_tensors)
                "name the export so, or pass this file's path to its loader\n");
 }
 
-/* Elements [a, b) of Conv1D weight p (offsets in its unit's flat
- * parameter) from the file's (in, out) copy at `at`: the file holds it
+/* Elements [a, b) of Conv1D weight p (in our (out, in) order) from the
+ * file's (in, out) copy at `at`: the file holds it
  * transposed, so a shard's slice of ours is scattered over the file's. */
 static int st_read_conv1d(int fd, uint64_t at, const Param *p, long a, long b, float *out) {
     size_t bytes = (size_t)p->numel * sizeof(float);
@@ -1143,7 +1143,7 @@ static int st_read_conv1d(int fd, uint64_t at, const Param *p, long a, long b, f
     int rc = file_read_at(fd, file, bytes, at);
     if (rc == 0) {
         transpose_into(ours, file, p->shape[1], p->shape[0]);
-        memcpy(out, ours + (a - p->offset), (size_t)(b - a) * sizeof(float));
+        memcpy(out, ours + a, (size_t)(b - a) * sizeof(float));
     }
     free(file);
     free(ours);

@@ -775,5 +775,24 @@ static void batch_staged(void) {
 
 /* x *= f, element i: how the collectives turn a sum into a mean */
 FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }
+/* FSDP2's two copies (fsdp.c, section 14), one parameter at a time: element
+ * j of the parameter's N pieces of `chunk` elements, together in `full`,
+ * and its place in a buffer laid rank by rank (rank r's shard at r * shard,
+ * the parameter's piece at `at` in it). to_full 1 copies from the ranked
+ * buffer (the all-gather's output), 0 into it (the reduce-scatter's input).
+ * Elements of `bytes` bytes: fp32 slots or 16-bit values. */
+FSDP_HD static inline void rank_major_copy_one(long j, void *full, void *ranked, long chunk,
+                                               long at, long shard, int bytes, int to_full) {
+    long i = (j / chunk) * shard + at + j % chunk;
+    if (bytes == 2) {
+        uint16_t *f = (uint16_t *)full, *r = (uint16_t *)ranked;
+        if (to_full) f[j] = r[i];
+        else r[i] = f[j];
+    } else {
+        float *f = (float *)full, *r = (float *)ranked;
+        if (to_full) f[j] = r[i];
+        else r[i] = f[j];
+    }
+}
 
 #endif /* FSDP_BACKEND_H */

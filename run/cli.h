@@ -114,6 +114,9 @@ static const char USAGE[] =
     "  --forward-prefetch    start the next unit's all-gather while this one computes its\n"
     "                        forward (PyTorch's forward_prefetch)        (default off)\n"
     "  --limit-all-gathers X on | off: at most two all-gathers in flight (default on)\n"
+    "  --fsdp2               FSDP2 (fully_shard): every parameter sharded on its rows\n"
+    "                        (Shard(0)), not a unit's flat parameter; full_shard is\n"
+    "                        reshard_after_forward=True, shard_grad_op False\n"
     "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
     "                        and print memory and traffic side by side\n"
     "simulator\n"
@@ -678,7 +681,8 @@ static int flag_takes_no_value(const char *flag) {
                                         "--activation-checkpointing",
                                         "--grad-scaler",
                                         "--plan",
-                                        "--cpu-offload"};
+                                        "--cpu-offload",
+                                        "--fsdp2"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -709,6 +713,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--grad-scaler")) c->grad_scaler = 1;
     else if (!strcmp(flag, "--plan")) c->plan = 1;
     else if (!strcmp(flag, "--cpu-offload")) c->cpu_offload = 1;
+    else if (!strcmp(flag, "--fsdp2")) c->fsdp2 = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -957,6 +962,13 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
             "on the device, which the model computes with. Use a sharded strategy "
             "(full_shard, shard_grad_op or the hybrid ones) with it.",
             strategy_name(c->strategy));
+    if (c->fsdp2 && !strategy_shards_params(c->strategy))
+        return usage_error(err, errlen,
+                           "--fsdp2 shards every parameter, but %s keeps whole replicas: FSDP2 "
+                           "has no such strategy (PyTorch's DDP is replicate()). Use "
+                           "full_shard, shard_grad_op or a hybrid one with it, or leave out "
+                           "--fsdp2.",
+                           strategy_name(c->strategy));
     if (c->roofline && !c->plan)
         return usage_error(err, errlen,
                            "--roofline counts the kernels of the step --plan books: add --plan.");

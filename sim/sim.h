@@ -54,18 +54,22 @@ double net_collective_seconds(const NetModel *net, CommKind kind, int world, dou
 /* ---- the instruments' state, one per trainer ------------------------------------ */
 
 /* What a rank's compute stream is doing: a unit's forward or backward, the
- * optimizer, or (--cpu-offload) a copy between host and device memory. */
+ * optimizer, (--cpu-offload) a copy between host and device memory, or
+ * (--fsdp2) a copy around a collective. */
 typedef enum {
     PHASE_FORWARD,
     PHASE_BACKWARD,
     PHASE_OPTIMIZER,
     PHASE_TO_DEVICE,
-    PHASE_TO_HOST
+    PHASE_TO_HOST,
+    PHASE_COPY_OUT, /* FSDP2: the all-gather's output to each parameter's place */
+    PHASE_CHUNK_CAT /* FSDP2: the gradients laid rank by rank for the reduce-scatter */
 } SimPhase;
 
 static inline const char *sim_phase_name(SimPhase p) {
-    static const char *const names[] = {"forward", "backward", "optimizer", "copy to device",
-                                        "copy to host"};
+    static const char *const names[] = {"forward",      "backward",     "optimizer",
+                                        "copy to device", "copy to host", "all-gather copy-out",
+                                        "reduce-scatter copy-in"};
     return names[p];
 }
 

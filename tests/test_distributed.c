@@ -47,13 +47,17 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
 }
 
 /* Builds a Config from "fsdp flags" (argv tail) plus forced options, and
- * any more flags given in `more` (NULL-terminated, may be NULL). */
+ * any more flags given in `more` (NULL-terminated, may be NULL). A
+ * replicated strategy (the 1-rank references are no_shard) drops --fsdp2,
+ * which shards only: an FSDP2 run is compared with FSDP1's DDP. */
 static void make_config_more(Config *cfg, int argc, char **argv, const char *strategy,
                              const char *impl, const char *const *more) {
     char *args[64];
     int n = 0;
     args[n++] = (char *)"test";
-    for (int i = 0; i < argc && n < 50; i++) args[n++] = argv[i];
+    int replicated = strategy && (!strcmp(strategy, "no_shard") || !strcmp(strategy, "zero1"));
+    for (int i = 0; i < argc && n < 50; i++)
+        if (!replicated || strcmp(argv[i], "--fsdp2") != 0) args[n++] = argv[i];
     if (strategy) { args[n++] = (char *)"--strategy"; args[n++] = (char *)strategy; }
     if (impl) { args[n++] = (char *)"--collectives"; args[n++] = (char *)impl; }
     for (int i = 0; more && more[i] && n < 63; i++) args[n++] = (char *)more[i];
@@ -78,6 +82,12 @@ static void gather_grads(Trainer *t, float *out) {
         if (u->shard < u->padded) /* over the ranks sharing the shards (hybrid: a node's) */
             MPI_Allgather(u->shard_grad, (int)u->shard, MPI_FLOAT, full, (int)u->shard, MPI_FLOAT, t->comm.group[GROUP_SHARD]->comm);
         else memcpy(full, u->shard_grad, (size_t)u->padded * sizeof(float));
+        if (u->chunk_at) { /* FSDP2: gathered rank by rank; each parameter's rows together */
+            float *ranked = full;
+            full = (float *)calloc((size_t)u->padded + 1, sizeof(float));
+            fsdp2_copy(u, m, t->shard_world, full, ranked, DTYPE_FP32, 1);
+            free(ranked);
+        }
         long pos = 0;
         for (int i = 0; i < m->n_params; i++) {
             if (m->params[i].unit == ui) memcpy(out + pos, full + m->params[i].offset, (size_t)m->params[i].numel * sizeof(float));
