@@ -967,7 +967,7 @@ static void mw_line(MetaWriter *W, int kind, const char *fmt, ...) {
 static void meta_write_lines(const CkptMeta *m, MetaWriter *W) {
     mw_line(W, MW_OTHER, "fsdp-checkpoint %d\n", META_VERSION);
     mw_line(W, MW_LAYOUT, "world %d\n", m->world);
-    mw_line(W, MW_LAYOUT, "strategy %s\n", m->strategy);
+    mw_line(W, MW_LAYOUT, "strategy %s%s\n", m->strategy, m->fsdp2 ? " layout fsdp2" : "");
     mw_line(W, MW_LAYOUT, "model vocab %d embed_dim %d context %d width %d depth %d\n", m->vocab,
             m->embed_dim, m->context, m->width, m->depth);
     mw_line(W, MW_LAYOUT, "min_params %ld\n", m->min_params);
@@ -1429,7 +1429,10 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
     if (meta_next_line(R, "world") || meta_fields(R, "world %d", &m->world) ||
         meta_range(R, "world", m->world, 1, META_MAX_COUNT))
         return 2;
-    if (meta_next_line(R, "strategy") || meta_fields(R, "strategy %W", m->strategy)) return 2;
+    if (meta_next_line(R, "strategy")) return 2;
+    m->fsdp2 = R->n_fields == 4; /* FSDP2's per-parameter shards; FSDP1's say nothing more */
+    if (meta_fields(R, m->fsdp2 ? "strategy %W layout fsdp2" : "strategy %W", m->strategy))
+        return 2;
     static const char *const known[] = {"full_shard",   "shard_grad_op",      "no_shard",
                                         "hybrid_shard", "hybrid_shard_zero2", "zero1"};
     int found = 0;
@@ -1440,6 +1443,8 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
                          "unknown strategy '%s' (full_shard, shard_grad_op, no_shard, "
                          "hybrid_shard, hybrid_shard_zero2 or zero1)",
                          m->strategy);
+    if (m->fsdp2 && (!strcmp(m->strategy, "no_shard") || !strcmp(m->strategy, "zero1")))
+        return meta_fail(R, "layout fsdp2 with %s, which keeps whole replicas", m->strategy);
     if (meta_next_line(R, "model") ||
         meta_fields(R, "model vocab %d embed_dim %d context %d width %d depth %d", &m->vocab,
                     &m->embed_dim, &m->context, &m->width, &m->depth))
@@ -1494,6 +1499,10 @@ static int meta_parse_units(MetaReader *R, CkptMeta *m) {
                 i);
         uint64_t W = (uint64_t)m->world, numel = (uint64_t)u.numel;
         uint64_t padded = (numel + W - 1) / W * W, shard = meta_is_sharded(m) ? padded / W : padded;
+        if (m->fsdp2) { /* padded by each parameter's rows: meta_check_fsdp2 checks it */
+            padded = (uint64_t)u.padded;
+            shard = (uint64_t)u.shard;
+        }
         if ((uint64_t)u.padded != padded)
             return meta_fail(R,
                              "unit %d: padded %ld, but numel %ld on %d ranks pads to %llu "
@@ -1523,9 +1532,42 @@ static int cmp_param_place(const void *a, const void *b) {
     return 0;
 }
 
+/* FSDP2's layout (fsdp.c, section 14): a unit's params, in order of
+ * offset, each take ceil(rows / world) rows of every rank's shard, one
+ * after another from 0 to the shard; a param's offset is world times where
+ * its rows start. s: the params sorted by (unit, offset). */
+static int meta_check_fsdp2(MetaReader *R, const CkptMeta *m, const MetaParam **s,
+                            int first_line) {
+    int k = 0;
+    long W = m->world;
+    for (int u = 0; u < m->n_units; u++) {
+        long at = 0, numel = 0;
+        for (; k < m->n_params && s[k]->unit == u; k++) {
+            R->line_no = first_line + (int)(s[k] - m->params);
+            if (s[k]->offset != W * at)
+                return meta_fail(R,
+                                 "param '%s': offset %ld, but with layout fsdp2 on %ld ranks "
+                                 "its rows start at %ld of each shard: offset %ld",
+                                 s[k]->name, s[k]->offset, W, at, W * at);
+            at += (s[k]->shape[0] + W - 1) / W * s[k]->shape[1];
+            numel += s[k]->numel;
+        }
+        if (at != m->units[u].shard || W * at != m->units[u].padded || numel != m->units[u].numel) {
+            R->line_no = first_line - 1 - m->n_units + u; /* the unit's own line */
+            return meta_fail(R,
+                             "unit %d: numel %ld padded %ld shard %ld, but its params on %ld "
+                             "ranks (layout fsdp2) give numel %ld padded %ld shard %ld",
+                             u, m->units[u].numel, m->units[u].padded, m->units[u].shard, W,
+                             numel, W * at, at);
+        }
+    }
+    return 0;
+}
+
 /* The params of every unit tile its flat parameter: sorted by (unit,
  * offset), each starts where the previous ended, from 0 to the unit's
- * numel. Names are unique. first_line is the line of the first param. */
+ * numel (FSDP2's: meta_check_fsdp2). Names are unique. first_line is the
+ * line of the first param. */
 static int meta_check_params(MetaReader *R, const CkptMeta *m, int first_line) {
     const MetaParam **s = (const MetaParam **)malloc((size_t)m->n_params * sizeof(*s));
     if (!s) return meta_fail(R, "out of memory");
@@ -1540,6 +1582,11 @@ static int meta_check_params(MetaReader *R, const CkptMeta *m, int first_line) {
                            first_line + (int)(a < b ? a : b));
         }
     qsort(s, (size_t)m->n_params, sizeof(*s), cmp_param_place);
+    if (!rc && m->fsdp2) {
+        rc = meta_check_fsdp2(R, m, s, first_line);
+        free(s);
+        return rc;
+    }
     int k = 0;
     for (int u = 0; u < m->n_units && !rc; u++) {
         long at = 0; /* where the next param of unit u must start */

@@ -245,6 +245,8 @@ typedef struct {
 typedef struct {
     int version, world; /* meta_format writes META_VERSION, whatever version says */
     char strategy[32];
+    int fsdp2; /* "strategy S layout fsdp2": FSDP2's shards, each parameter's rows (fsdp.c,
+                * section 14): a param's offset is world * where its rows start in a shard */
     int vocab, embed_dim, context, width, depth;
     long min_params;
     uint64_t seed;

@@ -1836,11 +1836,25 @@ static int ckpt_read_range(const char *dir, const CkptMeta *m, int ou, int k, lo
 }
 
 /* Reads elements [first, end) of parameter q's tensor k from the old
- * files: element e sat at q->offset + e of its unit's flat tensor. */
+ * files. FSDP1's: element e sat at q->offset + e of its unit's flat
+ * tensor. FSDP2's (section 14): in the piece of rank e / chunk, at
+ * q->offset / world + e % chunk of that rank's shard; read piece by piece.
+ * So a checkpoint of either design loads into either, on any world size. */
 static int ckpt_read_param(const char *dir, const CkptMeta *m, const MetaParam *q, int k,
                            long first, long end, float *dst, char *err, size_t errlen) {
-    return ckpt_read_range(dir, m, q->unit, k, q->offset + first, q->offset + end, dst, err,
-                           errlen);
+    if (!m->fsdp2)
+        return ckpt_read_range(dir, m, q->unit, k, q->offset + first, q->offset + end, dst, err,
+                               errlen);
+    long chunk = ceil_div(q->shape[0], m->world) * q->shape[1], S = m->units[q->unit].shard;
+    while (first < end) {
+        long rank = first / chunk, in = first % chunk;
+        long run = chunk - in < end - first ? chunk - in : end - first;
+        long at = rank * S + q->offset / m->world + in; /* the ranks' shards end to end */
+        if (ckpt_read_range(dir, m, q->unit, k, at, at + run, dst, err, errlen)) return 2;
+        first += run;
+        dst += run;
+    }
+    return 0;
 }
 
 /* Fills this rank's shards from the checkpoint: for every parameter, the

@@ -129,6 +129,7 @@ static void ckpt_meta_of(const Trainer *t, CkptMeta *m, long next_step) {
         m->units[u].padded = t->units[u].padded;
         m->units[u].shard = t->units[u].shard;
     }
+    m->fsdp2 = t->cfg.fsdp2;
     m->n_params = t->model.n_params;
     m->params =
         (MetaParam *)host_calloc((size_t)m->n_params, sizeof(MetaParam), "describe the checkpoint");
