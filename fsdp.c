@@ -851,7 +851,10 @@ static void unit_pre_backward(Trainer *t, int ui) {
  * (_should_free_in_backward), so its next forward needs no all-gather.
  * --------------------------------------------------------------------- */
 static int reshards_after_backward(const Trainer *t) {
-    return is_sharded(t) && (t->sync_grads || reshards_after_forward(t));
+    /* FSDP2 reshards after every backward (reshard_after_backward=True, its
+     * default), no_sync or not: set_reshard_after_backward(False) would
+     * keep them */
+    return is_sharded(t) && (t->sync_grads || reshards_after_forward(t) || t->cfg.fsdp2);
 }
 
 #ifdef EXERCISE_POST_BACKWARD /* graded exercise: make exercise EX=post_backward */

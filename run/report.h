@@ -226,19 +226,19 @@ static void json_numbers(FILE *f, const double *x, int n, long stride) {
 /* The config's fields for the options of lectures 10-15 (accumulation,
  * precision, offload, checkpointing), as one piece of JSON text. */
 static const char *json_options(const Trainer *t) {
-    static char out[320];
+    static char out[512];
     const Config *c = &t->cfg;
     snprintf(out, sizeof(out),
              "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, "
              "\"activation_checkpointing\": %s, \"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", "
              "\"grad_scaler\": %s, \"ranks_per_node\": %d, \"cpu_offload\": %s, "
-             "\"attention\": \"%s\", ",
+             "\"attention\": \"%s\", \"fsdp2\": %s, ",
              c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false",
              c->activation_checkpointing ? "true" : "false", DTYPE_NAMES[c->param_dtype],
              DTYPE_NAMES[c->reduce_dtype], c->grad_scaler ? "true" : "false",
              c->ranks_per_node ? c->ranks_per_node : t->comm.world,
              c->cpu_offload ? "true" : "false",
-             c->attention == ATTENTION_FLASH ? "flash" : "math");
+             c->attention == ATTENTION_FLASH ? "flash" : "math", c->fsdp2 ? "true" : "false");
     return out;
 }
 
