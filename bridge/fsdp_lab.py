@@ -13,7 +13,9 @@ below), and compares the losses with those fsdp.c wrote to --json.
 
 The model, the strategy, the auto-wrap threshold and the optimizer's
 settings all come from run.json's "config", so the two runs cannot drift
-apart. --save-dir DIR --save-at K writes a DCP checkpoint after step K;
+apart. A run of `./fsdp --fsdp2` is reproduced in FSDP2: fully_shard on
+each of the run's units (run.json's "units", deepest first), then on the
+root, instead of FullyShardedDataParallel. --save-dir DIR --save-at K writes a DCP checkpoint after step K;
 --resume DIR continues from one, on any number of ranks. Rank 0 prints one
 line per step (losses to 6 decimals, for reading) and a verdict, and with
 --json FILE writes PyTorch's losses at full precision, as fsdp.c's --json
@@ -54,9 +56,12 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_state_dict, set_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import BackwardPrefetch, ShardingStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 
 STRATEGIES = {
@@ -181,7 +186,7 @@ def refuse(message):
 CONFIG_KEYS = ("vocab embed_dim context width depth min_params strategy batch steps seed lr beta1 "
                "beta2 eps weight_decay clip_grad_norm grad_accum no_sync backward_prefetch "
                "forward_prefetch limit_all_gathers param_dtype reduce_dtype cpu_offload "
-               "activation_checkpointing grad_scaler lr_schedule warmup optimizer").split()
+               "activation_checkpointing grad_scaler lr_schedule warmup optimizer fsdp2").split()
 
 
 def check_config(cfg, world):
@@ -197,6 +202,8 @@ def check_config(cfg, world):
             refuse(f"the bridge reproduces {key} = {want} only; this run has {cfg[key]}")
     if cfg["strategy"] not in STRATEGIES:
         refuse(f"the bridge runs {', '.join(STRATEGIES)}; this run is {cfg['strategy']}")
+    if cfg["fsdp2"] and cfg["strategy"] == "no_shard":
+        refuse("FSDP2 has no no_shard (fsdp.c refuses it too)")
     if cfg["batch"] % (world * cfg["grad_accum"]):
         refuse(f"--batch {cfg['batch']} does not divide by {world} ranks x "
                f"{cfg['grad_accum']} micro-batches: run torchrun with a world size that "
@@ -225,6 +232,9 @@ def read_inputs(args, world):
         refuse(f"--fsdp-run {args.fsdp_run}: its config lacks {', '.join(missing)}: write it "
                "with this fsdp.c's --json")
     check_config(cfg, world)
+    if args.mistake == "clip" and cfg["fsdp2"]:
+        refuse("--mistake clip is FSDP1's: under FSDP2 the gradients are DTensors, and "
+               "torch.nn.utils.clip_grad_norm_ computes the whole model's norm, rightly")
     if args.save_at is not None and not 1 <= args.save_at <= (args.steps or cfg["steps"]):
         refuse(f"--save-at {args.save_at}: give a step from 1 to the last one trained")
     if args.resume and not os.path.exists(os.path.join(args.resume, ".metadata")):
@@ -252,15 +262,36 @@ def read_inputs(args, world):
     return run, model, data
 
 
-def wrap(cfg, model):
+def wrap(run, model):
     """The model, loaded with fsdp.c's initial parameters, wrapped as the
-    run was: PyTorch's size-based auto-wrap with fsdp.c's threshold."""
+    run was: PyTorch's size-based auto-wrap with fsdp.c's threshold, or
+    with --fsdp2, fully_shard on the run's units."""
+    cfg = run["config"]
+    if cfg["fsdp2"]:
+        return wrap_fsdp2(run, model)
     policy = functools.partial(size_based_auto_wrap_policy, min_num_params=cfg["min_params"])
     return FSDP(model, auto_wrap_policy=policy, sharding_strategy=STRATEGIES[cfg["strategy"]],
                 backward_prefetch=PREFETCH[cfg["backward_prefetch"]],
                 forward_prefetch=cfg["forward_prefetch"],
                 limit_all_gathers=cfg["limit_all_gathers"],
                 device_id=torch.device("cpu"), use_orig_params=True)
+
+
+def wrap_fsdp2(run, model):
+    """FSDP2: fully_shard on every unit of the run, deepest first (a unit
+    inside another must be sharded before it, as fully_shard requires),
+    then on the root. FSDP2 has no auto-wrap policy: the calls are the
+    policy. full_shard is reshard_after_forward=True, shard_grad_op False;
+    the root keeps its parameters after forward either way (as fsdp.c's
+    root does), since backward starts with it. The prefetch options are
+    FSDP1's constructor arguments; FSDP2 prefetches on its own, and none of
+    them changes a number."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    after_forward = run["config"]["strategy"] == "full_shard"
+    units = [u["module"] for u in run["units"] if u["module"] != "(root)"]
+    for name in sorted(units, key=lambda n: -n.count(".")):
+        fully_shard(model.get_submodule(name), mesh=mesh, reshard_after_forward=after_forward)
+    return fully_shard(model, mesh=mesh, reshard_after_forward=False)
 
 
 def save(model, optimizer, path, next_step):
@@ -283,6 +314,18 @@ def load(model, optimizer, path):
     return int(state["next_step"])
 
 
+def export(model, path):
+    """The whole model in one safetensors file, as fsdp.c's --export writes
+    it: get_model_state_dict gathers every shard (full_state_dict) into
+    host memory (cpu_offload) on rank 0 alone; the other ranks take part in
+    the gathers and get nothing. For FSDP1 and FSDP2 alike."""
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    if dist.get_rank() == 0:
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in state.items()}, path)
+
+
 MISTAKES = {
     "clip": "torch.nn.utils.clip_grad_norm_ on the FSDP model: each rank clips by the norm of "
             "its own shards",
@@ -297,10 +340,11 @@ class Trainer:
     writes it, or (with a `mistake`) as one of the three case studies of
     lecture 17 wrote it."""
 
-    def __init__(self, cfg, model, mistake=None):
-        self.cfg, self.mistake = cfg, mistake
+    def __init__(self, run, model, mistake=None):
+        self.cfg, self.mistake = run["config"], mistake
         self.norms_differ = False  # did the ranks clip by different norms?
-        self.model = wrap(cfg, model)
+        self.model = wrap(run, model)
+        cfg = self.cfg
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"],
                                            betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"],
                                            weight_decay=cfg["weight_decay"])
@@ -320,7 +364,7 @@ class Trainer:
             tokens, targets = local_batch(data, cfg["seed"], step, rank, world, m * B, B,
                                           cfg["context"])
             sync = m == K - 1 or not cfg["no_sync"]
-            with contextlib.nullcontext() if sync else self.model.no_sync():
+            with self.gradient_sync(sync):
                 loss = F.cross_entropy(self.model(tokens), targets)  # the mean over B samples
                 (loss if self.mistake == "accumulation" else loss / K).backward()
             total += loss.item()
@@ -330,14 +374,25 @@ class Trainer:
             self.optimizer_step()
         return total / K
 
+    def gradient_sync(self, sync):
+        """The context of one micro-batch's backward: FSDP1's no_sync() when
+        it must not reduce; FSDP2 says it with set_requires_gradient_sync."""
+        if self.cfg["fsdp2"]:
+            self.model.set_requires_gradient_sync(sync)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if sync else self.model.no_sync()
+
     def optimizer_step(self):
         """Clip (if the run did) and step. FSDP's own clip_grad_norm_ adds the
         ranks' sums of squares, so every rank clips by the whole model's norm,
         as fsdp.c's --clip-grad-norm does; torch.nn.utils.clip_grad_norm_
-        sees only this rank's shards."""
+        sees only this rank's shards. Under FSDP2 the gradients are DTensors,
+        whose norm is the whole tensor's: torch.nn.utils.clip_grad_norm_ is
+        then the right call, and FSDP2 has no other."""
         max_norm = self.cfg["clip_grad_norm"]
-        if max_norm > 0 and self.mistake == "clip":
+        if max_norm > 0 and (self.mistake == "clip" or self.cfg["fsdp2"]):
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+            norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         elif max_norm > 0:
             norm = self.model.clip_grad_norm_(max_norm)
         if max_norm > 0:
@@ -396,6 +451,7 @@ def main():
     ap.add_argument("--mistake", choices=sorted(MISTAKES), help="a case study of lecture 17")
     ap.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     ap.add_argument("--json", help="write PyTorch's losses here, at full precision")
+    ap.add_argument("--export", help="write the trained parameters here (safetensors)")
     args = ap.parse_args()
 
     run, model, data = read_inputs(args, int(os.environ.get("WORLD_SIZE", "1")))
@@ -404,7 +460,7 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0 and args.mistake:
         print(f"case study: {MISTAKES[args.mistake]}")
-    trainer = Trainer(cfg, model, args.mistake)
+    trainer = Trainer(run, model, args.mistake)
     first = load(trainer.model, trainer.optimizer, args.resume) if args.resume else 0
     theirs = {s["step"]: s["loss"] for s in run["steps"]}
     worst, losses = 0.0, []
@@ -419,11 +475,14 @@ def main():
                 print(f"saved a DCP checkpoint of step {step + 1} to {args.save_dir}")
     if rank == 0 and args.json:
         write_losses(args.json, cfg, world, losses)
+    if args.export:
+        export(trainer.model, args.export)
     ok = worst <= args.rtol and not trainer.norms_differ
     if rank == 0 and trainer.norms_differ:
         print("FAIL: the ranks clipped by different gradient norms (each saw its own shards)")
     if rank == 0:
-        print(f"{world} ranks, {cfg['strategy']}: the losses agree with fsdp.c's within "
+        design = "FSDP2 (fully_shard) " if cfg["fsdp2"] else ""
+        print(f"{world} ranks, {design}{cfg['strategy']}: the losses agree with fsdp.c's within "
               f"{args.rtol:g} (worst {worst:.1e})" if worst <= args.rtol else
               f"FAIL: a loss differs from fsdp.c's by {worst:.1e} > {args.rtol:g}")
     dist.barrier()  # every rank done with gloo before any tears it down

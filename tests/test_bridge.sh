@@ -2,7 +2,8 @@
 # tests/test_bridge.sh: PyTorch FSDP, run beside fsdp.c (bridge/fsdp_lab.py),
 # computes the same losses where lecture 17 does not look: an odd number of
 # ranks, shard_grad_op with accumulation inside no_sync() and clipping,
-# no_shard with a low auto-wrap threshold and POST prefetch. A loss off by
+# no_shard with a low auto-wrap threshold and POST prefetch; and FSDP2
+# (fully_shard) beside fsdp.c's --fsdp2, its parameters and DCP resume too. A loss off by
 # 0.1 % fails it, so the comparison can fail. (Lecture 17's commands, run by
 # make test too, cover full_shard on 4 ranks, DCP resumed on another world
 # size, and the three case studies' mistakes, each exiting 1.) Needs
@@ -50,6 +51,24 @@ sys.exit(0 if len(full) == 4 and [(int(k), v) for k, v in printed] == [(k, f"{x:
          and any(x != round(x, 6) for _, x in full) else 1)
 EOF
 else bad "--json: not the 4 printed losses at full precision:"; cat "$D/torch.json"; fi
+
+# FSDP2: fsdp.c's --fsdp2 beside PyTorch's fully_shard (the bridge reads
+# "fsdp2" from the run): the losses within 1e-4 as above, the parameters
+# after 4 steps within 1e-5 (fp32 both, the sums in another order: 2e-7
+# here), and PyTorch's DCP checkpoint of 3 ranks resumed on 2
+reference f2 3 --steps 4 --batch 24 --fsdp2 --clip-grad-norm 0.5
+run_fsdp 3 "$D/f2.end.log" $BASE --steps 4 --batch 24 --fsdp2 --clip-grad-norm 0.5 --export "$D/f2.end.st"
+if bridge 3 f2 --export "$D/torch.f2.st" --save-dir "$D/dcp2" --save-at 2; then
+  ok "FSDP2 full_shard, 3 ranks, --clip-grad-norm 0.5 (torch.nn.utils.clip_grad_norm_ on DTensors): $(verdict)"
+  diff=$(tests/st_diff "$D/f2.end.st" "$D/torch.f2.st" 1e-5 2>&1) &&
+    ok "... PyTorch's parameters (get_model_state_dict, full_state_dict) equal fsdp.c's export: ${diff##*$'\n'}" ||
+    { bad "FSDP2's parameters differ from fsdp.c's:"; echo "$diff" | tail -2; }
+else bad "FSDP2 full_shard on 3 ranks: $(verdict)"; tail -5 "$D/out"; fi
+if bridge 2 f2 --resume "$D/dcp2"; then ok "... its DCP checkpoint of step 2 (3 ranks) resumed on 2: $(verdict)"
+else bad "FSDP2's DCP resume on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
+reference f2s 2 --steps 4 --batch 24 --fsdp2 --strategy shard_grad_op --grad-accum 2 --no-sync
+if bridge 2 f2s; then ok "FSDP2 shard_grad_op (reshard_after_forward=False), 2 ranks, set_requires_gradient_sync(False) for --no-sync: $(verdict)"
+else bad "FSDP2 shard_grad_op on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
 
 # the comparison can fail: the same run against a loss 0.1 % off
 python3 -c "
