@@ -55,6 +55,10 @@ static void print_header(const Trainer *t) {
            "%s\n",
            strategy_name(c->strategy), t->comm.world, t->comm.world > 1 ? "s" : "", c->batch,
            t->local_batch, COLLECTIVES_NAMES[c->collectives], wrap);
+    if (c->fsdp2)
+        printf("FSDP2 (fully_shard): every parameter sharded on its rows, ceil(rows / %d) a rank; "
+               "copied out after each all-gather, in before each reduce-scatter\n",
+               t->shard_world);
     if (t->comm.group[GROUP_REPLICA])
         printf("hybrid sharding: units sharded over the %d ranks of each node, replicated on %d "
                "nodes (--ranks-per-node %d)\n",
