@@ -900,7 +900,7 @@ static void test_autowrap(void) {
         model_build(&m, &cfg);
         int n_units = autowrap(&m, AUTO_WRAP_SIZE, cases[c].min_params);
         Unit *units = (Unit *)calloc((size_t)n_units, sizeof(Unit));
-        units_layout(units, n_units, &m, 1, STRATEGY_FULL_SHARD);
+        units_layout(units, n_units, &m, 1, &cfg);
         int ok = (n_units == cases[c].n_units) && m.total_numel == 10256;
         char got[512] = "";
         size_t used = 0;
@@ -934,11 +934,11 @@ static void test_shards(void) {
     model_build(&m, &cfg);
     int n_units = autowrap(&m, AUTO_WRAP_SIZE, 1);
     Unit *ref = (Unit *)calloc((size_t)n_units, sizeof(Unit));
-    units_layout(ref, n_units, &m, 1, STRATEGY_FULL_SHARD);
+    units_layout(ref, n_units, &m, 1, &cfg);
     for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++) {
         int N = worlds[w];
         Unit *units = (Unit *)calloc((size_t)n_units, sizeof(Unit));
-        units_layout(units, n_units, &m, N, STRATEGY_FULL_SHARD);
+        units_layout(units, n_units, &m, N, &cfg);
         int ok = 1;
         long all_padding_ranks = 0;
         for (int u = 0; u < n_units; u++) {
@@ -966,6 +966,65 @@ static void test_shards(void) {
     }
     for (int u = 0; u < n_units; u++) free(ref[u].params);
     free(ref);
+    model_free(&m);
+}
+
+/* FSDP2's shards (fsdp.c, section 14), from the rule itself: on N ranks,
+ * rank r's shard holds rows [r * c, (r + 1) * c) of every parameter, c =
+ * ceil(rows / N), each piece padded with zero rows to c and the pieces one
+ * after another in the unit's parameter order; the values are the 1-rank
+ * run's. N = 20 and 64 leave 16-row parameters (norms, biases) with ranks
+ * that hold only padding of them. */
+static void test_fsdp2_shards(void) {
+    Config cfg;
+    char err[256];
+    char *argv[] = {(char *)"t", (char *)"--model", (char *)"tiny", (char *)"--fsdp2"};
+    config_parse(&cfg, 4, argv, err, sizeof(err));
+    const int worlds[] = {1, 2, 3, 5, 7, 20, 64};
+    Model m;
+    model_build(&m, &cfg);
+    long total = m.total_numel;
+    float *whole = (float *)calloc((size_t)total + 1, sizeof(float)); /* by hand, 1 rank */
+    for (int i = 0, at = 0; i < m.n_params; at += (int)m.params[i].numel, i++)
+        for (long e = 0; e < m.params[i].numel; e++)
+            whole[at + e] = param_init_value(&m.params[i], i, e, cfg.seed);
+    int n_units = autowrap(&m, AUTO_WRAP_SIZE, 1);
+    for (size_t w = 0; w < sizeof(worlds) / sizeof(worlds[0]); w++) {
+        int N = worlds[w], ok = 1;
+        long padding = 0;
+        Unit *units = (Unit *)calloc((size_t)n_units, sizeof(Unit));
+        units_layout(units, n_units, &m, N, &cfg);
+        for (int u = 0; u < n_units; u++) {
+            Unit *x = &units[u];
+            float *shards = (float *)calloc((size_t)x->padded + 1, sizeof(float));
+            for (int r = 0; r < N; r++) unit_init_shard(x, &m, r, cfg.seed, shards + (long)r * x->shard);
+            long at = 0; /* where parameter k's rows start in a shard, by the rule */
+            for (int k = 0; k < x->n_params; k++) {
+                const Param *p = &m.params[x->params[k]];
+                long rows = p->shape[0], cols = p->numel / rows, c = (rows + N - 1) / N;
+                long first = 0; /* p's place among all parameters, model order */
+                for (int i = 0; i < x->params[k]; i++) first += m.params[i].numel;
+                for (int r = 0; r < N; r++)
+                    for (long row = 0; row < c; row++)
+                        for (long col = 0; col < cols; col++) {
+                            float got = shards[(long)r * x->shard + at + row * cols + col];
+                            long g = (long)r * c + row; /* the parameter's row */
+                            if (g < rows) ok &= got == whole[first + g * cols + col];
+                            else { ok &= got == 0.0f; padding++; }
+                        }
+                at += c * cols;
+            }
+            ok &= x->shard == at && x->padded == (long)N * at;
+            free(shards);
+            free(x->params);
+            free(x->chunk_at);
+        }
+        free(units);
+        char what[64];
+        snprintf(what, sizeof(what), "FSDP2 shards N=%d", N);
+        check(ok, what, "rank r holds rows [r*c, (r+1)*c) of each parameter, c = ceil(rows/N); %ld padding elements, all 0", padding);
+    }
+    free(whole);
     model_free(&m);
 }
 
@@ -1091,6 +1150,7 @@ int main(int argc, char **argv) {
     test_autowrap();
     printf("padding and shards\n");
     test_shards();
+    test_fsdp2_shards();
     printf("network cost model\n");
     test_net_model();
     printf("data\n");
