@@ -59,9 +59,9 @@ import torch.nn.functional as F
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_state_dict, set_state_dict)
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import BackwardPrefetch, ShardingStrategy
+from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, ShardingStrategy
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
 
 STRATEGIES = {
@@ -186,24 +186,31 @@ def refuse(message):
 CONFIG_KEYS = ("vocab embed_dim context width depth min_params strategy batch steps seed lr beta1 "
                "beta2 eps weight_decay clip_grad_norm grad_accum no_sync backward_prefetch "
                "forward_prefetch limit_all_gathers param_dtype reduce_dtype cpu_offload "
-               "activation_checkpointing grad_scaler lr_schedule warmup optimizer fsdp2").split()
+               "activation_checkpointing grad_scaler lr_schedule warmup step_size gamma optimizer "
+               "fsdp2").split()
 
 
 def check_config(cfg, world):
     """The fsdp.c options this bridge reproduces; anything else is refused
     with the option to drop, rather than compared wrongly."""
     unsupported = {
-        "param_dtype": "fp32", "reduce_dtype": "fp32", "cpu_offload": False,
-        "activation_checkpointing": False, "grad_scaler": False, "lr_schedule": "constant",
-        "warmup": 0, "optimizer": "adamw",
+        "param_dtype": "fp32", "reduce_dtype": "fp32", "activation_checkpointing": False,
+        "grad_scaler": False, "warmup": 0, "optimizer": "adamw",
     }
     for key, want in unsupported.items():
         if cfg[key] != want:
             refuse(f"the bridge reproduces {key} = {want} only; this run has {cfg[key]}")
+    if cfg["lr_schedule"] not in ("constant", "step"):
+        refuse(f"the bridge reproduces lr_schedule constant and step (StepLR) only; this run "
+               f"has {cfg['lr_schedule']}")
     if cfg["strategy"] not in STRATEGIES:
         refuse(f"the bridge runs {', '.join(STRATEGIES)}; this run is {cfg['strategy']}")
     if cfg["fsdp2"] and cfg["strategy"] == "no_shard":
         refuse("FSDP2 has no no_shard (fsdp.c refuses it too)")
+    if cfg["cpu_offload"] and not cfg["fsdp2"]:
+        refuse("FSDP1's CPUOffload needs a GPU (it moves the shards between pinned host memory "
+               "and CUDA, and fails on CPU ranks with 'Found no NVIDIA driver'); FSDP2's "
+               "CPUOffloadPolicy runs here: add --fsdp2 to the fsdp.c run")
     if cfg["batch"] % (world * cfg["grad_accum"]):
         refuse(f"--batch {cfg['batch']} does not divide by {world} ranks x "
                f"{cfg['grad_accum']} micro-batches: run torchrun with a world size that "
@@ -274,6 +281,7 @@ def wrap(run, model):
                 backward_prefetch=PREFETCH[cfg["backward_prefetch"]],
                 forward_prefetch=cfg["forward_prefetch"],
                 limit_all_gathers=cfg["limit_all_gathers"],
+                cpu_offload=CPUOffload(offload_params=cfg["cpu_offload"]),
                 device_id=torch.device("cpu"), use_orig_params=True)
 
 
@@ -286,31 +294,58 @@ def wrap_fsdp2(run, model):
     root does), since backward starts with it. The prefetch options are
     FSDP1's constructor arguments; FSDP2 prefetches on its own, and none of
     them changes a number."""
+    cfg = run["config"]
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    after_forward = run["config"]["strategy"] == "full_shard"
+    after_forward = cfg["strategy"] == "full_shard"
+    # the shards on the host: on a CPU there is no pinned memory to ask for
+    offload = CPUOffloadPolicy(pin_memory=False) if cfg["cpu_offload"] else OffloadPolicy()
     units = [u["module"] for u in run["units"] if u["module"] != "(root)"]
     for name in sorted(units, key=lambda n: -n.count(".")):
-        fully_shard(model.get_submodule(name), mesh=mesh, reshard_after_forward=after_forward)
-    return fully_shard(model, mesh=mesh, reshard_after_forward=False)
+        fully_shard(model.get_submodule(name), mesh=mesh, reshard_after_forward=after_forward,
+                    offload_policy=offload)
+    fully_shard(model, mesh=mesh, reshard_after_forward=False, offload_policy=offload)
+    prefetch_as_fsdp1(cfg, [model.get_submodule(name) for name in units])
+    return model
 
 
-def save(model, optimizer, path, next_step):
+def prefetch_as_fsdp1(cfg, units):
+    """FSDP1's prefetch options in FSDP2's words, on the units in forward
+    order: --forward-prefetch is each unit naming the next one
+    (set_modules_to_forward_prefetch); FSDP2 prefetches one unit ahead in
+    backward by itself (BACKWARD_PRE), and --backward-prefetch none is each
+    naming none. FSDP2 has no BACKWARD_POST. None of them changes a number."""
+    for i, unit in enumerate(units):
+        if cfg["forward_prefetch"] and i + 1 < len(units):
+            unit.set_modules_to_forward_prefetch([units[i + 1]])
+        if cfg["backward_prefetch"] == "none":
+            unit.set_modules_to_backward_prefetch([])
+
+
+def save(trainer, path, next_step):
     """A DCP checkpoint: every rank writes its shards; any world size can
-    load it (fsdp.c's --save-dir does the same with its own format)."""
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({"model": model_sd, "optim": optim_sd, "next_step": torch.tensor(next_step)},
-             checkpoint_id=path)
+    load it (fsdp.c's --save-dir does the same with its own format). The
+    learning-rate scheduler's state rides along: DCP keeps a value that is
+    not a tensor as bytes, read back whole by every rank."""
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
+    state = {"model": model_sd, "optim": optim_sd, "next_step": torch.tensor(next_step)}
+    if trainer.scheduler and trainer.mistake != "scheduler":
+        state["scheduler"] = trainer.scheduler.state_dict()
+    dcp.save(state, checkpoint_id=path)
 
 
-def load(model, optimizer, path):
+def load(trainer, path):
     """Loads a DCP checkpoint into a model wrapped on any number of ranks:
     the state dicts of this world size say which pieces to read. Returns
     the step to continue from."""
-    model_sd, optim_sd = get_state_dict(model, optimizer)
+    model_sd, optim_sd = get_state_dict(trainer.model, trainer.optimizer)
     state = {"model": model_sd, "optim": optim_sd, "next_step": torch.tensor(0)}
+    if trainer.scheduler and trainer.mistake != "scheduler":
+        state["scheduler"] = trainer.scheduler.state_dict()
     dcp.load(state, checkpoint_id=path)
-    set_state_dict(model, optimizer, model_state_dict=state["model"],
+    set_state_dict(trainer.model, trainer.optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
+    if "scheduler" in state:
+        trainer.scheduler.load_state_dict(state["scheduler"])
     return int(state["next_step"])
 
 
@@ -332,6 +367,10 @@ MISTAKES = {
     "accumulation": "optimizer.step() when micro_batch_index % K == 0, the loss not divided "
                     "by K",
     "barrier": "dist.barrier() inside `if rank == 0:`",
+    # not one of lecture 17's: tests/test_bridge.sh's proof that a resume
+    # checks the scheduler's state
+    "scheduler": "the learning-rate scheduler left out of the DCP checkpoint: a resumed StepLR "
+                 "counts its steps from 0",
 }
 
 
@@ -348,6 +387,12 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg["lr"],
                                            betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"],
                                            weight_decay=cfg["weight_decay"])
+        # --lr-schedule step: StepLR, stepped after every optimizer step;
+        # its state (the steps it has counted) goes into the checkpoint
+        self.scheduler = None
+        if cfg["lr_schedule"] == "step":
+            self.scheduler = torch.optim.lr_scheduler.StepLR(self.optimizer, cfg["step_size"],
+                                                             cfg["gamma"])
 
     def step(self, data, step):
         """--grad-accum K micro-batches of B samples, each loss divided by K
@@ -399,6 +444,8 @@ class Trainer:
             self.norms_differ |= report_norms(norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler:
+            self.scheduler.step()
 
 
 def report_norms(norm):
@@ -461,7 +508,7 @@ def main():
     if rank == 0 and args.mistake:
         print(f"case study: {MISTAKES[args.mistake]}")
     trainer = Trainer(run, model, args.mistake)
-    first = load(trainer.model, trainer.optimizer, args.resume) if args.resume else 0
+    first = load(trainer, args.resume) if args.resume else 0
     theirs = {s["step"]: s["loss"] for s in run["steps"]}
     worst, losses = 0.0, []
     for step in range(first, args.steps or cfg["steps"]):
@@ -470,7 +517,7 @@ def main():
         losses.append({"step": step + 1, "loss": mean.item() / world})
         worst = max(worst, compare(rank, step, losses[-1]["loss"], theirs))
         if args.save_dir and step + 1 == args.save_at:
-            save(trainer.model, trainer.optimizer, args.save_dir, step + 1)
+            save(trainer, args.save_dir, step + 1)
             if rank == 0:
                 print(f"saved a DCP checkpoint of step {step + 1} to {args.save_dir}")
     if rank == 0 and args.json:

@@ -70,6 +70,33 @@ reference f2s 2 --steps 4 --batch 24 --fsdp2 --strategy shard_grad_op --grad-acc
 if bridge 2 f2s; then ok "FSDP2 shard_grad_op (reshard_after_forward=False), 2 ranks, set_requires_gradient_sync(False) for --no-sync: $(verdict)"
 else bad "FSDP2 shard_grad_op on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
 
+# StepLR (--lr-schedule step), its state saved in the DCP checkpoint: saved
+# after step 3 on 3 ranks, resumed on 2, in both designs. Every 2 steps
+# the rate falls tenfold, so a scheduler restarted at the resume (its state
+# left out: --mistake scheduler) falls at the wrong steps, and fails.
+for design in "" --fsdp2; do
+  name=sl${design:+2}
+  reference $name 3 --steps 6 --batch 24 --lr-schedule step --step-size 2 --gamma 0.1 $design
+  bridge 3 $name --save-dir "$D/dcp_$name" --save-at 3 --steps 3
+  if bridge 2 $name --resume "$D/dcp_$name"; then
+    ok "StepLR(2, 0.1)${design:+ under FSDP2}: saved in DCP after step 3 on 3 ranks, resumed on 2: $(verdict)"
+  else bad "StepLR${design:+ under FSDP2}, resumed on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
+done
+bridge 3 sl --save-dir "$D/dcp_nosched" --save-at 3 --steps 3 --mistake scheduler
+if bridge 2 sl --resume "$D/dcp_nosched" --mistake scheduler; then bad "a resume without the scheduler's state passed: $(verdict)"
+elif grep -qF "a loss differs from fsdp.c's" "$D/out"; then ok "... and without the scheduler's state in the checkpoint, it fails: $(verdict)"
+else bad "the scheduler mistake failed for another reason:"; tail -4 "$D/out"; fi
+
+# --cpu-offload: FSDP2's CPUOffloadPolicy runs on CPU ranks (FSDP1's
+# CPUOffload needs CUDA: refused below); and FSDP1's prefetch options in
+# FSDP2's words (set_modules_to_forward_prefetch, no backward prefetch)
+reference off2 2 --steps 4 --batch 24 --cpu-offload --fsdp2
+if bridge 2 off2; then ok "FSDP2 with CPUOffloadPolicy, 2 ranks: $(verdict)"
+else bad "FSDP2 with CPUOffloadPolicy: $(verdict)"; tail -5 "$D/out"; fi
+reference pf2 3 --steps 4 --batch 24 --fsdp2 --forward-prefetch --backward-prefetch none
+if bridge 3 pf2; then ok "FSDP2, --forward-prefetch --backward-prefetch none as set_modules_to_*_prefetch: $(verdict)"
+else bad "FSDP2 with explicit prefetch: $(verdict)"; tail -5 "$D/out"; fi
+
 # the comparison can fail: the same run against a loss 0.1 % off
 python3 -c "
 import json, sys
@@ -108,6 +135,8 @@ refused "a --json that is not a run's" "--fsdp-run" ddp --fsdp-run "$D/notarun.j
 run_fsdp 1 "$D/small.log" --model small --steps 0 --export "$D/small.st"
 refused_alone "another model's initial parameters" "--init .*where this run's model has" ddp --init "$D/small.st"
 refused_alone "a --data file shorter than one sample" "--data .*a sample needs" ddp --data "$D/short.txt"
+reference off1 2 --steps 1 --batch 24 --cpu-offload
+refused_alone "FSDP1 with --cpu-offload (CPUOffload needs CUDA)" "CPUOffload needs a GPU" off1
 
 # fsdp.c's own resume across world sizes keeps the losses that lecture 17
 # holds PyTorch's DCP resume to (within 1e-5: steps 4..6 on 2 ranks add the

@@ -21,12 +21,13 @@ fi
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
 D=$(mktemp -d)
 trap 'rm -rf "$D"' EXIT
-# three cases in one process (torch and transformers import once): 3
+# four cases in one process (torch and transformers import once): 3
 # ranks full_shard; shard_grad_op with transformer auto-wrap, activation
-# checkpointing and accumulation; 2 ranks with --attention flash
+# checkpointing and accumulation; 2 ranks with --attention flash; 3 ranks
+# of FSDP2 (--fsdp2), a unit per block
 if $PY tests/gpt2_hf.py --mpirun "$MPIRUN" --case 3 \
     --case "3:--strategy shard_grad_op --auto-wrap transformer --activation-checkpointing --grad-accum 2" \
-    --case "2:--attention flash" >"$D/out" 2>&1; then
+    --case "2:--attention flash" --case "3:--fsdp2 --auto-wrap transformer" >"$D/out" 2>&1; then
   grep '^ok' "$D/out"
 else bad "the comparison failed:"; grep -E '^(ok|FAIL)' "$D/out" || tail -5 "$D/out"; fi
 if $PY tests/gpt2_hf.py --mpirun "$MPIRUN" --case 2 --break-grad >"$D/out" 2>&1; then
