@@ -87,6 +87,20 @@ if bridge 2 sl --resume "$D/dcp_nosched" --mistake scheduler; then bad "a resume
 elif grep -qF "a loss differs from fsdp.c's" "$D/out"; then ok "... and without the scheduler's state in the checkpoint, it fails: $(verdict)"
 else bad "the scheduler mistake failed for another reason:"; tail -4 "$D/out"; fi
 
+# bf16 (MixedPrecision, MixedPrecisionPolicy): the first step's loss to
+# fp32's rounding (the forward rounds the same values to bf16 at the same
+# places), then within the bridge's bf16 tolerance, 2e-3 (its docstring
+# says why); both designs, bf16 reduction and fp32
+for design in "" --fsdp2; do
+  for rd in bf16 fp32; do
+    name=bf${design:+2}$rd
+    reference $name 2 --steps 6 --batch 24 --param-dtype bf16 --reduce-dtype $rd $design
+    if bridge 2 $name && awk '/^step    1 \|/ {found = 1; if ($NF + 0 > 1e-6) exit 1} END {exit !found}' "$D/out"; then
+      ok "bf16${design:+ under FSDP2}, reduce_dtype $rd: step 1 $(grep -o 'relative difference [^ ]*' "$D/out" | head -1), then $(verdict)"
+    else bad "bf16${design:+ under FSDP2}, reduce_dtype $rd: $(verdict)"; grep -E '^step' "$D/out" | head -3; fi
+  done
+done
+
 # --cpu-offload: FSDP2's CPUOffloadPolicy runs on CPU ranks (FSDP1's
 # CPUOffload needs CUDA: refused below); and FSDP1's prefetch options in
 # FSDP2's words (set_modules_to_forward_prefetch, no backward prefetch)
