@@ -214,8 +214,10 @@ static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept);
 /* 14. FSDP2 */
 static void fsdp2_layout(Unit *u, Model *m, int world);
 static int fsdp2_piece(const Unit *u, int j, const Param *p, int rank, ShardPiece *s);
-static void fsdp2_copy_out(Trainer *t, int ui, void *full, const void *gathered, Dtype held);
+static void fsdp2_copy_out(Trainer *t, int ui, void *full, const void *gathered, Dtype held,
+                           int from);
 static void *fsdp2_chunk_cat(Trainer *t, int ui);
+static void fsdp2_keep_post_forward(Trainer *t, int ui);
 
 /* ============================================================================
  * 1. What a rank holds: units, flat parameters and shards
@@ -667,8 +669,12 @@ static void unit_unshard_start(Trainer *t, int ui) {
                                   (size_t)u->padded, held, d, u->name, ON_DEVICE_GATHERED);
     if (u->chunk_at) u->gathered = out;
     else u->full_param = out;
-    u->gather = comm_all_gather_start(&t->comm, out, held, unit_gather_input(t, ui), u->shard,
-                                      ui, t->cfg.param_dtype);
+    if (u->post_forward) /* FSDP2 kept 1/K of it after forward: gathered within K ranks */
+        u->gather = comm_all_gather_in(&t->comm, GROUP_POST_FORWARD, out, held, u->post_forward,
+                                       u->padded / t->cfg.reshard_to, ui, d);
+    else
+        u->gather = comm_all_gather_start(&t->comm, out, held, unit_gather_input(t, ui), u->shard,
+                                          ui, d);
     u->gathering = 1;
     if (++t->gathers_in_flight > t->max_gathers_in_flight)
         t->max_gathers_in_flight = t->gathers_in_flight;
@@ -688,9 +694,12 @@ static void unit_unshard_wait(Trainer *t, int ui) {
         Dtype held = full_dtype(t);
         u->full_param = ledger_alloc_held(&t->ledger, MEM_FULL_PARAMS, (size_t)u->padded, held,
                                           t->cfg.param_dtype, u->name, ON_DEVICE_OVERWRITTEN);
-        fsdp2_copy_out(t, ui, u->full_param, u->gathered, held);
+        int from = u->post_forward ? t->cfg.reshard_to : t->shard_world; /* ranks it came from */
+        fsdp2_copy_out(t, ui, u->full_param, u->gathered, held, from);
         ledger_free(&t->ledger, u->gathered);
         u->gathered = NULL;
+        ledger_free(&t->ledger, u->post_forward); /* NULL: nothing */
+        u->post_forward = NULL;
     }
     unit_set_views(u, &t->model, full_dtype(t), grad_dtype(t));
 }
@@ -775,7 +784,10 @@ static void unit_post_forward(Trainer *t, int ui) {
     span_end(t, ui, PHASE_FORWARD);
     if (!t->order_known) t->post_order[t->n_post++] = ui;
     if (ui == 0) t->order_known = 1; /* the root's forward encloses all others */
-    if (reshards_after_forward(t) && ui != 0) unit_free_full_params(t, ui);
+    if (reshards_after_forward(t) && ui != 0) {
+        if (t->cfg.reshard_to) fsdp2_keep_post_forward(t, ui); /* section 14 */
+        unit_free_full_params(t, ui);
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -881,7 +893,8 @@ void units_finish_backward(Trainer *t) {
     if (t->cfg.cpu_offload) dev_synchronize();
     for (int v = 0; v < t->n_units; v++) {
         /* a full state kept past backward would be stale after the step */
-        if (is_sharded(t) && t->sync_grads && (t->units[v].full_param || t->units[v].gathering))
+        if (is_sharded(t) && t->sync_grads &&
+            (t->units[v].full_param || t->units[v].gathering || t->units[v].post_forward))
             FATAL("this is a bug in fsdp.c's lifecycle", "%s is still gathered after backward",
                   t->units[v].name);
     }
@@ -1299,6 +1312,9 @@ static void trainer_split_nodes(Trainer *t) {
     comm_split_nodes(&t->comm, G, hybrid, intra, inter);
     t->shard_rank = t->comm.group[GROUP_SHARD]->rank;
     t->shard_world = t->comm.group[GROUP_SHARD]->world;
+    if (c->reshard_to) /* FSDP2's post-forward groups: K ranks in a row, inside a node if K | G */
+        t->comm.group[GROUP_POST_FORWARD] =
+            comm_group_new(&t->comm, t->comm.rank / c->reshard_to, G % c->reshard_to ? inter : intra);
 }
 
 /* The hybrid strategies, after the reduce-scatter within the node: the
@@ -1610,7 +1626,7 @@ static float *unit_gather(Trainer *t, int ui) {
     comm_wait(&t->comm, &h);
     if (staged) ledger_free(&t->ledger, staged);
     if (u->chunk_at) {
-        fsdp2_copy_out(t, ui, full, out, DTYPE_FP32);
+        fsdp2_copy_out(t, ui, full, out, DTYPE_FP32, t->shard_world);
         ledger_free(&t->ledger, out);
     }
     return full;
@@ -2152,25 +2168,55 @@ static int fsdp2_piece(const Unit *u, int j, const Param *p, int rank, ShardPiec
 }
 
 /* Unit u's full state, parameter after parameter, from (to_full 1) or to
- * (0) a buffer laid rank after rank over `world` ranks, its elements held
- * in `held` */
-static void fsdp2_copy(const Unit *u, const Model *m, int world, void *full, void *ranked,
+ * (0) a buffer laid rank after rank over G of the `world` ranks it is
+ * sharded on, its elements held in `held`. G is world, or K after
+ * --reshard-after-forward K: each of the K then holds world / K ranks'
+ * pieces of every parameter, side by side, and the arithmetic is the same
+ * with pieces world / K times as long. */
+static void fsdp2_copy(const Unit *u, const Model *m, int world, int G, void *full, void *ranked,
                        Dtype held, int to_full) {
     int bytes = (int)dtype_bytes(held);
+    long per = world / G;
     for (int k = 0; k < u->n_params; k++) {
         const Param *p = &m->params[u->params[k]];
-        long chunk = fsdp2_chunk(p, world);
-        FOR_EACH(world * chunk, rank_major_copy_one, element_at(full, p->offset, held), ranked,
-                 chunk, u->chunk_at[k], u->shard, bytes, to_full);
+        long chunk = per * fsdp2_chunk(p, world);
+        FOR_EACH(G * chunk, rank_major_copy_one, element_at(full, p->offset, held), ranked, chunk,
+                 per * u->chunk_at[k], per * u->shard, bytes, to_full);
     }
 }
 
-/* The all-gather's output, rank after rank, to the full state, parameter
- * after parameter (PyTorch: foreach_all_gather_copy_out) */
-static void fsdp2_copy_out(Trainer *t, int ui, void *full, const void *gathered, Dtype held) {
+/* The all-gather's output, rank after rank over `from` ranks, to the full
+ * state, parameter after parameter (PyTorch: foreach_all_gather_copy_out) */
+static void fsdp2_copy_out(Trainer *t, int ui, void *full, const void *gathered, Dtype held,
+                           int from) {
     span_begin(t, ui, PHASE_COPY_OUT);
-    fsdp2_copy(&t->units[ui], &t->model, t->shard_world, full, (void *)gathered, held, 1);
+    fsdp2_copy(&t->units[ui], &t->model, t->shard_world, from, full, (void *)gathered, held, 1);
     span_end(t, ui, PHASE_COPY_OUT);
+}
+
+/* --reshard-after-forward K (PyTorch: reshard_after_forward=K): after
+ * forward, instead of keeping only its shard (1/N) until backward gathers
+ * the unit from all N ranks again, a rank keeps 1/K of the full state: the
+ * rows of world / K ranks in a row, those of its place g in its group of K
+ * (GROUP_POST_FORWARD). Backward's all-gather then runs within the K
+ * ranks, inside a node when K divides it, over the fast links; the price
+ * is (N / K - 1) shards more memory a unit between forward and backward.
+ * The piece kept is the ranked buffer a K-rank all-gather sends: each
+ * parameter's world / K pieces, one parameter after another. */
+static void fsdp2_keep_post_forward(Trainer *t, int ui) {
+    Unit *u = &t->units[ui];
+    Dtype held = full_dtype(t);
+    long per = t->shard_world / t->cfg.reshard_to, g = t->shard_rank % t->cfg.reshard_to;
+    u->post_forward =
+        ledger_alloc_held(&t->ledger, MEM_FULL_PARAMS, (size_t)(per * u->shard), held,
+                          t->cfg.param_dtype, u->name, ON_DEVICE_OVERWRITTEN);
+    for (int k = 0; k < u->n_params; k++) {
+        const Param *p = &t->model.params[u->params[k]];
+        long chunk = per * fsdp2_chunk(p, t->shard_world);
+        dev_copy(element_at(u->post_forward, per * u->chunk_at[k], held),
+                 element_at(u->full_param, p->offset + g * chunk, held),
+                 (size_t)chunk * dtype_bytes(held));
+    }
 }
 
 /* The full gradient, parameter after parameter, to a new buffer laid rank
@@ -2182,7 +2228,7 @@ static void *fsdp2_chunk_cat(Trainer *t, int ui) {
     void *ranked = ledger_alloc_held(&t->ledger, MEM_COMM_BUFFERS, (size_t)u->padded, gh,
                                      t->cfg.reduce_dtype, u->name, ON_DEVICE_OVERWRITTEN);
     span_begin(t, ui, PHASE_CHUNK_CAT);
-    fsdp2_copy(u, &t->model, t->shard_world, u->full_grad, ranked, gh, 0);
+    fsdp2_copy(u, &t->model, t->shard_world, t->shard_world, u->full_grad, ranked, gh, 0);
     span_end(t, ui, PHASE_CHUNK_CAT);
     ledger_free(&t->ledger, u->full_grad);
     u->full_grad = NULL;

@@ -113,6 +113,8 @@ typedef struct {
     int forward_prefetch;               /* --forward-prefetch (PyTorch's default: off) */
     int limit_all_gathers;              /* --limit-all-gathers on|off: at most 2 in flight */
     int fsdp2; /* --fsdp2: every parameter sharded on dim 0 (fully_shard), no flat parameter */
+    int reshard_to; /* --reshard-after-forward K (FSDP2): after forward keep 1/K of a unit,
+                     * gathered again within K ranks in backward; 0: free it all */
     /* optimizer: torch.optim.AdamW, or Adam */
     Optimizer optimizer;
     float lr, beta1, beta2, eps, weight_decay;
@@ -318,6 +320,8 @@ typedef struct {
      * is the trainer's pending_reduce) */
     CommHandle gather; /* the all-gather of full_param, while `gathering` */
     void *gathered;    /* --fsdp2: the all-gather's output, rank by rank, until copied out */
+    void *post_forward; /* --reshard-after-forward K: this rank's 1/K of the full state, kept
+                         * from forward to backward (fsdp.c, section 14) */
     int gathering;
     int needs_backward; /* ran forward this step, its backward not begun yet */
     float *host_state;  /* (3, shard) GPU build: a host copy of the fp32 master (master_param,

@@ -197,7 +197,7 @@ CONFIG_KEYS = ("vocab embed_dim context width depth min_params strategy batch st
                "beta2 eps weight_decay clip_grad_norm grad_accum no_sync backward_prefetch "
                "forward_prefetch limit_all_gathers param_dtype reduce_dtype cpu_offload "
                "activation_checkpointing grad_scaler lr_schedule warmup step_size gamma optimizer "
-               "fsdp2").split()
+               "fsdp2 reshard_after_forward").split()
 
 
 def check_config(cfg, world):
@@ -314,7 +314,8 @@ def wrap_fsdp2(run, model):
     them changes a number."""
     cfg = run["config"]
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    after_forward = cfg["strategy"] == "full_shard"
+    # full_shard: True, or --reshard-after-forward K: K ranks
+    after_forward = cfg["strategy"] == "full_shard" and (cfg["reshard_after_forward"] or True)
     # the shards on the host: on a CPU there is no pinned memory to ask for
     offload = CPUOffloadPolicy(pin_memory=False) if cfg["cpu_offload"] else OffloadPolicy()
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[cfg["param_dtype"]],

@@ -36,7 +36,14 @@ typedef enum { COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_ALL_REDUCE, COMM_NUM_K
  * ranks that share the shards of a unit (all, or one node's with the
  * hybrid strategies), or the ranks that hold the same shard on other nodes
  * (the hybrid strategies' replicas). */
-typedef enum { GROUP_WORLD, GROUP_SHARD, GROUP_REPLICA, COMM_NUM_GROUPS } CommGroup;
+/* GROUP_POST_FORWARD: FSDP2's --reshard-after-forward K, K ranks of a shard group */
+typedef enum {
+    GROUP_WORLD,
+    GROUP_SHARD,
+    GROUP_REPLICA,
+    GROUP_POST_FORWARD,
+    COMM_NUM_GROUPS
+} CommGroup;
 
 static const char *const COMM_KIND_NAMES[COMM_NUM_KINDS] = {"all_gather", "reduce_scatter",
                                                             "all_reduce"};

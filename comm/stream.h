@@ -343,7 +343,7 @@ static void comm_release(Comm *c) {
     }
     for (int k = GROUP_SHARD; k < COMM_NUM_GROUPS; k++) /* the stream is done with them */
         if (c->group[k] && c->group[k] != c) comm_group_free(c->group[k]);
-    c->group[GROUP_SHARD] = c->group[GROUP_REPLICA] = NULL;
+    c->group[GROUP_SHARD] = c->group[GROUP_REPLICA] = c->group[GROUP_POST_FORWARD] = NULL;
     if (c->stream_comm != MPI_COMM_NULL) MPI_Comm_free(&c->stream_comm);
     for (int d = DTYPE_BF16; d <= DTYPE_FP16; d++)
         if (c->half_sum[d] != MPI_OP_NULL) MPI_Op_free(&c->half_sum[d]);

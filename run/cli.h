@@ -117,6 +117,9 @@ static const char USAGE[] =
     "  --fsdp2               FSDP2 (fully_shard): every parameter sharded on its rows\n"
     "                        (Shard(0)), not a unit's flat parameter; full_shard is\n"
     "                        reshard_after_forward=True, shard_grad_op False\n"
+    "  --reshard-after-forward K  with --fsdp2: after forward keep 1/K of each unit\n"
+    "                        and gather it again within K ranks in backward\n"
+    "                        (reshard_after_forward=K; K divides the shard group)\n"
     "  --compare             train with no_shard (DDP), then with the sharded strategy,\n"
     "                        and print memory and traffic side by side\n"
     "simulator\n"
@@ -579,6 +582,8 @@ static int config_set_parallel(Config *c, const char *flag, const char *val, cha
                                size_t errlen) {
     if (!strcmp(flag, "--ranks-per-node"))
         return parse_int(flag, val, 1, 1 << 20, &c->ranks_per_node, err, errlen);
+    if (!strcmp(flag, "--reshard-after-forward"))
+        return parse_int(flag, val, 2, 1 << 20, &c->reshard_to, err, errlen);
     if (!strcmp(flag, "--auto-wrap")) {
         if (!strcmp(val, "size")) c->auto_wrap = AUTO_WRAP_SIZE;
         else if (!strcmp(val, "transformer")) c->auto_wrap = AUTO_WRAP_TRANSFORMER;
@@ -727,6 +732,7 @@ static int flag_takes_value(const char *flag) {
                                         "--min-params",
                                         "--strategy",
                                         "--ranks-per-node",
+                                        "--reshard-after-forward",
                                         "--collectives",
                                         "--roofline",
                                         "--steps",
@@ -962,6 +968,13 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
             "on the device, which the model computes with. Use a sharded strategy "
             "(full_shard, shard_grad_op or the hybrid ones) with it.",
             strategy_name(c->strategy));
+    if (c->reshard_to && (!c->fsdp2 || (c->strategy != STRATEGY_FULL_SHARD &&
+                                        c->strategy != STRATEGY_HYBRID_SHARD)))
+        return usage_error(err, errlen,
+                           "--reshard-after-forward %d is FSDP2's fully_shard(reshard_after_"
+                           "forward=%d): give it with --fsdp2 and a strategy that reshards after "
+                           "forward (full_shard, hybrid_shard).",
+                           c->reshard_to, c->reshard_to);
     if (c->fsdp2 && !strategy_shards_params(c->strategy))
         return usage_error(err, errlen,
                            "--fsdp2 shards every parameter, but %s keeps whole replicas: FSDP2 "
@@ -1058,6 +1071,14 @@ static int config_check_world(const Config *c, int world, char *err, size_t errl
             "change -np.",
             c->ranks_per_node, world, world, g, world / g, g);
     }
+    int G = c->ranks_per_node && c->strategy == STRATEGY_HYBRID_SHARD ? c->ranks_per_node : world;
+    if (c->reshard_to && (G % c->reshard_to != 0 || c->reshard_to >= G))
+        return usage_error(err, errlen,
+                           "--reshard-after-forward %d: after forward each unit is resharded to "
+                           "groups of %d ranks, which must divide the %d ranks that share its "
+                           "shards, and be fewer (%d is --strategy full_shard's own choice). Give "
+                           "a divisor of %d between 2 and %d, e.g. the ranks of one node.",
+                           c->reshard_to, c->reshard_to, G, G, G, G / 2);
     if ((c->batch / world) % c->grad_accum != 0)
         return usage_error(err, errlen,
                            "--grad-accum %d does not divide the %d samples each of %d ranks takes "

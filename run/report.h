@@ -236,13 +236,14 @@ static const char *json_options(const Trainer *t) {
              "\"grad_accum\": %d, \"micro_batch\": %d, \"no_sync\": %s, "
              "\"activation_checkpointing\": %s, \"param_dtype\": \"%s\", \"reduce_dtype\": \"%s\", "
              "\"grad_scaler\": %s, \"ranks_per_node\": %d, \"cpu_offload\": %s, "
-             "\"attention\": \"%s\", \"fsdp2\": %s, ",
+             "\"attention\": \"%s\", \"fsdp2\": %s, \"reshard_after_forward\": %d, ",
              c->grad_accum, t->micro_batch, c->no_sync ? "true" : "false",
              c->activation_checkpointing ? "true" : "false", DTYPE_NAMES[c->param_dtype],
              DTYPE_NAMES[c->reduce_dtype], c->grad_scaler ? "true" : "false",
              c->ranks_per_node ? c->ranks_per_node : t->comm.world,
              c->cpu_offload ? "true" : "false",
-             c->attention == ATTENTION_FLASH ? "flash" : "math", c->fsdp2 ? "true" : "false");
+             c->attention == ATTENTION_FLASH ? "flash" : "math", c->fsdp2 ? "true" : "false",
+             c->reshard_to);
     return out;
 }
 

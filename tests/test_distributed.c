@@ -48,16 +48,23 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
 
 /* Builds a Config from "fsdp flags" (argv tail) plus forced options, and
  * any more flags given in `more` (NULL-terminated, may be NULL). A
- * replicated strategy (the 1-rank references are no_shard) drops --fsdp2,
- * which shards only: an FSDP2 run is compared with FSDP1's DDP. */
+ * replicated strategy (the 1-rank references are no_shard) drops --fsdp2
+ * and --reshard-after-forward K, which shard only: an FSDP2 run is compared
+ * with FSDP1's DDP. */
 static void make_config_more(Config *cfg, int argc, char **argv, const char *strategy,
                              const char *impl, const char *const *more) {
     char *args[64];
     int n = 0;
     args[n++] = (char *)"test";
     int replicated = strategy && (!strcmp(strategy, "no_shard") || !strcmp(strategy, "zero1"));
-    for (int i = 0; i < argc && n < 50; i++)
-        if (!replicated || strcmp(argv[i], "--fsdp2") != 0) args[n++] = argv[i];
+    for (int i = 0; i < argc && n < 50; i++) {
+        if (replicated && !strcmp(argv[i], "--fsdp2")) continue;
+        if (replicated && !strcmp(argv[i], "--reshard-after-forward") && i + 1 < argc) {
+            i++; /* and its K */
+            continue;
+        }
+        args[n++] = argv[i];
+    }
     if (strategy) { args[n++] = (char *)"--strategy"; args[n++] = (char *)strategy; }
     if (impl) { args[n++] = (char *)"--collectives"; args[n++] = (char *)impl; }
     for (int i = 0; more && more[i] && n < 63; i++) args[n++] = (char *)more[i];
@@ -85,7 +92,7 @@ static void gather_grads(Trainer *t, float *out) {
         if (u->chunk_at) { /* FSDP2: gathered rank by rank; each parameter's rows together */
             float *ranked = full;
             full = (float *)calloc((size_t)u->padded + 1, sizeof(float));
-            fsdp2_copy(u, m, t->shard_world, full, ranked, DTYPE_FP32, 1);
+            fsdp2_copy(u, m, t->shard_world, t->shard_world, full, ranked, DTYPE_FP32, 1);
             free(ranked);
         }
         long pos = 0;

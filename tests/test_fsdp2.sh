@@ -85,6 +85,47 @@ td 3 held16 full_shard $TINY --param-dtype bf16 --forward-prefetch
 td 4 held16 hybrid_shard --model gpt2-tiny --steps 2 --batch 8 --param-dtype bf16 --ranks-per-node 2
 td 3 equivalence full_shard ring --model gpt2-tiny --steps 4 --batch 6 --auto-wrap transformer
 
+# ---- --reshard-after-forward K: 1/K kept after forward, gathered within K ranks ----------------
+# The same values gathered by fewer ranks: the parameters bitwise those of
+# plain FSDP2; each rank's all-gather bytes exactly what the rings move,
+# worked out from the units (forward over N ranks, backward over K, the
+# loss's one float), and more full-params memory between the two passes.
+for spec in "4 2" "6 3" "8 2"; do
+  set -- $spec
+  n=$1 k=$2
+  K="--model tiny --steps 3 --batch 48 --fsdp2"
+  run_fsdp "$n" "$d/k0.log" $K --export "$d/k0.st" --json "$d/k0.json"
+  run_fsdp "$n" "$d/k.log" $K --reshard-after-forward "$k" --export "$d/k.st" --json "$d/k.json"
+  tests/st_diff "$d/k0.st" "$d/k.st" >/dev/null && ok "N=$n, reshard_after_forward=$k: bitwise plain FSDP2's parameters" ||
+    bad "N=$n, reshard_after_forward=$k: the parameters differ from plain FSDP2's"
+  python3 - "$d/k0.json" "$d/k.json" "$n" "$k" <<'EOF' && ok "... all-gather bytes per rank and the full-params peak as worked out from the units" || bad "N=$n K=$k: traffic or memory not as worked out"
+import json, sys
+plain, j, N, K = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3]), int(sys.argv[4])
+steps = len(j["steps"])
+shards = [u["shard"] for u in j["units"]]
+per_step = sum((N - 1) * s * 4 for s in shards)                   # forward: every unit from N ranks
+per_step += sum((K - 1) * (N // K) * s * 4 for s in shards[1:])   # backward: all but the root from K
+per_step += (N - 1) * 4                                           # the loss, one float a rank
+got = j["collectives"]["all_gather"]["bytes_sent"]
+more = j["memory_peak_bytes"]["full params"][0] > plain["memory_peak_bytes"]["full params"][0]
+print(f"  all_gather bytes {got[0]}, worked out {steps * per_step}; full params peak "
+      f"{j['memory_peak_bytes']['full params'][0]} > {plain['memory_peak_bytes']['full params'][0]}: {more}")
+sys.exit(0 if all(b == steps * per_step for b in got) and more else 1)
+EOF
+done
+td 4 equivalence full_shard ring --model tiny --steps 8 --batch 16 --reshard-after-forward 2
+td 8 equivalence hybrid_shard ring --model tiny --steps 4 --batch 16 --ranks-per-node 4 --reshard-after-forward 2
+for bad_k in "4 3 (does not divide 4)" "4 4 (not fewer than 4)" "2 2 (not fewer than 2)"; do
+  set -- $bad_k
+  out=$(timeout 30 $MPIRUN -np "$1" ./fsdp $TINY --fsdp2 --reshard-after-forward "$2" 2>&1); rc=$?
+  [ $rc -eq 2 ] && grep -q "^error: --reshard-after-forward $2: .*must divide the $1 ranks" <<<"$out" &&
+    ok "--reshard-after-forward $2 on $1 ranks ${*:3}: exit 2, saying K must divide them and be fewer" ||
+    bad "--reshard-after-forward $2 on $1 ranks: exit $rc"
+done
+out=$(timeout 30 $MPIRUN -np 4 ./fsdp $TINY --reshard-after-forward 2 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "give it with --fsdp2" <<<"$out" && ok "--reshard-after-forward without --fsdp2: exit 2" ||
+  bad "--reshard-after-forward without --fsdp2: exit $rc"
+
 # ---- memory: the copies' second buffer ---------------------------------------------------------
 mib() { sed -n "s/^  $1 *\([0-9]*\) bytes.*/\1/p" <<<"$2"; }
 p1=$($MPIRUN -np 4 ./fsdp --model tiny --plan 2>&1)

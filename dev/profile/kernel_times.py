@@ -44,8 +44,9 @@ KINDS = [
     ("AdamW (this rank's shards)", r"adamw"),
     ("gradient norm (clipping)", r"sum_squares"),
     ("copies between host and GPU (start-up, --cpu-offload, staging)", r"^memcpy (HtoD|DtoH)"),
-    ("FSDP's passes (packs, the mean's unpack, copies, zeroing)",
-     r"pack_one|unpack|scale_one|scale_half|round_one|round_copy|add_one|^memset|^memcpy"),
+    ("FSDP's passes (packs, the mean's unpack, copies, zeroing, FSDP2's copy-out and chunk_cat)",
+     r"pack_one|unpack|scale_one|scale_half|round_one|round_copy|add_one|rank_major_copy|"
+     r"^memset|^memcpy"),
 ]
 OTHER = "other"
 ROOFLINE_ROWS = {"FSDP's": ["all-gathers:"]}  # zero1's shards packed for its all-gather
