@@ -342,6 +342,11 @@ if [ -f "$d/eq1.st" ]; then
         equivalent "eq_${impl}_$n" "c. $n ranks on one GPU, --collectives $impl, vs 1 GPU rank"
     done
   done
+  # FSDP2 (fsdp.c section 14): its copy-out and chunk_cat as GPU kernels, and
+  # the post-forward groups' all-gathers
+  CUDA_VISIBLE_DEVICES=$ONE_GPU train eq_fsdp2_4 "$GPU_BIN" 4 "${EQ[@]}" --collectives mpi --fsdp2 \
+    --reshard-after-forward 2 --trace "$d/eq_fsdp2_4.json" &&
+    equivalent eq_fsdp2_4 "c. FSDP2 (--fsdp2 --reshard-after-forward 2), 4 ranks on one GPU, vs 1 GPU rank"
 fi
 
 # ---- d. NCCL on every GPU here == 1 GPU rank ------------------------------------------
