@@ -1,7 +1,8 @@
 """bridge/fsdp_lab.py: the fsdp.c run, again in PyTorch FSDP, on CPU ranks.
 
 The labs this course prepares for are written in PyTorch. This script trains
-the very model of an fsdp.c run with stock torch modules wrapped in
+the very model of an fsdp.c run (the byte MLP in stock torch modules, or
+GPT-2 as transformers' GPT2LMHeadModel) wrapped in
 FullyShardedDataParallel, from the same initial parameters (fsdp.c's
 --export at --steps 0), on the same batches (fsdp.c's sampler, written again
 below), and compares the losses with those fsdp.c wrote to --json.
@@ -41,9 +42,10 @@ shards' norm) moved the loss by only 2.1e-5 in 4 steps, AdamW hiding most
 of it, and only the second check, that every rank saw the same gradient
 norm, caught it.
 
-With --param-dtype bf16 (MixedPrecision / MixedPrecisionPolicy) the first
-step's loss agrees to fp32's rounding (the forward rounds the same values
-to bf16 at the same places: 7e-10 here); after it, a gradient element that
+With --param-dtype bf16 (MixedPrecision / MixedPrecisionPolicy) the byte
+MLP's first loss agrees to fp32's rounding (the forward rounds the same
+values to bf16 at the same places: 7e-10 here; GPT-2's to 1.3e-5, its
+attention rounding at other places); after it, a gradient element that
 rounds to the other side of a bf16 step (2^-8 relative) moves AdamW's
 update, and the losses drift apart by about 3e-4 in 6 steps. So a bf16
 run's default --rtol is 2e-3, half a bf16 step: still below the
@@ -71,7 +73,7 @@ from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision,
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 from torch.distributed.fsdp import (CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy,
                                     fully_shard)
-from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy
+from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy, transformer_auto_wrap_policy
 
 STRATEGIES = {
     "full_shard": ShardingStrategy.FULL_SHARD,
@@ -115,6 +117,27 @@ class ByteMLP(nn.Module):
         for block in self.blocks:
             h = block(h)
         return self.head(self.norm_f(h))
+
+
+def build_model(cfg):
+    """The run's model: the byte MLP above, or GPT-2 as transformers builds
+    it (GPT2LMHeadModel, lm_head tied to wte) from the run's shape, without
+    dropout, as fsdp.c trains it. Both take fsdp.c's --export as it is."""
+    if cfg["arch"] != "gpt2":
+        return ByteMLP(cfg["vocab"], cfg["embed_dim"], cfg["context"], cfg["width"],
+                       cfg["depth"])
+    from transformers import GPT2Config, GPT2LMHeadModel
+    config = GPT2Config(vocab_size=cfg["vocab"], n_positions=cfg["n_ctx"], n_embd=cfg["width"],
+                        n_layer=cfg["depth"], n_head=cfg["n_head"], layer_norm_epsilon=1e-5,
+                        activation_function="gelu_new", resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0, tie_word_embeddings=True)
+    return GPT2LMHeadModel(config)
+
+
+def logits_of(model, tokens):
+    """(B, V) for the byte MLP, (B, T, V) for GPT-2"""
+    out = model(tokens)
+    return out.logits if hasattr(out, "logits") else out
 
 
 def read_safetensors(path):
@@ -161,17 +184,20 @@ def rng_u64(seed, stream, a, b):
     return mix64((mix64((inner + a) & MASK) + b) & MASK)
 
 
-def local_batch(data, seed, step, rank, world, first, count, context):
+def local_batch(data, seed, step, rank, world, first, count, context, sequences=False):
     """Samples first .. first + count - 1 of this rank's share of global
     batch `step`: j = rank, rank + N, ... (DistributedSampler's
-    interleaving), each a window at a position fixed by (seed, step, j)."""
+    interleaving), each a window at a position fixed by (seed, step, j).
+    The byte MLP's target is the byte after the window; GPT-2's
+    (sequences) are the window's bytes one further on, as
+    sampler_local_sequences draws them."""
     positions = len(data) - context
     tokens, targets = [], []
     for k in range(first, first + count):
         j = rank + k * world
         pos = rng_u64(seed, STREAM_SAMPLER, step, j) % positions
         tokens.append(list(data[pos:pos + context]))
-        targets.append(data[pos + context])
+        targets.append(list(data[pos + 1:pos + context + 1]) if sequences else data[pos + context])
     return torch.tensor(tokens, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
 
 
@@ -197,7 +223,7 @@ CONFIG_KEYS = ("vocab embed_dim context width depth min_params strategy batch st
                "beta2 eps weight_decay clip_grad_norm grad_accum no_sync backward_prefetch "
                "forward_prefetch limit_all_gathers param_dtype reduce_dtype cpu_offload "
                "activation_checkpointing grad_scaler lr_schedule warmup step_size gamma optimizer "
-               "fsdp2 reshard_after_forward").split()
+               "fsdp2 reshard_after_forward arch n_head n_ctx auto_wrap").split()
 
 
 def check_config(cfg, world):
@@ -221,6 +247,10 @@ def check_config(cfg, world):
         refuse(f"the bridge runs {', '.join(STRATEGIES)}; this run is {cfg['strategy']}")
     if cfg["fsdp2"] and cfg["strategy"] == "no_shard":
         refuse("FSDP2 has no no_shard (fsdp.c refuses it too)")
+    if cfg["arch"] == "gpt2" and not cfg["fsdp2"] and cfg["auto_wrap"] != "transformer":
+        refuse("GPT-2 under FSDP1 needs --auto-wrap transformer: PyTorch's size-based policy "
+               "does not know that wte and lm_head are one tensor, and may wrap them apart "
+               "(fsdp.c keeps them in the root, lecture 18)")
     if cfg["cpu_offload"] and not cfg["fsdp2"]:
         refuse("FSDP1's CPUOffload needs a GPU (it moves the shards between pinned host memory "
                "and CUDA, and fails on CPU ranks with 'Found no NVIDIA driver'); FSDP2's "
@@ -262,19 +292,21 @@ def read_inputs(args, world):
         refuse(f"--save-at {args.save_at}: give a step from 1 to the last one trained")
     if args.resume and not os.path.exists(os.path.join(args.resume, ".metadata")):
         refuse(f"--resume {args.resume}: no DCP checkpoint there (no .metadata)")
-    model = ByteMLP(cfg["vocab"], cfg["embed_dim"], cfg["context"], cfg["width"], cfg["depth"])
+    model = build_model(cfg)
     hint = "write them with the run's fsdp.c flags and --steps 0 --export FILE"
     try:
         init = read_safetensors(args.init)
     except (OSError, ValueError, struct.error) as e:
         refuse(f"--init {args.init}: not a safetensors file ({e}); {hint}")
-    want = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    # GPT-2's lm_head is wte itself (tied): the file holds it once, as wte
+    want = {name: tuple(t.shape) for name, t in model.state_dict().items()
+            if name != "lm_head.weight"}
     for name in sorted(set(want) | set(init)):
         got = tuple(init[name].shape) if name in init else None
         if got != want.get(name):
             refuse(f"--init {args.init}: {name} is {got or 'missing'} where this run's model has "
                    f"{want.get(name) or 'no such tensor'}; {hint}")
-    model.load_state_dict(init)
+    model.load_state_dict(init, strict=cfg["arch"] != "gpt2")
     try:
         with open(args.data, "rb") as f:
             data = f.read()
@@ -293,6 +325,10 @@ def wrap(run, model):
     if cfg["fsdp2"]:
         return wrap_fsdp2(run, model)
     policy = functools.partial(size_based_auto_wrap_policy, min_num_params=cfg["min_params"])
+    if cfg["auto_wrap"] == "transformer":  # the block class: ours, or transformers' GPT2Block
+        blocks = model.transformer.h if cfg["arch"] == "gpt2" else model.blocks
+        policy = functools.partial(transformer_auto_wrap_policy,
+                                   transformer_layer_cls={type(blocks[0])})
     return FSDP(model, auto_wrap_policy=policy, sharding_strategy=STRATEGIES[cfg["strategy"]],
                 backward_prefetch=PREFETCH[cfg["backward_prefetch"]],
                 forward_prefetch=cfg["forward_prefetch"],
@@ -378,6 +414,7 @@ def export(model, path):
     the gathers and get nothing. For FSDP1 and FSDP2 alike."""
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(model, options=options)
+    state.pop("lm_head.weight", None)  # GPT-2's is wte (tied): files hold it once, as wte
     if dist.get_rank() == 0:
         from safetensors.torch import save_file
         save_file({k: v.contiguous() for k, v in state.items()}, path)
@@ -429,11 +466,13 @@ class Trainer:
             dist.barrier()  # rank 0 alone: the others are already in the forward's all-gather
         for m in range(K):
             tokens, targets = local_batch(data, cfg["seed"], step, rank, world, m * B, B,
-                                          cfg["context"])
+                                          cfg["context"], sequences=cfg["arch"] == "gpt2")
             sync = m == K - 1 or not cfg["no_sync"]
             with self.gradient_sync(sync):
-                # the mean over B samples, in fp32 from 16-bit logits, as fsdp.c's
-                loss = F.cross_entropy(self.model(tokens).float(), targets)
+                # the mean over B samples (GPT-2: B x T positions), in fp32 from
+                # 16-bit logits, as fsdp.c's
+                logits = logits_of(self.model, tokens).float()
+                loss = F.cross_entropy(logits.flatten(0, -2), targets.flatten())
                 (loss if self.mistake == "accumulation" else loss / K).backward()
             total += loss.item()
             if self.mistake == "accumulation" and (step * K + m) % K == 0:

@@ -2,8 +2,10 @@
 # tests/test_bridge.sh: PyTorch FSDP, run beside fsdp.c (bridge/fsdp_lab.py),
 # computes the same losses where lecture 17 does not look: an odd number of
 # ranks, shard_grad_op with accumulation inside no_sync() and clipping,
-# no_shard with a low auto-wrap threshold and POST prefetch; and FSDP2
-# (fully_shard) beside fsdp.c's --fsdp2, its parameters and DCP resume too. A loss off by
+# no_shard with a low auto-wrap threshold and POST prefetch; FSDP2
+# (fully_shard) beside fsdp.c's --fsdp2, its parameters, a DCP checkpoint
+# resumed on another world size with StepLR's state in it, CPUOffloadPolicy,
+# bf16 in both designs, and GPT-2 (transformers') in both. A loss off by
 # 0.1 % fails it, so the comparison can fail. (Lecture 17's commands, run by
 # make test too, cover full_shard on 4 ranks, DCP resumed on another world
 # size, and the three case studies' mistakes, each exiting 1.) Needs
@@ -66,50 +68,54 @@ if bridge 3 f2 --export "$D/torch.f2.st" --save-dir "$D/dcp2" --save-at 2; then
 else bad "FSDP2 full_shard on 3 ranks: $(verdict)"; tail -5 "$D/out"; fi
 if bridge 2 f2 --resume "$D/dcp2"; then ok "... its DCP checkpoint of step 2 (3 ranks) resumed on 2: $(verdict)"
 else bad "FSDP2's DCP resume on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
-reference f2s 2 --steps 4 --batch 24 --fsdp2 --strategy shard_grad_op --grad-accum 2 --no-sync
-if bridge 2 f2s; then ok "FSDP2 shard_grad_op (reshard_after_forward=False), 2 ranks, set_requires_gradient_sync(False) for --no-sync: $(verdict)"
-else bad "FSDP2 shard_grad_op on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
+# FSDP2 shard_grad_op (reshard_after_forward=False) with accumulation in
+# set_requires_gradient_sync(False), CPUOffloadPolicy (FSDP1's CPUOffload
+# needs CUDA: refused below), and FSDP1's prefetch options in FSDP2's words
+# (set_modules_to_forward_prefetch, no backward prefetch), all in one run
+reference f2s 2 --steps 4 --batch 24 --fsdp2 --strategy shard_grad_op --grad-accum 2 --no-sync \
+  --cpu-offload --forward-prefetch --backward-prefetch none
+if bridge 2 f2s; then ok "FSDP2 shard_grad_op, --no-sync, CPUOffloadPolicy, explicit prefetch, 2 ranks: $(verdict)"
+else bad "FSDP2 shard_grad_op, --no-sync, CPUOffloadPolicy on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
 
-# StepLR (--lr-schedule step), its state saved in the DCP checkpoint: saved
-# after step 3 on 3 ranks, resumed on 2, in both designs. Every 2 steps
-# the rate falls tenfold, so a scheduler restarted at the resume (its state
-# left out: --mistake scheduler) falls at the wrong steps, and fails.
-for design in "" --fsdp2; do
-  name=sl${design:+2}
-  reference $name 3 --steps 6 --batch 24 --lr-schedule step --step-size 2 --gamma 0.1 $design
-  bridge 3 $name --save-dir "$D/dcp_$name" --save-at 3 --steps 3
-  if bridge 2 $name --resume "$D/dcp_$name"; then
-    ok "StepLR(2, 0.1)${design:+ under FSDP2}: saved in DCP after step 3 on 3 ranks, resumed on 2: $(verdict)"
-  else bad "StepLR${design:+ under FSDP2}, resumed on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
-done
-bridge 3 sl --save-dir "$D/dcp_nosched" --save-at 3 --steps 3 --mistake scheduler
-if bridge 2 sl --resume "$D/dcp_nosched" --mistake scheduler; then bad "a resume without the scheduler's state passed: $(verdict)"
-elif grep -qF "a loss differs from fsdp.c's" "$D/out"; then ok "... and without the scheduler's state in the checkpoint, it fails: $(verdict)"
+# StepLR (--lr-schedule step), its state saved in the DCP checkpoint after
+# step 3 on 3 ranks, resumed on 2. Every 2 steps the rate falls tenfold, so
+# a scheduler restarted at the resume (--mistake scheduler: its state not
+# restored) falls at the wrong steps, and fails.
+reference sl 3 --steps 6 --batch 24 --lr-schedule step --step-size 2 --gamma 0.1 --fsdp2
+bridge 3 sl --save-dir "$D/dcp_sl" --save-at 3 --steps 3
+if bridge 2 sl --resume "$D/dcp_sl"; then
+  ok "StepLR(2, 0.1) under FSDP2: saved in DCP after step 3 on 3 ranks, resumed on 2: $(verdict)"
+else bad "StepLR under FSDP2, resumed on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
+if bridge 2 sl --resume "$D/dcp_sl" --mistake scheduler; then bad "a resume without the scheduler's state passed: $(verdict)"
+elif grep -qF "a loss differs from fsdp.c's" "$D/out"; then ok "... and without the scheduler's state restored, it fails: $(verdict)"
 else bad "the scheduler mistake failed for another reason:"; tail -4 "$D/out"; fi
 
-# bf16 (MixedPrecision, MixedPrecisionPolicy): the first step's loss to
-# fp32's rounding (the forward rounds the same values to bf16 at the same
-# places), then within the bridge's bf16 tolerance, 2e-3 (its docstring
-# says why); both designs, bf16 reduction and fp32
-for design in "" --fsdp2; do
-  for rd in bf16 fp32; do
-    name=bf${design:+2}$rd
-    reference $name 2 --steps 6 --batch 24 --param-dtype bf16 --reduce-dtype $rd $design
-    if bridge 2 $name && awk '/^step    1 \|/ {found = 1; if ($NF + 0 > 1e-6) exit 1} END {exit !found}' "$D/out"; then
-      ok "bf16${design:+ under FSDP2}, reduce_dtype $rd: step 1 $(grep -o 'relative difference [^ ]*' "$D/out" | head -1), then $(verdict)"
-    else bad "bf16${design:+ under FSDP2}, reduce_dtype $rd: $(verdict)"; grep -E '^step' "$D/out" | head -3; fi
-  done
-done
-
-# --cpu-offload: FSDP2's CPUOffloadPolicy runs on CPU ranks (FSDP1's
-# CPUOffload needs CUDA: refused below); and FSDP1's prefetch options in
-# FSDP2's words (set_modules_to_forward_prefetch, no backward prefetch)
-reference off2 2 --steps 4 --batch 24 --cpu-offload --fsdp2
-if bridge 2 off2; then ok "FSDP2 with CPUOffloadPolicy, 2 ranks: $(verdict)"
-else bad "FSDP2 with CPUOffloadPolicy: $(verdict)"; tail -5 "$D/out"; fi
-reference pf2 3 --steps 4 --batch 24 --fsdp2 --forward-prefetch --backward-prefetch none
-if bridge 3 pf2; then ok "FSDP2, --forward-prefetch --backward-prefetch none as set_modules_to_*_prefetch: $(verdict)"
-else bad "FSDP2 with explicit prefetch: $(verdict)"; tail -5 "$D/out"; fi
+# GPT-2 (transformers' GPT2LMHeadModel, lm_head tied to wte) on the same
+# text: FSDP2 with fully_shard on each block then the root, its parameters
+# within 1e-4 of fsdp.c's (tests/gpt2_hf.py says why 1e-4 for GPT-2: AdamW's
+# first steps move a parameter by lr whatever its gradient's size, so
+# rounding shows where a gradient is near zero); and FSDP1 with
+# transformer_auto_wrap_policy in bf16 (MixedPrecision). bf16's losses:
+# within the bridge's bf16 tolerance, 2e-3 (its docstring says why).
+G2="--model gpt2-tiny --auto-wrap transformer --steps 4 --batch 6"
+reference g2 3 $G2 --fsdp2
+run_fsdp 3 "$D/g2.end.log" $BASE $G2 --fsdp2 --export "$D/g2.end.st"
+if bridge 3 g2 --export "$D/torch.g2.st"; then
+  ok "GPT-2, FSDP2, 3 ranks (fully_shard per GPT2Block, then the root): $(verdict)"
+  diff=$(tests/st_diff "$D/g2.end.st" "$D/torch.g2.st" 1e-4 2>&1) &&
+    ok "... transformers' parameters equal fsdp.c's export: ${diff##*$'\n'}" ||
+    { bad "GPT-2 FSDP2's parameters differ from fsdp.c's:"; echo "$diff" | tail -2; }
+else bad "GPT-2 under FSDP2: $(verdict)"; tail -5 "$D/out"; fi
+reference g1bf 3 $G2 --param-dtype bf16
+if bridge 3 g1bf; then ok "GPT-2, FSDP1, transformer_auto_wrap_policy, bf16 (MixedPrecision), 3 ranks: $(verdict)"
+else bad "GPT-2 under FSDP1 in bf16: $(verdict)"; tail -5 "$D/out"; fi
+# the byte MLP in bf16 under FSDP2 (MixedPrecisionPolicy), fp32 reduction:
+# its first loss to fp32's rounding (the forward rounds the same values to
+# bf16 at the same places), the rest within 2e-3
+reference bf2 2 --steps 6 --batch 24 --param-dtype bf16 --reduce-dtype fp32 --fsdp2
+if bridge 2 bf2 && awk '/^step    1 \|/ {found = 1; if ($NF + 0 > 1e-6) exit 1} END {exit !found}' "$D/out"; then
+  ok "bf16 under FSDP2, reduce_dtype fp32: step 1 $(grep -o 'relative difference [^ ]*' "$D/out" | head -1), then $(verdict)"
+else bad "bf16 under FSDP2: $(verdict)"; grep -E '^step' "$D/out" | head -3; fi
 
 # the comparison can fail: the same run against a loss 0.1 % off
 python3 -c "
