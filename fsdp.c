@@ -1312,9 +1312,11 @@ static void trainer_split_nodes(Trainer *t) {
     comm_split_nodes(&t->comm, G, hybrid, intra, inter);
     t->shard_rank = t->comm.group[GROUP_SHARD]->rank;
     t->shard_world = t->comm.group[GROUP_SHARD]->world;
-    if (c->reshard_to) /* FSDP2's post-forward groups: K ranks in a row, inside a node if K | G */
+    if (c->reshard_to) { /* FSDP2's post-forward groups: K ranks in a row, in a node if K | G */
+        const NetModel *net = G % c->reshard_to ? inter : intra;
         t->comm.group[GROUP_POST_FORWARD] =
-            comm_group_new(&t->comm, t->comm.rank / c->reshard_to, G % c->reshard_to ? inter : intra);
+            comm_group_new(&t->comm, t->comm.rank / c->reshard_to, net);
+    }
 }
 
 /* The hybrid strategies, after the reduce-scatter within the node: the

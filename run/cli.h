@@ -1071,7 +1071,8 @@ static int config_check_world(const Config *c, int world, char *err, size_t errl
             "change -np.",
             c->ranks_per_node, world, world, g, world / g, g);
     }
-    int G = c->ranks_per_node && c->strategy == STRATEGY_HYBRID_SHARD ? c->ranks_per_node : world;
+    int hybrid = c->ranks_per_node && c->strategy == STRATEGY_HYBRID_SHARD;
+    int G = hybrid ? c->ranks_per_node : world; /* the ranks that share a unit's shards */
     if (c->reshard_to && (G % c->reshard_to != 0 || c->reshard_to >= G))
         return usage_error(err, errlen,
                            "--reshard-after-forward %d: after forward each unit is resharded to "
