@@ -285,6 +285,14 @@ def read_inputs(args, world):
     check_config(cfg, world)
     if args.rtol is None:
         args.rtol = 2e-3 if cfg["param_dtype"] == "bf16" else 1e-4
+    if args.memory and not cfg["fsdp2"]:
+        refuse("--memory tracks FSDP2 only: PyTorch's MemTracker hooks each parameter's "
+               "gradient, and FSDP1's parameters are views of its flat parameter, not leaf "
+               "tensors (it fails with 'post accumulate grad hooks cannot be registered on "
+               "non-leaf tensors'). Add --fsdp2 to the fsdp.c run")
+    if args.memory and "memory_peak_bytes" not in run:
+        refuse(f"--memory: {args.fsdp_run} has no memory_peak_bytes: write it with this "
+               "fsdp.c's --json")
     if args.mistake == "clip" and cfg["fsdp2"]:
         refuse("--mistake clip is FSDP1's: under FSDP2 the gradients are DTensors, and "
                "torch.nn.utils.clip_grad_norm_ computes the whole model's norm, rightly")
@@ -420,6 +428,51 @@ def export(model, path):
         save_file({k: v.contiguous() for k, v in state.items()}, path)
 
 
+# fsdp.c's ledger rows, and the categories of PyTorch's FSDPMemTracker
+# (torch/distributed/_tools/fsdp2_mem_tracker.py) that hold the same bytes
+MEMORY_ROWS = [
+    ("parameters", ["SHARDED_PARAM"]),
+    ("gradients", ["SHARDED_GRAD"]),
+    ("optimizer", ["OPT"]),
+    ("full params", ["UNSHARDED_PARAM"]),
+    ("full grads", ["UNSHARDED_GRAD"]),
+    ("activations", ["ACT", "TEMP"]),
+    ("comm buffers", ["ALL_GATHER", "REDUCE_SCATTER"]),
+]
+
+
+def tracked_step(trainer, data, step):
+    """One training step under PyTorch's FSDPMemTracker, which follows every
+    tensor FSDP2's module and optimizer make (a TorchDispatchMode) and sorts
+    them as fsdp.c's ledger does. Returns the step's loss and this rank's
+    bytes by category at the step's peak, and the peak itself."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    tracker = FSDPMemTracker(trainer.model, trainer.optimizer)
+    with tracker:
+        loss = trainer.step(data, step)
+    snap = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+    return loss, {getattr(k, "name", k): int(v) for k, v in snap.items()}
+
+
+def print_memory(run, every):
+    """Rank 0's table: each rank's bytes in PyTorch at its step's peak, by
+    fsdp.c's rows, beside fsdp.c's ledger (each row's own peak, and the
+    peak of the sum) from run.json. The two columns are not one measure:
+    PyTorch's is the moment the sum peaked, fsdp.c's each row at its own
+    highest; the shards and the optimizer state, which never change size,
+    are the same in both."""
+    ledger = run["memory_peak_bytes"]
+    print("memory per rank, MiB: PyTorch (FSDPMemTracker, at the step's peak) | "
+          "fsdp.c (ledger, each row's peak)")
+    rows = MEMORY_ROWS + [("total", ["Total"])]
+    for name, cats in rows:
+        cells = []
+        for r, snap in enumerate(every):
+            theirs = ledger[name][r] if r < len(ledger[name]) else float("nan")
+            cells.append(f"{sum(snap.get(c, 0) for c in cats) / 2**20:8.3f} |{theirs / 2**20:7.3f}")
+        print(f"  {name:14s}" + "   ".join(cells))
+
+
 MISTAKES = {
     "clip": "torch.nn.utils.clip_grad_norm_ on the FSDP model: each rank clips by the norm of "
             "its own shards",
@@ -535,15 +588,17 @@ def compare(rank, step, mean, theirs):
     return diff
 
 
-def write_losses(path, cfg, world, losses):
+def write_losses(path, cfg, world, losses, memory=None):
     """--json: PyTorch's losses as fsdp.c's --json holds its own, each a
     Python float (json writes the shortest text that reads back to the same
     number: no digit lost to printing, unlike the 6 decimals of the step
-    lines, whose rounding would be most of a 1e-7 difference)."""
+    lines, whose rounding would be most of a 1e-7 difference). With
+    --memory, "memory": each rank's bytes by FSDPMemTracker's category at
+    its step's peak."""
     with open(path, "w") as f:
         json.dump({"schema": "fsdp_lab.py losses", "version": 1,
                    "config": {"strategy": cfg["strategy"], "world": world},
-                   "steps": losses}, f, indent=1)
+                   "steps": losses, **({"memory": memory} if memory else {})}, f, indent=1)
         f.write("\n")
 
 
@@ -562,6 +617,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=300, help="seconds a collective may wait")
     ap.add_argument("--json", help="write PyTorch's losses here, at full precision")
     ap.add_argument("--export", help="write the trained parameters here (safetensors)")
+    ap.add_argument("--memory", action="store_true",
+                    help="FSDP2: track the last step's memory (FSDPMemTracker), print it beside "
+                         "fsdp.c's ledger")
     args = ap.parse_args()
 
     run, model, data = read_inputs(args, int(os.environ.get("WORLD_SIZE", "1")))
@@ -574,8 +632,13 @@ def main():
     first = load(trainer, args.resume) if args.resume else 0
     theirs = {s["step"]: s["loss"] for s in run["steps"]}
     worst, losses = 0.0, []
-    for step in range(first, args.steps or cfg["steps"]):
-        mean = torch.tensor(trainer.step(data, step))
+    last = (args.steps or cfg["steps"]) - 1
+    for step in range(first, last + 1):
+        if args.memory and step == last:
+            loss, memory = tracked_step(trainer, data, step)
+            mean = torch.tensor(loss)
+        else:
+            mean = torch.tensor(trainer.step(data, step))
         dist.all_reduce(mean)  # the global mean, as fsdp.c prints it
         losses.append({"step": step + 1, "loss": mean.item() / world})
         worst = max(worst, compare(rank, step, losses[-1]["loss"], theirs))
@@ -583,8 +646,14 @@ def main():
             save(trainer, args.save_dir, step + 1)
             if rank == 0:
                 print(f"saved a DCP checkpoint of step {step + 1} to {args.save_dir}")
+    every = None  # each rank's memory at its step's peak, by category (--memory)
+    if args.memory:
+        every = [None] * world
+        dist.all_gather_object(every, memory)
+        if rank == 0:
+            print_memory(run, every)
     if rank == 0 and args.json:
-        write_losses(args.json, cfg, world, losses)
+        write_losses(args.json, cfg, world, losses, every)
     if args.export:
         export(trainer.model, args.export)
     ok = worst <= args.rtol and not trainer.norms_differ

@@ -60,12 +60,41 @@ else bad "--json: not the 4 printed losses at full precision:"; cat "$D/torch.js
 # here), and PyTorch's DCP checkpoint of 3 ranks resumed on 2
 reference f2 3 --steps 4 --batch 24 --fsdp2 --clip-grad-norm 0.5
 run_fsdp 3 "$D/f2.end.log" $BASE --steps 4 --batch 24 --fsdp2 --clip-grad-norm 0.5 --export "$D/f2.end.st"
-if bridge 3 f2 --export "$D/torch.f2.st" --save-dir "$D/dcp2" --save-at 2; then
+if bridge 3 f2 --export "$D/torch.f2.st" --save-dir "$D/dcp2" --save-at 2 --memory --json "$D/torch.f2.json"; then
   ok "FSDP2 full_shard, 3 ranks, --clip-grad-norm 0.5 (torch.nn.utils.clip_grad_norm_ on DTensors): $(verdict)"
   diff=$(tests/st_diff "$D/f2.end.st" "$D/torch.f2.st" 1e-5 2>&1) &&
     ok "... PyTorch's parameters (get_model_state_dict, full_state_dict) equal fsdp.c's export: ${diff##*$'\n'}" ||
     { bad "FSDP2's parameters differ from fsdp.c's:"; echo "$diff" | tail -2; }
 else bad "FSDP2 full_shard on 3 ranks: $(verdict)"; tail -5 "$D/out"; fi
+# --memory: PyTorch's FSDPMemTracker beside fsdp.c's ledger. The shards and
+# the optimizer state never change size, so they can be compared to the
+# byte on every rank: the parameters' shards (padding rows included) the
+# same; AdamW's two moments PyTorch keeps for the real rows only (a
+# DTensor's local tensor), fsdp.c for the padded shard, and PyTorch adds a
+# 4-byte step counter per tensor (fsdp.c keeps one count for the run)
+if python3 - "$D/f2.json" "$D/torch.f2.json" "$D/f2.st" <<'EOF'; then ok "--memory: PyTorch's sharded parameters and optimizer state, byte for byte fsdp.c's ledger on every rank"
+import json, struct, sys
+ledger = json.load(open(sys.argv[1]))["memory_peak_bytes"]
+mem = json.load(open(sys.argv[2]))["memory"]
+raw = open(sys.argv[3], "rb").read()  # the model's tensors and their shapes
+head = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+shapes = [v["shape"] for k, v in head.items() if k != "__metadata__"]
+N = len(mem)
+ok = N == 3
+for r, snap in enumerate(mem):
+    padding = 0  # rank r's padding elements: rows of ceil(rows / N) past the tensor's end
+    for shape in shapes:
+        rows, cols, c = shape[0], (shape[1] if len(shape) > 1 else 1), -(-shape[0] // N)
+        padding += (c - max(0, min(rows, (r + 1) * c) - r * c)) * cols
+    want_o = ledger["optimizer"][r] - 8 * padding + 4 * len(shapes)
+    params, opt = snap["SHARDED_PARAM"], snap["OPT"]
+    print(f"  rank {r}: parameters {params} (fsdp.c {ledger['parameters'][r]}); optimizer {opt} "
+          f"(fsdp.c {ledger['optimizer'][r]} - 8 x {padding} padding + 4 x {len(shapes)} step counters)")
+    ok &= params == ledger["parameters"][r] and opt == want_o
+sys.exit(0 if ok else 1)
+EOF
+else bad "--memory: PyTorch's shards or optimizer state differ from fsdp.c's ledger"; fi
+grep -A9 '^memory per rank' "$D/out" | sed 's/^/  /'
 if bridge 2 f2 --resume "$D/dcp2"; then ok "... its DCP checkpoint of step 2 (3 ranks) resumed on 2: $(verdict)"
 else bad "FSDP2's DCP resume on 2 ranks: $(verdict)"; tail -5 "$D/out"; fi
 # FSDP2 shard_grad_op (reshard_after_forward=False) with accumulation in
@@ -157,6 +186,7 @@ refused_alone "another model's initial parameters" "--init .*where this run's mo
 refused_alone "a --data file shorter than one sample" "--data .*a sample needs" ddp --data "$D/short.txt"
 reference off1 2 --steps 1 --batch 24 --cpu-offload
 refused_alone "FSDP1 with --cpu-offload (CPUOffload needs CUDA)" "CPUOffload needs a GPU" off1
+refused_alone "--memory under FSDP1 (MemTracker needs leaf parameters)" "--memory tracks FSDP2 only" ddp --memory
 
 # fsdp.c's own resume across world sizes keeps the losses that lecture 17
 # holds PyTorch's DCP resume to (within 1e-5: steps 4..6 on 2 ranks add the
