@@ -1637,10 +1637,11 @@ static int meta_parse_params(MetaReader *R, CkptMeta *m) {
                              m->n_units);
         const MetaUnit *u = &m->units[p.unit];
         uint64_t numel = (uint64_t)p.shape[0] * (uint64_t)p.shape[1]; /* < 2^62: no overflow */
-        if (p.offset > u->numel || numel > (uint64_t)(u->numel - p.offset))
+        long span = m->fsdp2 ? u->padded : u->numel; /* FSDP2's params lie among padding rows */
+        if (p.offset > span || numel > (uint64_t)(span - p.offset))
             return meta_fail(
                 R, "param '%s': offset %ld + %llu elements goes beyond unit %d, which has %ld",
-                p.name, p.offset, (unsigned long long)numel, p.unit, u->numel);
+                p.name, p.offset, (unsigned long long)numel, p.unit, span);
         p.numel = (long)numel; /* <= the unit's numel, so it fits */
         void *grown = meta_grow(m->params, i, &cap, sizeof(MetaParam));
         if (!grown) return meta_fail(R, "out of memory");

@@ -213,6 +213,7 @@ static void grad_scaler_update(Trainer *t);
 static void unit_grad_accumulate(Trainer *t, Unit *u, float *kept);
 /* 14. FSDP2 */
 static void fsdp2_layout(Unit *u, Model *m, int world);
+static void fsdp2_check_layout(const Unit *units, int n_units, const Model *m, int world);
 static int fsdp2_piece(const Unit *u, int j, const Param *p, int rank, ShardPiece *s);
 static void fsdp2_copy_out(Trainer *t, int ui, void *full, const void *gathered, Dtype held,
                            int from);
@@ -355,6 +356,7 @@ static void units_layout(Unit *units, int n_units, Model *m, int world, const Co
         snprintf(units[u].name, sizeof(units[u].name), "unit %d (%.*s)", u, FSDP_MAX_NAME,
                  u == 0 ? "root" : m->modules[i].name);
     }
+    if (c->fsdp2) fsdp2_check_layout(units, n_units, m, world);
 }
 
 /* The initial value of element i of parameter p: PyTorch's default
@@ -2139,6 +2141,9 @@ int trainer_init_from(Trainer *t, const char *path) {
  * ========================================================================== */
 
 /* Elements in one rank's piece of parameter p: ceil(rows / world) rows */
+#ifdef EXERCISE_FSDP2_LAYOUT /* graded exercise: make exercise EX=fsdp2_layout */
+#include EXERCISE_FILE
+#else
 static long fsdp2_chunk(const Param *p, int world) {
     long rows = p->shape[0], cols = p->numel / rows;
     return ceil_div(rows, world) * cols;
@@ -2167,6 +2172,37 @@ static int fsdp2_piece(const Unit *u, int j, const Param *p, int rank, ShardPiec
     s->end = s->first + chunk < p->numel ? s->first + chunk : p->numel;
     s->at = u->chunk_at[j];
     return s->first < s->end;
+}
+#endif /* EXERCISE_FSDP2_LAYOUT */
+
+/* What the copies and the model rely on, checked once: every parameter's
+ * world pieces hold all its elements, inside the unit's full state, and
+ * the pieces tile a shard (a wrong layout would otherwise write past a
+ * buffer, far from the mistake) */
+static void fsdp2_check_layout(const Unit *units, int n_units, const Model *m, int world) {
+    for (int ui = 0; ui < n_units; ui++) {
+        const Unit *u = &units[ui];
+        long at = 0;
+        for (int k = 0; k < u->n_params; k++) {
+            const Param *p = &m->params[u->params[k]];
+            long chunk = fsdp2_chunk(p, world);
+            if (world * chunk < p->numel || u->chunk_at[k] != at ||
+                p->offset != world * at || p->offset + world * chunk > u->padded)
+                FATAL("a piece is ceil(rows / world) rows (fsdp2_chunk); the pieces follow one "
+                      "another in a shard (chunk_at), and a parameter's offset is world * "
+                      "chunk_at",
+                      "FSDP2's layout of %s: %s's %d pieces of %ld elements (at %ld, offset "
+                      "%ld) do not hold its %ld elements inside the full state of %ld",
+                      u->name, p->name, world, chunk, u->chunk_at[k], p->offset, p->numel,
+                      u->padded);
+            at += chunk;
+        }
+        if (u->shard != at || u->padded != world * at)
+            FATAL("the shard is the sum of the pieces, the full state world shards",
+                  "FSDP2's layout of %s: shard %ld and full state %ld, where its pieces add up "
+                  "to %ld a rank",
+                  u->name, u->shard, u->padded, at);
+    }
 }
 
 /* Unit u's full state, parameter after parameter, from (to_full 1) or to

@@ -44,8 +44,9 @@ case $EX in
   post_backward) MACRO=EXERCISE_POST_BACKWARD ;;
   adamw) MACRO=EXERCISE_ADAMW ;;
   auto_wrap) MACRO=EXERCISE_AUTO_WRAP ;;
+  fsdp2_layout) MACRO=EXERCISE_FSDP2_LAYOUT ;;
   *) echo "usage: make exercise EX=NAME [FILE=path]; NAME is one of ring_all_gather," \
-          "ring_reduce_scatter, post_backward, adamw, auto_wrap (see exercises/README.md)"; exit 2 ;;
+          "ring_reduce_scatter, post_backward, adamw, auto_wrap, fsdp2_layout (see exercises/README.md)"; exit 2 ;;
 esac
 
 B=$(mktemp -d)
@@ -263,18 +264,19 @@ same_training() { # same_training "RANKS" STRATEGY [FLAGS]
 
 # 2 steps saved with --save-dir, then --resume to step 4, equals the same
 # done by the reference: what a run keeps across a restart is graded too.
-same_resume() { # same_resume N STRATEGY
+same_resume() { # same_resume N STRATEGY [FLAGS]
   local n=$1 st=$2 name=t$((ID += 1))
-  local what="2 steps of $st on $n rank(s), saved, then --resume to step 4" ck=$DIR/t$ID.ck
+  shift 2
+  local what="2 steps of $st on $n rank(s)${*:+ ($*)}, saved, then --resume to step 4" ck=$DIR/t$ID.ck
   rm -rf "$ck"
   if [ "$PASS" = ref ]; then
-    ref_run "$name.a" "$n" --steps 2 --strategy "$st" --save-dir "$ck"
-    ref_run "$name" "$n" --steps 4 --strategy "$st" --resume "$ck"
+    ref_run "$name.a" "$n" --steps 2 --strategy "$st" --save-dir "$ck" "$@"
+    ref_run "$name" "$n" --steps 4 --strategy "$st" --resume "$ck" "$@"
     return
   fi
-  you_run "$what" "$name.a" "$n" --steps 2 --strategy "$st" --save-dir "$ck" || return
+  you_run "$what" "$name.a" "$n" --steps 2 --strategy "$st" --save-dir "$ck" "$@" || return
   [ -f "$ck/step-00000002/meta.txt" ] || { verdict 1 "$what" "no checkpoint in $ck/step-00000002"; return; }
-  you_run "$what" "$name" "$n" --steps 4 --strategy "$st" --resume "$ck" || return
+  you_run "$what" "$name" "$n" --steps 4 --strategy "$st" --resume "$ck" "$@" || return
   if ! grep -qF "resumed from $ck/step-00000002" "$YOU/$name.log"; then verdict 1 "$what" "it did not resume"
   else compare "$what" "$name" "$n"; fi
 }
@@ -376,6 +378,16 @@ plan() {
       # only a schedule with skipped steps tells from the training step
       HINT="The schedule follows AdamW's count too: lr_at(c, t->adam_step - 1), not the training step (t->comm.step)." \
         same_training 2 full_shard --lr-schedule cosine --warmup 2 --param-dtype fp16 --grad-scaler --init-scale 262144 ;;
+    fsdp2_layout)
+      local rule="A piece is ceil(rows / world) rows (fsdp2_chunk); a parameter's offset is world * chunk_at[k], and its rows start at chunk_at[j] of a shard (fsdp2_piece's at)."
+      HINT=$rule same_training "1 2 3 4" full_shard --fsdp2
+      # width 1: one-row LayerNorms and biases, so most ranks hold only padding of them
+      HINT=$rule same_training "3 4" full_shard --fsdp2 --width 1 --min-params 1
+      same_training 3 shard_grad_op --fsdp2
+      same_training 4 hybrid_shard --fsdp2 --ranks-per-node 2
+      HINT="A checkpoint is read through fsdp2_piece: every rank's rows, first, end and at." \
+        same_resume 3 full_shard --fsdp2
+      suite "FSDP2's shards against the rule, rank by rank and element by element (tests/test_units)" test_units 0 ;;
     auto_wrap)
       same_units
       suite "auto-wrap cases of tests/test_units" test_units 0

@@ -95,7 +95,7 @@ deaf() {
   else bad "a run deaf to SIGTERM held the grader $((SECONDS - start)) s: is it sent SIGKILL (timeout -k)?"; fi
 }
 
-for ex in ring_all_gather ring_reduce_scatter post_backward adamw auto_wrap; do
+for ex in ring_all_gather ring_reduce_scatter post_backward adamw auto_wrap fsdp2_layout; do
   spawn stub_and_reference "$ex"
 done
 wait # the reference results are cached now
@@ -152,6 +152,10 @@ spawn wrong post_backward post_backward_reshard_in_no_sync -- \
   "shard_grad_op inside no_sync gathers once" "tests/test_distributed failed"
 spawn wrong auto_wrap auto_wrap_tied --fail-fast -- "(--model gpt2-tiny --min-params 1)" "holds_tied"
 spawn wrong adamw adamw_train_step --fail-fast -- "--grad-scaler" "t->adam_step"
+# FSDP2's layout: right where every row count divides, wrong on 3 ranks;
+# and pieces placed right but read back at the wrong place
+spawn wrong fsdp2_layout fsdp2_layout_floor --fail-fast -- "full_shard on 3 rank(s)" "ceil(rows / world)"
+spawn wrong fsdp2_layout fsdp2_layout_piece_at --fail-fast -- "full_shard on 1 rank(s)" "fsdp2_piece's at"
 # Two the grader passed until it tried their conditions together (issue
 # 44): the schedule's rate at the training step, right until the loss
 # scaler skips a step under a schedule; the reshard rule written by hand as
