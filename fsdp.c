@@ -2217,9 +2217,20 @@ static void fsdp2_copy(const Unit *u, const Model *m, int world, int G, void *fu
     long per = world / G;
     for (int k = 0; k < u->n_params; k++) {
         const Param *p = &m->params[u->params[k]];
-        long chunk = per * fsdp2_chunk(p, world);
-        FOR_EACH(G * chunk, rank_major_copy_one, element_at(full, p->offset, held), ranked, chunk,
-                 per * u->chunk_at[k], per * u->shard, bytes, to_full);
+        long chunk = per * fsdp2_chunk(p, world), at = per * u->chunk_at[k], S = per * u->shard;
+        if (!DEVICE_IS_HOST) { /* a GPU: one kernel, a thread an element */
+            FOR_EACH(G * chunk, rank_major_copy_one, element_at(full, p->offset, held), ranked,
+                     chunk, at, S, bytes, to_full);
+            continue;
+        }
+        /* the CPU: each rank's piece lies in one run on both sides, one memcpy
+         * each (the element loop, a division an element, cost more than the
+         * rest of a small model's step) */
+        for (int r = 0; r < G; r++) {
+            void *a = element_at(full, p->offset + r * chunk, held);
+            void *b = element_at(ranked, r * S + at, held);
+            dev_copy(to_full ? a : b, to_full ? b : a, (size_t)chunk * (size_t)bytes);
+        }
     }
 }
 
