@@ -65,6 +65,18 @@ typedef struct {
     Buf weight, bias, dweight, dbias; /* (dim) each */
     int dim;                          /* normalized_shape: the last dimension */
 } LayerNorm;
+/* The two from their buffers: the parameters held in wh, the gradients in
+ * gh (a NULL bias: none) */
+static inline Linear linear_view(const void *w, const void *b, Dtype wh, void *dw, void *db,
+                                 Dtype gh, int in, int out) {
+    Linear l = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), in, out};
+    return l;
+}
+static inline LayerNorm norm_view(const void *w, const void *b, Dtype wh, void *dw, void *db,
+                                  Dtype gh, int dim) {
+    LayerNorm ln = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), dim};
+    return ln;
+}
 
 /* ---- activations held as the matmuls read them -----------------------------
  * A Linear layer's input is read by its two matmuls (forward, and the

@@ -104,10 +104,8 @@ static void *dbias_of(Trainer *t, int module) {
 static Linear linear_of(Trainer *t, int module, int in, int out) {
     Dtype wh = full_dtype(t), gh = grad_dtype(t);
     int has_bias = t->model.modules[module].params[1] >= 0;
-    Linear l = {buf(weight_of(t, module), wh), buf(has_bias ? bias_of(t, module) : NULL, wh),
-                buf(dweight_of(t, module), gh), buf(has_bias ? dbias_of(t, module) : NULL, gh),
-                in, out};
-    return l;
+    return linear_view(weight_of(t, module), has_bias ? bias_of(t, module) : NULL, wh,
+                       dweight_of(t, module), has_bias ? dbias_of(t, module) : NULL, gh, in, out);
 }
 static LayerNorm layernorm_of(Trainer *t, int module, int dim) {
     Linear l = linear_of(t, module, dim, dim);

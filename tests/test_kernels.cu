@@ -115,18 +115,6 @@ static void expect(const char *kernel, const char *what, const float *dev, const
                    double tol, double us) {
     expect_as(kernel, what, dev, ref, n, tol, us, 0);
 }
-/* A Linear (LayerNorm) over the test's buffers: the parameters held in
- * wh, their gradients in gh (kernels/layers.h) */
-static Linear linear_view(const void *w, const void *b, Dtype wh, void *dw, void *db, Dtype gh,
-                          int in, int out) {
-    Linear l = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), in, out};
-    return l;
-}
-static LayerNorm norm_view(const void *w, const void *b, Dtype wh, void *dw, void *db, Dtype gh,
-                           int dim) {
-    LayerNorm ln = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), dim};
-    return ln;
-}
 /* That linear_forward's product since `before` went to cuBLASLt with the
  * bias epilogue (kernels/layers.h): on a GPU whose cuBLASLt has no
  * algorithm for it, the bias is written first instead, and this says so */

@@ -84,18 +84,6 @@ static void gradcheck(GradCase *g, const char *layer) {
 
 enum { GB = 3, GI = 5, GO = 4 };
 
-/* A Linear (LayerNorm) over the test's arrays: the parameters held in wh,
- * their gradients in gh (kernels/layers.h) */
-static Linear linear_view(const void *w, const void *b, Dtype wh, void *dw, void *db, Dtype gh,
-                          int in, int out) {
-    Linear l = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), in, out};
-    return l;
-}
-static LayerNorm norm_view(const void *w, const void *b, Dtype wh, void *dw, void *db, Dtype gh,
-                           int dim) {
-    LayerNorm ln = {buf(w, wh), buf(b, wh), buf(dw, gh), buf(db, gh), dim};
-    return ln;
-}
 static Buf fp32_buf(const void *x) { return buf(x, DTYPE_FP32); }
 
 typedef struct { float *out, *in, *w, *b; } LinearCtx;
