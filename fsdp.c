@@ -2205,6 +2205,18 @@ static void fsdp2_check_layout(const Unit *units, int n_units, const Model *m, i
     }
 }
 
+/* One parameter's copy on the CPU: G memcpys, one a rank's piece (an
+ * element loop, a division an element, cost more than the rest of a small
+ * model's step) */
+static void fsdp2_copy_runs(void *full, void *ranked, int G, long chunk, long at, long S,
+                            int bytes, int to_full) {
+    for (int r = 0; r < G; r++) {
+        char *a = (char *)full + (size_t)(r * chunk) * (size_t)bytes;
+        char *b = (char *)ranked + (size_t)(r * S + at) * (size_t)bytes;
+        dev_copy(to_full ? a : b, to_full ? b : a, (size_t)chunk * (size_t)bytes);
+    }
+}
+
 /* Unit u's full state, parameter after parameter, from (to_full 1) or to
  * (0) a buffer laid rank after rank over G of the `world` ranks it is
  * sharded on, its elements held in `held`. G is world, or K after
@@ -2218,19 +2230,12 @@ static void fsdp2_copy(const Unit *u, const Model *m, int world, int G, void *fu
     for (int k = 0; k < u->n_params; k++) {
         const Param *p = &m->params[u->params[k]];
         long chunk = per * fsdp2_chunk(p, world), at = per * u->chunk_at[k], S = per * u->shard;
-        if (!DEVICE_IS_HOST) { /* a GPU: one kernel, a thread an element */
+        if (DEVICE_IS_HOST) /* the CPU: each rank's piece is one run on both sides */
+            fsdp2_copy_runs(element_at(full, p->offset, held), ranked, G, chunk, at, S, bytes,
+                            to_full);
+        else /* a GPU: one kernel, a thread an element */
             FOR_EACH(G * chunk, rank_major_copy_one, element_at(full, p->offset, held), ranked,
                      chunk, at, S, bytes, to_full);
-            continue;
-        }
-        /* the CPU: each rank's piece lies in one run on both sides, one memcpy
-         * each (the element loop, a division an element, cost more than the
-         * rest of a small model's step) */
-        for (int r = 0; r < G; r++) {
-            void *a = element_at(full, p->offset + r * chunk, held);
-            void *b = element_at(ranked, r * S + at, held);
-            dev_copy(to_full ? a : b, to_full ? b : a, (size_t)chunk * (size_t)bytes);
-        }
     }
 }
 
