@@ -61,7 +61,8 @@ SNAKE = re.compile(r"`([a-z][a-z0-9]*_[a-z0-9_]+)(?:\(\))?`")
 ELSEWHERE = {"device_mesh", "export_chrome_trace", "fully_shard", "nonwrapped_numel",
              "param_init_fn", "process_group", "save_pretrained", "set_state_dict",
              "wait_stream", "zero_grad", "loss_of", "scaled_dot_product_attention",
-             "log_softmax", "set_force_sum_reduction_for_comms", "set_gradient_divide_factor"}
+             "log_softmax", "set_force_sum_reduction_for_comms", "set_gradient_divide_factor",
+             "requires_grad", "state_dict_type"}
 
 
 def definitions(path, section=None):
