@@ -327,61 +327,64 @@ variant() { # variant NAME PYTHON: $D/cv/NAME/ holds h4's weights and its config
   python3 -c "import json, sys; c = json.load(open(sys.argv[1])); $2
 open(sys.argv[2], 'w').write(json.dumps(c, indent=2))" "$D/h4/config.json" "$D/cv/$1/config.json"
 }
+# try_config NAME says|loads WHAT FRAGMENT: $D/cv/NAME/ loaded with --n-head 4 on 2 ranks
+try_config() {
+  "$2" "$3" 2 "$4" --n-head 4 --init-from "$D/cv/$1/model.safetensors"
+}
+# config NAME PYTHON says|loads WHAT FRAGMENT: h4's weights beside its config.json as PYTHON edits c
+config() {
+  variant "$1" "$2"
+  try_config "$1" "$3" "$4" "$5"
+}
 mkdir -p "$D/h4"
 run_fsdp 2 "$D/h4.log" --n-head 4 --export "$D/h4/model.safetensors"
 says "an export of --n-head 4 loaded with --n-head 2 (3 ranks)" 3 \
   "its config.json says n_head 4, but this run has --n-head 2: the weights are of another model" \
   --n-head 2 --init-from "$D/h4/model.safetensors"
 loads "... with --n-head 4" 2 "" --n-head 4 --init-from "$D/h4/model.safetensors"
-variant layers 'c["n_layer"] = 3'
-says "config.json's n_layer 3" 2 "says n_layer 3, but this run has --n-layer 2" --n-head 4 --init-from "$D/cv/layers/model.safetensors"
-variant embd 'c["n_embd"] = 64'
-says "config.json's n_embd 64" 2 "says n_embd 64, but this run has --n-embd 32" --n-head 4 --init-from "$D/cv/embd/model.safetensors"
-variant pos 'c["n_positions"] = 64'
-says "config.json's n_positions 64" 2 "says n_positions 64, but this run has --n-ctx 32" --n-head 4 --init-from "$D/cv/pos/model.safetensors"
-variant vocab 'c["vocab_size"] = 300'
-says "config.json's vocab_size 300" 2 "says vocab_size 300, but this run has --vocab 256" --n-head 4 --init-from "$D/cv/vocab/model.safetensors"
-variant noheads 'del c["n_head"]'
-says "config.json without n_head: GPT2Config's 12" 2 "gives no n_head, which Hugging Face's GPT2Config reads as 12, but this run has --n-head 4" \
-  --n-head 4 --init-from "$D/cv/noheads/model.safetensors"
-variant fheads 'c["n_head"] = 4.0'
-says "config.json's n_head 4.0" 2 "says n_head 4.0, which is not a whole number" --n-head 4 --init-from "$D/cv/fheads/model.safetensors"
-variant sheads 'c["n_head"] = "4"'
-says "config.json's n_head \"4\"" 2 "says n_head \"4\", which is not a whole number" --n-head 4 --init-from "$D/cv/sheads/model.safetensors"
-variant eps 'c["layer_norm_epsilon"] = 1e-6'
-says "config.json's layer_norm_epsilon 1e-06" 2 "says layer_norm_epsilon 1e-06, but fsdp.c's LayerNorm adds 1e-05" --n-head 4 --init-from "$D/cv/eps/model.safetensors"
-variant erf 'c["activation_function"] = "gelu"'
-says "config.json's activation_function gelu (erf)" 2 "says activation_function \"gelu\", but fsdp.c's MLP computes gelu_new" --n-head 4 --init-from "$D/cv/erf/model.safetensors"
-variant tanh 'c["activation_function"] = "gelu_pytorch_tanh"'
-loads "config.json's gelu_pytorch_tanh (gelu_new's function, PyTorch's kernel)" 2 "" --n-head 4 --init-from "$D/cv/tanh/model.safetensors"
-variant inner 'c["n_inner"] = 100'
-says "config.json's n_inner 100" 2 "says n_inner 100, but fsdp.c's MLP is 4 x n_embd = 128 wide" --n-head 4 --init-from "$D/cv/inner/model.safetensors"
-variant inner128 'c["n_inner"] = 128'
-loads "config.json's n_inner 128 (4 x n_embd, what null means)" 2 "" --n-head 4 --init-from "$D/cv/inner128/model.safetensors"
-variant invidx 'c["scale_attn_by_inverse_layer_idx"] = True'
-says "config.json's scale_attn_by_inverse_layer_idx true" 2 "says scale_attn_by_inverse_layer_idx true: this model divides layer i's attention scores by i + 1" \
-  --n-head 4 --init-from "$D/cv/invidx/model.safetensors"
-variant unscaled 'c["scale_attn_weights"] = False'
-says "config.json's scale_attn_weights false" 2 "says scale_attn_weights false" --n-head 4 --init-from "$D/cv/unscaled/model.safetensors"
-variant untied 'c["tie_word_embeddings"] = False'
-says "config.json's tie_word_embeddings false" 2 "says tie_word_embeddings false: this model gives lm_head a matrix of its own" \
-  --n-head 4 --init-from "$D/cv/untied/model.safetensors"
-variant reorder 'c["reorder_and_upcast_attn"] = True'
-loads "config.json's reorder_and_upcast_attn true (the same scores, computed in another order)" 2 "" --n-head 4 --init-from "$D/cv/reorder/model.safetensors"
-variant llama 'c["model_type"] = "llama"'
-says "config.json's model_type llama" 2 "says model_type \"llama\": fsdp.c trains Hugging Face's gpt2 only" --n-head 4 --init-from "$D/cv/llama/model.safetensors"
-variant drop 'c.update(resid_pdrop=0.1, attn_pdrop=0.1)'
-loads "config.json with dropout 0.1: a note, and it trains" 2 \
-  "note: --init-from $D/cv/drop/model.safetensors: its config.json has dropout: resid_pdrop 0.1, attn_pdrop 0.1. fsdp.c trains without dropout" \
-  --n-head 4 --init-from "$D/cv/drop/model.safetensors"
-variant nodrop '[c.pop(k) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]'
-loads "config.json without the dropout keys: GPT2Config's 0.1, a note" 2 "embd_pdrop 0.1 (absent: GPT2Config's default)" \
-  --n-head 4 --init-from "$D/cv/nodrop/model.safetensors"
-variant sdrop 'c["embd_pdrop"] = "0.1"'
-says "config.json's embd_pdrop \"0.1\"" 2 "says embd_pdrop \"0.1\", which is not a probability" --n-head 4 --init-from "$D/cv/sdrop/model.safetensors"
+config layers 'c["n_layer"] = 3' says "config.json's n_layer 3" \
+  "says n_layer 3, but this run has --n-layer 2"
+config embd 'c["n_embd"] = 64' says "config.json's n_embd 64" \
+  "says n_embd 64, but this run has --n-embd 32"
+config pos 'c["n_positions"] = 64' says "config.json's n_positions 64" \
+  "says n_positions 64, but this run has --n-ctx 32"
+config vocab 'c["vocab_size"] = 300' says "config.json's vocab_size 300" \
+  "says vocab_size 300, but this run has --vocab 256"
+config noheads 'del c["n_head"]' says "config.json without n_head: GPT2Config's 12" \
+  "gives no n_head, which Hugging Face's GPT2Config reads as 12, but this run has --n-head 4"
+config fheads 'c["n_head"] = 4.0' says "config.json's n_head 4.0" \
+  "says n_head 4.0, which is not a whole number"
+config sheads 'c["n_head"] = "4"' says "config.json's n_head \"4\"" \
+  "says n_head \"4\", which is not a whole number"
+config eps 'c["layer_norm_epsilon"] = 1e-6' says "config.json's layer_norm_epsilon 1e-06" \
+  "says layer_norm_epsilon 1e-06, but fsdp.c's LayerNorm adds 1e-05"
+config erf 'c["activation_function"] = "gelu"' says "config.json's activation_function gelu (erf)" \
+  "says activation_function \"gelu\", but fsdp.c's MLP computes gelu_new"
+config tanh 'c["activation_function"] = "gelu_pytorch_tanh"' loads "config.json's gelu_pytorch_tanh (gelu_new's function, PyTorch's kernel)" \
+  ""
+config inner 'c["n_inner"] = 100' says "config.json's n_inner 100" \
+  "says n_inner 100, but fsdp.c's MLP is 4 x n_embd = 128 wide"
+config inner128 'c["n_inner"] = 128' loads "config.json's n_inner 128 (4 x n_embd, what null means)" \
+  ""
+config invidx 'c["scale_attn_by_inverse_layer_idx"] = True' says "config.json's scale_attn_by_inverse_layer_idx true" \
+  "says scale_attn_by_inverse_layer_idx true: this model divides layer i's attention scores by i + 1"
+config unscaled 'c["scale_attn_weights"] = False' says "config.json's scale_attn_weights false" \
+  "says scale_attn_weights false"
+config untied 'c["tie_word_embeddings"] = False' says "config.json's tie_word_embeddings false" \
+  "says tie_word_embeddings false: this model gives lm_head a matrix of its own"
+config reorder 'c["reorder_and_upcast_attn"] = True' loads "config.json's reorder_and_upcast_attn true (the same scores, computed in another order)" \
+  ""
+config llama 'c["model_type"] = "llama"' says "config.json's model_type llama" \
+  "says model_type \"llama\": fsdp.c trains Hugging Face's gpt2 only"
+config drop 'c.update(resid_pdrop=0.1, attn_pdrop=0.1)' loads "config.json with dropout 0.1: a note, and it trains" \
+  "note: --init-from $D/cv/drop/model.safetensors: its config.json has dropout: resid_pdrop 0.1, attn_pdrop 0.1. fsdp.c trains without dropout"
+config nodrop '[c.pop(k) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")]' loads "config.json without the dropout keys: GPT2Config's 0.1, a note" \
+  "embd_pdrop 0.1 (absent: GPT2Config's default)"
+config sdrop 'c["embd_pdrop"] = "0.1"' says "config.json's embd_pdrop \"0.1\"" \
+  "says embd_pdrop \"0.1\", which is not a probability"
 # not JSON, or not a file: refused by name, never a crash or a hang
 malformed() { # malformed NAME FRAGMENT: config.json is $D/cv/NAME/config.json as the caller left it
-  says "a config.json that is $1" 2 "$2" --n-head 4 --init-from "$D/cv/$1/model.safetensors"
+  try_config "$1" says "a config.json that is $1" "$2"
 }
 for name in cut comma twice nan bom empty dir fifo; do mkdir -p "$D/cv/$name"; cp "$D/h4/model.safetensors" "$D/cv/$name/"; done
 printf '{"n_head": 4, "n_layer": ' >"$D/cv/cut/config.json"
@@ -403,7 +406,7 @@ malformed fifo "the config.json beside it cannot be read: config.json $D/cv/fifo
 # the shapes alone without one; and the byte MLP has no config.json (its
 # export writes none), so one beside its file is none of its business
 mkdir -p "$D/cv/none"; cp "$D/h4/model.safetensors" "$D/cv/none/"
-loads "no config.json beside the file: the shapes alone" 2 "" --n-head 4 --init-from "$D/cv/none/model.safetensors"
+try_config none loads "no config.json beside the file: the shapes alone" ""
 timeout 60 $MPIRUN -np 2 ./fsdp --model tiny --steps 0 --export "$D/cv/comma/mlp.safetensors" >/dev/null 2>&1 || bad "could not export the MLP"
 loads "the byte MLP beside a broken config.json: not its own, not read" 2 "" --model tiny --init-from "$D/cv/comma/mlp.safetensors"
 exit $fail
