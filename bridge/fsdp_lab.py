@@ -358,8 +358,11 @@ def wrap_fsdp2(run, model):
     them changes a number."""
     cfg = run["config"]
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    # full_shard: True, or --reshard-after-forward K: K ranks
-    after_forward = cfg["strategy"] == "full_shard" and (cfg["reshard_after_forward"] or True)
+    # shard_grad_op keeps the parameters (False); full_shard frees them
+    # (True), or keeps 1/K of them with --reshard-after-forward K (an int)
+    after_forward = False
+    if cfg["strategy"] == "full_shard":
+        after_forward = cfg["reshard_after_forward"] or True
     # the shards on the host: on a CPU there is no pinned memory to ask for
     offload = CPUOffloadPolicy(pin_memory=False) if cfg["cpu_offload"] else OffloadPolicy()
     mp = MixedPrecisionPolicy(param_dtype=DTYPES[cfg["param_dtype"]],

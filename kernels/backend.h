@@ -775,7 +775,8 @@ static void batch_staged(void) {
 
 /* x *= f, element i: how the collectives turn a sum into a mean */
 FSDP_HD static inline void scale_one(long i, float *x, float f) { x[i] *= f; }
-/* FSDP2's two copies (fsdp.c, section 14), one parameter at a time: element
+/* FSDP2's two copies on a GPU (fsdp.c, section 14; the CPU copies each
+ * rank's piece with one memcpy), one parameter at a time: element
  * j of the parameter's N pieces of `chunk` elements, together in `full`,
  * and its place in a buffer laid rank by rank (rank r's shard at r * shard,
  * the parameter's piece at `at` in it). to_full 1 copies from the ranked
