@@ -839,60 +839,219 @@ static void linear_backward(const Linear *l, Buf dinp, Buf dout, const void *inp
 #else
 /* The Linear layers are three matmuls, and a matmul's time goes to loading
  * operands, not to multiplying them: a plain loop loads one or two numbers
- * per multiply-add. Register blocking keeps a block of 4 rows x 32 columns
- * of sums in SIMD registers (eight AVX-512 registers) while one row of the
- * other operand streams by: one load serves 4 multiply-adds. Every output
- * element is still a sum over one index in increasing order (i in forward,
- * o for dinp, b for dweight), a fixed order written in the source, which
- * the compiler may vectorise across columns but never reorder. */
-enum { BWD_ROWS = 4, BWD_VEC = 32 };
+ * per multiply-add. The fast loops below do what BLIS and llm.c's
+ * matmul_forward do, small enough to read:
+ *
+ * - register blocking: a tile of 8 rows x 32 columns of sums stays in
+ *   SIMD registers (sixteen AVX-512 ones) for the whole sum, while one row
+ *   of the other operand streams by: one vector load serves 8 multiplies;
+ * - packing: both operands are first copied, in the order the tile reads
+ *   them, into contiguous scratch (panels), so the tile streams memory
+ *   front to back whatever the operands' layout (a transposed operand too);
+ * - a tile chosen at run time for the CPU it runs on (AVX-512, AVX2, or
+ *   plain C), so a binary built without -march=native is fast as well.
+ *
+ * What they never change is the arithmetic. Every output element is its
+ * starting value plus the products in increasing order of the summed
+ * index (i in forward, o for dinp, b for dweight), each product rounded
+ * and then added: a multiply, then an add, never a fused multiply-add
+ * (with -std=c11 GCC does not contract a * b + c; a bigger tile or a
+ * packed copy changes which numbers sit where, not which operations run).
+ * That order is written in the naive loop (accumulate_naive), and
+ * tests/test_units.c checks the fast loops against it bit for bit: a
+ * sample's forward gives the same bits on every rank and every batch size.
+ * Giving up FMA costs little on a CPU with separate add and multiply pipes
+ * (AMD Zen 4: two FADD and two FMUL/FMA pipes, AVX-512 run on 256-bit
+ * halves, so a multiply plus an add per element take the two kinds of
+ * pipe side by side, about one FMA's time). */
 
-/* dst (R, n) rows += coef (R, K) @ src (K, n), for columns [i, i + BWD_VEC):
- * dst row r is dst + r * dst_stride; coef[r][k] is coef[r * coef_row + k *
- * coef_col]; src row k is src + k * src_stride. */
-static void accumulate_block(float *dst, long dst_stride, const float *coef, long coef_row,
-                             long coef_col, const float *src, long src_stride, int K, int i) {
-    float acc[BWD_ROWS][BWD_VEC];
-    for (int r = 0; r < BWD_ROWS; r++)
-        for (int j = 0; j < BWD_VEC; j++) acc[r][j] = dst[r * dst_stride + i + j];
+/* The definition, and the test's reference: dst (R, n) += coef (R, K) @
+ * src (K, n). coef[r][k] is coef[r * coef_row + k * coef_col] (coef_col
+ * not 1 reads coef down its columns: a transposed operand); src's and
+ * dst's rows are n apart. Each element: its old value, then for k = 0, 1,
+ * ..., K - 1: add the rounded product, rounding the sum. */
+static inline void accumulate_naive(float *dst, const float *coef, long coef_row, long coef_col,
+                                    const float *src, int R, int K, int n) {
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < n; j++) {
+            float sum = dst[(long)r * n + j];
+            for (int k = 0; k < K; k++) {
+                float product = coef[r * coef_row + k * coef_col] * src[(long)k * n + j];
+                sum = sum + product;
+            }
+            dst[(long)r * n + j] = sum;
+        }
+}
+
+/* A tile is TILE_ROWS_MAX rows at most (the AVX-512 tile's) by TILE_COLS
+ * columns: one 16-float vector per row. f32x16 is GCC's and clang's
+ * vector type: one AVX-512 register, two AVX2 ones, four SSE ones; its +
+ * and * are lane by lane, the same IEEE operations as on single floats. */
+enum { TILE_ROWS_MAX = 16, TILE_COLS = 16 };
+typedef float f32x16 __attribute__((vector_size(64)));
+
+/* Loads and stores at any float's address (packed panels are aligned,
+ * dst's rows need not be); memcpy compiles to one unaligned move. */
+static inline f32x16 load16(const float *p) {
+    f32x16 v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+static inline void store16(float *p, f32x16 v) { memcpy(p, &v, sizeof(v)); }
+
+/* The micro-kernel: c (rows x 16, rows ldc apart) += a @ b, a packed (K,
+ * rows): a[k * rows + r] is coef[r][k]; b packed (K, 16). The sums live in
+ * registers from the first k to the last and are stored once; each is
+ * continued exactly as the naive loop continues it. rows is a constant
+ * where this is inlined (below), so the loop over rows unrolls and acc is
+ * registers, not memory.
+ *
+ * Why one vector wide and 16 tall, not the 4 x 32 this once was or BLIS's
+ * usual 6 x 64: a coefficient used by one multiply only is loaded and
+ * broadcast by that multiply itself (AVX-512's vmulps m32{1to16}, in the
+ * load unit), while one used by two needs a broadcast instruction of its
+ * own, which competes with the multiplies and adds for the vector pipes.
+ * On Zen 4 this tile runs ~110 GFLOP/s from L1, a 6 x 64 one ~90, 8 x 32
+ * ~77 (dev/bench/bench_matmul has the whole layers beside OpenBLAS). */
+static inline __attribute__((always_inline)) void tile_kernel(int rows, float *c, long ldc,
+                                                              const float *a, const float *b,
+                                                              int K) {
+    f32x16 acc[TILE_ROWS_MAX];
+    for (int r = 0; r < rows; r++) acc[r] = load16(c + r * ldc);
     for (int k = 0; k < K; k++) {
-        const float *s = src + (long)k * src_stride + i;
-        for (int r = 0; r < BWD_ROWS; r++) {
-            float d = coef[r * coef_row + (long)k * coef_col];
-            for (int j = 0; j < BWD_VEC; j++) acc[r][j] += d * s[j];
+        f32x16 row = load16(b + (long)k * TILE_COLS);
+        for (int r = 0; r < rows; r++) {
+            f32x16 product = a[(long)k * rows + r] * row; /* multiply, then add: two */
+            acc[r] += product;                            /* statements, never fused */
         }
     }
-    for (int r = 0; r < BWD_ROWS; r++)
-        for (int j = 0; j < BWD_VEC; j++) dst[r * dst_stride + i + j] = acc[r][j];
+    for (int r = 0; r < rows; r++) store16(c + r * ldc, acc[r]);
 }
 
-/* The same for what is left: rows [r0, r1) and columns [i0, n), plainly. */
-static void accumulate_rest(float *dst, long dst_stride, const float *coef, long coef_row,
-                            long coef_col, const float *src, long src_stride, int K, int r0, int r1,
-                            int i0, int n) {
-    for (int r = r0; r < r1; r++)
-        for (int k = 0; k < K; k++) {
-            float d = coef[r * coef_row + (long)k * coef_col];
-            const float *s = src + (long)k * src_stride;
-            float *t = dst + r * dst_stride;
-            for (int j = i0; j < n; j++) t[j] += d * s[j];
+/* One tile per instruction set, each the same source compiled for it; the
+ * rows fill the registers each has (32 x 512 bits: 16 sums, the row, a
+ * product; 16 x 256: 4 sums of two registers each, the row's two, ...). */
+typedef void (*TileFn)(float *c, long ldc, const float *a, const float *b, int K);
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx512f"))) static void tile_avx512(float *c, long ldc, const float *a,
+                                                          const float *b, int K) {
+    tile_kernel(16, c, ldc, a, b, K);
+}
+__attribute__((target("avx2"))) static void tile_avx2(float *c, long ldc, const float *a,
+                                                     const float *b, int K) {
+    tile_kernel(4, c, ldc, a, b, K);
+}
+#endif
+static void tile_plain(float *c, long ldc, const float *a, const float *b, int K) {
+    tile_kernel(2, c, ldc, a, b, K);
+}
+
+typedef struct {
+    TileFn run;
+    int rows; /* the tile's rows, 1..TILE_ROWS_MAX: coef is packed this many rows at a time */
+    const char *name;
+} Tile;
+
+/* The tiles this CPU runs, best first, into tiles[] (3 at most); returns
+ * how many. Asked each time: the answer is a flag the C runtime read at
+ * start-up, so it is cheap and has no state for threads to share. */
+static int cpu_tiles(Tile *tiles) {
+    int n = 0;
+#if defined(__GNUC__) && defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) tiles[n++] = (Tile){tile_avx512, 16, "avx512"};
+    if (__builtin_cpu_supports("avx2")) tiles[n++] = (Tile){tile_avx2, 4, "avx2"};
+#endif
+    tiles[n++] = (Tile){tile_plain, 2, "plain"};
+    return n;
+}
+static inline Tile cpu_tile(void) {
+    Tile tiles[3];
+    cpu_tiles(tiles);
+    return tiles[0];
+}
+
+/* Scratch for the packed panels, 64-byte aligned (a cache line, an AVX-512
+ * vector), so no vector load straddles two lines. Outside the ledger, as
+ * cuBLAS's workspace would be on a GPU. */
+static float *panel_alloc(long floats) {
+    size_t bytes = ((size_t)floats * sizeof(float) + 63) / 64 * 64;
+    if (bytes == 0) bytes = 64;
+    return (float *)host_memory_or_die(aligned_alloc(64, bytes), "allocate a matmul panel",
+                                       __FILE__, __LINE__);
+}
+
+/* src (K, n), rows src_row apart, element (k, j) at src[k * src_row + j *
+ * src_col], packed as column panels: panel p holds columns [32p, 32p + 32)
+ * laid out (K, 32), 0 past column n. (K, n) with src_col 1 is a plain
+ * matrix; src_row 1, src_col = K reads the (n, K) weight as its
+ * transpose, forward's.) Returns ceil(n / 32) * K * 32 floats. */
+static float *pack_src(const float *src, long src_row, long src_col, int K, int n) {
+    int panels = (n + TILE_COLS - 1) / TILE_COLS;
+    float *packed = panel_alloc((long)panels * K * TILE_COLS);
+    for (int p = 0; p < panels; p++) {
+        float *panel = packed + (long)p * K * TILE_COLS;
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < TILE_COLS; j++) {
+                int col = p * TILE_COLS + j;
+                panel[(long)k * TILE_COLS + j] =
+                    col < n ? src[k * src_row + col * src_col] : 0.0f;
+            }
+    }
+    return packed;
+}
+
+/* coef's rows [0, rows) as a tile reads them: a[k * tile_rows + r], 0 for
+ * rows past the matrix's last. */
+static void pack_coef(float *a, const float *coef, long coef_row, long coef_col, int rows,
+                      int tile_rows, int K) {
+    for (int k = 0; k < K; k++)
+        for (int r = 0; r < tile_rows; r++)
+            a[(long)k * tile_rows + r] = r < rows ? coef[r * coef_row + k * coef_col] : 0.0f;
+}
+
+/* A tile at the matrix's edge (fewer rows or columns than the tile's):
+ * run on a full tile copied out of dst, 0 around it, and the part that
+ * is dst's copied back. The padding's sums are thrown away; each real
+ * element gets the same operations as inside. */
+static void edge_tile(Tile t, float *dst, long ldd, int rows, int cols, const float *a,
+                      const float *b, int K) {
+    float c[TILE_ROWS_MAX * TILE_COLS] = {0};
+    for (int r = 0; r < rows; r++) memcpy(c + r * TILE_COLS, dst + r * ldd, cols * sizeof(float));
+    t.run(c, TILE_COLS, a, b, K);
+    for (int r = 0; r < rows; r++) memcpy(dst + r * ldd, c + r * TILE_COLS, cols * sizeof(float));
+}
+
+/* dst (R, n), rows ldd apart, += coef (R, K) @ the packed src (pack_src):
+ * coef is packed a tile's rows at a time, and each of its tiles runs
+ * across every column panel, the small packed coef staying in L1. */
+static void accumulate_packed(Tile t, float *dst, long ldd, const float *coef, long coef_row,
+                              long coef_col, const float *packed, int R, int K, int n) {
+    float *a = panel_alloc((long)K * t.rows);
+    for (int r0 = 0; r0 < R; r0 += t.rows) {
+        int rows = R - r0 < t.rows ? R - r0 : t.rows;
+        pack_coef(a, coef + r0 * coef_row, coef_row, coef_col, rows, t.rows, K);
+        for (int j0 = 0; j0 < n; j0 += TILE_COLS) {
+            int cols = n - j0 < TILE_COLS ? n - j0 : TILE_COLS;
+            float *c = dst + r0 * ldd + j0;
+            const float *b = packed + (long)j0 * K;
+            if (rows == t.rows && cols == TILE_COLS) t.run(c, ldd, a, b, K);
+            else edge_tile(t, c, ldd, rows, cols, a, b, K);
         }
+    }
+    free(a);
 }
 
-/* dst (R, n) += coef (R, K) @ src (K, n), blocked, each element summed over
- * k in increasing order. */
+/* dst (R, n) += coef (R, K) @ src (K, n), as accumulate_naive defines it,
+ * bit for bit: packed, then tiled, with tile t (accumulate: this CPU's). */
+static void accumulate_with(Tile t, float *dst, const float *coef, long coef_row, long coef_col,
+                            const float *src, int R, int K, int n) {
+    float *packed = pack_src(src, n, 1, K, n);
+    accumulate_packed(t, dst, n, coef, coef_row, coef_col, packed, R, K, n);
+    free(packed);
+}
 static void accumulate(float *dst, const float *coef, long coef_row, long coef_col,
                        const float *src, int R, int K, int n) {
-    int r = 0;
-    for (; r + BWD_ROWS <= R; r += BWD_ROWS) {
-        int i = 0;
-        for (; i + BWD_VEC <= n; i += BWD_VEC)
-            accumulate_block(dst + (long)r * n, n, coef + r * coef_row, coef_row, coef_col, src, n,
-                             K, i);
-        accumulate_rest(dst + (long)r * n, n, coef + r * coef_row, coef_row, coef_col, src, n, K, 0,
-                        BWD_ROWS, i, n);
-    }
-    accumulate_rest(dst, n, coef, coef_row, coef_col, src, n, K, r, R, 0, n);
+    accumulate_with(cpu_tile(), dst, coef, coef_row, coef_col, src, R, K, n);
 }
 
 /* The CPU's loops read and write fp32 slots, the CPU's gemm_dtype. An
@@ -940,20 +1099,9 @@ static void cpu_linear_forward(Buf out, int ldo, const void *inp, Buf weight_hel
         FOR_EACH((long)B * O, bias_broadcast_one, y, bias.data, O, bias.dtype, DTYPE_FP32);
     else /* the product alone, its rows' padding included */
         dev_zero(y, (size_t)B * ldo * sizeof(float));
-    float *panel =
-        (float *)host_malloc((size_t)I * BWD_VEC * sizeof(float), "allocate a matmul panel");
-    for (int o0 = 0; o0 < O; o0 += BWD_VEC) {
-        int w = O - o0 < BWD_VEC ? O - o0 : BWD_VEC;
-        for (int i = 0; i < I; i++)
-            for (int j = 0; j < w; j++)
-                panel[(long)i * BWD_VEC + j] = weight[(long)(o0 + j) * I + i];
-        int b = 0;
-        for (; w == BWD_VEC && b + BWD_ROWS <= B; b += BWD_ROWS)
-            accumulate_block(y + (long)b * ldo + o0, ldo, x + (long)b * I, I, 1, panel, BWD_VEC,
-                             I, 0);
-        accumulate_rest(y + o0, ldo, x, I, 1, panel, BWD_VEC, I, b, B, 0, w);
-    }
-    free(panel);
+    float *packed = pack_src(weight, 1, I, I, O); /* weight^T (I, O), in panels */
+    accumulate_packed(cpu_tile(), y, ldo, x, I, 1, packed, B, I, O);
+    free(packed);
     cpu_result_store(y, out.data, out.dtype, (long)B * ldo);
     cpu_operand_free(x, inp);
     cpu_operand_free(weight, weight_held.data);

@@ -472,6 +472,92 @@ static void test_matmul_inputs16(void) {
           loss16, loss32);
 }
 
+/* ---- the CPU matmul: the fast loops against the naive one, bit for bit -------
+ * kernels/layers.h's accumulate packs, tiles and picks a tile for the CPU;
+ * accumulate_naive is the definition, one sum per element in increasing k.
+ * Every fast loop must give the very same bits: the shapes are chosen to
+ * reach every edge (fewer rows than a tile, columns not a multiple of the
+ * vector, odd K, K = 0) and both ways of reading coef (along its rows, and
+ * down its columns, as dweight reads dout). */
+static int same_bits(const float *a, const float *b, long n) {
+    return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
+static float *filled(long n, uint64_t key) {
+    float *x = (float *)host_malloc((size_t)(n ? n : 1) * sizeof(float), "a test operand");
+    fill(x, n, key);
+    return x;
+}
+
+static void test_accumulate_bits(void) {
+    static const int shapes[][3] = {/* R, K, n */
+                                    {1, 1, 1},   {3, 5, 7},    {7, 37, 15},  {16, 16, 16},
+                                    {17, 33, 31}, {33, 70, 47}, {5, 0, 9},   {40, 129, 70}};
+    enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
+    Tile tiles[3];
+    int n_tiles = cpu_tiles(tiles);
+    for (int t = 0; t < n_tiles; t++) {
+        int equal = 0, cases = 0;
+        for (int s = 0; s < N_SHAPES; s++)
+            for (int transposed = 0; transposed < 2; transposed++) {
+                int R = shapes[s][0], K = shapes[s][1], n = shapes[s][2];
+                /* coef (R, K) read along rows 3 floats wider than K, or down
+                 * the columns of a (K, R + 2) matrix */
+                long row = transposed ? 1 : K + 3, col = transposed ? R + 2 : 1;
+                long coef_n = transposed ? (long)K * (R + 2) : (long)R * (K + 3);
+                float *coef = filled(coef_n, 40 + s), *src = filled((long)K * n, 50 + s);
+                float *fast = filled((long)R * n, 60 + s), *naive = filled((long)R * n, 60 + s);
+                accumulate_with(tiles[t], fast, coef, row, col, src, R, K, n);
+                accumulate_naive(naive, coef, row, col, src, R, K, n);
+                equal += same_bits(fast, naive, (long)R * n);
+                cases++;
+                free(coef), free(src), free(fast), free(naive);
+            }
+        char what[96];
+        snprintf(what, sizeof(what), "accumulate, %s tile == the naive loop", tiles[t].name);
+        check(equal == cases, what, "%d of %d shapes bit for bit (%d rows x %d columns)", equal,
+              cases, tiles[t].rows, TILE_COLS);
+    }
+}
+
+/* The layers' three products, through cpu_linear_forward and
+ * matmul_backward, against the naive loop: forward from the bias (and from
+ * 0 with its padded rows, matmul_forward's), dinp from 0, dweight from what
+ * it held; dout's rows ldd apart. */
+static void test_linear_bits(void) {
+    enum { B = 19, I = 37, O = 45, LD = 48 };
+    float *x = filled(B * I, 70), *w = filled(O * I, 71), *bias = filled(O, 72);
+    float *g = filled(B * LD, 73), *dw = filled(O * I, 74), *dw_naive = filled(O * I, 74);
+    float *y = filled(B * LD, 75), *dx = filled(B * I, 76);
+    float *y_naive = (float *)calloc(B * LD, sizeof(float)), *dx_naive = calloc(B * I, sizeof(float));
+    float *wt = (float *)host_malloc(I * O * sizeof(float), "a test operand");
+    for (int o = 0; o < O; o++)
+        for (int i = 0; i < I; i++) wt[i * O + o] = w[o * I + i];
+    Linear l = linear_view(w, bias, DTYPE_FP32, dw, NULL, DTYPE_FP32, I, O);
+
+    linear_forward(&l, fp32_buf(y), x, B); /* (B, O), rows O apart */
+    for (int b = 0; b < B; b++) memcpy(y_naive + b * O, bias, O * sizeof(float));
+    accumulate_naive(y_naive, x, I, 1, wt, B, I, O);
+    check(same_bits(y, y_naive, B * O), "linear forward == the naive loop", "(%d, %d) -> %d, bit for bit", B, I, O);
+
+    matmul_forward(&l, fp32_buf(y), LD, x, B); /* no bias; rows LD apart, padding 0 */
+    memset(y_naive, 0, B * LD * sizeof(float));
+    float *row = (float *)calloc(O, sizeof(float));
+    for (int b = 0; b < B; b++) {
+        memset(row, 0, O * sizeof(float));
+        accumulate_naive(row, x + b * I, I, 1, wt, 1, I, O);
+        memcpy(y_naive + b * LD, row, O * sizeof(float));
+    }
+    check(same_bits(y, y_naive, B * LD), "matmul forward, padded rows == naive", "rows %d apart", LD);
+
+    matmul_backward(&l, fp32_buf(dx), fp32_buf(g), LD, x, B);
+    accumulate_naive(dx_naive, g, LD, 1, w, B, O, I);
+    accumulate_naive(dw_naive, g, 1, LD, x, O, B, I);
+    check(same_bits(dx, dx_naive, B * I), "matmul backward's dinp == the naive loop", "bit for bit");
+    check(same_bits(dw, dw_naive, O * I), "matmul backward's dweight == the naive loop", "dout read down its columns");
+    free(x), free(w), free(bias), free(g), free(dw), free(dw_naive), free(y), free(dx);
+    free(y_naive), free(dx_naive), free(wt), free(row);
+}
+
 /* token + position embedding: x[b, t] = wte[token] + wpe[t] */
 enum { PV = 7, PT = 3, PD = 2 };
 typedef struct { float *out, *wte, *wpe; const int *tok; } PosCtx;
@@ -1134,6 +1220,9 @@ int main(int argc, char **argv) {
     test_attention16();
     test_flash_attention();
     test_matmul_inputs16();
+    printf("the CPU matmul against its definition, bit for bit\n");
+    test_accumulate_bits();
+    test_linear_bits();
     test_stream16();
     test_gpt2_embedding();
     test_gpt2_gradients();

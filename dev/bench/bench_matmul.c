@@ -6,7 +6,8 @@
  * Almost all of a training step's arithmetic is in linear_forward and
  * linear_backward (kernels/layers.h). This program times them on the exact
  * shapes the `small` model runs, at the local batch of 4 ranks (16 samples
- * each, the demo) and of 1 rank (64), and prints GFLOP/s:
+ * each, the demo) and of 1 rank (64), and on GPT-2's as the recipe trains
+ * gpt2-mini on 1 and 2 ranks (768 and 384 rows), and prints GFLOP/s:
  *
  *   forward   out = inp @ W^T + b                    2*B*I*O flops
  *   backward  dinp += dout @ W, dW += dout^T @ inp   4*B*I*O flops
@@ -44,17 +45,43 @@ typedef struct {
     int I, O; /* in_features, out_features */
 } Shape;
 
+/* A group of shapes, each timed at each of the group's batches (rows). */
+typedef struct {
+    const char *title;
+    const Shape *shapes;
+    int n_shapes;
+    const int *batches;
+    int n_batches;
+} Group;
+
 /* The Linear layers of the `small` preset: T*C = 16*16 = 256, D = 128,
- * 4D = 512, V = 256. */
-static const Shape SHAPES[] = {
+ * 4D = 512, V = 256, at the local batch of 4 ranks (16) and of 1 (64). */
+static const Shape SMALL[] = {
     {"proj_in", 256, 128},
     {"fc1", 128, 512},
     {"fc2", 512, 128},
     {"head", 128, 256},
 };
-enum { N_SHAPES = sizeof(SHAPES) / sizeof(SHAPES[0]) };
-static const int BATCHES[] = {16, 64};
-enum { N_BATCHES = sizeof(BATCHES) / sizeof(BATCHES[0]) };
+static const int SMALL_BATCHES[] = {16, 64};
+
+/* GPT-2's, as the recipe trains it on CPU ranks (gpt2-mini, --n-layer 4
+ * --n-head 4 --n-embd 128 --context 64 --batch 12): C = 128, vocab 256;
+ * rows are tokens, 12*64 = 768 on 1 rank and 384 on each of 2. (lm_head
+ * has no bias there; here it is timed as a Linear with one, B*O adds.) */
+static const Shape RECIPE[] = {
+    {"c_attn", 128, 384},
+    {"attnproj", 128, 128},
+    {"c_fc", 128, 512},
+    {"mlpproj", 512, 128},
+    {"lm_head", 128, 256},
+};
+static const int RECIPE_BATCHES[] = {384, 768};
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+static const Group GROUPS[] = {
+    {"the `small` byte MLP", SMALL, COUNT(SMALL), SMALL_BATCHES, COUNT(SMALL_BATCHES)},
+    {"GPT-2, the recipe's gpt2-mini", RECIPE, COUNT(RECIPE), RECIPE_BATCHES, COUNT(RECIPE_BATCHES)},
+};
 
 /* The reference: C (M, N) = A (M, K) @ B (K, N), all row-major, simplest
  * i-j-k order. The inner loop walks B down a column, N floats apart, and
@@ -126,10 +153,69 @@ static double seconds_per_call(Case *c, Kernel k) {
     return t / (double)calls;
 }
 
+/* Times one layer, (B, I) -> (B, O), and prints its line; returns how far
+ * forward is from the naive matmul (summation order only). */
+static double bench_one(const char *name, int B, int I, int O) {
+    Case c;
+    c.B = B;
+    c.I = I;
+    c.O = O;
+    long BI = (long)c.B * c.I, BO = (long)c.B * c.O, OI = (long)c.O * c.I;
+    c.inp = alloc_floats(BI);
+    c.w = alloc_floats(OI);
+    c.wt = alloc_floats(OI);
+    c.bias = alloc_floats(c.O);
+    c.out = alloc_floats(BO);
+    c.dout = alloc_floats(BO);
+    c.dinp = alloc_floats(BI);
+    c.dw = alloc_floats(OI);
+    c.db = alloc_floats(c.O);
+    c.ref = alloc_floats(BO);
+    fill(c.inp, BI, 1);
+    fill(c.w, OI, 2);
+    fill(c.dout, BO, 3);
+    /* The naive matmul takes the weight as (I, O), the textbook
+     * layout; nn.Linear stores (O, I). Same numbers, transposed. */
+    for (int o = 0; o < c.O; o++)
+        for (int i = 0; i < c.I; i++) c.wt[(long)i * c.O + o] = c.w[(long)o * c.I + i];
+
+    /* Check before timing: forward with a zero bias must match the
+     * reference up to rounding (the two sum in different orders). */
+    run_kernel(&c, K_FORWARD);
+    run_kernel(&c, K_NAIVE);
+    double err = 0.0;
+    for (long j = 0; j < BO; j++) {
+        double e = fabs((double)c.out[j] - c.ref[j]) / (1.0 + fabs(c.ref[j]));
+        if (e > err) err = e;
+    }
+
+    double flops = 2.0 * c.B * c.I * c.O;
+    double t_fwd = seconds_per_call(&c, K_FORWARD);
+    double t_naive = seconds_per_call(&c, K_NAIVE);
+    /* Backward accumulates (+=) into dinp, dW and db, as in the
+     * trainer, so repeated calls just keep adding: fine for timing. */
+    double t_bwd = seconds_per_call(&c, K_BACKWARD);
+    double gf_fwd = flops / t_fwd / 1e9, gf_naive = flops / t_naive / 1e9, gf_bwd = 2.0 * flops / t_bwd / 1e9;
+    printf("%-8s %3d %4d %4d | %8.1f %8.2f | %8.1f %8.2f | %10.2f | %9.2f %9.2f | %s\n", name, c.B, c.I, c.O,
+           1e6 * t_fwd, gf_fwd, 1e6 * t_bwd, gf_bwd, gf_naive, gf_fwd / gf_naive, gf_bwd / gf_naive,
+           err < 1e-4 ? "ok" : "MISMATCH");
+#ifdef FSDP_BENCH_OPENBLAS
+    double gb_fwd = flops / seconds_per_call(&c, K_BLAS_FORWARD) / 1e9;
+    double gb_bwd = 2.0 * flops / seconds_per_call(&c, K_BLAS_BACKWARD) / 1e9;
+    printf("%-8s %3s %4s %4s   OpenBLAS fwd %7.2f GF/s, bwd %7.2f GF/s | ours/BLAS fwd %.2f bwd %.2f%s\n", "", "",
+           "", "", gb_fwd, gb_bwd, gf_fwd / gb_fwd, gf_bwd / gb_bwd,
+           gf_fwd / gb_fwd < 0.5 || gf_bwd / gb_bwd < 0.5 ? "  <- below 0.50" : "");
+#endif
+
+    free(c.inp); free(c.w); free(c.wt); free(c.bias); free(c.out);
+    free(c.dout); free(c.dinp); free(c.dw); free(c.db); free(c.ref);
+    return err;
+}
+
 int main(int argc, char **argv) {
     int provided = 0; /* fsdp.c's communication thread needs MPI_THREAD_MULTIPLE */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
-    printf("linear layers of the `small` model, one core, fp32 (GFLOP/s = 1e9 flop/s)\n"
+    printf("linear layers, one core, fp32 (GFLOP/s = 1e9 flop/s)\n"
            "  forward 2*B*I*O flops, backward 4*B*I*O; naive = textbook i-j-k matmul (B,I)@(I,O) = 2*B*I*O\n\n");
 #ifdef FSDP_BENCH_OPENBLAS
     openblas_set_num_threads(1); /* one core, like fsdp's kernels */
@@ -138,63 +224,15 @@ int main(int argc, char **argv) {
     printf("%-8s %3s %4s %4s | %8s %8s | %8s %8s | %10s | %9s %9s | %s\n", "layer", "B", "I", "O", "fwd us", "GFLOP/s",
            "bwd us", "GFLOP/s", "naive GF/s", "fwd/naive", "bwd/naive", "check");
     double max_err = 0.0;
-    for (int bi = 0; bi < N_BATCHES; bi++) {
-        for (int si = 0; si < N_SHAPES; si++) {
-            Case c;
-            c.B = BATCHES[bi];
-            c.I = SHAPES[si].I;
-            c.O = SHAPES[si].O;
-            long BI = (long)c.B * c.I, BO = (long)c.B * c.O, OI = (long)c.O * c.I;
-            c.inp = alloc_floats(BI);
-            c.w = alloc_floats(OI);
-            c.wt = alloc_floats(OI);
-            c.bias = alloc_floats(c.O);
-            c.out = alloc_floats(BO);
-            c.dout = alloc_floats(BO);
-            c.dinp = alloc_floats(BI);
-            c.dw = alloc_floats(OI);
-            c.db = alloc_floats(c.O);
-            c.ref = alloc_floats(BO);
-            fill(c.inp, BI, 1);
-            fill(c.w, OI, 2);
-            fill(c.dout, BO, 3);
-            /* The naive matmul takes the weight as (I, O), the textbook
-             * layout; nn.Linear stores (O, I). Same numbers, transposed. */
-            for (int o = 0; o < c.O; o++)
-                for (int i = 0; i < c.I; i++) c.wt[(long)i * c.O + o] = c.w[(long)o * c.I + i];
-
-            /* Check before timing: forward with a zero bias must match the
-             * reference up to rounding (the two sum in different orders). */
-            run_kernel(&c, K_FORWARD);
-            run_kernel(&c, K_NAIVE);
-            double err = 0.0;
-            for (long j = 0; j < BO; j++) {
-                double e = fabs((double)c.out[j] - c.ref[j]) / (1.0 + fabs(c.ref[j]));
-                if (e > err) err = e;
+    for (int gi = 0; gi < COUNT(GROUPS); gi++) {
+        const Group *g = &GROUPS[gi];
+        printf("-- %s\n", g->title);
+        for (int bi = 0; bi < g->n_batches; bi++)
+            for (int si = 0; si < g->n_shapes; si++) {
+                const Shape *sh = &g->shapes[si];
+                double err = bench_one(sh->name, g->batches[bi], sh->I, sh->O);
+                if (err > max_err) max_err = err;
             }
-            if (err > max_err) max_err = err;
-
-            double flops = 2.0 * c.B * c.I * c.O;
-            double t_fwd = seconds_per_call(&c, K_FORWARD);
-            double t_naive = seconds_per_call(&c, K_NAIVE);
-            /* Backward accumulates (+=) into dinp, dW and db, as in the
-             * trainer, so repeated calls just keep adding: fine for timing. */
-            double t_bwd = seconds_per_call(&c, K_BACKWARD);
-            double gf_fwd = flops / t_fwd / 1e9, gf_naive = flops / t_naive / 1e9, gf_bwd = 2.0 * flops / t_bwd / 1e9;
-            printf("%-8s %3d %4d %4d | %8.1f %8.2f | %8.1f %8.2f | %10.2f | %9.2f %9.2f | %s\n", SHAPES[si].name, c.B, c.I, c.O,
-                   1e6 * t_fwd, gf_fwd, 1e6 * t_bwd, gf_bwd, gf_naive, gf_fwd / gf_naive, gf_bwd / gf_naive,
-                   err < 1e-4 ? "ok" : "MISMATCH");
-#ifdef FSDP_BENCH_OPENBLAS
-            double gb_fwd = flops / seconds_per_call(&c, K_BLAS_FORWARD) / 1e9;
-            double gb_bwd = 2.0 * flops / seconds_per_call(&c, K_BLAS_BACKWARD) / 1e9;
-            printf("%-8s %3s %4s %4s   OpenBLAS fwd %7.2f GF/s, bwd %7.2f GF/s | ours/BLAS fwd %.2f bwd %.2f%s\n", "", "",
-                   "", "", gb_fwd, gb_bwd, gf_fwd / gb_fwd, gf_bwd / gb_bwd,
-                   gf_fwd / gb_fwd < 0.5 || gf_bwd / gb_bwd < 0.5 ? "  <- below 0.50" : "");
-#endif
-
-            free(c.inp); free(c.w); free(c.wt); free(c.bias); free(c.out);
-            free(c.dout); free(c.dinp); free(c.dw); free(c.db); free(c.ref);
-        }
     }
     printf("\nforward vs naive: largest relative difference %.2e (summation order only)\n", max_err);
     MPI_Finalize();
