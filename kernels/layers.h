@@ -1001,12 +1001,20 @@ static float *pack_src(const float *src, long src_row, long src_col, int K, int 
 }
 
 /* coef's rows [0, rows) as a tile reads them: a[k * tile_rows + r], 0 for
- * rows past the matrix's last. */
+ * rows past the matrix's last. The same copy in either loop order; the one
+ * that reads coef along its contiguous index is the fast one (forward's and
+ * dinp's coef: along k; dweight's, dout read down its columns: along r). */
 static void pack_coef(float *a, const float *coef, long coef_row, long coef_col, int rows,
                       int tile_rows, int K) {
-    for (int k = 0; k < K; k++)
+    if (coef_col == 1) {
         for (int r = 0; r < tile_rows; r++)
-            a[(long)k * tile_rows + r] = r < rows ? coef[r * coef_row + k * coef_col] : 0.0f;
+            for (int k = 0; k < K; k++)
+                a[(long)k * tile_rows + r] = r < rows ? coef[r * coef_row + k] : 0.0f;
+    } else {
+        for (int k = 0; k < K; k++)
+            for (int r = 0; r < tile_rows; r++)
+                a[(long)k * tile_rows + r] = r < rows ? coef[r * coef_row + k * coef_col] : 0.0f;
+    }
 }
 
 /* A tile at the matrix's edge (fewer rows or columns than the tile's):
@@ -1095,10 +1103,12 @@ static void cpu_linear_forward(Buf out, int ldo, const void *inp, Buf weight_hel
     const float *x = cpu_operand(inp, backend.gemm_dtype, (long)B * I);
     const float *weight = cpu_operand(weight_held.data, weight_held.dtype, (long)O * I);
     float *y = cpu_result(out.data, out.dtype, (long)B * ldo);
-    if (bias.data) /* rows O apart: linear_forward's */
-        FOR_EACH((long)B * O, bias_broadcast_one, y, bias.data, O, bias.dtype, DTYPE_FP32);
-    else /* the product alone, its rows' padding included */
+    if (!bias.data) /* the product alone, its rows' padding included */
         dev_zero(y, (size_t)B * ldo * sizeof(float));
+    else if (B > 0) { /* rows O apart: linear_forward's; row 0 the bias, the rest copies */
+        for (int o = 0; o < O; o++) y[o] = load_as(bias.data, o, bias.dtype);
+        for (int b = 1; b < B; b++) memcpy(y + (long)b * O, y, (size_t)O * sizeof(float));
+    }
     float *packed = pack_src(weight, 1, I, I, O); /* weight^T (I, O), in panels */
     accumulate_packed(cpu_tile(), y, ldo, x, I, 1, packed, B, I, O);
     free(packed);
