@@ -839,15 +839,15 @@ static void linear_backward(const Linear *l, Buf dinp, Buf dout, const void *inp
 #else
 /* The Linear layers are three matmuls, and a matmul's time goes to loading
  * operands, not to multiplying them: a plain loop loads one or two numbers
- * per multiply-add. The fast loops below do what BLIS and llm.c's
+ * per multiply-add. The loops below do what BLIS and llm.c's
  * matmul_forward do, small enough to read:
  *
- * - register blocking: a tile of 8 rows x 32 columns of sums stays in
- *   SIMD registers (sixteen AVX-512 ones) for the whole sum, while one row
- *   of the other operand streams by: one vector load serves 8 multiplies;
- * - packing: both operands are first copied, in the order the tile reads
- *   them, into contiguous scratch (panels), so the tile streams memory
- *   front to back whatever the operands' layout (a transposed operand too);
+ * - register blocking: a tile of 16 rows x 16 columns of sums stays in
+ *   SIMD registers (sixteen AVX-512 ones) for the whole sum, while one
+ *   16-float row of the other operand streams by: one load, 16 multiplies;
+ * - packing: that operand is first copied into contiguous panels, 16
+ *   columns wide, so the tile reads it front to back whatever its layout
+ *   (forward's weight is read as its transpose);
  * - a tile chosen at run time for the CPU it runs on (AVX-512, AVX2, or
  *   plain C), so a binary built without -march=native is fast as well.
  *
@@ -855,21 +855,21 @@ static void linear_backward(const Linear *l, Buf dinp, Buf dout, const void *inp
  * starting value plus the products in increasing order of the summed
  * index (i in forward, o for dinp, b for dweight), each product rounded
  * and then added: a multiply, then an add, never a fused multiply-add
- * (with -std=c11 GCC does not contract a * b + c; a bigger tile or a
- * packed copy changes which numbers sit where, not which operations run).
- * That order is written in the naive loop (accumulate_naive), and
- * tests/test_units.c checks the fast loops against it bit for bit: a
+ * (with -std=c11 GCC does not contract a * b + c). A tile or a packed copy
+ * changes where the numbers sit, not which operations run on them. That
+ * order is written in the naive loop, accumulate_naive, and
+ * tests/test_units.c checks every fast loop against it bit for bit: a
  * sample's forward gives the same bits on every rank and every batch size.
- * Giving up FMA costs little on a CPU with separate add and multiply pipes
- * (AMD Zen 4: two FADD and two FMUL/FMA pipes, AVX-512 run on 256-bit
- * halves, so a multiply plus an add per element take the two kinds of
- * pipe side by side, about one FMA's time). */
+ * Giving up FMA costs little on a CPU with separate add and multiply
+ * pipes: on AMD Zen 4 (two FADD pipes, two FMUL/FMA pipes, AVX-512 run on
+ * them as two 256-bit halves) a multiply and an add take the two kinds of
+ * pipe side by side, in about the time of one FMA. */
 
-/* The definition, and the test's reference: dst (R, n) += coef (R, K) @
- * src (K, n). coef[r][k] is coef[r * coef_row + k * coef_col] (coef_col
- * not 1 reads coef down its columns: a transposed operand); src's and
- * dst's rows are n apart. Each element: its old value, then for k = 0, 1,
- * ..., K - 1: add the rounded product, rounding the sum. */
+/* The definition, and the tests' reference: dst (R, n) += coef (R, K) @
+ * src (K, n). coef[r][k] is coef[r * coef_row + k * coef_col] (coef_row 1
+ * reads coef down its columns: a transposed operand); src's and dst's
+ * rows are n apart. Each element: its old value, then for k = 0, 1, ...,
+ * K - 1 the rounded product added, the sum rounded. */
 static inline void accumulate_naive(float *dst, const float *coef, long coef_row, long coef_col,
                                     const float *src, int R, int K, int n) {
     for (int r = 0; r < R; r++)
@@ -883,15 +883,15 @@ static inline void accumulate_naive(float *dst, const float *coef, long coef_row
         }
 }
 
-/* A tile is TILE_ROWS_MAX rows at most (the AVX-512 tile's) by TILE_COLS
+/* A tile is at most TILE_ROWS_MAX rows (the AVX-512 tile's) by TILE_COLS
  * columns: one 16-float vector per row. f32x16 is GCC's and clang's
  * vector type: one AVX-512 register, two AVX2 ones, four SSE ones; its +
- * and * are lane by lane, the same IEEE operations as on single floats. */
+ * and * work lane by lane, the same IEEE operations as on single floats. */
 enum { TILE_ROWS_MAX = 16, TILE_COLS = 16 };
 typedef float f32x16 __attribute__((vector_size(64)));
 
-/* Loads and stores at any float's address (packed panels are aligned,
- * dst's rows need not be); memcpy compiles to one unaligned move. */
+/* Loads and stores at any float's address (panels are aligned, dst's rows
+ * need not be); memcpy compiles to one unaligned move. */
 static inline f32x16 load16(const float *p) {
     f32x16 v;
     memcpy(&v, p, sizeof(v));
@@ -899,62 +899,63 @@ static inline f32x16 load16(const float *p) {
 }
 static inline void store16(float *p, f32x16 v) { memcpy(p, &v, sizeof(v)); }
 
-/* The micro-kernel: c (rows x 16, rows ldc apart) += a @ b, a packed (K,
- * rows): a[k * rows + r] is coef[r][k]; b packed (K, 16). The sums live in
- * registers from the first k to the last and are stored once; each is
- * continued exactly as the naive loop continues it. rows is a constant
- * where this is inlined (below), so the loop over rows unrolls and acc is
- * registers, not memory.
+/* The micro-kernel: c (rows x 16, rows ldc apart) += a (rows, K) @ b (K,
+ * 16), a[r][k] at a[r + k * a_col] (a column of a tile's rows of coef
+ * after another: pack_coef), b a packed panel (rows of 16 floats, one
+ * after the other). The sums live in registers from the first
+ * k to the last and are stored once, each continued exactly as the naive
+ * loop continues it. rows is a constant where this is inlined (below), so
+ * the loop over rows unrolls and acc is registers, not memory.
  *
- * Why one vector wide and 16 tall, not the 4 x 32 this once was or BLIS's
- * usual 6 x 64: a coefficient used by one multiply only is loaded and
- * broadcast by that multiply itself (AVX-512's vmulps m32{1to16}, in the
- * load unit), while one used by two needs a broadcast instruction of its
- * own, which competes with the multiplies and adds for the vector pipes.
- * On Zen 4 this tile runs ~110 GFLOP/s from L1, a 6 x 64 one ~90, 8 x 32
- * ~77 (dev/bench/bench_matmul has the whole layers beside OpenBLAS). */
+ * Why one vector wide and 16 rows tall, not the 4 x 32 this once was or
+ * BLIS's 6 x 64: a coefficient that serves one multiply is loaded and
+ * broadcast by that multiply itself (AVX-512's vmulps m32{1to16}, done by
+ * the load unit), while one that serves two needs a broadcast instruction
+ * of its own, competing with the multiplies and adds for the vector pipes.
+ * On Zen 4 this tile runs ~110 GFLOP/s from L1, an 8 x 32 one ~77, 6 x 64
+ * ~90. */
 static inline __attribute__((always_inline)) void tile_kernel(int rows, float *c, long ldc,
-                                                              const float *a, const float *b,
-                                                              int K) {
+                                                              const float *a, long a_col,
+                                                              const float *b, int K) {
     f32x16 acc[TILE_ROWS_MAX];
     for (int r = 0; r < rows; r++) acc[r] = load16(c + r * ldc);
     for (int k = 0; k < K; k++) {
         f32x16 row = load16(b + (long)k * TILE_COLS);
         for (int r = 0; r < rows; r++) {
-            f32x16 product = a[(long)k * rows + r] * row; /* multiply, then add: two */
-            acc[r] += product;                            /* statements, never fused */
+            f32x16 product = a[r + k * a_col] * row; /* multiply, then add: two */
+            acc[r] += product;                       /* statements, never fused */
         }
     }
     for (int r = 0; r < rows; r++) store16(c + r * ldc, acc[r]);
 }
 
-/* One tile per instruction set, each the same source compiled for it; the
- * rows fill the registers each has (32 x 512 bits: 16 sums, the row, a
- * product; 16 x 256: 4 sums of two registers each, the row's two, ...). */
-typedef void (*TileFn)(float *c, long ldc, const float *a, const float *b, int K);
+/* One tile per instruction set, each the same source compiled for it,
+ * with as many rows as its registers hold (AVX-512: 32 of 512 bits, 16
+ * for sums; AVX2: 16 of 256 bits, two per f32x16, 8 for 4 rows' sums). */
+typedef void (*TileFn)(float *c, long ldc, const float *a, long a_col, const float *b, int K);
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target("avx512f"))) static void tile_avx512(float *c, long ldc, const float *a,
-                                                          const float *b, int K) {
-    tile_kernel(16, c, ldc, a, b, K);
+                                                          long a_col, const float *b, int K) {
+    tile_kernel(16, c, ldc, a, a_col, b, K);
 }
 __attribute__((target("avx2"))) static void tile_avx2(float *c, long ldc, const float *a,
-                                                     const float *b, int K) {
-    tile_kernel(4, c, ldc, a, b, K);
+                                                     long a_col, const float *b, int K) {
+    tile_kernel(4, c, ldc, a, a_col, b, K);
 }
 #endif
-static void tile_plain(float *c, long ldc, const float *a, const float *b, int K) {
-    tile_kernel(2, c, ldc, a, b, K);
+static void tile_plain(float *c, long ldc, const float *a, long a_col, const float *b, int K) {
+    tile_kernel(2, c, ldc, a, a_col, b, K);
 }
 
 typedef struct {
     TileFn run;
-    int rows; /* the tile's rows, 1..TILE_ROWS_MAX: coef is packed this many rows at a time */
+    int rows; /* its rows, 1..TILE_ROWS_MAX */
     const char *name;
 } Tile;
 
 /* The tiles this CPU runs, best first, into tiles[] (3 at most); returns
- * how many. Asked each time: the answer is a flag the C runtime read at
- * start-up, so it is cheap and has no state for threads to share. */
+ * how many. Asked at each call: the answer is a flag the C runtime read
+ * at start-up, so it is cheap, and there is no state for threads to share. */
 static int cpu_tiles(Tile *tiles) {
     int n = 0;
 #if defined(__GNUC__) && defined(__x86_64__)
@@ -970,9 +971,9 @@ static inline Tile cpu_tile(void) {
     return tiles[0];
 }
 
-/* Scratch for the packed panels, 64-byte aligned (a cache line, an AVX-512
- * vector), so no vector load straddles two lines. Outside the ledger, as
- * cuBLAS's workspace would be on a GPU. */
+/* Scratch for the panels, 64-byte aligned (a cache line, an AVX-512
+ * vector), so that no vector load straddles two lines. Outside the
+ * ledger, as cuBLAS's workspace would be on a GPU. */
 static float *panel_alloc(long floats) {
     size_t bytes = ((size_t)floats * sizeof(float) + 63) / 64 * 64;
     if (bytes == 0) bytes = 64;
@@ -980,11 +981,11 @@ static float *panel_alloc(long floats) {
                                        __FILE__, __LINE__);
 }
 
-/* src (K, n), rows src_row apart, element (k, j) at src[k * src_row + j *
- * src_col], packed as column panels: panel p holds columns [32p, 32p + 32)
- * laid out (K, 32), 0 past column n. (K, n) with src_col 1 is a plain
- * matrix; src_row 1, src_col = K reads the (n, K) weight as its
- * transpose, forward's.) Returns ceil(n / 32) * K * 32 floats. */
+/* src (K, n), element (k, j) at src[k * src_row + j * src_col], packed as
+ * column panels: panel p holds columns [16p, 16p + 16) laid out (K, 16),
+ * 0 past column n. src_row n, src_col 1 is a plain (K, n) matrix; src_row
+ * 1, src_col K reads an (n, K) one as its transpose (forward's weight).
+ * Returns ceil(n / 16) * K * 16 floats. */
 static float *pack_src(const float *src, long src_row, long src_col, int K, int n) {
     int panels = (n + TILE_COLS - 1) / TILE_COLS;
     float *packed = panel_alloc((long)panels * K * TILE_COLS);
@@ -1000,57 +1001,63 @@ static float *pack_src(const float *src, long src_row, long src_col, int K, int 
     return packed;
 }
 
-/* coef's rows [0, rows) as a tile reads them: a[k * tile_rows + r], 0 for
- * rows past the matrix's last. The same copy in either loop order; the one
- * that reads coef along its contiguous index is the fast one (forward's and
- * dinp's coef: along k; dweight's, dout read down its columns: along r). */
+/* coef's rows [0, rows) as a tile reads them, a[r + k * tile_rows], and 0
+ * for the tile's rows past them. The fast loop order reads coef along k,
+ * 16 k at a time, so that the 16 lines of a it writes stay in L1 while
+ * they fill. */
 static void pack_coef(float *a, const float *coef, long coef_row, long coef_col, int rows,
                       int tile_rows, int K) {
-    if (coef_col == 1) {
-        for (int r = 0; r < tile_rows; r++)
-            for (int k = 0; k < K; k++)
-                a[(long)k * tile_rows + r] = r < rows ? coef[r * coef_row + k] : 0.0f;
-    } else {
-        for (int k = 0; k < K; k++)
-            for (int r = 0; r < tile_rows; r++)
-                a[(long)k * tile_rows + r] = r < rows ? coef[r * coef_row + k * coef_col] : 0.0f;
-    }
+    for (int k0 = 0; k0 < K; k0 += 16)
+        for (int r = 0; r < rows; r++)
+            for (int k = k0; k < K && k < k0 + 16; k++)
+                a[(long)k * tile_rows + r] = coef[r * coef_row + k * coef_col];
+    for (int k = 0; k < K; k++)
+        for (int r = rows; r < tile_rows; r++) a[(long)k * tile_rows + r] = 0.0f;
 }
 
-/* A tile at the matrix's edge (fewer rows or columns than the tile's):
- * run on a full tile copied out of dst, 0 around it, and the part that
- * is dst's copied back. The padding's sums are thrown away; each real
- * element gets the same operations as inside. */
+/* A tile at dst's edge, fewer rows or columns than a tile: run on a full
+ * one, c, with dst's part copied in, 0 around it, and copied back. The
+ * padding's sums are thrown away; each real element gets the very
+ * operations it gets inside. */
 static void edge_tile(Tile t, float *dst, long ldd, int rows, int cols, const float *a,
-                      const float *b, int K) {
+                      long a_col, const float *b, int K) {
     float c[TILE_ROWS_MAX * TILE_COLS] = {0};
     for (int r = 0; r < rows; r++) memcpy(c + r * TILE_COLS, dst + r * ldd, cols * sizeof(float));
-    t.run(c, TILE_COLS, a, b, K);
+    t.run(c, TILE_COLS, a, a_col, b, K);
     for (int r = 0; r < rows; r++) memcpy(dst + r * ldd, c + r * TILE_COLS, cols * sizeof(float));
 }
 
-/* dst (R, n), rows ldd apart, += coef (R, K) @ the packed src (pack_src):
- * coef is packed a tile's rows at a time, and each of its tiles runs
- * across every column panel, the small packed coef staying in L1. */
+/* dst (R, n), rows ldd apart, += coef (R, K) @ src packed (pack_src): a
+ * tile's rows of coef at a time, across every column panel. coef read
+ * down its columns (coef_row 1: dweight's dout) already has a tile's
+ * layout, a[r + k * coef_col], and is read in place; otherwise (and for
+ * the last rows, fewer than a tile) the rows are packed, a small copy
+ * that stays in L1 while it serves every panel. */
 static void accumulate_packed(Tile t, float *dst, long ldd, const float *coef, long coef_row,
                               long coef_col, const float *packed, int R, int K, int n) {
     float *a = panel_alloc((long)K * t.rows);
     for (int r0 = 0; r0 < R; r0 += t.rows) {
         int rows = R - r0 < t.rows ? R - r0 : t.rows;
-        pack_coef(a, coef + r0 * coef_row, coef_row, coef_col, rows, t.rows, K);
+        const float *rows_of_coef = coef + r0 * coef_row;
+        long a_col = coef_col;
+        if (coef_row != 1 || rows < t.rows) {
+            pack_coef(a, rows_of_coef, coef_row, coef_col, rows, t.rows, K);
+            rows_of_coef = a, a_col = t.rows;
+        }
         for (int j0 = 0; j0 < n; j0 += TILE_COLS) {
             int cols = n - j0 < TILE_COLS ? n - j0 : TILE_COLS;
             float *c = dst + r0 * ldd + j0;
             const float *b = packed + (long)j0 * K;
-            if (rows == t.rows && cols == TILE_COLS) t.run(c, ldd, a, b, K);
-            else edge_tile(t, c, ldd, rows, cols, a, b, K);
+            if (rows == t.rows && cols == TILE_COLS) t.run(c, ldd, rows_of_coef, a_col, b, K);
+            else edge_tile(t, c, ldd, rows, cols, rows_of_coef, a_col, b, K);
         }
     }
     free(a);
 }
 
 /* dst (R, n) += coef (R, K) @ src (K, n), as accumulate_naive defines it,
- * bit for bit: packed, then tiled, with tile t (accumulate: this CPU's). */
+ * bit for bit: src packed, then tiled, with tile t (accumulate: this
+ * CPU's best). */
 static void accumulate_with(Tile t, float *dst, const float *coef, long coef_row, long coef_col,
                             const float *src, int R, int K, int n) {
     float *packed = pack_src(src, n, 1, K, n);
@@ -1148,12 +1155,24 @@ static void matmul_backward(const Linear *l, Buf dinp, Buf dout, int ldd, const 
     cpu_operand_free(x, inp);
     cpu_operand_free(weight, l->weight.data);
 }
+/* dbias (O) += the sum over the B rows of dout (B, O): bias_backward_one's
+ * sums, each from 0 over b in increasing order, but a row at a time, so
+ * that dout is read front to back and the loop vectorises across o (a
+ * column at a time strides through all of dout once per column) */
+static void cpu_bias_backward(Buf dbias, Buf dout, int B, int O) {
+    const float *g = cpu_operand(dout.data, dout.dtype, (long)B * O);
+    float *sum = (float *)host_calloc((size_t)O, sizeof(float), "sum a bias gradient");
+    for (int b = 0; b < B; b++)
+        for (int o = 0; o < O; o++) sum[o] += g[(long)b * O + o];
+    for (int o = 0; o < O; o++)
+        store_as(dbias.data, o, load_as(dbias.data, o, dbias.dtype) + sum[o], dbias.dtype);
+    free(sum);
+    cpu_operand_free(g, dout.data);
+}
 static void linear_backward(const Linear *l, Buf dinp, Buf dout, const void *inp, int B) {
     if (backend.dry) return; /* --plan */
     matmul_backward(l, dinp, dout, l->out, inp, B);
-    if (l->dbias.data)
-        FOR_EACH(l->out, bias_backward_one, l->dbias.data, dout.data, B, l->out, dout.dtype,
-                 l->dbias.dtype);
+    if (l->dbias.data) cpu_bias_backward(l->dbias, dout, B, l->out);
 }
 
 /* out (B, D) = (inp - mean) * rstd * weight + bias, a matmul's input

@@ -554,6 +554,14 @@ static void test_linear_bits(void) {
     accumulate_naive(dw_naive, g, 1, LD, x, O, B, I);
     check(same_bits(dx, dx_naive, B * I), "matmul backward's dinp == the naive loop", "bit for bit");
     check(same_bits(dw, dw_naive, O * I), "matmul backward's dweight == the naive loop", "dout read down its columns");
+    /* dbias: linear_backward sums dout (rows O apart) a row at a time on the
+     * CPU; bias_backward_one, a column at a time, is the definition */
+    float *db = filled(O, 77), *db_naive = filled(O, 77);
+    Linear lb = linear_view(w, bias, DTYPE_FP32, dw, db, DTYPE_FP32, I, O);
+    linear_backward(&lb, fp32_buf(dx), fp32_buf(g), x, B);
+    FOR_EACH(O, bias_backward_one, db_naive, g, B, O, DTYPE_FP32, DTYPE_FP32);
+    check(same_bits(db, db_naive, O), "linear backward's dbias == bias_backward_one", "%d rows", B);
+    free(db), free(db_naive);
     free(x), free(w), free(bias), free(g), free(dw), free(dw_naive), free(y), free(dx);
     free(y_naive), free(dx_naive), free(wt), free(row);
 }
