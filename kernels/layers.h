@@ -890,15 +890,6 @@ static inline void accumulate_naive(float *dst, const float *coef, long coef_row
 enum { TILE_ROWS_MAX = 16, TILE_COLS = 16 };
 typedef float f32x16 __attribute__((vector_size(64)));
 
-/* Loads and stores at any float's address (panels are aligned, dst's rows
- * need not be); memcpy compiles to one unaligned move. */
-static inline f32x16 load16(const float *p) {
-    f32x16 v;
-    memcpy(&v, p, sizeof(v));
-    return v;
-}
-static inline void store16(float *p, f32x16 v) { memcpy(p, &v, sizeof(v)); }
-
 /* The micro-kernel: c (rows x 16, rows ldc apart) += a (rows, K) @ b (K,
  * 16), a[r][k] at a[r + k * a_col] (a column of a tile's rows of coef
  * after another: pack_coef), b a packed panel (rows of 16 floats, one
@@ -917,16 +908,16 @@ static inline void store16(float *p, f32x16 v) { memcpy(p, &v, sizeof(v)); }
 static inline __attribute__((always_inline)) void tile_kernel(int rows, float *c, long ldc,
                                                               const float *a, long a_col,
                                                               const float *b, int K) {
-    f32x16 acc[TILE_ROWS_MAX];
-    for (int r = 0; r < rows; r++) acc[r] = load16(c + r * ldc);
+    f32x16 acc[TILE_ROWS_MAX], row; /* memcpy: a load or store at any float's address */
+    for (int r = 0; r < rows; r++) memcpy(&acc[r], c + r * ldc, sizeof(f32x16));
     for (int k = 0; k < K; k++) {
-        f32x16 row = load16(b + (long)k * TILE_COLS);
+        memcpy(&row, b + (long)k * TILE_COLS, sizeof(f32x16));
         for (int r = 0; r < rows; r++) {
             f32x16 product = a[r + k * a_col] * row; /* multiply, then add: two */
             acc[r] += product;                       /* statements, never fused */
         }
     }
-    for (int r = 0; r < rows; r++) store16(c + r * ldc, acc[r]);
+    for (int r = 0; r < rows; r++) memcpy(c + r * ldc, &acc[r], sizeof(f32x16));
 }
 
 /* One tile per instruction set, each the same source compiled for it,
