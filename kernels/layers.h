@@ -974,20 +974,25 @@ static float *panel_alloc(long floats) {
 
 /* src (K, n), element (k, j) at src[k * src_row + j * src_col], packed as
  * column panels: panel p holds columns [16p, 16p + 16) laid out (K, 16),
- * 0 past column n. src_row n, src_col 1 is a plain (K, n) matrix; src_row
- * 1, src_col K reads an (n, K) one as its transpose (forward's weight).
- * Returns ceil(n / 16) * K * 16 floats. */
+ * 0 past column n. src_row n, src_col 1 is a plain (K, n) matrix, copied a
+ * row of 16 at a time; src_row 1, src_col K reads an (n, K) one as its
+ * transpose (forward's weight), a column at a time, so that src is read
+ * along its rows (as is the last, narrower panel). Returns ceil(n / 16) * K * 16 floats. */
 static float *pack_src(const float *src, long src_row, long src_col, int K, int n) {
     int panels = (n + TILE_COLS - 1) / TILE_COLS;
     float *packed = panel_alloc((long)panels * K * TILE_COLS);
     for (int p = 0; p < panels; p++) {
         float *panel = packed + (long)p * K * TILE_COLS;
-        for (int k = 0; k < K; k++)
-            for (int j = 0; j < TILE_COLS; j++) {
-                int col = p * TILE_COLS + j;
-                panel[(long)k * TILE_COLS + j] =
-                    col < n ? src[k * src_row + col * src_col] : 0.0f;
-            }
+        const float *from = src + (long)p * TILE_COLS * src_col;
+        int cols = n - p * TILE_COLS < TILE_COLS ? n - p * TILE_COLS : TILE_COLS;
+        if (cols < TILE_COLS) memset(panel, 0, (size_t)K * TILE_COLS * sizeof(float));
+        if (src_col == 1 && cols == TILE_COLS) /* a constant size: one vector move */
+            for (int k = 0; k < K; k++)
+                memcpy(panel + (long)k * TILE_COLS, from + k * src_row, sizeof(float) * TILE_COLS);
+        else
+            for (int j = 0; j < cols; j++)
+                for (int k = 0; k < K; k++)
+                    panel[(long)k * TILE_COLS + j] = from[k * src_row + j * src_col];
     }
     return packed;
 }
@@ -1085,16 +1090,14 @@ static void cpu_result_store(float *f, void *x, Dtype held, long n) {
 }
 
 /* out (B, O) = inp (B, I) @ weight^T + bias, weight (O, I) as nn.Linear.
- * The same kernel as backward: 32 outputs at a time, their weights first
- * copied into a panel laid out (I, 32), so that each sample's row streams
- * by while the block of sums stays in registers. out[b][o] is bias[o] plus
- * the products in increasing i: it depends only on sample b and the
- * weights, so a sample's forward gives the same bits on every rank and
- * every batch size. (The panel is scratch in host memory, outside the
- * ledger, as cuBLAS's workspace would be on a GPU.) inp is held in
- * gemm_dtype, out, the weight and bias each in its own format (cpu_operand,
- * above). out's rows are ldo apart: O, or wider for a product without
- * bias (matmul_forward: the padded logits, whose padding it writes as 0). */
+ * The same tiles as backward: out += inp @ weight^T, the weight packed as
+ * its transpose, (I, O) in panels of 16 outputs (pack_src). out[b][o] is
+ * bias[o] plus the products in increasing i: it depends only on sample b
+ * and the weights, so a sample's forward gives the same bits on every
+ * rank and every batch size. inp is held in gemm_dtype, out, the weight
+ * and bias each in its own format (cpu_operand, above). out's rows are ldo
+ * apart: O, or wider for a product without bias (matmul_forward: the
+ * padded logits, whose padding it writes as 0). */
 static void cpu_linear_forward(Buf out, int ldo, const void *inp, Buf weight_held, Buf bias,
                                int B, int I, int O) {
     if (backend.dry) return; /* --plan */
