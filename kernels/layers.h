@@ -905,9 +905,8 @@ typedef float f32x16 __attribute__((vector_size(64)));
  * of its own, competing with the multiplies and adds for the vector pipes.
  * On Zen 4 this tile runs ~110 GFLOP/s from L1, an 8 x 32 one ~77, 6 x 64
  * ~90. */
-static inline __attribute__((always_inline)) void tile_kernel(int rows, float *c, long ldc,
-                                                              const float *a, long a_col,
-                                                              const float *b, int K) {
+static inline __attribute__((always_inline)) void
+tile_kernel(int rows, float *c, long ldc, const float *a, long a_col, const float *b, int K) {
     f32x16 acc[TILE_ROWS_MAX], row; /* memcpy: a load or store at any float's address */
     for (int r = 0; r < rows; r++) memcpy(&acc[r], c + r * ldc, sizeof(f32x16));
     for (int k = 0; k < K; k++) {
@@ -926,11 +925,11 @@ static inline __attribute__((always_inline)) void tile_kernel(int rows, float *c
 typedef void (*TileFn)(float *c, long ldc, const float *a, long a_col, const float *b, int K);
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target("avx512f"))) static void tile_avx512(float *c, long ldc, const float *a,
-                                                          long a_col, const float *b, int K) {
+                                                           long a_col, const float *b, int K) {
     tile_kernel(16, c, ldc, a, a_col, b, K);
 }
 __attribute__((target("avx2"))) static void tile_avx2(float *c, long ldc, const float *a,
-                                                     long a_col, const float *b, int K) {
+                                                      long a_col, const float *b, int K) {
     tile_kernel(4, c, ldc, a, a_col, b, K);
 }
 #endif
@@ -1015,8 +1014,8 @@ static void pack_coef(float *a, const float *coef, long coef_row, long coef_col,
  * one, c, with dst's part copied in, 0 around it, and copied back. The
  * padding's sums are thrown away; each real element gets the very
  * operations it gets inside. */
-static void edge_tile(Tile t, float *dst, long ldd, int rows, int cols, const float *a,
-                      long a_col, const float *b, int K) {
+static void edge_tile(Tile t, float *dst, long ldd, int rows, int cols, const float *a, long a_col,
+                      const float *b, int K) {
     float c[TILE_ROWS_MAX * TILE_COLS] = {0};
     for (int r = 0; r < rows; r++) memcpy(c + r * TILE_COLS, dst + r * ldd, cols * sizeof(float));
     t.run(c, TILE_COLS, a, a_col, b, K);

@@ -2,6 +2,8 @@
  *
  *   gradients   every layer's backward against central finite differences,
  *               and the whole model's backward the same way
+ *   matmul      the CPU's packed, tiled matmuls against the naive loop that
+ *               defines them, bit for bit, with every tile this CPU runs
  *   adamw       three steps against values computed by hand
  *   autowrap    unit assignment for several thresholds, edge cases included
  *   shards      padding and shard ranges for N = 1..64, and that the shards
@@ -490,7 +492,7 @@ static float *filled(long n, uint64_t key) {
 
 static void test_accumulate_bits(void) {
     static const int shapes[][3] = {/* R, K, n */
-                                    {1, 1, 1},   {3, 5, 7},    {7, 37, 15},  {16, 16, 16},
+                                    {1, 1, 1},    {3, 5, 7},    {7, 37, 15}, {16, 16, 16},
                                     {17, 33, 31}, {33, 70, 47}, {5, 0, 9},   {40, 129, 70}};
     enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
     Tile tiles[3];
@@ -528,7 +530,8 @@ static void test_linear_bits(void) {
     float *x = filled(B * I, 70), *w = filled(O * I, 71), *bias = filled(O, 72);
     float *g = filled(B * LD, 73), *dw = filled(O * I, 74), *dw_naive = filled(O * I, 74);
     float *y = filled(B * LD, 75), *dx = filled(B * I, 76);
-    float *y_naive = (float *)calloc(B * LD, sizeof(float)), *dx_naive = calloc(B * I, sizeof(float));
+    float *y_naive = (float *)host_calloc(B * LD, sizeof(float), "a test result");
+    float *dx_naive = (float *)host_calloc(B * I, sizeof(float), "a test result");
     float *wt = (float *)host_malloc(I * O * sizeof(float), "a test operand");
     for (int o = 0; o < O; o++)
         for (int i = 0; i < I; i++) wt[i * O + o] = w[o * I + i];
@@ -537,23 +540,27 @@ static void test_linear_bits(void) {
     linear_forward(&l, fp32_buf(y), x, B); /* (B, O), rows O apart */
     for (int b = 0; b < B; b++) memcpy(y_naive + b * O, bias, O * sizeof(float));
     accumulate_naive(y_naive, x, I, 1, wt, B, I, O);
-    check(same_bits(y, y_naive, B * O), "linear forward == the naive loop", "(%d, %d) -> %d, bit for bit", B, I, O);
+    check(same_bits(y, y_naive, B * O), "linear forward == the naive loop",
+          "(%d, %d) -> %d, bit for bit", B, I, O);
 
     matmul_forward(&l, fp32_buf(y), LD, x, B); /* no bias; rows LD apart, padding 0 */
     memset(y_naive, 0, B * LD * sizeof(float));
-    float *row = (float *)calloc(O, sizeof(float));
+    float *row = (float *)host_calloc(O, sizeof(float), "a test result");
     for (int b = 0; b < B; b++) {
         memset(row, 0, O * sizeof(float));
         accumulate_naive(row, x + b * I, I, 1, wt, 1, I, O);
         memcpy(y_naive + b * LD, row, O * sizeof(float));
     }
-    check(same_bits(y, y_naive, B * LD), "matmul forward, padded rows == naive", "rows %d apart", LD);
+    check(same_bits(y, y_naive, B * LD), "matmul forward, padded rows == naive", "rows %d apart",
+          LD);
 
     matmul_backward(&l, fp32_buf(dx), fp32_buf(g), LD, x, B);
     accumulate_naive(dx_naive, g, LD, 1, w, B, O, I);
     accumulate_naive(dw_naive, g, 1, LD, x, O, B, I);
-    check(same_bits(dx, dx_naive, B * I), "matmul backward's dinp == the naive loop", "bit for bit");
-    check(same_bits(dw, dw_naive, O * I), "matmul backward's dweight == the naive loop", "dout read down its columns");
+    check(same_bits(dx, dx_naive, B * I), "matmul backward's dinp == the naive loop",
+          "bit for bit");
+    check(same_bits(dw, dw_naive, O * I), "matmul backward's dweight == the naive loop",
+          "dout read down its columns");
     /* dbias: linear_backward sums dout (rows O apart) a row at a time on the
      * CPU; bias_backward_one, a column at a time, is the definition */
     float *db = filled(O, 77), *db_naive = filled(O, 77);
