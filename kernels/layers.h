@@ -971,12 +971,19 @@ static float *panel_alloc(long floats) {
                                        __FILE__, __LINE__);
 }
 
+/* out (16, 16), rows 16 apart, = in^T, in's rows ld apart: packing's
+ * transpose, a block at a time. Its bounds are constants, so the compiler
+ * makes it a few vector loads, permutes and stores, not 256 single moves. */
+static inline void transpose16(float *out, const float *in, long ld) {
+    for (int k = 0; k < 16; k++)
+        for (int j = 0; j < 16; j++) out[k * 16 + j] = in[j * ld + k];
+}
+
 /* src (K, n), element (k, j) at src[k * src_row + j * src_col], packed as
  * column panels: panel p holds columns [16p, 16p + 16) laid out (K, 16),
  * 0 past column n. src_row n, src_col 1 is a plain (K, n) matrix, copied a
  * row of 16 at a time; src_row 1, src_col K reads an (n, K) one as its
- * transpose (forward's weight), a column at a time, so that src is read
- * along its rows (as is the last, narrower panel). Returns ceil(n / 16) * K * 16 floats. */
+ * transpose (forward's weight), 16 x 16 blocks at a time. Returns ceil(n / 16) * K * 16 floats. */
 static float *pack_src(const float *src, long src_row, long src_col, int K, int n) {
     int panels = (n + TILE_COLS - 1) / TILE_COLS;
     float *packed = panel_alloc((long)panels * K * TILE_COLS);
@@ -985,24 +992,30 @@ static float *pack_src(const float *src, long src_row, long src_col, int K, int 
         const float *from = src + (long)p * TILE_COLS * src_col;
         int cols = n - p * TILE_COLS < TILE_COLS ? n - p * TILE_COLS : TILE_COLS;
         if (cols < TILE_COLS) memset(panel, 0, (size_t)K * TILE_COLS * sizeof(float));
+        int k = 0;
         if (src_col == 1 && cols == TILE_COLS) /* a constant size: one vector move */
-            for (int k = 0; k < K; k++)
+            for (; k < K; k++)
                 memcpy(panel + (long)k * TILE_COLS, from + k * src_row, sizeof(float) * TILE_COLS);
-        else
-            for (int j = 0; j < cols; j++)
-                for (int k = 0; k < K; k++)
-                    panel[(long)k * TILE_COLS + j] = from[k * src_row + j * src_col];
+        if (src_row == 1 && cols == TILE_COLS)
+            for (; k + 16 <= K; k += 16) transpose16(panel + (long)k * TILE_COLS, from + k, src_col);
+        for (int j = 0; j < cols; j++) /* what is left, one float at a time */
+            for (int kk = k; kk < K; kk++)
+                panel[(long)kk * TILE_COLS + j] = from[kk * src_row + j * src_col];
     }
     return packed;
 }
 
 /* coef's rows [0, rows) as a tile reads them, a[r + k * tile_rows], and 0
- * for the tile's rows past them. The fast loop order reads coef along k,
- * 16 k at a time, so that the 16 lines of a it writes stay in L1 while
- * they fill. */
+ * for the tile's rows past them. 16 rows read along k (forward's and
+ * dinp's coef, for the AVX-512 tile) are transposed 16 x 16 at a time; the
+ * rest is copied one float at a time, 16 k at a time, so that the 16 lines
+ * of a it writes stay in L1 while they fill. */
 static void pack_coef(float *a, const float *coef, long coef_row, long coef_col, int rows,
                       int tile_rows, int K) {
-    for (int k0 = 0; k0 < K; k0 += 16)
+    int k0 = 0;
+    if (coef_col == 1 && rows == 16 && tile_rows == 16) /* the AVX-512 tile's */
+        for (; k0 + 16 <= K; k0 += 16) transpose16(a + (long)k0 * 16, coef + k0, coef_row);
+    for (; k0 < K; k0 += 16)
         for (int r = 0; r < rows; r++)
             for (int k = k0; k < K && k < k0 + 16; k++)
                 a[(long)k * tile_rows + r] = coef[r * coef_row + k * coef_col];
