@@ -1063,11 +1063,33 @@ static void accumulate_packed(Tile t, float *dst, long ldd, const float *coef, l
     free(a);
 }
 
+/* Fewer rows than a tile: too few to repay packing src, so a row at a
+ * time, each k's product added across the row (vectorised across j), dst's
+ * row staying in L1. Each element still gets its products in increasing k. */
+static void accumulate_rows(float *dst, const float *coef, long coef_row, long coef_col,
+                            const float *src, int R, int K, int n) {
+    for (int r = 0; r < R; r++) {
+        float *d = dst + (long)r * n;
+        for (int k = 0; k < K; k++) {
+            float c = coef[r * coef_row + k * coef_col];
+            const float *s = src + (long)k * n;
+            for (int j = 0; j < n; j++) {
+                float product = c * s[j];
+                d[j] = d[j] + product;
+            }
+        }
+    }
+}
+
 /* dst (R, n) += coef (R, K) @ src (K, n), as accumulate_naive defines it,
  * bit for bit: src packed, then tiled, with tile t (accumulate: this
  * CPU's best). */
 static void accumulate_with(Tile t, float *dst, const float *coef, long coef_row, long coef_col,
                             const float *src, int R, int K, int n) {
+    if (R < t.rows) {
+        accumulate_rows(dst, coef, coef_row, coef_col, src, R, K, n);
+        return;
+    }
     float *packed = pack_src(src, n, 1, K, n);
     accumulate_packed(t, dst, n, coef, coef_row, coef_col, packed, R, K, n);
     free(packed);
