@@ -892,10 +892,10 @@ typedef float f32x16 __attribute__((vector_size(64)));
 
 /* The micro-kernel: c (rows x 16, rows ldc apart) += a (rows, K) @ b (K,
  * 16), a[r][k] at a[r + k * a_col] (a column of a tile's rows of coef
- * after another: pack_coef), b a packed panel (rows of 16 floats, one
- * after the other). The sums live in registers from the first
- * k to the last and are stored once, each continued exactly as the naive
- * loop continues it. rows is a constant where this is inlined (below), so
+ * after another: pack_coef), b's rows of 16 floats b_row apart (a packed
+ * panel's: 16). The sums live in registers from the first k to the last
+ * and are stored once, each continued exactly as the naive loop continues
+ * it. rows is a constant where this is inlined (below), so
  * the loop over rows unrolls and acc is registers, not memory.
  *
  * Why one vector wide and 16 rows tall, not the 4 x 32 this once was or
@@ -905,12 +905,13 @@ typedef float f32x16 __attribute__((vector_size(64)));
  * of its own, competing with the multiplies and adds for the vector pipes.
  * On Zen 4 this tile runs ~110 GFLOP/s from L1, an 8 x 32 one ~77, 6 x 64
  * ~90. */
-static inline __attribute__((always_inline)) void
-tile_kernel(int rows, float *c, long ldc, const float *a, long a_col, const float *b, int K) {
+static inline __attribute__((always_inline)) void tile_kernel(int rows, float *c, long ldc,
+                                                              const float *a, long a_col,
+                                                              const float *b, long b_row, int K) {
     f32x16 acc[TILE_ROWS_MAX], row; /* memcpy: a load or store at any float's address */
     for (int r = 0; r < rows; r++) memcpy(&acc[r], c + r * ldc, sizeof(f32x16));
     for (int k = 0; k < K; k++) {
-        memcpy(&row, b + (long)k * TILE_COLS, sizeof(f32x16));
+        memcpy(&row, b + k * b_row, sizeof(f32x16));
         for (int r = 0; r < rows; r++) {
             f32x16 product = a[r + k * a_col] * row; /* multiply, then add: two */
             acc[r] += product;                       /* statements, never fused */
@@ -922,19 +923,21 @@ tile_kernel(int rows, float *c, long ldc, const float *a, long a_col, const floa
 /* One tile per instruction set, each the same source compiled for it,
  * with as many rows as its registers hold (AVX-512: 32 of 512 bits, 16
  * for sums; AVX2: 16 of 256 bits, two per f32x16, 8 for 4 rows' sums). */
-typedef void (*TileFn)(float *c, long ldc, const float *a, long a_col, const float *b, int K);
+typedef void (*TileFn)(float *c, long ldc, const float *a, long a_col, const float *b, long b_row,
+                       int K);
 #if defined(__GNUC__) && defined(__x86_64__)
-__attribute__((target("avx512f"))) static void tile_avx512(float *c, long ldc, const float *a,
-                                                           long a_col, const float *b, int K) {
-    tile_kernel(16, c, ldc, a, a_col, b, K);
+__attribute__((target("avx512f"))) static void
+tile_avx512(float *c, long ldc, const float *a, long a_col, const float *b, long b_row, int K) {
+    tile_kernel(16, c, ldc, a, a_col, b, b_row, K);
 }
-__attribute__((target("avx2"))) static void tile_avx2(float *c, long ldc, const float *a,
-                                                      long a_col, const float *b, int K) {
-    tile_kernel(4, c, ldc, a, a_col, b, K);
+__attribute__((target("avx2"))) static void
+tile_avx2(float *c, long ldc, const float *a, long a_col, const float *b, long b_row, int K) {
+    tile_kernel(4, c, ldc, a, a_col, b, b_row, K);
 }
 #endif
-static void tile_plain(float *c, long ldc, const float *a, long a_col, const float *b, int K) {
-    tile_kernel(2, c, ldc, a, a_col, b, K);
+static void tile_plain(float *c, long ldc, const float *a, long a_col, const float *b, long b_row,
+                       int K) {
+    tile_kernel(2, c, ldc, a, a_col, b, b_row, K);
 }
 
 typedef struct {
@@ -983,7 +986,8 @@ static inline void transpose16(float *out, const float *in, long ld) {
  * column panels: panel p holds columns [16p, 16p + 16) laid out (K, 16),
  * 0 past column n. src_row n, src_col 1 is a plain (K, n) matrix, copied a
  * row of 16 at a time; src_row 1, src_col K reads an (n, K) one as its
- * transpose (forward's weight), 16 x 16 blocks at a time. Returns ceil(n / 16) * K * 16 floats. */
+ * transpose (forward's weight), 16 x 16 blocks at a time. Returns
+ * ceil(n / 16) * K * 16 floats. */
 static float *pack_src(const float *src, long src_row, long src_col, int K, int n) {
     int panels = (n + TILE_COLS - 1) / TILE_COLS;
     float *packed = panel_alloc((long)panels * K * TILE_COLS);
@@ -997,7 +1001,8 @@ static float *pack_src(const float *src, long src_row, long src_col, int K, int 
             for (; k < K; k++)
                 memcpy(panel + (long)k * TILE_COLS, from + k * src_row, sizeof(float) * TILE_COLS);
         if (src_row == 1 && cols == TILE_COLS)
-            for (; k + 16 <= K; k += 16) transpose16(panel + (long)k * TILE_COLS, from + k, src_col);
+            for (; k + 16 <= K; k += 16)
+                transpose16(panel + (long)k * TILE_COLS, from + k, src_col);
         for (int j = 0; j < cols; j++) /* what is left, one float at a time */
             for (int kk = k; kk < K; kk++)
                 panel[(long)kk * TILE_COLS + j] = from[kk * src_row + j * src_col];
@@ -1028,21 +1033,26 @@ static void pack_coef(float *a, const float *coef, long coef_row, long coef_col,
  * padding's sums are thrown away; each real element gets the very
  * operations it gets inside. */
 static void edge_tile(Tile t, float *dst, long ldd, int rows, int cols, const float *a, long a_col,
-                      const float *b, int K) {
+                      const float *b, long b_row, int K) {
     float c[TILE_ROWS_MAX * TILE_COLS] = {0};
     for (int r = 0; r < rows; r++) memcpy(c + r * TILE_COLS, dst + r * ldd, cols * sizeof(float));
-    t.run(c, TILE_COLS, a, a_col, b, K);
+    t.run(c, TILE_COLS, a, a_col, b, b_row, K);
     for (int r = 0; r < rows; r++) memcpy(dst + r * ldd, c + r * TILE_COLS, cols * sizeof(float));
 }
 
-/* dst (R, n), rows ldd apart, += coef (R, K) @ src packed (pack_src): a
- * tile's rows of coef at a time, across every column panel. coef read
+/* dst (R, n), rows ldd apart, += coef (R, K) @ src (K, n), src's columns
+ * [j0, j0 + 16) at src + j0 * src_col, rows src_row apart: packed
+ * (pack_src: src_col K, src_row 16), or a plain matrix read in place
+ * (src_col 1, src_row n; only with n a multiple of 16, or a tile would read
+ * past its rows' end). A tile's rows of coef at a time, across every
+ * column of tiles. coef read
  * down its columns (coef_row 1: dweight's dout) already has a tile's
  * layout, a[r + k * coef_col], and is read in place; otherwise (and for
  * the last rows, fewer than a tile) the rows are packed, a small copy
  * that stays in L1 while it serves every panel. */
 static void accumulate_packed(Tile t, float *dst, long ldd, const float *coef, long coef_row,
-                              long coef_col, const float *packed, int R, int K, int n) {
+                              long coef_col, const float *src, long src_col, long src_row, int R,
+                              int K, int n) {
     float *a = panel_alloc((long)K * t.rows);
     for (int r0 = 0; r0 < R; r0 += t.rows) {
         int rows = R - r0 < t.rows ? R - r0 : t.rows;
@@ -1055,9 +1065,10 @@ static void accumulate_packed(Tile t, float *dst, long ldd, const float *coef, l
         for (int j0 = 0; j0 < n; j0 += TILE_COLS) {
             int cols = n - j0 < TILE_COLS ? n - j0 : TILE_COLS;
             float *c = dst + r0 * ldd + j0;
-            const float *b = packed + (long)j0 * K;
-            if (rows == t.rows && cols == TILE_COLS) t.run(c, ldd, rows_of_coef, a_col, b, K);
-            else edge_tile(t, c, ldd, rows, cols, rows_of_coef, a_col, b, K);
+            const float *b = src + j0 * src_col;
+            if (rows == t.rows && cols == TILE_COLS)
+                t.run(c, ldd, rows_of_coef, a_col, b, src_row, K);
+            else edge_tile(t, c, ldd, rows, cols, rows_of_coef, a_col, b, src_row, K);
         }
     }
     free(a);
@@ -1082,16 +1093,21 @@ static void accumulate_rows(float *dst, const float *coef, long coef_row, long c
 }
 
 /* dst (R, n) += coef (R, K) @ src (K, n), as accumulate_naive defines it,
- * bit for bit: src packed, then tiled, with tile t (accumulate: this
- * CPU's best). */
+ * bit for bit, with tile t (accumulate: this CPU's best): src packed, then
+ * tiled; with one tile's rows, each panel would serve once, so src
+ * is read where it is. */
 static void accumulate_with(Tile t, float *dst, const float *coef, long coef_row, long coef_col,
                             const float *src, int R, int K, int n) {
     if (R < t.rows) {
         accumulate_rows(dst, coef, coef_row, coef_col, src, R, K, n);
         return;
     }
+    if (R == t.rows && n % TILE_COLS == 0) {
+        accumulate_packed(t, dst, n, coef, coef_row, coef_col, src, 1, n, R, K, n);
+        return;
+    }
     float *packed = pack_src(src, n, 1, K, n);
-    accumulate_packed(t, dst, n, coef, coef_row, coef_col, packed, R, K, n);
+    accumulate_packed(t, dst, n, coef, coef_row, coef_col, packed, K, TILE_COLS, R, K, n);
     free(packed);
 }
 static void accumulate(float *dst, const float *coef, long coef_row, long coef_col,
@@ -1145,7 +1161,7 @@ static void cpu_linear_forward(Buf out, int ldo, const void *inp, Buf weight_hel
         for (int b = 1; b < B; b++) memcpy(y + (long)b * O, y, (size_t)O * sizeof(float));
     }
     float *packed = pack_src(weight, 1, I, I, O); /* weight^T (I, O), in panels */
-    accumulate_packed(cpu_tile(), y, ldo, x, I, 1, packed, B, I, O);
+    accumulate_packed(cpu_tile(), y, ldo, x, I, 1, packed, I, TILE_COLS, B, I, O);
     free(packed);
     cpu_result_store(y, out.data, out.dtype, (long)B * ldo);
     cpu_operand_free(x, inp);

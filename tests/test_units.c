@@ -479,7 +479,8 @@ static void test_matmul_inputs16(void) {
  * accumulate_naive is the definition, one sum per element in increasing k.
  * Every fast loop must give the very same bits: the shapes are chosen to
  * reach every edge (fewer rows than a tile, columns not a multiple of the
- * vector, odd K, K = 0) and both ways of reading coef (along its rows, and
+ * vector, odd K, K = 0), every path (rows alone, one tile's rows with src
+ * in place, packed) and both ways of reading coef (along its rows, and
  * down its columns, as dweight reads dout). */
 static int same_bits(const float *a, const float *b, long n) {
     return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
@@ -493,7 +494,8 @@ static float *filled(long n, uint64_t key) {
 static void test_accumulate_bits(void) {
     static const int shapes[][3] = {/* R, K, n */
                                     {1, 1, 1},    {3, 5, 7},    {7, 37, 15}, {16, 16, 16},
-                                    {17, 33, 31}, {33, 70, 47}, {5, 0, 9},   {40, 129, 70}};
+                                    {17, 33, 31}, {33, 70, 47}, {5, 0, 9},   {40, 129, 70},
+                                    {4, 9, 32},   {2, 11, 48}};
     enum { N_SHAPES = sizeof(shapes) / sizeof(shapes[0]) };
     Tile tiles[3];
     int n_tiles = cpu_tiles(tiles);
