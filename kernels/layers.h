@@ -1045,11 +1045,10 @@ static void edge_tile(Tile t, float *dst, long ldd, int rows, int cols, const fl
  * (pack_src: src_col K, src_row 16), or a plain matrix read in place
  * (src_col 1, src_row n; only with n a multiple of 16, or a tile would read
  * past its rows' end). A tile's rows of coef at a time, across every
- * column of tiles. coef read
- * down its columns (coef_row 1: dweight's dout) already has a tile's
- * layout, a[r + k * coef_col], and is read in place; otherwise (and for
- * the last rows, fewer than a tile) the rows are packed, a small copy
- * that stays in L1 while it serves every panel. */
+ * column of tiles. coef read down its columns (coef_row 1: dweight's dout)
+ * already has a tile's layout, a[r + k * coef_col], and is read in place;
+ * otherwise (and for the last rows, fewer than a tile) the rows are
+ * packed, a small copy that stays in L1 while it serves every panel. */
 static void accumulate_packed(Tile t, float *dst, long ldd, const float *coef, long coef_row,
                               long coef_col, const float *src, long src_col, long src_row, int R,
                               int K, int n) {
