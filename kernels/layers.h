@@ -975,9 +975,11 @@ static float *panel_alloc(long floats) {
 }
 
 /* out (16, 16), rows 16 apart, = in^T, in's rows ld apart: packing's
- * transpose, a block at a time. Its bounds are constants, so the compiler
- * makes it a few vector loads, permutes and stores, not 256 single moves. */
-static inline void transpose16(float *out, const float *in, long ld) {
+ * transpose, a block at a time. Its bounds are constants and its operands
+ * cannot overlap (restrict), so the compiler makes it a few vector loads,
+ * permutes and stores, not 256 single moves (without restrict, inlined in
+ * some callers, it did not: forward at 16 rows ran at half the speed). */
+static inline void transpose16(float *restrict out, const float *restrict in, long ld) {
     for (int k = 0; k < 16; k++)
         for (int j = 0; j < 16; j++) out[k * 16 + j] = in[j * ld + k];
 }
