@@ -86,13 +86,34 @@ FSDP_HD static inline const float *attention_vec(const float *qkv, long b, int t
     return qkv + qkv_index(b, t, part, h, T, D, hd);
 }
 
+/* The causal softmax of row t, in place: p[0..t] holds the scaled scores,
+ * and then P, rounded to format d, 0 past t. (Its own function because the
+ * CPU's blocked path below computes the scores another way, then calls
+ * this: the same operations in the same order, so the same bits.) */
+FSDP_HD static inline void attention_softmax(float *p, int t, int T, Dtype d) {
+    float zmax = -INFINITY, sum = 0.0f;
+    for (int s = 0; s <= t; s++) zmax = p[s] > zmax ? p[s] : zmax;
+    for (int s = 0; s <= t; s++) {
+        p[s] = expf(p[s] - zmax);
+        sum += p[s];
+    }
+    for (int s = 0; s < T; s++) p[s] = s <= t ? round_to(p[s] / sum, d) : 0.0f;
+}
+/* ... and its backward, in place: ds[0..t] holds dp, then dscore (format d;
+ * past t untouched). attention_backward_query says why. */
+FSDP_HD static inline void attention_softmax_backward(float *ds, const float *p, int t, Dtype d) {
+    float pdp = 0.0f;
+    for (int s = 0; s <= t; s++) pdp += p[s] * ds[s];
+    for (int s = 0; s <= t; s++) ds[s] = round_to(p[s] * (ds[s] - pdp), d);
+}
+
 /* With 16-bit parameters (d = bf16 or fp16) P is kept in that format, as
  * PyTorch's autocast keeps it: rounded as stored, and used rounded. */
 FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, const float *qkv,
                                                  int T, int D, int H, Dtype d) {
     int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
     long b = r / ((long)T * H);
-    float scale = 1.0f / sqrtf((float)hd), zmax = -INFINITY, sum = 0.0f;
+    float scale = 1.0f / sqrtf((float)hd);
     const float *q = attention_vec(qkv, b, t, 0, h, T, D, hd);
     float *p = att + r * T;
     for (int s = 0; s <= t; s++) {
@@ -100,13 +121,8 @@ FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, c
         float z = 0.0f;
         for (int j = 0; j < hd; j++) z += q[j] * k[j];
         p[s] = z * scale;
-        zmax = p[s] > zmax ? p[s] : zmax;
     }
-    for (int s = 0; s <= t; s++) {
-        p[s] = expf(p[s] - zmax);
-        sum += p[s];
-    }
-    for (int s = 0; s < T; s++) p[s] = s <= t ? round_to(p[s] / sum, d) : 0.0f;
+    attention_softmax(p, t, T, d);
     float *out = y + (b * T + t) * D + (long)h * hd;
     for (int j = 0; j < hd; j++) out[j] = 0.0f;
     for (int s = 0; s <= t; s++) {
@@ -131,7 +147,7 @@ FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *
                                                     Dtype d) {
     int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
     long b = r / ((long)T * H);
-    float scale = 1.0f / sqrtf((float)hd), pdp = 0.0f;
+    float scale = 1.0f / sqrtf((float)hd);
     const float *p = att + r * T, *g = dy + (b * T + t) * D + (long)h * hd;
     float *ds = datt + r * T;
     for (int s = 0; s <= t; s++) {
@@ -139,12 +155,11 @@ FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *
         float dp = 0.0f;
         for (int j = 0; j < hd; j++) dp += g[j] * v[j];
         ds[s] = dp;
-        pdp += p[s] * dp;
     }
+    attention_softmax_backward(ds, p, t, d);
     float *dq = dqkv + (b * T + t) * 3L * D + (long)h * hd;
     for (int j = 0; j < hd; j++) dq[j] = 0.0f;
     for (int s = 0; s <= t; s++) {
-        ds[s] = round_to(p[s] * (ds[s] - pdp), d);
         const float *k = attention_vec(qkv, b, s, 1, h, T, D, hd);
         for (int j = 0; j < hd; j++) dq[j] += ds[s] * k[j] * scale;
     }
