@@ -497,29 +497,254 @@ static void attention_backward(void *dqkv, float *datt, const void *dy, const vo
     attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
 }
 #else
-/* The rows read fp32 slots, the CPU's gemm_dtype; activations held in 16
- * bits as on a GPU (tests/test_units.c) take the GPU's formulation, which
- * reads them as held and gives the rows' values (test_attention16). */
+/* The rows, a row at a time: the definition, which tests/test_units.c
+ * holds the blocked path to, bit for bit */
+static inline void attention_forward_rows(float *y, float *att, const float *qkv, int B, int T,
+                                          int D, int H, Dtype d) {
+    FOR_EACH((long)B * H * T, attention_forward_row, y, att, qkv, T, D, H, d);
+}
+static inline void attention_backward_rows(float *dqkv, float *datt, const float *dy,
+                                           const float *qkv, const float *att, int B, int T,
+                                           int D, int H, Dtype d) {
+    FOR_EACH((long)B * H * T, attention_backward_query, dqkv, datt, dy, qkv, att, T, D, H, d);
+    FOR_EACH((long)B * H * T, attention_backward_key, dqkv, datt, dy, qkv, att, T, D, H, d);
+}
+
+/* ---- the rows' sums, blocked: the CPU's fp32 path ---------------------------
+ * The rows above are the definition; a row at a time, though, every dot
+ * product reloads its operands and runs at a fraction of the CPU's speed.
+ * Here each (sequence, head) computes the same six products at once, as
+ * small matmuls through accumulate (kernels/layers.h), whose register
+ * blocks keep R x n sums on chip:
+ *   scores = Q K^T      y = P V      dP = dY V^T
+ *   dQ = dS K           dK = dS^T Q  dV = P^T dY
+ * and every sum is the rows' sum, term for term in the rows' order, so
+ * every bit is the rows' (tests/test_units.c compares them bit for bit):
+ *  - a dot product over hd (scores, dP) is one element of accumulate's
+ *    dst, summed over j in increasing order from 0, as the rows do;
+ *  - a sum over positions (y, dq: s = 0..t; dk, dv: t = s..T-1) would
+ *    meet, in a block of rows, terms another row of the block does not
+ *    have (the causal triangle). A 0 term is not always harmless (0 x inf
+ *    is NaN), so the block's rows share accumulate for the positions they
+ *    all have (the rectangle), and the triangle is added a row at a time,
+ *    in order: before the rectangle (dk, dv: t from s) or after it (y, dq:
+ *    s up to t). accumulate adds to what dst holds, so the sum goes on;
+ *  - dq and dk multiply every term by the scale, (dscore k) / sqrt(hd),
+ *    which no product c x src gives: accumulate_scaled, below, is
+ *    accumulate with that multiply.
+ * The causal structure saves about half the work: scores and dP are
+ * computed a block of ATT_COLS keys at a time for the queries t that see
+ * them, the sums over positions over s <= t only. The softmaxes are the
+ * rows' own functions. */
+enum { ATT_COLS = 32, ATT_ROWS = 8 };
+
+/* accumulate (kernels/layers.h) with each term (coef x src) x scale, the
+ * two products rounded in that order, as the rows' dq and dk: dst (R, n)
+ * += sum over k in increasing order. Register blocks of SCALED_ROWS x
+ * SCALED_VEC sums, the rest plainly. */
+enum { SCALED_ROWS = 4, SCALED_VEC = 16 }; /* 16: heads of 16 channels are blocked too */
+static void accumulate_scaled_block(float *dst, long ldd, const float *coef, long coef_row,
+                                    long coef_col, const float *src, long lds, int K, float scale) {
+    float acc[SCALED_ROWS][SCALED_VEC];
+    for (int r = 0; r < SCALED_ROWS; r++)
+        for (int j = 0; j < SCALED_VEC; j++) acc[r][j] = dst[r * ldd + j];
+    for (int k = 0; k < K; k++) {
+        const float *s = src + (long)k * lds;
+        for (int r = 0; r < SCALED_ROWS; r++) {
+            float c = coef[r * coef_row + (long)k * coef_col];
+            for (int j = 0; j < SCALED_VEC; j++) acc[r][j] += c * s[j] * scale;
+        }
+    }
+    for (int r = 0; r < SCALED_ROWS; r++)
+        for (int j = 0; j < SCALED_VEC; j++) dst[r * ldd + j] = acc[r][j];
+}
+/* rows [r0, r1), columns [i0, n), plainly */
+static void accumulate_scaled_rest(float *dst, const float *coef, long coef_row, long coef_col,
+                                   const float *src, int K, int n, int r0, int r1, int i0,
+                                   float scale) {
+    for (int r = r0; r < r1; r++)
+        for (int k = 0; k < K; k++) {
+            float c = coef[r * coef_row + (long)k * coef_col], *t = dst + (long)r * n;
+            const float *s = src + (long)k * n;
+            for (int j = i0; j < n; j++) t[j] += c * s[j] * scale;
+        }
+}
+static void accumulate_scaled(float *dst, const float *coef, long coef_row, long coef_col,
+                              const float *src, int R, int K, int n, float scale) {
+    int r = 0;
+    for (; r + SCALED_ROWS <= R; r += SCALED_ROWS) {
+        int i = 0;
+        for (; i + SCALED_VEC <= n; i += SCALED_VEC)
+            accumulate_scaled_block(dst + (long)r * n + i, n, coef + r * coef_row, coef_row,
+                                    coef_col, src + i, n, K, scale);
+        accumulate_scaled_rest(dst, coef, coef_row, coef_col, src, K, n, r, r + SCALED_ROWS, i,
+                               scale);
+    }
+    accumulate_scaled_rest(dst, coef, coef_row, coef_col, src, K, n, r, R, 0, scale);
+}
+
+/* x's T rows of hd values, ld apart (a head's q, k, v or dy), packed
+ * (T, hd): the src of a sum over positions */
+static void head_pack_rows(float *out, const float *x, long ld, int T, int hd) {
+    for (int t = 0; t < T; t++) memcpy(out + (long)t * hd, x + t * ld, (size_t)hd * sizeof(float));
+}
+/* ... and transposed, a block of ATT_COLS positions at a time: block s0
+ * is the (hd, n) matrix at out + s0 hd, n = min(ATT_COLS, T - s0) */
+static void head_pack_cols(float *out, const float *x, long ld, int T, int hd) {
+    for (int s0 = 0; s0 < T; s0 += ATT_COLS) {
+        int n = T - s0 < ATT_COLS ? T - s0 : ATT_COLS;
+        for (int j = 0; j < hd; j++)
+            for (int w = 0; w < n; w++) out[(long)s0 * hd + j * n + w] = x[(s0 + w) * ld + j];
+    }
+}
+/* out[t][s] (rows T apart) = (x_t . y_s) scale for s <= t, nothing else
+ * written: x's rows ld apart, y packed by head_pack_cols; z is scratch
+ * for T x ATT_COLS sums. The queries t >= s0 meet block s0's keys. (scale
+ * 1 leaves the sum as it is: dP.) */
+static void head_dots(float *out, const float *x, long ld, const float *yt, float *z, int T, int hd,
+                      float scale) {
+    for (int s0 = 0; s0 < T; s0 += ATT_COLS) {
+        int n = T - s0 < ATT_COLS ? T - s0 : ATT_COLS, R = T - s0;
+        memset(z, 0, (size_t)R * n * sizeof(float));
+        accumulate(z, x + s0 * ld, ld, 1, yt + (long)s0 * hd, R, hd, n);
+        for (int t = s0; t < T; t++)
+            for (int s = s0; s < s0 + n && s <= t; s++)
+                out[(long)t * T + s] = z[(long)(t - s0) * n + s - s0] * scale;
+    }
+}
+/* o_t = sum_{s = 0..t} c_ts v_s (T, hd), c's rows T apart (P or dS), v
+ * packed; scaled: each term (c_ts v_s) scale, as dq */
+static void head_prefix_sums(float *o, const float *c, const float *v, int T, int hd, int scaled,
+                             float scale) {
+    memset(o, 0, (size_t)T * hd * sizeof(float));
+    for (int t0 = 0; t0 < T; t0 += ATT_ROWS) {
+        int R = T - t0 < ATT_ROWS ? T - t0 : ATT_ROWS;
+        const float *ct = c + (long)t0 * T;
+        float *ot = o + (long)t0 * hd;
+        if (t0 && scaled) accumulate_scaled(ot, ct, T, 1, v, R, t0, hd, scale); /* s < t0 */
+        else if (t0) accumulate(ot, ct, T, 1, v, R, t0, hd);
+        for (int t = t0; t < t0 + R; t++) /* then s = t0..t */
+            for (int s = t0; s <= t; s++) {
+                float cts = c[(long)t * T + s], *out = o + (long)t * hd;
+                const float *vs = v + (long)s * hd;
+                if (scaled)
+                    for (int j = 0; j < hd; j++) out[j] += cts * vs[j] * scale;
+                else
+                    for (int j = 0; j < hd; j++) out[j] += cts * vs[j];
+            }
+    }
+}
+/* o_s = sum_{t = s..T-1} c_ts x_t (T, hd): c's rows T apart (P or dS,
+ * read down a column), x packed; scaled as head_prefix_sums */
+static void head_suffix_sums(float *o, const float *c, const float *x, int T, int hd, int scaled,
+                             float scale) {
+    memset(o, 0, (size_t)T * hd * sizeof(float));
+    for (int s0 = 0; s0 < T; s0 += ATT_ROWS) {
+        int R = T - s0 < ATT_ROWS ? T - s0 : ATT_ROWS, e = s0 + R;
+        for (int s = s0; s < e; s++) /* t = s..e-1 first */
+            for (int t = s; t < e; t++) {
+                float cts = c[(long)t * T + s], *out = o + (long)s * hd;
+                const float *xt = x + (long)t * hd;
+                if (scaled)
+                    for (int j = 0; j < hd; j++) out[j] += cts * xt[j] * scale;
+                else
+                    for (int j = 0; j < hd; j++) out[j] += cts * xt[j];
+            }
+        if (e == T) continue; /* then t >= e, the block's rectangle */
+        const float *ce = c + (long)e * T + s0, *xe = x + (long)e * hd;
+        float *os = o + (long)s0 * hd;
+        if (scaled) accumulate_scaled(os, ce, 1, T, xe, R, T - e, hd, scale);
+        else accumulate(os, ce, 1, T, xe, R, T - e, hd);
+    }
+}
+/* o (T, hd) rounded to d into a head's columns of out, rows ld apart */
+static void head_store(float *out, long ld, const float *o, int T, int hd, Dtype d) {
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < hd; j++) out[t * ld + j] = round_to(o[(long)t * hd + j], d);
+}
+
+/* The scratch of one head: three (T, hd) operands packed, a (T, hd) sum,
+ * and T x ATT_COLS scores. In host memory outside the ledger, as
+ * cpu_linear_forward's panel (kernels/layers.h). */
+static float *head_scratch(int T, int hd, float **a, float **b, float **c, float **o, float **z) {
+    long n = (long)T * hd;
+    float *w = (float *)host_malloc((size_t)(4 * n + (long)T * ATT_COLS) * sizeof(float),
+                                    "hold a head's packed operands");
+    *a = w, *b = w + n, *c = w + 2 * n, *o = w + 3 * n, *z = w + 4 * n;
+    return w;
+}
+
+/* attention_forward_row's y and att, a head at a time */
+static void attention_forward_heads(float *y, float *att, const float *qkv, int B, int T, int D,
+                                    int H, Dtype d) {
+    int hd = D / H;
+    long ld = 3L * D;
+    float scale = 1.0f / sqrtf((float)hd), *kt, *vp, *unused, *o, *z;
+    float *w = head_scratch(T, hd, &kt, &vp, &unused, &o, &z);
+    for (long b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + qkv_index(b, 0, 0, h, T, D, hd);
+            float *p = att + (b * H + h) * T * (long)T;
+            head_pack_cols(kt, q + D, ld, T, hd);
+            head_dots(p, q, ld, kt, z, T, hd, scale); /* p[s] = (q_t . k_s) scale */
+            for (int t = 0; t < T; t++) attention_softmax(p + (long)t * T, t, T, d);
+            head_pack_rows(vp, q + 2 * D, ld, T, hd);
+            head_prefix_sums(o, p, vp, T, hd, 0, 1.0f); /* y_t = sum_s p_ts v_s */
+            head_store(y + b * T * D + (long)h * hd, D, o, T, hd, d);
+        }
+    free(w);
+}
+/* attention_backward_query's and _key's dqkv and datt, a head at a time */
+static void attention_backward_heads(float *dqkv, float *datt, const float *dy, const float *qkv,
+                                     const float *att, int B, int T, int D, int H, Dtype d) {
+    int hd = D / H;
+    long ld = 3L * D;
+    float scale = 1.0f / sqrtf((float)hd), *x1, *x2, *x3, *o, *z;
+    float *w = head_scratch(T, hd, &x1, &x2, &x3, &o, &z);
+    for (long b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            long r0 = (b * H + h) * T, i = qkv_index(b, 0, 0, h, T, D, hd);
+            const float *q = qkv + i, *p = att + r0 * T, *g = dy + b * T * D + (long)h * hd;
+            float *ds = datt + r0 * T;
+            head_pack_cols(x1, q + 2 * D, ld, T, hd); /* v's, transposed */
+            head_dots(ds, g, D, x1, z, T, hd, 1.0f);  /* dp_ts = dy_t . v_s */
+            for (int t = 0; t < T; t++) attention_softmax_backward(ds + (long)t * T, p + (long)t * T, t, d);
+            head_pack_rows(x1, q + D, ld, T, hd);
+            head_prefix_sums(o, ds, x1, T, hd, 1, scale); /* dq_t = sum_s dscore_ts k_s scale */
+            head_store(dqkv + i, ld, o, T, hd, d);
+            head_pack_rows(x2, q, ld, T, hd);
+            head_suffix_sums(o, ds, x2, T, hd, 1, scale); /* dk_s = sum_t dscore_ts q_t scale */
+            head_store(dqkv + i + D, ld, o, T, hd, d);
+            head_pack_rows(x3, g, D, T, hd);
+            head_suffix_sums(o, p, x3, T, hd, 0, 1.0f); /* dv_s = sum_t p_ts dy_t */
+            head_store(dqkv + i + 2 * D, ld, o, T, hd, d);
+        }
+    free(w);
+}
+
+/* The rows' sums (blocked, above) read fp32 slots, the CPU's gemm_dtype;
+ * activations held in 16 bits as on a GPU (tests/test_units.c) take the
+ * GPU's formulation, which reads them as held and gives the rows' values
+ * (test_attention16). */
 static void attention_forward(void *y, float *att, const void *qkv, int B, int T, int D, int H,
                               Dtype d) {
+    if (backend.dry) return; /* --plan */
     if (backend.gemm_dtype != DTYPE_FP32) {
         attention_forward_gemm(y, att, qkv, B, T, D, H, d);
         return;
     }
-    FOR_EACH((long)B * H * T, attention_forward_row, (float *)y, att, (const float *)qkv, T, D, H,
-             d);
+    attention_forward_heads((float *)y, att, (const float *)qkv, B, T, D, H, d);
 }
 /* dqkv (B, T, 3D) = the gradient of q, k, v; datt (B, H, T, T) is scratch */
 static void attention_backward(void *dqkv, float *datt, const void *dy, const void *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
+    if (backend.dry) return; /* --plan */
     if (backend.gemm_dtype != DTYPE_FP32) {
         attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
         return;
     }
-    float *g = (float *)dqkv;
-    const float *x = (const float *)qkv, *gy = (const float *)dy;
-    FOR_EACH((long)B * H * T, attention_backward_query, g, datt, gy, x, att, T, D, H, d);
-    FOR_EACH((long)B * H * T, attention_backward_key, g, datt, gy, x, att, T, D, H, d);
+    attention_backward_heads((float *)dqkv, datt, (const float *)dy, (const float *)qkv, att, B,
+                             T, D, H, d);
 }
 #endif
 
