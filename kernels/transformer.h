@@ -542,7 +542,9 @@ enum { ATT_COLS = 32, ATT_ROWS = 8 };
  * two products rounded in that order, as the rows' dq and dk: dst (R, n)
  * += sum over k in increasing order. Register blocks of SCALED_ROWS x
  * SCALED_VEC sums, the rest plainly. */
-enum { SCALED_ROWS = 4, SCALED_VEC = 16 }; /* 16: heads of 16 channels are blocked too */
+/* (32 wide, as accumulate's blocks: 16 wide, GCC 12 vectorised a block
+ * across its 4 rows, shuffling, and ran it slower than the rows did) */
+enum { SCALED_ROWS = 4, SCALED_VEC = 32 };
 static void accumulate_scaled_block(float *dst, long ldd, const float *coef, long coef_row,
                                     long coef_col, const float *src, long lds, int K, float scale) {
     float acc[SCALED_ROWS][SCALED_VEC];
@@ -619,10 +621,10 @@ static void head_prefix_sums(float *o, const float *c, const float *v, int T, in
     memset(o, 0, (size_t)T * hd * sizeof(float));
     for (int t0 = 0; t0 < T; t0 += ATT_ROWS) {
         int R = T - t0 < ATT_ROWS ? T - t0 : ATT_ROWS;
-        const float *ct = c + (long)t0 * T;
-        float *ot = o + (long)t0 * hd;
-        if (t0 && scaled) accumulate_scaled(ot, ct, T, 1, v, R, t0, hd, scale); /* s < t0 */
-        else if (t0) accumulate(ot, ct, T, 1, v, R, t0, hd);
+        const float *c0 = c + (long)t0 * T;
+        float *o0 = o + (long)t0 * hd;
+        if (t0 && scaled) accumulate_scaled(o0, c0, T, 1, v, R, t0, hd, scale); /* s < t0 */
+        else if (t0) accumulate(o0, c0, T, 1, v, R, t0, hd);
         for (int t = t0; t < t0 + R; t++) /* then s = t0..t */
             for (int s = t0; s <= t; s++) {
                 float cts = c[(long)t * T + s], *out = o + (long)t * hd;
@@ -634,8 +636,9 @@ static void head_prefix_sums(float *o, const float *c, const float *v, int T, in
             }
     }
 }
-/* o_s = sum_{t = s..T-1} c_ts x_t (T, hd): c's rows T apart (P or dS,
- * read down a column), x packed; scaled as head_prefix_sums */
+/* o_s = sum_{t = s..T-1} c_ts x_t (T, hd): c's rows T apart (P or dS),
+ * read down a column (coef_row 1, as matmul_backward's weight gradient
+ * reads its coefficients), x packed; scaled as head_prefix_sums */
 static void head_suffix_sums(float *o, const float *c, const float *x, int T, int hd, int scaled,
                              float scale) {
     memset(o, 0, (size_t)T * hd * sizeof(float));
@@ -663,7 +666,7 @@ static void head_store(float *out, long ld, const float *o, int T, int hd, Dtype
         for (int j = 0; j < hd; j++) out[t * ld + j] = round_to(o[(long)t * hd + j], d);
 }
 
-/* The scratch of one head: three (T, hd) operands packed, a (T, hd) sum,
+/* The scratch of one head: three (T, hd) operands packed, a (T, hd) sum
  * and T x ATT_COLS scores. In host memory outside the ledger, as
  * cpu_linear_forward's panel (kernels/layers.h). */
 static float *head_scratch(int T, int hd, float **a, float **b, float **c, float **o, float **z) {
