@@ -588,8 +588,7 @@ static void accumulate_scaled(float *dst, const float *coef, long coef_row, long
 /* x's T rows of hd values, ld apart (a head's q, k, v or dy), packed
  * (T, hd): the src of a sum over positions */
 static void head_pack_rows(float *out, const float *x, long ld, int T, int hd) {
-    for (int t = 0; t < T; t++) /* a loop, not memcpy: a call for hd values cost more */
-        for (int j = 0; j < hd; j++) out[(long)t * hd + j] = x[t * ld + j];
+    for (int t = 0; t < T; t++) memcpy(out + (long)t * hd, x + t * ld, (size_t)hd * sizeof(float));
 }
 /* ... and transposed, a block of ATT_COLS positions at a time: block s0
  * is the (hd, n) matrix at out + s0 hd, n = min(ATT_COLS, T - s0) */
