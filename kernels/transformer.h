@@ -264,7 +264,8 @@ static int linear_backward_dgelu_tanh(const Linear *l, void *dpre, const void *d
  * per head) for each of the B sequences, which cuBLAS runs as strided
  * batched GEMMs; between them, a warp a row computes the causal softmax
  * and its backward (causal_softmax). The same mathematics as the rows
- * above, the sums in another order. The CPU build trains with the rows; it
+ * above, the sums in another order. The CPU build trains with the rows'
+ * sums (a head at a time, blocked: attention_forward_heads, below); it
  * compiles this formulation too, with heads_gemm as plain loops and the
  * softmaxes a row per FOR_EACH element, so that tests/test_units.c checks
  * its index arithmetic against the rows on any machine (the GPU build
@@ -413,8 +414,8 @@ static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, c
 
 /* y (B, T, D), c_proj's input, from qkv (B, T, 3D), c_attn's output (both
  * matmuls' inputs: held in gemm_dtype); P into att (B, H, T, T), format d.
- * (inline: the CPU program trains with the rows; tests/test_units.c calls
- * these) */
+ * (inline: the CPU program trains with the rows' sums; tests/test_units.c
+ * calls these) */
 static inline void attention_forward_gemm(void *y, void *att, const void *qkv, int B, int T,
                                           int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
@@ -481,10 +482,11 @@ static inline void attention_backward_gemm(void *dqkv, float *datt, const void *
     if (held != d) FOR_EACH((long)B * T * ld, round_one, (float *)dqkv, d); /* the CPU's slots */
 }
 
-/* attention_forward, attention_backward: the GEMMs on a GPU, the rows on
- * the CPU. att (B, H, T, T) holds P: in fp32, or with 16-bit parameters
- * (d) rounded to format d on the CPU and packed in 16 bits on a GPU; y
- * is c_proj's input, held so too (a matmul's input, kernels/layers.h). */
+/* attention_forward, attention_backward: the GEMMs on a GPU, the rows'
+ * sums on the CPU (a head at a time, blocked). att (B, H, T, T) holds P:
+ * in fp32, or with 16-bit parameters (d) rounded to format d on the CPU
+ * and packed in 16 bits on a GPU; y is c_proj's input, held so too (a
+ * matmul's input, kernels/layers.h). */
 #ifdef __CUDACC__
 static void attention_forward(void *y, float *att, const void *qkv, int B, int T, int D, int H,
                               Dtype d) {
@@ -711,7 +713,7 @@ static void attention_backward_heads(float *dqkv, float *datt, const float *dy, 
             float *ds = datt + r0 * T;
             head_pack_cols(x1, q + 2 * D, ld, T, hd); /* v's, transposed */
             head_dots(ds, g, D, x1, z, T, hd, 1.0f);  /* dp_ts = dy_t . v_s */
-            for (int t = 0; t < T; t++) attention_softmax_backward(ds + (long)t * T, p + (long)t * T, t, d);
+            for (long t = 0; t < T; t++) attention_softmax_backward(ds + t * T, p + t * T, t, d);
             head_pack_rows(x1, q + D, ld, T, hd);
             head_prefix_sums(o, ds, x1, T, hd, 1, scale); /* dq_t = sum_s dscore_ts k_s scale */
             head_store(dqkv + i, ld, o, T, hd, d);

@@ -380,7 +380,7 @@ static void test_attention_heads(void) {
                          " B%d T%d D%d H%d differs;", c[0], c[1], c[2], c[3]);
         }
         char what[96];
-        snprintf(what, sizeof(what), "attention by heads == by rows, bits, P in %s", DTYPE_NAMES[d]);
+        snprintf(what, sizeof(what), "attention by heads == rows, bits, P %s", DTYPE_NAMES[d]);
         check(ok == n, what, "y, P, dqkv, dS: %d of %d shapes identical%s", ok, n, which);
     }
 }
