@@ -616,50 +616,106 @@ static void head_dots(float *out, const float *x, long ld, const float *yt, floa
                 out[(long)t * T + s] = z[(long)(t - s0) * n + s - s0] * scale;
     }
 }
-/* o_t = sum_{s = 0..t} c_ts v_s (T, hd), c's rows T apart (P or dS), v
- * packed; scaled: each term (c_ts v_s) scale, as dq */
+/* The sums over positions, in the rows' order. o_t += sum_{s = t0..t}
+ * c_ts v_s for t in [t0, t1): the triangle of a block of queries, after
+ * the rectangle s < t0. c's rows T apart (P or dS), v packed (T, hd);
+ * scaled: each term (c_ts v_s) scale, as dq and dk. */
+static void head_prefix_triangle(float *o, const float *c, const float *v, int T, int hd, int t0,
+                                 int t1, int scaled, float scale) {
+    for (int t = t0; t < t1; t++)
+        for (int s = t0; s <= t; s++) {
+            float cts = c[(long)t * T + s], *out = o + (long)t * hd;
+            const float *vs = v + (long)s * hd;
+            if (scaled)
+                for (int j = 0; j < hd; j++) out[j] += cts * vs[j] * scale;
+            else
+                for (int j = 0; j < hd; j++) out[j] += cts * vs[j];
+        }
+}
+/* o_s += sum_{t = s..e-1} c_ts x_t for s in [s0, e): the triangle of a
+ * block of keys, before the rectangle t >= e */
+static void head_suffix_triangle(float *o, const float *c, const float *x, int T, int hd, int s0,
+                                 int e, int scaled, float scale) {
+    for (int s = s0; s < e; s++)
+        for (int t = s; t < e; t++) {
+            float cts = c[(long)t * T + s], *out = o + (long)s * hd;
+            const float *xt = x + (long)t * hd;
+            if (scaled)
+                for (int j = 0; j < hd; j++) out[j] += cts * xt[j] * scale;
+            else
+                for (int j = 0; j < hd; j++) out[j] += cts * xt[j];
+        }
+}
+/* dst (R, n) += coef (R, K) @ src (K, n), each term scaled or not */
+static void head_accumulate(float *dst, const float *coef, long coef_row, long coef_col,
+                            const float *src, int R, int K, int n, int scaled, float scale) {
+    if (K <= 0) return;
+    if (scaled) accumulate_scaled(dst, coef, coef_row, coef_col, src, R, K, n, scale);
+    else accumulate(dst, coef, coef_row, coef_col, src, R, K, n);
+}
+
+/* Heads narrower than ATT_WIDE channels would leave accumulate's blocks
+ * (32 sums wide) idle: n = hd. They take the rectangles transposed, o^T
+ * (hd, n) = v^T c^T over a block of n = ATT_COLS positions, the block's
+ * coefficients packed into cb (T x ATT_COLS) and its sums into ob (hd x
+ * ATT_COLS). Each term is v c where the rows have c v: the same product
+ * (only two NaN operands, whose payload x86 takes from the first, could
+ * tell them apart, and the sum is NaN either way). */
+enum { ATT_WIDE = 32 };
+/* o's rows [t0, t0 + n) to ob transposed (to = 1), or back (to = 0) */
+static void head_block_transpose(float *o, float *ob, int hd, int t0, int n, int to) {
+    for (int w = 0; w < n; w++)
+        for (int j = 0; j < hd; j++) {
+            float *x = o + (long)(t0 + w) * hd + j, *xt = ob + (long)j * n + w;
+            if (to) *xt = *x;
+            else *x = *xt;
+        }
+}
+
+/* o_t = sum_{s = 0..t} c_ts v_s (T, hd): c's rows T apart (P or dS), v
+ * packed; scaled: each term (c_ts v_s) scale, as dq. Queries a block at a
+ * time: the positions they all see (s < t0), then each its triangle. */
 static void head_prefix_sums(float *o, const float *c, const float *v, int T, int hd, int scaled,
-                             float scale) {
+                             float scale, float *cb, float *ob) {
     memset(o, 0, (size_t)T * hd * sizeof(float));
-    for (int t0 = 0; t0 < T; t0 += ATT_ROWS) {
-        int R = T - t0 < ATT_ROWS ? T - t0 : ATT_ROWS;
-        const float *c0 = c + (long)t0 * T;
-        float *o0 = o + (long)t0 * hd;
-        if (t0 && scaled) accumulate_scaled(o0, c0, T, 1, v, R, t0, hd, scale); /* s < t0 */
-        else if (t0) accumulate(o0, c0, T, 1, v, R, t0, hd);
-        for (int t = t0; t < t0 + R; t++) /* then s = t0..t */
-            for (int s = t0; s <= t; s++) {
-                float cts = c[(long)t * T + s], *out = o + (long)t * hd;
-                const float *vs = v + (long)s * hd;
-                if (scaled)
-                    for (int j = 0; j < hd; j++) out[j] += cts * vs[j] * scale;
-                else
-                    for (int j = 0; j < hd; j++) out[j] += cts * vs[j];
-            }
+    int wide = hd >= ATT_WIDE, step = wide ? ATT_ROWS : ATT_COLS;
+    for (int t0 = 0; t0 < T; t0 += step) {
+        int n = T - t0 < step ? T - t0 : step;
+        if (wide) /* s < t0: rows [t0, t0 + n) of c times v */
+            head_accumulate(o + (long)t0 * hd, c + (long)t0 * T, T, 1, v, n, t0, hd, scaled,
+                            scale);
+        else if (t0) { /* the same transposed: v^T times (the rows' first t0 columns)^T */
+            for (int s = 0; s < t0; s++)
+                for (int w = 0; w < n; w++) cb[(long)s * n + w] = c[(long)(t0 + w) * T + s];
+            memset(ob, 0, (size_t)hd * n * sizeof(float));
+            head_accumulate(ob, v, 1, hd, cb, hd, t0, n, scaled, scale);
+            head_block_transpose(o, ob, hd, t0, n, 0);
+        }
+        head_prefix_triangle(o, c, v, T, hd, t0, t0 + n, scaled, scale); /* then s = t0..t */
     }
 }
-/* o_s = sum_{t = s..T-1} c_ts x_t (T, hd): c's rows T apart (P or dS),
- * read down a column (coef_row 1, as matmul_backward's weight gradient
- * reads its coefficients), x packed; scaled as head_prefix_sums */
+/* o_s = sum_{t = s..T-1} c_ts x_t (T, hd), as head_prefix_sums: keys a
+ * block at a time, each its triangle, then the queries t >= e that all
+ * see them. c read down a column (coef_row 1, as matmul_backward's weight
+ * gradient reads its coefficients). */
 static void head_suffix_sums(float *o, const float *c, const float *x, int T, int hd, int scaled,
-                             float scale) {
+                             float scale, float *cb, float *ob) {
     memset(o, 0, (size_t)T * hd * sizeof(float));
-    for (int s0 = 0; s0 < T; s0 += ATT_ROWS) {
-        int R = T - s0 < ATT_ROWS ? T - s0 : ATT_ROWS, e = s0 + R;
-        for (int s = s0; s < e; s++) /* t = s..e-1 first */
-            for (int t = s; t < e; t++) {
-                float cts = c[(long)t * T + s], *out = o + (long)s * hd;
-                const float *xt = x + (long)t * hd;
-                if (scaled)
-                    for (int j = 0; j < hd; j++) out[j] += cts * xt[j] * scale;
-                else
-                    for (int j = 0; j < hd; j++) out[j] += cts * xt[j];
-            }
+    int wide = hd >= ATT_WIDE, step = wide ? ATT_ROWS : ATT_COLS;
+    for (int s0 = 0; s0 < T; s0 += step) {
+        int n = T - s0 < step ? T - s0 : step, e = s0 + n;
+        head_suffix_triangle(o, c, x, T, hd, s0, e, scaled, scale); /* t = s..e-1 first */
         if (e == T) continue; /* then t >= e, the block's rectangle */
-        const float *ce = c + (long)e * T + s0, *xe = x + (long)e * hd;
-        float *os = o + (long)s0 * hd;
-        if (scaled) accumulate_scaled(os, ce, 1, T, xe, R, T - e, hd, scale);
-        else accumulate(os, ce, 1, T, xe, R, T - e, hd);
+        if (wide) {
+            head_accumulate(o + (long)s0 * hd, c + (long)e * T + s0, 1, T, x + (long)e * hd, n,
+                            T - e, hd, scaled, scale);
+            continue;
+        }
+        for (int t = e; t < T; t++) /* transposed: x^T times the columns' rows */
+            memcpy(cb + (long)(t - e) * n, c + (long)t * T + s0, (size_t)n * sizeof(float));
+        head_block_transpose(o, ob, hd, s0, n, 1);
+        head_accumulate(ob, x + (long)e * hd, 1, hd, cb, hd, T - e, n, scaled, scale);
+        head_block_transpose(o, ob, hd, s0, n, 0);
     }
 }
 /* o (T, hd) rounded to d into a head's columns of out, rows ld apart */
@@ -668,14 +724,16 @@ static void head_store(float *out, long ld, const float *o, int T, int hd, Dtype
         for (int j = 0; j < hd; j++) out[t * ld + j] = round_to(o[(long)t * hd + j], d);
 }
 
-/* The scratch of one head: three (T, hd) operands packed, a (T, hd) sum
- * and T x ATT_COLS scores. In host memory outside the ledger, as
- * cpu_linear_forward's panel (kernels/layers.h). */
-static float *head_scratch(int T, int hd, float **a, float **b, float **c, float **o, float **z) {
-    long n = (long)T * hd;
-    float *w = (float *)host_malloc((size_t)(4 * n + (long)T * ATT_COLS) * sizeof(float),
+/* The scratch of one head: three (T, hd) operands packed, a (T, hd) sum,
+ * T x ATT_COLS scores (or coefficients) and hd x ATT_COLS sums. In host
+ * memory outside the ledger, as cpu_linear_forward's panel
+ * (kernels/layers.h). */
+static float *head_scratch(int T, int hd, float **a, float **b, float **c, float **o, float **z,
+                           float **ob) {
+    long n = (long)T * hd, nz = (long)T * ATT_COLS;
+    float *w = (float *)host_malloc((size_t)(4 * n + nz + (long)hd * ATT_COLS) * sizeof(float),
                                     "hold a head's packed operands");
-    *a = w, *b = w + n, *c = w + 2 * n, *o = w + 3 * n, *z = w + 4 * n;
+    *a = w, *b = w + n, *c = w + 2 * n, *o = w + 3 * n, *z = w + 4 * n, *ob = *z + nz;
     return w;
 }
 
@@ -684,8 +742,8 @@ static void attention_forward_heads(float *y, float *att, const float *qkv, int 
                                     int H, Dtype d) {
     int hd = D / H;
     long ld = 3L * D;
-    float scale = 1.0f / sqrtf((float)hd), *kt, *vp, *unused, *o, *z;
-    float *w = head_scratch(T, hd, &kt, &vp, &unused, &o, &z);
+    float scale = 1.0f / sqrtf((float)hd), *kt, *vp, *unused, *o, *z, *ob;
+    float *w = head_scratch(T, hd, &kt, &vp, &unused, &o, &z, &ob);
     for (long b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             const float *q = qkv + qkv_index(b, 0, 0, h, T, D, hd);
@@ -694,7 +752,7 @@ static void attention_forward_heads(float *y, float *att, const float *qkv, int 
             head_dots(p, q, ld, kt, z, T, hd, scale); /* p[s] = (q_t . k_s) scale */
             for (int t = 0; t < T; t++) attention_softmax(p + (long)t * T, t, T, d);
             head_pack_rows(vp, q + 2 * D, ld, T, hd);
-            head_prefix_sums(o, p, vp, T, hd, 0, 1.0f); /* y_t = sum_s p_ts v_s */
+            head_prefix_sums(o, p, vp, T, hd, 0, 1.0f, z, ob); /* y_t = sum_s p_ts v_s */
             head_store(y + b * T * D + (long)h * hd, D, o, T, hd, d);
         }
     free(w);
@@ -704,8 +762,8 @@ static void attention_backward_heads(float *dqkv, float *datt, const float *dy, 
                                      const float *att, int B, int T, int D, int H, Dtype d) {
     int hd = D / H;
     long ld = 3L * D;
-    float scale = 1.0f / sqrtf((float)hd), *x1, *x2, *x3, *o, *z;
-    float *w = head_scratch(T, hd, &x1, &x2, &x3, &o, &z);
+    float scale = 1.0f / sqrtf((float)hd), *x1, *x2, *x3, *o, *z, *ob;
+    float *w = head_scratch(T, hd, &x1, &x2, &x3, &o, &z, &ob);
     for (long b = 0; b < B; b++)
         for (int h = 0; h < H; h++) {
             long r0 = (b * H + h) * T, i = qkv_index(b, 0, 0, h, T, D, hd);
@@ -715,13 +773,13 @@ static void attention_backward_heads(float *dqkv, float *datt, const float *dy, 
             head_dots(ds, g, D, x1, z, T, hd, 1.0f);  /* dp_ts = dy_t . v_s */
             for (long t = 0; t < T; t++) attention_softmax_backward(ds + t * T, p + t * T, t, d);
             head_pack_rows(x1, q + D, ld, T, hd);
-            head_prefix_sums(o, ds, x1, T, hd, 1, scale); /* dq_t = sum_s dscore_ts k_s scale */
+            head_prefix_sums(o, ds, x1, T, hd, 1, scale, z, ob); /* dq_t = sum_s dscore_ts k_s scale */
             head_store(dqkv + i, ld, o, T, hd, d);
             head_pack_rows(x2, q, ld, T, hd);
-            head_suffix_sums(o, ds, x2, T, hd, 1, scale); /* dk_s = sum_t dscore_ts q_t scale */
+            head_suffix_sums(o, ds, x2, T, hd, 1, scale, z, ob); /* dk_s = sum_t dscore_ts q_t scale */
             head_store(dqkv + i + D, ld, o, T, hd, d);
             head_pack_rows(x3, g, D, T, hd);
-            head_suffix_sums(o, p, x3, T, hd, 0, 1.0f); /* dv_s = sum_t p_ts dy_t */
+            head_suffix_sums(o, p, x3, T, hd, 0, 1.0f, z, ob); /* dv_s = sum_t p_ts dy_t */
             head_store(dqkv + i + 2 * D, ld, o, T, hd, d);
         }
     free(w);

@@ -340,8 +340,9 @@ static void test_attention16(void) {
  * P and dS rounded to bf16 too (--param-dtype bf16 on the CPU). Shapes
  * that reach every edge: T = 1, T not a multiple of the key blocks
  * (ATT_COLS) or of the row blocks (ATT_ROWS), T past one key block, one
- * head and three, heads of 2, 20, 32 (the kernels' full width) and 36
- * channels, B = 2. Exact equality, not a tolerance: the fast path adds
+ * head and three, heads of 2, 8, 16 and 20 channels (narrower than the
+ * kernels' blocks: the transposed path), 32 (their full width) and 36,
+ * B = 2. Exact equality, not a tolerance: the fast path adds
  * the rows' terms in the rows' order. */
 static int attention_heads_case(int B, int T, int D, int H, Dtype d) {
     long nq = (long)B * T * 3 * D, ny = (long)B * T * D, na = (long)B * H * T * T;
@@ -364,13 +365,13 @@ static int attention_heads_case(int B, int T, int D, int H, Dtype d) {
     return same;
 }
 static void test_attention_heads(void) {
-    static const int shapes[][4] = {{2, 7, 6, 3}, {1, 1, 20, 1}, {2, 37, 60, 3},
-                                    {1, 70, 36, 1}, {2, 64, 64, 2}, {1, 9, 96, 3}};
+    static const int shapes[][4] = {{2, 7, 6, 3},  {1, 1, 20, 1},  {2, 37, 60, 3}, {1, 70, 36, 1},
+                                    {2, 64, 64, 2}, {1, 9, 96, 3}, {2, 70, 32, 2}, {1, 33, 24, 3}};
     int n = (int)(sizeof(shapes) / sizeof(shapes[0]));
     for (int k = 0; k < 2; k++) {
         Dtype d = k ? DTYPE_BF16 : DTYPE_FP32;
         int ok = 0;
-        char which[160] = "";
+        char which[256] = "";
         for (int i = 0; i < n; i++) {
             const int *c = shapes[i];
             int same = attention_heads_case(c[0], c[1], c[2], c[3], d);
