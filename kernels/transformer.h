@@ -543,9 +543,9 @@ enum { ATT_COLS = 32, ATT_ROWS = 8 };
 /* accumulate (kernels/layers.h) with each term (coef x src) x scale, the
  * two products rounded in that order, as the rows' dq and dk: dst (R, n)
  * += sum over k in increasing order. Register blocks of SCALED_ROWS x
- * SCALED_VEC sums, the rest plainly. */
-/* (32 wide, as accumulate's blocks: 16 wide, GCC 12 vectorised a block
- * across its 4 rows, shuffling, and ran it slower than the rows did) */
+ * SCALED_VEC sums, the rest plainly. (32 wide, as accumulate's blocks:
+ * 16 wide, GCC 12 vectorised a block across its 4 rows, shuffling, and
+ * ran it slower than the rows did.) */
 enum { SCALED_ROWS = 4, SCALED_VEC = 32 };
 static void accumulate_scaled_block(float *dst, long ldd, const float *coef, long coef_row,
                                     long coef_col, const float *src, long lds, int K, float scale) {
