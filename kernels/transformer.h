@@ -773,10 +773,10 @@ static void attention_backward_heads(float *dqkv, float *datt, const float *dy, 
             head_dots(ds, g, D, x1, z, T, hd, 1.0f);  /* dp_ts = dy_t . v_s */
             for (long t = 0; t < T; t++) attention_softmax_backward(ds + t * T, p + t * T, t, d);
             head_pack_rows(x1, q + D, ld, T, hd);
-            head_prefix_sums(o, ds, x1, T, hd, 1, scale, z, ob); /* dq_t = sum_s dscore_ts k_s scale */
+            head_prefix_sums(o, ds, x1, T, hd, 1, scale, z, ob); /* dq_t = sum_s ds_ts k_s scale */
             head_store(dqkv + i, ld, o, T, hd, d);
             head_pack_rows(x2, q, ld, T, hd);
-            head_suffix_sums(o, ds, x2, T, hd, 1, scale, z, ob); /* dk_s = sum_t dscore_ts q_t scale */
+            head_suffix_sums(o, ds, x2, T, hd, 1, scale, z, ob); /* dk_s = sum_t ds_ts q_t scale */
             head_store(dqkv + i + D, ld, o, T, hd, d);
             head_pack_rows(x3, g, D, T, hd);
             head_suffix_sums(o, p, x3, T, hd, 0, 1.0f, z, ob); /* dv_s = sum_t p_ts dy_t */
