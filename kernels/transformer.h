@@ -86,13 +86,34 @@ FSDP_HD static inline const float *attention_vec(const float *qkv, long b, int t
     return qkv + qkv_index(b, t, part, h, T, D, hd);
 }
 
+/* The causal softmax of row t, in place: p[0..t] holds the scaled scores,
+ * and then P, rounded to format d, 0 past t. (Its own function because the
+ * CPU's blocked path below computes the scores another way, then calls
+ * this: the same operations in the same order, so the same bits.) */
+FSDP_HD static inline void attention_softmax(float *p, int t, int T, Dtype d) {
+    float zmax = -INFINITY, sum = 0.0f;
+    for (int s = 0; s <= t; s++) zmax = p[s] > zmax ? p[s] : zmax;
+    for (int s = 0; s <= t; s++) {
+        p[s] = expf(p[s] - zmax);
+        sum += p[s];
+    }
+    for (int s = 0; s < T; s++) p[s] = s <= t ? round_to(p[s] / sum, d) : 0.0f;
+}
+/* ... and its backward, in place: ds[0..t] holds dp, then dscore (format d;
+ * past t untouched). attention_backward_query says why. */
+FSDP_HD static inline void attention_softmax_backward(float *ds, const float *p, int t, Dtype d) {
+    float pdp = 0.0f;
+    for (int s = 0; s <= t; s++) pdp += p[s] * ds[s];
+    for (int s = 0; s <= t; s++) ds[s] = round_to(p[s] * (ds[s] - pdp), d);
+}
+
 /* With 16-bit parameters (d = bf16 or fp16) P is kept in that format, as
  * PyTorch's autocast keeps it: rounded as stored, and used rounded. */
 FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, const float *qkv,
                                                  int T, int D, int H, Dtype d) {
     int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
     long b = r / ((long)T * H);
-    float scale = 1.0f / sqrtf((float)hd), zmax = -INFINITY, sum = 0.0f;
+    float scale = 1.0f / sqrtf((float)hd);
     const float *q = attention_vec(qkv, b, t, 0, h, T, D, hd);
     float *p = att + r * T;
     for (int s = 0; s <= t; s++) {
@@ -100,13 +121,8 @@ FSDP_HD static inline void attention_forward_row(long r, float *y, float *att, c
         float z = 0.0f;
         for (int j = 0; j < hd; j++) z += q[j] * k[j];
         p[s] = z * scale;
-        zmax = p[s] > zmax ? p[s] : zmax;
     }
-    for (int s = 0; s <= t; s++) {
-        p[s] = expf(p[s] - zmax);
-        sum += p[s];
-    }
-    for (int s = 0; s < T; s++) p[s] = s <= t ? round_to(p[s] / sum, d) : 0.0f;
+    attention_softmax(p, t, T, d);
     float *out = y + (b * T + t) * D + (long)h * hd;
     for (int j = 0; j < hd; j++) out[j] = 0.0f;
     for (int s = 0; s <= t; s++) {
@@ -131,7 +147,7 @@ FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *
                                                     Dtype d) {
     int hd = D / H, t = (int)(r % T), h = (int)((r / T) % H);
     long b = r / ((long)T * H);
-    float scale = 1.0f / sqrtf((float)hd), pdp = 0.0f;
+    float scale = 1.0f / sqrtf((float)hd);
     const float *p = att + r * T, *g = dy + (b * T + t) * D + (long)h * hd;
     float *ds = datt + r * T;
     for (int s = 0; s <= t; s++) {
@@ -139,12 +155,11 @@ FSDP_HD static inline void attention_backward_query(long r, float *dqkv, float *
         float dp = 0.0f;
         for (int j = 0; j < hd; j++) dp += g[j] * v[j];
         ds[s] = dp;
-        pdp += p[s] * dp;
     }
+    attention_softmax_backward(ds, p, t, d);
     float *dq = dqkv + (b * T + t) * 3L * D + (long)h * hd;
     for (int j = 0; j < hd; j++) dq[j] = 0.0f;
     for (int s = 0; s <= t; s++) {
-        ds[s] = round_to(p[s] * (ds[s] - pdp), d);
         const float *k = attention_vec(qkv, b, s, 1, h, T, D, hd);
         for (int j = 0; j < hd; j++) dq[j] += ds[s] * k[j] * scale;
     }
@@ -249,7 +264,8 @@ static int linear_backward_dgelu_tanh(const Linear *l, void *dpre, const void *d
  * per head) for each of the B sequences, which cuBLAS runs as strided
  * batched GEMMs; between them, a warp a row computes the causal softmax
  * and its backward (causal_softmax). The same mathematics as the rows
- * above, the sums in another order. The CPU build trains with the rows; it
+ * above, the sums in another order. The CPU build trains with the rows'
+ * sums (a head at a time, blocked: attention_forward_heads, below); it
  * compiles this formulation too, with heads_gemm as plain loops and the
  * softmaxes a row per FOR_EACH element, so that tests/test_units.c checks
  * its index arithmetic against the rows on any machine (the GPU build
@@ -398,8 +414,8 @@ static void heads_gemm(GemmOp ta, GemmOp tb, int m, int n, int k, float alpha, c
 
 /* y (B, T, D), c_proj's input, from qkv (B, T, 3D), c_attn's output (both
  * matmuls' inputs: held in gemm_dtype); P into att (B, H, T, T), format d.
- * (inline: the CPU program trains with the rows; tests/test_units.c calls
- * these) */
+ * (inline: the CPU program trains with the rows' sums; tests/test_units.c
+ * calls these) */
 static inline void attention_forward_gemm(void *y, void *att, const void *qkv, int B, int T,
                                           int D, int H, Dtype d) {
     if (backend.dry) return; /* --plan */
@@ -466,10 +482,11 @@ static inline void attention_backward_gemm(void *dqkv, float *datt, const void *
     if (held != d) FOR_EACH((long)B * T * ld, round_one, (float *)dqkv, d); /* the CPU's slots */
 }
 
-/* attention_forward, attention_backward: the GEMMs on a GPU, the rows on
- * the CPU. att (B, H, T, T) holds P: in fp32, or with 16-bit parameters
- * (d) rounded to format d on the CPU and packed in 16 bits on a GPU; y
- * is c_proj's input, held so too (a matmul's input, kernels/layers.h). */
+/* attention_forward, attention_backward: the GEMMs on a GPU, the rows'
+ * sums on the CPU (a head at a time, blocked). att (B, H, T, T) holds P:
+ * in fp32, or with 16-bit parameters (d) rounded to format d on the CPU
+ * and packed in 16 bits on a GPU; y is c_proj's input, held so too (a
+ * matmul's input, kernels/layers.h). */
 #ifdef __CUDACC__
 static void attention_forward(void *y, float *att, const void *qkv, int B, int T, int D, int H,
                               Dtype d) {
@@ -482,29 +499,315 @@ static void attention_backward(void *dqkv, float *datt, const void *dy, const vo
     attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
 }
 #else
-/* The rows read fp32 slots, the CPU's gemm_dtype; activations held in 16
- * bits as on a GPU (tests/test_units.c) take the GPU's formulation, which
- * reads them as held and gives the rows' values (test_attention16). */
+/* The rows, a row at a time: the definition, which tests/test_units.c
+ * holds the blocked path to, bit for bit */
+static inline void attention_forward_rows(float *y, float *att, const float *qkv, int B, int T,
+                                          int D, int H, Dtype d) {
+    FOR_EACH((long)B * H * T, attention_forward_row, y, att, qkv, T, D, H, d);
+}
+static inline void attention_backward_rows(float *dqkv, float *datt, const float *dy,
+                                           const float *qkv, const float *att, int B, int T,
+                                           int D, int H, Dtype d) {
+    FOR_EACH((long)B * H * T, attention_backward_query, dqkv, datt, dy, qkv, att, T, D, H, d);
+    FOR_EACH((long)B * H * T, attention_backward_key, dqkv, datt, dy, qkv, att, T, D, H, d);
+}
+
+/* ---- the rows' sums, blocked: the CPU's fp32 path ---------------------------
+ * The rows above are the definition; a row at a time, though, every dot
+ * product reloads its operands and runs at a fraction of the CPU's speed.
+ * Here each (sequence, head) computes the same six products at once, as
+ * small matmuls through accumulate (kernels/layers.h), whose register
+ * blocks keep R x n sums on chip:
+ *   scores = Q K^T      y = P V      dP = dY V^T
+ *   dQ = dS K           dK = dS^T Q  dV = P^T dY
+ * and every sum is the rows' sum, term for term in the rows' order, so
+ * every bit is the rows' (tests/test_units.c compares them bit for bit):
+ *  - a dot product over hd (scores, dP) is one element of accumulate's
+ *    dst, summed over j in increasing order from 0, as the rows do;
+ *  - a sum over positions (y, dq: s = 0..t; dk, dv: t = s..T-1) would
+ *    meet, in a block of rows, terms another row of the block does not
+ *    have (the causal triangle). A 0 term is not always harmless (0 x inf
+ *    is NaN), so the block's rows share accumulate for the positions they
+ *    all have (the rectangle), and the triangle is added a row at a time,
+ *    in order: before the rectangle (dk, dv: t from s) or after it (y, dq:
+ *    s up to t). accumulate adds to what dst holds, so the sum goes on;
+ *  - dq and dk multiply every term by the scale, (dscore k) / sqrt(hd),
+ *    which no product c x src gives: accumulate_scaled, below, is
+ *    accumulate with that multiply.
+ * The causal structure saves about half the work: scores and dP are
+ * computed a block of ATT_COLS keys at a time for the queries t that see
+ * them, the sums over positions over s <= t only. The softmaxes are the
+ * rows' own functions. */
+enum { ATT_COLS = 32, ATT_ROWS = 8 };
+
+/* accumulate (kernels/layers.h) with each term (coef x src) x scale, the
+ * two products rounded in that order, as the rows' dq and dk: dst (R, n)
+ * += sum over k in increasing order. Register blocks of SCALED_ROWS x
+ * SCALED_VEC sums, the rest plainly. (32 wide, as accumulate's blocks:
+ * 16 wide, GCC 12 vectorised a block across its 4 rows, shuffling, and
+ * ran it slower than the rows did.) */
+enum { SCALED_ROWS = 4, SCALED_VEC = 32 };
+static void accumulate_scaled_block(float *dst, long ldd, const float *coef, long coef_row,
+                                    long coef_col, const float *src, long lds, int K, float scale) {
+    float acc[SCALED_ROWS][SCALED_VEC];
+    for (int r = 0; r < SCALED_ROWS; r++)
+        for (int j = 0; j < SCALED_VEC; j++) acc[r][j] = dst[r * ldd + j];
+    for (int k = 0; k < K; k++) {
+        const float *s = src + (long)k * lds;
+        for (int r = 0; r < SCALED_ROWS; r++) {
+            float c = coef[r * coef_row + (long)k * coef_col];
+            for (int j = 0; j < SCALED_VEC; j++) acc[r][j] += c * s[j] * scale;
+        }
+    }
+    for (int r = 0; r < SCALED_ROWS; r++)
+        for (int j = 0; j < SCALED_VEC; j++) dst[r * ldd + j] = acc[r][j];
+}
+/* rows [r0, r1), columns [i0, n), plainly */
+static void accumulate_scaled_rest(float *dst, const float *coef, long coef_row, long coef_col,
+                                   const float *src, int K, int n, int r0, int r1, int i0,
+                                   float scale) {
+    for (int r = r0; r < r1; r++)
+        for (int k = 0; k < K; k++) {
+            float c = coef[r * coef_row + (long)k * coef_col], *t = dst + (long)r * n;
+            const float *s = src + (long)k * n;
+            for (int j = i0; j < n; j++) t[j] += c * s[j] * scale;
+        }
+}
+static void accumulate_scaled(float *dst, const float *coef, long coef_row, long coef_col,
+                              const float *src, int R, int K, int n, float scale) {
+    int r = 0;
+    for (; r + SCALED_ROWS <= R; r += SCALED_ROWS) {
+        int i = 0;
+        for (; i + SCALED_VEC <= n; i += SCALED_VEC)
+            accumulate_scaled_block(dst + (long)r * n + i, n, coef + r * coef_row, coef_row,
+                                    coef_col, src + i, n, K, scale);
+        accumulate_scaled_rest(dst, coef, coef_row, coef_col, src, K, n, r, r + SCALED_ROWS, i,
+                               scale);
+    }
+    accumulate_scaled_rest(dst, coef, coef_row, coef_col, src, K, n, r, R, 0, scale);
+}
+
+/* x's T rows of hd values, ld apart (a head's q, k, v or dy), packed
+ * (T, hd): the src of a sum over positions */
+static void head_pack_rows(float *out, const float *x, long ld, int T, int hd) {
+    for (int t = 0; t < T; t++) memcpy(out + (long)t * hd, x + t * ld, (size_t)hd * sizeof(float));
+}
+/* ... and transposed, a block of ATT_COLS positions at a time: block s0
+ * is the (hd, n) matrix at out + s0 hd, n = min(ATT_COLS, T - s0) */
+static void head_pack_cols(float *out, const float *x, long ld, int T, int hd) {
+    for (int s0 = 0; s0 < T; s0 += ATT_COLS) {
+        int n = T - s0 < ATT_COLS ? T - s0 : ATT_COLS;
+        for (int j = 0; j < hd; j++)
+            for (int w = 0; w < n; w++) out[(long)s0 * hd + j * n + w] = x[(s0 + w) * ld + j];
+    }
+}
+/* out[t][s] (rows T apart) = (x_t . y_s) scale for s <= t, nothing else
+ * written: x's rows ld apart, y packed by head_pack_cols; z is scratch
+ * for T x ATT_COLS sums. The queries t >= s0 meet block s0's keys. (scale
+ * 1 leaves the sum as it is: dP.) */
+static void head_dots(float *out, const float *x, long ld, const float *yt, float *z, int T, int hd,
+                      float scale) {
+    for (int s0 = 0; s0 < T; s0 += ATT_COLS) {
+        int n = T - s0 < ATT_COLS ? T - s0 : ATT_COLS, R = T - s0;
+        memset(z, 0, (size_t)R * n * sizeof(float));
+        accumulate(z, x + s0 * ld, ld, 1, yt + (long)s0 * hd, R, hd, n);
+        for (int t = s0; t < T; t++)
+            for (int s = s0; s < s0 + n && s <= t; s++)
+                out[(long)t * T + s] = z[(long)(t - s0) * n + s - s0] * scale;
+    }
+}
+/* The sums over positions, in the rows' order. o_t += sum_{s = t0..t}
+ * c_ts v_s for t in [t0, t1): the triangle of a block of queries, after
+ * the rectangle s < t0. c's rows T apart (P or dS), v packed (T, hd);
+ * scaled: each term (c_ts v_s) scale, as dq and dk. */
+static void head_prefix_triangle(float *o, const float *c, const float *v, int T, int hd, int t0,
+                                 int t1, int scaled, float scale) {
+    for (int t = t0; t < t1; t++)
+        for (int s = t0; s <= t; s++) {
+            float cts = c[(long)t * T + s], *out = o + (long)t * hd;
+            const float *vs = v + (long)s * hd;
+            if (scaled)
+                for (int j = 0; j < hd; j++) out[j] += cts * vs[j] * scale;
+            else
+                for (int j = 0; j < hd; j++) out[j] += cts * vs[j];
+        }
+}
+/* o_s += sum_{t = s..e-1} c_ts x_t for s in [s0, e): the triangle of a
+ * block of keys, before the rectangle t >= e */
+static void head_suffix_triangle(float *o, const float *c, const float *x, int T, int hd, int s0,
+                                 int e, int scaled, float scale) {
+    for (int s = s0; s < e; s++)
+        for (int t = s; t < e; t++) {
+            float cts = c[(long)t * T + s], *out = o + (long)s * hd;
+            const float *xt = x + (long)t * hd;
+            if (scaled)
+                for (int j = 0; j < hd; j++) out[j] += cts * xt[j] * scale;
+            else
+                for (int j = 0; j < hd; j++) out[j] += cts * xt[j];
+        }
+}
+/* dst (R, n) += coef (R, K) @ src (K, n), each term scaled or not */
+static void head_accumulate(float *dst, const float *coef, long coef_row, long coef_col,
+                            const float *src, int R, int K, int n, int scaled, float scale) {
+    if (K <= 0) return;
+    if (scaled) accumulate_scaled(dst, coef, coef_row, coef_col, src, R, K, n, scale);
+    else accumulate(dst, coef, coef_row, coef_col, src, R, K, n);
+}
+
+/* Heads narrower than ATT_WIDE channels would leave accumulate's blocks
+ * (32 sums wide) idle: n = hd. They take the rectangles transposed, o^T
+ * (hd, n) = v^T c^T over a block of n = ATT_COLS positions, the block's
+ * coefficients packed into cb (T x ATT_COLS) and its sums into ob (hd x
+ * ATT_COLS). Each term is v c where the rows have c v: the same product
+ * (only two NaN operands, whose payload x86 takes from the first, could
+ * tell them apart, and the sum is NaN either way). */
+enum { ATT_WIDE = 32 };
+/* o's rows [t0, t0 + n) to ob transposed (to = 1), or back (to = 0) */
+static void head_block_transpose(float *o, float *ob, int hd, int t0, int n, int to) {
+    for (int w = 0; w < n; w++)
+        for (int j = 0; j < hd; j++) {
+            float *x = o + (long)(t0 + w) * hd + j, *xt = ob + (long)j * n + w;
+            if (to) *xt = *x;
+            else *x = *xt;
+        }
+}
+
+/* o_t = sum_{s = 0..t} c_ts v_s (T, hd): c's rows T apart (P or dS), v
+ * packed; scaled: each term (c_ts v_s) scale, as dq. Queries a block at a
+ * time: the positions they all see (s < t0), then each its triangle. */
+static void head_prefix_sums(float *o, const float *c, const float *v, int T, int hd, int scaled,
+                             float scale, float *cb, float *ob) {
+    memset(o, 0, (size_t)T * hd * sizeof(float));
+    int wide = hd >= ATT_WIDE, step = wide ? ATT_ROWS : ATT_COLS;
+    for (int t0 = 0; t0 < T; t0 += step) {
+        int n = T - t0 < step ? T - t0 : step;
+        if (wide) /* s < t0: rows [t0, t0 + n) of c times v */
+            head_accumulate(o + (long)t0 * hd, c + (long)t0 * T, T, 1, v, n, t0, hd, scaled,
+                            scale);
+        else if (t0) { /* the same transposed: v^T times (the rows' first t0 columns)^T */
+            for (int s = 0; s < t0; s++)
+                for (int w = 0; w < n; w++) cb[(long)s * n + w] = c[(long)(t0 + w) * T + s];
+            memset(ob, 0, (size_t)hd * n * sizeof(float));
+            head_accumulate(ob, v, 1, hd, cb, hd, t0, n, scaled, scale);
+            head_block_transpose(o, ob, hd, t0, n, 0);
+        }
+        head_prefix_triangle(o, c, v, T, hd, t0, t0 + n, scaled, scale); /* then s = t0..t */
+    }
+}
+/* o_s = sum_{t = s..T-1} c_ts x_t (T, hd), as head_prefix_sums: keys a
+ * block at a time, each its triangle, then the queries t >= e that all
+ * see them. c read down a column (coef_row 1, as matmul_backward's weight
+ * gradient reads its coefficients). */
+static void head_suffix_sums(float *o, const float *c, const float *x, int T, int hd, int scaled,
+                             float scale, float *cb, float *ob) {
+    memset(o, 0, (size_t)T * hd * sizeof(float));
+    int wide = hd >= ATT_WIDE, step = wide ? ATT_ROWS : ATT_COLS;
+    for (int s0 = 0; s0 < T; s0 += step) {
+        int n = T - s0 < step ? T - s0 : step, e = s0 + n;
+        head_suffix_triangle(o, c, x, T, hd, s0, e, scaled, scale); /* t = s..e-1 first */
+        if (e == T) continue; /* then t >= e, the block's rectangle */
+        if (wide) {
+            head_accumulate(o + (long)s0 * hd, c + (long)e * T + s0, 1, T, x + (long)e * hd, n,
+                            T - e, hd, scaled, scale);
+            continue;
+        }
+        for (int t = e; t < T; t++) /* transposed: x^T times the columns' rows */
+            memcpy(cb + (long)(t - e) * n, c + (long)t * T + s0, (size_t)n * sizeof(float));
+        head_block_transpose(o, ob, hd, s0, n, 1);
+        head_accumulate(ob, x + (long)e * hd, 1, hd, cb, hd, T - e, n, scaled, scale);
+        head_block_transpose(o, ob, hd, s0, n, 0);
+    }
+}
+/* o (T, hd) rounded to d into a head's columns of out, rows ld apart */
+static void head_store(float *out, long ld, const float *o, int T, int hd, Dtype d) {
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < hd; j++) out[t * ld + j] = round_to(o[(long)t * hd + j], d);
+}
+
+/* The scratch of one head: three (T, hd) operands packed, a (T, hd) sum,
+ * T x ATT_COLS scores (or coefficients) and hd x ATT_COLS sums. In host
+ * memory outside the ledger, as cpu_linear_forward's panel
+ * (kernels/layers.h). */
+static float *head_scratch(int T, int hd, float **a, float **b, float **c, float **o, float **z,
+                           float **ob) {
+    long n = (long)T * hd, nz = (long)T * ATT_COLS;
+    float *w = (float *)host_malloc((size_t)(4 * n + nz + (long)hd * ATT_COLS) * sizeof(float),
+                                    "hold a head's packed operands");
+    *a = w, *b = w + n, *c = w + 2 * n, *o = w + 3 * n, *z = w + 4 * n, *ob = *z + nz;
+    return w;
+}
+
+/* attention_forward_row's y and att, a head at a time */
+static void attention_forward_heads(float *y, float *att, const float *qkv, int B, int T, int D,
+                                    int H, Dtype d) {
+    int hd = D / H;
+    long ld = 3L * D;
+    float scale = 1.0f / sqrtf((float)hd), *kt, *vp, *unused, *o, *z, *ob;
+    float *w = head_scratch(T, hd, &kt, &vp, &unused, &o, &z, &ob);
+    for (long b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            const float *q = qkv + qkv_index(b, 0, 0, h, T, D, hd);
+            float *p = att + (b * H + h) * T * (long)T;
+            head_pack_cols(kt, q + D, ld, T, hd);
+            head_dots(p, q, ld, kt, z, T, hd, scale); /* p[s] = (q_t . k_s) scale */
+            for (int t = 0; t < T; t++) attention_softmax(p + (long)t * T, t, T, d);
+            head_pack_rows(vp, q + 2 * D, ld, T, hd);
+            head_prefix_sums(o, p, vp, T, hd, 0, 1.0f, z, ob); /* y_t = sum_s p_ts v_s */
+            head_store(y + b * T * D + (long)h * hd, D, o, T, hd, d);
+        }
+    free(w);
+}
+/* attention_backward_query's and _key's dqkv and datt, a head at a time */
+static void attention_backward_heads(float *dqkv, float *datt, const float *dy, const float *qkv,
+                                     const float *att, int B, int T, int D, int H, Dtype d) {
+    int hd = D / H;
+    long ld = 3L * D;
+    float scale = 1.0f / sqrtf((float)hd), *x1, *x2, *x3, *o, *z, *ob;
+    float *w = head_scratch(T, hd, &x1, &x2, &x3, &o, &z, &ob);
+    for (long b = 0; b < B; b++)
+        for (int h = 0; h < H; h++) {
+            long r0 = (b * H + h) * T, i = qkv_index(b, 0, 0, h, T, D, hd);
+            const float *q = qkv + i, *p = att + r0 * T, *g = dy + b * T * D + (long)h * hd;
+            float *ds = datt + r0 * T;
+            head_pack_cols(x1, q + 2 * D, ld, T, hd); /* v's, transposed */
+            head_dots(ds, g, D, x1, z, T, hd, 1.0f);  /* dp_ts = dy_t . v_s */
+            for (long t = 0; t < T; t++) attention_softmax_backward(ds + t * T, p + t * T, t, d);
+            head_pack_rows(x1, q + D, ld, T, hd);
+            head_prefix_sums(o, ds, x1, T, hd, 1, scale, z, ob); /* dq_t = sum_s ds_ts k_s scale */
+            head_store(dqkv + i, ld, o, T, hd, d);
+            head_pack_rows(x2, q, ld, T, hd);
+            head_suffix_sums(o, ds, x2, T, hd, 1, scale, z, ob); /* dk_s = sum_t ds_ts q_t scale */
+            head_store(dqkv + i + D, ld, o, T, hd, d);
+            head_pack_rows(x3, g, D, T, hd);
+            head_suffix_sums(o, p, x3, T, hd, 0, 1.0f, z, ob); /* dv_s = sum_t p_ts dy_t */
+            head_store(dqkv + i + 2 * D, ld, o, T, hd, d);
+        }
+    free(w);
+}
+
+/* The rows' sums (blocked, above) read fp32 slots, the CPU's gemm_dtype;
+ * activations held in 16 bits as on a GPU (tests/test_units.c) take the
+ * GPU's formulation, which reads them as held and gives the rows' values
+ * (test_attention16). */
 static void attention_forward(void *y, float *att, const void *qkv, int B, int T, int D, int H,
                               Dtype d) {
+    if (backend.dry) return; /* --plan */
     if (backend.gemm_dtype != DTYPE_FP32) {
         attention_forward_gemm(y, att, qkv, B, T, D, H, d);
         return;
     }
-    FOR_EACH((long)B * H * T, attention_forward_row, (float *)y, att, (const float *)qkv, T, D, H,
-             d);
+    attention_forward_heads((float *)y, att, (const float *)qkv, B, T, D, H, d);
 }
 /* dqkv (B, T, 3D) = the gradient of q, k, v; datt (B, H, T, T) is scratch */
 static void attention_backward(void *dqkv, float *datt, const void *dy, const void *qkv,
                                const float *att, int B, int T, int D, int H, Dtype d) {
+    if (backend.dry) return; /* --plan */
     if (backend.gemm_dtype != DTYPE_FP32) {
         attention_backward_gemm(dqkv, datt, dy, qkv, att, B, T, D, H, d);
         return;
     }
-    float *g = (float *)dqkv;
-    const float *x = (const float *)qkv, *gy = (const float *)dy;
-    FOR_EACH((long)B * H * T, attention_backward_query, g, datt, gy, x, att, T, D, H, d);
-    FOR_EACH((long)B * H * T, attention_backward_key, g, datt, gy, x, att, T, D, H, d);
+    attention_backward_heads((float *)dqkv, datt, (const float *)dy, (const float *)qkv, att, B,
+                             T, D, H, d);
 }
 #endif
 

@@ -336,6 +336,58 @@ static void test_attention16(void) {
           "max |d dqkv| %.1e (tol 2^-5)", wd);
 }
 
+/* The CPU's attention in fp32 slots, a head at a time through the blocked
+ * kernels (attention_forward_heads, _backward_heads), against the rows it
+ * reorganises: every bit of y, P, dqkv and the dS it leaves in datt equal,
+ * P and dS rounded to bf16 too (--param-dtype bf16 on the CPU). Shapes
+ * that reach every edge: T = 1, T not a multiple of the key blocks
+ * (ATT_COLS) or of the row blocks (ATT_ROWS), T past one key block, one
+ * head and three, heads of 2, 8, 16 and 20 channels (narrower than the
+ * kernels' blocks: the transposed path), 32 (their full width) and 36,
+ * B = 2. Exact equality, not a tolerance: the fast path adds
+ * the rows' terms in the rows' order. */
+static int attention_heads_case(int B, int T, int D, int H, Dtype d) {
+    long nq = (long)B * T * 3 * D, ny = (long)B * T * D, na = (long)B * H * T * T;
+    float *qkv = calloc(nq, 4), *r = calloc(ny, 4), *y[2], *att[2], *dqkv[2], *datt[2];
+    fill(qkv, nq, 30 + T), fill(r, ny, 31 + T);
+    for (long i = 0; i < nq; i++) qkv[i] *= 3.0f; /* scores of O(1) and more */
+    for (int k = 0; k < 2; k++) {
+        y[k] = calloc(ny, 4), att[k] = calloc(na, 4), dqkv[k] = calloc(nq, 4);
+        datt[k] = malloc(na * 4);
+        for (long i = 0; i < na; i++) datt[k][i] = NAN; /* what neither writes stays NaN */
+    }
+    attention_forward_rows(y[0], att[0], qkv, B, T, D, H, d);
+    attention_backward_rows(dqkv[0], datt[0], r, qkv, att[0], B, T, D, H, d);
+    attention_forward_heads(y[1], att[1], qkv, B, T, D, H, d);
+    attention_backward_heads(dqkv[1], datt[1], r, qkv, att[1], B, T, D, H, d);
+    int same = !memcmp(y[0], y[1], ny * 4) && !memcmp(att[0], att[1], na * 4) &&
+               !memcmp(dqkv[0], dqkv[1], nq * 4) && !memcmp(datt[0], datt[1], na * 4);
+    free(qkv), free(r);
+    for (int k = 0; k < 2; k++) free(y[k]), free(att[k]), free(dqkv[k]), free(datt[k]);
+    return same;
+}
+static void test_attention_heads(void) {
+    static const int shapes[][4] = {{2, 7, 6, 3},  {1, 1, 20, 1},  {2, 37, 60, 3}, {1, 70, 36, 1},
+                                    {2, 64, 64, 2}, {1, 9, 96, 3}, {2, 70, 32, 2}, {1, 33, 24, 3}};
+    int n = (int)(sizeof(shapes) / sizeof(shapes[0]));
+    for (int k = 0; k < 2; k++) {
+        Dtype d = k ? DTYPE_BF16 : DTYPE_FP32;
+        int ok = 0;
+        char which[256] = "";
+        for (int i = 0; i < n; i++) {
+            const int *c = shapes[i];
+            int same = attention_heads_case(c[0], c[1], c[2], c[3], d);
+            ok += same;
+            if (!same)
+                snprintf(which + strlen(which), sizeof(which) - strlen(which),
+                         " B%d T%d D%d H%d differs;", c[0], c[1], c[2], c[3]);
+        }
+        char what[96];
+        snprintf(what, sizeof(what), "attention by heads == rows, bits, P %s", DTYPE_NAMES[d]);
+        check(ok == n, what, "y, P, dqkv, dS: %d of %d shapes identical%s", ok, n, which);
+    }
+}
+
 /* --attention flash (kernels/transformer.h): T = 70 positions walk three
  * key tiles of FLASH_TILE (32), the last one partial, so the online
  * softmax rescales o and l whenever a tile raises a row's maximum. */
@@ -1235,6 +1287,7 @@ int main(int argc, char **argv) {
     test_gelu_tanh();
     test_attention();
     test_attention16();
+    test_attention_heads();
     test_flash_attention();
     test_matmul_inputs16();
     printf("the CPU matmul against its definition, bit for bit\n");
