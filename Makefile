@@ -106,7 +106,7 @@ NCCL_LIBS   = $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Xlinker -rpath -Xlinker $(NC
 
 TEST_BINS := tests/test_units tests/test_distributed tests/st_diff tests/test_formats tests/failio.so
 
-.PHONY: FORCE all run test bench gpu test-gpu test-gpu-emu bench-gpu gpu-report clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps test-build-cuda shakespeare
+.PHONY: FORCE all run test bench gpu test-gpu test-gpu-emu bench-gpu gpu-report clean mpi sanitize fuzz openblas exercise notebook-deps test-deps torch-deps test-build-cuda shakespeare shakespeare-gpt2
 
 all: fsdp
 
@@ -282,6 +282,16 @@ exercise: fsdp tests/st_diff
 # since is made again) and downloads only when they are not right.
 shakespeare:
 	@python3 data/shakespeare.py
+
+# nanoGPT's CPU recipe (its README's train_shakespeare_char.py on a laptop)
+# on RANKS CPU ranks under FSDP, 2,000 steps; then the same model and
+# recipe in PyTorch on the same batches, side by side, and the export's
+# greedy text in transformers (bridge/gpt2_recipe.py; lecture 20).
+# PyTorch's side needs torch-deps; without it, fsdp.c trains alone.
+RANKS ?= 2
+shakespeare-gpt2: fsdp shakespeare torch-deps
+	@py=python3; [ -x $(TORCH_VENV)/bin/python ] && py=$(TORCH_VENV)/bin/python; \
+	$$py bridge/gpt2_recipe.py --ranks $(RANKS) $(ARGS)
 
 # ---- benchmarks ----------------------------------------------------------------
 bench: fsdp dev/bench/bench_collectives dev/bench/bench_matmul dev/bench/bench_matmul_blas dev/bench/bench_adamw

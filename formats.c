@@ -49,7 +49,7 @@
  *
  * ---- meta.txt ----------------------------------------------------------------
  *
- *   fsdp-checkpoint 6
+ *   fsdp-checkpoint 7
  *   world 4
  *   ...
  *   batch 64
@@ -980,14 +980,17 @@ static void meta_write_lines(const CkptMeta *m, MetaWriter *W) {
     mw_line(W, MW_OTHER, "step %ld\n", m->step);
     mw_line(W, MW_OTHER, "adam_step %ld\n", m->adam_step);
     /* a meta without a schedule (all zero) writes the constant one */
-    mw_line(W, MW_OTHER, "lr_schedule %s lr %08x warmup %ld step_size %ld gamma %08x steps %ld\n",
-            m->lr_schedule[0] ? m->lr_schedule : "constant", (unsigned)m->lr_bits, m->warmup,
-            m->step_size > 0 ? m->step_size : 1, (unsigned)m->gamma_bits, m->schedule_steps);
     mw_line(W, MW_OTHER,
-            "optimizer %s beta1 %08x beta2 %08x eps %08x weight_decay %08x clip_grad_norm %08x\n",
+            "lr_schedule %s lr %08x warmup %ld step_size %ld gamma %08x steps %ld min_lr %08x\n",
+            m->lr_schedule[0] ? m->lr_schedule : "constant", (unsigned)m->lr_bits, m->warmup,
+            m->step_size > 0 ? m->step_size : 1, (unsigned)m->gamma_bits, m->schedule_steps,
+            (unsigned)m->min_lr_bits);
+    mw_line(W, MW_OTHER,
+            "optimizer %s beta1 %08x beta2 %08x eps %08x weight_decay %08x clip_grad_norm %08x "
+            "decay %s\n",
             m->optimizer[0] ? m->optimizer : "adamw", (unsigned)m->beta1_bits,
             (unsigned)m->beta2_bits, (unsigned)m->eps_bits, (unsigned)m->weight_decay_bits,
-            (unsigned)m->clip_bits);
+            (unsigned)m->clip_bits, m->decay[0] ? m->decay : "all");
     mw_line(W, MW_OTHER, "precision param_dtype %s reduce_dtype %s\n",
             m->param_dtype[0] ? m->param_dtype : "fp32",
             m->reduce_dtype[0] ? m->reduce_dtype : "fp32");
@@ -1309,7 +1312,7 @@ static int meta_field_is(const MetaReader *R, int i, const char *word) {
            !memcmp(R->field[i], word, R->field_len[i]);
 }
 
-/* "fsdp-checkpoint 6". Version 1 has its own message: it is what every
+/* "fsdp-checkpoint 7". Version 1 has its own message: it is what every
  * checkpoint written before version 2 says, and it cannot be upgraded (it has
  * no batch, no data, and nothing to check it against). */
 static int meta_parse_version(MetaReader *R, CkptMeta *m) {
@@ -1317,7 +1320,8 @@ static int meta_parse_version(MetaReader *R, CkptMeta *m) {
         return 2;
     static const char *const lacked[] = {"", "checksums", "learning-rate schedule",
                                          "loss scaler's state", "optimizer settings",
-                                         "data's held-out tenth"};
+                                         "data's held-out tenth",
+                                         "--min-lr and weight decay's group"};
     if (m->version >= 1 && m->version < META_VERSION)
         return meta_fail(R,
                          "version %d was written by an older fsdp.c, before checkpoints carried "
@@ -1383,12 +1387,16 @@ static float float_of_bits(uint32_t bits) {
  * the settings torch.optim.AdamW (or Adam) and clip_grad_norm_ were given. */
 static int meta_parse_optimizer(MetaReader *R, CkptMeta *m) {
     if (meta_next_line(R, "optimizer") ||
-        meta_fields(R, "optimizer %W beta1 %X beta2 %X eps %X weight_decay %X clip_grad_norm %X",
+        meta_fields(R,
+                    "optimizer %W beta1 %X beta2 %X eps %X weight_decay %X clip_grad_norm %X "
+                    "decay %W",
                     m->optimizer, &m->beta1_bits, &m->beta2_bits, &m->eps_bits,
-                    &m->weight_decay_bits, &m->clip_bits))
+                    &m->weight_decay_bits, &m->clip_bits, m->decay))
         return 2;
     if (strcmp(m->optimizer, "adamw") && strcmp(m->optimizer, "adam"))
         return meta_fail(R, "unknown optimizer '%s' (adamw or adam)", m->optimizer);
+    if (strcmp(m->decay, "all") && strcmp(m->decay, "matrices"))
+        return meta_fail(R, "unknown decay '%s' (all or matrices)", m->decay);
     const char *names[] = {"beta1", "beta2"};
     uint32_t betas[] = {m->beta1_bits, m->beta2_bits};
     for (int i = 0; i < 2; i++) {
@@ -1469,13 +1477,14 @@ static int meta_parse_scalars(MetaReader *R, CkptMeta *m) {
         return meta_fail(R, "adam_step %ld is more than step %ld: adam_step must be <= step",
                          m->adam_step, m->step);
     if (meta_next_line(R, "lr_schedule") ||
-        meta_fields(R, "lr_schedule %W lr %X warmup %L step_size %L gamma %X steps %L",
+        meta_fields(R, "lr_schedule %W lr %X warmup %L step_size %L gamma %X steps %L min_lr %X",
                     m->lr_schedule, &m->lr_bits, &m->warmup, &m->step_size, &m->gamma_bits,
-                    &m->schedule_steps))
+                    &m->schedule_steps, &m->min_lr_bits))
         return 2;
     if (strcmp(m->lr_schedule, "constant") && strcmp(m->lr_schedule, "step") &&
-        strcmp(m->lr_schedule, "cosine"))
-        return meta_fail(R, "unknown lr_schedule '%s' (constant, step or cosine)", m->lr_schedule);
+        strcmp(m->lr_schedule, "cosine") && strcmp(m->lr_schedule, "linear"))
+        return meta_fail(R, "unknown lr_schedule '%s' (constant, step, cosine or linear)",
+                         m->lr_schedule);
     if (m->step_size < 1) return meta_fail(R, "step_size %ld must be >= 1", m->step_size);
     if (meta_parse_optimizer(R, m) || meta_parse_precision(R, m)) return 2;
     return meta_parse_scaler(R, m);

@@ -135,7 +135,7 @@ void st_free(StHeader *h);
  * this order (numbers are plain non-negative decimals; fields are separated
  * by exactly one space; lines end with "\n"):
  *
- *   fsdp-checkpoint 6                                  magic and version
+ *   fsdp-checkpoint 7                                  magic and version
  *   world 4                                            ranks that wrote it
  *   strategy full_shard                                or shard_grad_op, no_shard
  *   model vocab 256 embed_dim 16 context 16 width 128 depth 4   (GPT-2: embed_dim
@@ -147,11 +147,14 @@ void st_free(StHeader *h);
  *   step 100                                           the next step to run
  *   adam_step 100                                      AdamW's step count t
  *   lr_schedule cosine lr 3b449ba6 warmup 10 step_size 30 gamma 3dcccccd steps 200
- *                                                      the learning-rate schedule
- *                                                      (lr, gamma: float bits)
+ *     min_lr 00000000                                  (one line) the learning-rate
+ *                                                      schedule (lr, gamma, min_lr:
+ *                                                      float bits)
  *   optimizer adamw beta1 3f666666 beta2 3f7fbe77 eps 322bcc77 weight_decay 3c23d70a
- *     clip_grad_norm 00000000                          (one line) the optimizer and its
- *                                                      settings (float bits; clip 0: off)
+ *     clip_grad_norm 00000000 decay all                (one line) the optimizer and its
+ *                                                      settings (float bits; clip 0: off;
+ *                                                      decay all, or matrices with
+ *                                                      --no-decay-bias-norm)
  *   precision param_dtype bf16 reduce_dtype fp32       MixedPrecision's formats
  *   grad_scaler scale 47000000 growth 12               the loss scaler's state (the
  *                                                      scale's float bits), or
@@ -187,16 +190,17 @@ void st_free(StHeader *h);
  *   - the version is 6 (META_VERSION). Version 1, written by older fsdp.c,
  *     had no "batch", "data" or end checksum, version 2 no "lr_schedule",
  *     version 3 no "grad_scaler", version 4 no "optimizer" or "precision",
- *     version 5 no "train" (and hashed only part of a token file);
+ *     version 5 no "train" (and hashed only part of a token file),
+ *     version 6 no "min_lr" or "decay";
  *     all are refused with a message that says to train again;
- *   - optimizer: adamw or adam; beta1 and beta2 floats in [0, 1), eps a
+ *   - optimizer: adamw or adam, decay all or matrices; beta1 and beta2 floats in [0, 1), eps a
  *     positive normal float, weight_decay in [0, 1], clip_grad_norm >= 0
  *     and finite (0: off);
  *   - precision: param_dtype and reduce_dtype each fp32, bf16 or fp16;
  *   - grad_scaler: "off", or a scale that is a positive normal float (a
  *     denormal one has lost its digits, and 1/scale is inf) and a growth
  *     count below 2000 (the growth interval);
- *   - lr_schedule: constant, step or cosine; warmup and steps at most 2^53,
+ *   - lr_schedule: constant, step, cosine or linear; warmup and steps at most 2^53,
  *     step_size >= 1; lr and gamma are the 8 hex digits of the floats'
  *     bits, so a resumed run can tell it is given exactly the same schedule;
  *   - world, units, params, files and batch in [1, 2^20]; model dims in
@@ -223,7 +227,7 @@ void st_free(StHeader *h);
  *     plausible (a changed step, seed or crc of a shard), and a structural
  *     mistake still gets its own message rather than "crc32 mismatch".
  * ------------------------------------------------------------------------- */
-#define META_VERSION 6
+#define META_VERSION 7
 #define META_MAX_NAME 96
 #define META_MAX_COUNT (1 << 20)
 
@@ -261,10 +265,12 @@ typedef struct {
     char lr_schedule[32];
     uint32_t lr_bits, gamma_bits;
     long warmup, step_size, schedule_steps;
+    uint32_t min_lr_bits; /* --min-lr, where cosine and linear end */
     /* the optimizer and MixedPrecision: a resumed run must use the same */
     char optimizer[32];                      /* adamw or adam */
     uint32_t beta1_bits, beta2_bits, eps_bits; /* floats' bits, as lr_bits */
     uint32_t weight_decay_bits, clip_bits;     /* clip_grad_norm; 0: off */
+    char decay[32]; /* the weight decay's group: all, or matrices (--no-decay-bias-norm) */
     char param_dtype[32], reduce_dtype[32];  /* fp32, bf16 or fp16 */
     int scaler_on;       /* --grad-scaler's state: on, its scale (float bits) */
     uint32_t scale_bits; /* and the steps since the scale last changed */

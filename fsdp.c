@@ -1014,6 +1014,36 @@ static void reduce_grad_finish(Trainer *t) {
 #ifdef EXERCISE_ADAMW /* graded exercise: make exercise EX=adamw */
 #include EXERCISE_FILE
 #else
+/* Elements [at, at + n) of unit u's shard, with step s: one pass over the
+ * master (fp32), m, v and the gradient, writing the rounded copy that the
+ * next all-gather sends where there is a master (mixed precision). */
+static void adamw_shard_range(const Unit *u, long at, long n, AdamWStep s, Dtype param_dtype) {
+    if (u->master_param)
+        STATE_FOR_EACH(u->offloaded, n, adamw_mixed_one, u->master_param + at, u->exp_avg + at,
+                       u->exp_avg_sq + at, u->shard_grad + at, s,
+                       element_at(u->shard_param, at, u->shard_held), param_dtype, u->shard_held);
+    else STATE_FOR_EACH(u->offloaded, n, adamw_one, (float *)u->shard_param + at, u->exp_avg + at,
+                        u->exp_avg_sq + at, u->shard_grad + at, s);
+}
+
+/* --no-decay-bias-norm: PyTorch's optimizer parameter groups, as nanoGPT
+ * and HF's Trainer make them: weight decay on matrices (Linear weights,
+ * embeddings), none on vectors (biases, LayerNorm's weight and bias).
+ * Decay pulls a matrix toward 0, which limits what it can fit; pulling a
+ * LayerNorm's gain or a bias toward 0 only shifts and shrinks activations.
+ * A flat parameter mixes both, so the shard is stepped a parameter's piece
+ * at a time (shard_piece), each with its group's decay. */
+static void adamw_unit_groups(const Trainer *t, const Unit *u, AdamWStep s) {
+    ShardPiece piece;
+    for (int j = 0; j < u->n_params; j++) {
+        const Param *p = &t->model.params[u->params[j]];
+        if (!shard_piece(u, j, p, t->shard_rank, &piece)) continue;
+        AdamWStep group = s;
+        if (p->shape[1] == 1) group.weight_decay = 0.0f; /* a vector */
+        adamw_shard_range(u, piece.at, piece.end - piece.first, group, t->cfg.param_dtype);
+    }
+}
+
 static void adamw_step(Trainer *t) {
     const Config *c = &t->cfg;
     span_begin(t, -1, PHASE_OPTIMIZER);
@@ -1024,13 +1054,9 @@ static void adamw_step(Trainer *t) {
                    sqrtf(1.0f - powf(c->beta2, (float)t->adam_step)),
                    c->optimizer == OPTIMIZER_ADAM};
     for (int ui = 0; ui < t->n_units; ui++) {
-        Unit *u = &t->units[ui];
-        if (u->master_param)
-            STATE_FOR_EACH(u->offloaded, u->shard, adamw_mixed_one, u->master_param, u->exp_avg,
-                           u->exp_avg_sq, u->shard_grad, s, u->shard_param, c->param_dtype,
-                           u->shard_held);
-        else STATE_FOR_EACH(u->offloaded, u->shard, adamw_one, (float *)u->shard_param, u->exp_avg,
-                            u->exp_avg_sq, u->shard_grad, s);
+        const Unit *u = &t->units[ui];
+        if (c->no_decay_bias_norm) adamw_unit_groups(t, u, s);
+        else adamw_shard_range(u, 0, u->shard, s, c->param_dtype);
     }
     span_end(t, -1, PHASE_OPTIMIZER);
 }

@@ -72,7 +72,7 @@ typedef enum {
     BACKWARD_NONE, /* only when the unit itself needs it */
 } BackwardPrefetch;
 
-typedef enum { LR_CONSTANT, LR_STEP, LR_COSINE } LrSchedule;
+typedef enum { LR_CONSTANT, LR_STEP, LR_COSINE, LR_LINEAR } LrSchedule;
 /* --attention: GPT-2's attention as matmuls that keep P (SDPBackend.MATH),
  * or fused, recomputing P in backward (SDPBackend.FLASH_ATTENTION) */
 typedef enum { ATTENTION_MATH, ATTENTION_FLASH } AttentionKind;
@@ -118,10 +118,13 @@ typedef struct {
     /* optimizer: torch.optim.AdamW, or Adam */
     Optimizer optimizer;
     float lr, beta1, beta2, eps, weight_decay;
+    int no_decay_bias_norm; /* --no-decay-bias-norm: no weight decay on vectors (biases,
+                             * LayerNorm), as nanoGPT's and HF Trainer's parameter groups */
     float clip_grad_norm; /* --clip-grad-norm: max total norm; 0: no clipping */
     LrSchedule lr_schedule; /* --lr-schedule, with --warmup, --step-size, --gamma */
     long warmup, step_size;
     float gamma;
+    float min_lr; /* --min-lr: where cosine and linear end (CosineAnnealingLR's eta_min) */
     /* mixed precision: PyTorch's MixedPrecision(param_dtype, reduce_dtype) */
     Dtype param_dtype;  /* --param-dtype: gathered parameters, compute, all-gather */
     Dtype reduce_dtype; /* --reduce-dtype: gradients' reduce-scatter (default: param_dtype) */

@@ -148,7 +148,9 @@ static StepLog step_log_create(long steps) {
                    (float *)host_calloc(n, sizeof(float), "log steps"),
                    (float *)host_calloc(n, sizeof(float), "log steps"),
                    (float *)host_calloc(n, sizeof(float), "log steps"),
+                   (float *)host_calloc(n, sizeof(float), "log steps"),
                    (double *)host_calloc(n, sizeof(double), "log steps")};
+    for (size_t i = 0; i < n; i++) log.val_loss[i] = NAN; /* a step without validation */
     return log;
 }
 static void step_log_record(StepLog *log, long i, const Trainer *t, double loss, double seconds) {
@@ -165,6 +167,7 @@ static void step_log_free(StepLog *log) {
     free(log->lr);
     free(log->loss_scale);
     free(log->skipped);
+    free(log->val_loss);
     free(log->seconds);
 }
 
@@ -271,7 +274,8 @@ static RunSummary run_training(const Config *cfg, MPI_Comm comm, int rank_table)
         if (!isfinite(loss)) stop_diverged(cfg, root, step, first, loss);
         print_step_line(t, step, loss, dt);
         if (cfg->val_every && ((step + 1) % cfg->val_every == 0 || step == cfg->steps - 1))
-            print_val_loss(t, &val, step);
+            log.val_loss[step - first] =
+                print_val_loss(t, &val, step, now_seconds() - t0, step + 1 - (int)first);
         if (ckpt_saves_after(cfg, first, step + 1)) {
             if (ckpt_save(t, step + 1)) exit_all(1);
             if (root) printf("checkpoint: %s/step-%08d\n", cfg->save_dir, step + 1);

@@ -6,7 +6,7 @@
  * full_shard and no_shard, with a learning-rate schedule (--lr-schedule
  * cosine --warmup 2), with --optimizer adam, with --param-dtype bf16,
  * under the fp16 loss scaler, which skips steps, alone and with the
- * schedule, and across a checkpoint (2 steps saved, then --resume to
+ * schedule, with --no-decay-bias-norm, and across a checkpoint (2 steps saved, then --resume to
  * step 4).
  *
  * The task. trainer_step calls adamw_step once per optimizer step taken
@@ -37,6 +37,14 @@
  *      c->param_dtype) (it does nothing in fp32). (The reference writes
  *      the rounded copy in the update's own pass, adamw_mixed_one, which
  *      saves reading the master again: the same values.)
+ *   5. With --no-decay-bias-norm (c->no_decay_bias_norm) the parameters
+ *      are in two groups, as nanoGPT and HF's Trainer make them: vectors
+ *      (a Param whose shape[1] is 1: biases, LayerNorm) get no weight
+ *      decay. A flat parameter mixes both, so step the shard a parameter's
+ *      piece at a time: for j < u->n_params, p = &t->model.params[u->params[j]],
+ *      shard_piece(u, j, p, t->shard_rank, &piece) says whether this
+ *      rank's shard holds part of p, and where: its elements
+ *      [piece.first, piece.end) of p are the shard's from piece.at on.
  * Call span_begin(t, -1, PHASE_OPTIMIZER) first and span_end(t, -1,
  * PHASE_OPTIMIZER) last, for the trace.
  * Why no communication? Each element's update depends on that element

@@ -377,7 +377,9 @@ plan() {
       # both at once: the schedule's step is AdamW's count as well, which
       # only a schedule with skipped steps tells from the training step
       HINT="The schedule follows AdamW's count too: lr_at(c, t->adam_step - 1), not the training step (t->comm.step)." \
-        same_training 2 full_shard --lr-schedule cosine --warmup 2 --param-dtype fp16 --grad-scaler --init-scale 262144 ;;
+        same_training 2 full_shard --lr-schedule cosine --warmup 2 --param-dtype fp16 --grad-scaler --init-scale 262144
+      HINT="--no-decay-bias-norm: a vector (shape[1] == 1) decays by 0; step each parameter's piece of the shard (shard_piece) with its own weight decay." \
+        same_training 3 full_shard --no-decay-bias-norm --weight-decay 0.1 ;;
     fsdp2_layout)
       local rule="A piece is ceil(rows / world) rows (fsdp2_chunk); a parameter's offset is world * chunk_at[k], and its rows start at chunk_at[j] of a shard (fsdp2_piece's at)."
       HINT=$rule same_training "1 2 3 4" full_shard --fsdp2

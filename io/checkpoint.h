@@ -61,19 +61,23 @@ static void lr_schedule_to_meta(const Config *c, CkptMeta *m) {
     memcpy(&m->gamma_bits, &c->gamma, sizeof(float));
     m->warmup = c->warmup;
     m->step_size = c->step_size ? c->step_size : 1; /* only step uses it; 0 is "not given" */
-    m->schedule_steps = c->lr_schedule == LR_COSINE ? c->steps : 0; /* only cosine spans --steps */
+    /* only cosine and linear span --steps, and end at --min-lr */
+    int decays = c->lr_schedule == LR_COSINE || c->lr_schedule == LR_LINEAR;
+    m->schedule_steps = decays ? c->steps : 0;
+    if (decays) memcpy(&m->min_lr_bits, &c->min_lr, sizeof(float));
 }
 
 static void lr_schedule_describe(const CkptMeta *m, char *out, size_t len) {
-    float lr, gamma;
+    float lr, gamma, min_lr;
     memcpy(&lr, &m->lr_bits, sizeof(float));
     memcpy(&gamma, &m->gamma_bits, sizeof(float));
-    snprintf(out, len, "--lr %g --lr-schedule %s --warmup %ld --step-size %ld --gamma %g%s",
-             (double)lr, m->lr_schedule, m->warmup, m->step_size, (double)gamma,
-             m->schedule_steps ? " (cosine over --steps " : "");
+    memcpy(&min_lr, &m->min_lr_bits, sizeof(float));
+    snprintf(out, len, "--lr %g --lr-schedule %s --warmup %ld --step-size %ld --gamma %g",
+             (double)lr, m->lr_schedule, m->warmup, m->step_size, (double)gamma);
     if (m->schedule_steps) {
         size_t n = strlen(out);
-        snprintf(out + n, len - n, "%ld)", m->schedule_steps);
+        snprintf(out + n, len - n, " --min-lr %g (%s over --steps %ld)", (double)min_lr,
+                 m->lr_schedule, m->schedule_steps);
     }
 }
 
@@ -87,6 +91,7 @@ static void optimizer_to_meta(const Config *c, CkptMeta *m) {
     memcpy(&m->eps_bits, &c->eps, sizeof(float));
     memcpy(&m->weight_decay_bits, &c->weight_decay, sizeof(float));
     memcpy(&m->clip_bits, &c->clip_grad_norm, sizeof(float));
+    snprintf(m->decay, sizeof(m->decay), "%s", c->no_decay_bias_norm ? "matrices" : "all");
     snprintf(m->param_dtype, sizeof(m->param_dtype), "%s", DTYPE_NAMES[c->param_dtype]);
     snprintf(m->reduce_dtype, sizeof(m->reduce_dtype), "%s", DTYPE_NAMES[c->reduce_dtype]);
 }
@@ -396,7 +401,8 @@ static int ckpt_check_data(Trainer *t, const CkptMeta *m, const char *path, char
     lr_schedule_to_meta(c, &mine);
     if (strcmp(m->lr_schedule, mine.lr_schedule) || m->lr_bits != mine.lr_bits ||
         m->warmup != mine.warmup || m->step_size != mine.step_size ||
-        m->gamma_bits != mine.gamma_bits || m->schedule_steps != mine.schedule_steps) {
+        m->gamma_bits != mine.gamma_bits || m->schedule_steps != mine.schedule_steps ||
+        m->min_lr_bits != mine.min_lr_bits) {
         char was[160], is[160];
         lr_schedule_describe(m, was, sizeof(was));
         lr_schedule_describe(&mine, is, sizeof(is));
@@ -480,9 +486,12 @@ static int ckpt_check_optimizer(const Config *c, const CkptMeta *m, const char *
         was = clip && !floats[i].was ? "off" : float_text(floats[i].was, a, sizeof(a));
         is = clip && !floats[i].is ? "off" : float_text(floats[i].is, b, sizeof(b));
     }
+    const char *groups_was = strcmp(m->decay, "matrices") ? "off" : "on",
+               *groups_is = strcmp(mine.decay, "matrices") ? "off" : "on";
     const char *formats[][3] = {{"--param-dtype", m->param_dtype, mine.param_dtype},
-                                {"--reduce-dtype", m->reduce_dtype, mine.reduce_dtype}};
-    for (int i = 0; !flag && i < 2; i++) {
+                                {"--reduce-dtype", m->reduce_dtype, mine.reduce_dtype},
+                                {"--no-decay-bias-norm", groups_was, groups_is}};
+    for (int i = 0; !flag && i < 3; i++) {
         if (!strcmp(formats[i][1], formats[i][2])) continue;
         flag = formats[i][0];
         was = formats[i][1];
@@ -491,6 +500,7 @@ static int ckpt_check_optimizer(const Config *c, const CkptMeta *m, const char *
     if (!flag) return 0;
     char advice[96];
     if (!strcmp(was, "off")) snprintf(advice, sizeof(advice), "Leave out %s", flag);
+    else if (!strcmp(was, "on")) snprintf(advice, sizeof(advice), "Give %s", flag);
     else snprintf(advice, sizeof(advice), "Give %s %s", flag, was);
     return usage_error(err, errlen,
                        "%s: the checkpoint was trained with %s %s, this run has %s %s: the "

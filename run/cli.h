@@ -15,6 +15,7 @@
 #include "../sim/sim.h" /* net_models_of */
 #include "../kernels/backend.h"
 #include "../kernels/transformer.h" /* FLASH_MAX_HD */
+#include "../optim/lr_schedule.h"    /* LR_SCHEDULE_NAMES */
 #include <ctype.h>
 #include <errno.h>
 #include <float.h>
@@ -188,6 +189,8 @@ static const char USAGE[] =
     "  --optimizer O         adamw (torch.optim.AdamW) | adam (torch.optim.Adam: weight\n"
     "                        decay as L2 on the gradient)           (default adamw)\n"
     "  --weight-decay X      weight decay                 (default 0.01; 0 with adam)\n"
+    "  --no-decay-bias-norm  no weight decay on biases and LayerNorm parameters (the\n"
+    "                        two parameter groups of nanoGPT and HF's Trainer)\n"
     "  --param-dtype D       fp32 | bf16 | fp16: gathered parameters, compute and the\n"
     "                        all-gather (MixedPrecision's param_dtype)  (default fp32)\n"
     "  --reduce-dtype D      fp32 | bf16 | fp16: the gradients' reduce-scatter\n"
@@ -197,9 +200,12 @@ static const char USAGE[] =
     "  --clip-grad-norm X    scale the gradients so their total norm is at most X, as\n"
     "                        FSDP's clip_grad_norm_                  (default off)\n"
     "  --lr-schedule S       constant | step (StepLR: lr x gamma every --step-size\n"
-    "                        steps) | cosine (CosineAnnealingLR over --steps), after\n"
-    "                        --warmup N steps of linear warmup    (default constant)\n"
+    "                        steps) | cosine (CosineAnnealingLR over --steps) | linear\n"
+    "                        (transformers' linear decay over --steps), after --warmup\n"
+    "                        N steps of linear warmup             (default constant)\n"
     "  --warmup N --step-size N --gamma X    the schedule's  (defaults 0, none, 0.1)\n"
+    "  --min-lr X            where cosine and linear end (eta_min, nanoGPT's min_lr)\n"
+    "                                                                  (default 0)\n"
     "  --seed N              seeds the model, the corpus and the sampler (default 1337)\n"
     "  --data FILE           train on FILE's bytes instead of the embedded corpus; for\n"
     "                        GPT-2 also llm.c's token files (FILE.bin, uint16 tokens)\n"
@@ -468,10 +474,12 @@ static int config_set_optimizer(Config *c, const char *flag, const char *val, ch
         if (!strcmp(val, "constant")) c->lr_schedule = LR_CONSTANT;
         else if (!strcmp(val, "step")) c->lr_schedule = LR_STEP;
         else if (!strcmp(val, "cosine")) c->lr_schedule = LR_COSINE;
+        else if (!strcmp(val, "linear")) c->lr_schedule = LR_LINEAR;
         else
             return usage_error(err, errlen,
                                "--lr-schedule: unknown schedule '%s'. Choose constant (the "
-                               "default), step (StepLR) or cosine (CosineAnnealingLR).",
+                               "default), step (StepLR), cosine (CosineAnnealingLR) or linear "
+                               "(transformers' get_linear_schedule_with_warmup).",
                                val);
         return 0;
     }
@@ -481,6 +489,8 @@ static int config_set_optimizer(Config *c, const char *flag, const char *val, ch
         return parse_long(flag, val, 1, 100000000, &c->step_size, err, errlen);
     if (!strcmp(flag, "--gamma"))
         return parse_float(flag, val, 0.0, 1, 1.0, &c->gamma, err, errlen);
+    if (!strcmp(flag, "--min-lr"))
+        return parse_float(flag, val, 0.0, 0, 10.0, &c->min_lr, err, errlen);
     if (!strcmp(flag, "--param-dtype") || !strcmp(flag, "--reduce-dtype")) {
         Dtype d;
         if (!strcmp(val, "fp32")) d = DTYPE_FP32;
@@ -687,7 +697,8 @@ static int flag_takes_no_value(const char *flag) {
                                         "--grad-scaler",
                                         "--plan",
                                         "--cpu-offload",
-                                        "--fsdp2"};
+                                        "--fsdp2",
+                                        "--no-decay-bias-norm"};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++)
         if (!strcmp(flag, flags[i])) return 1;
     return 0;
@@ -719,6 +730,7 @@ static int config_switch(Config *c, const char *flag, const char *val, char *err
     else if (!strcmp(flag, "--plan")) c->plan = 1;
     else if (!strcmp(flag, "--cpu-offload")) c->cpu_offload = 1;
     else if (!strcmp(flag, "--fsdp2")) c->fsdp2 = 1;
+    else if (!strcmp(flag, "--no-decay-bias-norm")) c->no_decay_bias_norm = 1;
     else return 1; /* --help, -h */
     return 0;
 }
@@ -752,6 +764,7 @@ static int flag_takes_value(const char *flag) {
                                         "--warmup",
                                         "--step-size",
                                         "--gamma",
+                                        "--min-lr",
                                         "--seed",
                                         "--data",
                                         "--log-every",
@@ -1011,11 +1024,27 @@ int config_parse(Config *c, int argc, char **argv, char *err, size_t errlen) {
         return usage_error(err, errlen,
                            "--lr-schedule step needs --step-size N: every N steps the learning "
                            "rate is multiplied by --gamma (PyTorch's StepLR has no default).");
-    if (c->lr_schedule == LR_COSINE && c->warmup >= c->steps)
+    int decays = c->lr_schedule == LR_COSINE || c->lr_schedule == LR_LINEAR;
+    if (decays && c->warmup >= c->steps)
         return usage_error(err, errlen,
-                           "--lr-schedule cosine anneals over the steps after --warmup, but "
+                           "--lr-schedule %s decays over the steps after --warmup, but "
                            "--warmup %ld leaves none of --steps %d. Give a shorter --warmup.",
-                           c->warmup, c->steps);
+                           LR_SCHEDULE_NAMES[c->lr_schedule], c->warmup, c->steps);
+    if (flag_given(argc, argv, "--min-lr") && !decays)
+        return usage_error(err, errlen,
+                           "--min-lr is where cosine and linear decay end: add --lr-schedule "
+                           "cosine or linear, or leave --min-lr out.");
+    if (decays && c->min_lr > c->lr)
+        return usage_error(err, errlen,
+                           "--min-lr %g is above --lr %g: the schedule would rise, not decay. "
+                           "Give a --min-lr below --lr (nanoGPT: lr / 10).",
+                           (double)c->min_lr, (double)c->lr);
+    if (c->no_decay_bias_norm && c->weight_decay == 0.0f)
+        return usage_error(err, errlen,
+                           "--no-decay-bias-norm exempts biases and LayerNorm from weight decay, "
+                           "but --weight-decay is 0 (%s): nothing decays. Give --weight-decay X, "
+                           "or leave --no-decay-bias-norm out.",
+                           c->optimizer == OPTIMIZER_ADAM ? "Adam's default" : "given");
     if (c->min_params > total)
         return usage_error(
             err, errlen,

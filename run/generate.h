@@ -59,12 +59,21 @@ static float trainer_val_loss(Trainer *t, const Corpus *val, int batches) {
     return global_mean_loss(t, (float)(loss / batches));
 }
 
-static void print_val_loss(Trainer *t, const Corpus *val, int step) {
+/* The validation loss after `step`, printed with the run's progress: the
+ * mean time of the `done` steps run so far (in `seconds`), and the time
+ * the steps left would take at that rate (validation included). The same
+ * batches every time (trainer_val_loss), so two points of the curve
+ * differ by what the model learnt, not by which text was drawn. */
+static float print_val_loss(Trainer *t, const Corpus *val, int step, double seconds, int done) {
     float loss = trainer_val_loss(t, val, t->cfg.val_batches);
+    double per_step = seconds / (done > 0 ? done : 1);
     if (t->comm.rank == 0)
-        printf("step %5d/%d | val loss %.4f (%d batches of %d sequences, %s)\n", step + 1,
-               t->cfg.steps, loss, t->cfg.val_batches, t->micro_batch * t->comm.world,
-               t->cfg.val_path ? t->cfg.val_path : "the corpus's held-out last tenth");
+        printf("step %5d/%d | val loss %.4f (%d batches of %d sequences, %s) | %.1f ms/step, "
+               "%.0f s left\n",
+               step + 1, t->cfg.steps, loss, t->cfg.val_batches, t->micro_batch * t->comm.world,
+               t->cfg.val_path ? t->cfg.val_path : "the corpus's held-out last tenth",
+               per_step * 1e3, per_step * (t->cfg.steps - 1 - step));
+    return loss;
 }
 
 /* llm.c's tokenizer file: 256 uint32 (magic 20240328, version 1 or 2, the

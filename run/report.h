@@ -33,6 +33,7 @@ typedef struct {
 typedef struct {
     float *loss, *grad_norm, *lr; /* the grad norm when clipping; the lr the step used */
     float *loss_scale, *skipped;  /* --grad-scaler: the scale, and 1 if inf/NaN skipped it */
+    float *val_loss;              /* --val-every: the validation loss after it; NaN: none */
     double *seconds;
 } StepLog;
 
@@ -257,9 +258,9 @@ static void json_config(FILE *f, const Trainer *t) {
             "\"local_batch\": %d, \"steps\": %d, \"min_params\": %ld, \"collectives\": \"%s\", "
             "\"backward_prefetch\": \"%s\", \"forward_prefetch\": %s, \"limit_all_gathers\": %s, "
             "\"optimizer\": \"%s\", \"lr\": %.7g, \"beta1\": %.7g, \"beta2\": %.7g, "
-            "\"eps\": %.7g, \"weight_decay\": %.7g, "
+            "\"eps\": %.7g, \"weight_decay\": %.7g, \"no_decay_bias_norm\": %s, "
             "\"clip_grad_norm\": %.7g, \"lr_schedule\": \"%s\", \"warmup\": %ld, "
-            "\"step_size\": %ld, \"gamma\": %.7g, %s"
+            "\"step_size\": %ld, \"gamma\": %.7g, \"min_lr\": %.7g, %s"
             "\"seed\": %llu, \"vram\": %zu, \"net\": \"%s\", \"backend\": \"%s\"},\n",
             c->model_name ? c->model_name : "custom", c->vocab, c->embed_dim, c->context, c->width,
             c->depth, c->arch == ARCH_GPT2 ? "gpt2" : "mlp", c->n_head, c->n_ctx,
@@ -268,9 +269,11 @@ static void json_config(FILE *f, const Trainer *t) {
             c->min_params, COLLECTIVES_NAMES[c->collectives], prefetch[c->backward_prefetch],
             c->forward_prefetch ? "true" : "false", c->limit_all_gathers ? "true" : "false",
             c->optimizer == OPTIMIZER_ADAM ? "adam" : "adamw", (double)c->lr, (double)c->beta1,
-            (double)c->beta2, (double)c->eps, (double)c->weight_decay, (double)c->clip_grad_norm,
+            (double)c->beta2, (double)c->eps, (double)c->weight_decay,
+            c->no_decay_bias_norm ? "true" : "false", (double)c->clip_grad_norm,
             LR_SCHEDULE_NAMES[c->lr_schedule], c->warmup, c->step_size, (double)c->gamma,
-            json_options(t), (unsigned long long)c->seed, c->vram, c->net ? c->net : "none",
+            (double)c->min_lr, json_options(t), (unsigned long long)c->seed, c->vram,
+            c->net ? c->net : "none",
             FSDP_GPU ? "gpu" : "cpu");
 }
 
@@ -298,6 +301,7 @@ static void json_steps(FILE *f, const Trainer *t, const RunSummary *s, const Ste
         if (t->cfg.grad_scaler)
             fprintf(f, ", \"loss_scale\": %.9g, \"skipped\": %s", (double)log->loss_scale[i],
                     log->skipped[i] ? "true" : "false");
+        if (!isnan(log->val_loss[i])) fprintf(f, ", \"val_loss\": %.9g", (double)log->val_loss[i]);
         fprintf(f, "}");
     }
     fprintf(f, "\n  ],\n  \"seconds\": %.9g,\n", s->seconds);

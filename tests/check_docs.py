@@ -375,7 +375,9 @@ def explain(cmd, chunk, actual, pos):
 # ---------------------------------------------------------------------------
 # PyTorch lives in a virtual environment of the repository's (make torch-deps),
 # never copied into a sandbox: its torchrun is put first on the commands' PATH
-# alone (not its python3, which would change every other command's). First:
+# alone (not its python3, which would change every other command's), and the
+# sandbox's .venv-torch is a link to it (make shakespeare-gpt2 runs its
+# Python by that path). First:
 # a torchrun already on PATH is not the project's. Debian's python3-torch puts
 # PyTorch 1.13's there, which has no --nproc-per-node (exit 2, nothing
 # printed), and whose FSDP does not import on Python 3.11.
@@ -494,6 +496,7 @@ class Sandbox:
         self.env.update(__CHECK_STATE=self.state, __CHECK_WORK=self.work)
         torchrun = project_torchrun()
         if torchrun:  # first on PATH, before any other torchrun (see TORCH_VENV)
+            os.symlink(os.path.join(REPO, TORCH_VENV), os.path.join(self.work, TORCH_VENV))
             os.makedirs(os.path.join(self.root, "bin"))
             os.symlink(torchrun, os.path.join(self.root, "bin", "torchrun"))
             self.env["PATH"] = os.path.join(self.root, "bin") + os.pathsep + self.env.get("PATH", "")

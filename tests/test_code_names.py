@@ -62,7 +62,8 @@ ELSEWHERE = {"device_mesh", "export_chrome_trace", "fully_shard", "nonwrapped_nu
              "param_init_fn", "process_group", "save_pretrained", "set_state_dict",
              "wait_stream", "zero_grad", "loss_of", "scaled_dot_product_attention",
              "log_softmax", "set_force_sum_reduction_for_comms", "set_gradient_divide_factor",
-             "requires_grad", "state_dict_type"}
+             "requires_grad", "state_dict_type",
+             "shakespeare_char", "estimate_loss"}  # nanoGPT's (lecture 20)
 
 
 def definitions(path, section=None):

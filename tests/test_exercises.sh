@@ -164,6 +164,9 @@ spawn wrong fsdp2_layout fsdp2_layout_piece_at --fail-fast -- "full_shard on 1 r
 # (same numbers: only the collective calls tell)
 spawn wrong adamw adamw_lr_train_step --fail-fast -- \
   "(--lr-schedule cosine --warmup 2 --param-dtype fp16 --grad-scaler" "lr_at(c, t->adam_step - 1)"
+# the parameter groups: one weight decay for the whole shard decays the
+# biases and LayerNorms too
+spawn wrong adamw adamw_decay_all --fail-fast -- "(--no-decay-bias-norm" "shard_piece"
 spawn wrong post_backward post_backward_hand_condition --fail-fast -- \
   "hybrid_shard_zero2 on 4 rank(s)" "not its collectives: all_gather"
 wait

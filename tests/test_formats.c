@@ -815,8 +815,8 @@ static void test_meta(void) {
         m.version = 1; /* meta_format writes META_VERSION whatever this says */
         size_t len;
         char *text = meta_format(&m, &len);
-        check(text && !strncmp(text, "fsdp-checkpoint 6\n", 18),
-              "meta_format writes version 6, whatever m->version says", "%.17s",
+        check(text && !strncmp(text, "fsdp-checkpoint 7\n", 18),
+              "meta_format writes version 7, whatever m->version says", "%.17s",
               text ? text : "(NULL)");
         free(text);
         meta_free(&m);
@@ -856,34 +856,39 @@ static void test_meta(void) {
     free(more);
 
     printf("meta.txt: every rule broken once\n");
-    meta_edit_refuses("wrong magic", "fsdp-checkpoint 6\n", "fsdp-checkpoinT 4\n",
+    meta_edit_refuses("wrong magic", "fsdp-checkpoint 7\n", "fsdp-checkpoinT 4\n",
                       "not an fsdp.c checkpoint");
     meta_refuses("not a checkpoint at all", "{\"a\":1}\n", "not an fsdp.c checkpoint");
     meta_refuses("empty text", "", "cut short");
-    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 6\n", "fsdp-checkpoint 1\n",
+    meta_edit_refuses("version 1 (an older fsdp.c)", "fsdp-checkpoint 7\n", "fsdp-checkpoint 1\n",
                       "line 1: version 1 was written by an older fsdp.c, before checkpoints "
                       "carried their own checksums; "
-                      "this fsdp.c reads version 6 only: train again to re-create it");
-    meta_edit_refuses("version 2 (before the lr schedule)", "fsdp-checkpoint 6\n",
+                      "this fsdp.c reads version 7 only: train again to re-create it");
+    meta_edit_refuses("version 2 (before the lr schedule)", "fsdp-checkpoint 7\n",
                       "fsdp-checkpoint 2\n",
                       "line 1: version 2 was written by an older fsdp.c, before checkpoints "
-                      "carried their own learning-rate schedule; this fsdp.c reads version 6");
-    meta_edit_refuses("version 3 (before the loss scaler)", "fsdp-checkpoint 6\n",
+                      "carried their own learning-rate schedule; this fsdp.c reads version 7");
+    meta_edit_refuses("version 3 (before the loss scaler)", "fsdp-checkpoint 7\n",
                       "fsdp-checkpoint 3\n",
                       "line 1: version 3 was written by an older fsdp.c, before checkpoints "
-                      "carried their own loss scaler's state; this fsdp.c reads version 6");
-    meta_edit_refuses("version 4 (before the optimizer settings)", "fsdp-checkpoint 6\n",
+                      "carried their own loss scaler's state; this fsdp.c reads version 7");
+    meta_edit_refuses("version 4 (before the optimizer settings)", "fsdp-checkpoint 7\n",
                       "fsdp-checkpoint 4\n",
                       "line 1: version 4 was written by an older fsdp.c, before checkpoints "
-                      "carried their own optimizer settings; this fsdp.c reads version 6");
-    meta_edit_refuses("version 5 (before the held-out tenth)", "fsdp-checkpoint 6\n",
+                      "carried their own optimizer settings; this fsdp.c reads version 7");
+    meta_edit_refuses("version 5 (before the held-out tenth)", "fsdp-checkpoint 7\n",
                       "fsdp-checkpoint 5\n",
                       "line 1: version 5 was written by an older fsdp.c, before checkpoints "
-                      "carried their own data's held-out tenth; this fsdp.c reads version 6");
-    meta_edit_refuses("version 7", "fsdp-checkpoint 6\n", "fsdp-checkpoint 7\n",
-                      "version 7; this fsdp.c reads version 6 only");
-    meta_edit_refuses("version 0", "fsdp-checkpoint 6\n", "fsdp-checkpoint 0\n",
-                      "version 0; this fsdp.c reads version 6 only");
+                      "carried their own data's held-out tenth; this fsdp.c reads version 7");
+    meta_edit_refuses("version 6 (before --min-lr and the decay's group)", "fsdp-checkpoint 7\n",
+                      "fsdp-checkpoint 6\n",
+                      "line 1: version 6 was written by an older fsdp.c, before checkpoints "
+                      "carried their own --min-lr and weight decay's group; this fsdp.c reads "
+                      "version 7");
+    meta_edit_refuses("version 8", "fsdp-checkpoint 7\n", "fsdp-checkpoint 8\n",
+                      "version 8; this fsdp.c reads version 7 only");
+    meta_edit_refuses("version 0", "fsdp-checkpoint 7\n", "fsdp-checkpoint 0\n",
+                      "version 0; this fsdp.c reads version 7 only");
     meta_edit_refuses("grad_scaler neither off nor a state", "grad_scaler off\n", "grad_scaler on\n",
                       "expected 'grad_scaler scale XXXXXXXX growth N' (5 fields), found 2");
     meta_edit_refuses("grad_scaler scale 0", "grad_scaler off\n", "grad_scaler scale 00000000 growth 0\n",
@@ -948,7 +953,7 @@ static void test_meta(void) {
     meta_edit_refuses("a strategy of 40 characters", "strategy full_shard\n", "strategy full_shard_full_shard_full_shard_full\n", "is too long");
     /* found by the fuzzer: the message read 40 bytes of a word at the very end */
     meta_refuses("a 35-character word at the end of the text",
-                 "fsdp-checkpoint 6\nworld 2\nstrategy full_shard_full_shard_full_shard_",
+                 "fsdp-checkpoint 7\nworld 2\nstrategy full_shard_full_shard_full_shard_",
                  "is too long");
     meta_edit_refuses("model dims 0", "width 128", "width 0", "width 0 is out of range");
     meta_edit_refuses("a model field renamed", "embed_dim 16", "embed 16", "expected 'embed_dim' as field 4");

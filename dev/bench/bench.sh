@@ -10,6 +10,8 @@
 #   (d) GPT-2 on one rank beside transformers + PyTorch on one thread, and
 #       --attention flash beside the math path
 #   (e) --cpu-offload's AdamW in host memory: every core against one thread
+#   (f) nanoGPT's CPU recipe (make shakespeare-gpt2): fsdp.c on every core
+#       beside PyTorch on the same cores, one process and FSDP
 #
 # Every figure is printed next to the one it should be read against, from the
 # same run on the same machine: absolute numbers from a laptop say little,
@@ -245,3 +247,44 @@ echo "------------------------------------------------------------------"
 echo "(e) --cpu-offload's AdamW on the host: every core beside one thread"
 echo "------------------------------------------------------------------"
 dev/bench/bench_adamw $((1 << 25))
+
+# ---- (f) nanoGPT's CPU recipe: fsdp.c beside PyTorch on the same cores -----------
+# One step of make shakespeare-gpt2's recipe (bridge/gpt2_recipe.py): 12 x 64
+# tokens, fp32, clipping and AdamW's two groups. fsdp.c on N ranks (N =
+# cores, a unit a block) beside PyTorch on the same N cores: one process of
+# N threads, and FSDP1 and FSDP2 on N ranks of one thread
+# (dev/bench/bench_recipe_torch.py). The issue's goal: at most 1.0x the
+# one process, at most 0.5x PyTorch's FSDP.
+echo
+echo "------------------------------------------------------------------"
+echo "(f) nanoGPT's CPU recipe, one step of 12 x 64 tokens: fsdp.c beside PyTorch"
+echo "------------------------------------------------------------------"
+recipe_ranks=$cores
+[[ $recipe_ranks =~ ^[0-9]+$ ]] && (( 12 % recipe_ranks == 0 )) || recipe_ranks=2
+TRAIN_ARGS=(--model gpt2-mini --n-layer 4 --n-head 4 --n-embd 128 --context 64 --batch 12
+            --auto-wrap transformer --lr 1e-3 --min-lr 1e-4 --lr-schedule cosine --warmup 10
+            --beta2 0.99 --weight-decay 0.1 --no-decay-bias-norm --clip-grad-norm 1.0
+            --steps 40 --log-every 1000)
+read -r recipe_ms _ < <(train "$recipe_ranks")
+read -r recipe1_ms _ < <(train 1)
+printf "%-44s %9s %22s\n" "" "ms/step" "fsdp.c's time over it"
+printf "%-44s %9s\n" "fsdp.c, $recipe_ranks ranks (full_shard)" "$recipe_ms"
+printf "%-44s %9s\n" "fsdp.c, 1 rank" "$recipe1_ms"
+if .venv-torch/bin/python -c "import torch, transformers" 2>/dev/null; then
+    torch_row() { # label ms fsdp_ms
+        printf "%-44s %9s %21sx\n" "$1" "$2" "$(awk -v a="$3" -v b="$2" 'BEGIN { printf "%.2f", a / b }')"
+    }
+    quiet_torchrun() { # torchrun's banner about OMP_NUM_THREADS is not a result
+        .venv-torch/bin/torchrun --nproc-per-node "$recipe_ranks" dev/bench/bench_recipe_torch.py "$@" 2>/dev/null | tail -n1
+    }
+    torch_row "PyTorch, 1 process, $recipe_ranks threads" \
+        "$(.venv-torch/bin/python dev/bench/bench_recipe_torch.py plain "$recipe_ranks" 20)" "$recipe_ms"
+    torch_row "PyTorch, 1 process, 1 thread (beside 1 rank)" \
+        "$(.venv-torch/bin/python dev/bench/bench_recipe_torch.py plain 1 20)" "$recipe1_ms"
+    torch_row "PyTorch FSDP1, $recipe_ranks ranks (a unit a GPT2Block)" "$(quiet_torchrun fsdp1 20)" "$recipe_ms"
+    torch_row "PyTorch FSDP2 (fully_shard), $recipe_ranks ranks" "$(quiet_torchrun fsdp2 20)" "$recipe_ms"
+    echo "(x: fsdp.c's ms/step over the row's; the goal: <= 1.00 beside the one process,"
+    echo " <= 0.50 beside PyTorch's FSDP. fsdp.c's figure includes its first step)"
+else
+    echo "PyTorch: not installed (make torch-deps), so no reference row"
+fi
