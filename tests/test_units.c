@@ -267,6 +267,30 @@ static void test_gelu_tanh(void) {
     gradcheck(&g, "gelu_tanh");
 }
 
+/* The CPU's GELU a block at a time (gelu_tanh_blocks) against its
+ * definition, an element at a time (gelu_tanh_forward_one, _backward_one):
+ * bit for bit, on 1,300 values (two full blocks and a part) from -12 to
+ * 12, where e^(2u) runs from 0 to infinity, and on 0, -0, inf and -inf. */
+static void test_gelu_tanh_blocks(void) {
+    enum { N = 1300 };
+    static float x[N], g[N], fast[N], slow[N];
+    fill(g, N, 22);
+    for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * (float)i / (N - 5);
+    x[N - 4] = 0.0f, x[N - 3] = -0.0f, x[N - 2] = INFINITY, x[N - 1] = -INFINITY;
+    for (int backward = 0; backward < 2; backward++) {
+        int ran = gelu_tanh_blocks(fast, backward ? g : NULL, x, N, DTYPE_FP32), same = 0;
+        for (long i = 0; i < N; i++) {
+            if (backward) gelu_tanh_backward_one(i, slow, g, x, DTYPE_FP32, DTYPE_FP32);
+            else gelu_tanh_forward_one(i, slow, x, DTYPE_FP32, DTYPE_FP32);
+            same += !memcmp(&fast[i], &slow[i], sizeof(float));
+        }
+        check(ran && same == N, backward ? "gelu_tanh backward in blocks" : "gelu_tanh forward in blocks",
+              "%d of %d values bit for bit with the element's", same, N);
+    }
+    check(!gelu_tanh_blocks(fast, NULL, x, N, DTYPE_BF16), "gelu_tanh in blocks: not in bf16",
+          "left to the elements, which round");
+}
+
 /* B sequences of T positions, width D in H heads: the attention of
  * kernels/transformer.h, by rows (the CPU's) and as GEMMs (the GPU's) */
 enum { AB = 2, AT = 5, AD = 6, AH = 3 };
@@ -928,6 +952,21 @@ static void test_lr_schedule(void) {
         snprintf(what, sizeof(what), "CosineAnnealingLR over 10 steps: t = %ld", tc[i]);
         check(fabs(lr_at(&c, tc[i]) - cos_lr[i]) < 1e-6, what, "lr %.7f, by hand %.7f", lr_at(&c, tc[i]), cos_lr[i]);
     }
+    c.min_lr = 0.1f; /* --min-lr: eta_min */
+    const double floor_lr[] = {1.0, 0.55, 0.1 + 0.9 * 0.0244717};
+    for (int i = 0; i < 3; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "cosine to --min-lr 0.1 over 10 steps: t = %ld", tc[i]);
+        check(fabs(lr_at(&c, tc[i]) - floor_lr[i]) < 1e-6, what, "lr %.7f, by hand %.7f", lr_at(&c, tc[i]), floor_lr[i]);
+    }
+    c.lr_schedule = LR_LINEAR, c.warmup = 2; /* transformers' linear schedule, to --min-lr */
+    const long tl[] = {0, 2, 6, 9};
+    const double linear_lr[] = {0.5, 1.0, 0.1 + 0.9 * 0.5, 0.1 + 0.9 * 0.125};
+    for (int i = 0; i < 4; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "warmup 2 + linear to --min-lr 0.1: t = %ld", tl[i]);
+        check(fabs(lr_at(&c, tl[i]) - linear_lr[i]) < 1e-6, what, "lr %.7f, by hand %.7f", lr_at(&c, tl[i]), linear_lr[i]);
+    }
     c.lr_schedule = LR_CONSTANT;
     check(lr_at(&c, 7) == 1.0f, "constant: t = 7", "lr %.7f", lr_at(&c, 7));
 }
@@ -1285,6 +1324,7 @@ int main(int argc, char **argv) {
     printf("model gradients vs finite differences (tiny, 1 rank)\n");
     test_model_gradients();
     test_gelu_tanh();
+    test_gelu_tanh_blocks();
     test_attention();
     test_attention16();
     test_attention_heads();
