@@ -224,9 +224,15 @@ bad "--model: unknown model 'huge'" --model huge
 bad "--strategy: unknown strategy 'zero3'" --strategy zero3
 bad "--collectives nccl needs GPUs: build the GPU binary (make gpu)" --collectives nccl
 bad "--optimizer: unknown optimizer 'sgd'" --optimizer sgd
-bad "--lr-schedule: unknown schedule 'linear'" --lr-schedule linear
+bad "--lr-schedule: unknown schedule 'onecycle'" --lr-schedule onecycle
 bad "--lr-schedule step needs --step-size N" --lr-schedule step
-bad "--lr-schedule cosine anneals over the steps after --warmup" --lr-schedule cosine --warmup 200
+bad "--lr-schedule cosine decays over the steps after --warmup" --lr-schedule cosine --warmup 200
+bad "--lr-schedule linear decays over the steps after --warmup" --lr-schedule linear --warmup 200
+bad "--min-lr is where cosine and linear decay end: add --lr-schedule cosine or linear" --min-lr 1e-4
+bad "--min-lr 0.01 is above --lr 0.001" --lr-schedule cosine --lr 1e-3 --min-lr 1e-2
+bad "--min-lr: -1 is out of range" --lr-schedule cosine --min-lr -1
+bad "--no-decay-bias-norm exempts biases and LayerNorm from weight decay, but --weight-decay is 0 (Adam's default)" --optimizer adam --no-decay-bias-norm
+bad "--no-decay-bias-norm takes no value" --no-decay-bias-norm=1
 bad "--gamma: 0 is out of range" --gamma 0
 bad "--step-size and --gamma are StepLR's: they apply to --lr-schedule step only" --step-size 3
 bad "--step-size and --gamma are StepLR's: they apply to --lr-schedule step only" --lr-schedule cosine --warmup 2 --gamma 0.5

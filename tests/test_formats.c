@@ -922,15 +922,20 @@ static void test_meta(void) {
                       "grad_scaler growth 2000: the scale doubles at 2000");
     meta_edit_refuses("no grad_scaler line (a version-3 body)", "grad_scaler off\n", "",
                       "expected 'grad_scaler', found 'units'");
-    meta_edit_refuses("an unknown lr_schedule", "lr_schedule constant ", "lr_schedule linear ",
-                      "unknown lr_schedule 'linear' (constant, step or cosine)");
+    meta_edit_refuses("an unknown lr_schedule", "lr_schedule constant ", "lr_schedule onecycle ",
+                      "unknown lr_schedule 'onecycle' (constant, step, cosine or linear)");
+    meta_edit_refuses("an unknown decay", " decay all\n", " decay vectors\n",
+                      "unknown decay 'vectors' (all or matrices)");
+    meta_edit_refuses("optimizer without its decay", " decay all\n", "\n", "(14 fields), found 12");
     meta_edit_refuses("lr_schedule step_size 0", "step_size 1 ", "step_size 0 ",
                       "step_size 0 must be >= 1");
     meta_edit_refuses("lr_schedule without gamma", " gamma 00000000", "",
-                      "(12 fields), found 10");
+                      "(14 fields), found 12");
+    meta_edit_refuses("lr_schedule without min_lr", " min_lr 00000000", "",
+                      "(14 fields), found 12");
     meta_edit_refuses("no lr_schedule line (a version-2 body)",
                       "adam_step 100\nlr_schedule constant lr 00000000 warmup 0 step_size 1 gamma "
-                      "00000000 steps 0\n",
+                      "00000000 steps 0 min_lr 00000000\n",
                       "adam_step 100\n", "expected 'lr_schedule', found 'optimizer'");
     meta_edit_refuses("world 0", "world 4\n", "world 0\n", "out of range");
     meta_edit_refuses("units 0", "units 3\n", "units 0\n", "units 0 is out of range");
