@@ -29,10 +29,6 @@ saying so. Exit 0: all agree; 1: they differ; 2: bad input or a failed run.
 """
 import argparse, json, math, os, shlex, subprocess, sys, time
 
-MASK = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
-STREAM_SAMPLER = 2
-
 # nanoGPT's recipe (config/train_shakespeare_char.py, train.py's defaults, the
 # README's CPU flags); PyTorch's side trains with these, fsdp.c with RECIPE
 LR, MIN_LR, WARMUP, BETAS, EPS, WEIGHT_DECAY, CLIP, EVAL_ITERS = \
@@ -99,28 +95,6 @@ def fsdp_run(a, ranks, flags, echo):
     return "".join(lines)
 
 
-# ---- fsdp.c's batches, drawn again (core.h's rng_u64, data/sampler.h) ----------
-def mix64(x):  # SplitMix64's finaliser, as core.h's mix64
-    x ^= x >> 30
-    x = (x * 0xBF58476D1CE4E5B9) & MASK
-    x ^= x >> 27
-    x = (x * 0x94D049BB133111EB) & MASK
-    return x ^ (x >> 31)
-
-
-def rng_u64(seed, stream, a, b):
-    return mix64((mix64((mix64(seed ^ mix64((stream + GOLDEN) & MASK)) + a) & MASK) + b) & MASK)
-
-
-def batch(text, seed, step, B, T):
-    """the global batch of `step`: sample j at a position drawn from (seed, step, j)"""
-    positions = len(text) - T
-    rows = [rng_u64(seed, STREAM_SAMPLER, step & MASK, j) % positions for j in range(B)]
-    x = [list(text[p:p + T]) for p in rows]
-    y = [list(text[p + 1:p + T + 1]) for p in rows]
-    return x, y
-
-
 def lr_at(t, lr, min_lr, warmup, steps):  # optim/lr_schedule.h, --lr-schedule cosine
     if t < warmup:
         return lr * (t + 1) / warmup
@@ -131,6 +105,12 @@ def torch_side(a, train, val, fsdp_json):
     import torch
     import torch.nn.functional as F
     from transformers import GPT2LMHeadModel
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from fsdp_lab import local_batch  # fsdp.c's DistributedSampler, drawn again
+
+    def batch(text, seed, step, B, T):  # the global batch of `step`: one rank's of one
+        return local_batch(text, seed, step, 0, 1, 0, B, T, sequences=True)
 
     torch.set_num_threads(a.ranks)  # the same cores fsdp.c's ranks ran on
     model = GPT2LMHeadModel.from_pretrained(os.path.join(a.out, "init")).float()
@@ -145,8 +125,7 @@ def torch_side(a, train, val, fsdp_json):
         opt, lambda t: lr_at(t, LR, MIN_LR, WARMUP, a.steps) / LR)
 
     def loss_of(x, y):
-        logits = model(input_ids=torch.tensor(x)).logits
-        return F.cross_entropy(logits.reshape(-1, V), torch.tensor(y).reshape(-1))
+        return F.cross_entropy(model(input_ids=x).logits.reshape(-1, V), y.reshape(-1))
 
     val_batches = [batch(val, seed, -1 - k, B, T) for k in range(EVAL_ITERS)]
 
