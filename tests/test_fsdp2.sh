@@ -195,4 +195,29 @@ for st in no_shard zero1; do
   [ $rc -eq 2 ] && grep -q "^error: --fsdp2 shards every parameter, but $st keeps whole replicas" <<<"$out" &&
     ok "--fsdp2 --strategy $st: exit 2, saying FSDP2 has no such strategy" || bad "--fsdp2 --strategy $st: exit $rc"
 done
+# ---- AdamW's parameter groups (--no-decay-bias-norm): N ranks == 1 rank --------------------
+# A shard mixes matrices and vectors (FSDP1: a flat parameter's slice; FSDP2:
+# rows of each), and AdamW steps it a parameter's piece at a time. Width 1
+# and a unit a module: 5 ranks hold fewer elements than some units (FSDP1)
+# and rows of nothing but padding (FSDP2). The groups must also move the
+# parameters (the run differs from one that decays every element), or the
+# equality would say nothing. 1e-5: N ranks sum gradients in another order
+# (6e-8 seen); a vector decayed by mistake moves by lr * 0.5 a step, 5e-3.
+G=(--model tiny --steps 6 --batch 60 --width 1 --min-params 1 --weight-decay 0.5 --lr 0.01
+   --lr-schedule linear --min-lr 0.001)
+timeout 60 $MPIRUN -np 1 ./fsdp "${G[@]}" --no-decay-bias-norm --export "$d/g1.st" >/dev/null 2>&1 &&
+  timeout 60 $MPIRUN -np 1 ./fsdp "${G[@]}" --export "$d/g1all.st" >/dev/null 2>&1 ||
+  bad "--no-decay-bias-norm on 1 rank did not run"
+if tests/st_diff "$d/g1.st" "$d/g1all.st" 1e-5 >/dev/null 2>&1; then
+  bad "--no-decay-bias-norm moved nothing: the same parameters as decaying every element"
+else ok "--no-decay-bias-norm: the vectors decay no more (parameters differ from decaying all)"; fi
+for design in "" --fsdp2; do
+  for n in 2 5; do
+    timeout 60 $MPIRUN -np $n ./fsdp "${G[@]}" --no-decay-bias-norm $design --export "$d/g.st" >/dev/null 2>&1 ||
+      { bad "--no-decay-bias-norm ${design:-FSDP1} on $n ranks did not run"; continue; }
+    diff=$(tests/st_diff "$d/g1.st" "$d/g.st" 1e-5 2>&1) &&
+      ok "--no-decay-bias-norm ${design:-(FSDP1)} on $n ranks == 1 rank: ${diff##*$'\n'}" ||
+      bad "--no-decay-bias-norm ${design:-(FSDP1)} on $n ranks != 1 rank: ${diff##*$'\n'}"
+  done
+done
 exit $fail
