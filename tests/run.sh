@@ -19,11 +19,15 @@ if [[ ! "${TIMEOUT_SCALE:-1}" =~ ^[1-9][0-9]*$ ]]; then
 fi
 # recap NAME RC LOG: a failed check's own failure lines, kept for the end.
 # A long log is often shown cut in its middle (a CI page keeps its head and
-# tail), so the summary repeats what failed, where it is always seen.
+# tail), so the summary repeats what failed, where it is always seen: up to
+# 8 failure lines, each with the indented lines under it (a check's details,
+# such as the grader's verdicts the exercise test quotes), 6 at most.
 recap_file=$(mktemp)
 recap() {
   { echo "failed: $1 (exit $2)"
-    grep -m 8 -E '^(FAIL|not ok|error|Error)|: FAIL' "$3" | cut -c1-300 | sed 's/^/    /'
+    awk '/^(FAIL|not ok|error|Error)|: FAIL/ { if (++n > 8) exit; print; under = 0; next }
+         n && under < 6 && /^[ \t]/ && !/^ *ok/ { print; under++; next }
+         { under = 6 }' "$3" | cut -c1-300 | sed 's/^/    /'
   } >>"$recap_file"
 }
 run() {

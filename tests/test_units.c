@@ -10,6 +10,7 @@
  *               of all ranks put together are the 1-rank flat parameter
  *   data        --data is mapped, not copied (ranks share the pages), and a
  *               mapping that fails says so
+ *   errors      FATAL's message leaves in one write (before MPI_Init)
  *
  * Every check prints what it compared; the exit code is the number of
  * failed checks (0 = all passed). Run: ./tests/test_units
@@ -18,6 +19,8 @@
 #include "main.c"
 
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 static int failures = 0;
 
@@ -1311,7 +1314,47 @@ static void test_data_mapped(void) {
     free(chunk);
 }
 
+/* ---- errors ------------------------------------------------------------------ */
+
+/* FATAL's message is one write (core.h says why: mpirun may put a rank's
+ * stdout between two writes). A child process calls FATAL with its stderr on
+ * a SOCK_SEQPACKET socket, which keeps every write a record of its own: the
+ * parent must read one record, holding the whole message. It runs before
+ * MPI_Init, so the child exits (1) where it would call MPI_Abort. */
+static void test_fatal_one_write(void) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) != 0) {
+        check(0, "errors: FATAL writes its message once", "socketpair failed");
+        return;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        dup2(sv[1], STDERR_FILENO);
+        FATAL("the hint", "unit %d (%s) went wrong", 2, "blocks.1");
+    }
+    close(sv[1]);
+    char record[4096];
+    int records = 0, whole = 0;
+    ssize_t n;
+    while ((n = read(sv[0], record, sizeof(record) - 1)) > 0) {
+        record[n] = '\0';
+        records++;
+        whole = strstr(record, "] error at") &&
+                strstr(record, "unit 2 (blocks.1) went wrong\nHINT: the hint\n");
+    }
+    close(sv[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    check(records == 1 && whole && WIFEXITED(status) && WEXITSTATUS(status) == 1,
+          "errors: FATAL writes its message once", "%d write(s), the last %s, exit %d", records,
+          whole ? "the whole message" : "not it", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 int main(int argc, char **argv) {
+    printf("errors\n");
+    test_fatal_one_write();
     int provided = 0; /* fsdp.c's communication thread needs MPI_THREAD_MULTIPLE */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     printf("layer gradients vs finite differences\n");
