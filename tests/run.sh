@@ -214,6 +214,7 @@ run "a rank mpirun starts here may use every CPU the shell may (threaded CPU loo
   bash -c 'n=$($MPIRUN -np 1 nproc) && [ "$n" = "$(nproc)" ] && echo "mpirun -np 1: the rank may use $n CPUs, as the shell may" || { echo "the rank may use ${n:-?} CPUs, the shell $(nproc)"; exit 1; }'
 run "bad input exits 2 with a message, every rank" bash tests/test_cli.sh
 run "demo: --compare trains and prints the table" bash tests/test_demo.sh
+run "shared memory's one-copy messages (cma) where the machine allows them (sim/cma_probe.py): the Makefile and sim/mpi-env.sh export the probe's word; GPT-2 on 2 ranks trains the same bits with cma as without" bash tests/test_mpi_env.sh
 run "Open MPI 5 (PyPI's; Debian 13 and Homebrew ship it): make run, plain mpirun -np 4, exit 2, 3 ranks == 1" bash tests/test_openmpi5.sh
 run "simulated VRAM: DDP runs out, full_shard fits" bash tests/test_vram.sh
 run "checkpoints: resume bitwise, reshard 4->1,3,5,7 and 3->2, crash during a save, init-from, one run per --save-dir" bash tests/test_checkpoint.sh
