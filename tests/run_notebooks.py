@@ -12,7 +12,8 @@ tests/lib.sh (root allowed, oversubscribed, quiet), and MPLBACKEND=Agg, so
 nothing needs a display (a notebook that starts with `%matplotlib inline`
 still gets its plots into the executed copy: that backend renders with Agg
 too). A cell that raises, a failed assert included, fails its notebook; a
-cell may run 300 s at most (--timeout).
+cell may run 300 s at most (--timeout), times TIMEOUT_SCALE where it is set
+(make sanitize sets 4: its instrumented builds run the same cells slower).
 
 Per notebook one line, PASS or FAIL with its time, in the order given
 (--jobs N runs N notebooks at once, each in a process of its own); a
@@ -167,7 +168,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("notebooks", nargs="+", help=".ipynb files")
-    p.add_argument("--timeout", type=int, default=300, help="seconds per cell (default 300)")
+    scale = os.environ.get("TIMEOUT_SCALE", "1")
+    scale = int(scale) if scale.isdigit() and int(scale) >= 1 else 1
+    p.add_argument("--timeout", type=int, default=300 * scale,
+                   help="seconds per cell (default 300 x TIMEOUT_SCALE: %d)" % (300 * scale))
     p.add_argument("--out", default=str(ROOT / "out" / "notebooks"),
                    help="where the executed copies go (default out/notebooks; '' for none)")
     p.add_argument("--jobs", type=int, default=1,
