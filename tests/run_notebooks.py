@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from check_docs import timeout_scale  # TIMEOUT_SCALE, read and checked as for the lectures
+
 ROOT = Path(__file__).resolve().parent.parent
 DEPS = "nbclient nbformat ipykernel matplotlib numpy"
 
@@ -168,8 +170,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("notebooks", nargs="+", help=".ipynb files")
-    scale = os.environ.get("TIMEOUT_SCALE", "1")
-    scale = int(scale) if scale.isdigit() and int(scale) >= 1 else 1
+    scale = timeout_scale()
     p.add_argument("--timeout", type=int, default=300 * scale,
                    help="seconds per cell (default 300 x TIMEOUT_SCALE: %d)" % (300 * scale))
     p.add_argument("--out", default=str(ROOT / "out" / "notebooks"),

@@ -25,13 +25,14 @@ nopy=$(env -u OMPI_MCA_btl_vader_single_copy_mechanism PATH="$out/bin" /bin/bash
 [ "$nopy" = none ] && ok "without python3, sim/mpi-env.sh says none" ||
   bad "without python3, sim/mpi-env.sh says '$nopy', not none"
 
-# what each exports, unset and set: make prints its environment in a recipe
+# what each exports, unset and set (make prints its environment in a recipe)
+from_mpi_env() { bash -c '. sim/mpi-env.sh; echo "$OMPI_MCA_btl_vader_single_copy_mechanism"'; }
 from_make() { make -s --no-print-directory -f - show <<<$'include Makefile\nshow:\n\t@echo "$$OMPI_MCA_btl_vader_single_copy_mechanism"'; }
-for how in "sim/mpi-env.sh" "the Makefile"; do
-  if [ "$how" = "the Makefile" ]; then get=from_make; else get="eval . sim/mpi-env.sh; echo \$OMPI_MCA_btl_vader_single_copy_mechanism"; fi
-  got=$(env -u OMPI_MCA_btl_vader_single_copy_mechanism bash -c "$(declare -f from_make); $get")
+for get in from_mpi_env from_make; do
+  how="sim/mpi-env.sh"; [ $get = from_make ] && how="the Makefile"
+  got=$(unset OMPI_MCA_btl_vader_single_copy_mechanism; $get)
   [ "$got" = "$word" ] && ok "$how exports the probe's word ($got)" || bad "$how exports '$got', the probe says '$word'"
-  got=$(OMPI_MCA_btl_vader_single_copy_mechanism=none bash -c "$(declare -f from_make); $get")
+  got=$(OMPI_MCA_btl_vader_single_copy_mechanism=none $get)
   [ "$got" = none ] && ok "$how keeps a value set already (none)" || bad "$how replaced none with '$got'"
 done
 
